@@ -1,0 +1,72 @@
+// Command router is an egress firewall and SOCKS5 router for hosts that run an AI coding agent
+// in a virtual machine: every byte the hypervisor emits goes through an upstream SOCKS5 proxy,
+// except what a direct rule allows; DNS never leaks; the cage stays closed when something fails.
+//
+// This file only dispatches subcommands; each lives in a file of its own.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// command is one subcommand of the router binary.
+type command struct {
+	name    string
+	usage   string // one line: arguments after the name
+	summary string // one line: what it does
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+// Exit codes shared by every subcommand.
+const (
+	exitOK       = 0 // success, nothing found
+	exitFindings = 1 // the command ran and found a problem (lint findings, check-ip leak)
+	exitUsage    = 2 // bad arguments, unreadable or invalid config
+)
+
+func commands() []command {
+	return []command{
+		{"run", "--config FILE", "run the daemon in the foreground (SIGHUP reloads, SIGTERM stops)", cmdRun},
+		{"explain", "--config FILE [--app NAME] [--service NAME] [--src IP] [--network tcp|udp] --dst HOST:PORT [--json]", "show which rule decides a flow, and why each earlier rule did not", cmdExplain},
+		{"lint", "--config FILE [--json]", "report shadowed rules, local destinations sent to a proxy, unsafe forwards", cmdLint},
+		{"check-ip", "[--echo URL]... [--expect IP] [--expect-not IP] [--model URL] [--dns-whoami NAME] [--json]", "from inside the guest: prove the cage holds (exit IP, DNS, model)", cmdCheckIP},
+		{"cleanup", "[--config FILE]", "remove the router's capture and guard (lets VM traffic flow unproxied)", cmdCleanup},
+	}
+}
+
+func main() {
+	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		usage(stdout)
+		return exitOK
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "router: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	var b strings.Builder
+	b.WriteString("router: egress firewall and SOCKS5 router for a VM-caged coding agent\n\nUsage:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(&b, "  router %s %s\n      %s\n", c.name, c.usage, c.summary)
+	}
+	b.WriteString("\nRun 'router COMMAND --help' for the flags of one command.\n")
+	io.WriteString(w, b.String())
+}
