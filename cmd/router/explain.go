@@ -1,11 +1,283 @@
 package main
 
 import (
+	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/rules"
 )
 
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// newFlags makes a FlagSet whose --help prints a usage line, a summary and the flags.
+func newFlags(name, args, summary string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("router "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: router %s %s\n\n%s\n\nFlags:\n", name, args, summary)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args and returns an exit code when the command should stop.
+func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return exitOK, true
+		}
+		return exitUsage, true
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "router: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage, true
+	}
+	return 0, false
+}
+
 func cmdExplain(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "router: not built yet")
-	return exitUsage
+	fs := newFlags("explain", "--config FILE [--app NAME] [--path PATH] [--service NAME]... [--src IP] [--network tcp|udp] --dst HOST:PORT [--json]",
+		"Shows which rule decides a flow, its action and proxy, and for each earlier rule the field\nthat did not match. Nothing is sent anywhere; the daemon need not run.", stderr)
+	cfgPath := fs.String("config", "", "the config `file`")
+	app := fs.String("app", "", "the process's image `name`, e.g. VBoxHeadless.exe")
+	path := fs.String("path", "", "the process's full `path`")
+	var services stringList
+	fs.Var(&services, "service", "a Windows service hosted by the process (repeatable)")
+	src := fs.String("src", "", "the flow's source `IP` (a VM address)")
+	dst := fs.String("dst", "", "the destination `HOST:PORT` (an IP or a name)")
+	network := fs.String("network", "tcp", "tcp or udp")
+	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	if code, stop := parseFlags(fs, args); stop {
+		return code
+	}
+	if *cfgPath == "" || *dst == "" {
+		fmt.Fprintln(stderr, "router explain: --config and --dst are required")
+		return exitUsage
+	}
+	cfg, err := conf.Load(*cfgPath, conf.Options{SkipSecrets: true})
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
+	}
+	q, err := explainQuery(*network, *src, *dst, *app, *path, services)
+	if err != nil {
+		fmt.Fprintf(stderr, "router explain: %v\n", err)
+		return exitUsage
+	}
+	v, steps := rules.Explain(cfg.Rules, q)
+	note := localNote(q.Dst, hostAddrs())
+	if *asJSON {
+		return writeJSON(stdout, stderr, explainJSON(cfg, q, v, steps, note))
+	}
+	fmt.Fprintf(stdout, "flow: %s\n", describeFlow(q))
+	width := 0
+	for _, s := range steps {
+		width = max(width, len(ruleRef(s.Index, s.Name)))
+	}
+	for _, s := range steps {
+		if s.Match {
+			fmt.Fprintf(stdout, "  %-*s  matches\n", width, ruleRef(s.Index, s.Name))
+			continue
+		}
+		fmt.Fprintf(stdout, "  %-*s  no: %s: %s\n", width, ruleRef(s.Index, s.Name), s.Field, s.Reason)
+	}
+	fmt.Fprintf(stdout, "verdict: %s\n", verdictText(cfg, v))
+	if note != "" {
+		fmt.Fprintf(stdout, "note: %s\n", note)
+	}
+	return exitOK
+}
+
+func explainQuery(network, src, dst, app, path string, services []string) (*rules.Query, error) {
+	q := &rules.Query{App: app, AppPath: path, Services: services}
+	n, ok := rules.ParseNetwork(network)
+	if !ok {
+		return nil, fmt.Errorf("--network %q: want tcp or udp", network)
+	}
+	q.Network = n
+	if src != "" {
+		a, err := netip.ParseAddr(src)
+		if err != nil {
+			return nil, fmt.Errorf("--src %q is not an IP address", src)
+		}
+		q.Src = a.Unmap()
+	}
+	host, port, err := net.SplitHostPort(dst)
+	if err != nil {
+		return nil, fmt.Errorf("--dst %q is not HOST:PORT", dst)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || p == 0 {
+		return nil, fmt.Errorf("--dst %q: %q is not a port", dst, port)
+	}
+	q.Port = uint16(p)
+	if a, err := netip.ParseAddr(host); err == nil {
+		q.Dst = a.Unmap()
+	} else if h, err := rules.ParseHost(host); err == nil && h.Kind == rules.HostName {
+		q.Host = h.Name
+	} else {
+		return nil, fmt.Errorf("--dst %q: %q is neither an IP address nor a host name", dst, host)
+	}
+	return q, nil
+}
+
+func describeFlow(q *rules.Query) string {
+	var b strings.Builder
+	b.WriteString(q.Network.String())
+	if q.Src.IsValid() {
+		b.WriteString(" from " + q.Src.String())
+	}
+	if q.App != "" || q.AppPath != "" {
+		b.WriteString(" by " + strings.TrimSpace(q.App+" "+q.AppPath))
+	}
+	if len(q.Services) > 0 {
+		b.WriteString(" (services " + strings.Join(q.Services, ", ") + ")")
+	}
+	dst := q.Host
+	if q.Dst.IsValid() {
+		dst = q.Dst.String()
+	}
+	b.WriteString(" to " + net.JoinHostPort(dst, strconv.Itoa(int(q.Port))))
+	return b.String()
+}
+
+func ruleRef(i int, name string) string {
+	if i < 0 {
+		return name
+	}
+	return "rule #" + strconv.Itoa(i+1) + " " + strconv.Quote(name)
+}
+
+func verdictText(cfg *conf.Config, v rules.Verdict) string {
+	act := v.Action.String()
+	if v.Action == rules.Proxy {
+		act += " via " + v.Proxy
+		if p, ok := cfg.Proxy(v.Proxy); ok {
+			act += " (" + p.Address + ")"
+		}
+	}
+	if v.Index < 0 {
+		return act + ", because no rule matched"
+	}
+	where := cfg.File
+	if v.Index < len(cfg.RuleLines) {
+		where += ":" + strconv.Itoa(cfg.RuleLines[v.Index])
+	}
+	return fmt.Sprintf("%s, by %s (%s)", act, ruleRef(v.Index, v.Name), where)
+}
+
+// localNote explains the implicit decision for local destinations: the router never
+// captures them, whatever the rules say.
+func localNote(dst netip.Addr, own []netip.Addr) string {
+	if !dst.IsValid() {
+		return ""
+	}
+	why := ""
+	switch {
+	case dst.IsLoopback():
+		why = "loopback"
+	case dst.IsLinkLocalUnicast():
+		why = "link-local"
+	case dst.IsMulticast() || dst.IsLinkLocalMulticast():
+		why = "multicast"
+	case dst.IsUnspecified():
+		why = "unspecified"
+	default:
+		for _, a := range own {
+			if a == dst {
+				why = "one of this host's own addresses"
+			}
+		}
+	}
+	if why == "" {
+		return ""
+	}
+	return dst.String() + " is " + why + ": the router never captures it, so it goes direct whatever the rules say"
+}
+
+// hostAddrs lists this machine's addresses; an error leaves the list empty.
+func hostAddrs() []netip.Addr {
+	var out []netip.Addr
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, p.Addr().Unmap())
+		}
+	}
+	return out
+}
+
+func hostPrefixes() []netip.Prefix {
+	var out []netip.Prefix
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-map[bool]int{true: 96, false: 0}[p.Addr().Is4In6()]).Masked())
+		}
+	}
+	return out
+}
+
+type explainOut struct {
+	Flow struct {
+		Network  string   `json:"network"`
+		Src      string   `json:"src,omitempty"`
+		Dst      string   `json:"dst,omitempty"`
+		Host     string   `json:"host,omitempty"`
+		Port     uint16   `json:"port"`
+		App      string   `json:"app,omitempty"`
+		Path     string   `json:"path,omitempty"`
+		Services []string `json:"services,omitempty"`
+	} `json:"flow"`
+	Verdict struct {
+		Action string `json:"action"`
+		Proxy  string `json:"proxy,omitempty"`
+		Rule   string `json:"rule"`
+		Index  int    `json:"index"` // 1-based; 0 when no rule matched
+		Line   int    `json:"line,omitempty"`
+	} `json:"verdict"`
+	Steps []rules.Step `json:"steps"`
+	Note  string       `json:"note,omitempty"`
+}
+
+func explainJSON(cfg *conf.Config, q *rules.Query, v rules.Verdict, steps []rules.Step, note string) explainOut {
+	var o explainOut
+	o.Flow.Network, o.Flow.Port, o.Flow.Host, o.Flow.App, o.Flow.Path, o.Flow.Services = q.Network.String(), q.Port, q.Host, q.App, q.AppPath, q.Services
+	if q.Src.IsValid() {
+		o.Flow.Src = q.Src.String()
+	}
+	if q.Dst.IsValid() {
+		o.Flow.Dst = q.Dst.String()
+	}
+	o.Verdict.Action, o.Verdict.Proxy, o.Verdict.Rule, o.Verdict.Index = v.Action.String(), v.Proxy, v.Name, v.Index+1
+	if v.Index >= 0 && v.Index < len(cfg.RuleLines) {
+		o.Verdict.Line = cfg.RuleLines[v.Index]
+	}
+	for i := range steps {
+		steps[i].Index++ // 1-based, as in the text output
+	}
+	o.Steps = steps
+	o.Note = note
+	return o
+}
+
+func writeJSON(stdout, stderr io.Writer, v any) int {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintf(stderr, "router: write json: %v\n", err)
+		return exitUsage
+	}
+	return exitOK
 }

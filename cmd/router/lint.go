@@ -3,9 +3,69 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"strconv"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/lint"
 )
 
 func cmdLint(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "router: not built yet")
-	return exitUsage
+	fs := newFlags("lint", "--config FILE [--strict] [--json]",
+		"Reports rules that can never match, local destinations that would go through a remote\nproxy (the svchost/portproxy trap), forwards listening on every address and unused proxies.\nExits 1 when it finds an error (or a warning, with --strict), 2 when the file is invalid.", stderr)
+	cfgPath := fs.String("config", "", "the config `file`")
+	strict := fs.Bool("strict", false, "warnings also make the exit status non-zero")
+	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	if code, stop := parseFlags(fs, args); stop {
+		return code
+	}
+	if *cfgPath == "" {
+		fmt.Fprintln(stderr, "router lint: --config is required")
+		return exitUsage
+	}
+	cfg, err := conf.Load(*cfgPath, conf.Options{SkipSecrets: true})
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
+	}
+	name, _ := os.Hostname()
+	findings := lint.Check(cfg, lint.Host{Addrs: hostAddrs(), Prefixes: hostPrefixes(), Name: name})
+	code := exitOK
+	if lint.HasErrors(findings) || *strict && len(findings) > 0 {
+		code = exitFindings
+	}
+	if *asJSON {
+		if findings == nil {
+			findings = []lint.Finding{}
+		}
+		if c := writeJSON(stdout, stderr, findings); c != exitOK {
+			return c
+		}
+		return code
+	}
+	errs, warns := 0, 0
+	for _, f := range findings {
+		where := cfg.File
+		if f.Line > 0 {
+			where += ":" + strconv.Itoa(f.Line)
+		}
+		fmt.Fprintf(stdout, "%s: %s: %s [%s]\n", where, f.Severity, f.Message, f.Check)
+		if f.Fix != "" {
+			fmt.Fprintf(stdout, "    fix: %s\n", f.Fix)
+		}
+		if f.Severity == lint.Error {
+			errs++
+		} else {
+			warns++
+		}
+	}
+	fmt.Fprintf(stdout, "%s: %s, %s\n", cfg.File, plural(errs, "error"), plural(warns, "warning"))
+	return code
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return strconv.Itoa(n) + " " + word + "s"
 }

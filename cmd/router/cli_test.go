@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func run(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := dispatch(args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+const (
+	specConfig = "../../testdata/conf/virtualbox.toml"
+	trapConfig = "../../testdata/conf/trap.toml"
+)
+
+func TestLint(t *testing.T) {
+	out, _, code := run(t, "lint", "--config", trapConfig)
+	if code != exitFindings || !strings.Contains(out, `rule #2 "model-direct" is shadowed for local destinations`) || !strings.Contains(out, "trap.toml:13: error") {
+		t.Errorf("trap: exit %d, output:\n%s", code, out)
+	}
+	out, _, code = run(t, "lint", "--config", specConfig)
+	if code != exitOK || !strings.Contains(out, "0 errors, 0 warnings") {
+		t.Errorf("spec example: exit %d, output:\n%s", code, out)
+	}
+	out, _, code = run(t, "lint", "--config", trapConfig, "--json")
+	var fs []map[string]any
+	if err := json.Unmarshal([]byte(out), &fs); err != nil || code != exitFindings || fs[0]["rule"] != "model-direct" || fs[0]["other"] != "hypervisor" {
+		t.Errorf("json: exit %d, err %v, output:\n%s", code, err, out)
+	}
+	out, _, code = run(t, "lint", "--config", trapConfig, "--strict")
+	if code != exitFindings {
+		t.Errorf("strict: exit %d", code)
+	}
+	_, errOut, code := run(t, "lint", "--config", "../../testdata/conf/bad/06-bad-ip.toml")
+	if code != exitUsage || !strings.Contains(errOut, `06-bad-ip.toml:5: rule #1 "model-direct", hosts[2]: "10.0.2.300" is not a valid IP address`) {
+		t.Errorf("bad config: exit %d, stderr:\n%s", code, errOut)
+	}
+}
+
+func TestExplain(t *testing.T) {
+	out, _, code := run(t, "explain", "--config", trapConfig, "--app", "svchost.exe", "--dst", "10.0.2.2:47831")
+	if code != exitOK || !strings.Contains(out, `verdict: proxy via exit (198.51.100.1:1080), by rule #1 "hypervisor" (`) {
+		t.Errorf("trap: exit %d, output:\n%s", code, out)
+	}
+	out, _, code = run(t, "explain", "--config", specConfig, "--app", "curl", "--src", "10.0.2.15", "--dst", "127.0.0.1:47831")
+	for _, want := range []string{
+		"flow: tcp from 10.0.2.15 by curl to 127.0.0.1:47831",
+		`rule #1 "model-direct"  matches`,
+		`verdict: direct, by rule #1 "model-direct"`,
+		"note: 127.0.0.1 is loopback: the router never captures it",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	out, _, _ = run(t, "explain", "--config", specConfig, "--app", "VBoxHeadless.exe", "--dst", "api.openai.com:443", "--json")
+	var o explainOut
+	if err := json.Unmarshal([]byte(out), &o); err != nil || o.Verdict.Rule != "hypervisor" || o.Verdict.Index != 2 || o.Verdict.Proxy != "exit" || len(o.Steps) != 2 || o.Steps[0].Field != "hosts" {
+		t.Errorf("json: %v %+v", err, o)
+	}
+	out, _, _ = run(t, "explain", "--config", specConfig, "--network", "udp", "--src", "10.0.2.15", "--dst", "203.0.113.10:443")
+	if !strings.Contains(strings.Join(strings.Fields(out), " "), `rule #2 "hypervisor" no: apps: the flow's process is unknown`) {
+		t.Errorf("vm flow:\n%s", out)
+	}
+	for _, args := range [][]string{
+		{"explain", "--config", specConfig},
+		{"explain", "--config", specConfig, "--dst", "nohost"},
+		{"explain", "--config", specConfig, "--dst", "10.0.0.1:0"},
+		{"explain", "--config", specConfig, "--dst", "10.0.0.1:80", "--network", "icmp"},
+		{"explain", "--config", specConfig, "--dst", "10.0.0.1:80", "extra"},
+	} {
+		if _, _, code := run(t, args...); code != exitUsage {
+			t.Errorf("%q: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	out, _, code := run(t, "--help")
+	if code != exitOK || !strings.Contains(out, "router explain --config FILE") {
+		t.Errorf("help: %d %s", code, out)
+	}
+	if _, _, code := run(t, "frobnicate"); code != exitUsage {
+		t.Errorf("unknown command: exit %d", code)
+	}
+	if _, errOut, code := run(t, "lint", "--help"); code != exitOK || !strings.Contains(errOut, "Usage: router lint") {
+		t.Errorf("lint --help: %d %s", code, errOut)
+	}
+}

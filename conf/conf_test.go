@@ -1,0 +1,281 @@
+package conf
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentcage/router/rules"
+)
+
+func noEnv(string) (string, bool) { return "", false }
+
+// TestBadConfigs parses every file in testdata/conf/bad; each ends with "# want: LINE: text"
+// lines, the exact errors it must give (after "FILE:").
+func TestBadConfigs(t *testing.T) {
+	files, err := filepath.Glob("../testdata/conf/bad/*.toml")
+	if err != nil || len(files) < 25 {
+		t.Fatalf("want at least 25 malformed configs, found %d (%v)", len(files), err)
+	}
+	for _, f := range files {
+		name := filepath.Base(f)
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, line := range strings.Split(string(data), "\n") {
+				if w, ok := strings.CutPrefix(line, "# want: "); ok {
+					want = append(want, name+":"+w)
+				}
+			}
+			if len(want) == 0 {
+				t.Fatal("no # want: line")
+			}
+			cfg, err := Parse(name, data, Options{LookupEnv: noEnv})
+			if err == nil {
+				t.Fatalf("parsed without error: %+v", cfg)
+			}
+			if got := err.Error(); got != strings.Join(want, "\n") {
+				t.Errorf("got:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+			}
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("error is %T, want conf.Errors", err)
+			}
+			for _, e := range es {
+				if e.Line == 0 || e.Key == "" || e.File != name {
+					t.Errorf("error without file, line or key: %+v", e)
+				}
+			}
+		})
+	}
+}
+
+func TestSpecExample(t *testing.T) {
+	cfg, err := Load("../testdata/conf/virtualbox.toml", Options{LookupEnv: func(k string) (string, bool) {
+		if k == "ROUTER_PROXY_PASSWORD" {
+			return "s3cret-pw", true
+		}
+		return "", false
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := cfg.Proxy("exit")
+	if !ok || p.Host != "proxy.example.net" || p.Port != 1080 || p.Username != "agent" || p.Password.Reveal() != "s3cret-pw" || p.Line != 4 {
+		t.Errorf("proxy = %+v", p)
+	}
+	if got := cfg.Capture.VMNetworks; len(got) != 1 || got[0] != netip.MustParsePrefix("10.0.2.0/24") || !cfg.Capture.Local {
+		t.Errorf("capture = %+v", cfg.Capture)
+	}
+	f := cfg.Forwards[0]
+	if f.Listen != netip.MustParseAddrPort("192.168.56.1:47831") || f.Connect != netip.MustParseAddrPort("127.0.0.1:47831") || f.Allow[0] != netip.MustParsePrefix("192.168.56.0/24") {
+		t.Errorf("forward = %+v", f)
+	}
+	var names []string
+	for _, r := range cfg.Rules {
+		names = append(names, r.Name+"/"+r.Action.String()+"/"+r.Proxy)
+	}
+	if got, want := strings.Join(names, " "), "model-direct/direct/ hypervisor/proxy/exit default/direct/"; got != want {
+		t.Errorf("rules = %s, want %s", got, want)
+	}
+	if got, want := fmt.Sprint(cfg.RuleLines), "[21 27 33]"; got != want {
+		t.Errorf("rule lines = %s, want %s", got, want)
+	}
+	if cfg.DNS.Mode != DNSFakeIP || cfg.DNS.Proxy != "exit" || cfg.DNS.Pool != DefaultPool {
+		t.Errorf("dns = %+v", cfg.DNS)
+	}
+	// The model rule decides a guest's call to the model; the hypervisor's other traffic is
+	// proxied.
+	tbl := rules.Compile(cfg.Rules)
+	v := tbl.Decide(&rules.Query{Network: rules.TCP, App: "VBoxHeadless.exe", Dst: netip.MustParseAddr("127.0.0.1"), Port: 47831})
+	if v.Name != "model-direct" {
+		t.Errorf("model flow: %+v", v)
+	}
+	v = tbl.Decide(&rules.Query{Network: rules.TCP, App: "VBoxHeadless.exe", Dst: netip.MustParseAddr("203.0.113.10"), Port: 443})
+	if v.Name != "hypervisor" || v.Proxy != "exit" {
+		t.Errorf("hypervisor flow: %+v", v)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Parse("empty.toml", nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		File:    "empty.toml",
+		Capture: Capture{ListenerPort: DefaultListenerPort, DNSPort: DefaultDNSPort, Mark: DefaultMark, Table: DefaultTable},
+		DNS:     DNS{Mode: DNSFakeIP, Resolver: DefaultResolver, Pool: DefaultPool, TTL: DefaultFakeTTL},
+		Relay:   Relay{IdleTimeout: 15 * time.Minute, ConnectTimeout: 10 * time.Second},
+		Log:     Log{Level: "info", Format: "text"},
+	}
+	if fmt.Sprintf("%+v", *cfg) != fmt.Sprintf("%+v", want) {
+		t.Errorf("got  %+v\nwant %+v", *cfg, want)
+	}
+}
+
+func TestOptionalForms(t *testing.T) {
+	src := `
+[proxy.only]
+address = "[2001:db8::1]:1080"
+username = "u"
+password_file = "/run/secrets/pw"
+
+[dns]
+mode = "proxy"
+resolver = "9.9.9.9:53"
+ttl = "30s"
+direct_names = ["*.local", "nas.home.arpa"]
+
+[relay]
+idle_timeout = "30m"
+
+[[rule]]
+ports = 443
+hosts = "*.openai.com"
+action = "proxy"
+
+[[rule]]
+network = "udp"
+ports = ["443", 8443, "10000-10100"]
+action = "block"
+`
+	cfg, err := Parse("forms.toml", []byte(src), Options{ReadFile: func(p string) ([]byte, error) {
+		if p != "/run/secrets/pw" {
+			return nil, os.ErrNotExist
+		}
+		return []byte("pw-from-file\n"), nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Proxies[0]
+	if p.Host != "2001:db8::1" || p.Port != 1080 || p.Password.Reveal() != "pw-from-file" {
+		t.Errorf("proxy = %+v (password %q)", p, p.Password.Reveal())
+	}
+	if r := cfg.Rules[0]; r.Name != "rule-1" || r.Proxy != "only" || len(r.Ports) != 1 || r.Hosts[0].String() != "*.openai.com" {
+		t.Errorf("rule 1 = %+v", r)
+	}
+	if r := cfg.Rules[1]; r.Network != rules.UDP || fmt.Sprint(r.Ports) != "[443 8443 10000-10100]" {
+		t.Errorf("rule 2 = %+v", r)
+	}
+	if cfg.DNS.Mode != DNSProxy || cfg.DNS.Resolver != "9.9.9.9:53" || cfg.DNS.TTL != 30*time.Second || len(cfg.DNS.DirectNames) != 2 || cfg.DNS.Proxy != "only" {
+		t.Errorf("dns = %+v", cfg.DNS)
+	}
+	if cfg.Relay.IdleTimeout != 30*time.Minute {
+		t.Errorf("relay = %+v", cfg.Relay)
+	}
+}
+
+// TestSecretsStaySecret: the password appears in no printing of the config, no log line and
+// no error.
+func TestSecretsStaySecret(t *testing.T) {
+	const pw = "correct-horse-battery-staple"
+	env := func(string) (string, bool) { return pw, true }
+	cfg, err := Load("../testdata/conf/virtualbox.toml", Options{LookupEnv: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("config", "proxy", cfg.Proxies[0], "password", cfg.Proxies[0].Password)
+	slog.New(slog.NewTextHandler(&logs, nil)).Info("config", "cfg", cfg)
+	js, _ := json.Marshal(cfg)
+	for _, out := range []string{
+		fmt.Sprintf("%v %+v %#v %s", cfg, cfg, cfg, cfg.Proxies[0].Password),
+		fmt.Sprintf("%v %+v %#v %q %x", *cfg, *cfg, *cfg, cfg.Proxies[0].Password, cfg.Proxies[0].Password),
+		logs.String(),
+		string(js),
+	} {
+		if strings.Contains(out, pw) {
+			t.Errorf("password leaked in %q", out)
+		}
+	}
+	// A bad config next to a good password: the error does not carry it.
+	long := strings.Repeat("x", 300)
+	_, err = Parse("long.toml", []byte("[proxy.p]\naddress = \"198.51.100.1:1080\"\nusername = \"u\"\npassword_env = \"P\"\n"), Options{LookupEnv: func(string) (string, bool) { return long, true }})
+	if err == nil || strings.Contains(err.Error(), long) {
+		t.Errorf("err = %v", err)
+	}
+	_, err = Parse("inline.toml", []byte("[proxy.p]\naddress = \"198.51.100.1:1080\"\nusername = \"u\"\npassword = \""+pw+"\"\n"), Options{})
+	if err == nil || strings.Contains(err.Error(), pw) {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestSkipSecrets(t *testing.T) {
+	if _, err := Load("../testdata/conf/virtualbox.toml", Options{SkipSecrets: true, LookupEnv: noEnv}); err != nil {
+		t.Errorf("lint/explain need no password: %v", err)
+	}
+}
+
+func TestLocate(t *testing.T) {
+	src := `# comment with [brackets] and = signs
+top = 1
+[proxy.exit]
+address = "a:1" # trailing
+[[rule]]
+name = "a#b"
+hosts = [
+  "x", # one
+  'y',
+  """z
+more""",
+  "w",
+]
+inline = { a = 1, b = [1,
+  2] }
+[[rule]]
+"quoted key" = 2
+s = '''line
+line'''
+after = 3
+[capture.sub]
+deep = 1
+`
+	l := locate(src)
+	for path, want := range map[string]int{
+		"top": 2, "proxy.exit": 3, "proxy.exit.address": 4, "rule[1]": 5, "rule[1].name": 6,
+		"rule[1].hosts": 7, "rule[1].hosts[1]": 8, "rule[1].hosts[2]": 9, "rule[1].hosts[3]": 10,
+		"rule[1].hosts[4]": 12, "rule[1].inline.a": 14, "rule[1].inline.b[2]": 15, "rule[2]": 16,
+		"rule[2].quoted key": 17, "rule[2].after": 20, "capture.sub.deep": 22, "rule[2].unknown": 16,
+		"rule": 5,
+	} {
+		if got := l.line(path); got != want {
+			t.Errorf("line(%q) = %d, want %d", path, got, want)
+		}
+	}
+}
+
+// FuzzParse: no input makes Parse panic or hang, and every error names the file.
+func FuzzParse(f *testing.F) {
+	for _, p := range []string{"../testdata/conf/virtualbox.toml", "../testdata/conf/trap.toml"} {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	bad, _ := filepath.Glob("../testdata/conf/bad/*.toml")
+	for _, p := range bad {
+		data, _ := os.ReadFile(p)
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, err := Parse("f.toml", data, Options{LookupEnv: noEnv, ReadFile: func(string) ([]byte, error) { return nil, os.ErrNotExist }})
+		if err != nil && !strings.HasPrefix(err.Error(), "f.toml") {
+			t.Fatalf("error does not name the file: %v", err)
+		}
+		locate(string(data))
+	})
+}

@@ -1,0 +1,761 @@
+package conf
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentcage/router/rules"
+)
+
+// decoder walks the generic tree the TOML library produced, checking every key and type,
+// and collects errors with their lines.
+type decoder struct {
+	file string
+	loc  *locator
+	opts Options
+	errs Errors
+}
+
+// at names a key for messages: its path (for the line) and how people call it.
+type at struct {
+	path  string // "rule[3].hosts[2]"
+	where string // `rule #3 "model", hosts`; empty means use path
+}
+
+func (a at) key(k string) at {
+	w := ""
+	if a.where != "" {
+		w = a.where + ", " + k
+	}
+	return at{path: a.path + "." + k, where: w}
+}
+
+func (a at) elem(i int) at {
+	w := ""
+	if a.where != "" {
+		w = a.where + "[" + strconv.Itoa(i+1) + "]"
+	}
+	return at{path: a.path + "[" + strconv.Itoa(i+1) + "]", where: w}
+}
+
+func (d *decoder) fail(a at, format string, args ...any) {
+	d.errs = append(d.errs, &Error{File: d.file, Line: d.loc.line(a.path), Key: a.path, Where: a.where, Msg: fmt.Sprintf(format, args...)})
+}
+
+var (
+	topKeys     = []string{"proxy", "capture", "forward", "dns", "relay", "log", "rule"}
+	proxyKeys   = []string{"address", "username", "password_env", "password_file"}
+	captureKeys = []string{"vm_networks", "local", "listener_port", "dns_port", "mark", "table"}
+	forwardKeys = []string{"name", "listen", "connect", "allow", "unsafe_any_address"}
+	dnsKeys     = []string{"mode", "resolver", "proxy", "pool", "ttl", "direct_names"}
+	relayKeys   = []string{"idle_timeout", "connect_timeout"}
+	logKeys     = []string{"level", "format"}
+	ruleKeys    = []string{"name", "apps", "services", "sources", "hosts", "ports", "network", "action", "proxy"}
+)
+
+// checkKeys reports keys of m that are not in allowed, in file order.
+func (d *decoder) checkKeys(a at, m map[string]any, allowed []string) {
+	var unknown []string
+	for k := range m {
+		if !slices.Contains(allowed, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	ka := func(k string) at {
+		if a.path == "" {
+			return at{path: k}
+		}
+		return a.key(k)
+	}
+	slices.SortFunc(unknown, func(x, y string) int { return d.loc.line(ka(x).path) - d.loc.line(ka(y).path) })
+	for _, k := range unknown {
+		msg := fmt.Sprintf("unknown key %q", k)
+		if s := suggest(k, allowed); s != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", s)
+		} else {
+			msg += " (known keys: " + strings.Join(allowed, ", ") + ")"
+		}
+		d.fail(ka(k), "%s", msg)
+	}
+}
+
+// suggest returns the allowed key closest to k, if it is close.
+func suggest(k string, allowed []string) string {
+	best, bestD := "", 3
+	for _, a := range allowed {
+		if dd := editDistance(k, a); dd < bestD {
+			best, bestD = a, dd
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case []map[string]any:
+		return "an array of tables"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+func (d *decoder) table(a at, v any) (map[string]any, bool) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		d.fail(a, "must be a table, not %s", typeName(v))
+	}
+	return m, ok
+}
+
+func (d *decoder) str(a at, v any) (string, bool) {
+	s, ok := v.(string)
+	if !ok {
+		d.fail(a, "must be a string, not %s", typeName(v))
+	}
+	return s, ok
+}
+
+func (d *decoder) boolean(a at, v any) (bool, bool) {
+	b, ok := v.(bool)
+	if !ok {
+		d.fail(a, "must be true or false, not %s", typeName(v))
+	}
+	return b, ok
+}
+
+func (d *decoder) array(a at, v any) ([]any, bool) {
+	xs, ok := v.([]any)
+	if !ok {
+		d.fail(a, "must be an array, not %s", typeName(v))
+	}
+	return xs, ok
+}
+
+// strings decodes an array of strings; a lone string is taken as an array of one.
+func (d *decoder) strings(a at, v any) []string {
+	if s, ok := v.(string); ok {
+		return []string{s}
+	}
+	xs, ok := d.array(a, v)
+	if !ok {
+		return nil
+	}
+	out := make([]string, 0, len(xs))
+	for i, x := range xs {
+		if s, ok := d.str(a.elem(i), x); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (d *decoder) port(a at, v any) (uint16, bool) {
+	n, ok := v.(int64)
+	if !ok {
+		d.fail(a, "must be a port number, not %s", typeName(v))
+		return 0, false
+	}
+	if n < 1 || n > 65535 {
+		d.fail(a, "%d is not a port (1-65535)", n)
+		return 0, false
+	}
+	return uint16(n), true
+}
+
+func (d *decoder) duration(a at, v any) (time.Duration, bool) {
+	s, ok := d.str(a, v)
+	if !ok {
+		return 0, false
+	}
+	t, err := time.ParseDuration(s)
+	if err != nil || t <= 0 {
+		d.fail(a, "%q is not a positive duration such as \"90s\" or \"15m\"", s)
+		return 0, false
+	}
+	return t, true
+}
+
+func (d *decoder) prefixes(a at, v any) []netip.Prefix {
+	var out []netip.Prefix
+	for i, s := range d.strings(a, v) {
+		r, err := rules.ParseIPRange(s)
+		if err != nil {
+			d.fail(a.elem(i), "%v", err)
+			continue
+		}
+		p, ok := rangePrefix(r)
+		if !ok {
+			d.fail(a.elem(i), "%q is a range; write a CIDR such as 10.0.2.0/24", s)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func rangePrefix(r rules.IPRange) (netip.Prefix, bool) {
+	for bits := 0; bits <= r.Lo.BitLen(); bits++ {
+		p := netip.PrefixFrom(r.Lo, bits).Masked()
+		if p.Addr() == r.Lo && rules.RangeOfPrefix(p) == r {
+			return p, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+func (d *decoder) addrPort(a at, v any, what string) (netip.AddrPort, bool) {
+	s, ok := d.str(a, v)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		hint := ""
+		if h, _, e := net.SplitHostPort(s); e == nil && strings.EqualFold(h, "localhost") {
+			hint = "; write 127.0.0.1 for localhost"
+		}
+		d.fail(a, "%q is not an IP:port %s%s", s, what, hint)
+		return netip.AddrPort{}, false
+	}
+	if ap.Port() == 0 {
+		d.fail(a, "%q: port 0 is not a port (1-65535)", s)
+		return netip.AddrPort{}, false
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), true
+}
+
+func (d *decoder) config(raw map[string]any) *Config {
+	c := &Config{
+		File: d.file,
+		Capture: Capture{
+			ListenerPort: DefaultListenerPort,
+			DNSPort:      DefaultDNSPort,
+			Mark:         DefaultMark,
+			Table:        DefaultTable,
+		},
+		DNS:   DNS{Mode: DefaultDNSMode, Resolver: DefaultResolver, Pool: DefaultPool, TTL: DefaultFakeTTL},
+		Relay: Relay{IdleTimeout: DefaultIdleTimeout, ConnectTimeout: DefaultConnectTimeout},
+		Log:   Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
+	}
+	d.checkKeys(at{}, raw, topKeys)
+	if v, ok := raw["proxy"]; ok {
+		d.proxies(c, v)
+	}
+	if v, ok := raw["capture"]; ok {
+		d.capture(c, v)
+	}
+	if v, ok := raw["forward"]; ok {
+		d.forwards(c, v)
+	}
+	if v, ok := raw["relay"]; ok {
+		d.relay(c, v)
+	}
+	if v, ok := raw["log"]; ok {
+		d.log(c, v)
+	}
+	if v, ok := raw["dns"]; ok {
+		d.dns(c, v)
+	}
+	if c.DNS.Proxy == "" && len(c.Proxies) == 1 {
+		c.DNS.Proxy = c.Proxies[0].Name
+	}
+	if v, ok := raw["rule"]; ok {
+		d.rules(c, v)
+	}
+	return c
+}
+
+func (d *decoder) proxies(c *Config, v any) {
+	top := at{path: "proxy"}
+	m, ok := d.table(top, v)
+	if !ok {
+		return
+	}
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	slices.SortFunc(names, func(x, y string) int { return d.loc.line("proxy."+x) - d.loc.line("proxy."+y) })
+	for _, name := range names {
+		a := at{path: "proxy." + name}
+		pm, ok := m[name].(map[string]any)
+		if !ok {
+			d.fail(a, "each upstream is a table [proxy.NAME] with an address; %q is %s", name, typeName(m[name]))
+			continue
+		}
+		if !validName(name) {
+			d.fail(a, "proxy name %q: use letters, digits, '-' and '_'", name)
+		}
+		p := Proxy{Name: name, Line: d.loc.line(a.path)}
+		d.checkKeys(a, pm, append(slices.Clone(proxyKeys), "password"))
+		if _, ok := pm["password"]; ok {
+			d.fail(a.key("password"), "inline passwords are refused: put the password in an environment variable (password_env) or a file (password_file)")
+		}
+		if v, ok := pm["address"]; !ok {
+			d.fail(a, "missing key \"address\" (host:port of the SOCKS5 server)")
+		} else if s, ok := d.str(a.key("address"), v); ok {
+			host, port, err := net.SplitHostPort(s)
+			n, perr := strconv.ParseUint(port, 10, 16)
+			switch {
+			case err != nil || host == "":
+				d.fail(a.key("address"), "%q is not host:port", s)
+			case perr != nil || n == 0:
+				d.fail(a.key("address"), "%q: %q is not a port (1-65535)", s, port)
+			default:
+				if _, aerr := netip.ParseAddr(host); aerr != nil {
+					if h, herr := rules.ParseHost(host); herr != nil || h.Kind != rules.HostName {
+						d.fail(a.key("address"), "%q: %q is not an IP address or host name", s, host)
+					}
+				}
+				p.Address, p.Host, p.Port = s, host, uint16(n)
+			}
+		}
+		if v, ok := pm["username"]; ok {
+			p.Username, _ = d.str(a.key("username"), v)
+		}
+		if v, ok := pm["password_env"]; ok {
+			p.PasswordEnv, _ = d.str(a.key("password_env"), v)
+		}
+		if v, ok := pm["password_file"]; ok {
+			p.PasswordFile, _ = d.str(a.key("password_file"), v)
+		}
+		switch {
+		case p.PasswordEnv != "" && p.PasswordFile != "":
+			d.fail(a.key("password_file"), "give password_env or password_file, not both")
+		case p.Username != "" && p.PasswordEnv == "" && p.PasswordFile == "" && pm["password"] == nil:
+			d.fail(a.key("username"), "a username needs a password: add password_env or password_file")
+		case p.Username == "" && (p.PasswordEnv != "" || p.PasswordFile != ""):
+			d.fail(a, "a password needs a username: add username")
+		case p.Username != "" && len(p.Username) > 255:
+			d.fail(a.key("username"), "longer than 255 bytes (RFC 1929)")
+		case !d.opts.SkipSecrets && p.PasswordEnv != "":
+			pw, ok := d.opts.LookupEnv(p.PasswordEnv)
+			if !ok || pw == "" {
+				d.fail(a.key("password_env"), "environment variable %s is not set", p.PasswordEnv)
+			}
+			p.Password = d.checkPassword(a.key("password_env"), pw)
+		case !d.opts.SkipSecrets && p.PasswordFile != "":
+			b, err := d.opts.ReadFile(p.PasswordFile)
+			if err != nil {
+				d.fail(a.key("password_file"), "read password: %v", err)
+				break
+			}
+			pw := strings.TrimRight(string(b), "\r\n")
+			if pw == "" {
+				d.fail(a.key("password_file"), "%s is empty", p.PasswordFile)
+			}
+			p.Password = d.checkPassword(a.key("password_file"), pw)
+		}
+		c.Proxies = append(c.Proxies, p)
+	}
+}
+
+func (d *decoder) checkPassword(a at, pw string) Secret {
+	if len(pw) > 255 {
+		d.fail(a, "the password is longer than 255 bytes (RFC 1929)")
+	}
+	return NewSecret(pw)
+}
+
+func validName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *decoder) capture(c *Config, v any) {
+	a := at{path: "capture"}
+	m, ok := d.table(a, v)
+	if !ok {
+		return
+	}
+	d.checkKeys(a, m, captureKeys)
+	if v, ok := m["vm_networks"]; ok {
+		c.Capture.VMNetworks = d.prefixes(a.key("vm_networks"), v)
+	}
+	if v, ok := m["local"]; ok {
+		c.Capture.Local, _ = d.boolean(a.key("local"), v)
+	}
+	if v, ok := m["listener_port"]; ok {
+		c.Capture.ListenerPort, _ = d.port(a.key("listener_port"), v)
+	}
+	if v, ok := m["dns_port"]; ok {
+		c.Capture.DNSPort, _ = d.port(a.key("dns_port"), v)
+	}
+	if c.Capture.ListenerPort == c.Capture.DNSPort {
+		d.fail(a.key("dns_port"), "listener_port and dns_port must differ")
+	}
+	if v, ok := m["mark"]; ok {
+		n, ok := v.(int64)
+		if !ok || n <= 0 || n > 0xffffffff {
+			d.fail(a.key("mark"), "must be a socket mark between 1 and 0xffffffff")
+		} else {
+			c.Capture.Mark = uint32(n)
+		}
+	}
+	if v, ok := m["table"]; ok {
+		if s, ok := d.str(a.key("table"), v); ok {
+			if !validName(s) {
+				d.fail(a.key("table"), "table name %q: use letters, digits, '-' and '_'", s)
+			}
+			c.Capture.Table = s
+		}
+	}
+}
+
+func (d *decoder) forwards(c *Config, v any) {
+	list, ok := v.([]map[string]any)
+	if !ok {
+		d.fail(at{path: "forward"}, "must be an array of tables [[forward]], not %s", typeName(v))
+		return
+	}
+	for i, m := range list {
+		a := at{path: "forward[" + strconv.Itoa(i+1) + "]", where: "forward #" + strconv.Itoa(i+1)}
+		f := Forward{Line: d.loc.line(a.path)}
+		if v, ok := m["name"]; ok {
+			if f.Name, ok = d.str(a.key("name"), v); ok {
+				a.where += " " + strconv.Quote(f.Name)
+			}
+		}
+		d.checkKeys(a, m, forwardKeys)
+		if v, ok := m["listen"]; ok {
+			f.Listen, _ = d.addrPort(a.key("listen"), v, "(a VM-facing address of this host)")
+		} else {
+			d.fail(a, "missing key \"listen\" (the VM-facing address:port)")
+		}
+		if v, ok := m["connect"]; ok {
+			f.Connect, _ = d.addrPort(a.key("connect"), v, "(the model server, e.g. 127.0.0.1:47831)")
+		} else {
+			d.fail(a, "missing key \"connect\" (the model server's address:port)")
+		}
+		if v, ok := m["allow"]; ok {
+			f.Allow = d.prefixes(a.key("allow"), v)
+			if xs, ok := v.([]any); ok && len(xs) == 0 {
+				d.fail(a.key("allow"), "is empty: list the sources allowed to connect (the VM subnets)")
+			}
+		} else {
+			d.fail(a, "missing key \"allow\" (the sources allowed to connect, e.g. the VM subnet)")
+		}
+		if v, ok := m["unsafe_any_address"]; ok {
+			f.UnsafeAnyAddress, _ = d.boolean(a.key("unsafe_any_address"), v)
+		}
+		if f.Listen.IsValid() && f.Listen.Addr().IsUnspecified() && !f.UnsafeAnyAddress {
+			d.fail(a.key("listen"), "%s listens on every address, reachable from any network this host is on; give the VM-facing address (or set unsafe_any_address = true)", f.Listen)
+		}
+		c.Forwards = append(c.Forwards, f)
+	}
+}
+
+func (d *decoder) relay(c *Config, v any) {
+	a := at{path: "relay"}
+	m, ok := d.table(a, v)
+	if !ok {
+		return
+	}
+	d.checkKeys(a, m, relayKeys)
+	if v, ok := m["idle_timeout"]; ok {
+		if t, ok := d.duration(a.key("idle_timeout"), v); ok {
+			c.Relay.IdleTimeout = t
+		}
+	}
+	if v, ok := m["connect_timeout"]; ok {
+		if t, ok := d.duration(a.key("connect_timeout"), v); ok {
+			c.Relay.ConnectTimeout = t
+		}
+	}
+}
+
+func (d *decoder) log(c *Config, v any) {
+	a := at{path: "log"}
+	m, ok := d.table(a, v)
+	if !ok {
+		return
+	}
+	d.checkKeys(a, m, logKeys)
+	if v, ok := m["level"]; ok {
+		if s, ok := d.str(a.key("level"), v); ok {
+			if !slices.Contains([]string{"debug", "info", "warn", "error"}, s) {
+				d.fail(a.key("level"), "%q is not one of debug, info, warn, error", s)
+			}
+			c.Log.Level = s
+		}
+	}
+	if v, ok := m["format"]; ok {
+		if s, ok := d.str(a.key("format"), v); ok {
+			if s != "text" && s != "json" {
+				d.fail(a.key("format"), "%q is not text or json", s)
+			}
+			c.Log.Format = s
+		}
+	}
+}
+
+func (d *decoder) dns(c *Config, v any) {
+	a := at{path: "dns"}
+	m, ok := d.table(a, v)
+	if !ok {
+		return
+	}
+	d.checkKeys(a, m, dnsKeys)
+	if v, ok := m["mode"]; ok {
+		if s, ok := d.str(a.key("mode"), v); ok {
+			if s != DNSFakeIP && s != DNSProxy {
+				d.fail(a.key("mode"), "%q is not \"fake-ip\" or \"proxy\"", s)
+			}
+			c.DNS.Mode = s
+		}
+	}
+	if v, ok := m["resolver"]; ok {
+		if s, ok := d.str(a.key("resolver"), v); ok {
+			if _, port, err := net.SplitHostPort(s); err != nil || port == "" {
+				d.fail(a.key("resolver"), "%q is not host:port (e.g. \"1.1.1.1:53\")", s)
+			}
+			c.DNS.Resolver = s
+		}
+	}
+	if v, ok := m["proxy"]; ok {
+		if s, ok := d.str(a.key("proxy"), v); ok {
+			if _, found := c.Proxy(s); !found {
+				d.fail(a.key("proxy"), "no [proxy.%s] is defined%s", s, d.known(c))
+			}
+			c.DNS.Proxy = s
+		}
+	} else if len(c.Proxies) > 1 {
+		d.fail(a, "several proxies are defined: name the one that carries DNS with proxy = \"NAME\"")
+	}
+	if v, ok := m["pool"]; ok {
+		if ps := d.prefixes(a.key("pool"), v); len(ps) == 1 {
+			p := ps[0]
+			switch {
+			case !p.Addr().Is4():
+				d.fail(a.key("pool"), "the fake-IP pool must be IPv4")
+			case p.Bits() > 24:
+				d.fail(a.key("pool"), "%s is too small for a fake-IP pool (at least a /24)", p)
+			default:
+				c.DNS.Pool = p
+			}
+		} else if len(ps) > 1 {
+			d.fail(a.key("pool"), "give one CIDR")
+		}
+	}
+	if v, ok := m["ttl"]; ok {
+		if t, ok := d.duration(a.key("ttl"), v); ok {
+			c.DNS.TTL = t
+		}
+	}
+	if v, ok := m["direct_names"]; ok {
+		for i, s := range d.strings(a.key("direct_names"), v) {
+			h, err := rules.ParseHost(s)
+			if err == nil && h.Kind == rules.HostRange {
+				err = fmt.Errorf("%q is an address; direct_names takes names and *.suffix", s)
+			}
+			if err != nil {
+				d.fail(a.key("direct_names").elem(i), "%v", err)
+				continue
+			}
+			c.DNS.DirectNames = append(c.DNS.DirectNames, h)
+		}
+	}
+}
+
+func (d *decoder) known(c *Config) string {
+	if len(c.Proxies) == 0 {
+		return " (no proxy is defined at all)"
+	}
+	names := make([]string, len(c.Proxies))
+	for i, p := range c.Proxies {
+		names[i] = p.Name
+	}
+	return " (defined: " + strings.Join(names, ", ") + ")"
+}
+
+func (d *decoder) rules(c *Config, v any) {
+	list, ok := v.([]map[string]any)
+	if !ok {
+		d.fail(at{path: "rule"}, "must be an array of tables [[rule]], not %s", typeName(v))
+		return
+	}
+	seen := map[string]int{}
+	for i, m := range list {
+		a := at{path: "rule[" + strconv.Itoa(i+1) + "]", where: "rule #" + strconv.Itoa(i+1)}
+		r := rules.Rule{Name: "rule-" + strconv.Itoa(i+1)}
+		if v, ok := m["name"]; ok {
+			if s, ok := d.str(a.key("name"), v); ok {
+				if s == "" {
+					d.fail(a.key("name"), "is empty")
+				} else {
+					r.Name = s
+					if j, dup := seen[s]; dup {
+						d.fail(a.key("name"), "%q is also the name of rule #%d; rule names must differ", s, j)
+					}
+					seen[s] = i + 1
+				}
+			}
+		}
+		a.where += " " + strconv.Quote(r.Name)
+		d.checkKeys(a, m, ruleKeys)
+		d.ruleFields(c, &r, a, m)
+		c.Rules = append(c.Rules, r)
+		c.RuleLines = append(c.RuleLines, d.loc.line(a.path))
+	}
+}
+
+func (d *decoder) ruleFields(c *Config, r *rules.Rule, a at, m map[string]any) {
+	if v, ok := m["action"]; !ok {
+		d.fail(a, "missing key \"action\" (direct, proxy or block)")
+	} else if s, ok := d.str(a.key("action"), v); ok {
+		act, ok := rules.ParseAction(s)
+		if !ok {
+			d.fail(a.key("action"), "unknown action %q (direct, proxy or block)", s)
+		}
+		r.Action = act
+	}
+	proxyVal, hasProxy := m["proxy"]
+	switch {
+	case hasProxy:
+		if s, ok := d.str(a.key("proxy"), proxyVal); ok {
+			r.Proxy = s
+			if r.Action != rules.Proxy {
+				d.fail(a.key("proxy"), "proxy is only for action = \"proxy\"")
+			} else if _, found := c.Proxy(s); !found {
+				d.fail(a.key("proxy"), "no [proxy.%s] is defined%s", s, d.known(c))
+			}
+		}
+	case r.Action == rules.Proxy && len(c.Proxies) == 0:
+		d.fail(a.key("action"), "action \"proxy\" but no [proxy.NAME] is defined")
+	case r.Action == rules.Proxy && len(c.Proxies) > 1:
+		d.fail(a, "action \"proxy\" needs proxy = \"NAME\" when several proxies are defined%s", d.known(c))
+	case r.Action == rules.Proxy:
+		r.Proxy = c.Proxies[0].Name
+	}
+	if v, ok := m["network"]; ok {
+		if s, ok := d.str(a.key("network"), v); ok {
+			n, ok := rules.ParseNetwork(s)
+			if !ok {
+				d.fail(a.key("network"), "%q is not tcp or udp", s)
+			}
+			r.Network = n
+		}
+	}
+	if v, ok := m["sources"]; ok {
+		for i, s := range d.strings(a.key("sources"), v) {
+			rg, err := rules.ParseIPRange(s)
+			if err != nil {
+				d.fail(a.key("sources").elem(i), "%v", err)
+				continue
+			}
+			r.Sources = append(r.Sources, rg)
+		}
+	}
+	if v, ok := m["hosts"]; ok {
+		for i, s := range d.strings(a.key("hosts"), v) {
+			h, err := rules.ParseHost(s)
+			if err != nil {
+				d.fail(a.key("hosts").elem(i), "%v", err)
+				continue
+			}
+			r.Hosts = append(r.Hosts, h)
+		}
+	}
+	if v, ok := m["ports"]; ok {
+		d.ports(r, a.key("ports"), v)
+	}
+	if v, ok := m["apps"]; ok {
+		for i, s := range d.strings(a.key("apps"), v) {
+			app, err := rules.ParseApp(s)
+			if err != nil {
+				d.fail(a.key("apps").elem(i), "%v", err)
+				continue
+			}
+			r.Apps = append(r.Apps, app)
+		}
+	}
+	if v, ok := m["services"]; ok {
+		for i, s := range d.strings(a.key("services"), v) {
+			svc, err := rules.ParseService(s)
+			if err != nil {
+				d.fail(a.key("services").elem(i), "%v", err)
+				continue
+			}
+			r.Services = append(r.Services, svc)
+		}
+	}
+	for _, k := range []string{"sources", "hosts", "ports", "apps", "services"} {
+		if xs, ok := m[k].([]any); ok && len(xs) == 0 {
+			d.fail(a.key(k), "is empty; leave the key out to match any %s", strings.TrimSuffix(k, "s"))
+		}
+	}
+}
+
+// ports takes numbers, "443" and "8000-9000"; a lone value is an array of one.
+func (d *decoder) ports(r *rules.Rule, a at, v any) {
+	xs, ok := v.([]any)
+	if !ok {
+		xs = []any{v}
+	}
+	for i, x := range xs {
+		ea := a.elem(i)
+		if !ok {
+			ea = a
+		}
+		switch x := x.(type) {
+		case int64:
+			if x < 1 || x > 65535 {
+				d.fail(ea, "%d is not a port (1-65535)", x)
+				continue
+			}
+			r.Ports = append(r.Ports, rules.PortRange{Lo: uint16(x), Hi: uint16(x)})
+		case string:
+			p, err := rules.ParsePorts(x)
+			if err != nil {
+				d.fail(ea, "%v", err)
+				continue
+			}
+			r.Ports = append(r.Ports, p)
+		default:
+			d.fail(ea, "must be a port number or a \"lo-hi\" range, not %s", typeName(x))
+		}
+	}
+}

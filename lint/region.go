@@ -1,0 +1,488 @@
+package lint
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/agentcage/router/rules"
+)
+
+// A box is the set of flows one rule matches, one factor per field. Shadowing is decided on
+// boxes: a later rule is unreachable when subtracting the earlier boxes from its own leaves
+// nothing. Fields whose complement has no exact form (apps, services, host names) only ever
+// subtract when the earlier rule covers them whole; everywhere else the answer errs towards
+// "still reachable", so lint never calls a reachable rule unreachable.
+type box struct {
+	net   []rules.Network // nil: tcp and udp
+	src   *ivset          // nil: any source
+	hosts *hostSet        // nil: any destination
+	ports *ivset          // nil: any port
+	apps  []rules.App     // nil: any process, known or not
+	svcs  []string        // nil: any
+}
+
+func boxOf(r *rules.Rule) box {
+	b := box{apps: r.Apps, svcs: r.Services}
+	if r.Network != rules.AnyNetwork {
+		b.net = []rules.Network{r.Network}
+	}
+	if len(r.Sources) > 0 {
+		b.src = ivsetOfRanges(r.Sources)
+	}
+	if len(r.Hosts) > 0 {
+		b.hosts = hostSetOf(r.Hosts)
+	}
+	if len(r.Ports) > 0 {
+		s := &ivset{}
+		for _, p := range r.Ports {
+			s.add(iv{u128{0, uint64(p.Lo)}, u128{0, uint64(p.Hi)}})
+		}
+		b.ports = s
+	}
+	return b
+}
+
+// u128 is a point on an axis: an address's 16 bytes (IPv4 as ::ffff:a.b.c.d) or a port.
+type u128 struct{ hi, lo uint64 }
+
+func (a u128) cmp(b u128) int {
+	switch {
+	case a.hi < b.hi || a.hi == b.hi && a.lo < b.lo:
+		return -1
+	case a == b:
+		return 0
+	}
+	return 1
+}
+
+func (a u128) add(d int64) u128 {
+	if d > 0 {
+		lo := a.lo + 1
+		hi := a.hi
+		if lo == 0 {
+			hi++
+		}
+		return u128{hi, lo}
+	}
+	lo := a.lo - 1
+	hi := a.hi
+	if a.lo == 0 {
+		hi--
+	}
+	return u128{hi, lo}
+}
+
+func addrKey(a netip.Addr) u128 {
+	b := a.As16()
+	var hi, lo uint64
+	for i := 0; i < 8; i++ {
+		hi = hi<<8 | uint64(b[i])
+		lo = lo<<8 | uint64(b[8+i])
+	}
+	return u128{hi, lo}
+}
+
+// iv is an inclusive interval.
+type iv struct{ lo, hi u128 }
+
+// ivset is a union of disjoint intervals, sorted.
+type ivset struct{ ivs []iv }
+
+func ivsetOfRanges(rs []rules.IPRange) *ivset {
+	s := &ivset{}
+	for _, r := range rs {
+		s.add(iv{addrKey(r.Lo), addrKey(r.Hi)})
+	}
+	return s
+}
+
+func (s *ivset) add(x iv) {
+	s.ivs = append(s.ivs, x)
+	slices.SortFunc(s.ivs, func(a, b iv) int { return a.lo.cmp(b.lo) })
+	out := s.ivs[:1]
+	for _, y := range s.ivs[1:] {
+		last := &out[len(out)-1]
+		if y.lo.cmp(last.hi) <= 0 || last.hi.cmp(u128{^uint64(0), ^uint64(0)}) != 0 && y.lo == last.hi.add(1) {
+			if y.hi.cmp(last.hi) > 0 {
+				last.hi = y.hi
+			}
+			continue
+		}
+		out = append(out, y)
+	}
+	s.ivs = out
+}
+
+func (s *ivset) empty() bool { return s == nil || len(s.ivs) == 0 }
+
+func (s *ivset) intersect(t *ivset) *ivset {
+	out := &ivset{}
+	for _, a := range s.ivs {
+		for _, b := range t.ivs {
+			lo, hi := a.lo, a.hi
+			if b.lo.cmp(lo) > 0 {
+				lo = b.lo
+			}
+			if b.hi.cmp(hi) < 0 {
+				hi = b.hi
+			}
+			if lo.cmp(hi) <= 0 {
+				out.ivs = append(out.ivs, iv{lo, hi})
+			}
+		}
+	}
+	return out
+}
+
+func (s *ivset) minus(t *ivset) *ivset {
+	cur := slices.Clone(s.ivs)
+	for _, b := range t.ivs {
+		var next []iv
+		for _, a := range cur {
+			if b.hi.cmp(a.lo) < 0 || b.lo.cmp(a.hi) > 0 {
+				next = append(next, a)
+				continue
+			}
+			if a.lo.cmp(b.lo) < 0 {
+				next = append(next, iv{a.lo, b.lo.add(-1)})
+			}
+			if a.hi.cmp(b.hi) > 0 {
+				next = append(next, iv{b.hi.add(1), a.hi})
+			}
+		}
+		cur = next
+	}
+	return &ivset{ivs: cur}
+}
+
+func (s *ivset) contains(t *ivset) bool { return t.minus(s).empty() }
+
+// full returns the whole axis of a field left open: every port, or every address.
+func fullPorts() *ivset { return &ivset{ivs: []iv{{u128{0, 1}, u128{0, 65535}}}} }
+
+func fullAddrs() *ivset {
+	return &ivset{ivs: []iv{{u128{}, u128{^uint64(0), ^uint64(0)}}}}
+}
+
+// hostSet is a hosts field: address ranges, exact names and suffixes.
+type hostSet struct {
+	addrs    *ivset
+	names    []string
+	suffixes []string
+}
+
+func hostSetOf(hs []rules.Host) *hostSet {
+	s := &hostSet{addrs: &ivset{}}
+	for _, h := range hs {
+		switch h.Kind {
+		case rules.HostRange:
+			s.addrs.add(iv{addrKey(h.Range.Lo), addrKey(h.Range.Hi)})
+		case rules.HostName:
+			s.names = append(s.names, h.Name)
+		case rules.HostSuffix:
+			s.suffixes = append(s.suffixes, h.Name)
+		}
+	}
+	return s
+}
+
+func (s *hostSet) addrOnly() bool { return len(s.names) == 0 && len(s.suffixes) == 0 }
+
+func (s *hostSet) coversName(n string) bool {
+	if slices.Contains(s.names, n) {
+		return true
+	}
+	for _, suf := range s.suffixes {
+		if strings.HasSuffix(n, "."+suf) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *hostSet) coversSuffix(n string) bool {
+	for _, suf := range s.suffixes {
+		if n == suf || strings.HasSuffix(n, "."+suf) {
+			return true
+		}
+	}
+	return false
+}
+
+// contains reports whether every destination of t is in s.
+func (s *hostSet) contains(t *hostSet) bool {
+	if !s.addrs.contains(t.addrs) {
+		return false
+	}
+	for _, n := range t.names {
+		if !s.coversName(n) {
+			return false
+		}
+	}
+	for _, n := range t.suffixes {
+		if !s.coversSuffix(n) {
+			return false
+		}
+	}
+	return true
+}
+
+// overlaps reports whether some destination is in both. Address entries and name entries are
+// taken as different destinations: lint does not guess which names resolve to which
+// addresses.
+func (s *hostSet) overlaps(t *hostSet) bool {
+	if !s.addrs.intersect(t.addrs).empty() {
+		return true
+	}
+	for _, n := range t.names {
+		if s.coversName(n) {
+			return true
+		}
+	}
+	for _, n := range s.names {
+		if t.coversName(n) {
+			return true
+		}
+	}
+	for _, a := range s.suffixes {
+		for _, b := range t.suffixes {
+			if a == b || strings.HasSuffix(a, "."+b) || strings.HasSuffix(b, "."+a) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// appCovers reports whether pattern a matches every process that pattern r matches.
+func appCovers(a, r rules.App) bool {
+	ap, rp := a.Pattern(), r.Pattern()
+	if ap == "*" {
+		return true
+	}
+	if a.IsPath() != r.IsPath() {
+		return false
+	}
+	if r.IsLiteral() {
+		return globMatch(ap, rp)
+	}
+	if ap == rp {
+		return true
+	}
+	// "prefix*" covers any pattern that starts with the prefix; "*suffix" any that ends with it.
+	if i := strings.IndexAny(ap, "*?"); i == len(ap)-1 && ap[i] == '*' {
+		return strings.HasPrefix(rp, ap[:i]) && !strings.ContainsAny(rp[:i], "*?")
+	}
+	if strings.HasPrefix(ap, "*") && !strings.ContainsAny(ap[1:], "*?") {
+		return strings.HasSuffix(rp, ap[1:]) && !strings.ContainsAny(rp[len(rp)-len(ap)+1:], "*?")
+	}
+	return false
+}
+
+// appOverlaps reports whether some process could match both patterns (erring to yes).
+func appOverlaps(a, r rules.App) bool {
+	if appCovers(a, r) || appCovers(r, a) {
+		return true
+	}
+	if a.IsPath() != r.IsPath() {
+		return true // a path pattern and a name pattern may name the same executable
+	}
+	ap, rp := a.Pattern(), r.Pattern()
+	if a.IsLiteral() {
+		return globMatch(rp, ap)
+	}
+	if r.IsLiteral() {
+		return globMatch(ap, rp)
+	}
+	// Two globs: compatible literal prefixes and suffixes.
+	pa, pr := literalPrefix(ap), literalPrefix(rp)
+	if !strings.HasPrefix(pa, pr) && !strings.HasPrefix(pr, pa) {
+		return false
+	}
+	sa, sr := literalSuffix(ap), literalSuffix(rp)
+	return strings.HasSuffix(sa, sr) || strings.HasSuffix(sr, sa)
+}
+
+func literalPrefix(p string) string {
+	if i := strings.IndexAny(p, "*?"); i >= 0 {
+		return p[:i]
+	}
+	return p
+}
+
+func literalSuffix(p string) string {
+	if i := strings.LastIndexAny(p, "*?"); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}
+
+func globMatch(pattern, s string) bool {
+	a, err := rules.ParseApp(pattern)
+	if err != nil {
+		return false
+	}
+	return (&rules.Rule{Apps: []rules.App{a}}).Match(&rules.Query{App: s, AppPath: pathIf(a, s)})
+}
+
+func pathIf(a rules.App, s string) string {
+	if a.IsPath() {
+		return s
+	}
+	return ""
+}
+
+func appsContain(a, r []rules.App) bool {
+	if a == nil {
+		return true
+	}
+	if r == nil {
+		return false
+	}
+	for _, x := range r {
+		if !slices.ContainsFunc(a, func(y rules.App) bool { return appCovers(y, x) }) {
+			return false
+		}
+	}
+	return true
+}
+
+func appsOverlap(a, r []rules.App) bool {
+	if a == nil || r == nil {
+		return true
+	}
+	for _, x := range a {
+		for _, y := range r {
+			if appOverlaps(x, y) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func svcsContain(a, r []string) bool {
+	if a == nil {
+		return true
+	}
+	if r == nil {
+		return false
+	}
+	for _, s := range r {
+		if !slices.Contains(a, s) {
+			return false
+		}
+	}
+	return true
+}
+
+func svcsOverlap(a, r []string) bool {
+	if a == nil || r == nil {
+		return true
+	}
+	return slices.ContainsFunc(a, func(s string) bool { return slices.Contains(r, s) })
+}
+
+func netsOf(n []rules.Network) []rules.Network {
+	if n == nil {
+		return []rules.Network{rules.TCP, rules.UDP}
+	}
+	return n
+}
+
+func (b box) overlaps(o box) bool {
+	if !slices.ContainsFunc(netsOf(b.net), func(n rules.Network) bool { return slices.Contains(netsOf(o.net), n) }) {
+		return false
+	}
+	if b.src != nil && o.src != nil && b.src.intersect(o.src).empty() {
+		return false
+	}
+	if b.hosts != nil && o.hosts != nil && !b.hosts.overlaps(o.hosts) {
+		return false
+	}
+	if b.ports != nil && o.ports != nil && b.ports.intersect(o.ports).empty() {
+		return false
+	}
+	return appsOverlap(b.apps, o.apps) && svcsOverlap(b.svcs, o.svcs)
+}
+
+// destContains reports whether b takes every destination of o: network, hosts and ports.
+func (b box) destContains(o box) bool {
+	if b.net != nil && slices.ContainsFunc(netsOf(o.net), func(n rules.Network) bool { return !slices.Contains(b.net, n) }) {
+		return false
+	}
+	if b.hosts != nil && (o.hosts == nil || !b.hosts.contains(o.hosts)) {
+		return false
+	}
+	if b.ports != nil && (o.ports == nil || !b.ports.contains(o.ports)) {
+		return false
+	}
+	return true
+}
+
+// minus returns r without a, as boxes; when the difference has no exact form it returns r
+// unchanged (nothing is claimed to be covered).
+func (r box) minus(a box) []box {
+	if !r.overlaps(a) {
+		return []box{r}
+	}
+	// The opaque fields must be covered whole, or nothing can be subtracted.
+	if !appsContain(a.apps, r.apps) || !svcsContain(a.svcs, r.svcs) {
+		return []box{r}
+	}
+	if a.hosts != nil && !(r.hosts != nil && a.hosts.contains(r.hosts)) {
+		if r.hosts == nil || !r.hosts.addrOnly() || !a.hosts.addrOnly() {
+			return []box{r}
+		}
+	}
+	var out []box
+	cur := r
+	// network
+	if a.net != nil {
+		rest := slices.DeleteFunc(slices.Clone(netsOf(cur.net)), func(n rules.Network) bool { return slices.Contains(a.net, n) })
+		if len(rest) > 0 {
+			piece := cur
+			piece.net = rest
+			out = append(out, piece)
+		}
+		cur.net = a.net
+	}
+	// sources
+	if a.src != nil {
+		rs := cur.src
+		if rs == nil {
+			rs = fullAddrs()
+		}
+		if rest := rs.minus(a.src); !rest.empty() {
+			piece := cur
+			piece.src = rest
+			out = append(out, piece)
+		}
+		cur.src = rs.intersect(a.src)
+	}
+	// hosts (address-only here, or covered whole)
+	if a.hosts != nil && !a.hosts.contains(cur.hosts) {
+		if rest := cur.hosts.addrs.minus(a.hosts.addrs); !rest.empty() {
+			piece := cur
+			piece.hosts = &hostSet{addrs: rest}
+			out = append(out, piece)
+		}
+		cur.hosts = &hostSet{addrs: cur.hosts.addrs.intersect(a.hosts.addrs)}
+	}
+	// ports
+	if a.ports != nil {
+		rp := cur.ports
+		if rp == nil {
+			rp = fullPorts()
+		}
+		if rest := rp.minus(a.ports); !rest.empty() {
+			piece := cur
+			piece.ports = rest
+			out = append(out, piece)
+		}
+		cur.ports = rp.intersect(a.ports)
+	}
+	// What is left in cur lies inside a: covered.
+	return out
+}

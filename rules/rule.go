@@ -1,0 +1,168 @@
+// Package rules decides what happens to a flow: direct, proxy or block.
+//
+// A rule set is an ordered list; the first rule that matches a flow wins. Within a rule every
+// field that is given must match (AND); within a field any entry may match (OR); a rule with no
+// fields matches every flow. When no rule matches, the verdict is direct with Index -1 (see
+// NoMatch).
+//
+// The package is pure: it does no I/O, keeps no global state and imports nothing of this
+// module. Rules are parsed once (ParseHost, ParsePorts, ParseApp, ...) and compiled into a
+// Table whose Decide costs well under a microsecond for 10,000 rules; Linear is the slow,
+// obviously correct matcher the tests compare it with.
+package rules
+
+import (
+	"net/netip"
+	"strconv"
+)
+
+// Action is what a verdict does with a flow.
+type Action uint8
+
+const (
+	Direct Action = iota // the router connects to the destination itself
+	Proxy                // the router connects through the named upstream SOCKS5 proxy
+	Block                // the flow is refused (TCP reset)
+)
+
+func (a Action) String() string {
+	switch a {
+	case Direct:
+		return "direct"
+	case Proxy:
+		return "proxy"
+	case Block:
+		return "block"
+	}
+	return "action(" + strconv.Itoa(int(a)) + ")"
+}
+
+// ParseAction parses "direct", "proxy" or "block".
+func ParseAction(s string) (Action, bool) {
+	switch s {
+	case "direct":
+		return Direct, true
+	case "proxy":
+		return Proxy, true
+	case "block":
+		return Block, true
+	}
+	return 0, false
+}
+
+// Network is the transport of a flow. The zero value means "any" in a rule and "unknown" in
+// a query; a rule that names a network does not match a query whose network is unknown.
+type Network uint8
+
+const (
+	AnyNetwork Network = iota
+	TCP
+	UDP
+)
+
+func (n Network) String() string {
+	switch n {
+	case AnyNetwork:
+		return "any"
+	case TCP:
+		return "tcp"
+	case UDP:
+		return "udp"
+	}
+	return "network(" + strconv.Itoa(int(n)) + ")"
+}
+
+// ParseNetwork parses "tcp" or "udp".
+func ParseNetwork(s string) (Network, bool) {
+	switch s {
+	case "tcp":
+		return TCP, true
+	case "udp":
+		return UDP, true
+	}
+	return AnyNetwork, false
+}
+
+// Rule is one parsed rule. Empty slices (and AnyNetwork) leave a field unconstrained. A Rule
+// is plain data: build it with the Parse functions so that every entry is normalized
+// (lower-case names, unmapped addresses, sorted-free but valid ranges).
+type Rule struct {
+	Name     string
+	Network  Network
+	Sources  []IPRange // the flow's source address (VM subnets, the host)
+	Hosts    []Host    // the destination: addresses, ranges, names, *.suffix
+	Ports    []PortRange
+	Apps     []App    // the owning process: image name or full path globs
+	Services []string // Windows services hosted by the owning svchost.exe (lower case)
+	Action   Action
+	Proxy    string // the upstream's name when Action is Proxy
+}
+
+// Query describes one flow. Decide and Explain never modify it.
+type Query struct {
+	Network Network
+	Src     netip.Addr // invalid when unknown
+	Dst     netip.Addr // invalid when only a host name is known
+	Port    uint16
+	// Host is the destination's name when one is known (a fake-IP mapping, a DNS answer, or
+	// explain's --dst). Case and a trailing dot do not matter.
+	Host string
+	// App is the owning process's image name and AppPath its full path; either may be empty.
+	App      string
+	AppPath  string
+	Services []string // case does not matter
+}
+
+// Verdict is the outcome of a decision.
+type Verdict struct {
+	Action Action
+	Proxy  string // upstream name when Action is Proxy
+	Index  int    // the winning rule's position, or -1 when no rule matched
+	Name   string // the winning rule's name, or NoMatch
+}
+
+// NoMatch is the Verdict name when no rule matches; the action is then Direct.
+const NoMatch = "(no rule matched)"
+
+func verdictOf(rs []Rule, i int) Verdict {
+	if i < 0 {
+		return Verdict{Action: Direct, Index: -1, Name: NoMatch}
+	}
+	r := &rs[i]
+	return Verdict{Action: r.Action, Proxy: r.Proxy, Index: i, Name: r.Name}
+}
+
+// Linear decides by trying every rule in order: the reference the compiled Table is tested
+// against, and fast enough for a handful of rules.
+func Linear(rs []Rule, q *Query) Verdict {
+	f := newFlow(q)
+	for i := range rs {
+		if rs[i].mismatch(&f) == "" {
+			return verdictOf(rs, i)
+		}
+	}
+	return verdictOf(rs, -1)
+}
+
+// Match reports whether the rule matches the flow.
+func (r *Rule) Match(q *Query) bool {
+	f := newFlow(q)
+	return r.mismatch(&f) == ""
+}
+
+// Mismatch returns the name of the first field of the rule that does not match the flow
+// (one of the Field constants), or "" when the rule matches.
+func (r *Rule) Mismatch(q *Query) string {
+	f := newFlow(q)
+	return r.mismatch(&f)
+}
+
+// The field names, as in the configuration file.
+const (
+	FieldNetwork  = "network"
+	FieldSources  = "sources"
+	FieldHosts    = "hosts"
+	FieldPorts    = "ports"
+	FieldApps     = "apps"
+	FieldServices = "services"
+)

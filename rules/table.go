@@ -1,0 +1,496 @@
+package rules
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"net/netip"
+	"slices"
+	"sync"
+)
+
+// Table is a rule set compiled for fast decisions. It is immutable after Compile and safe for
+// concurrent use; a reload compiles a new Table and swaps the pointer.
+//
+// How Decide works: every field that some rule constrains has an index from the flow's value
+// for that field (an address, port, name, app, service) to the set of rules whose entries
+// match it, plus the set of rules that leave the field open ("wild"). The candidates are the
+// intersection over the fields of (wild ∪ matches), a bitset with one bit per rule. The
+// indexes may over-approximate (an app glob is filed as wild); so Decide confirms each
+// candidate, lowest index first, with the rule's own matcher, and the first confirmed rule
+// wins. An index set stores the rules as a short sorted list, or as a bitset once the list
+// would be longer than the bitset, which bounds both the time of a decision (a few passes
+// over R/64 words) and the memory of a key (R/8 bytes).
+type Table struct {
+	rules  []Rule
+	words  int
+	fields []*fieldIndex
+	// opens[m] is the intersection of the open sets of the fields in the bit mask m (bit k for
+	// fields[k]): a flow usually matches no entry of most fields, and those fields then cost
+	// one precomputed bitset together instead of a pass each.
+	opens [][]uint64
+	pool  sync.Pool // *scratch
+}
+
+type scratch struct {
+	parts  []set
+	fields []fieldState
+	dense  [][]uint64
+	sparse []cursor
+}
+
+// fieldState is one field's candidates for one flow: wild ∪ dense... ∪ sparse....
+type fieldState struct {
+	wild   []uint64
+	dense  [][]uint64 // into scratch.dense
+	sparse []cursor   // into scratch.sparse
+}
+
+// cursor walks a sorted sparse list word by word.
+type cursor struct {
+	list []uint32
+	pos  int
+}
+
+// set is a set of rule indexes: a sorted list, or a bitset when dense.
+type set struct {
+	list  []uint32
+	dense []uint64
+}
+
+func (s set) empty() bool { return s.list == nil && s.dense == nil }
+
+// fieldIndex finds the rules whose entries for one field match a flow. One concrete type
+// with a switch (rather than an interface per field) keeps the flow on the stack.
+type fieldIndex struct {
+	field string   // one of the Field constants
+	open  []uint64 // rules that do not constrain the field (or are confirmed by their matcher)
+	iv    *intervals
+	exact map[string]set // hosts: names; apps: image names; services: names
+	other map[string]set // hosts: suffixes; apps: full paths
+	net   [3]set         // network: by Network
+}
+
+// lookup appends the sets of rules that match the flow on this field.
+func (x *fieldIndex) lookup(f *flow, parts []set) []set {
+	switch x.field {
+	case FieldNetwork:
+		if s := x.net[f.network]; !s.empty() {
+			parts = append(parts, s)
+		}
+	case FieldSources:
+		if f.src.IsValid() {
+			parts = x.iv.lookup(addrKey(f.src), parts)
+		}
+	case FieldPorts:
+		parts = x.iv.lookup(u128{0, uint64(f.port)}, parts)
+	case FieldHosts:
+		if x.iv != nil && f.dst.IsValid() {
+			parts = x.iv.lookup(addrKey(f.dst), parts)
+		}
+		if f.host == "" {
+			break
+		}
+		parts = appendSet(parts, x.exact, f.host)
+		if len(x.other) == 0 {
+			break
+		}
+		// Every proper suffix that starts after a dot: a.b.c → b.c, c.
+		for i := 0; i < len(f.host); i++ {
+			if f.host[i] == '.' {
+				parts = appendSet(parts, x.other, f.host[i+1:])
+			}
+		}
+	case FieldApps:
+		if f.app != "" {
+			parts = appendSet(parts, x.exact, f.app)
+		}
+		if f.path != "" {
+			parts = appendSet(parts, x.other, f.path)
+		}
+	case FieldServices:
+		for _, sv := range f.services {
+			parts = appendSet(parts, x.exact, lower(sv))
+		}
+	}
+	return parts
+}
+
+func appendSet(parts []set, m map[string]set, key string) []set {
+	if s, ok := m[key]; ok {
+		parts = append(parts, s)
+	}
+	return parts
+}
+
+// Compile builds a Table. The rules must come from the Parse functions (normalized entries);
+// the slice is copied.
+func Compile(rs []Rule) *Table {
+	t := &Table{rules: slices.Clone(rs), words: (len(rs) + 63) / 64}
+	b := builder{words: t.words}
+	for _, idx := range []*fieldIndex{b.network(t.rules), b.sources(t.rules), b.hosts(t.rules), b.ports(t.rules), b.apps(t.rules), b.services(t.rules)} {
+		if idx != nil {
+			t.fields = append(t.fields, idx)
+		}
+	}
+	// Most selective field first: the one that leaves the fewest rules open.
+	slices.SortStableFunc(t.fields, func(a, b *fieldIndex) int { return popcount(a.open) - popcount(b.open) })
+	t.opens = make([][]uint64, 1<<len(t.fields))
+	for m := range t.opens {
+		o := make([]uint64, t.words)
+		for i := range o {
+			o[i] = ^uint64(0)
+		}
+		for k, fi := range t.fields {
+			if m&(1<<k) != 0 {
+				for i := range o {
+					o[i] &= fi.open[i]
+				}
+			}
+		}
+		t.opens[m] = o
+	}
+	t.pool.New = func() any { return new(scratch) }
+	return t
+}
+
+// Rules returns the table's rules; the caller must not modify them.
+func (t *Table) Rules() []Rule { return t.rules }
+
+// Decide returns the verdict of the first rule that matches the flow. It does not modify q.
+func (t *Table) Decide(q *Query) Verdict {
+	f := newFlow(q)
+	return verdictOf(t.rules, t.first(&f))
+}
+
+func (t *Table) first(f *flow) int {
+	if len(t.rules) == 0 {
+		return -1
+	}
+	s := t.pool.Get().(*scratch)
+	defer t.pool.Put(s)
+	s.fields, s.dense, s.sparse = s.fields[:0], s.dense[:0], s.sparse[:0]
+	unmatched := 0 // fields where the flow matches no entry: only their open rules remain
+	for k, fi := range t.fields {
+		s.parts = fi.lookup(f, s.parts[:0])
+		if len(s.parts) == 0 {
+			unmatched |= 1 << k
+			continue
+		}
+		d0, s0 := len(s.dense), len(s.sparse)
+		for _, p := range s.parts {
+			if p.dense != nil {
+				s.dense = append(s.dense, p.dense)
+			} else {
+				s.sparse = append(s.sparse, cursor{list: p.list})
+			}
+		}
+		s.fields = append(s.fields, fieldState{wild: fi.open, dense: s.dense[d0:len(s.dense):len(s.dense)], sparse: s.sparse[s0:len(s.sparse):len(s.sparse)]})
+	}
+	// One pass over the words, lowest first: a word's candidates are the AND over the fields,
+	// stopping at the first field that leaves none; each candidate is confirmed by its rule's
+	// matcher, and the first confirmed one wins.
+	base := t.opens[unmatched]
+	last := len(t.rules) - 1
+	for w := 0; w <= last/64; w++ {
+		m := base[w]
+		if w == last/64 {
+			m &= ^uint64(0) >> (63 - last%64)
+		}
+		for k := 0; k < len(s.fields) && m != 0; k++ {
+			m &= s.fields[k].word(w)
+		}
+		for m != 0 {
+			i := w*64 + bits.TrailingZeros64(m)
+			if t.rules[i].mismatch(f) == "" {
+				return i
+			}
+			m &= m - 1
+		}
+	}
+	return -1
+}
+
+// word returns word w of the field's candidate set. Calls must come with w never decreasing;
+// words skipped in between are skipped by the sparse cursors too.
+func (st *fieldState) word(w int) uint64 {
+	x := st.wild[w]
+	for _, d := range st.dense {
+		x |= d[w]
+	}
+	for j := range st.sparse {
+		c := &st.sparse[j]
+		for c.pos < len(c.list) && int(c.list[c.pos]>>6) <= w {
+			if i := c.list[c.pos]; int(i>>6) == w {
+				x |= 1 << (i & 63)
+			}
+			c.pos++
+		}
+	}
+	return x
+}
+
+// builder compiles the per-field indexes.
+type builder struct {
+	words int
+}
+
+func (b *builder) bitset() []uint64 { return make([]uint64, b.words) }
+
+// makeSet stores a sorted, duplicate-free list of rule indexes as a list or a bitset,
+// whichever is smaller.
+func (b *builder) makeSet(list []uint32) set {
+	if len(list) == 0 {
+		return set{}
+	}
+	if len(list) > b.words {
+		d := b.bitset()
+		for _, i := range list {
+			d[i/64] |= 1 << (i % 64)
+		}
+		return set{dense: d}
+	}
+	return set{list: slices.Clip(list)}
+}
+
+// wildOf returns the rules for which open(r) is true, or nil when no rule constrains the
+// field (then the field needs no index).
+func (b *builder) wildOf(rs []Rule, open func(*Rule) bool) []uint64 {
+	w := b.bitset()
+	constrained := false
+	for i := range rs {
+		if open(&rs[i]) {
+			w[i/64] |= 1 << (i % 64)
+		} else {
+			constrained = true
+		}
+	}
+	if !constrained {
+		return nil
+	}
+	return w
+}
+
+func (b *builder) keyed(lists map[string][]uint32) map[string]set {
+	m := make(map[string]set, len(lists))
+	for k, l := range lists {
+		m[k] = b.makeSet(dedupe(l))
+	}
+	return m
+}
+
+func popcount(b []uint64) int {
+	n := 0
+	for _, w := range b {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+func dedupe(l []uint32) []uint32 {
+	slices.Sort(l)
+	return slices.Compact(l)
+}
+
+func (b *builder) network(rs []Rule) *fieldIndex {
+	open := b.wildOf(rs, func(r *Rule) bool { return r.Network == AnyNetwork })
+	if open == nil {
+		return nil
+	}
+	var lists [3][]uint32
+	for i := range rs {
+		if n := rs[i].Network; n != AnyNetwork {
+			lists[n] = append(lists[n], uint32(i))
+		}
+	}
+	x := &fieldIndex{field: FieldNetwork, open: open}
+	for n, l := range lists {
+		x.net[n] = b.makeSet(l)
+	}
+	return x
+}
+
+func (b *builder) apps(rs []Rule) *fieldIndex {
+	// A rule whose apps are all literal names or paths is indexed by them; a rule with a glob
+	// is filed as open and confirmed by its matcher.
+	indexable := func(r *Rule) bool {
+		for _, a := range r.Apps {
+			if !a.literal {
+				return false
+			}
+		}
+		return len(r.Apps) > 0
+	}
+	open := b.wildOf(rs, func(r *Rule) bool { return !indexable(r) })
+	if open == nil {
+		return nil
+	}
+	names, paths := map[string][]uint32{}, map[string][]uint32{}
+	for i := range rs {
+		if !indexable(&rs[i]) {
+			continue
+		}
+		for _, a := range rs[i].Apps {
+			if a.path {
+				paths[a.pattern] = append(paths[a.pattern], uint32(i))
+			} else {
+				names[a.pattern] = append(names[a.pattern], uint32(i))
+			}
+		}
+	}
+	return &fieldIndex{field: FieldApps, open: open, exact: b.keyed(names), other: b.keyed(paths)}
+}
+
+func (b *builder) services(rs []Rule) *fieldIndex {
+	open := b.wildOf(rs, func(r *Rule) bool { return len(r.Services) == 0 })
+	if open == nil {
+		return nil
+	}
+	lists := map[string][]uint32{}
+	for i := range rs {
+		for _, s := range rs[i].Services {
+			lists[s] = append(lists[s], uint32(i))
+		}
+	}
+	return &fieldIndex{field: FieldServices, open: open, exact: b.keyed(lists)}
+}
+
+// u128 orders addresses and ports on one axis: an address's 16 bytes (IPv4 as ::ffff:a.b.c.d)
+// or a port in the low bits.
+type u128 struct{ hi, lo uint64 }
+
+func (a u128) less(b u128) bool { return a.hi < b.hi || a.hi == b.hi && a.lo < b.lo }
+
+func (a u128) compare(b u128) int {
+	switch {
+	case a.less(b):
+		return -1
+	case b.less(a):
+		return 1
+	}
+	return 0
+}
+
+func (a u128) next() (u128, bool) {
+	if a.lo == ^uint64(0) {
+		if a.hi == ^uint64(0) {
+			return a, false
+		}
+		return u128{a.hi + 1, 0}, true
+	}
+	return u128{a.hi, a.lo + 1}, true
+}
+
+func addrKey(a netip.Addr) u128 {
+	b := a.As16()
+	return u128{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
+}
+
+// intervals maps a point to the rules whose ranges hold it: the axis is cut into elementary
+// intervals at every range boundary, each with its set.
+type intervals struct {
+	starts []u128 // starts[i] begins interval i; interval i ends where i+1 begins
+	sets   []set
+}
+
+func (iv *intervals) lookup(p u128, parts []set) []set {
+	// The last start <= p.
+	i, found := slices.BinarySearchFunc(iv.starts, p, u128.compare)
+	if !found {
+		i--
+	}
+	if i >= 0 && !iv.sets[i].empty() {
+		parts = append(parts, iv.sets[i])
+	}
+	return parts
+}
+
+type span struct {
+	lo, hi u128
+	rule   uint32
+}
+
+// intervals indexes inclusive spans; it returns nil when there are none.
+func (b *builder) intervals(spans []span) *intervals {
+	if len(spans) == 0 {
+		return nil
+	}
+	var cuts []u128
+	for _, s := range spans {
+		cuts = append(cuts, s.lo)
+		if n, ok := s.hi.next(); ok {
+			cuts = append(cuts, n)
+		}
+	}
+	slices.SortFunc(cuts, u128.compare)
+	cuts = slices.Compact(cuts)
+	find := func(p u128) int {
+		i, _ := slices.BinarySearchFunc(cuts, p, u128.compare)
+		return i
+	}
+	lists := make([][]uint32, len(cuts))
+	for _, s := range spans {
+		end := len(cuts)
+		if n, ok := s.hi.next(); ok {
+			end = find(n)
+		}
+		for i := find(s.lo); i < end; i++ {
+			lists[i] = append(lists[i], s.rule)
+		}
+	}
+	iv := &intervals{starts: cuts, sets: make([]set, len(cuts))}
+	for i, l := range lists {
+		iv.sets[i] = b.makeSet(dedupe(l))
+	}
+	return iv
+}
+
+func (b *builder) sources(rs []Rule) *fieldIndex {
+	open := b.wildOf(rs, func(r *Rule) bool { return len(r.Sources) == 0 })
+	if open == nil {
+		return nil
+	}
+	var spans []span
+	for i := range rs {
+		for _, r := range rs[i].Sources {
+			spans = append(spans, span{addrKey(r.Lo), addrKey(r.Hi), uint32(i)})
+		}
+	}
+	return &fieldIndex{field: FieldSources, open: open, iv: b.intervals(spans)}
+}
+
+func (b *builder) ports(rs []Rule) *fieldIndex {
+	open := b.wildOf(rs, func(r *Rule) bool { return len(r.Ports) == 0 })
+	if open == nil {
+		return nil
+	}
+	var spans []span
+	for i := range rs {
+		for _, p := range rs[i].Ports {
+			spans = append(spans, span{u128{0, uint64(p.Lo)}, u128{0, uint64(p.Hi)}, uint32(i)})
+		}
+	}
+	return &fieldIndex{field: FieldPorts, open: open, iv: b.intervals(spans)}
+}
+
+func (b *builder) hosts(rs []Rule) *fieldIndex {
+	open := b.wildOf(rs, func(r *Rule) bool { return len(r.Hosts) == 0 })
+	if open == nil {
+		return nil
+	}
+	var spans []span
+	names := map[string][]uint32{}
+	suffixes := map[string][]uint32{}
+	for i := range rs {
+		for _, h := range rs[i].Hosts {
+			switch h.Kind {
+			case HostRange:
+				spans = append(spans, span{addrKey(h.Range.Lo), addrKey(h.Range.Hi), uint32(i)})
+			case HostName:
+				names[h.Name] = append(names[h.Name], uint32(i))
+			case HostSuffix:
+				suffixes[h.Name] = append(suffixes[h.Name], uint32(i))
+			}
+		}
+	}
+	return &fieldIndex{field: FieldHosts, open: open, iv: b.intervals(spans), exact: b.keyed(names), other: b.keyed(suffixes)}
+}
