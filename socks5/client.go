@@ -1,0 +1,170 @@
+package socks5
+
+import (
+	"fmt"
+	"io"
+)
+
+// Client runs the client side of a SOCKS5 handshake on connections the caller
+// has dialed. It holds configuration only: the zero Client offers no
+// authentication and does not pipeline. A Client is not modified by
+// Handshake and is safe for concurrent use.
+type Client struct {
+	// Auth, when not nil, are the RFC 1929 credentials. Then the greeting
+	// offers username/password ONLY, never also "no authentication": a proxy
+	// that cannot check the password answers "no acceptable methods" and the
+	// handshake fails, instead of silently running without the credentials
+	// the configuration asked for (and a proxy that picks "no
+	// authentication" anyway is a protocol error). When nil, the greeting
+	// offers "no authentication" only. Handshake reads *Auth and never
+	// modifies it.
+	Auth *Auth
+
+	// Pipeline sends the greeting, the credentials and the CONNECT request
+	// in one write, without waiting for the server's answers, then reads the
+	// answers in order. It saves one round trip (two with Auth) to the
+	// proxy. Offering exactly one method makes the server's only valid
+	// answers that method or "none", so what is sent early is never wrong;
+	// it does rely on the server reading its input as a stream (RFC 1928
+	// describes the exchange in lock step and neither allows nor forbids
+	// early data). Servers that parse with buffered exact reads, like
+	// go-socks5, accept it. Without Pipeline, each message waits for the
+	// answer to the previous one.
+	Pipeline bool
+}
+
+// Handshake negotiates a method, authenticates when c.Auth is set, and asks
+// the server to CONNECT to dst (RFC 1928 §3, §4, §6; RFC 1929). On success
+// it returns the reply's BND.ADDR/BND.PORT (often 0.0.0.0:0, returned as is)
+// and conn carries the target's bytes: Handshake reads exactly the server's
+// messages and not a byte more, so the target's first bytes (an SSH banner,
+// say) are still unread in conn for the relay. It does not buffer; conn needs
+// no buffering either.
+//
+// Timing is the caller's: Handshake sets no deadline and starts no
+// goroutine, so the caller sets a deadline on the connection (for a
+// net.Conn, SetDeadline before the call, and clears it after) or a silent
+// server blocks Handshake for good.
+//
+// dst and c.Auth are checked before anything is written; then errors name
+// the failing step: "socks5 greeting: ...", "socks5 auth: ...",
+// "socks5 connect: ...". A refused request wraps a *[ReplyError] with the
+// REP code (errors.As); a rejected method selection wraps
+// [ErrNoAcceptableMethods], rejected credentials [ErrAuthFailed]. No error
+// contains the password. After an error, conn is in no usable state: close
+// it.
+//
+// Handshake makes one allocation (a buffer for all messages, because bytes
+// passed to an io.Reader or io.Writer escape to the heap), plus the host
+// name when the reply binds a name.
+func (c *Client) Handshake(conn io.ReadWriter, dst Addr) (bound Addr, err error) {
+	if err := dst.check(); err != nil {
+		return Addr{}, fmt.Errorf("socks5 connect: invalid destination: %w", err)
+	}
+	method := MethodNoAuth
+	authLen := 0
+	if c.Auth != nil {
+		if err := c.Auth.check(); err != nil {
+			return Addr{}, fmt.Errorf("socks5 auth: %w", err)
+		}
+		method = MethodUserPass
+		authLen = 3 + len(c.Auth.Username) + len(c.Auth.Password)
+	}
+
+	// One buffer for every message: written ones first, read ones after.
+	// greetingLen + authLen + MaxReplyLen bounds both the pipelined write and
+	// each message in lock step (a request is no longer than MaxReplyLen).
+	const greetingLen = 3
+	buf := make([]byte, 0, greetingLen+authLen+MaxReplyLen)
+
+	if c.Pipeline {
+		buf = append(buf, Version, 1, method)
+		if c.Auth != nil {
+			buf = appendUserPass(buf, c.Auth)
+		}
+		buf = append(buf, Version, CmdConnect, 0x00)
+		buf = appendAddr(buf, dst)
+		if _, err := conn.Write(buf); err != nil {
+			return Addr{}, fmt.Errorf("socks5 greeting: write: %w", err)
+		}
+		if err := readMethod(conn, buf[:2], method); err != nil {
+			return Addr{}, err
+		}
+		if c.Auth != nil {
+			if err := readAuthStatus(conn, buf[:2], c.Auth.Username); err != nil {
+				return Addr{}, err
+			}
+		}
+	} else {
+		buf = append(buf, Version, 1, method)
+		if _, err := conn.Write(buf); err != nil {
+			return Addr{}, fmt.Errorf("socks5 greeting: write: %w", err)
+		}
+		if err := readMethod(conn, buf[:2], method); err != nil {
+			return Addr{}, err
+		}
+		if c.Auth != nil {
+			buf = appendUserPass(buf[:0], c.Auth)
+			if _, err := conn.Write(buf); err != nil {
+				return Addr{}, fmt.Errorf("socks5 auth: write: %w", err)
+			}
+			if err := readAuthStatus(conn, buf[:2], c.Auth.Username); err != nil {
+				return Addr{}, err
+			}
+		}
+		buf = append(buf[:0], Version, CmdConnect, 0x00)
+		buf = appendAddr(buf, dst)
+		if _, err := conn.Write(buf); err != nil {
+			return Addr{}, fmt.Errorf("socks5 connect: write: %w", err)
+		}
+	}
+
+	rep, err := readReply(conn, buf[:MaxReplyLen])
+	if err != nil {
+		return Addr{}, fmt.Errorf("socks5 connect: %w", err)
+	}
+	return rep.Bound, nil
+}
+
+// methodName names the methods Handshake offers, for errors.
+func methodName(m byte) string {
+	if m == MethodUserPass {
+		return "username/password"
+	}
+	return "no authentication"
+}
+
+// readMethod reads the server's METHOD selection (RFC 1928 §3) into b
+// (2 bytes) and checks that it is the offered method.
+func readMethod(r io.Reader, b []byte, offered byte) error {
+	if _, err := io.ReadFull(r, b); err != nil {
+		return fmt.Errorf("socks5 greeting: read method selection: %w", err)
+	}
+	if b[0] != Version {
+		return fmt.Errorf("socks5 greeting: server version 0x%02x, want 0x%02x", b[0], Version)
+	}
+	switch b[1] {
+	case offered:
+		return nil
+	case MethodNoAcceptable:
+		return fmt.Errorf("socks5 greeting: %w (offered only %s)", ErrNoAcceptableMethods, methodName(offered))
+	default:
+		return fmt.Errorf("socks5 greeting: server chose method 0x%02x, but only %s (0x%02x) was offered",
+			b[1], methodName(offered), offered)
+	}
+}
+
+// readAuthStatus reads the RFC 1929 §2 response (VER, STATUS) into b
+// (2 bytes). The error names the user, never the password.
+func readAuthStatus(r io.Reader, b []byte, user string) error {
+	if _, err := io.ReadFull(r, b); err != nil {
+		return fmt.Errorf("socks5 auth: read status: %w", err)
+	}
+	if b[0] != UserPassVersion {
+		return fmt.Errorf("socks5 auth: reply version 0x%02x, want 0x%02x", b[0], UserPassVersion)
+	}
+	if b[1] != UserPassSuccess {
+		return fmt.Errorf("socks5 auth: %w for user %q (status 0x%02x)", ErrAuthFailed, user, b[1])
+	}
+	return nil
+}
