@@ -1,0 +1,313 @@
+package dns
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+
+	mdns "github.com/miekg/dns"
+)
+
+// Handle answers req. It returns nil when no reply is due (req is itself a response). It does
+// not truncate: callers answering over UDP use Truncate or HandleWire. It blocks at most
+// Config.Timeout (or until ctx ends) when the answer needs an upstream. req is not modified.
+func (s *Server) Handle(ctx context.Context, req *mdns.Msg) *mdns.Msg {
+	if req.Response {
+		return nil
+	}
+	m := new(mdns.Msg)
+	m.SetReply(req)
+	if len(req.Question) != 1 {
+		m.Question = nil
+	}
+	m.RecursionAvailable = true
+	m.Compress = true
+	if req.Opcode != mdns.OpcodeQuery {
+		m.Rcode = mdns.RcodeNotImplemented
+		return m
+	}
+	var opt *mdns.OPT
+	for _, rr := range req.Extra {
+		if o, ok := rr.(*mdns.OPT); ok {
+			if opt != nil { // RFC 6891 §6.1.1
+				m.Rcode = mdns.RcodeFormatError
+				return m
+			}
+			opt = o
+		}
+	}
+	if len(req.Question) != 1 {
+		m.Rcode = mdns.RcodeFormatError
+		return m
+	}
+	if opt != nil {
+		ro := &mdns.OPT{Hdr: mdns.RR_Header{Name: ".", Rrtype: mdns.TypeOPT}}
+		ro.SetUDPSize(udpSize)
+		if opt.Do() {
+			ro.SetDo() // RFC 3225 §3
+		}
+		m.Extra = []mdns.RR{ro}
+		if opt.Version() != 0 {
+			m.Rcode = mdns.RcodeBadVers // RFC 6891 §6.1.3
+			return m
+		}
+	}
+	s.answer(ctx, req.Question[0], m)
+	return m
+}
+
+// answer fills m (rcode and sections; Extra already holds the OPT, if any) for q.
+func (s *Server) answer(ctx context.Context, q mdns.Question, m *mdns.Msg) {
+	if q.Qclass != mdns.ClassINET {
+		m.Rcode = mdns.RcodeRefused
+		return
+	}
+	switch q.Qtype {
+	case mdns.TypeANY, mdns.TypeAXFR, mdns.TypeIXFR, mdns.TypeMAILA, mdns.TypeMAILB:
+		m.Rcode = mdns.RcodeNotImplemented
+		return
+	}
+	name := canonical(q.Name)
+
+	// Answers that never leave the process.
+	switch {
+	case underOrAt(name, "localhost"):
+		switch q.Qtype {
+		case mdns.TypeA:
+			m.Answer = []mdns.RR{&mdns.A{Hdr: s.hdr(q), A: net.IPv4(127, 0, 0, 1)}}
+		case mdns.TypeAAAA:
+			m.Answer = []mdns.RR{&mdns.AAAA{Hdr: s.hdr(q), AAAA: net.IPv6loopback}}
+		default:
+			s.negative(m, mdns.RcodeSuccess)
+		}
+		return
+	case underOrAt(name, "invalid"):
+		s.negative(m, mdns.RcodeNameError)
+		return
+	}
+	rev, isRev := reversePrefix(name)
+	if isRev && s.pool != nil && rev.Bits() == 32 && s.pool.prefix.Contains(rev.Addr()) {
+		if n, ok := s.pool.lookup(rev.Addr()); ok {
+			if q.Qtype == mdns.TypePTR {
+				m.Answer = []mdns.RR{&mdns.PTR{Hdr: s.hdr(q), Ptr: n + "."}}
+			} else {
+				s.negative(m, mdns.RcodeSuccess)
+			}
+			return
+		}
+		s.negative(m, mdns.RcodeNameError)
+		return
+	}
+	if s.direct.match(name) {
+		s.answerDirect(ctx, q, name, m)
+		return
+	}
+	if isRev && s.isLocal(rev) {
+		s.negative(m, mdns.RcodeNameError)
+		return
+	}
+
+	if s.mode == ModeProxy {
+		s.answerRelayed(ctx, q, name, m)
+		return
+	}
+	switch q.Qtype {
+	case mdns.TypeA:
+		switch {
+		case name == "" || underOrAt(name, "arpa"):
+			s.negative(m, mdns.RcodeSuccess) // no fake address for the root or reverse names
+			return
+		case !isHostname(name):
+			s.negative(m, mdns.RcodeNameError) // nothing a proxy could connect to
+			return
+		}
+		a, reused, ok := s.pool.assign(name)
+		if !ok {
+			s.warnExhausted()
+			m.Rcode = mdns.RcodeServerFailure
+			return
+		}
+		if reused != "" {
+			s.log.Debug("dns pool address reused", "addr", a, "old", reused, "new", name)
+		}
+		m.Answer = []mdns.RR{&mdns.A{Hdr: s.hdr(q), A: a.AsSlice()}}
+	case mdns.TypeAAAA, mdns.TypeHTTPS, mdns.TypeSVCB:
+		s.negative(m, mdns.RcodeSuccess)
+	default:
+		if s.proxy == nil {
+			s.negative(m, mdns.RcodeSuccess)
+			return
+		}
+		s.answerRelayed(ctx, q, name, m)
+	}
+}
+
+// isLocal reports whether every address of p is in a locally served range.
+func (s *Server) isLocal(p netip.Prefix) bool {
+	for _, r := range s.local {
+		if within(p, r) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) hdr(q mdns.Question) mdns.RR_Header {
+	return mdns.RR_Header{Name: q.Name, Rrtype: q.Qtype, Class: mdns.ClassINET, Ttl: s.ttl}
+}
+
+// negative sets rcode with a SOA in authority, so that caches keep the NODATA or NXDOMAIN for
+// the fake TTL (RFC 2308 §3). The SOA is owned by the root, which is in bailiwick for every
+// name.
+func (s *Server) negative(m *mdns.Msg, rcode int) {
+	m.Rcode = rcode
+	m.Ns = []mdns.RR{&mdns.SOA{
+		Hdr:     mdns.RR_Header{Name: ".", Rrtype: mdns.TypeSOA, Class: mdns.ClassINET, Ttl: s.ttl},
+		Ns:      "router.invalid.",
+		Mbox:    "hostmaster.router.invalid.",
+		Serial:  1,
+		Refresh: 3600,
+		Retry:   600,
+		Expire:  86400,
+		Minttl:  s.ttl,
+	}}
+}
+
+func (s *Server) warnExhausted() {
+	now := s.now().Unix()
+	last := s.exhaustedLogged.Load()
+	if now-last >= 60 && s.exhaustedLogged.CompareAndSwap(last, now) {
+		st := s.pool.stats()
+		s.log.Warn("dns fake-ip pool exhausted, answering SERVFAIL",
+			"pool", st.Prefix, "size", st.Size, "in_use", st.InUse)
+	}
+}
+
+// answerRelayed answers q from the cache or through the proxy. In ModeFakeIP the records that
+// would carry real addresses of names (A, AAAA, HTTPS, SVCB) are removed.
+func (s *Server) answerRelayed(ctx context.Context, q mdns.Question, name string, m *mdns.Msg) {
+	r, err := s.relay(ctx, q)
+	if err != nil {
+		s.log.Warn("dns relay failed, answering SERVFAIL", "name", name, "type", mdns.Type(q.Qtype).String(), "err", err)
+		m.Rcode = mdns.RcodeServerFailure
+		return
+	}
+	s.fill(m, r)
+	if s.mode == ModeFakeIP {
+		m.Answer = stripAddrs(m.Answer)
+		m.Ns = stripAddrs(m.Ns)
+		m.Extra = stripAddrs(m.Extra)
+	}
+}
+
+// relay returns the answer to q from the cache or from Config.Resolver through the proxy. The
+// returned message is the caller's. A and AAAA answers are remembered for NameFor.
+func (s *Server) relay(ctx context.Context, q mdns.Question) (*mdns.Msg, error) {
+	k := cacheKey{name: canonical(q.Name), qtype: q.Qtype, qclass: q.Qclass}
+	if r, ok := s.cache.get(k); ok {
+		return r, nil
+	}
+	if s.proxy == nil {
+		return nil, errors.New("no proxy dialer")
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	query := new(mdns.Msg)
+	query.RecursionDesired = true
+	query.Question = []mdns.Question{q}
+	r, err := s.proxy.exchange(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	r = cleaned(r)
+	if s.mode == ModeProxy {
+		s.seen.rememberAnswer(k.name, r.Answer)
+	}
+	s.cache.put(k, r)
+	return cacheCopy(r), nil
+}
+
+// answerDirect answers q (a DirectNames name) from the cache or the host's resolver.
+func (s *Server) answerDirect(ctx context.Context, q mdns.Question, name string, m *mdns.Msg) {
+	k := cacheKey{name: name, qtype: q.Qtype, qclass: q.Qclass, direct: true}
+	r, ok := s.cache.get(k)
+	if !ok {
+		ctx, cancel := context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+		query := new(mdns.Msg)
+		query.RecursionDesired = true
+		query.Question = []mdns.Question{q}
+		query.SetEdns0(udpSize, false)
+		var resp *mdns.Msg
+		err := errClosed
+		if !s.closed.Load() {
+			resp, err = exchangeDirect(ctx, s.dialDirect, s.directAddr, query)
+		}
+		if err != nil {
+			s.log.Warn("dns direct query failed, answering SERVFAIL", "name", name, "type", mdns.Type(q.Qtype).String(), "err", err)
+			m.Rcode = mdns.RcodeServerFailure
+			return
+		}
+		resp = cleaned(resp)
+		s.seen.rememberAnswer(name, resp.Answer)
+		s.cache.put(k, resp)
+		r = cacheCopy(resp)
+	}
+	s.fill(m, r)
+}
+
+// cacheCopy returns a copy of r that the caller may change (r may now be owned by the cache).
+func cacheCopy(r *mdns.Msg) *mdns.Msg {
+	c := &mdns.Msg{}
+	c.Rcode = r.Rcode
+	c.Answer = copyAged(r.Answer, 0)
+	c.Ns = copyAged(r.Ns, 0)
+	c.Extra = copyAged(r.Extra, 0)
+	return c
+}
+
+// cleaned keeps what a cache and a reply may carry from an upstream reply: the rcode and the
+// sections without OPT, TSIG and SIG(0). An extended rcode (which needs the OPT we dropped, and
+// which we never asked for) becomes SERVFAIL with empty sections.
+func cleaned(r *mdns.Msg) *mdns.Msg {
+	c := &mdns.Msg{}
+	c.Rcode = r.Rcode
+	if r.Rcode > 0xF {
+		c.Rcode = mdns.RcodeServerFailure
+		return c
+	}
+	c.Answer = r.Answer
+	c.Ns = r.Ns
+	for _, rr := range r.Extra {
+		switch rr.Header().Rrtype {
+		case mdns.TypeOPT, mdns.TypeTSIG, mdns.TypeSIG:
+			continue
+		}
+		c.Extra = append(c.Extra, rr)
+	}
+	return c
+}
+
+// fill copies the rcode and sections of r into the reply m, keeping m's OPT.
+func (s *Server) fill(m *mdns.Msg, r *mdns.Msg) {
+	m.Rcode = r.Rcode
+	m.Answer = r.Answer
+	m.Ns = r.Ns
+	m.Extra = append(r.Extra, m.Extra...)
+}
+
+func stripAddrs(rrs []mdns.RR) []mdns.RR {
+	out := rrs[:0]
+	for _, rr := range rrs {
+		switch rr.Header().Rrtype {
+		case mdns.TypeA, mdns.TypeAAAA, mdns.TypeHTTPS, mdns.TypeSVCB:
+			continue
+		}
+		out = append(out, rr)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}

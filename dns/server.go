@@ -1,0 +1,380 @@
+// Package dns answers the DNS queries that the router captures, so that no query leaves the
+// host except through the SOCKS5 upstream (SPEC trap 3, "no DNS leak").
+//
+// Two modes:
+//
+//   - ModeFakeIP (default): an A query is answered with an address from a private pool
+//     (198.18.0.0/15 unless configured); the router asks NameFor/Acquire for the name behind a
+//     pool address and hands that name to the proxy (SOCKS5 ATYP domain), so the proxy
+//     resolves it. AAAA, HTTPS and SVCB get NODATA, so clients use the pool address. Other
+//     types (MX, TXT, SRV, PTR of public addresses, ...) are relayed through the proxy to
+//     Config.Resolver with A/AAAA/HTTPS/SVCB records stripped from the reply; without a
+//     proxy dialer they get NODATA.
+//   - ModeProxy: every query is relayed over TCP through the proxy to Config.Resolver, with a
+//     cache that honours TTLs; the addresses in A/AAAA answers are remembered so that NameFor
+//     gives the name for rules and for ATYP domain.
+//
+// In both modes: names in Config.DirectNames are resolved by the host's resolver through the
+// router's own dialer (the only direct path); localhost and *.localhost are answered locally
+// (127.0.0.1, ::1; RFC 6761), *.invalid is NXDOMAIN, and reverse zones of private and special
+// ranges (RFC 6303) are NXDOMAIN without asking anyone. An upstream failure is SERVFAIL, never
+// a fallback to a direct query.
+//
+// Replies carry EDNS0 (udp size 1232, DO copied) when the query did; an EDNS version other
+// than 0 gets BADVERS. A class other than IN (CHAOS included) gets REFUSED; an opcode other
+// than QUERY, and the QTYPEs ANY, AXFR, IXFR, MAILA and MAILB get NOTIMP; a message without
+// exactly one question or with more than one OPT gets FORMERR; a message that is itself a
+// response gets no reply.
+package dns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mdns "github.com/miekg/dns"
+)
+
+// Mode selects how queries are answered.
+type Mode int
+
+const (
+	ModeFakeIP Mode = iota // answer A from a private pool, hand names to the proxy
+	ModeProxy              // relay queries through the proxy to the resolver
+)
+
+// String returns the config spelling: "fake-ip" or "proxy".
+func (m Mode) String() string {
+	switch m {
+	case ModeFakeIP:
+		return "fake-ip"
+	case ModeProxy:
+		return "proxy"
+	}
+	return "mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// ParseMode parses the config spelling of a mode; "" is ModeFakeIP.
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "", "fake-ip":
+		return ModeFakeIP, nil
+	case "proxy":
+		return ModeProxy, nil
+	}
+	return 0, fmt.Errorf("dns mode %q: want \"fake-ip\" or \"proxy\"", s)
+}
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultResolver = "1.1.1.1:53"
+	DefaultTTL      = 10 * time.Second
+	DefaultLinger   = 10 * time.Minute
+	DefaultTimeout  = 5 * time.Second
+)
+
+// DefaultPool is the fake-IP pool used when Config.Pool is the zero prefix (RFC 2544
+// benchmarking space, never routed on the internet).
+func DefaultPool() netip.Prefix { return netip.MustParsePrefix("198.18.0.0/15") }
+
+// udpSize is the EDNS0 payload size we advertise and the largest UDP reply we send (DNS flag
+// day 2020).
+const udpSize = 1232
+
+// Config is the validated [dns] section plus knobs for tests. The zero value of each field
+// means its default.
+type Config struct {
+	Mode Mode
+	// Pool is the IPv4 prefix fake addresses come from: at least a /24, masked, and not in
+	// 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4 or 240.0.0.0/4. Its first and last
+	// addresses are never handed out. Overlap with VM networks is the caller's check.
+	Pool netip.Prefix
+	// TTL of fake answers, of the local negative answers and of PTR answers for pool
+	// addresses; whole seconds, 1 s to 1 h. Default 10 s.
+	TTL time.Duration
+	// Linger is how long a pool address stays reserved for its name after its last answer or
+	// its last flow; only then may it be reused for another name. At least TTL; default 10 min.
+	Linger time.Duration
+	// Resolver is the host:port that queries are relayed to through the proxy (ModeProxy, and
+	// in ModeFakeIP the types that are not faked and ResolveViaProxy). A host name is fine:
+	// the proxy resolves it. Default DefaultResolver.
+	Resolver string
+	// DirectNames are exact names and "*.suffix" patterns (strictly below suffix) that are
+	// resolved by Dialers.DirectResolver through Dialers.Direct, and answered with real
+	// addresses. Nothing else is ever resolved directly.
+	DirectNames []string
+	// Timeout bounds one relayed or direct query. Default 5 s.
+	Timeout time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// DialFunc dials addr ("host:port") on network ("tcp" or "udp").
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// Dialers are the ways out that the router gives the server.
+type Dialers struct {
+	// Proxy connects to addr through the SOCKS5 upstream (TCP only). Required in ModeProxy;
+	// nil in ModeFakeIP means types other than A are answered NODATA and ResolveViaProxy fails.
+	Proxy DialFunc
+	// Direct is the router's own dialer, whose traffic is never captured. It is used for
+	// DirectNames only, "udp" first then "tcp" for truncated replies. Required when
+	// Config.DirectNames is not empty, otherwise never called.
+	Direct DialFunc
+	// DirectResolver is the "ip:port" of the host's resolver for DirectNames (see
+	// ParseResolvConf). Required when Config.DirectNames is not empty.
+	DirectResolver string
+}
+
+// Server answers DNS queries. It is safe for concurrent use. Close releases the upstream
+// connections; after Close, fake answers and cached answers still work and queries that need
+// the network get SERVFAIL.
+type Server struct {
+	mode    Mode
+	ttl     uint32 // seconds
+	timeout time.Duration
+	now     func() time.Time
+	log     *slog.Logger
+
+	pool   *pool // nil in ModeProxy
+	local  []netip.Prefix
+	direct nameSet
+
+	proxy      *tcpUpstream // nil when Dialers.Proxy is nil
+	dialDirect DialFunc
+	directAddr string
+
+	cache *answerCache
+	seen  *seenAddrs
+
+	closed          atomic.Bool  // set by Close: no more direct queries
+	exhaustedLogged atomic.Int64 // unix seconds of the last "pool exhausted" warning
+}
+
+// New validates cfg and d, applies defaults and returns a server; it starts nothing. A nil
+// log discards.
+func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.TTL < time.Second || cfg.TTL > time.Hour || cfg.TTL%time.Second != 0 {
+		return nil, fmt.Errorf("dns ttl %v: want whole seconds from 1s to 1h", cfg.TTL)
+	}
+	if cfg.Linger == 0 {
+		cfg.Linger = max(DefaultLinger, cfg.TTL)
+	}
+	if cfg.Linger < cfg.TTL {
+		return nil, fmt.Errorf("dns linger %v: want at least the ttl %v", cfg.Linger, cfg.TTL)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("dns timeout %v: want a positive duration", cfg.Timeout)
+	}
+	if cfg.Resolver == "" {
+		cfg.Resolver = DefaultResolver
+	}
+	if err := checkHostPort(cfg.Resolver, false); err != nil {
+		return nil, fmt.Errorf("dns resolver: %w", err)
+	}
+	direct, err := newNameSet(cfg.DirectNames)
+	if err != nil {
+		return nil, fmt.Errorf("dns direct_names: %w", err)
+	}
+	if !direct.empty() {
+		if d.Direct == nil {
+			return nil, errors.New("dns direct_names: no direct dialer")
+		}
+		if err := checkHostPort(d.DirectResolver, true); err != nil {
+			return nil, fmt.Errorf("dns direct resolver: %w", err)
+		}
+	}
+	s := &Server{
+		mode:       cfg.Mode,
+		ttl:        uint32(cfg.TTL / time.Second),
+		timeout:    cfg.Timeout,
+		now:        cfg.Now,
+		log:        log,
+		local:      localRanges(),
+		direct:     direct,
+		dialDirect: d.Direct,
+		directAddr: d.DirectResolver,
+		cache:      newAnswerCache(cfg.Now),
+		seen:       newSeenAddrs(cfg.Now),
+	}
+	switch cfg.Mode {
+	case ModeFakeIP:
+		if !cfg.Pool.IsValid() {
+			cfg.Pool = DefaultPool()
+		}
+		if err := checkPool(cfg.Pool); err != nil {
+			return nil, err
+		}
+		s.pool = newPool(cfg.Pool, cfg.Linger, cfg.Now)
+		s.local = append(s.local, cfg.Pool)
+	case ModeProxy:
+		if d.Proxy == nil {
+			return nil, errors.New("dns mode proxy: no proxy dialer")
+		}
+	default:
+		return nil, fmt.Errorf("dns mode %v: unknown", cfg.Mode)
+	}
+	if d.Proxy != nil {
+		s.proxy = newTCPUpstream(d.Proxy, cfg.Resolver, cfg.Now)
+	}
+	return s, nil
+}
+
+func checkPool(p netip.Prefix) error {
+	if !p.Addr().Is4() {
+		return fmt.Errorf("dns pool %v: want an IPv4 prefix", p)
+	}
+	if p.Bits() > 24 {
+		return fmt.Errorf("dns pool %v: want at least a /24", p)
+	}
+	if p.Masked() != p {
+		return fmt.Errorf("dns pool %v: host bits set, want %v", p, p.Masked())
+	}
+	for _, special := range []string{"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4"} {
+		if sp := netip.MustParsePrefix(special); sp.Overlaps(p) {
+			return fmt.Errorf("dns pool %v: overlaps special range %v", p, sp)
+		}
+	}
+	return nil
+}
+
+func checkHostPort(hp string, wantIP bool) error {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return fmt.Errorf("%q: %w", hp, err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("%q: bad port", hp)
+	}
+	if host == "" {
+		return fmt.Errorf("%q: no host", hp)
+	}
+	if _, err := netip.ParseAddr(host); wantIP && err != nil {
+		return fmt.Errorf("%q: want an IP address: %w", hp, err)
+	}
+	return nil
+}
+
+// Close closes idle upstream connections and stops new relayed and direct queries (they get
+// SERVFAIL). It is idempotent and always returns nil.
+func (s *Server) Close() error {
+	s.closed.Store(true)
+	if s.proxy != nil {
+		s.proxy.close()
+	}
+	return nil
+}
+
+// Mode reports the server's mode.
+func (s *Server) Mode() Mode { return s.mode }
+
+// InPool reports whether a is inside the fake-IP pool prefix (false in ModeProxy). The router
+// refuses a flow to a pool address that NameFor does not know, and never forwards it.
+func (s *Server) InPool(a netip.Addr) bool {
+	return s.pool != nil && s.pool.prefix.Contains(a.Unmap())
+}
+
+// NameFor returns the name behind a: for a pool address its mapping (without touching it), for
+// another address the name a relayed or direct answer gave it, while remembered. The name is
+// lower case without a trailing dot, ready for SOCKS5 ATYP domain and for rules.
+func (s *Server) NameFor(a netip.Addr) (name string, ok bool) {
+	if s.InPool(a) {
+		return s.pool.lookup(a)
+	}
+	return s.seen.lookup(a)
+}
+
+// Acquire returns the name behind pool address a and keeps the mapping from being reused
+// until release is called; the router calls it when a flow to a opens and release when the
+// flow closes. release is idempotent and safe for concurrent use. ok is false (and release
+// nil) when a is not a pool address with a name.
+func (s *Server) Acquire(a netip.Addr) (name string, release func(), ok bool) {
+	if s.pool == nil {
+		return "", nil, false
+	}
+	return s.pool.acquire(a)
+}
+
+// PoolStats describes the pool; ok is false in ModeProxy.
+func (s *Server) PoolStats() (st PoolStats, ok bool) {
+	if s.pool == nil {
+		return PoolStats{}, false
+	}
+	return s.pool.stats(), true
+}
+
+// ResolveViaProxy looks name up (A and AAAA, through the cache) at Config.Resolver through the
+// proxy, for the router to dial a flow to a pool address that a rule sends direct. An IP
+// literal is returned as is. Pool addresses in the answer are dropped. It fails when no
+// proxy dialer was given, the upstream fails, or no address comes back.
+func (s *Server) ResolveViaProxy(ctx context.Context, name string) ([]netip.Addr, error) {
+	if a, err := netip.ParseAddr(name); err == nil {
+		return []netip.Addr{a.Unmap()}, nil
+	}
+	if s.proxy == nil {
+		return nil, fmt.Errorf("resolve %s via proxy: no proxy dialer", name)
+	}
+	fqdn := mdns.Fqdn(name)
+	if _, ok := mdns.IsDomainName(fqdn); !ok {
+		return nil, fmt.Errorf("resolve %q via proxy: not a domain name", name)
+	}
+	type result struct {
+		m   *mdns.Msg
+		err error
+	}
+	var res [2]result
+	var wg sync.WaitGroup
+	for i, t := range []uint16{mdns.TypeA, mdns.TypeAAAA} {
+		wg.Go(func() {
+			m, err := s.relay(ctx, mdns.Question{Name: fqdn, Qtype: t, Qclass: mdns.ClassINET})
+			res[i] = result{m, err}
+		})
+	}
+	wg.Wait()
+	var addrs []netip.Addr
+	for _, r := range res {
+		if r.err != nil {
+			continue
+		}
+		for _, rr := range r.m.Answer {
+			var ip net.IP
+			switch rr := rr.(type) {
+			case *mdns.A:
+				ip = rr.A
+			case *mdns.AAAA:
+				ip = rr.AAAA
+			default:
+				continue
+			}
+			if a, ok := netip.AddrFromSlice(ip); ok && !s.InPool(a) {
+				addrs = append(addrs, a.Unmap())
+			}
+		}
+	}
+	if len(addrs) > 0 {
+		return addrs, nil
+	}
+	if err := errors.Join(res[0].err, res[1].err); err != nil {
+		return nil, fmt.Errorf("resolve %s via proxy: %w", name, err)
+	}
+	return nil, fmt.Errorf("resolve %s via proxy: no address (%s)", name, mdns.RcodeToString[res[0].m.Rcode])
+}
