@@ -1,11 +1,68 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/daemon"
 )
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "router: not built yet")
-	return exitUsage
+	fs := newFlags("run", "--config FILE [--log-format text|json]",
+		"Runs the daemon in the foreground: captures, decides, relays. SIGHUP reloads the config\n(a broken file is reported and the running rules stay); SIGTERM or Ctrl-C stops it and\nleaves the capture in place, so VM traffic stays blocked until a router runs again or\n`router cleanup` removes it. Needs root (nftables, socket marks).", stderr)
+	cfgPath := fs.String("config", "", "the config `file`")
+	format := fs.String("log-format", "", "text or json (default: [log] format of the config)")
+	if code, stop := parseFlags(fs, args); stop {
+		return code
+	}
+	if *cfgPath == "" {
+		fmt.Fprintln(stderr, "router run: --config is required")
+		return exitUsage
+	}
+	// The format must be known before the file is read for good; a bad file is reported by
+	// daemon.Run with every error.
+	if *format == "" {
+		*format = conf.DefaultLogFormat
+		if cfg, err := conf.Load(*cfgPath, conf.Options{SkipSecrets: true}); err == nil {
+			*format = cfg.Log.Format
+		}
+	}
+	level := new(slog.LevelVar)
+	var h slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
+	if *format == "json" {
+		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
+	}
+	log := slog.New(h)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	reload := make(chan struct{}, 1)
+	go func() {
+		for range hup {
+			select {
+			case reload <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	err := daemon.Run(ctx, daemon.Options{
+		ConfigPath: *cfgPath,
+		Platform:   daemon.NewPlatform(log.With("component", "proc")),
+		Log:        log,
+		Level:      level,
+		Reload:     reload,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "router run: %v\n", err)
+		return exitUsage
+	}
+	return exitOK
 }

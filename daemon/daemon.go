@@ -1,0 +1,400 @@
+// Package daemon wires the router together and runs it: the config, the DNS server, the
+// transparent listener, the forwards and the platform's capture. It is what `router run`
+// runs; cmd/router only turns signals into a context and a reload channel.
+//
+// Start order: listeners first (transparent, DNS, forwards), capture last, so the capture
+// never redirects to a port nobody listens on. Stop: listeners close, running flows get a
+// short grace period, and the capture is left in place: it is the guard that keeps VM
+// traffic blocked until a router runs again (only `router cleanup` removes it).
+//
+// Reload (a value on Options.Reload) applies a new file atomically: it is parsed and
+// checked whole, new forward listeners are opened and the new capture installed before the
+// new rules take effect; any failure leaves the running config untouched and is logged.
+// Keys that need new sockets of the daemon itself (listener_port, dns_port, mark, table)
+// and the [dns] table need a restart; a reload that changes them is refused.
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"reflect"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/dns"
+	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/router"
+	"github.com/agentcage/router/rules"
+)
+
+// Platform is the operating system's part: capture and attribution.
+type Platform interface {
+	// Install puts the capture for cfg in place, replacing any earlier one atomically.
+	Install(cfg *conf.Config) error
+	// OriginalDst returns where a redirected connection was going.
+	OriginalDst(c *net.TCPConn) (netip.AddrPort, error)
+	// Control returns the socket option function that marks the router's own sockets.
+	Control(mark uint32) func(network, address string, c syscall.RawConn) error
+	// Owner finds the process of a local flow; nil when the platform cannot.
+	Owner() func(src, dst netip.AddrPort) (proc.Info, error)
+	// Resolver returns the host's own resolver (ip:port) for [dns] direct_names.
+	Resolver() (string, error)
+}
+
+// Options configure Run.
+type Options struct {
+	ConfigPath string
+	Platform   Platform
+	// Log receives the daemon's records; its level follows [log] level when Level is set.
+	Log   *slog.Logger
+	Level *slog.LevelVar
+	// Reload asks for the config file to be read again.
+	Reload <-chan struct{}
+	// Ready, when not nil, is closed once the capture is installed (tests wait on it).
+	Ready chan<- struct{}
+	// Grace is how long running flows may finish after a stop; default 2 s.
+	Grace time.Duration
+	// Reloaded, when not nil, receives the outcome of every reload (tests).
+	Reloaded chan<- error
+}
+
+// Run runs the daemon until ctx is done. It returns an error when it cannot start; the
+// capture it installed stays in place when it returns.
+func Run(ctx context.Context, opts Options) error {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Grace == 0 {
+		opts.Grace = 2 * time.Second
+	}
+	cfg, err := conf.Load(opts.ConfigPath, conf.Options{})
+	if err != nil {
+		return err
+	}
+	d := &daemon{opts: opts, log: opts.Log, forwards: map[string]*forwardRun{}}
+	d.setLevel(cfg)
+	if err := d.start(ctx, cfg); err != nil {
+		d.stop()
+		return err
+	}
+	d.log.Info("router running", "config", cfg.File, "listener", d.tcp.Addr().String(), "dns", d.cfg.Capture.DNSPort,
+		"vm_networks", fmt.Sprint(cfg.Capture.VMNetworks), "local", cfg.Capture.Local, "rules", len(cfg.Rules), "forwards", len(cfg.Forwards))
+	if opts.Ready != nil {
+		close(opts.Ready)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			d.stop()
+			d.log.Info("router stopped; the capture stays in place and keeps VM traffic blocked until a router runs again or `router cleanup` removes it")
+			return nil
+		case <-opts.Reload:
+			err := d.reload(ctx)
+			if err != nil {
+				d.log.Error("reload failed; the running config stays", "err", err)
+			} else {
+				d.log.Info("reloaded", "config", d.cfg.File, "rules", len(d.cfg.Rules), "forwards", len(d.cfg.Forwards))
+			}
+			if opts.Reloaded != nil {
+				opts.Reloaded <- err
+			}
+		}
+	}
+}
+
+type daemon struct {
+	opts Options
+	log  *slog.Logger
+	cfg  *conf.Config
+
+	r       *router.Router
+	dns     *dns.Server
+	tcp     *net.TCPListener
+	dnsUDP  net.PacketConn
+	dnsTCP  net.Listener
+	serving sync.WaitGroup
+	cancel  context.CancelFunc // stops the serving goroutines
+
+	forwards map[string]*forwardRun // by listen address
+}
+
+type forwardRun struct {
+	f      router.Forward
+	ln     *net.TCPListener
+	cancel context.CancelFunc
+}
+
+func (d *daemon) setLevel(cfg *conf.Config) {
+	if d.opts.Level == nil {
+		return
+	}
+	lv := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+	d.opts.Level.Set(lv[cfg.Log.Level])
+}
+
+// policy turns a config into the router's policy.
+func policy(cfg *conf.Config) router.Policy {
+	p := router.Policy{
+		Rules:          rules.Compile(cfg.Rules),
+		VMNetworks:     cfg.Capture.VMNetworks,
+		IdleTimeout:    cfg.Relay.IdleTimeout,
+		ConnectTimeout: cfg.Relay.ConnectTimeout,
+	}
+	for _, px := range cfg.Proxies {
+		p.Upstreams = append(p.Upstreams, router.Upstream{
+			Name: px.Name, Host: px.Host, Port: px.Port,
+			Username: px.Username, Password: px.Password.Reveal(),
+			Pipeline: true,
+		})
+	}
+	return p
+}
+
+func forwardOf(f conf.Forward) router.Forward {
+	name := f.Name
+	if name == "" {
+		name = f.Listen.String()
+	}
+	return router.Forward{Name: name, Listen: f.Listen, Connect: f.Connect, Allow: f.Allow}
+}
+
+func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
+	pf := d.opts.Platform
+	control := pf.Control(cfg.Capture.Mark)
+	ropts := router.Options{
+		Log:         d.log.With("component", "router"),
+		OriginalDst: pf.OriginalDst,
+		Control:     control,
+		Owner:       pf.Owner(),
+	}
+	// The DNS server dials through the router (d.r, set below before anything is served)
+	// and the router asks the DNS server for the names behind addresses.
+	if err := d.startDNS(cfg); err != nil {
+		return err
+	}
+	ropts.Names = d.dns
+	r, err := router.New(policy(cfg), ropts)
+	if err != nil {
+		return err
+	}
+	d.r, d.cfg = r, cfg
+	sctx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	lc := net.ListenConfig{Control: control}
+	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort("::", strconv.Itoa(int(cfg.Capture.ListenerPort))))
+	if err != nil {
+		return fmt.Errorf("transparent listener: %w", err)
+	}
+	d.tcp = ln.(*net.TCPListener)
+	d.serving.Go(func() {
+		if err := r.Serve(sctx, d.tcp); err != nil {
+			d.log.Error("transparent listener", "err", err)
+		}
+	})
+	if cfg.Capture.DNSPort != 0 {
+		addr := net.JoinHostPort("::", strconv.Itoa(int(cfg.Capture.DNSPort)))
+		if d.dnsUDP, err = lc.ListenPacket(ctx, "udp", addr); err != nil {
+			return fmt.Errorf("dns listener: %w", err)
+		}
+		if d.dnsTCP, err = lc.Listen(ctx, "tcp", addr); err != nil {
+			return fmt.Errorf("dns listener: %w", err)
+		}
+		d.serving.Go(func() {
+			if err := d.dns.Serve(sctx, d.dnsUDP, d.dnsTCP); err != nil {
+				d.log.Error("dns", "err", err)
+			}
+		})
+	}
+	for _, f := range cfg.Forwards {
+		fr, err := d.openForward(ctx, forwardOf(f))
+		if err != nil {
+			return err
+		}
+		d.runForward(fr)
+	}
+	if err := pf.Install(cfg); err != nil {
+		return fmt.Errorf("install capture: %w", err)
+	}
+	return nil
+}
+
+func (d *daemon) startDNS(cfg *conf.Config) error {
+	mode, err := dns.ParseMode(cfg.DNS.Mode)
+	if err != nil {
+		return err
+	}
+	dc := dns.Config{Mode: mode, Pool: cfg.DNS.Pool, TTL: cfg.DNS.TTL, Resolver: cfg.DNS.Resolver}
+	for _, h := range cfg.DNS.DirectNames {
+		dc.DirectNames = append(dc.DirectNames, h.String())
+	}
+	var dl dns.Dialers
+	if cfg.DNS.Proxy != "" {
+		proxy := cfg.DNS.Proxy
+		dl.Proxy = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if network != "tcp" {
+				return nil, fmt.Errorf("dns via proxy: %s is not carried", network)
+			}
+			return d.r.DialUpstream(ctx, proxy, addr)
+		}
+	}
+	if len(dc.DirectNames) > 0 {
+		dl.Direct = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return d.r.Dialer().DialContext(ctx, network, addr)
+		}
+		if dl.DirectResolver, err = d.opts.Platform.Resolver(); err != nil {
+			return fmt.Errorf("dns direct_names: %w", err)
+		}
+	}
+	s, err := dns.New(dc, dl, d.log.With("component", "dns"))
+	if err != nil {
+		return err
+	}
+	d.dns = s
+	return nil
+}
+
+func (d *daemon) openForward(ctx context.Context, f router.Forward) (*forwardRun, error) {
+	ln, err := d.r.ListenForward(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	return &forwardRun{f: f, ln: ln}, nil
+}
+
+func (d *daemon) runForward(fr *forwardRun) {
+	ctx, cancel := context.WithCancel(context.Background())
+	fr.cancel = cancel
+	d.forwards[fr.f.Listen.String()] = fr
+	d.serving.Go(func() {
+		if err := d.r.ServeForward(ctx, fr.ln, fr.f); err != nil {
+			d.log.Error("forward", "name", fr.f.Name, "err", err)
+		}
+	})
+}
+
+func (d *daemon) stop() {
+	if d.cancel != nil {
+		d.cancel()
+	}
+	for _, fr := range d.forwards {
+		if fr.cancel != nil {
+			fr.cancel()
+		}
+		fr.ln.Close()
+	}
+	for _, c := range []io.Closer{d.tcp, d.dnsUDP, d.dnsTCP} {
+		if c != nil && !reflect.ValueOf(c).IsNil() {
+			c.Close()
+		}
+	}
+	d.serving.Wait()
+	if d.r != nil {
+		done := make(chan struct{})
+		go func() { d.r.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(d.opts.Grace):
+			d.log.Info("stopping with flows still open")
+		}
+		d.r.Close()
+	}
+	if d.dns != nil {
+		d.dns.Close()
+	}
+}
+
+// restartKeys are what a reload may not change.
+func restartNeeded(old, cur *conf.Config) error {
+	var keys []string
+	if old.Capture.ListenerPort != cur.Capture.ListenerPort {
+		keys = append(keys, "capture.listener_port")
+	}
+	if old.Capture.DNSPort != cur.Capture.DNSPort {
+		keys = append(keys, "capture.dns_port")
+	}
+	if old.Capture.Mark != cur.Capture.Mark {
+		keys = append(keys, "capture.mark")
+	}
+	if old.Capture.Table != cur.Capture.Table {
+		keys = append(keys, "capture.table")
+	}
+	if fmt.Sprint(old.DNS) != fmt.Sprint(cur.DNS) {
+		keys = append(keys, "dns")
+	}
+	if len(keys) > 0 {
+		return fmt.Errorf("%s changed: restart the router to apply that", keys)
+	}
+	return nil
+}
+
+func (d *daemon) reload(ctx context.Context) error {
+	cfg, err := conf.Load(d.opts.ConfigPath, conf.Options{})
+	if err != nil {
+		return err
+	}
+	if err := restartNeeded(d.cfg, cfg); err != nil {
+		return err
+	}
+	pol := policy(cfg)
+	// New forwards first; any failure closes what was opened and changes nothing.
+	want := map[string]router.Forward{}
+	var opened []*forwardRun
+	for _, f := range cfg.Forwards {
+		rf := forwardOf(f)
+		want[rf.Listen.String()] = rf
+		if cur, ok := d.forwards[rf.Listen.String()]; ok && reflect.DeepEqual(cur.f, rf) {
+			continue
+		}
+		if _, ok := d.forwards[rf.Listen.String()]; ok {
+			continue // same address, new settings: swapped in place below
+		}
+		fr, err := d.openForward(ctx, rf)
+		if err != nil {
+			for _, o := range opened {
+				o.ln.Close()
+			}
+			return err
+		}
+		opened = append(opened, fr)
+	}
+	if err := d.opts.Platform.Install(cfg); err != nil {
+		for _, o := range opened {
+			o.ln.Close()
+		}
+		return fmt.Errorf("install capture: %w", err)
+	}
+	if err := d.r.SetPolicy(pol); err != nil {
+		return err // conf validated it; this is a bug if it happens
+	}
+	for addr, fr := range d.forwards {
+		nf, keep := want[addr]
+		if keep && reflect.DeepEqual(nf, fr.f) {
+			continue
+		}
+		fr.cancel()
+		fr.ln.Close()
+		delete(d.forwards, addr)
+		if keep {
+			// Same address, new allow list or target: reopen on the freed address.
+			nfr, err := d.openForward(ctx, nf)
+			if err != nil {
+				d.log.Error("forward could not be reopened", "forward", nf.Name, "err", err)
+				continue
+			}
+			d.runForward(nfr)
+		}
+	}
+	for _, fr := range opened {
+		d.runForward(fr)
+	}
+	d.cfg = cfg
+	d.setLevel(cfg)
+	return nil
+}

@@ -1,0 +1,82 @@
+package daemon
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/dns"
+	"github.com/agentcage/router/nftcap"
+	"github.com/agentcage/router/proc"
+)
+
+// linuxPlatform captures with nftables and attributes local flows through sock_diag.
+type linuxPlatform struct {
+	finder *proc.LinuxFinder
+}
+
+// NewPlatform returns the capture of this operating system.
+func NewPlatform(log *slog.Logger) Platform {
+	return &linuxPlatform{finder: proc.NewLinuxFinder(proc.LinuxFinderConfig{Logger: log})}
+}
+
+// Spec is the nftables capture a config asks for.
+func Spec(cfg *conf.Config) nftcap.Spec {
+	s := nftcap.Spec{
+		Table:        cfg.Capture.Table,
+		VMNetworks:   cfg.Capture.VMNetworks,
+		Local:        cfg.Capture.Local,
+		ListenerPort: cfg.Capture.ListenerPort,
+		DNSPort:      cfg.Capture.DNSPort,
+		Mark:         cfg.Capture.Mark,
+	}
+	for _, f := range cfg.Forwards {
+		s.Forwards = append(s.Forwards, nftcap.Forward{Listen: f.Listen, Allow: f.Allow})
+	}
+	return s
+}
+
+func (p *linuxPlatform) Install(cfg *conf.Config) error { return nftcap.Install(Spec(cfg)) }
+
+func (p *linuxPlatform) OriginalDst(c *net.TCPConn) (netip.AddrPort, error) {
+	return nftcap.OriginalDst(c)
+}
+
+func (p *linuxPlatform) Control(mark uint32) func(network, address string, c syscall.RawConn) error {
+	return nftcap.MarkControl(mark)
+}
+
+func (p *linuxPlatform) Owner() func(src, dst netip.AddrPort) (proc.Info, error) {
+	return p.finder.LookupTCP
+}
+
+// Resolver returns the host's upstream resolver for direct_names. A loopback stub (such as
+// systemd-resolved's 127.0.0.53) is skipped: its own upstream queries are captured with
+// local = true and would come back to the router. systemd-resolved's list of real upstreams
+// is read first.
+func (p *linuxPlatform) Resolver() (string, error) {
+	for _, path := range []string{"/run/systemd/resolve/resolv.conf", "/etc/resolv.conf"} {
+		f, err := os.Open(path)
+		if err != nil {
+			continue
+		}
+		servers, err := dns.ParseResolvConf(f)
+		f.Close()
+		if err != nil {
+			return "", fmt.Errorf("host resolver: %s: %w", path, err)
+		}
+		for _, s := range servers {
+			if !s.Addr().IsLoopback() {
+				return s.String(), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("host resolver: no nameserver other than loopback in /etc/resolv.conf")
+}
+
+// Cleanup removes the router's capture table.
+func Cleanup(table string) error { return nftcap.Remove(table) }

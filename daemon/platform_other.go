@@ -1,0 +1,32 @@
+//go:build !linux
+
+package daemon
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"syscall"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/proc"
+)
+
+var errNoCapture = errors.New("capture on this operating system is not built yet")
+
+type noPlatform struct{}
+
+// NewPlatform returns the capture of this operating system.
+func NewPlatform(*slog.Logger) Platform { return noPlatform{} }
+
+func (noPlatform) Install(*conf.Config) error { return errNoCapture }
+func (noPlatform) OriginalDst(*net.TCPConn) (netip.AddrPort, error) {
+	return netip.AddrPort{}, errNoCapture
+}
+func (noPlatform) Control(uint32) func(string, string, syscall.RawConn) error { return nil }
+func (noPlatform) Owner() func(src, dst netip.AddrPort) (proc.Info, error)    { return nil }
+func (noPlatform) Resolver() (string, error)                                  { return "", errNoCapture }
+
+// Cleanup removes the router's capture.
+func Cleanup(table string) error { return errNoCapture }

@@ -1,0 +1,95 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// Forward is one [[forward]]: connections to Listen from an Allow source are relayed to
+// Connect (the model server on 127.0.0.1); every other source is refused.
+type Forward struct {
+	Name    string
+	Listen  netip.AddrPort
+	Connect netip.AddrPort
+	Allow   []netip.Prefix
+}
+
+func (f Forward) allowed(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range f.Allow {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// ListenForward opens the forward's listening socket (on its address only).
+func (r *Router) ListenForward(ctx context.Context, f Forward) (*net.TCPListener, error) {
+	lc := net.ListenConfig{Control: r.opts.Control}
+	ln, err := lc.Listen(ctx, "tcp", f.Listen.String())
+	if err != nil {
+		return nil, fmt.Errorf("forward %s: listen %s: %w", f.Name, f.Listen, err)
+	}
+	return ln.(*net.TCPListener), nil
+}
+
+// ServeForward accepts on ln until ctx is done or ln is closed. Bytes pass without
+// buffering (kernel splice, no Nagle delay added by the router), so the events of a streamed
+// completion reach the guest as the model sends them.
+func (r *Router) ServeForward(ctx context.Context, ln *net.TCPListener, f Forward) error {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	for {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("forward %s: accept: %w", f.Name, err)
+		}
+		r.flows.Add(1)
+		go func() {
+			defer r.flows.Done()
+			r.forward(ctx, c, f)
+		}()
+	}
+}
+
+func (r *Router) forward(ctx context.Context, c *net.TCPConn, f Forward) {
+	start := time.Now()
+	src := addrPortOf(c.RemoteAddr())
+	log := r.log.With("forward", f.Name, "src", src, "connect", f.Connect)
+	if !f.allowed(src.Addr()) {
+		log.Warn("forward refused: source not allowed")
+		reset(c)
+		return
+	}
+	p := r.pol.Load()
+	dctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
+	out, err := r.dialer.DialContext(dctx, "tcp", f.Connect.String())
+	cancel()
+	if err != nil {
+		log.Warn("forward failed", "err", err)
+		reset(c)
+		return
+	}
+	rl := r.relayFor(p)
+	up, down, err := rl.run(c, out.(*net.TCPConn))
+	if errors.Is(err, errIdle) {
+		err = nil
+	}
+	attrs := []any{"up", up, "down", down, "duration", time.Since(start).Round(time.Millisecond)}
+	if err != nil {
+		attrs = append(attrs, "err", err.Error())
+	}
+	log.Info("forward", attrs...)
+}

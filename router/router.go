@@ -1,0 +1,267 @@
+// Package router is the data path. It takes the TCP connections that capture redirected to
+// its transparent listener, asks the rules what to do with each, and then connects direct,
+// connects through an upstream SOCKS5 proxy (giving it the host name when one is known), or
+// refuses; then it relays both ways. It also serves the model forwards (the replacement for
+// `netsh interface portproxy`).
+//
+// Own traffic versus user traffic: every connection the router opens itself (to a proxy, to a
+// direct destination, to a forward's target) goes through one Dialer built with the capture's
+// Control function (a socket mark on Linux), so capture never takes it back: there is no loop
+// by construction. Nothing here ever falls back from a proxy to a direct connection.
+//
+// The package knows no platform: the original destination of a redirected connection, the
+// socket marking, the owner of a local flow and the fake-IP names come in through Options.
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/socks5"
+)
+
+// Names is the DNS side's knowledge of host names: fake-IP pool addresses and, in proxy
+// mode, the addresses seen in answers. A nil Names means no name is ever known.
+type Names interface {
+	// InPool reports whether a is a fake-IP pool address.
+	InPool(a netip.Addr) bool
+	// Acquire returns the name behind pool address a and keeps the mapping alive until
+	// release is called; ok is false for a pool address nobody was given.
+	Acquire(a netip.Addr) (name string, release func(), ok bool)
+	// NameFor returns a name that resolved to a (proxy mode), if one is known.
+	NameFor(a netip.Addr) (string, bool)
+	// ResolveViaProxy looks a name up through the proxy, for a fake-IP flow that a rule
+	// sends direct.
+	ResolveViaProxy(ctx context.Context, name string) ([]netip.Addr, error)
+}
+
+// Options are the collaborators of a Router. OriginalDst is required; the rest may be nil.
+type Options struct {
+	Log *slog.Logger
+	// OriginalDst returns where a redirected connection was going.
+	OriginalDst func(c *net.TCPConn) (netip.AddrPort, error)
+	// Control is applied to every socket the router opens (mark it as own traffic).
+	Control func(network, address string, c syscall.RawConn) error
+	// Owner finds the process of a local flow (src is the app's address, dst where it was
+	// going). It is only asked when some rule names apps or services.
+	Owner func(src, dst netip.AddrPort) (proc.Info, error)
+	Names Names
+	// Resolve looks up a proxy's host name. It must not go through capture; the default is
+	// Go's resolver dialing with Control.
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+}
+
+// Upstream is one [proxy.NAME].
+type Upstream struct {
+	Name     string
+	Host     string // IP or name of the SOCKS5 server
+	Port     uint16
+	Username string
+	Password string
+	// Pipeline sends the SOCKS5 greeting and request without waiting in between.
+	Pipeline bool
+}
+
+// Policy is what a reload replaces: the rules, the upstreams and the limits.
+type Policy struct {
+	Rules          *rules.Table
+	Upstreams      []Upstream
+	VMNetworks     []netip.Prefix // sources that are VMs: their flows have no local process
+	IdleTimeout    time.Duration
+	ConnectTimeout time.Duration
+}
+
+// policy is a Policy prepared for use.
+type policy struct {
+	Policy
+	ups      map[string]*upstream
+	needProc bool
+}
+
+type upstream struct {
+	Upstream
+	client socks5.Client
+}
+
+// Router runs the transparent listener and forwards. Its methods are safe for concurrent
+// use; SetPolicy may be called at any time (a reload) and affects new flows only.
+type Router struct {
+	log    *slog.Logger
+	opts   Options
+	dialer *net.Dialer
+	pol    atomic.Pointer[policy]
+	pipes  *pipePool
+	flows  sync.WaitGroup
+	nextID atomic.Uint64
+
+	mu      sync.Mutex // guards proxyIP
+	proxyIP map[string][]netip.Addr
+}
+
+// New returns a Router with the given policy.
+func New(p Policy, opts Options) (*Router, error) {
+	if opts.OriginalDst == nil {
+		return nil, errors.New("router: OriginalDst is required")
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	r := &Router{
+		log:     opts.Log,
+		opts:    opts,
+		dialer:  &net.Dialer{Control: opts.Control, KeepAlive: 30 * time.Second},
+		pipes:   newRelayPipes(),
+		proxyIP: map[string][]netip.Addr{},
+	}
+	if r.opts.Resolve == nil {
+		res := &net.Resolver{PreferGo: true, Dial: r.dialer.DialContext}
+		r.opts.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return res.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	if err := r.SetPolicy(p); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// SetPolicy replaces the policy for new flows.
+func (r *Router) SetPolicy(p Policy) error {
+	if p.Rules == nil {
+		p.Rules = rules.Compile(nil)
+	}
+	if p.IdleTimeout <= 0 {
+		return errors.New("router: idle timeout must be positive")
+	}
+	if p.ConnectTimeout <= 0 {
+		return errors.New("router: connect timeout must be positive")
+	}
+	np := &policy{Policy: p, ups: map[string]*upstream{}}
+	for _, u := range p.Upstreams {
+		up := &upstream{Upstream: u, client: socks5.Client{Pipeline: u.Pipeline}}
+		if u.Username != "" {
+			up.client.Auth = &socks5.Auth{Username: u.Username, Password: u.Password}
+		}
+		np.ups[u.Name] = up
+	}
+	for _, rl := range p.Rules.Rules() {
+		if rl.Action == rules.Proxy {
+			if _, ok := np.ups[rl.Proxy]; !ok {
+				return fmt.Errorf("router: rule %q names unknown proxy %q", rl.Name, rl.Proxy)
+			}
+		}
+		np.needProc = np.needProc || len(rl.Apps) > 0 || len(rl.Services) > 0
+	}
+	r.pol.Store(np)
+	return nil
+}
+
+// Dialer returns the router's own dialer (marked: never captured).
+func (r *Router) Dialer() *net.Dialer { return r.dialer }
+
+// DialUpstream connects to address (host:port) through the named upstream proxy; the host is
+// handed to the proxy as a name when it is not an IP. The DNS side uses it to reach its
+// resolver.
+func (r *Router) DialUpstream(ctx context.Context, proxy, address string) (net.Conn, error) {
+	up, ok := r.pol.Load().ups[proxy]
+	if !ok {
+		return nil, fmt.Errorf("dial %s via %s: no such proxy", address, proxy)
+	}
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: bad port", address)
+	}
+	dst := socks5.Addr{Port: uint16(p)}
+	if a, err := netip.ParseAddr(host); err == nil {
+		dst.IP = a
+	} else {
+		dst.Name = host
+	}
+	return r.dialProxy(ctx, up, dst)
+}
+
+// dialProxy connects to the upstream and asks it to CONNECT to dst.
+func (r *Router) dialProxy(ctx context.Context, up *upstream, dst socks5.Addr) (*net.TCPConn, error) {
+	addrs, err := r.proxyAddrs(ctx, up)
+	if err != nil {
+		return nil, err
+	}
+	var c net.Conn
+	for _, a := range addrs {
+		c, err = r.dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(a, up.Port).String())
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect to proxy %s: %w", up.Name, err)
+	}
+	tc := c.(*net.TCPConn)
+	if d, ok := ctx.Deadline(); ok {
+		tc.SetDeadline(d)
+	}
+	if _, err := up.client.Handshake(tc, dst); err != nil {
+		tc.Close()
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", err, ctx.Err())
+		}
+		return nil, fmt.Errorf("proxy %s: %w", up.Name, err)
+	}
+	tc.SetDeadline(time.Time{})
+	return tc, nil
+}
+
+// proxyAddrs resolves an upstream's host, remembering the answer; a failed lookup is retried
+// on the next flow (a proxy name that does not resolve at boot must not stay broken).
+func (r *Router) proxyAddrs(ctx context.Context, up *upstream) ([]netip.Addr, error) {
+	if a, err := netip.ParseAddr(up.Host); err == nil {
+		return []netip.Addr{a}, nil
+	}
+	r.mu.Lock()
+	addrs := r.proxyIP[up.Host]
+	r.mu.Unlock()
+	if len(addrs) > 0 {
+		return addrs, nil
+	}
+	addrs, err := r.opts.Resolve(ctx, up.Host)
+	if err != nil || len(addrs) == 0 {
+		return nil, fmt.Errorf("resolve proxy %s (%s): %w", up.Name, up.Host, errors.Join(err, errNoAddress(len(addrs))))
+	}
+	r.mu.Lock()
+	r.proxyIP[up.Host] = addrs
+	r.mu.Unlock()
+	return addrs, nil
+}
+
+func errNoAddress(n int) error {
+	if n == 0 {
+		return errors.New("no address")
+	}
+	return nil
+}
+
+// relayFor returns the relay settings of the current policy.
+func (r *Router) relayFor(p *policy) relay {
+	return relay{idle: p.IdleTimeout, pipes: r.pipes}
+}
+
+// Wait blocks until every flow started so far has ended.
+func (r *Router) Wait() { r.flows.Wait() }
+
+// Close releases pooled resources; call it after the listeners are closed and Wait returned.
+func (r *Router) Close() { r.pipes.Close() }

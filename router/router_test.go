@@ -1,0 +1,541 @@
+package router
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	gosocks5 "github.com/things-go/go-socks5"
+
+	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/rules"
+)
+
+// The tests run the router on loopback. A "redirected" connection is simply a connection to
+// the router's listener; the test tells the fake OriginalDst where it was going, keyed by the
+// client's address.
+
+const waitFor = 5 * time.Second
+
+type origTable struct {
+	mu sync.Mutex
+	m  map[netip.AddrPort]netip.AddrPort
+}
+
+func (o *origTable) set(client, dst netip.AddrPort) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.m[client] = dst
+}
+
+// lookup waits (bounded) for the test to register the client, which it does right after
+// dialing.
+func (o *origTable) lookup(c *net.TCPConn) (netip.AddrPort, error) {
+	client := addrPortOf(c.RemoteAddr())
+	deadline := time.Now().Add(waitFor)
+	for time.Now().Before(deadline) {
+		o.mu.Lock()
+		d, ok := o.m[client]
+		o.mu.Unlock()
+		if ok {
+			return d, nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return netip.AddrPort{}, fmt.Errorf("no original destination for %s", client)
+}
+
+// env is one router on loopback with its upstream proxy and targets.
+type env struct {
+	t      *testing.T
+	r      *Router
+	ln     *net.TCPListener
+	orig   *origTable
+	logs   *syncBuffer
+	marked *countingControl
+	socks  *proxyServer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// countingControl stands in for the socket mark: it counts the sockets the router opens.
+type countingControl struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *countingControl) control(network, address string, _ syscall.RawConn) error {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *countingControl) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// proxyServer is go-socks5 on loopback; it records the destinations it was asked for.
+type proxyServer struct {
+	addr  netip.AddrPort
+	ln    net.Listener
+	mu    sync.Mutex
+	names []string
+	hosts map[string]netip.Addr // names it resolves
+}
+
+func (p *proxyServer) Resolve(ctx context.Context, name string) (context.Context, net.IP, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.names = append(p.names, name)
+	if a, ok := p.hosts[name]; ok {
+		return ctx, a.AsSlice(), nil
+	}
+	return ctx, nil, fmt.Errorf("no such host %q", name)
+}
+
+func (p *proxyServer) asked() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.names...)
+}
+
+func startProxy(t *testing.T, hosts map[string]netip.Addr, creds map[string]string) *proxyServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxyServer{ln: ln, addr: ln.Addr().(*net.TCPAddr).AddrPort(), hosts: hosts}
+	loopbackOnly := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ap, err := netip.ParseAddrPort(addr)
+		if err != nil || !ap.Addr().IsLoopback() {
+			return nil, fmt.Errorf("test proxy dials loopback only, not %q", addr)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	opts := []gosocks5.Option{gosocks5.WithDial(loopbackOnly), gosocks5.WithResolver(p)}
+	if creds != nil {
+		opts = append(opts, gosocks5.WithCredential(gosocks5.StaticCredentials(creds)))
+	}
+	srv := gosocks5.NewServer(opts...)
+	go srv.Serve(ln)
+	t.Cleanup(func() { ln.Close() })
+	return p
+}
+
+func (p *proxyServer) stop() { p.ln.Close() }
+
+// startTarget runs an echo server that first writes a banner.
+func startTarget(t *testing.T, banner string) netip.AddrPort {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(waitFor))
+				io.WriteString(c, banner)
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return ln.Addr().(*net.TCPAddr).AddrPort()
+}
+
+func mustRules(t *testing.T, rs ...rules.Rule) *rules.Table {
+	t.Helper()
+	return rules.Compile(rs)
+}
+
+func hostRule(name string, act rules.Action, proxy string, hosts ...string) rules.Rule {
+	r := rules.Rule{Name: name, Action: act, Proxy: proxy}
+	for _, h := range hosts {
+		hh, err := rules.ParseHost(h)
+		if err != nil {
+			panic(err)
+		}
+		r.Hosts = append(r.Hosts, hh)
+	}
+	return r
+}
+
+func newEnv(t *testing.T, pol Policy, opts Options) *env {
+	t.Helper()
+	e := &env{t: t, orig: &origTable{m: map[netip.AddrPort]netip.AddrPort{}}, logs: &syncBuffer{}, marked: &countingControl{}}
+	opts.OriginalDst = e.orig.lookup
+	opts.Control = e.marked.control
+	opts.Log = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if pol.IdleTimeout == 0 {
+		pol.IdleTimeout = time.Minute
+	}
+	if pol.ConnectTimeout == 0 {
+		pol.ConnectTimeout = 2 * time.Second
+	}
+	r, err := New(pol, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.r, e.ln = r, ln
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		r.Wait()
+		r.Close()
+		if t.Failed() {
+			t.Logf("router log:\n%s", e.logs.String())
+		}
+	})
+	return e
+}
+
+// waitLog waits (bounded) until the router's log holds want.
+func (e *env) waitLog(want string) {
+	e.t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !strings.Contains(e.logs.String(), want) {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("log never said %q:\n%s", want, e.logs.String())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// dial connects "through capture" to dst.
+func (e *env) dial(dst netip.AddrPort) *net.TCPConn {
+	e.t.Helper()
+	c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(addrPortOf(e.ln.Addr())))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.orig.set(addrPortOf(c.LocalAddr()), dst)
+	c.SetDeadline(time.Now().Add(waitFor))
+	e.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func readN(t *testing.T, c net.Conn, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c, b); err != nil {
+		t.Fatalf("read %d bytes: %v", n, err)
+	}
+	return string(b)
+}
+
+// wantReset checks that the router refused the connection (reset or close, no data).
+func wantReset(t *testing.T, c net.Conn) {
+	t.Helper()
+	b := make([]byte, 1)
+	n, err := c.Read(b)
+	if n != 0 || err == nil {
+		t.Fatalf("read = %d, %v; want the connection refused", n, err)
+	}
+	if !errors.Is(err, syscall.ECONNRESET) && err != io.EOF {
+		t.Fatalf("read error = %v; want a reset", err)
+	}
+}
+
+func TestDirect(t *testing.T) {
+	target := startTarget(t, "hello\n")
+	e := newEnv(t, Policy{Rules: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
+	c := e.dial(target)
+	if got := readN(t, c, 6); got != "hello\n" {
+		t.Fatalf("banner = %q", got)
+	}
+	io.WriteString(c, "ping")
+	if got := readN(t, c, 4); got != "ping" {
+		t.Fatalf("echo = %q", got)
+	}
+	c.Close()
+	if e.marked.count() == 0 {
+		t.Error("the router's own connection was not marked")
+	}
+}
+
+func TestProxyHandsTheNameToTheProxy(t *testing.T) {
+	target := startTarget(t, "via-proxy\n")
+	p := startProxy(t, map[string]netip.Addr{"echo.lab.test": target.Addr()}, map[string]string{"agent": "pw-42"})
+	names := &fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"), m: map[netip.Addr]string{netip.MustParseAddr("198.18.0.7"): "echo.lab.test"}}
+	pol := Policy{
+		Rules:     mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
+		Upstreams: []Upstream{{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port(), Username: "agent", Password: "pw-42"}},
+	}
+	e := newEnv(t, pol, Options{Names: names})
+	c := e.dial(netip.AddrPortFrom(netip.MustParseAddr("198.18.0.7"), target.Port()))
+	if got := readN(t, c, 10); got != "via-proxy\n" {
+		t.Fatalf("banner = %q", got)
+	}
+	if got := p.asked(); len(got) != 1 || got[0] != "echo.lab.test" {
+		t.Errorf("proxy was asked to resolve %q; want the name echo.lab.test (ATYP domain)", got)
+	}
+	c.Close()
+	// An address of the pool that no DNS answer gave out is refused, never forwarded.
+	c = e.dial(netip.AddrPortFrom(netip.MustParseAddr("198.18.0.8"), target.Port()))
+	wantReset(t, c)
+	if n := len(p.asked()); n != 1 {
+		t.Errorf("proxy asked %d times; the unknown fake IP went out", n)
+	}
+}
+
+func TestProxyDownFailsClosed(t *testing.T) {
+	target := startTarget(t, "x")
+	p := startProxy(t, nil, nil)
+	p.stop()
+	pol := Policy{
+		Rules:     mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
+		Upstreams: []Upstream{{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port()}},
+	}
+	e := newEnv(t, pol, Options{})
+	c := e.dial(target)
+	wantReset(t, c)
+	e.waitLog("connect to proxy exit")
+}
+
+func TestWrongPasswordFailsClosedAndStaysSecret(t *testing.T) {
+	target := startTarget(t, "x")
+	p := startProxy(t, map[string]netip.Addr{}, map[string]string{"agent": "right"})
+	pol := Policy{
+		Rules:     mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
+		Upstreams: []Upstream{{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port(), Username: "agent", Password: "wrong-secret-pw"}},
+	}
+	e := newEnv(t, pol, Options{})
+	wantReset(t, e.dial(target))
+	e.waitLog("msg=flow")
+	if strings.Contains(e.logs.String(), "wrong-secret-pw") {
+		t.Errorf("password in log:\n%s", e.logs.String())
+	}
+}
+
+func TestBlockResets(t *testing.T) {
+	target := startTarget(t, "x")
+	e := newEnv(t, Policy{Rules: mustRules(t, hostRule("no", rules.Block, "", target.Addr().String()))}, Options{})
+	wantReset(t, e.dial(target))
+	if e.marked.count() != 0 {
+		t.Error("a blocked flow opened a connection")
+	}
+}
+
+func TestDoTBlockedUnlessProxied(t *testing.T) {
+	e := newEnv(t, Policy{Rules: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
+	wantReset(t, e.dial(netip.MustParseAddrPort("127.0.0.1:853")))
+	e.waitLog("DoT blocked")
+}
+
+func TestAppRuleUsesOwner(t *testing.T) {
+	target := startTarget(t, "x")
+	app := rules.Rule{Name: "hv", Action: rules.Block, Apps: []rules.App{rules.MustApp("VBoxHeadless")}}
+	owner := func(src, dst netip.AddrPort) (proc.Info, error) {
+		return proc.Info{PID: 42, Name: "VBoxHeadless"}, nil
+	}
+	e := newEnv(t, Policy{Rules: mustRules(t, app, rules.Rule{Name: "default", Action: rules.Direct})}, Options{Owner: owner})
+	wantReset(t, e.dial(target))
+	e.waitLog("app=VBoxHeadless pid=42")
+	// Flows from a VM network have no local process: the owner is not asked.
+	e.r.SetPolicy(Policy{Rules: mustRules(t, app, rules.Rule{Name: "default", Action: rules.Direct}), VMNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, IdleTimeout: time.Minute, ConnectTimeout: time.Second})
+	c := e.dial(target)
+	if got := readN(t, c, 1); got != "x" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestHalfCloseAndByteCounts(t *testing.T) {
+	// A target that reads the whole request to EOF, then answers: the client's CloseWrite
+	// must reach it while the answer still comes back.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		req, _ := io.ReadAll(c)
+		fmt.Fprintf(c, "got %d bytes", len(req))
+	}()
+	e := newEnv(t, Policy{Rules: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
+	c := e.dial(ln.Addr().(*net.TCPAddr).AddrPort())
+	big := strings.Repeat("x", 3<<20)
+	if _, err := io.WriteString(c, big); err != nil {
+		t.Fatal(err)
+	}
+	c.CloseWrite()
+	resp, err := io.ReadAll(c)
+	if err != nil || string(resp) != fmt.Sprintf("got %d bytes", len(big)) {
+		t.Fatalf("response %q, %v", resp, err)
+	}
+	c.Close()
+	e.waitLog(fmt.Sprintf("up=%d down=%d", len(big), len(resp)))
+}
+
+func TestIdleTimeout(t *testing.T) {
+	target := startTarget(t, "")
+	e := newEnv(t, Policy{Rules: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct}), IdleTimeout: 300 * time.Millisecond}, Options{})
+	c := e.dial(target)
+	// Activity keeps the flow alive past the timeout.
+	var last time.Time
+	for range 4 {
+		io.WriteString(c, "k")
+		if readN(t, c, 1) != "k" {
+			t.Fatal("echo")
+		}
+		last = time.Now()
+		time.Sleep(150 * time.Millisecond)
+	}
+	wantReset(t, c)
+	if d := time.Since(last); d < 250*time.Millisecond || d > 3*time.Second {
+		t.Errorf("idle flow ended %v after its last byte; the timeout is 300ms", d)
+	}
+	e.waitLog("end=idle")
+}
+
+func TestForward(t *testing.T) {
+	target := startTarget(t, "model\n")
+	e := newEnv(t, Policy{}, Options{})
+	f := Forward{Name: "model", Listen: netip.MustParseAddrPort("127.0.0.1:0"), Connect: target, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ln, err := e.r.ListenForward(ctx, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go e.r.ServeForward(ctx, ln, f)
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(waitFor))
+	if got := readN(t, c, 6); got != "model\n" {
+		t.Fatalf("got %q", got)
+	}
+	// A source outside allow is refused.
+	f2 := f
+	f2.Allow = []netip.Prefix{netip.MustParsePrefix("10.0.2.0/24")}
+	ln2, err := e.r.ListenForward(ctx, f2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go e.r.ServeForward(ctx, ln2, f2)
+	c2, err := net.Dial("tcp", ln2.Addr().String())
+	if errors.Is(err, syscall.ECONNRESET) {
+		return // refused so fast that the reset beat the connect
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c2.SetDeadline(time.Now().Add(waitFor))
+	wantReset(t, c2)
+}
+
+// TestForwardStreamsUnbuffered: server-sent events cross the forward as they are sent.
+func TestForwardStreamsUnbuffered(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	sent := make(chan time.Time, 10)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for i := range 5 {
+			time.Sleep(100 * time.Millisecond)
+			sent <- time.Now()
+			fmt.Fprintf(c, "data: {\"n\":%d}\n\n", i)
+		}
+	}()
+	e := newEnv(t, Policy{}, Options{})
+	f := Forward{Name: "model", Listen: netip.MustParseAddrPort("127.0.0.1:0"), Connect: ln.Addr().(*net.TCPAddr).AddrPort(), Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fl, err := e.r.ListenForward(ctx, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go e.r.ServeForward(ctx, fl, f)
+	c, err := net.Dial("tcp", fl.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(waitFor))
+	br := bufio.NewReader(c)
+	for i := range 5 {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		br.ReadString('\n')
+		if lag := time.Since(<-sent); lag > 50*time.Millisecond {
+			t.Errorf("event %d (%q) arrived %v after it was sent", i, strings.TrimSpace(line), lag)
+		}
+	}
+}
+
+type fakeNames struct {
+	pool netip.Prefix
+	m    map[netip.Addr]string
+}
+
+func (f *fakeNames) InPool(a netip.Addr) bool { return f.pool.Contains(a) }
+func (f *fakeNames) Acquire(a netip.Addr) (string, func(), bool) {
+	n, ok := f.m[a]
+	return n, func() {}, ok
+}
+func (f *fakeNames) NameFor(a netip.Addr) (string, bool) { return "", false }
+func (f *fakeNames) ResolveViaProxy(ctx context.Context, name string) ([]netip.Addr, error) {
+	return nil, errors.New("not in this test")
+}

@@ -1,0 +1,195 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/socks5"
+)
+
+// Serve accepts redirected connections on ln until ctx is done or ln fails; each flow runs
+// in its own goroutine. Closing ln (or cancelling ctx) stops accepting; flows already running
+// go on (Wait waits for them).
+func (r *Router) Serve(ctx context.Context, ln *net.TCPListener) error {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	for {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		r.flows.Add(1)
+		go func() {
+			defer r.flows.Done()
+			r.handle(ctx, c)
+		}()
+	}
+}
+
+// Flow is what the router knows of one connection; it is logged when the flow ends.
+type Flow struct {
+	ID      uint64
+	Src     netip.AddrPort
+	Dst     netip.AddrPort // the original destination
+	Host    string         // the destination's name, when known
+	App     string
+	PID     int
+	Verdict rules.Verdict
+	Up      int64 // bytes client → destination
+	Down    int64
+	Start   time.Time
+	Err     error
+}
+
+func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
+	p := r.pol.Load()
+	f := &Flow{ID: r.nextID.Add(1), Start: time.Now(), Src: addrPortOf(c.RemoteAddr())}
+	defer func() { r.logFlow(f) }()
+	dst, err := r.opts.OriginalDst(c)
+	if err != nil {
+		f.Err = fmt.Errorf("original destination: %w", err)
+		reset(c)
+		return
+	}
+	f.Dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+	local := addrPortOf(c.LocalAddr())
+	if f.Dst == local || f.Dst.Addr().IsUnspecified() {
+		f.Err = errors.New("connection made to the listener itself, not redirected")
+		reset(c)
+		return
+	}
+	q := rules.Query{Network: rules.TCP, Src: f.Src.Addr(), Dst: f.Dst.Addr(), Port: f.Dst.Port()}
+	fromVM := false
+	for _, n := range p.VMNetworks {
+		fromVM = fromVM || n.Contains(q.Src)
+	}
+	if !fromVM && p.needProc && r.opts.Owner != nil {
+		if info, err := r.opts.Owner(f.Src, f.Dst); err == nil {
+			q.App, q.AppPath, q.Services, f.App, f.PID = info.Name, info.Path, info.Services, info.Name, info.PID
+		} else {
+			r.log.Debug("owner lookup", "src", f.Src, "dst", f.Dst, "err", err)
+		}
+	}
+	fake := false
+	if n := r.opts.Names; n != nil {
+		if n.InPool(q.Dst) {
+			name, release, ok := n.Acquire(q.Dst)
+			if !ok {
+				f.Err = errors.New("fake IP that no DNS answer gave out")
+				reset(c)
+				return
+			}
+			defer release()
+			q.Host, fake = name, true
+		} else if name, ok := n.NameFor(q.Dst); ok {
+			q.Host = name
+		}
+	}
+	f.Host = q.Host
+	f.Verdict = p.Rules.Decide(&q)
+	if f.Dst.Port() == 853 && f.Verdict.Action != rules.Proxy {
+		// DNS over TLS would carry names past the router's DNS: only a proxy may take it.
+		f.Verdict = rules.Verdict{Action: rules.Block, Index: f.Verdict.Index, Name: f.Verdict.Name + " (DoT blocked)"}
+	}
+	var out *net.TCPConn
+	dctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
+	switch f.Verdict.Action {
+	case rules.Block:
+		cancel()
+		reset(c)
+		return
+	case rules.Direct:
+		out, err = r.dialDirect(dctx, f.Dst, q.Host, fake)
+	case rules.Proxy:
+		sd := socks5.Addr{IP: f.Dst.Addr(), Port: f.Dst.Port()}
+		if q.Host != "" {
+			sd = socks5.Addr{Name: q.Host, Port: f.Dst.Port()}
+		}
+		out, err = r.dialProxy(dctx, p.ups[f.Verdict.Proxy], sd)
+	}
+	cancel()
+	if err != nil {
+		f.Err = err
+		reset(c) // fail closed: the client sees a reset, never a direct fallback
+		return
+	}
+	rl := r.relayFor(p)
+	f.Up, f.Down, f.Err = rl.run(c, out)
+}
+
+// dialDirect connects to dst with the router's own dialer. A fake IP is first resolved
+// through the proxy (the name never goes to the local resolver).
+func (r *Router) dialDirect(ctx context.Context, dst netip.AddrPort, host string, fake bool) (*net.TCPConn, error) {
+	targets := []netip.Addr{dst.Addr()}
+	if fake {
+		addrs, err := r.opts.Names.ResolveViaProxy(ctx, host)
+		if err != nil {
+			return nil, fmt.Errorf("resolve %s via proxy: %w", host, err)
+		}
+		targets = addrs
+	}
+	var err error
+	for _, a := range targets {
+		var c net.Conn
+		c, err = r.dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(a, dst.Port()).String())
+		if err == nil {
+			return c.(*net.TCPConn), nil
+		}
+	}
+	if err == nil {
+		err = errors.New("no address")
+	}
+	return nil, fmt.Errorf("connect direct: %w", err)
+}
+
+// reset closes c with an RST, so the client learns at once that the flow is refused.
+func reset(c *net.TCPConn) {
+	c.SetLinger(0)
+	c.Close()
+}
+
+func addrPortOf(a net.Addr) netip.AddrPort {
+	if t, ok := a.(*net.TCPAddr); ok {
+		ap := t.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return netip.AddrPort{}
+}
+
+func (r *Router) logFlow(f *Flow) {
+	attrs := []any{
+		"id", f.ID, "src", f.Src, "dst", f.Dst,
+		"rule", f.Verdict.Name, "action", f.Verdict.Action.String(),
+		"up", f.Up, "down", f.Down, "duration", time.Since(f.Start).Round(time.Millisecond),
+	}
+	if f.Host != "" {
+		attrs = append(attrs, "host", f.Host)
+	}
+	if f.App != "" {
+		attrs = append(attrs, "app", f.App, "pid", f.PID)
+	}
+	if f.Verdict.Proxy != "" {
+		attrs = append(attrs, "proxy", f.Verdict.Proxy)
+	}
+	if f.Err != nil && !errors.Is(f.Err, errIdle) {
+		attrs = append(attrs, "err", f.Err.Error())
+		r.log.Warn("flow", attrs...)
+		return
+	}
+	if errors.Is(f.Err, errIdle) {
+		attrs = append(attrs, "end", "idle")
+	}
+	r.log.Info("flow", attrs...)
+}
