@@ -1,0 +1,114 @@
+package lab
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// leakRuleset counts, in inet's prerouting (priority raw, before conntrack), every packet that
+// arrives on the uplink from the host's address or the guest subnet (IPv4), or from any
+// non-link-local IPv6 source, unless it is TCP to a port of set proxy_ports on InetUplinkAddr.
+// ARP and IPv6 neighbour/multicast housekeeping from link-local or unspecified sources are
+// not counted.
+func leakRuleset() string {
+	_, goPort, _ := strings.Cut(GoSocksAddr, ":")
+	_, dantePort, _ := strings.Cut(DanteAddr, ":")
+	return fmt.Sprintf(`table inet %[1]s {
+	set proxy_ports {
+		type inet_service
+		elements = { %[2]s, %[3]s }
+	}
+	counter leak_total { }
+	counter leak_tcp { }
+	counter leak_udp { }
+	counter leak_icmp { }
+	counter leak_ipv6 { }
+	chain pre {
+		type filter hook prerouting priority raw; policy accept;
+		iifname != "%[4]s" return
+		ip daddr %[5]s tcp dport @proxy_ports return
+		ip saddr { %[6]s, %[7]s } jump leak
+		ip6 saddr != fe80::/10 ip6 saddr != :: jump leak
+	}
+	chain leak {
+		counter name "leak_total"
+		meta l4proto tcp counter name "leak_tcp"
+		meta l4proto udp counter name "leak_udp"
+		meta l4proto { icmp, ipv6-icmp } counter name "leak_icmp"
+		meta nfproto ipv6 counter name "leak_ipv6"
+	}
+}
+`, LeakTable, goPort, dantePort, InetUplinkDev, InetUplinkAddr, HostUplinkAddr, GuestNetwork)
+}
+
+// natRuleset is the hypervisor's NAT: masquerade whatever leaves through the uplink. It first
+// adds and deletes the table, so applying it again replaces the table.
+func natRuleset() string {
+	return natRemove() + fmt.Sprintf(`table ip %s {
+	chain post {
+		type nat hook postrouting priority srcnat; policy accept;
+		oifname "%s" masquerade
+	}
+}
+`, NATTable, HostUplinkDev)
+}
+
+// natRemove deletes the NAT table, also when it is absent.
+func natRemove() string {
+	return fmt.Sprintf("add table ip %[1]s\ndelete table ip %[1]s\n", NATTable)
+}
+
+// Leaks are the leak counters (packets) of the inet namespace; see Lab.Leaks.
+type Leaks struct {
+	Packets uint64 // every counted packet
+	TCP     uint64
+	UDP     uint64
+	ICMP    uint64 // ICMP and ICMPv6
+	IPv6    uint64 // IPv6 packets of any protocol
+}
+
+func (l Leaks) String() string {
+	return fmt.Sprintf("%d packets (tcp %d, udp %d, icmp %d, ipv6 %d)", l.Packets, l.TCP, l.UDP, l.ICMP, l.IPv6)
+}
+
+// parseLeaks reads the output of `nft -j list counters table inet rl_leak`.
+func parseLeaks(out []byte) (Leaks, error) {
+	var doc struct {
+		Nftables []struct {
+			Counter *struct {
+				Name    string `json:"name"`
+				Packets uint64 `json:"packets"`
+			} `json:"counter"`
+		} `json:"nftables"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return Leaks{}, fmt.Errorf("parse nft counters: %w", err)
+	}
+	var l Leaks
+	seen := 0
+	for _, o := range doc.Nftables {
+		if o.Counter == nil {
+			continue
+		}
+		seen++
+		switch o.Counter.Name {
+		case "leak_total":
+			l.Packets = o.Counter.Packets
+		case "leak_tcp":
+			l.TCP = o.Counter.Packets
+		case "leak_udp":
+			l.UDP = o.Counter.Packets
+		case "leak_icmp":
+			l.ICMP = o.Counter.Packets
+		case "leak_ipv6":
+			l.IPv6 = o.Counter.Packets
+		default:
+			seen--
+		}
+	}
+	if seen != 5 {
+		return Leaks{}, fmt.Errorf("parse nft counters: found %d of 5 leak counters", seen)
+	}
+	return l, nil
+}
