@@ -1,0 +1,340 @@
+// Package windiverttest provides a fake windivert.Driver, so that code built on
+// windivert.Handle (the redirect engine) runs on any OS without the WinDivert driver: tests
+// deliver packets and events to the handles the code opened and read back what it sent.
+package windiverttest
+
+import (
+	"sync"
+
+	"github.com/agentcage/router/windivert"
+)
+
+// Driver is an in-memory windivert.Driver. Its zero value is not usable; call NewDriver.
+// All methods are safe for concurrent use; mu guards every field below it.
+type Driver struct {
+	mu   sync.Mutex
+	next uintptr
+	hs   map[uintptr]*Handle
+	all  []*Handle
+
+	// OpenErr, when non-nil, is called by Open and its error (if any) returned instead of
+	// opening a handle: e.g. return windivert.ErrAccessDenied.
+	OpenErr func(filter string, layer windivert.Layer, priority int16, flags windivert.Flag) error
+	// Major and Minor are the driver version reported by GetParam (2.2 by NewDriver).
+	Major, Minor uint64
+}
+
+// NewDriver returns an empty fake driver reporting version 2.2.
+func NewDriver() *Driver {
+	return &Driver{next: 0x100, hs: map[uintptr]*Handle{}, Major: 2, Minor: 2}
+}
+
+// Handle is one fake WinDivert handle: what it was opened with, its receive queue and what
+// was sent through it. mu guards the fields below it; cond waits on mu.
+type Handle struct {
+	Filter   string
+	Layer    windivert.Layer
+	Priority int16
+	Flags    windivert.Flag
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	queue    []item
+	sent     []Sent
+	params   map[windivert.Param]uint64
+	recvShut bool
+	sendShut bool
+	closed   bool
+}
+
+type item struct {
+	pkt  []byte
+	addr windivert.Address
+}
+
+// Sent is one packet injected through a handle.
+type Sent struct {
+	Packet []byte
+	Addr   windivert.Address
+}
+
+// Open implements windivert.Driver.
+func (d *Driver) Open(filter string, layer windivert.Layer, priority int16, flags windivert.Flag) (uintptr, error) {
+	if d.OpenErr != nil {
+		if err := d.OpenErr(filter, layer, priority, flags); err != nil {
+			return 0, err
+		}
+	}
+	h := &Handle{Filter: filter, Layer: layer, Priority: priority, Flags: flags, params: map[windivert.Param]uint64{
+		windivert.ParamQueueLength: windivert.QueueLengthDefault,
+		windivert.ParamQueueTime:   windivert.QueueTimeDefault,
+		windivert.ParamQueueSize:   windivert.QueueSizeDefault,
+	}}
+	h.cond = sync.NewCond(&h.mu)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.next++
+	d.hs[d.next] = h
+	d.all = append(d.all, h)
+	return d.next, nil
+}
+
+// Handles returns every handle opened so far, in order, closed ones included.
+func (d *Driver) Handles() []*Handle {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*Handle(nil), d.all...)
+}
+
+// OpenHandles returns the handles not yet closed.
+func (d *Driver) OpenHandles() []*Handle {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []*Handle
+	for _, h := range d.hs {
+		out = append(out, h)
+	}
+	return out
+}
+
+func (d *Driver) get(h uintptr) (*Handle, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	fh, ok := d.hs[h]
+	if !ok {
+		return nil, windivert.ErrInvalidHandle
+	}
+	return fh, nil
+}
+
+// Deliver queues a packet (nil for SOCKET/FLOW events) with its metadata for the next
+// receive on h. It is a no-op on a closed handle. pkt is copied.
+func (h *Handle) Deliver(pkt []byte, addr windivert.Address) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	h.queue = append(h.queue, item{pkt: append([]byte(nil), pkt...), addr: addr})
+	h.cond.Broadcast()
+}
+
+// Sent returns copies of what was sent through h so far.
+func (h *Handle) Sent() []Sent {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Sent(nil), h.sent...)
+}
+
+// Closed reports whether the handle was closed.
+func (h *Handle) Closed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed
+}
+
+// Queued is the number of packets waiting to be received.
+func (h *Handle) Queued() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.queue)
+}
+
+// waitLocked blocks until a packet is queued, or returns the error a real handle would.
+func (h *Handle) waitLocked() error {
+	for len(h.queue) == 0 {
+		switch {
+		case h.closed:
+			return windivert.ErrInvalidHandle
+		case h.recvShut:
+			return windivert.ErrNoData
+		}
+		h.cond.Wait()
+	}
+	return nil
+}
+
+// Recv implements windivert.Driver.
+func (d *Driver) Recv(hv uintptr, buf []byte, addr *windivert.Address) (int, error) {
+	h, err := d.get(hv)
+	if err != nil {
+		return 0, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.waitLocked(); err != nil {
+		return 0, err
+	}
+	it := h.queue[0]
+	h.queue = h.queue[1:]
+	if addr != nil {
+		*addr = it.addr
+	}
+	n := copy(buf, it.pkt)
+	if n < len(it.pkt) {
+		return n, windivert.ErrInsufficientBuffer
+	}
+	return n, nil
+}
+
+// RecvEx implements windivert.Driver: it returns as many queued packets as fit in buf and
+// addrs, at least one (blocking for it).
+func (d *Driver) RecvEx(hv uintptr, buf []byte, addrs []windivert.Address) (int, int, error) {
+	h, err := d.get(hv)
+	if err != nil {
+		return 0, 0, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.waitLocked(); err != nil {
+		return 0, 0, err
+	}
+	n, count := 0, 0
+	for count < len(addrs) && len(h.queue) > 0 {
+		it := h.queue[0]
+		if n+len(it.pkt) > len(buf) {
+			if count == 0 {
+				copy(buf, it.pkt)
+				addrs[0] = it.addr
+				h.queue = h.queue[1:]
+				return len(buf), 1, windivert.ErrInsufficientBuffer
+			}
+			break
+		}
+		copy(buf[n:], it.pkt)
+		addrs[count] = it.addr
+		n += len(it.pkt)
+		count++
+		h.queue = h.queue[1:]
+	}
+	return n, count, nil
+}
+
+// Send implements windivert.Driver.
+func (d *Driver) Send(hv uintptr, pkt []byte, addr *windivert.Address) (int, error) {
+	return d.SendEx(hv, pkt, []windivert.Address{*addr})
+}
+
+// SendEx implements windivert.Driver. The buffer is split with the IP length fields: a
+// buffer that does not hold len(addrs) whole packets is ErrInvalidParameter, as the DLL
+// would answer.
+func (d *Driver) SendEx(hv uintptr, buf []byte, addrs []windivert.Address) (int, error) {
+	h, err := d.get(hv)
+	if err != nil {
+		return 0, err
+	}
+	pkts, ok := split(buf, len(addrs))
+	if !ok {
+		return 0, windivert.ErrInvalidParameter
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sendShut || h.closed {
+		return 0, windivert.ErrNoData
+	}
+	for i, p := range pkts {
+		h.sent = append(h.sent, Sent{Packet: append([]byte(nil), p...), Addr: addrs[i]})
+	}
+	return len(buf), nil
+}
+
+// split cuts buf into n IP packets using their length fields.
+func split(buf []byte, n int) ([][]byte, bool) {
+	var out [][]byte
+	for i := 0; i < n; i++ {
+		if len(buf) < 1 {
+			return nil, false
+		}
+		var l int
+		switch buf[0] >> 4 {
+		case 4:
+			if len(buf) < 4 {
+				return nil, false
+			}
+			l = int(buf[2])<<8 | int(buf[3])
+		case 6:
+			if len(buf) < 6 {
+				return nil, false
+			}
+			l = 40 + (int(buf[4])<<8 | int(buf[5]))
+		default:
+			return nil, false
+		}
+		if l == 0 || l > len(buf) {
+			return nil, false
+		}
+		out = append(out, buf[:l])
+		buf = buf[l:]
+	}
+	return out, len(buf) == 0
+}
+
+// Shutdown implements windivert.Driver.
+func (d *Driver) Shutdown(hv uintptr, how windivert.ShutdownHow) error {
+	h, err := d.get(hv)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if how&windivert.ShutdownRecv != 0 {
+		h.recvShut = true
+	}
+	if how&windivert.ShutdownSend != 0 {
+		h.sendShut = true
+	}
+	h.cond.Broadcast()
+	return nil
+}
+
+// Close implements windivert.Driver.
+func (d *Driver) Close(hv uintptr) error {
+	d.mu.Lock()
+	h, ok := d.hs[hv]
+	delete(d.hs, hv)
+	d.mu.Unlock()
+	if !ok {
+		return windivert.ErrInvalidHandle
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	h.queue = nil
+	h.cond.Broadcast()
+	return nil
+}
+
+// SetParam implements windivert.Driver.
+func (d *Driver) SetParam(hv uintptr, p windivert.Param, v uint64) error {
+	h, err := d.get(hv)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.params[p] = v
+	return nil
+}
+
+// GetParam implements windivert.Driver.
+func (d *Driver) GetParam(hv uintptr, p windivert.Param) (uint64, error) {
+	h, err := d.get(hv)
+	if err != nil {
+		return 0, err
+	}
+	switch p {
+	case windivert.ParamVersionMajor:
+		return d.Major, nil
+	case windivert.ParamVersionMinor:
+		return d.Minor, nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, ok := h.params[p]
+	if !ok {
+		return 0, windivert.ErrInvalidParameter
+	}
+	return v, nil
+}
+
+var _ windivert.Driver = (*Driver)(nil)
