@@ -1,0 +1,262 @@
+//go:build linux
+
+// Package e2e plays the whole scheme of the SPEC in network namespaces (package lab): a guest
+// behind the hypervisor's NAT, a host running the real router binary, an internet with an
+// IP-echo server, a DNS server that logs who asks and real SOCKS5 upstreams (go-socks5 and
+// Debian's dante). It asserts from the outside: what the echo and DNS servers saw and the
+// leak counter on the uplink. It needs root; without it every test fails.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentcage/router/lab"
+)
+
+// routerBin is the router binary built once for all tests.
+var routerBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "e2e: these tests build network namespaces and need root (run the README's test command with sudo)")
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "router-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	routerBin = filepath.Join(dir, "router")
+	build := exec.Command("go", "build", "-o", routerBin, "../cmd/router")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: build router: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// config is the router config of the scene; proxy is the upstream's address.
+func config(proxy string, extra string) string {
+	return fmt.Sprintf(`
+[proxy.exit]
+address = %q
+
+[capture]
+vm_networks = ["10.0.2.0/24"]
+local = true
+
+[[forward]]
+name = "model"
+listen = "10.0.2.2:47831"
+connect = "127.0.0.1:47831"
+allow = ["10.0.2.15/32"]
+
+[dns]
+resolver = "203.0.113.10:53"
+%s
+[relay]
+idle_timeout = "10m"
+connect_timeout = "3s"
+
+[[rule]]
+name = "model-direct"
+hosts = ["10.0.2.2", "127.0.0.1"]
+ports = [47831]
+action = "direct"
+
+[[rule]]
+name = "hypervisor"
+apps = ["VBoxHeadless", "qemu-system-*"]
+action = "proxy"
+
+[[rule]]
+name = "vm"
+sources = ["10.0.2.0/24"]
+action = "proxy"
+
+[[rule]]
+name = "default"
+action = "direct"
+`, proxy, extra)
+}
+
+type scene struct {
+	t      *testing.T
+	ctx    context.Context
+	lab    *lab.Lab
+	dir    string
+	cfg    string
+	router *exec.Cmd
+	logs   *syncBuffer
+	exited chan struct{}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// newScene builds the lab and starts the router with cfg.
+func newScene(t *testing.T, cfg string) *scene {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	l, err := lab.New(ctx, lab.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("lab: %v", err)
+	}
+	s := &scene{t: t, ctx: ctx, lab: l, dir: t.TempDir()}
+	t.Cleanup(func() {
+		s.stopRouter(syscall.SIGTERM)
+		if t.Failed() {
+			t.Logf("router log:\n%s", s.logs.String())
+			t.Logf("lab:\n%s", l.Diagnostics(context.Background()))
+		}
+		if err := l.Close(); err != nil {
+			t.Errorf("lab close: %v", err)
+		}
+	})
+	s.cfg = filepath.Join(s.dir, "router.toml")
+	s.writeConfig(cfg)
+	s.startRouter()
+	return s
+}
+
+func (s *scene) writeConfig(cfg string) {
+	if err := os.WriteFile(s.cfg, []byte(cfg), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// startRouter runs `router run` in the host namespace and waits until it says it runs.
+func (s *scene) startRouter() {
+	s.t.Helper()
+	s.logs = &syncBuffer{}
+	cmd := s.lab.Host().Command(context.Background(), routerBin, "run", "--config", s.cfg)
+	cmd.Stdout, cmd.Stderr = s.logs, s.logs
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("start router: %v", err)
+	}
+	s.router = cmd
+	s.exited = make(chan struct{})
+	go func() { cmd.Wait(); close(s.exited) }()
+	s.waitLog("router running", 15*time.Second)
+	// Everything the router did to start (nothing should reach the uplink) is behind us;
+	// the counter measures what follows.
+	if err := s.lab.ResetLeaks(s.ctx); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *scene) waitLog(want string, d time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(d)
+	for !strings.Contains(s.logs.String(), want) {
+		select {
+		case <-s.exited:
+			s.t.Fatalf("router exited before saying %q:\n%s", want, s.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("router never said %q:\n%s", want, s.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stopRouter signals the router (by PID) and waits for it to exit.
+func (s *scene) stopRouter(sig syscall.Signal) {
+	if s.router == nil {
+		return
+	}
+	s.router.Process.Signal(sig)
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		s.router.Process.Kill()
+		<-s.exited
+		s.t.Errorf("router did not stop on %v", sig)
+	}
+	s.router = nil
+}
+
+// run runs a command in a namespace; it returns the output and the exit code.
+func run(ctx context.Context, ns *lab.Netns, name string, args ...string) (string, int) {
+	out, err := ns.Run(ctx, name, args...)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		return string(out) + err.Error(), -1
+	}
+	return string(out), 0
+}
+
+// curl fetches url from a namespace with a short timeout; extra args go first.
+func (s *scene) curl(ns *lab.Netns, url string, extra ...string) (string, int) {
+	args := append([]string{"-sS", "--max-time", "5"}, extra...)
+	return run(s.ctx, ns, "curl", append(args, url)...)
+}
+
+func (s *scene) leaks() lab.Leaks {
+	s.t.Helper()
+	l, err := s.lab.Leaks(s.ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return l
+}
+
+func (s *scene) wantNoLeak(what string) {
+	s.t.Helper()
+	if l := s.leaks(); l.Packets != 0 {
+		s.t.Errorf("%s: %d packets left the host's own address outside the proxy (%v)", what, l.Packets, l)
+	}
+}
+
+// hypervisorCopy copies a binary under a hypervisor's name, for apps rules.
+func (s *scene) hypervisorCopy(bin, name string) string {
+	s.t.Helper()
+	src, err := exec.LookPath(bin)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	dst := filepath.Join(s.dir, name)
+	if err := os.WriteFile(dst, data, 0o755); err != nil {
+		s.t.Fatal(err)
+	}
+	return dst
+}
