@@ -1,0 +1,106 @@
+// Package nftcap is the Linux capture layer: one nftables table the router owns (inet
+// router by default) that redirects VM and, optionally, local TCP and DNS to the router's
+// listeners and guards the host while the router is down. It talks netlink
+// (github.com/google/nftables); it never runs the nft binary.
+//
+// # Lifecycle
+//
+// Install replaces the table whole in one kernel transaction (add table if absent, delete
+// it, add the new one): starting over a stale table left by a crash works, a refused batch
+// leaves the old table untouched, and there is never a moment without a guard. The table has
+// no owner flag, so it outlives the process: when the router stops or dies (SIGTERM,
+// SIGKILL) redirected TCP hits a closed port and is reset, redirected DNS is refused
+// (ICMP port unreachable / RST), forwarded VM traffic is refused. Only Remove (`router
+// cleanup`) takes the guard away. Callers serialise Install and Remove on one table.
+//
+// # Chain layout
+//
+// For a Spec with VM networks 192.168.122.0/24 and fd00:122::/64, Local, ListenerPort L,
+// DNSPort D, Mark M and one forward 192.168.122.1:47831 (`nft list table inet router`
+// prints the same; sets abbreviated):
+//
+//	table inet router
+//	 set vm4, vm6                          VMNetworks, interval sets
+//
+//	 prerouting  nat, hook prerouting, priority dstnat-10 (ahead of libvirt/docker dstnat)
+//	   iif lo                               return   (the host's own packets)
+//	   ip saddr @vm4 / ip6 saddr @vm6       goto vm_capture
+//	 vm_capture
+//	   udp|tcp dport 53                     redirect to :D   (any destination, the host's
+//	                                                           resolver too; D=0: return,
+//	                                                           the filter chains refuse it)
+//	   goto capture_tcp
+//	 output      nat, hook output, priority -110          only when Local
+//	   meta mark M                          return   (the router's own sockets)
+//	   oif lo                               return   (loopback and the host's own addresses)
+//	   udp|tcp dport 53                     redirect to :D   (D=0: see output_guard)
+//	   goto capture_tcp
+//	 capture_tcp
+//	   not tcp                              return
+//	   fib daddr type {local,broadcast,multicast}  return
+//	   ip daddr {0/8,127/8,169.254/16,224/4,255.255.255.255}  return
+//	   ip6 daddr {::,::1,fe80::/10,ff00::/8}                 return
+//	   tcp                                  redirect to :L
+//	 output_guard  filter, hook output    only when Local
+//	   meta mark M / oif lo                 return   (own sockets; redirected DNS and TCP)
+//	   udp|tcp dport 53                     goto refuse  (only when D=0)
+//	   local, link-local, multicast dst     return
+//	   tcp                                  return   (captured by the nat output chain)
+//	   udp dport {67, 547, LocalUDPAllow}   return   (DHCP, e.g. NTP if allowed)
+//	   everything else (UDP, ICMP, ...)     goto refuse  (the router cannot proxy it)
+//
+//	 input       filter, hook input, priority filter, policy accept
+//	   jump antispoof
+//	   tcp dport L, ct status !dnat         goto refuse  (from anywhere: only redirected
+//	   udp|tcp dport D, ct status !dnat     goto refuse   connections use the listeners)
+//	   ip daddr 192.168.122.1 tcp dport 47831  goto forward_0   (one per forward)
+//	   iif lo                               accept
+//	   ip saddr @vm4 / ip6 saddr @vm6       goto vm_input
+//	 forward_N   (Allow of forward N)
+//	   ip saddr {allow4} / ip6 saddr {allow6}  accept
+//	   goto refuse
+//	 vm_input    "the host is off limits"
+//	   ct state established,related         accept
+//	   tcp dport L; udp|tcp dport D         accept   (redirected, checked above)
+//	   udp dport {67,547}                   accept   (DHCPv4, DHCPv6)
+//	   icmpv6 type {nd-router-solicit,nd-neighbor-solicit,nd-neighbor-advert}  accept
+//	   goto refuse
+//	 forward     filter, hook forward, priority filter, policy accept
+//	   jump antispoof
+//	   ip saddr @vm4 / ip6 saddr @vm6       goto refuse  (not redirected: not proxiable)
+//	   ip daddr @vm4 / ip6 daddr @vm6       drop
+//	 antispoof   first packet of a flow must route back via its input interface
+//	   ct state established,related / iif lo / ip saddr 0.0.0.0 / ip6 saddr ::  return
+//	   fib saddr . mark . iif oif missing   drop
+//	 refuse      the only place packets are refused; its counters total the refusals
+//	   meta pkttype != host                 drop     (broadcast, multicast)
+//	   tcp                                  reject with tcp reset
+//	                                        reject with icmpx admin-prohibited
+//
+// # Semantics the daemon relies on
+//
+//   - VM TCP to anything but the host itself, loopback, link-local, multicast or broadcast
+//     reaches the listener on [::]:L (dual stack); OriginalDst gives the address it was
+//     sent to. The accepted connection's remote address is the VM's.
+//   - VM DNS (UDP and TCP 53, to any address) reaches D on the VM-facing address. Local DNS
+//     is redirected to 127.0.0.1 / ::1: the DNS server must answer from the address a query
+//     was sent to (IP_PKTINFO / IPV6_PKTINFO, as miekg/dns does), or conntrack cannot map
+//     the answer back.
+//   - Everything else from a VM network is refused: forwarded traffic of any protocol and
+//     family, the host's services (only the forwards, DHCP, neighbour discovery and the
+//     listeners), and spoofed sources outside the VM networks (antispoof). Refused means
+//     a TCP reset or an ICMP administratively-prohibited error, so clients fail at once;
+//     broadcast and multicast are dropped silently. Traffic forwarded *to* a VM network is
+//     dropped. VMNetworks must cover every network routed to VM-facing interfaces.
+//   - Forward listen addresses take only their Allow sources, from anywhere (a LAN host or
+//     the host itself included); others are refused.
+//   - With Local, the host's own TCP and DNS are captured like a VM's, except sockets
+//     carrying Mark (exact match), loopback and the host's own addresses; only TCP and DNS
+//     are captured, the host's other UDP is left alone.
+//   - Other tables are untouched; traffic that involves no VM network and no listener port
+//     passes (policies accept), except spoofed first packets (antispoof).
+//
+// OriginalDst, MarkControl and SetMark are the socket side: the listener asks where a
+// redirected connection was going, and the router marks its own sockets so they are never
+// captured. Off Linux every function returns an error wrapping errors.ErrUnsupported.
+package nftcap

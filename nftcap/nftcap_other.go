@@ -1,0 +1,42 @@
+//go:build !linux
+
+package nftcap
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"runtime"
+	"syscall"
+)
+
+// errUnsupported is what every operation of this package returns off Linux.
+func errUnsupported(op string) error {
+	return fmt.Errorf("nftcap %s: nftables capture is not supported on %s: %w", op, runtime.GOOS, errors.ErrUnsupported)
+}
+
+// Install is Linux only; elsewhere it returns an error wrapping errors.ErrUnsupported.
+func Install(spec Spec, opts ...Option) error { return errUnsupported("install") }
+
+// Remove is Linux only; elsewhere it returns an error wrapping errors.ErrUnsupported.
+func Remove(table string, opts ...Option) error { return errUnsupported("remove") }
+
+// Installed is Linux only; elsewhere it returns an error wrapping errors.ErrUnsupported.
+func Installed(table string, opts ...Option) (bool, error) {
+	return false, errUnsupported("installed")
+}
+
+// OriginalDst is Linux only; elsewhere it returns an error wrapping errors.ErrUnsupported.
+func OriginalDst(c *net.TCPConn) (netip.AddrPort, error) {
+	return netip.AddrPort{}, errUnsupported("original dst")
+}
+
+// MarkControl is Linux only; elsewhere the returned function fails every socket with an
+// error wrapping errors.ErrUnsupported.
+func MarkControl(mark uint32) func(network, address string, c syscall.RawConn) error {
+	return func(string, string, syscall.RawConn) error { return errUnsupported("set mark") }
+}
+
+// SetMark is Linux only; elsewhere it returns an error wrapping errors.ErrUnsupported.
+func SetMark(c syscall.RawConn, mark uint32) error { return errUnsupported("set mark") }

@@ -1,0 +1,157 @@
+package nftcap
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// DefaultTable is the name of the inet table Install owns when Spec.Table is empty.
+const DefaultTable = "router"
+
+// Spec describes what the table captures and guards. The zero value of every optional field
+// is documented with it; Validate reports what is missing or contradictory.
+type Spec struct {
+	// Table is the name of the inet table the router owns; empty means DefaultTable. Install
+	// replaces this table whole and touches no other.
+	Table string
+	// VMNetworks are the source networks whose forwarded/NATed traffic is captured, IPv4 and
+	// IPv6 alike. Their TCP is redirected to ListenerPort, their DNS to DNSPort; the rest of
+	// their forwarded traffic is refused, and of the host they reach only what the package
+	// doc lists. Empty means no VM capture (the listener ports stay guarded).
+	VMNetworks []netip.Prefix
+	// Local also captures this host's own outbound TCP and DNS (nat output hook) and
+	// refuses the rest of what it sends (UDP such as QUIC, ICMP), except DHCP and the UDP
+	// ports of LocalUDPAllow: the router cannot proxy it. Sockets carrying Mark, loopback,
+	// link-local, multicast and the host's own addresses are never captured. Local needs a
+	// non-zero Mark, or the router would capture its own connections.
+	Local bool
+	// LocalUDPAllow are UDP destination ports this host may still send to directly when
+	// Local (e.g. 123 for NTP); DHCP (67, 547) always may.
+	LocalUDPAllow []uint16
+	// ListenerPort is the router's transparent TCP listener; the router listens on
+	// [::]:ListenerPort (dual stack). Required.
+	ListenerPort uint16
+	// DNSPort receives captured DNS (UDP and TCP port 53) on the same addresses; 0 means
+	// captured DNS is refused instead.
+	DNSPort uint16
+	// Forwards are the only host services VM networks may reach (the built-in
+	// portproxy replacement). Each listen address:port accepts only its Allow sources, from
+	// anywhere.
+	Forwards []Forward
+	// Mark is the SO_MARK the router puts on its own sockets (see MarkControl): packets
+	// carrying it are never captured. Required when Local.
+	Mark uint32
+}
+
+// Forward is one host service reachable from the VM networks.
+type Forward struct {
+	// Listen is the host address and TCP port the service listens on. An unspecified
+	// address matches every host address: 0.0.0.0 every IPv4 address, :: every address
+	// of both families (a Go listener on [::] is dual stack). A zone is ignored.
+	Listen netip.AddrPort
+	// Allow are the sources that may connect; empty means none may (everything refused).
+	Allow []netip.Prefix
+}
+
+// table returns the table name Install uses.
+func (s Spec) table() string {
+	if s.Table == "" {
+		return DefaultTable
+	}
+	return s.Table
+}
+
+// Validate reports every problem of s in one error (errors.Join), or nil.
+func (s Spec) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if err := validTableName(s.table()); err != nil {
+		errs = append(errs, err)
+	}
+	if s.ListenerPort == 0 {
+		add("listener port is 0")
+	}
+	if s.DNSPort != 0 && s.DNSPort == s.ListenerPort {
+		add("dns port %d equals the listener port", s.DNSPort)
+	}
+	if s.Local && s.Mark == 0 {
+		add("local capture needs a non-zero mark (the router's own sockets would be captured)")
+	}
+	for _, p := range s.VMNetworks {
+		if err := validPrefix(p); err != nil {
+			add("vm network %v: %w", p, err)
+		}
+	}
+	for i, f := range s.Forwards {
+		if !f.Listen.IsValid() {
+			add("forward %d: invalid listen address", i)
+			continue
+		}
+		if f.Listen.Addr().Is4In6() {
+			add("forward %d: listen %v: use the plain IPv4 address", i, f.Listen)
+		}
+		switch f.Listen.Port() {
+		case 0:
+			add("forward %d: listen %v: port 0", i, f.Listen)
+		case s.ListenerPort:
+			add("forward %d: listen %v: port is the listener port", i, f.Listen)
+		case s.DNSPort:
+			add("forward %d: listen %v: port is the dns port", i, f.Listen)
+		}
+		for _, p := range f.Allow {
+			if err := validPrefix(p); err != nil {
+				add("forward %d: allow %v: %w", i, p, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validPrefix(p netip.Prefix) error {
+	switch {
+	case !p.IsValid():
+		return errors.New("invalid prefix")
+	case p.Addr().Is4In6():
+		return errors.New("IPv4-mapped IPv6 prefix: use the plain IPv4 prefix")
+	case p.Addr().Zone() != "":
+		return errors.New("prefix with a zone")
+	}
+	return nil
+}
+
+// validTableName checks a table name as the kernel does (NFT_NAME_MAXLEN is 256 with the
+// terminating NUL) and refuses characters nft would need to quote.
+func validTableName(name string) error {
+	if name == "" || len(name) > 255 {
+		return fmt.Errorf("table name %q: length must be 1..255", name)
+	}
+	if strings.IndexFunc(name, func(r rune) bool {
+		return !(r == '_' || r == '-' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) >= 0 {
+		return fmt.Errorf("table name %q: only letters, digits, '_', '-' and '.' allowed", name)
+	}
+	return nil
+}
+
+// Option changes how Install, Remove and Installed reach the kernel.
+type Option func(*options)
+
+type options struct {
+	netNS int // fd of a network namespace; 0 means the caller's
+}
+
+// WithNetNS makes the call act in the network namespace the open file descriptor fd refers
+// to (e.g. an open /run/netns/NAME). The caller keeps ownership of fd.
+func WithNetNS(fd int) Option {
+	return func(o *options) { o.netNS = fd }
+}
+
+func collect(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
