@@ -103,12 +103,15 @@ func (s Secret) LogValue() slog.Value         { return slog.StringValue(redacted
 
 // Capture says which traffic the router takes.
 type Capture struct {
-	VMNetworks   []netip.Prefix
-	Local        bool
-	ListenerPort uint16
-	DNSPort      uint16
-	Mark         uint32
-	Table        string
+	VMNetworks []netip.Prefix
+	Local      bool
+	// LocalUDPAllow are UDP ports this host may still send to directly when Local (its other
+	// UDP and ICMP are refused: the router cannot proxy them); DHCP always may.
+	LocalUDPAllow []uint16
+	ListenerPort  uint16
+	DNSPort       uint16
+	Mark          uint32
+	Table         string
 }
 
 // Forward is one [[forward]]: the portproxy replacement.

@@ -50,7 +50,7 @@ func (d *decoder) fail(a at, format string, args ...any) {
 var (
 	topKeys     = []string{"proxy", "capture", "forward", "dns", "relay", "log", "rule"}
 	proxyKeys   = []string{"address", "username", "password_env", "password_file"}
-	captureKeys = []string{"vm_networks", "local", "listener_port", "dns_port", "mark", "table"}
+	captureKeys = []string{"vm_networks", "local", "local_udp_allow", "listener_port", "dns_port", "mark", "table"}
 	forwardKeys = []string{"name", "listen", "connect", "allow", "unsafe_any_address"}
 	dnsKeys     = []string{"mode", "resolver", "proxy", "pool", "ttl", "direct_names"}
 	relayKeys   = []string{"idle_timeout", "connect_timeout"}
@@ -417,6 +417,15 @@ func (d *decoder) capture(c *Config, v any) {
 	}
 	if v, ok := m["local"]; ok {
 		c.Capture.Local, _ = d.boolean(a.key("local"), v)
+	}
+	if v, ok := m["local_udp_allow"]; ok {
+		if xs, ok := d.array(a.key("local_udp_allow"), v); ok {
+			for i, x := range xs {
+				if p, ok := d.port(a.key("local_udp_allow").elem(i), x); ok {
+					c.Capture.LocalUDPAllow = append(c.Capture.LocalUDPAllow, p)
+				}
+			}
+		}
 	}
 	if v, ok := m["listener_port"]; ok {
 		c.Capture.ListenerPort, _ = d.port(a.key("listener_port"), v)

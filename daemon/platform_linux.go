@@ -27,12 +27,13 @@ func NewPlatform(log *slog.Logger) Platform {
 // Spec is the nftables capture a config asks for.
 func Spec(cfg *conf.Config) nftcap.Spec {
 	s := nftcap.Spec{
-		Table:        cfg.Capture.Table,
-		VMNetworks:   cfg.Capture.VMNetworks,
-		Local:        cfg.Capture.Local,
-		ListenerPort: cfg.Capture.ListenerPort,
-		DNSPort:      cfg.Capture.DNSPort,
-		Mark:         cfg.Capture.Mark,
+		Table:         cfg.Capture.Table,
+		VMNetworks:    cfg.Capture.VMNetworks,
+		Local:         cfg.Capture.Local,
+		LocalUDPAllow: cfg.Capture.LocalUDPAllow,
+		ListenerPort:  cfg.Capture.ListenerPort,
+		DNSPort:       cfg.Capture.DNSPort,
+		Mark:          cfg.Capture.Mark,
 	}
 	for _, f := range cfg.Forwards {
 		s.Forwards = append(s.Forwards, nftcap.Forward{Listen: f.Listen, Allow: f.Allow})

@@ -119,6 +119,10 @@ func TestAppRule(t *testing.T) {
 	if code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
 		t.Fatalf("VBoxHeadless: exit %d, %q; want %s", code, out, lab.ExitAddr)
 	}
+	// Its UDP (the guest's QUIC, in VirtualBox NAT) cannot be proxied: refused, not sent.
+	if got := udpProbe(t, s, s.lab.Host()); got != "" {
+		t.Errorf("host UDP got out: %q", got)
+	}
 	s.wantNoLeak("hypervisor process")
 	s.waitLog("app=VBoxHeadless", 5*time.Second)
 	out, code = s.curl(s.lab.Host(), lab.EchoURL)
