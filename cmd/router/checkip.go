@@ -1,11 +1,19 @@
 package main
 
 import (
-	"fmt"
+	"context"
 	"io"
+	"os"
+	"os/signal"
+
+	"github.com/agentcage/router/checkip"
 )
 
+// cmdCheckIP runs `router check-ip` with the system's network (no seams replaced); Ctrl-C ends
+// the checks early. Its exit codes are checkip's: exitOK, exitFindings and exitUsage, plus
+// checkip.ExitNoAnswer (3) when no echo endpoint answered.
 func cmdCheckIP(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "router: not built yet")
-	return exitUsage
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return checkip.Main(ctx, args, stdout, stderr, checkip.Deps{})
 }

@@ -1,0 +1,4 @@
+package checkip
+
+// errNoRoute is the error a dial returns when there is no route.
+func errNoRoute() error { return wsaENETUNREACH }
