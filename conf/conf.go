@@ -51,6 +51,7 @@ type Config struct {
 	DNS      DNS
 	Relay    Relay
 	Log      Log
+	Control  Control
 	Rules    []rules.Rule
 	// RuleLines[i] is the line of the [[rule]] header of Rules[i].
 	RuleLines []int
@@ -145,6 +146,12 @@ type DNS struct {
 type Relay struct {
 	IdleTimeout    time.Duration
 	ConnectTimeout time.Duration
+}
+
+// Control is the [control] table: where the daemon answers `router status` and `router
+// explain`. Empty Socket means the platform's default (control.DefaultPath).
+type Control struct {
+	Socket string
 }
 
 // Log is the [log] table.

@@ -48,7 +48,7 @@ func (d *decoder) fail(a at, format string, args ...any) {
 }
 
 var (
-	topKeys     = []string{"proxy", "capture", "forward", "dns", "relay", "log", "rule"}
+	topKeys     = []string{"proxy", "capture", "forward", "dns", "relay", "log", "control", "rule"}
 	proxyKeys   = []string{"address", "username", "password_env", "password_file"}
 	captureKeys = []string{"vm_networks", "local", "local_udp_allow", "listener_port", "dns_port", "mark", "table"}
 	forwardKeys = []string{"name", "listen", "connect", "allow", "unsafe_any_address"}
@@ -288,6 +288,19 @@ func (d *decoder) config(raw map[string]any) *Config {
 	}
 	if v, ok := raw["log"]; ok {
 		d.log(c, v)
+	}
+	if v, ok := raw["control"]; ok {
+		a := at{path: "control"}
+		if m, ok := d.table(a, v); ok {
+			d.checkKeys(a, m, []string{"socket"})
+			if v, ok := m["socket"]; ok {
+				if s, ok := d.str(a.key("socket"), v); ok && s == "" {
+					d.fail(a.key("socket"), "is empty")
+				} else {
+					c.Control.Socket = s
+				}
+			}
+		}
 	}
 	if v, ok := raw["dns"]; ok {
 		d.dns(c, v)

@@ -15,6 +15,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -28,6 +29,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/control"
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/router"
@@ -112,6 +114,7 @@ func Run(ctx context.Context, opts Options) error {
 type daemon struct {
 	opts Options
 	log  *slog.Logger
+	mu   sync.Mutex // guards cfg for the control channel; reload is the only writer
 	cfg  *conf.Config
 
 	r       *router.Router
@@ -219,9 +222,29 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		}
 		d.runForward(fr)
 	}
+	if err := d.startControl(cfg, sctx); err != nil {
+		return err
+	}
 	if err := pf.Install(cfg); err != nil {
 		return fmt.Errorf("install capture: %w", err)
 	}
+	return nil
+}
+
+// startControl opens the channel `router status` and `router explain` use. A daemon that
+// cannot open it still runs (the data path matters more); the failure is logged.
+func (d *daemon) startControl(cfg *conf.Config, ctx context.Context) error {
+	ln, err := control.Listen(cmp.Or(cfg.Control.Socket, control.DefaultPath))
+	if err != nil {
+		d.log.Warn("no control channel: router status will not reach this daemon", "err", err)
+		return nil
+	}
+	h := &statusHandler{d: d, started: time.Now()}
+	d.serving.Go(func() {
+		if err := control.Serve(ctx, ln, h, d.log.With("component", "control")); err != nil {
+			d.log.Error("control", "err", err)
+		}
+	})
 	return nil
 }
 
@@ -328,6 +351,9 @@ func restartNeeded(old, cur *conf.Config) error {
 	if fmt.Sprint(old.DNS) != fmt.Sprint(cur.DNS) {
 		keys = append(keys, "dns")
 	}
+	if old.Control != cur.Control {
+		keys = append(keys, "control")
+	}
 	if len(keys) > 0 {
 		return fmt.Errorf("%s changed: restart the router to apply that", keys)
 	}
@@ -394,7 +420,9 @@ func (d *daemon) reload(ctx context.Context) error {
 	for _, fr := range opened {
 		d.runForward(fr)
 	}
+	d.mu.Lock()
 	d.cfg = cfg
+	d.mu.Unlock()
 	d.setLevel(cfg)
 	return nil
 }

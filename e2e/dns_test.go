@@ -35,6 +35,18 @@ func TestDNSNoLeak(t *testing.T) {
 				t.Fatalf("guest curl by name: exit %d, %q", code, out)
 			}
 			checkLog("guest curl")
+			if mode == "fake-ip" {
+				// explain names the fake IP through the running daemon; status counts the flow.
+				out, code := run(s.ctx, s.lab.Host(), routerBin, "explain", "--config", s.cfg, "--src", lab.GuestAddr, "--dst", "198.18.0.1:80")
+				if code != 0 || !strings.Contains(out, "fake IP the running router gave to "+lab.EchoName) || !strings.Contains(out, `verdict: proxy via exit`) {
+					t.Errorf("explain of a fake IP: exit %d\n%s", code, out)
+				}
+				out, code = run(s.ctx, s.lab.Host(), routerBin, "status", "--config", s.cfg)
+				if code != 0 || !strings.Contains(out, "#3 vm") || !strings.Contains(out, "pool 198.18.0.0/15") {
+					t.Errorf("status: exit %d\n%s", code, out)
+				}
+				t.Logf("router status:\n%s", out)
+			}
 
 			// dig to an outside resolver over UDP and TCP: answered by the router.
 			for _, tcp := range []string{"+notcp", "+tcp"} {

@@ -150,11 +150,15 @@ func newScene(t *testing.T, cfg string) *scene {
 	return s
 }
 
+// writeConfig writes cfg, with the scene's own control socket (never the machine's).
 func (s *scene) writeConfig(cfg string) {
+	cfg += fmt.Sprintf("\n[control]\nsocket = %q\n", s.controlPath())
 	if err := os.WriteFile(s.cfg, []byte(cfg), 0o600); err != nil {
 		s.t.Fatal(err)
 	}
 }
+
+func (s *scene) controlPath() string { return filepath.Join(s.dir, "control", "control.sock") }
 
 // startRouter runs `router run` in the host namespace and waits until it says it runs.
 func (s *scene) startRouter() {

@@ -87,6 +87,7 @@ type policy struct {
 	Policy
 	ups      map[string]*upstream
 	needProc bool
+	hits     []atomic.Uint64 // [0] no rule matched, [i+1] rule i
 }
 
 type upstream struct {
@@ -103,6 +104,7 @@ type Router struct {
 	pol    atomic.Pointer[policy]
 	pipes  *pipePool
 	flows  sync.WaitGroup
+	live   liveFlows
 	nextID atomic.Uint64
 
 	mu      sync.Mutex // guards proxyIP
@@ -147,7 +149,7 @@ func (r *Router) SetPolicy(p Policy) error {
 	if p.ConnectTimeout <= 0 {
 		return errors.New("router: connect timeout must be positive")
 	}
-	np := &policy{Policy: p, ups: map[string]*upstream{}}
+	np := &policy{Policy: p, ups: map[string]*upstream{}, hits: newHits(len(p.Rules.Rules()))}
 	for _, u := range p.Upstreams {
 		up := &upstream{Upstream: u, client: socks5.Client{Pipeline: u.Pipeline}}
 		if u.Username != "" {

@@ -103,6 +103,9 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 		// DNS over TLS would carry names past the router's DNS: only a proxy may take it.
 		f.Verdict = rules.Verdict{Action: rules.Block, Index: f.Verdict.Index, Name: f.Verdict.Name + " (DoT blocked)"}
 	}
+	p.count(f.Verdict)
+	r.live.add(f)
+	defer r.live.remove(f.ID)
 	var out *net.TCPConn
 	dctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
 	switch f.Verdict.Action {

@@ -58,6 +58,7 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 	dst := fs.String("dst", "", "the destination `HOST:PORT` (an IP or a name)")
 	network := fs.String("network", "tcp", "tcp or udp")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	socket := fs.String("socket", "", "the running router's control `path`, to name a fake-IP pool address")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
@@ -75,8 +76,18 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "router explain: %v\n", err)
 		return exitUsage
 	}
+	var notes []string
+	if q.Dst.IsValid() && cfg.DNS.Mode == conf.DNSFakeIP && cfg.DNS.Pool.Contains(q.Dst) {
+		// A fake IP: the flow is decided by the name behind it, which only the daemon knows.
+		name, note := poolName(cfg, *socket, q.Dst.String())
+		q.Host = name
+		notes = append(notes, note)
+	}
 	v, steps := rules.Explain(cfg.Rules, q)
-	note := localNote(q.Dst, hostAddrs())
+	if n := localNote(q.Dst, hostAddrs()); n != "" {
+		notes = append(notes, n)
+	}
+	note := strings.Join(notes, "; ")
 	if *asJSON {
 		return writeJSON(stdout, stderr, explainJSON(cfg, q, v, steps, note))
 	}
@@ -93,8 +104,8 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  %-*s  no: %s: %s\n", width, ruleRef(s.Index, s.Name), s.Field, s.Reason)
 	}
 	fmt.Fprintf(stdout, "verdict: %s\n", verdictText(cfg, v))
-	if note != "" {
-		fmt.Fprintf(stdout, "note: %s\n", note)
+	for _, n := range notes {
+		fmt.Fprintf(stdout, "note: %s\n", n)
 	}
 	return exitOK
 }
@@ -149,6 +160,9 @@ func describeFlow(q *rules.Query) string {
 		dst = q.Dst.String()
 	}
 	b.WriteString(" to " + net.JoinHostPort(dst, strconv.Itoa(int(q.Port))))
+	if q.Host != "" && q.Dst.IsValid() {
+		b.WriteString(" (" + q.Host + ")")
+	}
 	return b.String()
 }
 

@@ -156,7 +156,8 @@ func run(ctx context.Context, keep, verbose bool) error {
 	l.ResetLogs()
 
 	cfg := filepath.Join(dir, "router.toml")
-	if err := os.WriteFile(cfg, []byte(labConfig), 0o600); err != nil {
+	control := fmt.Sprintf("\n[control]\nsocket = %q\n", filepath.Join(dir, "control", "control.sock"))
+	if err := os.WriteFile(cfg, []byte(labConfig+control), 0o600); err != nil {
 		return err
 	}
 	step("Starting `router run --config router.toml` in the host namespace")

@@ -1,0 +1,194 @@
+// Package control is the local channel between the running daemon and the `router status`
+// and `router explain` commands: one JSON request per line, one JSON answer per line.
+//
+// Only an administrator can open it: on Linux a unix socket in a directory only root can
+// enter (mode 0700), on Windows a named pipe under \\.\pipe\ProtectedPrefix\Administrators
+// whose security descriptor lets only SYSTEM and elevated Administrators in. Nothing secret
+// crosses it (no password is ever part of an answer), but flows and names are private.
+package control
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// Request is one question to the daemon.
+type Request struct {
+	Op   string     `json:"op"`             // "status" or "name"
+	Addr netip.Addr `json:"addr,omitzero"` // for "name"
+}
+
+// Response is the daemon's answer; Error is set when the request failed.
+type Response struct {
+	Error  string  `json:"error,omitempty"`
+	Status *Status `json:"status,omitempty"`
+	Name   string  `json:"name,omitempty"`
+	Fake   bool    `json:"fake,omitempty"` // the address belongs to the fake-IP pool
+}
+
+// Status is what `router status` shows.
+type Status struct {
+	Started time.Time  `json:"started"`
+	Config  string     `json:"config"`
+	Rules   []RuleStat `json:"rules"`
+	Flows   []FlowStat `json:"flows"`
+	DNS     DNSStat    `json:"dns"`
+}
+
+// RuleStat is a rule and how many flows it decided since the daemon started (or the rule
+// list was reloaded).
+type RuleStat struct {
+	Index  int    `json:"index"` // 1-based; 0 for flows no rule matched
+	Name   string `json:"name"`
+	Action string `json:"action"`
+	Proxy  string `json:"proxy,omitempty"`
+	Hits   uint64 `json:"hits"`
+}
+
+// FlowStat is one live flow.
+type FlowStat struct {
+	ID     uint64        `json:"id"`
+	Src    string        `json:"src"`
+	Dst    string        `json:"dst"`
+	Host   string        `json:"host,omitempty"`
+	App    string        `json:"app,omitempty"`
+	Rule   string        `json:"rule"`
+	Action string        `json:"action"`
+	Proxy  string        `json:"proxy,omitempty"`
+	Age    time.Duration `json:"age_ns"`
+}
+
+// DNSStat describes the DNS side.
+type DNSStat struct {
+	Mode     string `json:"mode"`
+	Pool     string `json:"pool,omitempty"`
+	PoolSize int    `json:"pool_size,omitempty"`
+	Mapped   int    `json:"mapped,omitempty"`
+	InUse    int    `json:"in_use,omitempty"`
+}
+
+// Handler answers requests; the daemon implements it.
+type Handler interface {
+	Status() Status
+	// NameFor returns the name behind addr and whether addr is a fake-IP pool address.
+	NameFor(addr netip.Addr) (name string, fake, ok bool)
+}
+
+// maxLine bounds a request.
+const maxLine = 4096
+
+// Serve answers connections on ln until ctx is done; it closes ln.
+func Serve(ctx context.Context, ln net.Listener, h Handler, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("control accept: %w", err)
+		}
+		go serveConn(c, h, log)
+	}
+}
+
+func serveConn(c net.Conn, h Handler, log *slog.Logger) {
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	sc := bufio.NewScanner(c)
+	sc.Buffer(make([]byte, 0, 512), maxLine)
+	enc := json.NewEncoder(c)
+	for sc.Scan() {
+		var req Request
+		var resp Response
+		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+			resp.Error = "bad request: " + err.Error()
+		} else {
+			resp = answer(req, h)
+		}
+		if err := enc.Encode(resp); err != nil {
+			log.Debug("control write", "err", err)
+			return
+		}
+	}
+}
+
+func answer(req Request, h Handler) Response {
+	switch req.Op {
+	case "status":
+		st := h.Status()
+		return Response{Status: &st}
+	case "name":
+		if !req.Addr.IsValid() {
+			return Response{Error: "name: addr is required"}
+		}
+		name, fake, ok := h.NameFor(req.Addr.Unmap())
+		if !ok {
+			return Response{Fake: fake, Error: "no name known for " + req.Addr.String()}
+		}
+		return Response{Name: name, Fake: fake}
+	}
+	return Response{Error: fmt.Sprintf("unknown op %q", req.Op)}
+}
+
+// Client asks the daemon.
+type Client struct {
+	c  net.Conn
+	sc *bufio.Scanner
+}
+
+// Dial connects to the daemon's control channel at path (DefaultPath when empty).
+func Dial(ctx context.Context, path string) (*Client, error) {
+	if path == "" {
+		path = DefaultPath
+	}
+	c, err := dial(ctx, path)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the running router at %s: %w", path, err)
+	}
+	return &Client{c: c, sc: newScanner(c)}, nil
+}
+
+func newScanner(c net.Conn) *bufio.Scanner {
+	sc := bufio.NewScanner(c)
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
+	return sc
+}
+
+// Close closes the connection.
+func (cl *Client) Close() error { return cl.c.Close() }
+
+// Do sends req and returns the answer; an answer with Error set is returned as an error too.
+func (cl *Client) Do(req Request) (Response, error) {
+	cl.c.SetDeadline(time.Now().Add(10 * time.Second))
+	b, _ := json.Marshal(req)
+	if _, err := cl.c.Write(append(b, '\n')); err != nil {
+		return Response{}, fmt.Errorf("control: %w", err)
+	}
+	if !cl.sc.Scan() {
+		err := cl.sc.Err()
+		if err == nil {
+			err = errors.New("connection closed")
+		}
+		return Response{}, fmt.Errorf("control: %w", err)
+	}
+	var resp Response
+	if err := json.Unmarshal(cl.sc.Bytes(), &resp); err != nil {
+		return Response{}, fmt.Errorf("control: %w", err)
+	}
+	if resp.Error != "" {
+		return resp, errors.New(resp.Error)
+	}
+	return resp, nil
+}
