@@ -21,7 +21,7 @@ import (
 
 // Request is one question to the daemon.
 type Request struct {
-	Op   string     `json:"op"`             // "status" or "name"
+	Op   string     `json:"op"`            // "status" or "name"
 	Addr netip.Addr `json:"addr,omitzero"` // for "name"
 }
 

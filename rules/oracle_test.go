@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"os/exec"
 	"sort"
 	"strings"
 	"testing"
@@ -196,19 +195,6 @@ func FuzzParse(f *testing.F) {
 		}
 		ParseService(s)
 	})
-}
-
-// TestImportsNothingOfOurs keeps rules pure: it may use the standard library only.
-func TestImportsNothingOfOurs(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", ".").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		if strings.Contains(dep, ".") && dep != "github.com/agentcage/router/rules" {
-			t.Errorf("rules depends on %s", dep)
-		}
-	}
 }
 
 // benchRules builds n rules shaped like real ones (a few fields each, host addresses and
