@@ -701,54 +701,37 @@ func (d *decoder) ruleFields(c *Config, r *rules.Rule, a at, m map[string]any) {
 			r.Network = n
 		}
 	}
-	if v, ok := m["sources"]; ok {
-		for i, s := range d.strings(a.key("sources"), v) {
-			rg, err := rules.ParseIPRange(s)
-			if err != nil {
-				d.fail(a.key("sources").elem(i), "%v", err)
-				continue
-			}
-			r.Sources = append(r.Sources, rg)
-		}
-	}
-	if v, ok := m["hosts"]; ok {
-		for i, s := range d.strings(a.key("hosts"), v) {
-			h, err := rules.ParseHost(s)
-			if err != nil {
-				d.fail(a.key("hosts").elem(i), "%v", err)
-				continue
-			}
-			r.Hosts = append(r.Hosts, h)
-		}
-	}
+	r.Sources = parseEach(d, a, m, "sources", rules.ParseIPRange)
+	r.Hosts = parseEach(d, a, m, "hosts", rules.ParseHost)
 	if v, ok := m["ports"]; ok {
 		d.ports(r, a.key("ports"), v)
 	}
-	if v, ok := m["apps"]; ok {
-		for i, s := range d.strings(a.key("apps"), v) {
-			app, err := rules.ParseApp(s)
-			if err != nil {
-				d.fail(a.key("apps").elem(i), "%v", err)
-				continue
-			}
-			r.Apps = append(r.Apps, app)
-		}
-	}
-	if v, ok := m["services"]; ok {
-		for i, s := range d.strings(a.key("services"), v) {
-			svc, err := rules.ParseService(s)
-			if err != nil {
-				d.fail(a.key("services").elem(i), "%v", err)
-				continue
-			}
-			r.Services = append(r.Services, svc)
-		}
-	}
+	r.Apps = parseEach(d, a, m, "apps", rules.ParseApp)
+	r.Services = parseEach(d, a, m, "services", rules.ParseService)
 	for _, k := range []string{"sources", "hosts", "ports", "apps", "services"} {
 		if xs, ok := m[k].([]any); ok && len(xs) == 0 {
 			d.fail(a.key(k), "is empty; leave the key out to match any %s", strings.TrimSuffix(k, "s"))
 		}
 	}
+}
+
+// parseEach parses every string of m[key] (a string or an array of them) with parse,
+// reporting each bad entry with its index.
+func parseEach[T any](d *decoder, a at, m map[string]any, key string, parse func(string) (T, error)) []T {
+	v, ok := m[key]
+	if !ok {
+		return nil
+	}
+	var out []T
+	for i, s := range d.strings(a.key(key), v) {
+		x, err := parse(s)
+		if err != nil {
+			d.fail(a.key(key).elem(i), "%v", err)
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
 }
 
 // ports takes numbers, "443" and "8000-9000"; a lone value is an array of one.
