@@ -204,17 +204,17 @@ func TestFailClosed(t *testing.T) {
 func TestReload(t *testing.T) {
 	s := newScene(t, config(lab.GoSocksAddr, ""))
 	s.writeConfig("[[rule]]\nname = \"broken\"\naction = \"allow\"\n")
-	s.router.Process.Signal(syscall.SIGHUP)
+	s.router.Signal(syscall.SIGHUP)
 	s.waitLog("reload failed", 5*time.Second)
-	if !strings.Contains(s.logs.String(), `unknown action \"allow\"`) {
-		t.Errorf("the reload error does not say what is wrong:\n%s", s.logs.String())
+	if !strings.Contains(s.log(), `unknown action \"allow\"`) {
+		t.Errorf("the reload error does not say what is wrong:\n%s", s.log())
 	}
 	if out, code := s.curl(s.lab.Guest(), lab.EchoURL); code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
 		t.Fatalf("after a broken reload: exit %d, %q", code, out)
 	}
 	// A good file that blocks the echo server.
 	s.writeConfig(strings.Replace(config(lab.GoSocksAddr, ""), "[[rule]]\nname = \"model-direct\"", "[[rule]]\nname = \"no-echo\"\nhosts = [\"203.0.113.10\"]\nports = [80]\naction = \"block\"\n\n[[rule]]\nname = \"model-direct\"", 1))
-	s.router.Process.Signal(syscall.SIGHUP)
+	s.router.Signal(syscall.SIGHUP)
 	s.waitLog("reloaded", 5*time.Second)
 	if out, code := s.curl(s.lab.Guest(), lab.EchoURL, "--max-time", "2"); code == 0 {
 		t.Fatalf("after reloading a block rule, guest curl worked: %q", out)

@@ -8,15 +8,12 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -102,26 +99,16 @@ type scene struct {
 	lab    *lab.Lab
 	dir    string
 	cfg    string
-	router *exec.Cmd
-	logs   *syncBuffer
-	exited chan struct{}
+	router *lab.Router
+	logs   string // the last router's output, once it stopped
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// log returns the running router's output, or the last one's.
+func (s *scene) log() string {
+	if s.router != nil {
+		return s.router.Log()
+	}
+	return s.logs
 }
 
 // newScene builds the lab and starts the router with cfg.
@@ -137,7 +124,7 @@ func newScene(t *testing.T, cfg string) *scene {
 	t.Cleanup(func() {
 		s.stopRouter(syscall.SIGTERM)
 		if t.Failed() {
-			t.Logf("router log:\n%s", s.logs.String())
+			t.Logf("router log:\n%s", s.log())
 			t.Logf("lab:\n%s", l.Diagnostics(context.Background()))
 		}
 		if err := l.Close(); err != nil {
@@ -163,16 +150,11 @@ func (s *scene) controlPath() string { return filepath.Join(s.dir, "control", "c
 // startRouter runs `router run` in the host namespace and waits until it says it runs.
 func (s *scene) startRouter() {
 	s.t.Helper()
-	s.logs = &syncBuffer{}
-	cmd := s.lab.Host().Command(context.Background(), routerBin, "run", "--config", s.cfg)
-	cmd.Stdout, cmd.Stderr = s.logs, s.logs
-	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start router: %v", err)
+	r, err := s.lab.StartRouter(routerBin, s.cfg, 15*time.Second)
+	if err != nil {
+		s.t.Fatal(err)
 	}
-	s.router = cmd
-	s.exited = make(chan struct{})
-	go func() { cmd.Wait(); close(s.exited) }()
-	s.waitLog("router running", 15*time.Second)
+	s.router = r
 	// Everything the router did to start (nothing should reach the uplink) is behind us;
 	// the counter measures what follows.
 	if err := s.lab.ResetLeaks(s.ctx); err != nil {
@@ -182,17 +164,8 @@ func (s *scene) startRouter() {
 
 func (s *scene) waitLog(want string, d time.Duration) {
 	s.t.Helper()
-	deadline := time.Now().Add(d)
-	for !strings.Contains(s.logs.String(), want) {
-		select {
-		case <-s.exited:
-			s.t.Fatalf("router exited before saying %q:\n%s", want, s.logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("router never said %q:\n%s", want, s.logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := s.router.WaitLog(want, d); err != nil {
+		s.t.Fatal(err)
 	}
 }
 
@@ -201,15 +174,10 @@ func (s *scene) stopRouter(sig syscall.Signal) {
 	if s.router == nil {
 		return
 	}
-	s.router.Process.Signal(sig)
-	select {
-	case <-s.exited:
-	case <-time.After(10 * time.Second):
-		s.router.Process.Kill()
-		<-s.exited
-		s.t.Errorf("router did not stop on %v", sig)
+	if err := s.router.Stop(sig, 10*time.Second); err != nil {
+		s.t.Error(err)
 	}
-	s.router = nil
+	s.logs, s.router = s.router.Log(), nil
 }
 
 // run runs a command in a namespace; it returns the output and the exit code.

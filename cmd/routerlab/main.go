@@ -12,19 +12,16 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -88,27 +85,9 @@ type tour struct {
 	lab    *lab.Lab
 	bin    string
 	dir    string
-	router *exec.Cmd
-	exited chan struct{}
-	log    *lockedBuffer
+	router *lab.Router
+	log    strings.Builder // the output of routers that stopped
 	fails  int
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func run(ctx context.Context, keep, verbose bool) error {
@@ -120,7 +99,7 @@ func run(ctx context.Context, keep, verbose bool) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	t := &tour{ctx: ctx, dir: dir, log: &lockedBuffer{}}
+	t := &tour{ctx: ctx, dir: dir}
 
 	step("Building the router binary")
 	t.bin = filepath.Join(dir, "router")
@@ -252,46 +231,22 @@ func (t *tour) expect(what, want string, name string, args ...string) {
 }
 
 func (t *tour) startRouter(cfg string) error {
-	cmd := t.lab.Host().Command(context.Background(), t.bin, "run", "--config", cfg)
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
+	r, err := t.lab.StartRouter(t.bin, cfg, 15*time.Second)
+	if err != nil {
 		return err
 	}
-	t.router, t.exited = cmd, make(chan struct{})
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(pr)
-		once := sync.Once{}
-		for sc.Scan() {
-			t.log.Write([]byte(sc.Text() + "\n"))
-			if strings.Contains(sc.Text(), "router running") {
-				once.Do(func() { close(ready) })
-			}
-		}
-	}()
-	go func() { cmd.Wait(); pw.Close(); close(t.exited) }()
-	select {
-	case <-ready:
-		return nil
-	case <-t.exited:
-		return fmt.Errorf("the router exited:\n%s", t.log.String())
-	case <-time.After(15 * time.Second):
-		return fmt.Errorf("the router did not start:\n%s", t.log.String())
-	}
+	t.router = r
+	return nil
 }
 
 func (t *tour) stopRouter(sig syscall.Signal) {
 	if t.router == nil {
 		return
 	}
-	t.router.Process.Signal(sig)
-	select {
-	case <-t.exited:
-	case <-time.After(10 * time.Second):
-		t.router.Process.Kill()
-		<-t.exited
+	if err := t.router.Stop(sig, 10*time.Second); err != nil {
+		fmt.Fprintf(os.Stderr, "    %v\n", err)
 	}
+	t.log.WriteString(t.router.Log())
 	t.router = nil
 }
 
