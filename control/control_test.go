@@ -1,7 +1,6 @@
 package control
 
 import (
-	"context"
 	"net"
 	"net/netip"
 	"strings"
@@ -43,33 +42,5 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if _, err := c.Do(Request{Op: "reboot"}); err == nil || !strings.Contains(err.Error(), "unknown op") {
 		t.Fatalf("unknown op: %v", err)
-	}
-}
-
-func TestListenServeDial(t *testing.T) {
-	path := DefaultPath
-	if !strings.HasPrefix(path, `\\`) {
-		path = t.TempDir() + "/run/control.sock"
-	} else {
-		path = `\\.\pipe\router-control-test`
-	}
-	ln, err := Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, ln, fakeHandler{}, nil) }()
-	c, err := Dial(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r, err := c.Do(Request{Op: "status"}); err != nil || r.Status.Config != "router.toml" {
-		t.Fatalf("status: %+v, %v", r, err)
-	}
-	c.Close()
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
 	}
 }

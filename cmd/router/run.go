@@ -13,6 +13,9 @@ import (
 	"github.com/agentcage/router/daemon"
 )
 
+// contextT is context.Context, short for the service hooks' signatures.
+type contextT = context.Context
+
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("run", "--config FILE [--log-format text|json]",
 		"Runs the daemon in the foreground: captures, decides, relays. SIGHUP reloads the config\n(a broken file is reported and the running rules stay); SIGTERM or Ctrl-C stops it and\nleaves the capture in place, so VM traffic stays blocked until a router runs again or\n`router cleanup` removes it. Needs root (nftables, socket marks).", stderr)
@@ -34,6 +37,19 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	level := new(slog.LevelVar)
+	if serviceMode() {
+		err := runService(level, func(log *slog.Logger, ctx contextT, reload <-chan struct{}) error {
+			return daemon.Run(ctx, daemon.Options{
+				ConfigPath: *cfgPath, Platform: daemon.NewPlatform(log.With("component", "proc")),
+				Log: log, Level: level, Reload: reload,
+			})
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "router run: %v\n", err)
+			return exitUsage
+		}
+		return exitOK
+	}
 	var h slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
 	if *format == "json" {
 		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
