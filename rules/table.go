@@ -26,14 +26,17 @@ type Table struct {
 	fields []*fieldIndex
 	// opens[m] is the intersection of the open sets of the fields in the bit mask m (bit k for
 	// fields[k]): a flow usually matches no entry of most fields, and those fields then cost
-	// one precomputed bitset together instead of a pass each.
-	opens [][]uint64
+	// one precomputed bitset together instead of a pass each. nonzero[m] has a bit for every
+	// word of opens[m] that is not zero, so a scan skips empty stretches 64 words at a time.
+	opens   [][]uint64
+	nonzero [][]uint64
 	pool  sync.Pool // *scratch
 }
 
 type scratch struct {
 	parts  []set
-	fields []fieldState
+	all    []fieldState // every indexed field
+	fields []fieldState // the fields intersected word by word
 	dense  [][]uint64
 	sparse []cursor
 }
@@ -135,6 +138,7 @@ func Compile(rs []Rule) *Table {
 	// Most selective field first: the one that leaves the fewest rules open.
 	slices.SortStableFunc(t.fields, func(a, b *fieldIndex) int { return popcount(a.open) - popcount(b.open) })
 	t.opens = make([][]uint64, 1<<len(t.fields))
+	t.nonzero = make([][]uint64, 0, len(t.opens))
 	for m := range t.opens {
 		o := make([]uint64, t.words)
 		for i := range o {
@@ -148,6 +152,13 @@ func Compile(rs []Rule) *Table {
 			}
 		}
 		t.opens[m] = o
+		nz := make([]uint64, (t.words+63)/64)
+		for i, w := range o {
+			if w != 0 {
+				nz[i/64] |= 1 << (i % 64)
+			}
+		}
+		t.nonzero = append(t.nonzero, nz)
 	}
 	t.pool.New = func() any { return new(scratch) }
 	return t
@@ -168,14 +179,14 @@ func (t *Table) first(f *flow) int {
 	}
 	s := t.pool.Get().(*scratch)
 	defer t.pool.Put(s)
-	s.fields, s.dense, s.sparse = s.fields[:0], s.dense[:0], s.sparse[:0]
-	unmatched := 0 // fields where the flow matches no entry: only their open rules remain
+	s.fields, s.dense, s.sparse, s.all = s.fields[:0], s.dense[:0], s.sparse[:0], s.all[:0]
+	// Fields whose matches are all short lists are folded into one precomputed bitset, the
+	// intersection of their open sets; the rules of those lists are the only candidates that
+	// bitset misses, and each is checked against every field on its own. Fields with a
+	// dense match set (rare: a key shared by many rules) are intersected word by word.
+	folded := 0
 	for k, fi := range t.fields {
 		s.parts = fi.lookup(f, s.parts[:0])
-		if len(s.parts) == 0 {
-			unmatched |= 1 << k
-			continue
-		}
 		d0, s0 := len(s.dense), len(s.sparse)
 		for _, p := range s.parts {
 			if p.dense != nil {
@@ -184,30 +195,110 @@ func (t *Table) first(f *flow) int {
 				s.sparse = append(s.sparse, cursor{list: p.list})
 			}
 		}
-		s.fields = append(s.fields, fieldState{wild: fi.open, dense: s.dense[d0:len(s.dense):len(s.dense)], sparse: s.sparse[s0:len(s.sparse):len(s.sparse)]})
+		st := fieldState{wild: fi.open, dense: s.dense[d0:len(s.dense):len(s.dense)], sparse: s.sparse[s0:len(s.sparse):len(s.sparse)]}
+		s.all = append(s.all, st)
+		if len(st.dense) == 0 {
+			folded |= 1 << k
+		} else {
+			s.fields = append(s.fields, st)
+		}
 	}
-	// One pass over the words, lowest first: a word's candidates are the AND over the fields,
-	// stopping at the first field that leaves none; each candidate is confirmed by its rule's
-	// matcher, and the first confirmed one wins.
-	base := t.opens[unmatched]
+	// The lowest confirmed rule among the listed ones bounds the bitset scan.
+	best := -1
+	for k := range s.all {
+		if folded&(1<<k) == 0 {
+			continue
+		}
+		for _, c := range s.all[k].sparse {
+			for _, i := range c.list {
+				if best >= 0 && int(i) >= best {
+					break
+				}
+				if s.candidate(i) && t.rules[i].mismatch(f) == "" {
+					best = int(i)
+					break
+				}
+			}
+		}
+	}
 	last := len(t.rules) - 1
+	if best >= 0 {
+		last = best - 1
+	}
+	if last < 0 {
+		return best
+	}
+	base := t.opens[folded]
+	if len(s.fields) == 0 {
+		// Only the precomputed bitset: visit its non-zero words.
+		for j, nz := range t.nonzero[folded] {
+			for nz != 0 {
+				w := j*64 + bits.TrailingZeros64(nz)
+				nz &= nz - 1
+				if w > last/64 {
+					return best
+				}
+				if i := t.confirm(f, w, base[w], last); i >= 0 {
+					return i
+				}
+			}
+		}
+		return best
+	}
 	for w := 0; w <= last/64; w++ {
 		m := base[w]
-		if w == last/64 {
-			m &= ^uint64(0) >> (63 - last%64)
-		}
 		for k := 0; k < len(s.fields) && m != 0; k++ {
 			m &= s.fields[k].word(w)
 		}
-		for m != 0 {
-			i := w*64 + bits.TrailingZeros64(m)
-			if t.rules[i].mismatch(f) == "" {
-				return i
-			}
-			m &= m - 1
+		if i := t.confirm(f, w, m, last); i >= 0 {
+			return i
 		}
 	}
+	return best
+}
+
+// confirm returns the first rule of word w's candidates m (none past last) that matches.
+func (t *Table) confirm(f *flow, w int, m uint64, last int) int {
+	if w == last/64 {
+		m &= ^uint64(0) >> (63 - last%64)
+	}
+	for m != 0 {
+		i := w*64 + bits.TrailingZeros64(m)
+		if t.rules[i].mismatch(f) == "" {
+			return i
+		}
+		m &= m - 1
+	}
 	return -1
+}
+
+// candidate reports whether rule i passes every field's index.
+func (s *scratch) candidate(i uint32) bool {
+	for k := range s.all {
+		if !s.all[k].has(i) {
+			return false
+		}
+	}
+	return true
+}
+
+// has reports whether rule i is in the field's candidate set.
+func (st *fieldState) has(i uint32) bool {
+	bit := uint64(1) << (i & 63)
+	if st.wild[i>>6]&bit != 0 {
+		return true
+	}
+	for _, d := range st.dense {
+		if d[i>>6]&bit != 0 {
+			return true
+		}
+	}
+	for _, c := range st.sparse {
+		if _, ok := slices.BinarySearch(c.list, i); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // word returns word w of the field's candidate set. Calls must come with w never decreasing;
@@ -394,11 +485,16 @@ type intervals struct {
 
 func (iv *intervals) lookup(p u128, parts []set) []set {
 	// The last start <= p.
-	i, found := slices.BinarySearchFunc(iv.starts, p, u128.compare)
-	if !found {
-		i--
+	lo, hi := 0, len(iv.starts)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if p.less(iv.starts[mid]) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
 	}
-	if i >= 0 && !iv.sets[i].empty() {
+	if i := lo - 1; i >= 0 && !iv.sets[i].empty() {
 		parts = append(parts, iv.sets[i])
 	}
 	return parts
