@@ -30,7 +30,7 @@ type Table struct {
 	// word of opens[m] that is not zero, so a scan skips empty stretches 64 words at a time.
 	opens   [][]uint64
 	nonzero [][]uint64
-	pool  sync.Pool // *scratch
+	pool    sync.Pool // *scratch
 }
 
 type scratch struct {
