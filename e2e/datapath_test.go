@@ -37,6 +37,11 @@ func TestGuestLeavesThroughTheProxy(t *testing.T) {
 			}
 			s.wantNoLeak("guest TCP")
 			s.waitLog(`host=echo.lab.test`, 5*time.Second)
+			// Own traffic is never captured: the router's connections to the proxy never
+			// came back to its own listener as flows.
+			if strings.Contains(s.log(), "dst="+up.addr) {
+				t.Errorf("the router captured its own connection to the proxy:\n%s", s.log())
+			}
 		})
 	}
 }
@@ -63,6 +68,28 @@ func TestModelForward(t *testing.T) {
 	}
 	if out, code := s.curl(s.lab.Guest(), "http://10.0.2.2:47831/v1/models", "--interface", "10.0.2.16", "--max-time", "2"); code == 0 {
 		t.Errorf("a source outside allow reached the model: %q", out)
+	}
+	// The host is off limits: a service on every host address is refused to the guest,
+	// on the VM-facing address and on the uplink address alike.
+	ln, err := s.lab.Host().Listen(s.ctx, "tcp", "0.0.0.0:2222")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("host service\n"))
+			c.Close()
+		}
+	}()
+	for _, addr := range []string{"10.0.2.2:2222", "198.51.100.2:2222"} {
+		if out, code := s.curl(s.lab.Guest(), "telnet://"+addr, "--max-time", "2"); code == 0 || strings.Contains(out, "host service") {
+			t.Errorf("the guest reached a host service at %s: %q", addr, out)
+		}
 	}
 	s.wantNoLeak("model forward")
 }
