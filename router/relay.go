@@ -4,54 +4,50 @@ import (
 	"errors"
 	"net"
 	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
 // errIdle ends a relay whose two directions were both quiet for the idle timeout.
 var errIdle = errors.New("idle timeout")
 
+// errClosed ends the flows still running when the Router is closed.
+var errClosed = errors.New("router closed")
+
 // relay copies both ways between two TCP connections until both directions have ended,
 // then closes both. A direction ends at EOF (the other side is then half-closed with
 // CloseWrite, so a request/response protocol that closes its sending side still gets its
 // answer), at an error (both connections are then closed at once), or when neither direction
-// moved a byte for idle.
+// moved a byte for idle (errIdle); a direction whose receiver takes nothing for idle also
+// ends the flow with errIdle.
 //
-// The copy engine (spliceLoop on Linux, copyLoop elsewhere) waits for readability before it
-// takes a pipe or buffer, so a quiet flow holds neither.
+// The engine (an epoll loop that splices, on Linux; a goroutine per direction elsewhere)
+// waits for readability before it takes a pipe or buffer, so a quiet flow holds neither. On
+// Linux a relayed flow holds no goroutine either: the connections leave Go's poller for the
+// engine's.
 type relay struct {
-	idle  time.Duration
-	pipes *pipePool // Linux splice pipes; nil elsewhere
+	idle   time.Duration
+	engine *engine
 }
 
-// stream is one direction of a relay.
-type stream struct {
-	src, dst *net.TCPConn
-	n        atomic.Int64 // bytes copied
-	last     atomic.Int64 // unix nanoseconds of the last byte moved
+// result is how a flow ended: bytes sent up (a→b) and down (b→a), and the cause (nil for a
+// clean end on both sides).
+type result struct {
+	up, down int64
+	err      error
 }
 
-// run relays a (the client side) and b (the upstream side) and returns the bytes sent up
-// (a→b) and down (b→a). The calling goroutine carries one direction.
+// start (per platform) relays a (the client side) and b (the upstream side); it owns both
+// from the call on and returns at once. done is called exactly once, after both connections
+// are closed, on a goroutine of the engine (or the caller's, when the flow fails at once):
+// it must not block, or it stalls every flow of its loop.
+
+// run relays a (the client side) and b (the upstream side) until the flow ends and returns
+// how it ended. It owns a and b from the call on.
 func (r *relay) run(a, b *net.TCPConn) (up, down int64, err error) {
-	now := time.Now().UnixNano()
-	ab := &stream{src: a, dst: b}
-	ba := &stream{src: b, dst: a}
-	ab.last.Store(now)
-	ba.last.Store(now)
-	var wg sync.WaitGroup
-	var errDown error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		errDown = r.pump(ba, ab)
-	}()
-	errUp := r.pump(ab, ba)
-	wg.Wait()
-	a.Close()
-	b.Close()
-	return ab.n.Load(), ba.n.Load(), cause(errUp, errDown)
+	ch := make(chan result, 1)
+	r.start(a, b, func(res result) { ch <- res })
+	res := <-ch
+	return res.up, res.down, res.err
 }
 
 // cause picks the error that ended a flow: the first one that is not merely the echo of the
@@ -63,29 +59,6 @@ func cause(errs ...error) error {
 		}
 	}
 	return nil
-}
-
-// pump runs one direction to its end. other is the opposite direction, whose activity keeps
-// this one from timing out while the peer on this side is only listening (a model that
-// streams its answer for minutes to a client that sends nothing).
-func (r *relay) pump(s, other *stream) error {
-	err := r.copy(s, other)
-	if err == nil {
-		// EOF from src: pass the half-close on and let the other direction finish.
-		s.dst.CloseWrite()
-		return nil
-	}
-	// Any other end tears the whole flow down: close both so the other pump returns too.
-	s.src.Close()
-	s.dst.Close()
-	return err
-}
-
-// timedOut decides, after src was quiet for the idle timeout, whether the flow is idle:
-// it is not when the other direction moved within the timeout.
-func (r *relay) timedOut(s, other *stream) bool {
-	last := max(s.last.Load(), other.last.Load())
-	return time.Since(time.Unix(0, last)) >= r.idle
 }
 
 func isTimeout(err error) bool {

@@ -4,23 +4,34 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/socks5"
 )
 
-// Serve accepts redirected connections on ln until ctx is done or ln fails; each flow runs
-// in its own goroutine. Closing ln (or cancelling ctx) stops accepting; flows already running
-// go on (Wait waits for them).
+// Serve accepts redirected connections on ln until ctx is done or ln fails; each flow is
+// set up (decided, connected) on a goroutine of its own, then relayed by the engine. At most
+// maxSetups flows are set up at once: a burst waits in the listen backlog instead of growing
+// goroutine stacks and garbage. Running out of descriptors pauses accepting briefly instead
+// of ending Serve. Closing ln (or cancelling ctx) stops accepting; flows already running go
+// on (Wait waits for them).
 func (r *Router) Serve(ctx context.Context, ln *net.TCPListener) error {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	for {
+		select {
+		case r.setups <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
 		c, err := ln.AcceptTCP()
 		if err != nil {
+			<-r.setups
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
@@ -28,15 +39,23 @@ func (r *Router) Serve(ctx context.Context, ln *net.TCPListener) error {
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) {
+				r.log.Warn("accept: out of resources, pausing", "err", err)
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
 			return fmt.Errorf("accept: %w", err)
 		}
 		r.flows.Add(1)
 		go func() {
-			defer r.flows.Done()
 			r.handle(ctx, c)
+			<-r.setups
 		}()
 	}
 }
+
+// earlyMax bounds the client bytes sent along with the SOCKS request (see dialProxy).
+const earlyMax = 4 << 10
 
 // Flow is what the router knows of one connection; it is logged when the flow ends.
 type Flow struct {
@@ -53,10 +72,24 @@ type Flow struct {
 	Err     error
 }
 
+// handle decides and connects one flow, then hands both connections to the relay and
+// returns: the relay logs the flow and marks it done (r.flows) when it ends. A flow refused
+// or failed before the relay is logged and marked done here.
 func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 	p := r.pol.Load()
 	f := &Flow{ID: r.nextID.Add(1), Start: time.Now(), Src: addrPortOf(c.RemoteAddr())}
-	defer func() { r.logFlow(f) }()
+	relayed := false
+	var release func()
+	defer func() {
+		if !relayed {
+			r.live.remove(f.ID)
+			if release != nil {
+				release()
+			}
+			r.logFlow(f)
+			r.flows.Done()
+		}
+	}()
 	dst, err := r.opts.OriginalDst(c)
 	if err != nil {
 		f.Err = fmt.Errorf("original destination: %w", err)
@@ -85,13 +118,13 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 	fake := false
 	if n := r.opts.Names; n != nil {
 		if n.InPool(q.Dst) {
-			name, release, ok := n.Acquire(q.Dst)
+			name, rel, ok := n.Acquire(q.Dst)
 			if !ok {
 				f.Err = errors.New("fake IP that no DNS answer gave out")
 				reset(c)
 				return
 			}
-			defer release()
+			release = rel
 			q.Host, fake = name, true
 		} else if name, ok := n.NameFor(q.Dst); ok {
 			q.Host = name
@@ -104,8 +137,7 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 		f.Verdict = rules.Verdict{Action: rules.Block, Index: f.Verdict.Index, Name: f.Verdict.Name + " (DoT blocked)"}
 	}
 	p.count(f.Verdict)
-	r.live.add(f)
-	defer r.live.remove(f.ID)
+	r.live.add(f) // removed when the flow ends: by the relay's callback, or the defer above
 	var out *net.TCPConn
 	dctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
 	switch f.Verdict.Action {
@@ -120,7 +152,16 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 		if q.Host != "" {
 			sd = socks5.Addr{Name: q.Host, Port: f.Dst.Port()}
 		}
-		out, err = r.dialProxy(dctx, p.ups[f.Verdict.Proxy], sd)
+		up := p.ups[f.Verdict.Proxy]
+		var early []byte
+		if up.Pipeline {
+			// What the client already sent rides with the request.
+			buf := r.early.Get().(*[earlyMax]byte)
+			defer r.early.Put(buf)
+			early = buf[:pending(c, buf[:])]
+			f.Up = int64(len(early))
+		}
+		out, err = r.dialProxy(dctx, up, sd, early)
 	}
 	cancel()
 	if err != nil {
@@ -129,7 +170,23 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 		return
 	}
 	rl := r.relayFor(p)
-	f.Up, f.Down, f.Err = rl.run(c, out)
+	relayed = true
+	rl.start(c, out, func(res result) {
+		// On the relay's goroutine: nothing here may block.
+		r.live.remove(f.ID)
+		f.Up, f.Down, f.Err = f.Up+res.up, res.down, res.err
+		if release != nil {
+			release()
+		}
+		if !r.log.Enabled(context.Background(), flowLevel(f)) {
+			r.flows.Done()
+			return
+		}
+		go func() {
+			r.logFlow(f) // a slow log writer must not stall the relay
+			r.flows.Done()
+		}()
+	})
 }
 
 // dialDirect connects to dst with the router's own dialer. A fake IP is first resolved
@@ -145,10 +202,10 @@ func (r *Router) dialDirect(ctx context.Context, dst netip.AddrPort, host string
 	}
 	var err error
 	for _, a := range targets {
-		var c net.Conn
-		c, err = r.dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(a, dst.Port()).String())
+		var c *net.TCPConn
+		c, err = r.dialer.DialTCP(ctx, "tcp", netip.AddrPort{}, netip.AddrPortFrom(a, dst.Port()))
 		if err == nil {
-			return c.(*net.TCPConn), nil
+			return c, nil
 		}
 	}
 	if err == nil {
@@ -171,7 +228,18 @@ func addrPortOf(a net.Addr) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
+// flowLevel is the level of f's record: warn for a flow that failed, info otherwise.
+func flowLevel(f *Flow) slog.Level {
+	if f.Err != nil && !errors.Is(f.Err, errIdle) {
+		return slog.LevelWarn
+	}
+	return slog.LevelInfo
+}
+
 func (r *Router) logFlow(f *Flow) {
+	if !r.log.Enabled(context.Background(), flowLevel(f)) {
+		return // the record's attributes cost more than the rest of a short flow's end
+	}
 	attrs := []any{
 		"id", f.ID, "src", f.Src, "dst", f.Dst,
 		"rule", f.Verdict.Name, "action", f.Verdict.Action.String(),

@@ -1,0 +1,223 @@
+package bench
+
+import (
+	"context"
+	"math"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	gosocks5 "github.com/things-go/go-socks5"
+)
+
+// Loopback tests: the sink and its clients, the /proc parsers and the statistics.
+
+func startSink(t *testing.T) (*Sink, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewSink()
+	s.ReadTimeout = 10 * time.Second
+	go s.Serve(ln)
+	t.Cleanup(func() { ln.Close() })
+	return s, ln.Addr().String()
+}
+
+func TestGet(t *testing.T) {
+	_, addr := startSink(t)
+	for _, n := range []int64{0, 1, sinkChunk + 7, 3 << 20} {
+		res, err := Get(context.Background(), Dialer{}, addr, n)
+		if err != nil {
+			t.Fatalf("get %d: %v", n, err)
+		}
+		if got, want := res.Bytes, n; got != want {
+			t.Errorf("get %d: got %d bytes", n, got)
+		}
+		if res.Seconds <= 0 {
+			t.Errorf("get %d: %v seconds", n, res.Seconds)
+		}
+	}
+}
+
+func TestGetThroughSocks(t *testing.T) {
+	_, addr := startSink(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go gosocks5.NewServer().Serve(ln)
+	d := Dialer{Socks: ln.Addr().String(), Src: netip.MustParseAddr("127.0.0.1")}
+	res, err := Get(context.Background(), d, addr, 1<<20)
+	if err != nil || res.Bytes != 1<<20 {
+		t.Fatalf("got %+v, %v; want 1 MiB", res, err)
+	}
+}
+
+func TestRate(t *testing.T) {
+	_, addr := startSink(t)
+	res := Rate(context.Background(), Dialer{}, addr, 200, 8, 1024)
+	if res.Count != 200 || res.Errors != 0 {
+		t.Fatalf("got %+v, want 200 connections without error", res)
+	}
+	if !(0 < res.P50 && res.P50 <= res.P90 && res.P90 <= res.P99 && res.P99 <= res.Max) {
+		t.Errorf("percentiles out of order: %+v", res)
+	}
+	// A dead target: every connection fails and is counted.
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	res = Rate(context.Background(), Dialer{Timeout: time.Second}, deadAddr, 10, 2, 1024)
+	if res.Errors != 10 || res.FirstError == "" {
+		t.Errorf("dead target: got %+v, want 10 errors", res)
+	}
+}
+
+func TestIdleParksAtTheSink(t *testing.T) {
+	s, addr := startSink(t)
+	set, err := Idle(context.Background(), Dialer{}, addr, 50, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(network, a string) (net.Conn, error) { return net.Dial(network, a) }
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Parked() < 50 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got, err := Stat(dial, addr); err != nil || got != 50 {
+		t.Fatalf("stat = %d, %v; want 50 parked", got, err)
+	}
+	if set.Len() != 50 {
+		t.Errorf("Len = %d", set.Len())
+	}
+	set.Close()
+	for s.Parked() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := s.Parked(); got != 0 {
+		t.Errorf("after Close: %d parked", got)
+	}
+}
+
+func TestSinkRefusesGarbage(t *testing.T) {
+	_, addr := startSink(t)
+	for _, req := range []string{"PUT 5\n", "GET -1\n", "GET x\n", string(make([]byte, 100))} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.Write([]byte(req))
+		n, _ := c.Read(make([]byte, 16))
+		c.Close()
+		if n != 0 {
+			t.Errorf("request %q: got %d bytes, want none", req, n)
+		}
+	}
+}
+
+func TestParseStatCPU(t *testing.T) {
+	line := "4242 (a (weird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 150 50 7 3 20 0 1 0 100 1000 10 18446744073709551615\n"
+	got, err := parseStatCPU([]byte(line))
+	if want := 210 * clockTick; err != nil || got != want {
+		t.Errorf("got %v, %v; want %v", got, err, want)
+	}
+	if got := parsePPID([]byte(line)); got != 1 {
+		t.Errorf("ppid = %d, want 1", got)
+	}
+	if _, err := parseStatCPU([]byte("1 (x) S 1 2")); err == nil {
+		t.Error("short line: no error")
+	}
+}
+
+func TestParseMachineBusy(t *testing.T) {
+	got, err := parseMachineBusy([]byte("cpu  100 5 20 999 7 1 2 3 0 0\ncpu0 1 2 3\n"))
+	if want := 131 * clockTick; err != nil || got != want {
+		t.Errorf("got %v, %v; want %v", got, err, want)
+	}
+}
+
+func TestProcFSOnAFakeTree(t *testing.T) {
+	root := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(root, "7", "fd"), 0o755))
+	must(os.WriteFile(filepath.Join(root, "7", "status"), []byte("Name:\tx\nVmHWM:\t  900 kB\nVmRSS:\t  800 kB\nThreads:\t3\n"), 0o644))
+	must(os.Symlink("pipe:[1]", filepath.Join(root, "7", "fd", "0")))
+	must(os.Symlink("socket:[2]", filepath.Join(root, "7", "fd", "1")))
+	must(os.Symlink("/dev/null", filepath.Join(root, "7", "fd", "2")))
+	must(os.WriteFile(filepath.Join(root, "stat"), []byte("cpu  1 0 1 0 0 0 3 0 0 0\n"), 0o644))
+	p := ProcFS{Root: root}
+	m, err := p.Mem(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Mem{RSSKiB: 800, HWMKiB: 900, Threads: 3, FDs: 3, Pipes: 1, Sockets: 1}); m != want {
+		t.Errorf("Mem = %+v, want %+v", m, want)
+	}
+	if got, err := p.MachineIRQ(); err != nil || got != 3*clockTick {
+		t.Errorf("MachineIRQ = %v, %v", got, err)
+	}
+}
+
+func TestStats(t *testing.T) {
+	nan := math.NaN()
+	tests := []struct {
+		name string
+		got  float64
+		want float64
+	}{
+		{"median odd", Median([]float64{3, 1, 2}), 2},
+		{"median even", Median([]float64{4, 1, 2, 3}), 2.5},
+		{"median skips NaN", Median([]float64{nan, 5, nan}), 5},
+		{"paired ratio", PairedRatio([]float64{2, 9, 4}, []float64{1, 3, 4}), 2},
+		{"paired ratio skips missing rounds", PairedRatio([]float64{2, nan, 6}, []float64{1, 1, 0}), 2},
+		{"paired diff", PairedDiff([]float64{10, 20, 30}, []float64{1, 2, 3}), 18},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.got != tt.want {
+				t.Errorf("got %v, want %v", tt.got, tt.want)
+			}
+		})
+	}
+	if !math.IsNaN(Median(nil)) {
+		t.Error("median of nothing is not NaN")
+	}
+	if lo, hi := Range([]float64{3, nan, 1, 2}); lo != 1 || hi != 3 {
+		t.Errorf("Range = %v, %v", lo, hi)
+	}
+}
+
+func TestProcessStopsByPID(t *testing.T) {
+	p, err := Start("sleep", exec.Command("sleep", "30"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done, _ := p.Exited(); done {
+		t.Fatal("exited at once")
+	}
+	start := time.Now()
+	if err := p.Stop(2 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if done, _ := p.Exited(); !done || time.Since(start) > 3*time.Second {
+		t.Errorf("not stopped promptly (done %v after %v)", done, time.Since(start))
+	}
+	if err := p.Stop(time.Second); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+}

@@ -1,0 +1,251 @@
+package router
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentcage/router/rules"
+)
+
+// Relay tests on loopback: app ⇄ [a | relay | b] ⇄ peer.
+
+// tcpPair returns both ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (dialed, accepted *net.TCPConn) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type res struct {
+		c   *net.TCPConn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := ln.AcceptTCP()
+		ch <- res{c, err}
+	}()
+	d, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Cleanup(func() { d.Close(); r.c.Close() })
+	return d, r.c
+}
+
+func newTestRelay(t *testing.T, idle time.Duration) *relay {
+	t.Helper()
+	e := newEngine()
+	t.Cleanup(e.Close)
+	return &relay{idle: idle, engine: e}
+}
+
+// relayed starts a flow on rl and returns the application's end, the peer's end and the
+// flow's result.
+func relayed(t *testing.T, rl *relay) (app, peer *net.TCPConn, res <-chan result) {
+	t.Helper()
+	app, a := tcpPair(t)
+	b, peer := tcpPair(t)
+	ch := make(chan result, 1)
+	rl.start(a, b, func(r result) { ch <- r })
+	return app, peer, ch
+}
+
+func waitResult(t *testing.T, ch <-chan result, d time.Duration) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(d):
+		t.Fatalf("flow did not end within %v", d)
+		return result{}
+	}
+}
+
+// sendRecv writes data to w and closes its write side, while reading r to EOF; it returns
+// the hash of what was read.
+func sendRecv(w, r *net.TCPConn, data []byte) (sent error, got [32]byte, n int64, recvErr error) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, sent = w.Write(data)
+		w.CloseWrite()
+	}()
+	h := sha256.New()
+	n, recvErr = io.Copy(h, r)
+	wg.Wait()
+	copy(got[:], h.Sum(nil))
+	return sent, got, n, recvErr
+}
+
+func TestRelayMovesBothWaysIntact(t *testing.T) {
+	rl := newTestRelay(t, time.Minute)
+	const flows, size = 8, 4 << 20
+	var wg sync.WaitGroup
+	for i := range flows {
+		app, peer, res := relayed(t, rl)
+		up := make([]byte, size+i)
+		down := make([]byte, size/2+i)
+		rng := rand.New(rand.NewPCG(uint64(i), 1))
+		for j := range up {
+			up[j] = byte(rng.Uint32())
+		}
+		for j := range down {
+			down[j] = byte(rng.Uint32())
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var upGot, downGot [32]byte
+			var upErr, downErr error
+			var inner sync.WaitGroup
+			inner.Add(1)
+			go func() {
+				defer inner.Done()
+				var err error
+				err, upGot, _, upErr = sendRecv(app, peer, up)
+				upErr = errors.Join(err, upErr)
+			}()
+			var err error
+			err, downGot, _, downErr = sendRecv(peer, app, down)
+			downErr = errors.Join(err, downErr)
+			inner.Wait()
+			if upErr != nil || downErr != nil {
+				t.Errorf("flow %d: up %v, down %v", i, upErr, downErr)
+				return
+			}
+			if upGot != sha256.Sum256(up) || downGot != sha256.Sum256(down) {
+				t.Errorf("flow %d: bytes changed on the way", i)
+			}
+			r := waitResult(t, res, 10*time.Second)
+			if r.up != int64(len(up)) || r.down != int64(len(down)) || r.err != nil {
+				t.Errorf("flow %d: result up=%d down=%d err=%v, want up=%d down=%d err=nil", i, r.up, r.down, r.err, len(up), len(down))
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestRelaySlowReceiverGetsEverything(t *testing.T) {
+	rl := newTestRelay(t, time.Minute)
+	app, peer, res := relayed(t, rl)
+	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<20) // 16 MiB
+	go func() {
+		app.Write(data)
+		app.CloseWrite()
+	}()
+	h := sha256.New()
+	buf := make([]byte, 256<<10)
+	var n int64
+	for {
+		m, err := peer.Read(buf)
+		h.Write(buf[:m])
+		n += int64(m)
+		if err != nil {
+			break
+		}
+		if n < 4<<20 {
+			time.Sleep(2 * time.Millisecond) // slow at first: the relay must hold back
+		}
+	}
+	if got, want := n, int64(len(data)); got != want {
+		t.Fatalf("peer got %d bytes, want %d", got, want)
+	}
+	if !bytes.Equal(h.Sum(nil), func() []byte { s := sha256.Sum256(data); return s[:] }()) {
+		t.Fatal("bytes changed on the way")
+	}
+	peer.CloseWrite()
+	if r := waitResult(t, res, 5*time.Second); r.err != nil || r.up != int64(len(data)) {
+		t.Errorf("result %+v", r)
+	}
+}
+
+func TestRelayReceiverThatTakesNothingTimesOut(t *testing.T) {
+	rl := newTestRelay(t, 300*time.Millisecond)
+	app, _, res := relayed(t, rl)
+	go func() {
+		buf := make([]byte, 1<<20)
+		app.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		for {
+			if _, err := app.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	r := waitResult(t, res, 5*time.Second)
+	if !errors.Is(r.err, errIdle) {
+		t.Fatalf("err = %v, want the idle timeout", r.err)
+	}
+}
+
+func TestRelayPeerResetEndsFlow(t *testing.T) {
+	rl := newTestRelay(t, time.Minute)
+	app, peer, res := relayed(t, rl)
+	app.Write([]byte("hello"))
+	buf := make([]byte, 5)
+	peer.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(peer, buf); err != nil {
+		t.Fatal(err)
+	}
+	peer.SetLinger(0)
+	peer.Close()
+	if r := waitResult(t, res, 5*time.Second); r.err == nil {
+		t.Errorf("a reset flow ended without error: %+v", r)
+	}
+	app.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := app.Read(buf); err == nil {
+		t.Error("the application's side is still open after the peer's reset")
+	}
+}
+
+func TestRelayCloseEndsRunningFlows(t *testing.T) {
+	e := newEngine()
+	rl := &relay{idle: time.Minute, engine: e}
+	app, _, res := relayed(t, rl)
+	e.Close()
+	if r := waitResult(t, res, 5*time.Second); !errors.Is(r.err, errClosed) {
+		t.Errorf("err = %v, want %v", r.err, errClosed)
+	}
+	app.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := app.Read(make([]byte, 1)); err == nil {
+		t.Error("the application's side is still open after Close")
+	}
+	// A flow started after Close fails at once.
+	_, _, res = relayed(t, rl)
+	if r := waitResult(t, res, time.Second); !errors.Is(r.err, errClosed) {
+		t.Errorf("after Close: err = %v, want %v", r.err, errClosed)
+	}
+}
+
+// TestStatusListsRelayedFlowsUntilTheyEnd: a flow handed to the relay engine stays among the
+// live flows until it ends, though its setup goroutine is gone.
+func TestStatusListsRelayedFlowsUntilTheyEnd(t *testing.T) {
+	target := startTarget(t, "")
+	e := newEnv(t, Policy{Rules: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
+	c := e.dial(target)
+	io.WriteString(c, "k")
+	if readN(t, c, 1) != "k" {
+		t.Fatal("echo")
+	}
+	if _, live := e.r.Status(); len(live) != 1 || live[0].Dst != target.String() {
+		t.Fatalf("live flows while relaying = %+v, want the one to %s", live, target)
+	}
+	c.Close()
+	e.waitLog("up=1 down=1")
+	if _, live := e.r.Status(); len(live) != 0 {
+		t.Errorf("live flows after the end = %+v, want none", live)
+	}
+}

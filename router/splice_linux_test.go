@@ -1,0 +1,62 @@
+package router
+
+import (
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// countPipes counts this process's descriptors that are pipes.
+func countPipes(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(target, "pipe:") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestIdleFlowsHoldNoGoroutineNorPipe: a flow that moved bytes and went quiet costs no
+// goroutine and holds no splice pipe (the pool keeps a few empty ones for everybody).
+func TestIdleFlowsHoldNoGoroutineNorPipe(t *testing.T) {
+	rl := newTestRelay(t, time.Minute)
+	// Start the loops and let the runtime settle before counting.
+	app, peer, _ := relayed(t, rl)
+	app.Write([]byte("x"))
+	io.ReadFull(peer, make([]byte, 1))
+	time.Sleep(50 * time.Millisecond)
+	goroutines, pipes := runtime.NumGoroutine(), countPipes(t)
+
+	const flows = 200
+	for range flows {
+		app, peer, _ := relayed(t, rl)
+		app.SetDeadline(time.Now().Add(5 * time.Second))
+		peer.SetDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 4)
+		app.Write([]byte("ping"))
+		if _, err := io.ReadFull(peer, buf); err != nil {
+			t.Fatal(err)
+		}
+		peer.Write([]byte("pong"))
+		if _, err := io.ReadFull(app, buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // flow-done goroutines of nothing; let stragglers exit
+	if got := runtime.NumGoroutine() - goroutines; got > 5 {
+		t.Errorf("%d idle flows hold %d more goroutines, want none", flows, got)
+	}
+	// Held pipes would be 2 descriptors per direction: 800 here.
+	if got := countPipes(t) - pipes; got > 2*8 {
+		t.Errorf("%d idle flows hold %d more pipe descriptors, want at most a pooled few", flows, got)
+	}
+}
