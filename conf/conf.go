@@ -79,7 +79,12 @@ type Proxy struct {
 	// Username is set).
 	PasswordEnv  string
 	PasswordFile string
-	Line         int
+	// Pipeline sends the SOCKS5 greeting, credentials, request and the client's first bytes
+	// without waiting for each answer (one or two round trips saved per connection). Every
+	// server tested (go-socks5, dante) reads its input as a stream; `pipeline = false` is for
+	// one that does not. Default true.
+	Pipeline bool
+	Line     int
 }
 
 // Secret holds a password. Every way of printing it prints "[redacted]".

@@ -49,7 +49,7 @@ func (d *decoder) fail(a at, format string, args ...any) {
 
 var (
 	topKeys     = []string{"proxy", "capture", "forward", "dns", "relay", "log", "control", "rule"}
-	proxyKeys   = []string{"address", "username", "password_env", "password_file"}
+	proxyKeys   = []string{"address", "username", "password_env", "password_file", "pipeline"}
 	captureKeys = []string{"vm_networks", "local", "local_udp_allow", "listener_port", "dns_port", "mark", "table"}
 	forwardKeys = []string{"name", "listen", "connect", "allow", "unsafe_any_address"}
 	dnsKeys     = []string{"mode", "resolver", "proxy", "pool", "ttl", "direct_names"}
@@ -335,7 +335,10 @@ func (d *decoder) proxies(c *Config, v any) {
 		if !validName(name) {
 			d.fail(a, "proxy name %q: use letters, digits, '-' and '_'", name)
 		}
-		p := Proxy{Name: name, Line: d.loc.line(a.path)}
+		p := Proxy{Name: name, Line: d.loc.line(a.path), Pipeline: true}
+		if v, ok := pm["pipeline"]; ok {
+			p.Pipeline, _ = d.boolean(a.key("pipeline"), v)
+		}
 		d.checkKeys(a, pm, append(slices.Clone(proxyKeys), "password"))
 		if _, ok := pm["password"]; ok {
 			d.fail(a.key("password"), "inline passwords are refused: put the password in an environment variable (password_env) or a file (password_file)")

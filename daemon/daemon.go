@@ -38,14 +38,15 @@ import (
 
 // Platform is the operating system's part: capture and attribution.
 type Platform interface {
-	// Install puts the capture for cfg in place, replacing any earlier one atomically.
-	Install(cfg *conf.Config) error
-	// OriginalDst returns where a redirected connection was going.
-	OriginalDst(c *net.TCPConn) (netip.AddrPort, error)
+	// Install puts the capture for cfg in place, replacing any earlier one atomically. dns
+	// is the daemon's DNS server, for a capture that answers DNS itself (Windows).
+	Install(cfg *conf.Config, dns *dns.Server) error
+	// Original returns where a redirected connection came from and was going.
+	Original(c *net.TCPConn) (src, dst netip.AddrPort, err error)
 	// Control returns the socket option function that marks the router's own sockets.
 	Control(mark uint32) func(network, address string, c syscall.RawConn) error
 	// Owner finds the process of a local flow; nil when the platform cannot.
-	Owner() func(src, dst netip.AddrPort) (proc.Info, error)
+	Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error)
 	// Resolver returns the host's own resolver (ip:port) for [dns] direct_names.
 	Resolver() (string, error)
 }
@@ -154,7 +155,7 @@ func policy(cfg *conf.Config) router.Policy {
 		p.Upstreams = append(p.Upstreams, router.Upstream{
 			Name: px.Name, Host: px.Host, Port: px.Port,
 			Username: px.Username, Password: px.Password.Reveal(),
-			Pipeline: true,
+			Pipeline: px.Pipeline,
 		})
 	}
 	return p
@@ -172,10 +173,10 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	pf := d.opts.Platform
 	control := pf.Control(cfg.Capture.Mark)
 	ropts := router.Options{
-		Log:         d.log.With("component", "router"),
-		OriginalDst: pf.OriginalDst,
-		Control:     control,
-		Owner:       pf.Owner(),
+		Log:      d.log.With("component", "router"),
+		Original: pf.Original,
+		Control:  control,
+		Owner:    pf.Owner(),
 	}
 	// The DNS server dials through the router (d.r, set below before anything is served)
 	// and the router asks the DNS server for the names behind addresses.
@@ -225,7 +226,7 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	if err := d.startControl(cfg, sctx); err != nil {
 		return err
 	}
-	if err := pf.Install(cfg); err != nil {
+	if err := pf.Install(cfg, d.dns); err != nil {
 		return fmt.Errorf("install capture: %w", err)
 	}
 	return nil
@@ -390,7 +391,7 @@ func (d *daemon) reload(ctx context.Context) error {
 		}
 		opened = append(opened, fr)
 	}
-	if err := d.opts.Platform.Install(cfg); err != nil {
+	if err := d.opts.Platform.Install(cfg, d.dns); err != nil {
 		for _, o := range opened {
 			o.ln.Close()
 		}

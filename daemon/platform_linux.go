@@ -41,18 +41,24 @@ func Spec(cfg *conf.Config) nftcap.Spec {
 	return s
 }
 
-func (p *linuxPlatform) Install(cfg *conf.Config) error { return nftcap.Install(Spec(cfg)) }
+// Install replaces the nftables table; DNS reaches the daemon's DNS server through its
+// redirect, so the server itself is not needed here.
+func (p *linuxPlatform) Install(cfg *conf.Config, _ *dns.Server) error {
+	return nftcap.Install(Spec(cfg))
+}
 
-func (p *linuxPlatform) OriginalDst(c *net.TCPConn) (netip.AddrPort, error) {
-	return nftcap.OriginalDst(c)
+// Original: nftables redirects in the kernel, so the peer is the real source.
+func (p *linuxPlatform) Original(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
+	dst, err := nftcap.OriginalDst(c)
+	return c.RemoteAddr().(*net.TCPAddr).AddrPort(), dst, err
 }
 
 func (p *linuxPlatform) Control(mark uint32) func(network, address string, c syscall.RawConn) error {
 	return nftcap.MarkControl(mark)
 }
 
-func (p *linuxPlatform) Owner() func(src, dst netip.AddrPort) (proc.Info, error) {
-	return p.finder.LookupTCP
+func (p *linuxPlatform) Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error) {
+	return func(_ *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error) { return p.finder.LookupTCP(src, dst) }
 }
 
 // Resolver returns the host's upstream resolver for direct_names. A loopback stub (such as

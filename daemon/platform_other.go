@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/proc"
 )
 
@@ -20,13 +21,15 @@ type noPlatform struct{}
 // NewPlatform returns the capture of this operating system.
 func NewPlatform(*slog.Logger) Platform { return noPlatform{} }
 
-func (noPlatform) Install(*conf.Config) error { return errNoCapture }
-func (noPlatform) OriginalDst(*net.TCPConn) (netip.AddrPort, error) {
-	return netip.AddrPort{}, errNoCapture
+func (noPlatform) Install(*conf.Config, *dns.Server) error { return errNoCapture }
+func (noPlatform) Original(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
+	return netip.AddrPort{}, netip.AddrPort{}, errNoCapture
 }
 func (noPlatform) Control(uint32) func(string, string, syscall.RawConn) error { return nil }
-func (noPlatform) Owner() func(src, dst netip.AddrPort) (proc.Info, error)    { return nil }
-func (noPlatform) Resolver() (string, error)                                  { return "", errNoCapture }
+func (noPlatform) Owner() func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (proc.Info, error) {
+	return nil
+}
+func (noPlatform) Resolver() (string, error) { return "", errNoCapture }
 
 // Cleanup removes the router's capture.
 func Cleanup(table string) error { return errNoCapture }

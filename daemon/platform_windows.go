@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/windows"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/redirect"
 	"github.com/agentcage/router/rules"
@@ -70,7 +71,7 @@ func literalUpstreams(cfg *conf.Config) []netip.AddrPort {
 	return out
 }
 
-func (p *windowsPlatform) Install(cfg *conf.Config) error {
+func (p *windowsPlatform) Install(cfg *conf.Config, srv *dns.Server) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.eng != nil {
@@ -109,12 +110,9 @@ func (p *windowsPlatform) Install(cfg *conf.Config) error {
 		Lookup:       helper.Lookup,
 		OwnPIDs:      []uint32{uint32(os.Getpid())},
 	}
-	if cfg.Capture.DNSPort != 0 {
-		opts.DNS = loopbackDNS{addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), cfg.Capture.DNSPort)}
-	}
-	if cfg.DNS.Mode == conf.DNSFakeIP {
-		opts.Names = poolNames{pool: cfg.DNS.Pool}
-	}
+	// The daemon's DNS server answers captured queries in process and names fake IPs and
+	// the addresses of its answers, so host-name rules can decide before the SYN leaves.
+	opts.DNS, opts.Names = srv, srv
 	eng, err := redirect.New(dev, enginePolicy(cfg), opts)
 	if err != nil {
 		dev.Close()
@@ -160,12 +158,14 @@ func (p *windowsPlatform) engine() *redirect.Engine {
 
 var errNotInstalled = errors.New("capture not installed")
 
-func (p *windowsPlatform) OriginalDst(c *net.TCPConn) (netip.AddrPort, error) {
+// Original: the engine reflected the flow, so the accepted connection's peer is the
+// destination; the engine's NAT table knows the app's address.
+func (p *windowsPlatform) Original(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
 	eng := p.engine()
 	if eng == nil {
-		return netip.AddrPort{}, errNotInstalled
+		return netip.AddrPort{}, netip.AddrPort{}, errNotInstalled
 	}
-	return eng.OriginalDst(c)
+	return eng.Original(c)
 }
 
 // Control is nil: the router's own sockets are told by its PID, not marked.
@@ -173,13 +173,13 @@ func (p *windowsPlatform) Control(uint32) func(network, address string, c syscal
 	return nil
 }
 
-func (p *windowsPlatform) Owner() func(src, dst netip.AddrPort) (proc.Info, error) {
-	return func(src, dst netip.AddrPort) (proc.Info, error) {
+func (p *windowsPlatform) Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error) {
+	return func(c *net.TCPConn, _, dst netip.AddrPort) (proc.Info, error) {
 		eng := p.engine()
 		if eng == nil {
 			return proc.Info{}, errNotInstalled
 		}
-		return eng.Owner(src, dst)
+		return eng.Owner(c.RemoteAddr().(*net.TCPAddr).AddrPort(), dst)
 	}
 }
 
@@ -239,39 +239,6 @@ func sockaddrAddr(sa windows.SocketAddress) (netip.Addr, bool) {
 	a, ok := netip.AddrFromSlice(ip)
 	return a.Unmap(), ok
 }
-
-// loopbackDNS answers captured DNS by asking the daemon's own DNS listener over loopback
-// (loopback is never captured), since the platform is not handed the DNS server itself.
-type loopbackDNS struct{ addr netip.AddrPort }
-
-func (l loopbackDNS) HandleWire(ctx context.Context, query []byte, udp bool) []byte {
-	ctx, cancel := context.WithTimeout(ctx, 6*time.Second)
-	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "udp", l.addr.String())
-	if err != nil {
-		return nil
-	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		c.SetDeadline(dl)
-	}
-	if _, err := c.Write(query); err != nil {
-		return nil
-	}
-	buf := make([]byte, 64<<10)
-	n, err := c.Read(buf)
-	if err != nil {
-		return nil
-	}
-	return buf[:n]
-}
-
-// poolNames knows the fake-IP pool, not the names (those stay with the DNS server).
-type poolNames struct{ pool netip.Prefix }
-
-func (p poolNames) InPool(a netip.Addr) bool          { return p.pool.Contains(a.Unmap()) }
-func (p poolNames) NameFor(netip.Addr) (string, bool) { return "", false }
 
 // Cleanup removes the router's capture: on Windows nothing of it outlives the process yet
 // (the persistent WFP guard is a later step).

@@ -110,6 +110,14 @@ func TestTUNEngine(t *testing.T) {
 				t.Fatalf("guest curl %s: exit %d, %q; want %s", url, code, out, lab.ExitAddr)
 			}
 		}
+		// The router saw the guest's own address, so the sources rule decided.
+		deadline := time.Now().Add(5 * time.Second)
+		for !strings.Contains(s.logs.String(), "src="+lab.GuestAddr) || !strings.Contains(s.logs.String(), "rule=guest-internet") {
+			if time.Now().After(deadline) {
+				t.Fatalf("no flow from %s decided by rule guest-internet in the log", lab.GuestAddr)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	})
 	t.Run("block-resets", func(t *testing.T) {
 		for _, c := range []struct {
@@ -291,6 +299,8 @@ func newTUNScene(t *testing.T) *tunScene {
 		{Name: "direct-app", Apps: []rules.App{rules.MustApp(directApp)}, Action: rules.Direct},
 		{Name: "blocked-app", Apps: []rules.App{rules.MustApp(blockedApp)}, Action: rules.Block},
 		{Name: "blocked", Hosts: []rules.Host{host6(blockedAddr)}, Action: rules.Block},
+		// The guest's flows come in reflected: only the engine knows their real source.
+		{Name: "guest-internet", Sources: []rules.IPRange{rules.RangeOfPrefix(netip.MustParsePrefix(lab.GuestNetwork))}, Hosts: []rules.Host{host6("203.0.113.0/24"), host6("*.lab.test")}, Action: rules.Proxy, Proxy: "exit"},
 		{Name: "internet", Hosts: []rules.Host{host6("203.0.113.0/24"), host6("*.lab.test")}, Action: rules.Proxy, Proxy: "exit"},
 		{Name: "default", Action: rules.Direct},
 	})
@@ -340,11 +350,13 @@ func newTUNScene(t *testing.T) *tunScene {
 		IdleTimeout:    time.Minute,
 		ConnectTimeout: 3 * time.Second,
 	}, router.Options{
-		Log:         log.With("component", "router"),
-		OriginalDst: eng.OriginalDst,
-		Owner:       eng.Owner,
-		Control:     netnsControl(host, ownMark),
-		Names:       dnsSrv,
+		Log:      log.With("component", "router"),
+		Original: eng.Original,
+		Owner: func(c *net.TCPConn, _, dst netip.AddrPort) (proc.Info, error) {
+			return eng.Owner(c.RemoteAddr().(*net.TCPAddr).AddrPort(), dst)
+		},
+		Control: netnsControl(host, ownMark),
+		Names:   dnsSrv,
 	})
 	if err != nil {
 		t.Fatal(err)

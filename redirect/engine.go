@@ -413,6 +413,20 @@ func (e *Engine) OriginalDst(c *net.TCPConn) (netip.AddrPort, error) {
 	return dst, nil
 }
 
+// Original returns the app's address and the original destination of a connection the
+// listener accepted from a reflected flow (router.Options.Original).
+func (e *Engine) Original(c *net.TCPConn) (src, dst netip.AddrPort, err error) {
+	dst, err = e.OriginalDst(c)
+	if err != nil {
+		return netip.AddrPort{}, netip.AddrPort{}, err
+	}
+	fi, ok := e.Flow(unmapAP(c.RemoteAddr().(*net.TCPAddr).AddrPort()))
+	if !ok {
+		return netip.AddrPort{}, netip.AddrPort{}, errors.New("redirect: original source: the flow ended")
+	}
+	return fi.Src, dst, nil
+}
+
 // Owner returns the process of the reflected flow whose peer is src
 // (router.Options.Owner; dst is ignored): the owner found when the flow was decided, or
 // else the Lookup answer for its original addresses. Flows from VM networks have none.

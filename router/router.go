@@ -47,16 +47,19 @@ type Names interface {
 	ResolveViaProxy(ctx context.Context, name string) ([]netip.Addr, error)
 }
 
-// Options are the collaborators of a Router. OriginalDst is required; the rest may be nil.
+// Options are the collaborators of a Router. Original is required; the rest may be nil.
 type Options struct {
 	Log *slog.Logger
-	// OriginalDst returns where a redirected connection was going.
-	OriginalDst func(c *net.TCPConn) (netip.AddrPort, error)
+	// Original returns where a redirected connection came from and was going: with a
+	// redirect in the kernel (nftables) the source is the accepted connection's peer; with
+	// a reflecting capture (WinDivert) the peer is rewritten and only the capture knows.
+	Original func(c *net.TCPConn) (src, dst netip.AddrPort, err error)
 	// Control is applied to every socket the router opens (mark it as own traffic).
 	Control func(network, address string, c syscall.RawConn) error
-	// Owner finds the process of a local flow (src is the app's address, dst where it was
-	// going). It is only asked when some rule names apps or services.
-	Owner func(src, dst netip.AddrPort) (proc.Info, error)
+	// Owner finds the process of a local flow: c is the accepted connection, src the app's
+	// address and dst where it was going. It is only asked when some rule names apps or
+	// services.
+	Owner func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error)
 	Names Names
 	// Resolve looks up a proxy's host name. It must not go through capture; the default is
 	// Go's resolver dialing with Control.
@@ -124,8 +127,8 @@ const maxSetups = 256
 
 // New returns a Router with the given policy.
 func New(p Policy, opts Options) (*Router, error) {
-	if opts.OriginalDst == nil {
-		return nil, errors.New("router: OriginalDst is required")
+	if opts.Original == nil {
+		return nil, errors.New("router: Original is required")
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)

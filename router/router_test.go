@@ -22,7 +22,7 @@ import (
 )
 
 // The tests run the router on loopback. A "redirected" connection is simply a connection to
-// the router's listener; the test tells the fake OriginalDst where it was going, keyed by the
+// the router's listener; the test tells the fake Original where it was going, keyed by the
 // client's address.
 
 const waitFor = 5 * time.Second
@@ -199,7 +199,10 @@ func hostRule(name string, act rules.Action, proxy string, hosts ...string) rule
 func newEnv(t *testing.T, pol Policy, opts Options) *env {
 	t.Helper()
 	e := &env{t: t, orig: &origTable{m: map[netip.AddrPort]netip.AddrPort{}}, logs: &syncBuffer{}, marked: &countingControl{}}
-	opts.OriginalDst = e.orig.lookup
+	opts.Original = func(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
+		dst, err := e.orig.lookup(c)
+		return addrPortOf(c.RemoteAddr()), dst, err
+	}
 	opts.Control = e.marked.control
 	opts.Log = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if pol.IdleTimeout == 0 {
@@ -370,7 +373,7 @@ func TestDoTBlockedUnlessProxied(t *testing.T) {
 func TestAppRuleUsesOwner(t *testing.T) {
 	target := startTarget(t, "x")
 	app := rules.Rule{Name: "hv", Action: rules.Block, Apps: []rules.App{rules.MustApp("VBoxHeadless")}}
-	owner := func(src, dst netip.AddrPort) (proc.Info, error) {
+	owner := func(_ *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error) {
 		return proc.Info{PID: 42, Name: "VBoxHeadless"}, nil
 	}
 	e := newEnv(t, Policy{Rules: mustRules(t, app, rules.Rule{Name: "default", Action: rules.Direct})}, Options{Owner: owner})

@@ -90,12 +90,13 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 			r.flows.Done()
 		}
 	}()
-	dst, err := r.opts.OriginalDst(c)
+	src, dst, err := r.opts.Original(c)
 	if err != nil {
 		f.Err = fmt.Errorf("original destination: %w", err)
 		reset(c)
 		return
 	}
+	f.Src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
 	f.Dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
 	local := addrPortOf(c.LocalAddr())
 	if f.Dst == local || f.Dst.Addr().IsUnspecified() {
@@ -109,7 +110,7 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 		fromVM = fromVM || n.Contains(q.Src)
 	}
 	if !fromVM && p.needProc && r.opts.Owner != nil {
-		if info, err := r.opts.Owner(f.Src, f.Dst); err == nil {
+		if info, err := r.opts.Owner(c, f.Src, f.Dst); err == nil {
 			q.App, q.AppPath, q.Services, f.App, f.PID = info.Name, info.Path, info.Services, info.Name, info.PID
 		} else {
 			r.log.Debug("owner lookup", "src", f.Src, "dst", f.Dst, "err", err)
