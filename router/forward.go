@@ -42,26 +42,13 @@ func (r *Router) ListenForward(ctx context.Context, f Forward) (*net.TCPListener
 // buffering (kernel splice, no Nagle delay added by the router), so the events of a streamed
 // completion reach the guest as the model sends them.
 func (r *Router) ServeForward(ctx context.Context, ln *net.TCPListener, f Forward) error {
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	for {
-		c, err := ln.AcceptTCP()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return fmt.Errorf("forward %s: accept: %w", f.Name, err)
-		}
+	return r.acceptLoop(ctx, ln, "forward "+f.Name+": accept", nil, func(c *net.TCPConn) {
 		r.flows.Add(1)
 		go func() {
 			defer r.flows.Done()
 			r.forward(ctx, c, f)
 		}()
-	}
+	})
 }
 
 func (r *Router) forward(ctx context.Context, c *net.TCPConn, f Forward) {

@@ -17,40 +17,52 @@ import (
 // Serve accepts redirected connections on ln until ctx is done or ln fails; each flow is
 // set up (decided, connected) on a goroutine of its own, then relayed by the engine. At most
 // maxSetups flows are set up at once: a burst waits in the listen backlog instead of growing
-// goroutine stacks and garbage. Running out of descriptors pauses accepting briefly instead
-// of ending Serve. Closing ln (or cancelling ctx) stops accepting; flows already running go
-// on (Wait waits for them).
+// goroutine stacks and garbage. Closing ln (or cancelling ctx) stops accepting; flows already
+// running go on (Wait waits for them).
 func (r *Router) Serve(ctx context.Context, ln *net.TCPListener) error {
+	return r.acceptLoop(ctx, ln, "accept", r.setups, func(c *net.TCPConn) {
+		r.flows.Add(1)
+		go func() {
+			r.handle(ctx, c) // marks r.flows done when the flow ends
+			<-r.setups
+		}()
+	})
+}
+
+// acceptLoop accepts on ln until ctx is done or ln is closed (then it returns nil) and
+// gives each connection to serve. With tokens, one token is taken before each accept (serve's
+// goroutine returns it). Running out of descriptors or memory pauses accepting briefly
+// instead of ending the loop; other accept errors end it, named with what.
+func (r *Router) acceptLoop(ctx context.Context, ln *net.TCPListener, what string, tokens chan struct{}, serve func(*net.TCPConn)) error {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	for {
-		select {
-		case r.setups <- struct{}{}:
-		case <-ctx.Done():
-			return nil
-		}
-		c, err := ln.AcceptTCP()
-		if err != nil {
-			<-r.setups
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+		if tokens != nil {
+			select {
+			case tokens <- struct{}{}:
+			case <-ctx.Done():
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) {
-				r.log.Warn("accept: out of resources, pausing", "err", err)
-				time.Sleep(50 * time.Millisecond)
-				continue
-			}
-			return fmt.Errorf("accept: %w", err)
 		}
-		r.flows.Add(1)
-		go func() {
-			r.handle(ctx, c)
-			<-r.setups
-		}()
+		c, err := ln.AcceptTCP()
+		if err == nil {
+			serve(c)
+			continue
+		}
+		if tokens != nil {
+			<-tokens
+		}
+		var ne net.Error
+		switch {
+		case ctx.Err() != nil || errors.Is(err, net.ErrClosed):
+			return nil
+		case errors.As(err, &ne) && ne.Timeout():
+		case errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM):
+			r.log.Warn(what+": out of resources, pausing", "err", err)
+			time.Sleep(50 * time.Millisecond)
+		default:
+			return fmt.Errorf("%s: %w", what, err)
+		}
 	}
 }
 
