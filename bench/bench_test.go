@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -199,25 +198,5 @@ func TestStats(t *testing.T) {
 	}
 	if lo, hi := Range([]float64{3, nan, 1, 2}); lo != 1 || hi != 3 {
 		t.Errorf("Range = %v, %v", lo, hi)
-	}
-}
-
-func TestProcessStopsByPID(t *testing.T) {
-	p, err := Start("sleep", exec.Command("sleep", "30"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if done, _ := p.Exited(); done {
-		t.Fatal("exited at once")
-	}
-	start := time.Now()
-	if err := p.Stop(2 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if done, _ := p.Exited(); !done || time.Since(start) > 3*time.Second {
-		t.Errorf("not stopped promptly (done %v after %v)", done, time.Since(start))
-	}
-	if err := p.Stop(time.Second); err != nil {
-		t.Errorf("second Stop: %v", err)
 	}
 }

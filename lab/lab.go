@@ -52,7 +52,7 @@ type Lab struct {
 	modelLog record[ModelStream]
 	socksLog record[string] // go-socks5 errors, accept errors
 
-	dante *process // set once by New
+	dante *Process // set once by New
 
 	mu     sync.Mutex     // guards undo and closed
 	undo   []func() error // teardown steps, run last to first
@@ -357,14 +357,14 @@ func (l *Lab) startDante(ctx context.Context) error {
 	}
 	// Not bound to ctx: the lab stops it.
 	cmd := exec.Command("ip", "netns", "exec", l.inet.Name(), "danted", "-f", conf, "-p", filepath.Join(dir, "danted.pid"))
-	p, err := startProcess("danted", cmd)
+	p, err := StartProcess("danted", cmd)
 	if err != nil {
 		return err
 	}
 	l.dante = p
 	l.addUndo(func() error {
 		start := time.Now()
-		err := p.stop(300 * time.Millisecond)
+		err := p.Stop(300 * time.Millisecond)
 		l.logf("lab %s: danted stopped in %v", l.id, time.Since(start).Round(time.Millisecond))
 		return err
 	})
@@ -379,15 +379,15 @@ func (l *Lab) startDante(ctx context.Context) error {
 			c.Close()
 			break
 		}
-		if p.exited() {
-			return fmt.Errorf("danted exited at start (%v):\n%s", p.err, p.output.String())
+		if done, err := p.Exited(); done {
+			return fmt.Errorf("danted exited at start (%v):\n%s", err, p.Output())
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("danted does not accept on %s: %w\n%s", DanteAddr, err, p.output.String())
+			return fmt.Errorf("danted does not accept on %s: %w\n%s", DanteAddr, err, p.Output())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	l.logf("lab %s: danted pid %d serving on %s", l.id, p.pid(), DanteAddr)
+	l.logf("lab %s: danted pid %d serving on %s", l.id, p.PID(), DanteAddr)
 	return nil
 }
 
@@ -446,7 +446,7 @@ func (l *Lab) DantePID() int {
 	if l.dante == nil {
 		return 0
 	}
-	return l.dante.pid()
+	return l.dante.PID()
 }
 
 // DanteOutput is the last 64 KiB of danted's stderr and stdout.
@@ -454,7 +454,7 @@ func (l *Lab) DanteOutput() string {
 	if l.dante == nil {
 		return ""
 	}
-	return l.dante.output.String()
+	return l.dante.Output()
 }
 
 // HTTPLog returns a copy of the echo server's request log, oldest first.

@@ -574,8 +574,8 @@ func TestNewAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr tailBuffer
-	stderr.max = 8 << 10
+	var stderr TailBuffer
+	stderr.Max = 8 << 10
 	child.Stderr = &stderr
 	if err := child.Start(); err != nil {
 		t.Fatal(err)

@@ -11,45 +11,51 @@ import (
 	"time"
 )
 
-// tailBuffer keeps the last max bytes written to it; safe for concurrent use.
-type tailBuffer struct {
+// TailBuffer keeps the last Max bytes written to it; safe for concurrent use.
+type TailBuffer struct {
+	Max int
 	mu  sync.Mutex // guards buf
 	buf []byte
-	max int
 }
 
-func (b *tailBuffer) Write(p []byte) (int, error) {
+func (b *TailBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
+	if over := len(b.buf) - b.Max; over > 0 {
 		b.buf = append(b.buf[:0], b.buf[over:]...)
 	}
 	return len(p), nil
 }
 
-func (b *tailBuffer) String() string {
+func (b *TailBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return string(b.buf)
 }
 
-// process is a server the lab started and ends by PID (and by its process group, which it
-// leads).
-type process struct {
-	name   string
+// Process is a server the lab (or a benchmark in it) started; it is ended by its PID and its
+// process group, which it leads, never by name. The kernel kills it should the starting
+// process die first.
+type Process struct {
+	Name   string
 	cmd    *exec.Cmd
-	output *tailBuffer
+	output *TailBuffer
 	done   chan struct{} // closed when Wait returned
 	err    error         // Wait's result; read after done
 }
 
-// startProcess starts cmd in its own process group with its stdout and stderr captured.
-func startProcess(name string, cmd *exec.Cmd) (*process, error) {
-	p := &process{name: name, cmd: cmd, output: &tailBuffer{max: 64 << 10}, done: make(chan struct{})}
+// StartProcess starts cmd as name in its own process group, with stdout and stderr kept in
+// a 64 KiB tail buffer unless the caller set them.
+func StartProcess(name string, cmd *exec.Cmd) (*Process, error) {
+	p := &Process{Name: name, cmd: cmd, output: &TailBuffer{Max: 64 << 10}, done: make(chan struct{})}
 	cmd.SysProcAttr = daemonAttr()
-	cmd.Stdout = p.output
-	cmd.Stderr = p.output
+	if cmd.Stdout == nil {
+		cmd.Stdout = p.output
+	}
+	if cmd.Stderr == nil {
+		cmd.Stderr = p.output
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -60,22 +66,27 @@ func startProcess(name string, cmd *exec.Cmd) (*process, error) {
 	return p, nil
 }
 
-func (p *process) pid() int { return p.cmd.Process.Pid }
+// PID is the process's id.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
 
-func (p *process) exited() bool {
+// Output is the last 64 KiB the process wrote (when StartProcess captured it).
+func (p *Process) Output() string { return p.output.String() }
+
+// Exited reports whether the process has ended, and how.
+func (p *Process) Exited() (bool, error) {
 	select {
 	case <-p.done:
-		return true
+		return true, p.err
 	default:
-		return false
+		return false, nil
 	}
 }
 
-// stop asks the process to end (SIGTERM), kills its whole group after grace, and waits.
+// Stop asks the process to end (SIGTERM), kills its whole group after grace, and waits.
 // Stopping a stopped process is a no-op.
-func (p *process) stop(grace time.Duration) error {
-	pid := p.pid()
-	if !p.exited() {
+func (p *Process) Stop(grace time.Duration) error {
+	pid := p.PID()
+	if done, _ := p.Exited(); !done {
 		_ = terminate(pid)
 		select {
 		case <-p.done:
@@ -86,19 +97,19 @@ func (p *process) stop(grace time.Duration) error {
 	// The group outlives its leader (forked children exit lazily): end it. Zombies waiting
 	// for init to reap them do not count.
 	if err := killGroup(pid); err != nil {
-		errs = append(errs, fmt.Errorf("kill %s process group %d: %w", p.name, pid, err))
+		errs = append(errs, fmt.Errorf("kill %s process group %d: %w", p.Name, pid, err))
 	}
 	select {
 	case <-p.done:
 	case <-time.After(5 * time.Second):
-		errs = append(errs, fmt.Errorf("stop %s (pid %d): still running 5 s after SIGKILL", p.name, pid))
+		errs = append(errs, fmt.Errorf("stop %s (pid %d): still running 5 s after SIGKILL", p.Name, pid))
 	}
 	deadline := time.Now().Add(2 * time.Second)
 	for len(groupMembers(pid)) > 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if m := groupMembers(pid); len(m) > 0 {
-		errs = append(errs, fmt.Errorf("stop %s: processes %v of group %d survive SIGKILL", p.name, m, pid))
+		errs = append(errs, fmt.Errorf("stop %s: processes %v of group %d survive SIGKILL", p.Name, m, pid))
 	}
 	return errors.Join(errs...)
 }

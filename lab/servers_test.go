@@ -345,7 +345,7 @@ func TestNamePatterns(t *testing.T) {
 }
 
 func TestTailBuffer(t *testing.T) {
-	b := &tailBuffer{max: 8}
+	b := &TailBuffer{Max: 8}
 	for _, s := range []string{"abc", "defgh", "ijk"} {
 		if _, err := b.Write([]byte(s)); err != nil {
 			t.Fatal(err)

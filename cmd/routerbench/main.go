@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/bench"
+	"github.com/agentcage/router/lab"
 )
 
 func main() {
@@ -213,15 +214,15 @@ type row struct {
 	name  string
 	src   string // guest source address
 	socks string // the client speaks SOCKS5 to this server itself
-	proxy func(*world) *bench.Process
+	proxy func(*world) *lab.Process
 }
 
 func rows() []row {
 	return []row{
 		{name: "direct", src: srcNAT},
 		{name: "upstream", src: srcNAT, socks: upstream},
-		{name: "redsocks", src: srcRedsocks, proxy: func(w *world) *bench.Process { return w.redsocks }},
-		{name: "router", src: srcRouter, proxy: func(w *world) *bench.Process { return w.router }},
+		{name: "redsocks", src: srcRedsocks, proxy: func(w *world) *lab.Process { return w.redsocks }},
+		{name: "router", src: srcRouter, proxy: func(w *world) *lab.Process { return w.router }},
 	}
 }
 
@@ -269,7 +270,7 @@ func (r *results) get(row, metric string) []float64 {
 // hit that work).
 type usage struct{ proxy, up, machine, lab time.Duration }
 
-func (w *world) usage(p *bench.Process) (usage, error) {
+func (w *world) usage(p *lab.Process) (usage, error) {
 	var pfs bench.ProcFS
 	var u usage
 	var err error
@@ -305,7 +306,7 @@ func (u usage) sub(v usage) usage {
 // load runs one load helper in the guest for row r and decodes its JSON answer into out;
 // it returns the CPU time spent meanwhile.
 func (w *world) load(ctx context.Context, r row, out any, mode string, args ...string) (usage, error) {
-	var proxy *bench.Process
+	var proxy *lab.Process
 	if r.proxy != nil {
 		proxy = r.proxy(w)
 	}
@@ -315,7 +316,7 @@ func (w *world) load(ctx context.Context, r row, out any, mode string, args ...s
 	}
 	full = append(full, args...)
 	cmd := exec.CommandContext(ctx, "ip", full...)
-	var stderr bench.TailBuffer
+	var stderr lab.TailBuffer
 	stderr.Max = 4096
 	cmd.Stderr = &stderr
 	before, err := w.usage(proxy)
@@ -473,7 +474,7 @@ func (w *world) idleMem(ctx context.Context, r row, n int) (before, during bench
 	if err != nil {
 		return before, during, err
 	}
-	var stderr bench.TailBuffer
+	var stderr lab.TailBuffer
 	stderr.Max = 4096
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -572,7 +573,7 @@ func (w *world) waitParked(ctx context.Context, ok func(int64) bool, d time.Dura
 }
 
 // waitFDs waits (bounded) until p holds at most n descriptors.
-func (w *world) waitFDs(ctx context.Context, p *bench.Process, n int, d time.Duration) error {
+func (w *world) waitFDs(ctx context.Context, p *lab.Process, n int, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
 		entries, err := os.ReadDir("/proc/" + strconv.Itoa(p.PID()) + "/fd")

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentcage/router/bench"
 	"github.com/agentcage/router/lab"
 )
 
@@ -56,7 +55,7 @@ type world struct {
 	idleWait  time.Duration
 	debugMem  func(pid int) // with -v: prints the largest mappings of a proxy holding idle flows
 
-	sink, socks, socksIdle, redsocks, router *bench.Process
+	sink, socks, socksIdle, redsocks, router *lab.Process
 }
 
 func newWorld(ctx context.Context, exe, dir, routerBin, routerLog string, routerEnv []string, logf func(string, ...any)) (w *world, err error) {
@@ -117,12 +116,12 @@ func newWorld(ctx context.Context, exe, dir, routerBin, routerLog string, router
 }
 
 // start runs name with args in namespace ns and waits until it listens on port.
-func (w *world) start(ctx context.Context, what, ns string, port int, name string, args ...string) (*bench.Process, error) {
+func (w *world) start(ctx context.Context, what, ns string, port int, name string, args ...string) (*lab.Process, error) {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)
 	if what == "router" && len(w.routerEnv) > 0 {
 		cmd.Env = append(os.Environ(), w.routerEnv...)
 	}
-	p, err := bench.Start(what, cmd)
+	p, err := lab.StartProcess(what, cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +185,7 @@ proxy = "up"
 }
 
 // restart replaces a proxy with a fresh process going through upstream up.
-func (w *world) restart(ctx context.Context, which, up string) (*bench.Process, error) {
+func (w *world) restart(ctx context.Context, which, up string) (*lab.Process, error) {
 	switch which {
 	case "redsocks":
 		if err := w.redsocks.Stop(3 * time.Second); err != nil {
@@ -208,7 +207,7 @@ func (w *world) restart(ctx context.Context, which, up string) (*bench.Process, 
 // namespaces and removes them).
 func (w *world) close() error {
 	var errs []error
-	for _, p := range []*bench.Process{w.router, w.redsocks, w.socksIdle, w.socks, w.sink} {
+	for _, p := range []*lab.Process{w.router, w.redsocks, w.socksIdle, w.socks, w.sink} {
 		if p != nil {
 			if err := p.Stop(3 * time.Second); err != nil {
 				errs = append(errs, err)
@@ -223,7 +222,7 @@ func (w *world) close() error {
 
 // waitListen waits until the namespace of p has a TCP socket listening on port (read from
 // /proc/PID/net/tcp and tcp6, which shows p's namespace), or p exits, or 20 s pass.
-func waitListen(ctx context.Context, p *bench.Process, port int) error {
+func waitListen(ctx context.Context, p *lab.Process, port int) error {
 	want := fmt.Sprintf(":%04X", port)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
