@@ -230,6 +230,7 @@ func (r *Router) dialProxy(ctx context.Context, up *upstream, dst socks5.Addr, e
 		}
 	}
 	if err != nil {
+		r.forgetProxyAddrs(up) // the name may point elsewhere now: ask again next time
 		return nil, fmt.Errorf("connect to proxy %s: %w", up.Name, err)
 	}
 	if d, ok := ctx.Deadline(); ok {
@@ -266,8 +267,9 @@ func (w *earlyWriter) Write(p []byte) (int, error) {
 	return int(min(n, int64(len(p)))), err
 }
 
-// proxyAddrs resolves an upstream's host, remembering the answer; a failed lookup is retried
-// on the next flow (a proxy name that does not resolve at boot must not stay broken).
+// proxyAddrs resolves an upstream's host, remembering the answer until no address of it
+// connects; a failed lookup is retried on the next flow (a proxy name that does not resolve
+// at boot must not stay broken).
 func (r *Router) proxyAddrs(ctx context.Context, up *upstream) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(up.Host); err == nil {
 		return []netip.Addr{a}, nil
@@ -286,6 +288,13 @@ func (r *Router) proxyAddrs(ctx context.Context, up *upstream) ([]netip.Addr, er
 	r.proxyIP[up.Host] = addrs
 	r.mu.Unlock()
 	return addrs, nil
+}
+
+// forgetProxyAddrs drops the remembered addresses of an upstream given by name.
+func (r *Router) forgetProxyAddrs(up *upstream) {
+	r.mu.Lock()
+	delete(r.proxyIP, up.Host)
+	r.mu.Unlock()
 }
 
 func errNoAddress(n int) error {

@@ -542,3 +542,37 @@ func (f *fakeNames) NameFor(a netip.Addr) (string, bool) { return "", false }
 func (f *fakeNames) ResolveViaProxy(ctx context.Context, name string) ([]netip.Addr, error) {
 	return nil, errors.New("not in this test")
 }
+
+// TestProxyNameResolvedAgainWhenItsAddressFails: a proxy given by name whose remembered
+// address stops answering is looked up again for the next flow.
+func TestProxyNameResolvedAgainWhenItsAddressFails(t *testing.T) {
+	target := startTarget(t, "ok\n")
+	p := startProxy(t, nil, nil)
+	var mu sync.Mutex
+	answers := []netip.Addr{netip.MustParseAddr("127.0.0.2")} // first answer: nothing listens there
+	lookups := 0
+	resolve := func(ctx context.Context, host string) ([]netip.Addr, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		lookups++
+		return answers, nil
+	}
+	pol := Policy{
+		Rules:     mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
+		Upstreams: []Upstream{{Name: "exit", Host: "proxy.test", Port: p.addr.Port()}},
+	}
+	e := newEnv(t, pol, Options{Resolve: resolve})
+	wantReset(t, e.dial(target))
+	e.waitLog("connect to proxy exit")
+	mu.Lock()
+	answers = []netip.Addr{p.addr.Addr()} // the name now points at the live proxy
+	mu.Unlock()
+	if got := readN(t, e.dial(target), 3); got != "ok\n" {
+		t.Fatalf("got %q", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if lookups != 2 {
+		t.Errorf("%d lookups, want 2 (the failed address is not kept)", lookups)
+	}
+}
