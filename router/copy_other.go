@@ -3,6 +3,7 @@
 package router
 
 import (
+	"errors"
 	"io"
 	"net"
 	"sync"
@@ -100,4 +101,15 @@ func (r *relay) copy(s, other *stream) error {
 func (r *relay) timedOut(s, other *stream) bool {
 	last := max(s.last.Load(), other.last.Load())
 	return time.Since(time.Unix(0, last)) >= r.idle
+}
+
+// cause picks the error that ended a flow: the first one that is not merely the echo of the
+// other direction closing the connections.
+func cause(errs ...error) error {
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+	}
+	return nil
 }

@@ -50,17 +50,6 @@ func (r *relay) run(a, b *net.TCPConn) (up, down int64, err error) {
 	return res.up, res.down, res.err
 }
 
-// cause picks the error that ended a flow: the first one that is not merely the echo of the
-// other direction closing the connections.
-func cause(errs ...error) error {
-	for _, err := range errs {
-		if err != nil && !errors.Is(err, net.ErrClosed) {
-			return err
-		}
-	}
-	return nil
-}
-
 func isTimeout(err error) bool {
 	return errors.Is(err, os.ErrDeadlineExceeded)
 }
