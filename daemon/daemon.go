@@ -123,6 +123,7 @@ type daemon struct {
 	tcp     *net.TCPListener
 	dnsUDP  net.PacketConn
 	dnsTCP  net.Listener
+	closers []io.Closer // the daemon's own listeners, closed by stop
 	serving sync.WaitGroup
 	cancel  context.CancelFunc // stops the serving goroutines
 
@@ -197,6 +198,7 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		return fmt.Errorf("transparent listener: %w", err)
 	}
 	d.tcp = ln.(*net.TCPListener)
+	d.closers = append(d.closers, ln)
 	d.serving.Go(func() {
 		if err := r.Serve(sctx, d.tcp); err != nil {
 			d.log.Error("transparent listener", "err", err)
@@ -207,9 +209,11 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		if d.dnsUDP, err = lc.ListenPacket(ctx, "udp", addr); err != nil {
 			return fmt.Errorf("dns listener: %w", err)
 		}
+		d.closers = append(d.closers, d.dnsUDP)
 		if d.dnsTCP, err = lc.Listen(ctx, "tcp", addr); err != nil {
 			return fmt.Errorf("dns listener: %w", err)
 		}
+		d.closers = append(d.closers, d.dnsTCP)
 		d.serving.Go(func() {
 			if err := d.dns.Serve(sctx, d.dnsUDP, d.dnsTCP); err != nil {
 				d.log.Error("dns", "err", err)
@@ -313,10 +317,8 @@ func (d *daemon) stop() {
 		}
 		fr.ln.Close()
 	}
-	for _, c := range []io.Closer{d.tcp, d.dnsUDP, d.dnsTCP} {
-		if c != nil && !reflect.ValueOf(c).IsNil() {
-			c.Close()
-		}
+	for _, c := range d.closers {
+		c.Close()
 	}
 	d.serving.Wait()
 	if d.r != nil {
@@ -376,11 +378,8 @@ func (d *daemon) reload(ctx context.Context) error {
 	for _, f := range cfg.Forwards {
 		rf := forwardOf(f)
 		want[rf.Listen.String()] = rf
-		if cur, ok := d.forwards[rf.Listen.String()]; ok && reflect.DeepEqual(cur.f, rf) {
-			continue
-		}
 		if _, ok := d.forwards[rf.Listen.String()]; ok {
-			continue // same address, new settings: swapped in place below
+			continue // kept, or new settings swapped in on the same address below
 		}
 		fr, err := d.openForward(ctx, rf)
 		if err != nil {
