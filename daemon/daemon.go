@@ -22,31 +22,37 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"reflect"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/control"
 	"github.com/agentcage/router/dns"
+	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/router"
-	"github.com/agentcage/router/rules"
 )
 
 // Platform is the operating system's part: capture and attribution.
 type Platform interface {
-	// Install puts the capture for cfg in place, replacing any earlier one atomically. dns
-	// is the daemon's DNS server, for a capture that answers DNS itself (Windows).
-	Install(cfg *conf.Config, dns *dns.Server) error
+	// Env is what the policy needs to know of this machine; it is asked once per load.
+	Env() policy.Env
+	// Install puts the capture for cfg in place, replacing any earlier one atomically. pol is
+	// cfg's compiled decision, for a capture that decides flows itself (Windows); dns is the
+	// daemon's DNS server, for a capture that answers DNS itself (Windows).
+	Install(cfg *conf.Config, pol *policy.Policy, dns *dns.Server) error
 	// Original returns where a redirected connection came from and was going.
 	Original(c *net.TCPConn) (src, dst netip.AddrPort, err error)
 	// Control returns the socket option function that marks the router's own sockets.
 	Control(mark uint32) func(network, address string, c syscall.RawConn) error
 	// Owner finds the process of a local flow; nil when the platform cannot.
 	Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error)
+	// FromVM tells whether a redirected connection's source entered from a VM network or a
+	// VM-facing interface (router.Options.FromVM); nil: only sources inside vm_networks do.
+	FromVM() func(src netip.Addr) bool
 	// Resolver returns the host's own resolver (ip:port) for [dns] direct_names.
 	Resolver() (string, error)
 }
@@ -66,6 +72,9 @@ type Options struct {
 	Grace time.Duration
 	// Reloaded, when not nil, receives the outcome of every reload (tests).
 	Reloaded chan<- error
+	// Load reads and validates the config file; nil: conf.Load with its secrets. Tests feed
+	// configs through it that conf would refuse, to check that the daemon holds anyway.
+	Load func(path string) (*conf.Config, error)
 }
 
 // Run runs the daemon until ctx is done. It returns an error when it cannot start; the
@@ -77,7 +86,10 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Grace == 0 {
 		opts.Grace = 2 * time.Second
 	}
-	cfg, err := conf.Load(opts.ConfigPath, conf.Options{})
+	if opts.Load == nil {
+		opts.Load = func(path string) (*conf.Config, error) { return conf.Load(path, conf.Options{}) }
+	}
+	cfg, err := opts.Load(opts.ConfigPath)
 	if err != nil {
 		return err
 	}
@@ -130,8 +142,10 @@ type daemon struct {
 	forwards map[string]*forwardRun // by listen address
 }
 
+// forwardRun is one forward's socket and serving goroutine. Its settings are swapped on a
+// reload that keeps the listen address, without closing the socket.
 type forwardRun struct {
-	f      router.Forward
+	f      atomic.Pointer[router.Forward]
 	ln     *net.TCPListener
 	cancel context.CancelFunc
 }
@@ -144,11 +158,25 @@ func (d *daemon) setLevel(cfg *conf.Config) {
 	d.opts.Level.Set(lv[cfg.Log.Level])
 }
 
-// policy turns a config into the router's policy.
-func policy(cfg *conf.Config) router.Policy {
+// load is one config and what it compiles to: the decision (once per load, shared by the
+// router and the capture) and the router's policy.
+type load struct {
+	cfg *conf.Config
+	dec *policy.Policy
+	pol router.Policy
+}
+
+// compile turns a config into everything a start or a reload applies.
+func (d *daemon) compile(cfg *conf.Config) *load {
+	l := &load{cfg: cfg, dec: policy.New(cfg, d.opts.Platform.Env())}
+	l.pol = routerPolicy(cfg, l.dec)
+	return l
+}
+
+// routerPolicy turns a config into the router's policy.
+func routerPolicy(cfg *conf.Config, dec *policy.Policy) router.Policy {
 	p := router.Policy{
-		Rules:          rules.Compile(cfg.Rules),
-		VMNetworks:     cfg.Capture.VMNetworks,
+		Decision:       dec,
 		IdleTimeout:    cfg.Relay.IdleTimeout,
 		ConnectTimeout: cfg.Relay.ConnectTimeout,
 	}
@@ -172,12 +200,14 @@ func forwardOf(f conf.Forward) router.Forward {
 
 func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	pf := d.opts.Platform
+	l := d.compile(cfg)
 	control := pf.Control(cfg.Capture.Mark)
 	ropts := router.Options{
 		Log:      d.log.With("component", "router"),
 		Original: pf.Original,
 		Control:  control,
 		Owner:    pf.Owner(),
+		FromVM:   pf.FromVM(),
 	}
 	// The DNS server dials through the router (d.r, set below before anything is served)
 	// and the router asks the DNS server for the names behind addresses.
@@ -185,7 +215,7 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		return err
 	}
 	ropts.Names = d.dns
-	r, err := router.New(policy(cfg), ropts)
+	r, err := router.New(l.pol, ropts)
 	if err != nil {
 		return err
 	}
@@ -230,7 +260,7 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	if err := d.startControl(cfg, sctx); err != nil {
 		return err
 	}
-	if err := pf.Install(cfg, d.dns); err != nil {
+	if err := pf.Install(cfg, l.dec, d.dns); err != nil {
 		return fmt.Errorf("install capture: %w", err)
 	}
 	return nil
@@ -293,16 +323,19 @@ func (d *daemon) openForward(ctx context.Context, f router.Forward) (*forwardRun
 	if err != nil {
 		return nil, err
 	}
-	return &forwardRun{f: f, ln: ln}, nil
+	fr := &forwardRun{ln: ln}
+	fr.f.Store(&f)
+	return fr, nil
 }
 
+// runForward serves fr until stop or a reload that drops it.
 func (d *daemon) runForward(fr *forwardRun) {
 	ctx, cancel := context.WithCancel(context.Background())
 	fr.cancel = cancel
-	d.forwards[fr.f.Listen.String()] = fr
+	d.forwards[fr.f.Load().Listen.String()] = fr
 	d.serving.Go(func() {
-		if err := d.r.ServeForward(ctx, fr.ln, fr.f); err != nil {
-			d.log.Error("forward", "name", fr.f.Name, "err", err)
+		if err := d.r.ServeForward(ctx, fr.ln, fr.f.Load); err != nil {
+			d.log.Error("forward", "name", fr.f.Load().Name, "err", err)
 		}
 	})
 }
@@ -363,59 +396,60 @@ func restartNeeded(old, cur *conf.Config) error {
 	return nil
 }
 
+// reload applies the config file anew, all or nothing: the file is parsed and checked, the
+// router's policy prepared, forwards on new addresses opened, and the capture installed;
+// only then do the new rules, forward settings and log level take effect and the forwards
+// that are gone close. Any failure closes what was opened for the new config and leaves the
+// running one untouched. A forward whose address stays keeps its socket: a changed allow
+// list, target or name is swapped in for the connections accepted after the reload.
 func (d *daemon) reload(ctx context.Context) error {
-	cfg, err := conf.Load(d.opts.ConfigPath, conf.Options{})
+	cfg, err := d.opts.Load(d.opts.ConfigPath)
 	if err != nil {
 		return err
 	}
 	if err := restartNeeded(d.cfg, cfg); err != nil {
 		return err
 	}
-	pol := policy(cfg)
-	// New forwards first; any failure closes what was opened and changes nothing.
+	l := d.compile(cfg)
+	prepared, err := d.r.Prepare(l.pol)
+	if err != nil {
+		return err
+	}
 	want := map[string]router.Forward{}
 	var opened []*forwardRun
+	closeOpened := func() {
+		for _, o := range opened {
+			o.ln.Close()
+		}
+	}
 	for _, f := range cfg.Forwards {
 		rf := forwardOf(f)
 		want[rf.Listen.String()] = rf
 		if _, ok := d.forwards[rf.Listen.String()]; ok {
-			continue // kept, or new settings swapped in on the same address below
+			continue // kept; its settings are swapped below
 		}
 		fr, err := d.openForward(ctx, rf)
 		if err != nil {
-			for _, o := range opened {
-				o.ln.Close()
-			}
+			closeOpened()
 			return err
 		}
 		opened = append(opened, fr)
 	}
-	if err := d.opts.Platform.Install(cfg, d.dns); err != nil {
-		for _, o := range opened {
-			o.ln.Close()
-		}
+	if err := d.opts.Platform.Install(cfg, l.dec, d.dns); err != nil {
+		closeOpened()
 		return fmt.Errorf("install capture: %w", err)
 	}
-	if err := d.r.SetPolicy(pol); err != nil {
-		return err // conf validated it; this is a bug if it happens
-	}
+	// Nothing below can fail.
+	d.r.Use(prepared)
 	for addr, fr := range d.forwards {
 		nf, keep := want[addr]
-		if keep && reflect.DeepEqual(nf, fr.f) {
+		if keep {
+			fr.f.Store(&nf)
 			continue
 		}
 		fr.cancel()
 		fr.ln.Close()
 		delete(d.forwards, addr)
-		if keep {
-			// Same address, new allow list or target: reopen on the freed address.
-			nfr, err := d.openForward(ctx, nf)
-			if err != nil {
-				d.log.Error("forward could not be reopened", "forward", nf.Name, "err", err)
-				continue
-			}
-			d.runForward(nfr)
-		}
 	}
 	for _, fr := range opened {
 		d.runForward(fr)

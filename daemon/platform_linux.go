@@ -11,12 +11,14 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/nftcap"
+	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
 )
 
 // linuxPlatform captures with nftables and attributes local flows through sock_diag.
 type linuxPlatform struct {
 	finder *proc.LinuxFinder
+	host   hostAddrs
 }
 
 // NewPlatform returns the capture of this operating system.
@@ -41,10 +43,21 @@ func Spec(cfg *conf.Config) nftcap.Spec {
 	return s
 }
 
-// Install replaces the nftables table; DNS reaches the daemon's DNS server through its
-// redirect, so the server itself is not needed here.
-func (p *linuxPlatform) Install(cfg *conf.Config, _ *dns.Server) error {
+// Env: the policy learns this machine's addresses from the interface list.
+func (p *linuxPlatform) Env() policy.Env { return policy.Env{HostAddr: p.host.Has} }
+
+// Install replaces the nftables table; the kernel decides what it captures and the router
+// decides the rest, and DNS reaches the daemon's DNS server through its redirect, so neither
+// the compiled policy nor the server is needed here.
+func (p *linuxPlatform) Install(cfg *conf.Config, _ *policy.Policy, _ *dns.Server) error {
 	return nftcap.Install(Spec(cfg))
+}
+
+// FromVM: a redirected connection whose source is not an address of this machine was
+// forwarded, and only VM networks and VM-facing interfaces are redirected from the
+// forwarding path (prerouting); the host's own connections carry its own addresses.
+func (p *linuxPlatform) FromVM() func(netip.Addr) bool {
+	return func(src netip.Addr) bool { return !p.host.Has(src) }
 }
 
 // Original: nftables redirects in the kernel, so the peer is the real source.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
+	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
 )
 
@@ -21,7 +22,9 @@ type noPlatform struct{}
 // NewPlatform returns the capture of this operating system.
 func NewPlatform(*slog.Logger) Platform { return noPlatform{} }
 
-func (noPlatform) Install(*conf.Config, *dns.Server) error { return errNoCapture }
+func (noPlatform) Env() policy.Env                                         { return policy.Env{} }
+func (noPlatform) Install(*conf.Config, *policy.Policy, *dns.Server) error { return errNoCapture }
+func (noPlatform) FromVM() func(netip.Addr) bool                           { return nil }
 func (noPlatform) Original(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
 	return netip.AddrPort{}, netip.AddrPort{}, errNoCapture
 }

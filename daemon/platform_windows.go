@@ -19,9 +19,9 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
+	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/redirect"
-	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/windivert"
 )
 
@@ -37,8 +37,9 @@ import (
 // answering nothing), the handles close when the process exits. mu guards eng, dev and
 // upstreams.
 type windowsPlatform struct {
-	log *slog.Logger
-	res *proc.WindowsResolver
+	log  *slog.Logger
+	res  *proc.WindowsResolver
+	host hostAddrs
 
 	mu        sync.Mutex
 	eng       *redirect.Engine
@@ -54,9 +55,12 @@ func NewPlatform(log *slog.Logger) Platform {
 	return &windowsPlatform{log: log, res: proc.NewSystemWindowsResolver(log.With("component", "proc"))}
 }
 
-func enginePolicy(cfg *conf.Config) redirect.Policy {
-	return redirect.Policy{Rules: rules.Compile(cfg.Rules), VMNetworks: cfg.Capture.VMNetworks}
-}
+// Env: the policy learns this machine's addresses from the interface list.
+func (p *windowsPlatform) Env() policy.Env { return policy.Env{HostAddr: p.host.Has} }
+
+// FromVM is nil: VM traffic reaches the engine as a hypervisor process's (an app), never
+// from a VM-facing interface.
+func (p *windowsPlatform) FromVM() func(netip.Addr) bool { return nil }
 
 // literalUpstreams are the proxies given by address: the filters leave them alone. Proxies
 // given by name are only known once the router resolved them; their flows are told by
@@ -71,11 +75,11 @@ func literalUpstreams(cfg *conf.Config) []netip.AddrPort {
 	return out
 }
 
-func (p *windowsPlatform) Install(cfg *conf.Config, srv *dns.Server) error {
+func (p *windowsPlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dns.Server) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.eng != nil {
-		p.eng.SetPolicy(enginePolicy(cfg))
+		p.eng.SetPolicy(pol)
 		if ups := literalUpstreams(cfg); !slices.Equal(ups, p.upstreams) {
 			p.log.Info("proxy addresses changed: the capture filter keeps the old ones until restart; the new ones are told by the router's PID",
 				"old", fmt.Sprint(p.upstreams), "new", fmt.Sprint(ups))
@@ -113,7 +117,7 @@ func (p *windowsPlatform) Install(cfg *conf.Config, srv *dns.Server) error {
 	// The daemon's DNS server answers captured queries in process and names fake IPs and
 	// the addresses of its answers, so host-name rules can decide before the SYN leaves.
 	opts.DNS, opts.Names = srv, srv
-	eng, err := redirect.New(dev, enginePolicy(cfg), opts)
+	eng, err := redirect.New(dev, pol, opts)
 	if err != nil {
 		dev.Close()
 		release()

@@ -120,7 +120,13 @@ func TestStreamUnbuffered(t *testing.T) {
 			}
 		}
 	}
+	// The model server records a stream when its handler returns, just after it sent
+	// [DONE]: wait (bounded) for the record.
 	streams := s.lab.ModelLog()
+	for deadline := time.Now().Add(2 * time.Second); len(streams) == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		streams = s.lab.ModelLog()
+	}
 	if len(streams) != 1 {
 		t.Fatalf("model log: %+v", streams)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/lab"
+	"github.com/agentcage/router/policy"
 )
 
 // TestDNSNoLeak plays trap 3 of the SPEC in both modes: the guest and a hypervisor process
@@ -91,7 +92,7 @@ func TestDNSNoLeak(t *testing.T) {
 			if out, code := s.curl(s.lab.Host(), "http://"+lab.ServiceAddr+":853/", "--max-time", "2"); code == 0 {
 				t.Errorf("DoT port answered: %q", out)
 			}
-			s.waitLog("DoT blocked", 5*time.Second)
+			s.waitLog(policy.StepDoT.String(), 5*time.Second)
 			s.wantNoLeak("dns " + mode)
 		})
 	}

@@ -21,9 +21,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/lab"
 	"github.com/agentcage/router/packet"
+	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/redirect"
 	"github.com/agentcage/router/router"
@@ -295,7 +297,7 @@ func newTUNScene(t *testing.T) *tunScene {
 		}
 		return h
 	}
-	tbl := rules.Compile([]rules.Rule{
+	rs := []rules.Rule{
 		{Name: "direct-app", Apps: []rules.App{rules.MustApp(directApp)}, Action: rules.Direct},
 		{Name: "blocked-app", Apps: []rules.App{rules.MustApp(blockedApp)}, Action: rules.Block},
 		{Name: "blocked", Hosts: []rules.Host{host6(blockedAddr)}, Action: rules.Block},
@@ -303,8 +305,11 @@ func newTUNScene(t *testing.T) *tunScene {
 		{Name: "guest-internet", Sources: []rules.IPRange{rules.RangeOfPrefix(netip.MustParsePrefix(lab.GuestNetwork))}, Hosts: []rules.Host{host6("203.0.113.0/24"), host6("*.lab.test")}, Action: rules.Proxy, Proxy: "exit"},
 		{Name: "internet", Hosts: []rules.Host{host6("203.0.113.0/24"), host6("*.lab.test")}, Action: rules.Proxy, Proxy: "exit"},
 		{Name: "default", Action: rules.Direct},
-	})
+	}
 	vmNets := []netip.Prefix{netip.MustParsePrefix(lab.GuestNetwork)}
+	// One decision for the engine and the router, with the DNS server's (default) pool.
+	dec := policy.New(&conf.Config{Rules: rs, Capture: conf.Capture{VMNetworks: vmNets},
+		DNS: conf.DNS{Mode: conf.DNSFakeIP, Pool: conf.DefaultPool}}, policy.Env{})
 
 	// The router and the DNS server, with their sockets in the host namespace.
 	var r *router.Router
@@ -317,7 +322,7 @@ func newTUNScene(t *testing.T) *tunScene {
 		t.Fatal(err)
 	}
 	finder := proc.NewLinuxFinder(proc.LinuxFinderConfig{Logger: log})
-	eng, err := redirect.New(tun, redirect.Policy{Rules: tbl, VMNetworks: vmNets}, redirect.Options{
+	eng, err := redirect.New(tun, dec, redirect.Options{
 		Log:           log.With("component", "redirect"),
 		ListenerPort:  tunListen,
 		DNSPort:       tunDNSPort,
@@ -344,9 +349,8 @@ func newTUNScene(t *testing.T) *tunScene {
 	s.eng = eng
 	gp, _ := netip.ParseAddrPort(lab.GoSocksAddr)
 	r, err = router.New(router.Policy{
-		Rules:          tbl,
+		Decision:       dec,
 		Upstreams:      []router.Upstream{{Name: "exit", Host: gp.Addr().String(), Port: gp.Port()}},
-		VMNetworks:     vmNets,
 		IdleTimeout:    time.Minute,
 		ConnectTimeout: 3 * time.Second,
 	}, router.Options{

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/rules"
 )
 
@@ -99,13 +100,14 @@ func verdict(r *rules.Rule) string {
 	return r.Action.String()
 }
 
-// localSet is every destination lint calls local: loopback, link-local, unspecified, the NAT
-// host alias, the host's addresses and the networks it is on, the forwards' listen addresses,
-// and the names localhost, *.localhost and the host's own name.
+// localSet is every destination lint calls local: the policy's local prefixes (loopback,
+// link-local, multicast, broadcast, unspecified), the NAT host alias, the host's addresses
+// and the networks it is on, the forwards' listen addresses, and the names localhost,
+// *.localhost and the host's own name.
 func (l *linter) localSet() *hostSet {
 	s := &hostSet{addrs: &ivset{}, names: []string{"localhost"}, suffixes: []string{"localhost"}}
-	for _, p := range []string{"127.0.0.0/8", "::1/128", "169.254.0.0/16", "fe80::/10", "0.0.0.0/32", "::/128"} {
-		r := rules.RangeOfPrefix(netip.MustParsePrefix(p))
+	for _, p := range policy.LocalPrefixes() {
+		r := rules.RangeOfPrefix(p)
 		s.addrs.add(iv{addrKey(r.Lo), addrKey(r.Hi)})
 	}
 	addr := func(a netip.Addr) {

@@ -9,6 +9,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/agentcage/router/policy"
 )
 
 // Chain names. They appear in `nft list table inet router` and in the package doc.
@@ -319,24 +321,17 @@ const (
 	ndNeighborAdvert  = 136
 )
 
-// Destinations capture_tcp never redirects, besides what fib calls local, broadcast or
-// multicast: "this network", loopback, link-local, multicast and limited broadcast.
+// notCaptured are the destinations capture_tcp never redirects, besides what fib calls
+// local, broadcast or multicast: the policy's local prefixes (policy.LocalPrefixes) of one
+// family.
 func notCaptured(v6 bool) []netip.Prefix {
-	if v6 {
-		return []netip.Prefix{
-			netip.MustParsePrefix("::/128"),
-			netip.MustParsePrefix("::1/128"),
-			netip.MustParsePrefix("fe80::/10"),
-			netip.MustParsePrefix("ff00::/8"),
+	var out []netip.Prefix
+	for _, p := range policy.LocalPrefixes() {
+		if p.Addr().Is6() == v6 {
+			out = append(out, p)
 		}
 	}
-	return []netip.Prefix{
-		netip.MustParsePrefix("0.0.0.0/8"),
-		netip.MustParsePrefix("127.0.0.0/8"),
-		netip.MustParsePrefix("169.254.0.0/16"),
-		netip.MustParsePrefix("224.0.0.0/4"),
-		netip.MustParsePrefix("255.255.255.255/32"),
-	}
+	return out
 }
 
 // rule queues a rule made of the given expressions, flattened in order. Each part is an

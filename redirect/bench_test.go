@@ -16,7 +16,7 @@ func (nullDev) Write([]byte, Meta) error              { return nil }
 func (nullDev) Close() error                          { return nil }
 
 func benchEngine(b *testing.B) *Engine {
-	e, err := New(nullDev{}, Policy{Rules: testRules(b)}, Options{ListenerPort: lport})
+	e, err := New(nullDev{}, testRules(b), Options{ListenerPort: lport})
 	if err != nil {
 		b.Fatal(err)
 	}

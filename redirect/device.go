@@ -75,9 +75,8 @@ type EventSource interface {
 
 // Names is the DNS side's knowledge of names (dns.Server implements it).
 type Names interface {
-	// InPool reports whether a is a fake-IP pool address.
-	InPool(a netip.Addr) bool
-	// NameFor returns the name behind a, when one is known.
+	// NameFor returns the name behind a, when one is known: a fake-IP pool address's name
+	// (the pool itself is the policy's), or a name seen resolving to a.
 	NameFor(a netip.Addr) (string, bool)
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/packet"
+	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/rules"
 )
@@ -80,55 +81,6 @@ type Options struct {
 	Clock Clock // nil: the system clock
 }
 
-// Policy is what a reload replaces.
-type Policy struct {
-	Rules *rules.Table // nil: no rules (everything direct)
-	// VMNetworks are sources that are VMs: their flows have no local owner to wait for.
-	VMNetworks []netip.Prefix
-}
-
-// policy is a Policy prepared for decisions.
-type policy struct {
-	Policy
-	needProc  bool // some rule names apps or services
-	firstName int  // index of the first rule with a host-name entry, -1 for none
-}
-
-func compile(p Policy) *policy {
-	if p.Rules == nil {
-		p.Rules = rules.Compile(nil)
-	}
-	cp := &policy{Policy: p, firstName: -1}
-	for i, r := range p.Rules.Rules() {
-		cp.needProc = cp.needProc || len(r.Apps) > 0 || len(r.Services) > 0
-		if cp.firstName >= 0 {
-			continue
-		}
-		for _, h := range r.Hosts {
-			if h.Kind != rules.HostRange {
-				cp.firstName = i
-				break
-			}
-		}
-	}
-	return cp
-}
-
-// final reports whether v, decided without a name when named is false, is what the
-// router would decide too: no host-name rule comes before the winning rule.
-func (p *policy) final(v rules.Verdict, named bool) bool {
-	return named || p.firstName < 0 || (v.Index >= 0 && v.Index < p.firstName)
-}
-
-func (p *policy) fromVM(a netip.Addr) bool {
-	for _, n := range p.VMNetworks {
-		if n.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
 // Stats are counters since New. Flows are new flows decided; the packet counters count
 // packets.
 type Stats struct {
@@ -162,7 +114,7 @@ type Engine struct {
 	log    *slog.Logger
 	clock  Clock
 	start  time.Time
-	pol    atomic.Pointer[policy]
+	pol    atomic.Pointer[policy.Policy]
 	own    map[uint32]bool // immutable after New
 	refl4  netip.Addr
 	refl6  netip.Addr
@@ -188,8 +140,9 @@ type Engine struct {
 	st counters
 }
 
-// New returns an engine over dev with policy p. It starts nothing; Run does.
-func New(dev Device, p Policy, opts Options) (*Engine, error) {
+// New returns an engine over dev deciding with p (nil: an empty config). It starts nothing;
+// Run does.
+func New(dev Device, p *policy.Policy, opts Options) (*Engine, error) {
 	if dev == nil {
 		return nil, errors.New("redirect: no device")
 	}
@@ -259,8 +212,14 @@ func New(dev Device, p Policy, opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// SetPolicy replaces the rules for new flows; flows already decided keep their decision.
-func (e *Engine) SetPolicy(p Policy) { e.pol.Store(compile(p)) }
+// SetPolicy replaces the decision for new flows (nil: an empty config); flows already
+// decided keep their decision.
+func (e *Engine) SetPolicy(p *policy.Policy) {
+	if p == nil {
+		p = policy.New(nil, policy.Env{})
+	}
+	e.pol.Store(p)
+}
 
 // now is the engine's time in nanoseconds since New.
 func (e *Engine) now() int64 { return int64(e.clock.Now().Sub(e.start)) }
@@ -438,7 +397,7 @@ func (e *Engine) Owner(src, _ netip.AddrPort) (proc.Info, error) {
 	if fi.OwnerKnown {
 		return fi.Owner, nil
 	}
-	if e.pol.Load().fromVM(fi.Src.Addr()) {
+	if e.pol.Load().FromVMNetwork(fi.Src.Addr()) {
 		return proc.Info{}, fmt.Errorf("redirect: owner of %v: a VM flow has no local process", fi.Src)
 	}
 	if e.opts.Lookup == nil {

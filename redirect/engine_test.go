@@ -258,7 +258,8 @@ func TestOwnTrafficAndLocal(t *testing.T) {
 }
 
 // TestDNS: UDP 53 is answered in process and injected inbound from the server the app
-// asked; TCP 53 is reflected to the DNS port; DoT is refused for proxied destinations.
+// asked; TCP 53 is reflected to the DNS port; DoT leaves only through a proxy (reflected
+// to the router), and is refused otherwise (policy.StepDoT).
 func TestDNS(t *testing.T) {
 	d := &fakeDNS{}
 	e, dev, _ := newTest(t, true, testRules(t), Options{DNS: d, DNSPort: 47153})
@@ -296,17 +297,19 @@ func TestDNS(t *testing.T) {
 		}
 	})
 	t.Run("dot", func(t *testing.T) {
-		for _, c := range []struct {
+		for i, c := range []struct {
 			dst       netip.AddrPort
 			wantFlags uint8
+			wantPort  uint16 // where the answer goes: the listener (reflected) or the app
 		}{
-			{netip.AddrPortFrom(proxied.Addr(), 853), rstAck},
-			{netip.AddrPortFrom(blocked.Addr(), 853), rstAck},
-			{netip.AddrPortFrom(direct.Addr(), 853), syn},
+			{netip.AddrPortFrom(proxied.Addr(), 853), syn, 47100},
+			{netip.AddrPortFrom(blocked.Addr(), 853), rstAck, 40002},
+			{netip.AddrPortFrom(direct.Addr(), 853), rstAck, 40003},
 		} {
-			send(e, tcpPkt(netip.MustParseAddrPort("192.0.2.10:40001"), c.dst, syn, 1, 0, ""), outMeta)
-			if got := wantOne(t, dev); got.flags != c.wantFlags {
-				t.Errorf("DoT to %v: %v flags %#x, want %#x", c.dst, got, got.flags, c.wantFlags)
+			src := netip.AddrPortFrom(netip.MustParseAddr("192.0.2.10"), 40000+uint16(i)+1)
+			send(e, tcpPkt(src, c.dst, syn, 1, 0, ""), outMeta)
+			if got := wantOne(t, dev); got.flags != c.wantFlags || got.m.Outbound || got.dst.Port() != c.wantPort {
+				t.Errorf("DoT to %v: %v flags %#x, want %#x to port %d", c.dst, got, got.flags, c.wantFlags, c.wantPort)
 			}
 		}
 	})
@@ -343,15 +346,17 @@ func TestUDP(t *testing.T) {
 	}
 }
 
-// TestNamesAndFinality: a pool address always reflects; a verdict that a host-name rule
-// before it could change is not final (reflect TCP, drop UDP), unless the name is known.
+// TestNamesAndFinality: a pool address with a name reflects, one nobody was given is
+// refused; a verdict that a host-name rule before it could change is not final (reflect
+// TCP, drop UDP), unless the name is known.
 func TestNamesAndFinality(t *testing.T) {
 	// Rule 0 blocks an address, rule 1 a name: verdicts of rule 0 are final, later ones not.
 	all := testRules(t).Rules()
 	name := rules.Rule{Name: "by-name", Hosts: []rules.Host{{Kind: rules.HostName, Name: "blocked.example"}}, Action: rules.Block}
-	tbl := rules.Compile(append([]rules.Rule{all[0], name}, all[1:]...))
+	tbl := testPolicy(append([]rules.Rule{all[0], name}, all[1:]...))
 	named := netip.MustParseAddrPort("198.51.100.30:443")
-	names := fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"), names: map[netip.Addr]string{named.Addr(): "blocked.example"}}
+	poolNamed := netip.MustParseAddrPort("198.18.0.77:443")
+	names := fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"), names: map[netip.Addr]string{named.Addr(): "blocked.example", poolNamed.Addr(): "fine.example"}}
 	e, dev, _ := newTest(t, true, tbl, Options{Names: names})
 	for _, c := range []struct {
 		name  string
@@ -359,7 +364,9 @@ func TestNamesAndFinality(t *testing.T) {
 		proto uint8
 		want  string // "reflect", "pass", "refuse", "drop"
 	}{
-		{"pool", poolDst, packet.ProtoTCP, "reflect"},
+		{"pool, nobody was given", poolDst, packet.ProtoTCP, "refuse"},
+		{"pool, named", poolNamed, packet.ProtoTCP, "reflect"},
+		{"pool, named, udp", poolNamed, packet.ProtoUDP, "drop"},
 		{"direct-not-final", direct, packet.ProtoTCP, "reflect"},
 		{"udp-direct-not-final", direct, packet.ProtoUDP, "drop"},
 		{"named-block", named, packet.ProtoTCP, "refuse"},
@@ -578,7 +585,7 @@ func TestOriginalDst(t *testing.T) {
 func TestRun(t *testing.T) {
 	dev := newFakeDev(true)
 	d := &fakeDNS{}
-	e, err := New(dev, Policy{Rules: testRules(t)}, Options{ListenerPort: lport, DNS: d})
+	e, err := New(dev, testRules(t), Options{ListenerPort: lport, DNS: d})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,14 +621,14 @@ func TestRun(t *testing.T) {
 }
 
 func TestNewChecks(t *testing.T) {
-	if _, err := New(newFakeDev(true), Policy{}, Options{}); err == nil {
+	if _, err := New(newFakeDev(true), nil, Options{}); err == nil {
 		t.Error("New without a listener port succeeded")
 	}
-	if _, err := New(nil, Policy{}, Options{ListenerPort: 1}); err == nil {
+	if _, err := New(nil, nil, Options{ListenerPort: 1}); err == nil {
 		t.Error("New without a device succeeded")
 	}
 	two := []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")}
-	if _, err := New(newFakeDev(true), Policy{}, Options{ListenerPort: 1, ReflectTo: two}); err == nil {
+	if _, err := New(newFakeDev(true), nil, Options{ListenerPort: 1, ReflectTo: two}); err == nil {
 		t.Error("New with two IPv4 reflect addresses succeeded")
 	}
 }

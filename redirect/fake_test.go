@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/packet"
+	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/rules"
 )
@@ -219,7 +221,7 @@ const lport = 47100
 
 // testRules: block 203.0.113.66, proxy curl.exe and 203.0.113.0/24 and 2001:db8:113::/48,
 // default direct.
-func testRules(t testing.TB, extra ...rules.Rule) *rules.Table {
+func testRules(t testing.TB, extra ...rules.Rule) *policy.Policy {
 	t.Helper()
 	host := func(s string) rules.Host {
 		h, err := rules.ParseHost(s)
@@ -234,7 +236,13 @@ func testRules(t testing.TB, extra ...rules.Rule) *rules.Table {
 		rules.Rule{Name: "proxy", Hosts: []rules.Host{host("203.0.113.0/24"), host("2001:db8:113::/48")}, Action: rules.Proxy, Proxy: "exit"},
 		rules.Rule{Name: "default", Action: rules.Direct},
 	)
-	return rules.Compile(rs)
+	return testPolicy(rs)
+}
+
+// testPolicy compiles rs with the default fake-IP pool.
+func testPolicy(rs []rules.Rule) *policy.Policy {
+	cfg := &conf.Config{Rules: rs, DNS: conf.DNS{Mode: conf.DNSFakeIP, Pool: netip.MustParsePrefix("198.18.0.0/15")}}
+	return policy.New(cfg, policy.Env{})
 }
 
 func appRule(app string, action rules.Action) rules.Rule {
@@ -246,7 +254,7 @@ func appRule(app string, action rules.Action) rules.Rule {
 }
 
 // newTest returns an engine over a fake device and clock.
-func newTest(t *testing.T, canPass bool, tbl *rules.Table, opts Options) (*Engine, *fakeDev, *fakeClock) {
+func newTest(t *testing.T, canPass bool, tbl *policy.Policy, opts Options) (*Engine, *fakeDev, *fakeClock) {
 	t.Helper()
 	dev := newFakeDev(canPass)
 	clk := newFakeClock()
@@ -254,7 +262,7 @@ func newTest(t *testing.T, canPass bool, tbl *rules.Table, opts Options) (*Engin
 	if opts.ListenerPort == 0 {
 		opts.ListenerPort = lport
 	}
-	e, err := New(dev, Policy{Rules: tbl}, opts)
+	e, err := New(dev, tbl, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -106,11 +106,3 @@ func resetFor(p packet.Packet) []byte {
 	}
 	return b
 }
-
-// hostLocal reports destinations that never leave the local link or host: loopback,
-// link-local, multicast, broadcast and unspecified addresses. The engine passes them
-// without looking further (SPEC: local stays local).
-func hostLocal(a netip.Addr) bool {
-	return a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsMulticast() || a.IsUnspecified() ||
-		a == netip.AddrFrom4([4]byte{255, 255, 255, 255})
-}

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/agentcage/router/packet"
+	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/windivert"
 )
 
@@ -42,6 +43,9 @@ func (c WinDivertConfig) exclusions() windivert.Exclusions {
 	ex := c.Exclusions
 	ex.PIDs = nil
 	ex.ListenerPorts = c.ports()
+	if ex.LocalDsts == nil {
+		ex.LocalDsts = policy.LocalPrefixes()
+	}
 	return ex
 }
 

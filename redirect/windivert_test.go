@@ -94,7 +94,7 @@ func TestWinDivertDevice(t *testing.T) {
 
 	const pid = 4242
 	tbl := testRules(t, appRule("curl.exe", rules.Proxy))
-	e, err := New(dev, Policy{Rules: tbl}, Options{
+	e, err := New(dev, tbl, Options{
 		ListenerPort: lport, DNSPort: 47153, Events: dev,
 		Resolver:  &fakeResolver{infos: map[uint32]proc.Info{pid: {PID: pid, Name: "curl.exe"}}},
 		EventWait: 5 * time.Second,

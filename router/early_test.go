@@ -3,7 +3,6 @@ package router
 import (
 	"fmt"
 	"io"
-	"net/netip"
 	"strings"
 	"testing"
 
@@ -29,8 +28,8 @@ func TestEarlyBytesGoWithTheRequest(t *testing.T) {
 			if tt.creds != nil {
 				up.Username, up.Password = "agent", "pw-42"
 			}
-			e := newEnv(t, Policy{Rules: mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}), Upstreams: []Upstream{up}}, Options{})
-			c := e.dial(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), target.Port()))
+			e := newEnv(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}), Upstreams: []Upstream{up}}, Options{})
+			c := e.dial(target)
 			first := "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
 			more := strings.Repeat("y", 100<<10)
 			if _, err := io.WriteString(c, first); err != nil {

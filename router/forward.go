@@ -38,15 +38,19 @@ func (r *Router) ListenForward(ctx context.Context, f Forward) (*net.TCPListener
 	return ln.(*net.TCPListener), nil
 }
 
-// ServeForward accepts on ln until ctx is done or ln is closed. Bytes pass without
-// buffering (kernel splice, no Nagle delay added by the router), so the events of a streamed
-// completion reach the guest as the model sends them.
-func (r *Router) ServeForward(ctx context.Context, ln *net.TCPListener, f Forward) error {
-	return r.acceptLoop(ctx, ln, "forward "+f.Name+": accept", nil, func(c *net.TCPConn) {
+// ServeForward accepts on ln until ctx is done or ln is closed; each connection is served
+// with the settings current(), read when it is accepted, so a reload swaps a forward's allow
+// list, target or name without closing its socket. current must be safe for concurrent use
+// and never return nil. Bytes pass without buffering (kernel splice, no Nagle delay added by
+// the router), so the events of a streamed completion reach the guest as the model sends
+// them.
+func (r *Router) ServeForward(ctx context.Context, ln *net.TCPListener, current func() *Forward) error {
+	return r.acceptLoop(ctx, ln, "forward "+current().Name+": accept", nil, func(c *net.TCPConn) {
+		f := current()
 		r.flows.Add(1)
 		go func() {
 			defer r.flows.Done()
-			r.forward(ctx, c, f)
+			r.forward(ctx, c, *f)
 		}()
 	})
 }

@@ -234,7 +234,7 @@ func TestRelayCloseEndsRunningFlows(t *testing.T) {
 // live flows until it ends, though its setup goroutine is gone.
 func TestStatusListsRelayedFlowsUntilTheyEnd(t *testing.T) {
 	target := startTarget(t, "")
-	e := newEnv(t, Policy{Rules: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
+	e := newEnv(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
 	c := e.dial(target)
 	io.WriteString(c, "k")
 	if readN(t, c, 1) != "k" {

@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/socks5"
@@ -57,10 +58,17 @@ type Options struct {
 	// Control is applied to every socket the router opens (mark it as own traffic).
 	Control func(network, address string, c syscall.RawConn) error
 	// Owner finds the process of a local flow: c is the accepted connection, src the app's
-	// address and dst where it was going. It is only asked when some rule names apps or
-	// services.
+	// address and dst where it was going. It is only asked when the policy needs it
+	// (policy.Policy.NeedsOwner).
 	Owner func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error)
-	Names Names
+	// FromVM reports whether a connection from src entered from a VM network or a
+	// VM-facing interface (policy.Flow.FromVM), whatever its address. Nil: only sources
+	// inside the configured VM networks are.
+	FromVM func(src netip.Addr) bool
+	// DialTCP opens the router's own connections (direct destinations, upstream proxies).
+	// The default dials with Control applied; tests map addresses here.
+	DialTCP func(ctx context.Context, dst netip.AddrPort) (*net.TCPConn, error)
+	Names   Names
 	// Resolve looks up a proxy's host name. It must not go through capture; the default is
 	// Go's resolver dialing with Control.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
@@ -77,21 +85,22 @@ type Upstream struct {
 	Pipeline bool
 }
 
-// Policy is what a reload replaces: the rules, the upstreams and the limits.
+// Policy is what a reload replaces: the decision, the upstreams and the limits.
 type Policy struct {
-	Rules          *rules.Table
+	// Decision decides every flow; nil decides as an empty config would (everything that is
+	// not caged goes direct).
+	Decision       *policy.Policy
 	Upstreams      []Upstream
-	VMNetworks     []netip.Prefix // sources that are VMs: their flows have no local process
 	IdleTimeout    time.Duration
 	ConnectTimeout time.Duration
 }
 
-// policy is a Policy prepared for use.
-type policy struct {
+// compiled is a Policy prepared for use.
+type compiled struct {
 	Policy
-	ups      map[string]*upstream
-	needProc bool
-	hits     []atomic.Uint64 // [0] no rule matched, [i+1] rule i
+	ups   map[string]*upstream
+	hits  []atomic.Uint64 // [i] rule i
+	steps [policy.StepDoT + 1]atomic.Uint64
 }
 
 type upstream struct {
@@ -105,7 +114,7 @@ type Router struct {
 	log    *slog.Logger
 	opts   Options
 	dialer *net.Dialer
-	pol    atomic.Pointer[policy]
+	pol    atomic.Pointer[compiled]
 	engine *engine       // relays the flows
 	setups chan struct{} // one token per flow being set up in Serve (maxSetups)
 	early  sync.Pool     // *[earlyMax]byte: a client's first bytes while its flow is set up
@@ -142,6 +151,11 @@ func New(p Policy, opts Options) (*Router, error) {
 		early:   sync.Pool{New: func() any { return new([earlyMax]byte) }},
 		proxyIP: map[string][]netip.Addr{},
 	}
+	if r.opts.DialTCP == nil {
+		r.opts.DialTCP = func(ctx context.Context, dst netip.AddrPort) (*net.TCPConn, error) {
+			return r.dialer.DialTCP(ctx, "tcp", netip.AddrPort{}, dst)
+		}
+	}
 	if r.opts.Resolve == nil {
 		res := &net.Resolver{PreferGo: true, Dial: r.dialer.DialContext}
 		r.opts.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -154,18 +168,23 @@ func New(p Policy, opts Options) (*Router, error) {
 	return r, nil
 }
 
-// SetPolicy replaces the policy for new flows.
-func (r *Router) SetPolicy(p Policy) error {
-	if p.Rules == nil {
-		p.Rules = rules.Compile(nil)
+// Prepared is a Policy checked and compiled for Use; it belongs to the Router that
+// prepared it.
+type Prepared struct{ c *compiled }
+
+// Prepare checks p and compiles it for Use, without changing anything: a reload prepares
+// first and applies only once everything else of the new config is in place.
+func (r *Router) Prepare(p Policy) (*Prepared, error) {
+	if p.Decision == nil {
+		p.Decision = policy.New(nil, policy.Env{})
 	}
 	if p.IdleTimeout <= 0 {
-		return errors.New("router: idle timeout must be positive")
+		return nil, errors.New("router: idle timeout must be positive")
 	}
 	if p.ConnectTimeout <= 0 {
-		return errors.New("router: connect timeout must be positive")
+		return nil, errors.New("router: connect timeout must be positive")
 	}
-	np := &policy{Policy: p, ups: map[string]*upstream{}, hits: newHits(len(p.Rules.Rules()))}
+	np := &compiled{Policy: p, ups: map[string]*upstream{}, hits: make([]atomic.Uint64, len(p.Decision.Rules()))}
 	for _, u := range p.Upstreams {
 		up := &upstream{Upstream: u, client: socks5.Client{Pipeline: u.Pipeline}}
 		if u.Username != "" {
@@ -173,15 +192,26 @@ func (r *Router) SetPolicy(p Policy) error {
 		}
 		np.ups[u.Name] = up
 	}
-	for _, rl := range p.Rules.Rules() {
+	for _, rl := range p.Decision.Rules() {
 		if rl.Action == rules.Proxy {
 			if _, ok := np.ups[rl.Proxy]; !ok {
-				return fmt.Errorf("router: rule %q names unknown proxy %q", rl.Name, rl.Proxy)
+				return nil, fmt.Errorf("router: rule %q names unknown proxy %q", rl.Name, rl.Proxy)
 			}
 		}
-		np.needProc = np.needProc || len(rl.Apps) > 0 || len(rl.Services) > 0
 	}
-	r.pol.Store(np)
+	return &Prepared{c: np}, nil
+}
+
+// Use makes a prepared policy the one new flows get; flows already running keep theirs.
+func (r *Router) Use(pp *Prepared) { r.pol.Store(pp.c) }
+
+// SetPolicy prepares p and uses it.
+func (r *Router) SetPolicy(p Policy) error {
+	pp, err := r.Prepare(p)
+	if err != nil {
+		return err
+	}
+	r.Use(pp)
 	return nil
 }
 
@@ -224,7 +254,7 @@ func (r *Router) dialProxy(ctx context.Context, up *upstream, dst socks5.Addr, e
 	}
 	var tc *net.TCPConn
 	for _, a := range addrs {
-		tc, err = r.dialer.DialTCP(ctx, "tcp", netip.AddrPort{}, netip.AddrPortFrom(a, up.Port))
+		tc, err = r.opts.DialTCP(ctx, netip.AddrPortFrom(a, up.Port))
 		if err == nil {
 			break
 		}
@@ -305,7 +335,7 @@ func errNoAddress(n int) error {
 }
 
 // relayFor returns the relay settings of the current policy.
-func (r *Router) relayFor(p *policy) relay {
+func (r *Router) relayFor(p *compiled) relay {
 	return relay{idle: p.IdleTimeout, engine: r.engine}
 }
 

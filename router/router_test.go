@@ -11,12 +11,15 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	gosocks5 "github.com/things-go/go-socks5"
 
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/rules"
 )
@@ -24,8 +27,42 @@ import (
 // The tests run the router on loopback. A "redirected" connection is simply a connection to
 // the router's listener; the test tells the fake Original where it was going, keyed by the
 // client's address.
+//
+// Targets listen on 127.0.0.1, but a loopback destination is local: the policy never
+// captures or proxies it. So the router (and the test proxy) know each target by a public
+// alias, 198.51.100.1 with the same port, which the tests' DialTCP and the test proxy's
+// dialer map back to 127.0.0.1.
 
 const waitFor = 5 * time.Second
+
+var (
+	loopback = netip.MustParseAddr("127.0.0.1")
+	alias    = netip.MustParseAddr("198.51.100.1")
+)
+
+// public is the alias of a loopback address (other addresses are returned as they are).
+func public(ap netip.AddrPort) netip.AddrPort {
+	if ap.Addr() == loopback {
+		return netip.AddrPortFrom(alias, ap.Port())
+	}
+	return ap
+}
+
+// private is the loopback address behind an alias.
+func private(ap netip.AddrPort) netip.AddrPort {
+	if ap.Addr() == alias {
+		return netip.AddrPortFrom(loopback, ap.Port())
+	}
+	return ap
+}
+
+// decision compiles rules (and VM networks) into the policy the tests' routers use; the
+// fake-IP pool is the default one.
+func decision(rs []rules.Rule, vmNets ...netip.Prefix) *policy.Policy {
+	cfg := &conf.Config{Rules: rs, Capture: conf.Capture{VMNetworks: vmNets},
+		DNS: conf.DNS{Mode: conf.DNSFakeIP, Pool: netip.MustParsePrefix("198.18.0.0/15")}}
+	return policy.New(cfg, policy.Env{})
+}
 
 type origTable struct {
 	mu sync.Mutex
@@ -136,6 +173,8 @@ func startProxy(t *testing.T, hosts map[string]netip.Addr, creds map[string]stri
 	p := &proxyServer{ln: ln, addr: ln.Addr().(*net.TCPAddr).AddrPort(), hosts: hosts}
 	loopbackOnly := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		ap, err := netip.ParseAddrPort(addr)
+		ap = private(ap)
+		addr = ap.String()
 		if err != nil || !ap.Addr().IsLoopback() {
 			return nil, fmt.Errorf("test proxy dials loopback only, not %q", addr)
 		}
@@ -154,7 +193,8 @@ func startProxy(t *testing.T, hosts map[string]netip.Addr, creds map[string]stri
 
 func (p *proxyServer) stop() { p.ln.Close() }
 
-// startTarget runs an echo server that first writes a banner.
+// startTarget runs an echo server that first writes a banner; it returns the server's
+// public alias.
 func startTarget(t *testing.T, banner string) netip.AddrPort {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -176,12 +216,12 @@ func startTarget(t *testing.T, banner string) netip.AddrPort {
 		}
 	}()
 	t.Cleanup(func() { ln.Close() })
-	return ln.Addr().(*net.TCPAddr).AddrPort()
+	return public(ln.Addr().(*net.TCPAddr).AddrPort())
 }
 
-func mustRules(t *testing.T, rs ...rules.Rule) *rules.Table {
+func mustRules(t *testing.T, rs ...rules.Rule) *policy.Policy {
 	t.Helper()
-	return rules.Compile(rs)
+	return decision(rs)
 }
 
 func hostRule(name string, act rules.Action, proxy string, hosts ...string) rules.Rule {
@@ -199,11 +239,20 @@ func hostRule(name string, act rules.Action, proxy string, hosts ...string) rule
 func newEnv(t *testing.T, pol Policy, opts Options) *env {
 	t.Helper()
 	e := &env{t: t, orig: &origTable{m: map[netip.AddrPort]netip.AddrPort{}}, logs: &syncBuffer{}, marked: &countingControl{}}
-	opts.Original = func(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
-		dst, err := e.orig.lookup(c)
-		return addrPortOf(c.RemoteAddr()), dst, err
+	if opts.Original == nil {
+		opts.Original = func(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
+			dst, err := e.orig.lookup(c)
+			return addrPortOf(c.RemoteAddr()), dst, err
+		}
 	}
 	opts.Control = e.marked.control
+	opts.DialTCP = func(ctx context.Context, dst netip.AddrPort) (*net.TCPConn, error) {
+		if !private(dst).Addr().IsLoopback() {
+			return nil, fmt.Errorf("the tests dial loopback only, not %v", dst)
+		}
+		d := net.Dialer{Control: e.marked.control}
+		return d.DialTCP(ctx, "tcp", netip.AddrPort{}, private(dst))
+	}
 	opts.Log = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if pol.IdleTimeout == 0 {
 		pol.IdleTimeout = time.Minute
@@ -286,7 +335,7 @@ func wantReset(t *testing.T, c net.Conn) {
 
 func TestDirect(t *testing.T) {
 	target := startTarget(t, "hello\n")
-	e := newEnv(t, Policy{Rules: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
+	e := newEnv(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
 	c := e.dial(target)
 	if got := readN(t, c, 6); got != "hello\n" {
 		t.Fatalf("banner = %q", got)
@@ -306,7 +355,7 @@ func TestProxyHandsTheNameToTheProxy(t *testing.T) {
 	p := startProxy(t, map[string]netip.Addr{"echo.lab.test": target.Addr()}, map[string]string{"agent": "pw-42"})
 	names := &fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"), m: map[netip.Addr]string{netip.MustParseAddr("198.18.0.7"): "echo.lab.test"}}
 	pol := Policy{
-		Rules:     mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
+		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
 		Upstreams: []Upstream{{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port(), Username: "agent", Password: "pw-42"}},
 	}
 	e := newEnv(t, pol, Options{Names: names})
@@ -331,7 +380,7 @@ func TestProxyDownFailsClosed(t *testing.T) {
 	p := startProxy(t, nil, nil)
 	p.stop()
 	pol := Policy{
-		Rules:     mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
+		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
 		Upstreams: []Upstream{{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port()}},
 	}
 	e := newEnv(t, pol, Options{})
@@ -344,7 +393,7 @@ func TestWrongPasswordFailsClosedAndStaysSecret(t *testing.T) {
 	target := startTarget(t, "x")
 	p := startProxy(t, map[string]netip.Addr{}, map[string]string{"agent": "right"})
 	pol := Policy{
-		Rules:     mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
+		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
 		Upstreams: []Upstream{{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port(), Username: "agent", Password: "wrong-secret-pw"}},
 	}
 	e := newEnv(t, pol, Options{})
@@ -357,7 +406,7 @@ func TestWrongPasswordFailsClosedAndStaysSecret(t *testing.T) {
 
 func TestBlockResets(t *testing.T) {
 	target := startTarget(t, "x")
-	e := newEnv(t, Policy{Rules: mustRules(t, hostRule("no", rules.Block, "", target.Addr().String()))}, Options{})
+	e := newEnv(t, Policy{Decision: mustRules(t, hostRule("no", rules.Block, "", target.Addr().String()))}, Options{})
 	wantReset(t, e.dial(target))
 	if e.marked.count() != 0 {
 		t.Error("a blocked flow opened a connection")
@@ -365,26 +414,40 @@ func TestBlockResets(t *testing.T) {
 }
 
 func TestDoTBlockedUnlessProxied(t *testing.T) {
-	e := newEnv(t, Policy{Rules: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
-	wantReset(t, e.dial(netip.MustParseAddrPort("127.0.0.1:853")))
-	e.waitLog("DoT blocked")
+	e := newEnv(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
+	wantReset(t, e.dial(netip.AddrPortFrom(alias, 853)))
+	e.waitLog("dns over tls")
 }
 
 func TestAppRuleUsesOwner(t *testing.T) {
 	target := startTarget(t, "x")
 	app := rules.Rule{Name: "hv", Action: rules.Block, Apps: []rules.App{rules.MustApp("VBoxHeadless")}}
+	var asked atomic.Int32
 	owner := func(_ *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error) {
+		asked.Add(1)
 		return proc.Info{PID: 42, Name: "VBoxHeadless"}, nil
 	}
-	e := newEnv(t, Policy{Rules: mustRules(t, app, rules.Rule{Name: "default", Action: rules.Direct})}, Options{Owner: owner})
+	e := newEnv(t, Policy{Decision: mustRules(t, app, rules.Rule{Name: "default", Action: rules.Direct})}, Options{Owner: owner})
 	wantReset(t, e.dial(target))
 	e.waitLog("app=VBoxHeadless pid=42")
-	// Flows from a VM network have no local process: the owner is not asked.
-	e.r.SetPolicy(Policy{Rules: mustRules(t, app, rules.Rule{Name: "default", Action: rules.Direct}), VMNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, IdleTimeout: time.Minute, ConnectTimeout: time.Second})
+	// Flows from a VM network have no local process: the owner is not asked. (A caged
+	// flow skips the bare catch-all, so a rule names the VM's sources.)
+	vmNet := netip.MustParsePrefix("127.0.0.0/8")
+	vm := rules.Rule{Name: "vm", Action: rules.Direct, Sources: []rules.IPRange{rules.RangeOfPrefix(vmNet)}}
+	e.r.SetPolicy(Policy{Decision: decision([]rules.Rule{app, vm, {Name: "default", Action: rules.Direct}}, vmNet), IdleTimeout: time.Minute, ConnectTimeout: time.Second})
+	before := asked.Load()
 	c := e.dial(target)
 	if got := readN(t, c, 1); got != "x" {
 		t.Fatalf("got %q", got)
 	}
+	if asked.Load() != before {
+		t.Error("the owner of a VM flow was looked up")
+	}
+	// Without a rule that names them, VM flows are refused, not sent direct by the
+	// catch-all.
+	e.r.SetPolicy(Policy{Decision: decision([]rules.Rule{app, {Name: "default", Action: rules.Direct}}, vmNet), IdleTimeout: time.Minute, ConnectTimeout: time.Second})
+	wantReset(t, e.dial(target))
+	e.waitLog("rule=\"(caged: no rule decides)\"")
 }
 
 func TestHalfCloseAndByteCounts(t *testing.T) {
@@ -404,8 +467,8 @@ func TestHalfCloseAndByteCounts(t *testing.T) {
 		req, _ := io.ReadAll(c)
 		fmt.Fprintf(c, "got %d bytes", len(req))
 	}()
-	e := newEnv(t, Policy{Rules: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
-	c := e.dial(ln.Addr().(*net.TCPAddr).AddrPort())
+	e := newEnv(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
+	c := e.dial(public(ln.Addr().(*net.TCPAddr).AddrPort()))
 	big := strings.Repeat("x", 3<<20)
 	if _, err := io.WriteString(c, big); err != nil {
 		t.Fatal(err)
@@ -421,7 +484,7 @@ func TestHalfCloseAndByteCounts(t *testing.T) {
 
 func TestIdleTimeout(t *testing.T) {
 	target := startTarget(t, "")
-	e := newEnv(t, Policy{Rules: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct}), IdleTimeout: 300 * time.Millisecond}, Options{})
+	e := newEnv(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct}), IdleTimeout: 300 * time.Millisecond}, Options{})
 	c := e.dial(target)
 	// Activity keeps the flow alive past the timeout.
 	var last time.Time
@@ -443,14 +506,14 @@ func TestIdleTimeout(t *testing.T) {
 func TestForward(t *testing.T) {
 	target := startTarget(t, "model\n")
 	e := newEnv(t, Policy{}, Options{})
-	f := Forward{Name: "model", Listen: netip.MustParseAddrPort("127.0.0.1:0"), Connect: target, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	f := Forward{Name: "model", Listen: netip.MustParseAddrPort("127.0.0.1:0"), Connect: private(target), Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ln, err := e.r.ListenForward(ctx, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	go e.r.ServeForward(ctx, ln, f)
+	go e.r.ServeForward(ctx, ln, func() *Forward { return &f })
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -467,7 +530,7 @@ func TestForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go e.r.ServeForward(ctx, ln2, f2)
+	go e.r.ServeForward(ctx, ln2, func() *Forward { return &f2 })
 	c2, err := net.Dial("tcp", ln2.Addr().String())
 	if errors.Is(err, syscall.ECONNRESET) {
 		return // refused so fast that the reset beat the connect
@@ -508,7 +571,7 @@ func TestForwardStreamsUnbuffered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go e.r.ServeForward(ctx, fl, f)
+	go e.r.ServeForward(ctx, fl, func() *Forward { return &f })
 	c, err := net.Dial("tcp", fl.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -558,7 +621,7 @@ func TestProxyNameResolvedAgainWhenItsAddressFails(t *testing.T) {
 		return answers, nil
 	}
 	pol := Policy{
-		Rules:     mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
+		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
 		Upstreams: []Upstream{{Name: "exit", Host: "proxy.test", Port: p.addr.Port()}},
 	}
 	e := newEnv(t, pol, Options{Resolve: resolve})

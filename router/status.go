@@ -3,9 +3,9 @@ package router
 import (
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/rules"
 )
 
@@ -48,16 +48,26 @@ type LiveFlow struct {
 	Age     time.Duration
 }
 
-// Status returns the rule counters of the current policy and the flows running now, oldest
+// Status returns the rule counters of the current policy (the rules in order, then one row
+// per implicit step that decided a flow, with Index -1) and the flows running now, oldest
 // first.
 func (r *Router) Status() ([]RuleHits, []LiveFlow) {
 	p := r.pol.Load()
-	rs := p.Rules.Rules()
+	rs := p.Decision.Rules()
 	hits := make([]RuleHits, 0, len(rs)+1)
 	for i := range rs {
-		hits = append(hits, RuleHits{Index: i, Rule: rs[i], Hits: p.hits[i+1].Load()})
+		hits = append(hits, RuleHits{Index: i, Rule: rs[i], Hits: p.hits[i].Load()})
 	}
-	hits = append(hits, RuleHits{Index: -1, Rule: rules.Rule{Name: rules.NoMatch, Action: rules.Direct}, Hits: p.hits[0].Load()})
+	for s := range p.steps {
+		if n := p.steps[s].Load(); n > 0 {
+			st := policy.Step(s)
+			act := rules.Block
+			if st == policy.StepNoMatch || st == policy.StepLocal {
+				act = rules.Direct
+			}
+			hits = append(hits, RuleHits{Index: -1, Rule: rules.Rule{Name: st.String(), Action: act}, Hits: n})
+		}
+	}
 	now := time.Now()
 	r.live.mu.Lock()
 	flows := make([]LiveFlow, 0, len(r.live.m))
@@ -69,10 +79,11 @@ func (r *Router) Status() ([]RuleHits, []LiveFlow) {
 	return hits, flows
 }
 
-// count records a decision.
-func (p *policy) count(v rules.Verdict) {
-	p.hits[v.Index+1].Add(1)
+// count records a decision: under its rule, or under the implicit step that decided.
+func (p *compiled) count(d policy.Decision) {
+	if d.Index >= 0 {
+		p.hits[d.Index].Add(1)
+		return
+	}
+	p.steps[d.Step].Add(1)
 }
-
-// newHits makes the counters for n rules plus "no rule matched".
-func newHits(n int) []atomic.Uint64 { return make([]atomic.Uint64, n+1) }

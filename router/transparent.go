@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/socks5"
 )
@@ -78,15 +79,18 @@ type Flow struct {
 	App     string
 	PID     int
 	Verdict rules.Verdict
-	Up      int64 // bytes client → destination
+	Step    policy.Step // what decided: a rule, or an implicit step
+	Up      int64       // bytes client → destination
 	Down    int64
 	Start   time.Time
 	Err     error
 }
 
-// handle decides and connects one flow, then hands both connections to the relay and
-// returns: the relay logs the flow and marks it done (r.flows) when it ends. A flow refused
-// or failed before the relay is logged and marked done here.
+// handle sets up one flow: classify (where it came from and was going, who owns it, the
+// name behind its address), decide (the one policy), dial (direct or through the upstream),
+// then it hands both connections to the relay and returns: the relay logs the flow and
+// marks it done (r.flows) when it ends. A flow refused or failed before the relay is logged
+// and marked done here.
 func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 	p := r.pol.Load()
 	f := &Flow{ID: r.nextID.Add(1), Start: time.Now(), Src: addrPortOf(c.RemoteAddr())}
@@ -102,81 +106,23 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 			r.flows.Done()
 		}
 	}()
-	src, dst, err := r.opts.Original(c)
+	pf, release, err := r.classify(c, f, p)
 	if err != nil {
-		f.Err = fmt.Errorf("original destination: %w", err)
+		f.Err = err
 		reset(c)
 		return
 	}
-	f.Src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-	f.Dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
-	local := addrPortOf(c.LocalAddr())
-	if f.Dst == local || f.Dst.Addr().IsUnspecified() {
-		f.Err = errors.New("connection made to the listener itself, not redirected")
-		reset(c)
-		return
-	}
-	q := rules.Query{Network: rules.TCP, Src: f.Src.Addr(), Dst: f.Dst.Addr(), Port: f.Dst.Port()}
-	fromVM := false
-	for _, n := range p.VMNetworks {
-		fromVM = fromVM || n.Contains(q.Src)
-	}
-	if !fromVM && p.needProc && r.opts.Owner != nil {
-		if info, err := r.opts.Owner(c, f.Src, f.Dst); err == nil {
-			q.App, q.AppPath, q.Services, f.App, f.PID = info.Name, info.Path, info.Services, info.Name, info.PID
-		} else {
-			r.log.Debug("owner lookup", "src", f.Src, "dst", f.Dst, "err", err)
-		}
-	}
-	fake := false
-	if n := r.opts.Names; n != nil {
-		if n.InPool(q.Dst) {
-			name, rel, ok := n.Acquire(q.Dst)
-			if !ok {
-				f.Err = errors.New("fake IP that no DNS answer gave out")
-				reset(c)
-				return
-			}
-			release = rel
-			q.Host, fake = name, true
-		} else if name, ok := n.NameFor(q.Dst); ok {
-			q.Host = name
-		}
-	}
-	f.Host = q.Host
-	f.Verdict = p.Rules.Decide(&q)
-	if f.Dst.Port() == 853 && f.Verdict.Action != rules.Proxy {
-		// DNS over TLS would carry names past the router's DNS: only a proxy may take it.
-		f.Verdict = rules.Verdict{Action: rules.Block, Index: f.Verdict.Index, Name: f.Verdict.Name + " (DoT blocked)"}
-	}
-	p.count(f.Verdict)
+	d := p.Decision.Decide(&pf)
+	f.Verdict, f.Step = d.Verdict, d.Step
+	p.count(d)
 	r.live.add(f) // removed when the flow ends: by the relay's callback, or the defer above
-	var out *net.TCPConn
-	dctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
-	switch f.Verdict.Action {
-	case rules.Block:
-		cancel()
+	if d.Action == rules.Block || d.Step == policy.StepDNS {
+		// A DNS flow reaching the listener is a capture fault: it belongs to the DNS
+		// server, and is refused here rather than sent anywhere.
 		reset(c)
 		return
-	case rules.Direct:
-		out, err = r.dialDirect(dctx, f.Dst, q.Host, fake)
-	case rules.Proxy:
-		sd := socks5.Addr{IP: f.Dst.Addr(), Port: f.Dst.Port()}
-		if q.Host != "" {
-			sd = socks5.Addr{Name: q.Host, Port: f.Dst.Port()}
-		}
-		up := p.ups[f.Verdict.Proxy]
-		var early []byte
-		if up.Pipeline {
-			// What the client already sent rides with the request.
-			buf := r.early.Get().(*[earlyMax]byte)
-			defer r.early.Put(buf)
-			early = buf[:pending(c, buf[:])]
-			f.Up = int64(len(early))
-		}
-		out, err = r.dialProxy(dctx, up, sd, early)
 	}
-	cancel()
+	out, err := r.dial(ctx, p, f, c, d, p.Decision.InPool(pf.Dst))
 	if err != nil {
 		f.Err = err
 		reset(c) // fail closed: the client sees a reset, never a direct fallback
@@ -202,6 +148,68 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 	})
 }
 
+// classify finds what the policy decides on: the flow's original addresses, whether it
+// came from a VM, its owner when the policy needs it, and the name behind its destination.
+// A fake IP's name is held until release is called (nil when nothing is held).
+func (r *Router) classify(c *net.TCPConn, f *Flow, p *compiled) (pf policy.Flow, release func(), err error) {
+	src, dst, err := r.opts.Original(c)
+	if err != nil {
+		return pf, nil, fmt.Errorf("original destination: %w", err)
+	}
+	f.Src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+	f.Dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+	if f.Dst == addrPortOf(c.LocalAddr()) || f.Dst.Addr().IsUnspecified() {
+		return pf, nil, errors.New("connection made to the listener itself, not redirected")
+	}
+	pf = policy.Flow{Network: rules.TCP, Src: f.Src.Addr(), Dst: f.Dst.Addr(), Port: f.Dst.Port()}
+	if r.opts.FromVM != nil {
+		pf.FromVM = r.opts.FromVM(pf.Src)
+	}
+	if r.opts.Owner != nil && p.Decision.NeedsOwner(&pf) {
+		if info, err := r.opts.Owner(c, f.Src, f.Dst); err == nil {
+			pf.App, pf.AppPath, pf.Services, f.App, f.PID = info.Name, info.Path, info.Services, info.Name, info.PID
+		} else {
+			r.log.Debug("owner lookup", "src", f.Src, "dst", f.Dst, "err", err)
+		}
+	}
+	if n := r.opts.Names; n != nil {
+		if n.InPool(pf.Dst) {
+			// Without a name the policy refuses the flow (StepNoName).
+			if name, rel, ok := n.Acquire(pf.Dst); ok {
+				pf.Host, release = name, rel
+			}
+		} else if name, ok := n.NameFor(pf.Dst); ok {
+			pf.Host = name
+		}
+	}
+	f.Host = pf.Host
+	return pf, release, nil
+}
+
+// dial connects the decided flow f: direct or through its upstream. A proxied flow takes
+// the client's first bytes along with the request when the upstream pipelines.
+func (r *Router) dial(ctx context.Context, p *compiled, f *Flow, c *net.TCPConn, d policy.Decision, fake bool) (*net.TCPConn, error) {
+	dctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
+	defer cancel()
+	if d.Action == rules.Direct {
+		return r.dialDirect(dctx, f.Dst, f.Host, fake)
+	}
+	sd := socks5.Addr{IP: f.Dst.Addr(), Port: f.Dst.Port()}
+	if f.Host != "" {
+		sd = socks5.Addr{Name: f.Host, Port: f.Dst.Port()}
+	}
+	up := p.ups[d.Proxy]
+	var early []byte
+	if up.Pipeline {
+		// What the client already sent rides with the request.
+		buf := r.early.Get().(*[earlyMax]byte)
+		defer r.early.Put(buf)
+		early = buf[:pending(c, buf[:])]
+		f.Up = int64(len(early))
+	}
+	return r.dialProxy(dctx, up, sd, early)
+}
+
 // dialDirect connects to dst with the router's own dialer. A fake IP is first resolved
 // through the proxy (the name never goes to the local resolver).
 func (r *Router) dialDirect(ctx context.Context, dst netip.AddrPort, host string, fake bool) (*net.TCPConn, error) {
@@ -216,7 +224,7 @@ func (r *Router) dialDirect(ctx context.Context, dst netip.AddrPort, host string
 	var err error
 	for _, a := range targets {
 		var c *net.TCPConn
-		c, err = r.dialer.DialTCP(ctx, "tcp", netip.AddrPort{}, netip.AddrPortFrom(a, dst.Port()))
+		c, err = r.opts.DialTCP(ctx, netip.AddrPortFrom(a, dst.Port()))
 		if err == nil {
 			return c, nil
 		}

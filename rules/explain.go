@@ -88,3 +88,14 @@ func list[T fmt.Stringer](xs []T) string {
 	}
 	return b.String()
 }
+
+// Why returns "", "" when r matches q; otherwise the first field of r that does not match
+// (a Field constant) and why, in words.
+func (r *Rule) Why(q *Query) (field, reason string) {
+	f := newFlow(q)
+	field = r.mismatch(&f)
+	if field == "" {
+		return "", ""
+	}
+	return field, r.why(field, &f)
+}

@@ -166,3 +166,17 @@ const (
 	FieldApps     = "apps"
 	FieldServices = "services"
 )
+
+// Bare reports whether r names neither the flow (sources, apps, services) nor its
+// destination (hosts, ports): a catch-all, whatever its network or action.
+func (r *Rule) Bare() bool {
+	return len(r.Sources) == 0 && len(r.Hosts) == 0 && len(r.Ports) == 0 && len(r.Apps) == 0 && len(r.Services) == 0
+}
+
+// MatchApp reports whether the flow's process is one r names: its image or path matches one
+// of r.Apps, or it hosts one of r.Services. Every other field of r is ignored; a rule that
+// names no app or service matches nothing.
+func (r *Rule) MatchApp(q *Query) bool {
+	f := newFlow(q)
+	return len(r.Apps) > 0 && matchApps(r.Apps, &f) || len(r.Services) > 0 && matchServices(r.Services, f.services)
+}

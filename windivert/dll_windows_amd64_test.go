@@ -215,8 +215,6 @@ func TestEvalNamedFilters(t *testing.T) {
 		{DNSQueries(ex), netFixture("udp 54", udp(c4, ap("203.0.113.53:54")), true, false), false},
 		{DNSQueries(ex), netFixture("loopback resolver", udp(ap("127.0.0.1:5000"), ap("127.0.0.1:53")), true, true), false},
 		{DNSQueries(ex), netFixture("inbound answer", udp(ap("203.0.113.53:53"), c4), false, false), false},
-		{DNSOverTLS(ex), netFixture("dot", tcp(c4, ap("1.1.1.1:853"), syn), true, false), true},
-		{DNSOverTLS(ex), netFixture("udp 853", udp(c4, ap("1.1.1.1:853")), true, false), false},
 		{SocketConnects(ex), sockFixture("connect", EventSocketConnect, packet.ProtoTCP, 1000, c4, ap("198.51.100.7:443"), false), true},
 		{SocketConnects(ex), sockFixture("v6 udp connect", EventSocketConnect, packet.ProtoUDP, 1000, c6, ap("[2001:db8:1::7]:443"), false), true},
 		{SocketConnects(ex), sockFixture("close", EventSocketClose, packet.ProtoTCP, 1000, c4, ap("198.51.100.7:443"), false), true},

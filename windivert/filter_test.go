@@ -13,6 +13,7 @@ func testExclusions() Exclusions {
 		SrcPorts:      []PortRange{{60000, 60999}},
 		Upstreams:     []netip.AddrPort{netip.MustParseAddrPort("198.51.100.1:1080"), netip.MustParseAddrPort("[2001:db8::1]:1080")},
 		PIDs:          []uint32{4242},
+		LocalDsts:     []netip.Prefix{netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("fe80::/10")},
 	}
 }
 
@@ -37,7 +38,7 @@ func namedFilters() []namedFilter {
 		{"OutboundSYN", LayerNetwork, OutboundSYN(ex),
 			"outbound and !loopback and tcp.Syn and tcp.Ack == 0 and " + goldLinkLocal + " and " + goldEx},
 		{"OutboundSYN no exclusions", LayerNetwork, OutboundSYN(Exclusions{}),
-			"outbound and !loopback and tcp.Syn and tcp.Ack == 0 and " + goldLinkLocal},
+			"outbound and !loopback and tcp.Syn and tcp.Ack == 0"},
 		{"OutboundTCP", LayerNetwork, OutboundTCP(ex),
 			"outbound and !loopback and tcp and " + goldLinkLocal + " and " + goldEx},
 		{"ReflectBack", LayerNetwork, ReflectBack(34010),
@@ -48,8 +49,6 @@ func namedFilters() []namedFilter {
 			"inbound and !loopback and tcp and tcp.DstPort == 34010"},
 		{"DNSQueries", LayerNetwork, DNSQueries(ex),
 			"outbound and !loopback and (udp.DstPort == 53 or tcp.DstPort == 53) and " + goldEx},
-		{"DNSOverTLS", LayerNetwork, DNSOverTLS(Exclusions{}),
-			"outbound and !loopback and tcp.DstPort == 853"},
 		{"SocketConnects", LayerSocket, SocketConnects(ex),
 			"(event == CONNECT or event == CLOSE) and (tcp or udp) and !loopback and processId != 4242 and " + goldEx},
 		{"SocketConnects no exclusions", LayerSocket, SocketConnects(Exclusions{}),

@@ -30,6 +30,12 @@ type Exclusions struct {
 	// PIDs are processes whose socket events are ignored (the router's own PID). Packets
 	// carry no PID, so this applies at the SOCKET and FLOW layers only.
 	PIDs []uint32
+	// LocalDsts are destinations the TCP capture (OutboundSYN, OutboundTCP) never takes: the
+	// policy's local prefixes (loopback, link-local, multicast, broadcast; see package
+	// policy), given by the caller so that this binding holds no policy of its own. DNS
+	// capture does not exclude them: a resolver on a link-local address would otherwise be
+	// a leak path.
+	LocalDsts []netip.Prefix
 }
 
 // filter returns the conjunction of the packet-level exclusions (no PID tests).
@@ -55,11 +61,12 @@ func (ex Exclusions) pids() Filter {
 	return And(fs...)
 }
 
-// LinkLocal lists the link-local prefixes that the TCP capture leaves alone (SPEC: local
-// stays local). DNS capture does not exclude them: a resolver on a link-local address
-// would otherwise be a leak path.
-func LinkLocal() []netip.Prefix {
-	return []netip.Prefix{netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("fe80::/10")}
+// notLocal is true for packets whose remote address is none of ex.LocalDsts.
+func (ex Exclusions) notLocal() Filter {
+	if len(ex.LocalDsts) == 0 {
+		return And()
+	}
+	return Not(RemoteAddr.InAnyPrefix(ex.LocalDsts...))
 }
 
 func outboundRemote() Filter {
@@ -67,27 +74,27 @@ func outboundRemote() Filter {
 }
 
 // OutboundSYN matches, at the NETWORK layer, the first packet of each new outbound TCP
-// connection of this host (SYN without ACK, IPv4 and IPv6), except loopback, link-local
-// destinations and the router's own traffic. The engine pends each one until its SOCKET
+// connection of this host (SYN without ACK, IPv4 and IPv6), except loopback, local
+// destinations (ex.LocalDsts) and the router's own traffic. The engine pends each one until its SOCKET
 // CONNECT event names the process, then reinjects, drops or reflects it.
 func OutboundSYN(ex Exclusions) Filter {
 	return And(
 		outboundRemote(),
 		FieldTCPSyn.Is(), FieldTCPAck.EqNum(0),
-		Not(RemoteAddr.InAnyPrefix(LinkLocal()...)),
+		ex.notLocal(),
 		ex.filter(),
 	)
 }
 
 // OutboundTCP matches, at the NETWORK layer, every outbound TCP packet of this host except
-// loopback, link-local destinations and the router's own traffic: what a handle must see
+// loopback, local destinations (ex.LocalDsts) and the router's own traffic: what a handle must see
 // to rewrite the later packets of flows it reflected (the filter language cannot name
 // "flows we redirected").
 func OutboundTCP(ex Exclusions) Filter {
 	return And(
 		outboundRemote(),
 		FieldTCP.Is(),
-		Not(RemoteAddr.InAnyPrefix(LinkLocal()...)),
+		ex.notLocal(),
 		ex.filter(),
 	)
 }
@@ -126,13 +133,6 @@ func DNSQueries(ex Exclusions) Filter {
 		Or(FieldUDPDstPort.EqNum(53), FieldTCPDstPort.EqNum(53)),
 		ex.filter(),
 	)
-}
-
-// DNSOverTLS matches, at the NETWORK layer, outbound non-loopback TCP to port 853 (DNS
-// over TLS), except the router's own traffic: to be dropped, so that resolvers fall back
-// to port 53, which is answered in-process.
-func DNSOverTLS(ex Exclusions) Filter {
-	return And(outboundRemote(), FieldTCPDstPort.EqNum(853), ex.filter())
 }
 
 // SocketConnects matches, at the SOCKET layer, connect() and close() of TCP and UDP sockets

@@ -50,10 +50,9 @@ func TestExplain(t *testing.T) {
 	}
 	out, _, code = run(t, "explain", "--config", specConfig, "--app", "curl", "--src", "10.0.2.15", "--dst", "127.0.0.1:47831")
 	for _, want := range []string{
-		"flow: tcp from 10.0.2.15 by curl to 127.0.0.1:47831",
-		`rule #1 "model-direct"  matches`,
-		`verdict: direct, by rule #1 "model-direct"`,
-		"note: 127.0.0.1 is loopback: the router never captures it",
+		"flow: caged tcp from 10.0.2.15 by curl to 127.0.0.1:47831",
+		"verdict: direct, by the implicit step (host off limits)",
+		"implicit: the flow is caged (its source is in the VM network 10.0.2.0/24) and 127.0.0.1 is this machine or its link: port 47831 is a forward's port",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)

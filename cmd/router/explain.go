@@ -9,8 +9,10 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/rules"
 )
 
@@ -47,14 +49,21 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 }
 
 func cmdExplain(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("explain", "--config FILE [--app NAME] [--path PATH] [--service NAME]... [--src IP] [--network tcp|udp] --dst HOST:PORT [--json]",
-		"Shows which rule decides a flow, its action and proxy, and for each earlier rule the field\nthat did not match. Nothing is sent anywhere; the daemon need not run.", stderr)
+	h := &hostAddrSet{}
+	return explain(args, stdout, stderr, policy.Env{HostAddr: h.has})
+}
+
+// explain is `router explain`; env tells the policy this machine's addresses.
+func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
+	fs := newFlags("explain", "--config FILE [--app NAME] [--path PATH] [--service NAME]... [--src IP] [--from-vm] [--network tcp|udp] --dst HOST:PORT [--json]",
+		"Shows what the router does with a flow: the implicit steps (DNS, local destinations, the\nhost off limits for caged traffic, fake IPs, DNS over TLS, caged traffic that no rule\ndecides) and the rules, with the field that did not match for each rule before the one that\ndecides. Nothing is sent anywhere; the daemon need not run.", stderr)
 	cfgPath := fs.String("config", "", "the config `file`")
 	app := fs.String("app", "", "the process's image `name`, e.g. VBoxHeadless.exe")
 	path := fs.String("path", "", "the process's full `path`")
 	var services stringList
 	fs.Var(&services, "service", "a Windows service hosted by the process (repeatable)")
 	src := fs.String("src", "", "the flow's source `IP` (a VM address)")
+	fromVM := fs.Bool("from-vm", false, "the flow enters from a VM-facing interface (caged whatever its source)")
 	dst := fs.String("dst", "", "the destination `HOST:PORT` (an IP or a name)")
 	network := fs.String("network", "tcp", "tcp or udp")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
@@ -76,22 +85,20 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "router explain: %v\n", err)
 		return exitUsage
 	}
+	q.FromVM = *fromVM
+	pol := policy.New(cfg, env)
 	var notes []string
-	if q.Dst.IsValid() && cfg.DNS.Mode == conf.DNSFakeIP && cfg.DNS.Pool.Contains(q.Dst) {
+	if q.Dst.IsValid() && pol.InPool(q.Dst) {
 		// A fake IP: the flow is decided by the name behind it, which only the daemon knows.
 		name, note := poolName(cfg, *socket, q.Dst.String())
 		q.Host = name
 		notes = append(notes, note)
 	}
-	v, steps := rules.Explain(cfg.Rules, q)
-	if n := localNote(q.Dst, hostAddrs()); n != "" {
-		notes = append(notes, n)
-	}
-	note := strings.Join(notes, "; ")
+	d, steps := pol.Explain(q)
 	if *asJSON {
-		return writeJSON(stdout, stderr, explainJSON(cfg, q, v, steps, note))
+		return writeJSON(stdout, stderr, explainJSON(cfg, pol, q, d, steps, notes))
 	}
-	fmt.Fprintf(stdout, "flow: %s\n", describeFlow(q))
+	fmt.Fprintf(stdout, "flow: %s\n", describeFlow(q, d.Caged))
 	width := 0
 	for _, s := range steps {
 		width = max(width, len(ruleRef(s.Index, s.Name)))
@@ -103,15 +110,18 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "  %-*s  no: %s: %s\n", width, ruleRef(s.Index, s.Name), s.Field, s.Reason)
 	}
-	fmt.Fprintf(stdout, "verdict: %s\n", verdictText(cfg, v))
+	fmt.Fprintf(stdout, "verdict: %s\n", verdictText(cfg, d))
+	if d.Step != policy.StepRule {
+		fmt.Fprintf(stdout, "implicit: %s\n", pol.Why(q, d))
+	}
 	for _, n := range notes {
 		fmt.Fprintf(stdout, "note: %s\n", n)
 	}
 	return exitOK
 }
 
-func explainQuery(network, src, dst, app, path string, services []string) (*rules.Query, error) {
-	q := &rules.Query{App: app, AppPath: path, Services: services}
+func explainQuery(network, src, dst, app, path string, services []string) (*policy.Flow, error) {
+	q := &policy.Flow{App: app, AppPath: path, Services: services}
 	n, ok := rules.ParseNetwork(network)
 	if !ok {
 		return nil, fmt.Errorf("--network %q: want tcp or udp", network)
@@ -143,11 +153,17 @@ func explainQuery(network, src, dst, app, path string, services []string) (*rule
 	return q, nil
 }
 
-func describeFlow(q *rules.Query) string {
+func describeFlow(q *policy.Flow, caged bool) string {
 	var b strings.Builder
+	if caged {
+		b.WriteString("caged ")
+	}
 	b.WriteString(q.Network.String())
 	if q.Src.IsValid() {
 		b.WriteString(" from " + q.Src.String())
+	}
+	if q.FromVM {
+		b.WriteString(" (from a VM-facing interface)")
 	}
 	if q.App != "" || q.AppPath != "" {
 		b.WriteString(" by " + strings.TrimSpace(q.App+" "+q.AppPath))
@@ -173,51 +189,41 @@ func ruleRef(i int, name string) string {
 	return "rule #" + strconv.Itoa(i+1) + " " + strconv.Quote(name)
 }
 
-func verdictText(cfg *conf.Config, v rules.Verdict) string {
-	act := v.Action.String()
-	if v.Action == rules.Proxy {
-		act += " via " + v.Proxy
-		if p, ok := cfg.Proxy(v.Proxy); ok {
+func verdictText(cfg *conf.Config, d policy.Decision) string {
+	act := d.Action.String()
+	if d.Action == rules.Proxy {
+		act += " via " + d.Proxy
+		if p, ok := cfg.Proxy(d.Proxy); ok {
 			act += " (" + p.Address + ")"
 		}
 	}
-	if v.Index < 0 {
-		return act + ", because no rule matched"
+	if d.Step == policy.StepDNS {
+		act = "answered by the router's DNS"
+	}
+	if d.Index < 0 {
+		return act + ", by the implicit step " + d.Step.String()
 	}
 	where := cfg.File
-	if v.Index < len(cfg.RuleLines) {
-		where += ":" + strconv.Itoa(cfg.RuleLines[v.Index])
+	if d.Index < len(cfg.RuleLines) {
+		where += ":" + strconv.Itoa(cfg.RuleLines[d.Index])
 	}
-	return fmt.Sprintf("%s, by %s (%s)", act, ruleRef(v.Index, v.Name), where)
+	return fmt.Sprintf("%s, by %s (%s)", act, ruleRef(d.Index, d.Name), where)
 }
 
-// localNote explains the implicit decision for local destinations: the router never
-// captures them, whatever the rules say.
-func localNote(dst netip.Addr, own []netip.Addr) string {
-	if !dst.IsValid() {
-		return ""
-	}
-	why := ""
-	switch {
-	case dst.IsLoopback():
-		why = "loopback"
-	case dst.IsLinkLocalUnicast():
-		why = "link-local"
-	case dst.IsMulticast() || dst.IsLinkLocalMulticast():
-		why = "multicast"
-	case dst.IsUnspecified():
-		why = "unspecified"
-	default:
-		for _, a := range own {
-			if a == dst {
-				why = "one of this host's own addresses"
-			}
+// hostAddrSet is this machine's addresses, read once.
+type hostAddrSet struct {
+	once sync.Once
+	set  map[netip.Addr]bool
+}
+
+func (h *hostAddrSet) has(a netip.Addr) bool {
+	h.once.Do(func() {
+		h.set = map[netip.Addr]bool{}
+		for _, a := range hostAddrs() {
+			h.set[a] = true
 		}
-	}
-	if why == "" {
-		return ""
-	}
-	return dst.String() + " is " + why + ": the router never captures it, so it goes direct whatever the rules say"
+	})
+	return h.set[a.Unmap()]
 }
 
 // hostAddrs lists this machine's addresses; an error leaves the list empty.
@@ -254,18 +260,21 @@ type explainOut struct {
 		Path     string   `json:"path,omitempty"`
 		Services []string `json:"services,omitempty"`
 	} `json:"flow"`
+	Caged   bool `json:"caged"`
 	Verdict struct {
 		Action string `json:"action"`
 		Proxy  string `json:"proxy,omitempty"`
 		Rule   string `json:"rule"`
-		Index  int    `json:"index"` // 1-based; 0 when no rule matched
+		Index  int    `json:"index"` // 1-based; 0 when an implicit step decided
 		Line   int    `json:"line,omitempty"`
+		Step   string `json:"step"`          // "rule", or the implicit step's name
+		Why    string `json:"why,omitempty"` // the implicit step in words
 	} `json:"verdict"`
 	Steps []rules.Step `json:"steps"`
 	Note  string       `json:"note,omitempty"`
 }
 
-func explainJSON(cfg *conf.Config, q *rules.Query, v rules.Verdict, steps []rules.Step, note string) explainOut {
+func explainJSON(cfg *conf.Config, pol *policy.Policy, q *policy.Flow, d policy.Decision, steps []rules.Step, notes []string) explainOut {
 	var o explainOut
 	o.Flow.Network, o.Flow.Port, o.Flow.Host, o.Flow.App, o.Flow.Path, o.Flow.Services = q.Network.String(), q.Port, q.Host, q.App, q.AppPath, q.Services
 	if q.Src.IsValid() {
@@ -274,15 +283,23 @@ func explainJSON(cfg *conf.Config, q *rules.Query, v rules.Verdict, steps []rule
 	if q.Dst.IsValid() {
 		o.Flow.Dst = q.Dst.String()
 	}
-	o.Verdict.Action, o.Verdict.Proxy, o.Verdict.Rule, o.Verdict.Index = v.Action.String(), v.Proxy, v.Name, v.Index+1
-	if v.Index >= 0 && v.Index < len(cfg.RuleLines) {
-		o.Verdict.Line = cfg.RuleLines[v.Index]
+	o.Caged = d.Caged
+	o.Verdict.Action, o.Verdict.Proxy, o.Verdict.Rule, o.Verdict.Index = d.Action.String(), d.Proxy, d.Name, d.Index+1
+	o.Verdict.Step = d.Step.String()
+	if d.Step != policy.StepRule {
+		o.Verdict.Why = pol.Why(q, d)
+	}
+	if d.Index >= 0 && d.Index < len(cfg.RuleLines) {
+		o.Verdict.Line = cfg.RuleLines[d.Index]
 	}
 	for i := range steps {
 		steps[i].Index++ // 1-based, as in the text output
 	}
 	o.Steps = steps
-	o.Note = note
+	if o.Steps == nil {
+		o.Steps = []rules.Step{}
+	}
+	o.Note = strings.Join(notes, "; ")
 	return o
 }
 

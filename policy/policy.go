@@ -1,0 +1,404 @@
+// Package policy is the one flow decision: given a config, what happens to a flow. The
+// Linux relay (package router), the Windows engine (package redirect) and `router explain`
+// all call Decide, so they cannot disagree; the rule list itself is matched by package
+// rules, and this package adds the implicit steps around it, in this order:
+//
+//  1. DNS (port 53) is answered by the router's own DNS server and never sent on, except a
+//     host flow to its own loopback or addresses (a local stub resolver): StepDNS.
+//  2. A local destination (IsLocal, or this machine's own address) is never captured and
+//     goes direct: StepLocal. A caged flow (below) reaches this machine only on a
+//     forward's ports and DHCP; anything else of the host is refused: StepHost.
+//  3. A fake-IP pool address that no DNS answer gave out is refused: StepNoName (only the
+//     name makes such a flow routable, and nothing may guess it).
+//  4. The rules, first match wins. A caged flow is decided only by a rule that names it
+//     (sources, apps, services) or its destination (hosts, ports), or by a catch-all that
+//     keeps it caged (proxy or block): a direct rule without such fields is a catch-all for
+//     this host's own traffic only. StepRule.
+//  5. When no rule decides: a caged flow is refused (StepCaged), any other goes direct
+//     (StepNoMatch).
+//  6. DNS over TLS or QUIC (port 853) leaves only through a proxy; a direct verdict is
+//     turned into a refusal: StepDoT.
+//
+// A flow is caged when it comes from a VM network or a VM-facing interface (Flow.FromVM, or
+// its source in [capture] vm_networks), or when its process is a caged app: one named by a
+// proxy or block rule's apps or services. Caged traffic goes where a rule sends it or is
+// refused; it never goes direct by falling off the end of the list.
+//
+// The router's own traffic is not the policy's business: captures never hand it over
+// (socket mark, PID), and no Flow describes it.
+//
+// A Policy is immutable and safe for concurrent use; a reload builds a new one.
+package policy
+
+import (
+	"net/netip"
+	"strconv"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/rules"
+)
+
+// Step names what decided a flow.
+type Step uint8
+
+const (
+	StepRule    Step = iota // a rule matched
+	StepNoMatch             // no rule matched a flow that is not caged: direct
+	StepDNS                 // port 53: answered by the router's DNS server
+	StepLocal               // a local destination: never captured, direct
+	StepHost                // a caged flow to this host: a forward's port, DHCP, or refused
+	StepNoName              // a fake-IP pool address nobody was given: refused
+	StepCaged               // a caged flow that no rule decides: refused
+	StepDoT                 // DNS over TLS/QUIC not through a proxy: refused
+)
+
+// String is the step's name in verdicts (Decision.Name) and logs.
+func (s Step) String() string {
+	switch s {
+	case StepRule:
+		return "rule"
+	case StepNoMatch:
+		return rules.NoMatch
+	case StepDNS:
+		return "(dns: answered by the router)"
+	case StepLocal:
+		return "(local destination)"
+	case StepHost:
+		return "(host off limits)"
+	case StepNoName:
+		return "(fake IP nobody was given)"
+	case StepCaged:
+		return "(caged: no rule decides)"
+	case StepDoT:
+		return "(dns over tls: only through a proxy)"
+	}
+	return "step(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Flow is what a capture knows of one flow. Decide never modifies it.
+type Flow struct {
+	Network rules.Network
+	Src     netip.Addr // invalid when unknown
+	Dst     netip.Addr // invalid when only a name is known (explain --dst NAME)
+	Port    uint16
+	// Host is the destination's name when one is known: a fake-IP mapping, a DNS answer
+	// seen in proxy mode, or explain's --dst.
+	Host string
+	// App, AppPath and Services describe the owning process when it is known. Flows from VM
+	// networks have none (see NeedsOwner).
+	App      string
+	AppPath  string
+	Services []string
+	// FromVM says the capture saw the flow enter from a VM network or a VM-facing
+	// interface, whatever its source address. A source inside vm_networks counts without it.
+	FromVM bool
+}
+
+// Decision is the outcome for one flow.
+type Decision struct {
+	// Verdict is what happens: the action, the proxy, and the deciding rule's index and name;
+	// for an implicit step, Index is -1 and Name the step's name. For StepDNS the action is
+	// Block: the query itself never leaves, the router answers it.
+	rules.Verdict
+	Step Step
+	// Rule is what the rule list said when it was consulted (StepRule, StepNoMatch,
+	// StepCaged, StepDoT); the zero Verdict with Index -1 otherwise.
+	Rule rules.Verdict
+	// Caged tells whether the flow is caged (see the package documentation).
+	Caged bool
+	// Final is false when the flow's name was unknown and a rule with host names comes
+	// before the deciding one: a capture that decides before the name is known (the Windows
+	// engine at the SYN) must then let the router decide with the name.
+	Final bool
+}
+
+// Env is what the policy needs to know of the machine beyond the config. The zero Env is
+// valid.
+type Env struct {
+	// HostAddr reports whether a is one of this machine's own addresses. Nil: none is known
+	// (a capture that never hands such flows over need not say).
+	HostAddr func(a netip.Addr) bool
+}
+
+// Policy is one config's compiled decision. See the package documentation.
+type Policy struct {
+	env   Env
+	rules []rules.Rule
+	all   *rules.Table
+	// named holds the rules that may decide a caged flow (all but the direct catch-alls);
+	// namedIdx maps its indexes back to positions in rules.
+	named    *rules.Table
+	namedIdx []int
+
+	vmNets    []netip.Prefix
+	cagedApps rules.Rule // Apps and Services of the proxy and block rules; empty: none
+	hasCaged  bool
+	needOwner bool
+	pool      netip.Prefix // the fake-IP pool; invalid outside fake-ip mode
+	// hostPorts are the ports a caged flow may reach on this host: the forwards' listen
+	// and connect ports.
+	hostPorts []uint16
+	// firstName and namedFirstName are the positions (in rules) of the first rule with a
+	// host-name entry in each table, -1 for none.
+	firstName, namedFirstName int
+}
+
+// DHCP ports a caged flow may always reach on this host (DHCPv4 server, DHCPv6 server).
+var dhcpPorts = [...]uint16{67, 547}
+
+// New compiles the policy of cfg; a nil cfg is an empty config (no rules, no VM networks).
+// It does not fail: cfg was validated by conf.
+func New(cfg *conf.Config, env Env) *Policy {
+	if cfg == nil {
+		cfg = &conf.Config{}
+	}
+	p := &Policy{env: env, rules: cfg.Rules, vmNets: cfg.Capture.VMNetworks, firstName: -1, namedFirstName: -1}
+	p.all = rules.Compile(cfg.Rules)
+	var named []rules.Rule
+	for i := range cfg.Rules {
+		r := &cfg.Rules[i]
+		if !hostOnly(r) {
+			named = append(named, *r)
+			p.namedIdx = append(p.namedIdx, i)
+			if p.namedFirstName < 0 && hasName(r) {
+				p.namedFirstName = i
+			}
+		}
+		if p.firstName < 0 && hasName(r) {
+			p.firstName = i
+		}
+		if r.Action != rules.Direct {
+			p.cagedApps.Apps = append(p.cagedApps.Apps, r.Apps...)
+			p.cagedApps.Services = append(p.cagedApps.Services, r.Services...)
+		}
+		p.needOwner = p.needOwner || len(r.Apps) > 0 || len(r.Services) > 0
+	}
+	p.named = rules.Compile(named)
+	p.hasCaged = len(p.cagedApps.Apps) > 0 || len(p.cagedApps.Services) > 0
+	if cfg.DNS.Mode == conf.DNSFakeIP {
+		p.pool = cfg.DNS.Pool
+	}
+	for _, f := range cfg.Forwards {
+		p.hostPorts = append(p.hostPorts, f.Listen.Port(), f.Connect.Port())
+	}
+	return p
+}
+
+// hostOnly reports whether r is a catch-all for this host's own traffic only: a direct rule
+// that names neither a flow nor a destination.
+func hostOnly(r *rules.Rule) bool { return r.Bare() && r.Action == rules.Direct }
+
+func hasName(r *rules.Rule) bool {
+	for _, h := range r.Hosts {
+		if h.Kind != rules.HostRange {
+			return true
+		}
+	}
+	return false
+}
+
+// Rules returns the rule list, in order. The caller must not modify it.
+func (p *Policy) Rules() []rules.Rule { return p.rules }
+
+// VMNetworks returns the configured VM networks. The caller must not modify it.
+func (p *Policy) VMNetworks() []netip.Prefix { return p.vmNets }
+
+// FromVMNetwork reports whether a is inside a configured VM network.
+func (p *Policy) FromVMNetwork(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, n := range p.vmNets {
+		if n.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// InPool reports whether a is in the fake-IP pool (always false outside fake-ip mode).
+func (p *Policy) InPool(a netip.Addr) bool { return p.pool.IsValid() && p.pool.Contains(a.Unmap()) }
+
+// NeedsOwner reports whether the decision for f may depend on its process: some rule names
+// apps or services (a caged app among them), and f does not come from a VM (VM traffic has
+// no process on this host). Captures look the owner up only when it does.
+func (p *Policy) NeedsOwner(f *Flow) bool {
+	return p.needOwner && !f.FromVM && !p.FromVMNetwork(f.Src)
+}
+
+// Caged reports whether f is caged: from a VM network or interface, or owned by a caged app.
+func (p *Policy) Caged(f *Flow) bool {
+	if f.FromVM || p.FromVMNetwork(f.Src) {
+		return true
+	}
+	if !p.hasCaged || f.App == "" && f.AppPath == "" && len(f.Services) == 0 {
+		return false
+	}
+	q := rules.Query{App: f.App, AppPath: f.AppPath, Services: f.Services}
+	return p.cagedApps.MatchApp(&q)
+}
+
+// Local reports whether a is a local destination: IsLocal, or one of this machine's own
+// addresses.
+func (p *Policy) Local(a netip.Addr) bool {
+	return IsLocal(a) || (p.env.HostAddr != nil && a.IsValid() && p.env.HostAddr(a.Unmap()))
+}
+
+// Decide decides f. See the package documentation for the steps.
+func (p *Policy) Decide(f *Flow) Decision {
+	d, _ := p.decide(f, false)
+	return d
+}
+
+// Explain decides f like Decide and also lists, for each rule consulted up to the deciding
+// one, whether it matched and, if not, why (a catch-all skipped for a caged flow has the
+// Field "caged"). Implicit steps that decide before the rules leave steps empty.
+func (p *Policy) Explain(f *Flow) (Decision, []rules.Step) {
+	return p.decide(f, true)
+}
+
+func implicit(s Step, a rules.Action, caged bool) Decision {
+	return Decision{Verdict: rules.Verdict{Action: a, Index: -1, Name: s.String()}, Step: s,
+		Rule: rules.Verdict{Index: -1}, Caged: caged, Final: true}
+}
+
+func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
+	caged := p.Caged(f)
+	dst := f.Dst.Unmap()
+	local := dst.IsValid() && p.Local(dst)
+	if f.Port == 53 && (caged || !local || !(dst.IsLoopback() || p.env.HostAddr != nil && p.env.HostAddr(dst))) {
+		return implicit(StepDNS, rules.Block, caged), nil
+	}
+	if local {
+		if !caged {
+			return implicit(StepLocal, rules.Direct, caged), nil
+		}
+		if p.hostPort(f) {
+			return implicit(StepHost, rules.Direct, caged), nil
+		}
+		return implicit(StepHost, rules.Block, caged), nil
+	}
+	if p.InPool(dst) && f.Host == "" {
+		return implicit(StepNoName, rules.Block, caged), nil
+	}
+	q := rules.Query{Network: f.Network, Src: f.Src.Unmap(), Dst: dst, Port: f.Port, Host: f.Host,
+		App: f.App, AppPath: f.AppPath, Services: f.Services}
+	var v rules.Verdict
+	var steps []rules.Step
+	first := p.firstName
+	if caged {
+		v = p.named.Decide(&q)
+		if v.Index >= 0 {
+			v.Index = p.namedIdx[v.Index]
+		}
+		first = p.namedFirstName
+	} else {
+		v = p.all.Decide(&q)
+	}
+	if explain {
+		steps = p.steps(&q, caged, v.Index)
+	}
+	d := Decision{Verdict: v, Step: StepRule, Rule: v, Caged: caged,
+		Final: f.Host != "" || first < 0 || (v.Index >= 0 && v.Index < first)}
+	if v.Index < 0 {
+		d.Step = StepNoMatch
+		if caged {
+			d.Step = StepCaged
+			d.Verdict = rules.Verdict{Action: rules.Block, Index: -1, Name: StepCaged.String()}
+		}
+	}
+	if f.Port == 853 && d.Action == rules.Direct {
+		d.Step = StepDoT
+		d.Verdict = rules.Verdict{Action: rules.Block, Index: -1, Name: StepDoT.String()}
+	}
+	return d, steps
+}
+
+// hostPort reports whether a caged flow to this host may pass: a forward's port, or DHCP.
+func (p *Policy) hostPort(f *Flow) bool {
+	for _, port := range p.hostPorts {
+		if f.Port == port && f.Network != rules.UDP {
+			return true
+		}
+	}
+	if f.Network == rules.UDP {
+		for _, port := range dhcpPorts {
+			if f.Port == port {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// steps explains the rules up to the deciding one (win; -1: all of them).
+func (p *Policy) steps(q *rules.Query, caged bool, win int) []rules.Step {
+	var out []rules.Step
+	for i := range p.rules {
+		r := &p.rules[i]
+		if caged && hostOnly(r) {
+			out = append(out, rules.Step{Index: i, Name: r.Name, Field: "caged",
+				Reason: "a direct rule that names no source, app, service, host or port applies to this host's own traffic only; this flow is caged"})
+			continue
+		}
+		field, reason := r.Why(q)
+		out = append(out, rules.Step{Index: i, Name: r.Name, Match: field == "", Field: field, Reason: reason})
+		if i == win {
+			break
+		}
+	}
+	return out
+}
+
+// Why says in words why f got d (a decision of p for f), for explain and logs. For
+// StepRule it names the rule.
+func (p *Policy) Why(f *Flow, d Decision) string {
+	dst := f.Host
+	if f.Dst.IsValid() {
+		dst = f.Dst.String()
+	}
+	caged := "the flow is caged (" + p.cagedBy(f) + ")"
+	switch d.Step {
+	case StepRule:
+		return "rule " + strconv.Quote(d.Name) + " matched"
+	case StepNoMatch:
+		return "no rule matched and the flow is not caged, so it goes direct"
+	case StepDNS:
+		return "port 53 is DNS: the router's own DNS server answers it, and nothing is sent"
+	case StepLocal:
+		return dst + " is local (loopback, link-local, multicast, broadcast or this machine): the router never captures it, so it goes direct whatever the rules say"
+	case StepHost:
+		if d.Action == rules.Direct {
+			return caged + " and " + dst + " is this machine or its link: port " + strconv.Itoa(int(f.Port)) + " is a forward's port or DHCP, which caged traffic may reach"
+		}
+		return caged + " and " + dst + " is this machine or its link: only a forward's ports and DHCP are open to caged traffic, so it is refused (the host is off limits)"
+	case StepNoName:
+		return dst + " is in the fake-IP pool but no DNS answer gave it out: only its name could route it, so it is refused"
+	case StepCaged:
+		return caged + " and no rule that names it or its destination decides it: refused (caged traffic never goes direct by falling off the end of the rule list)"
+	case StepDoT:
+		said := "direct, as no rule matched"
+		if d.Rule.Index >= 0 {
+			said = "direct by rule " + strconv.Quote(d.Rule.Name)
+		}
+		return "port 853 is DNS over TLS or QUIC, which would carry names past the router's DNS: only a proxy may take it, and the rules said " + said + ", so it is refused"
+	}
+	return d.Step.String()
+}
+
+// cagedBy says why a caged flow is caged.
+func (p *Policy) cagedBy(f *Flow) string {
+	switch {
+	case f.FromVM:
+		return "it enters from a VM-facing interface"
+	case p.FromVMNetwork(f.Src):
+		for _, n := range p.vmNets {
+			if n.Contains(f.Src.Unmap()) {
+				return "its source is in the VM network " + n.String()
+			}
+		}
+	}
+	who := f.App
+	if who == "" {
+		who = f.AppPath
+	}
+	return "its process " + strconv.Quote(who) + " is named by a proxy or block rule"
+}

@@ -1,0 +1,153 @@
+// Package policytest holds the flows that every path deciding flows must agree on: the
+// policy itself, the Linux relay (package router), the Windows engine (package redirect)
+// and `router explain`. Each path's tests run Cases through its own machinery and assert the
+// same verdicts.
+package policytest
+
+import (
+	"net/netip"
+
+	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/rules"
+)
+
+// Config is the config the cases are decided under: a VirtualBox-like setup with the model
+// forwarded, a VM network and a hypervisor app sent through the proxy, a DNS-over-TLS rule
+// that asks for direct, a block rule and a bare direct catch-all for this host. It has no
+// host-name rule, so every verdict is final without the name (a capture that decides before
+// it knows names, like the Windows engine, would otherwise defer to the router; see
+// policy.Decision.Final).
+const Config = `
+[proxy.exit]
+address = "192.0.2.1:1080"
+
+[capture]
+vm_networks = ["10.0.2.0/24"]
+local = true
+
+[[forward]]
+listen = "192.168.56.1:47831"
+connect = "127.0.0.1:47831"
+allow = ["192.168.56.0/24"]
+
+[dns]
+mode = "fake-ip"
+
+[[rule]]
+name = "model-direct"
+hosts = ["10.0.2.2", "127.0.0.1", "192.168.56.0/24"]
+ports = ["47831"]
+action = "direct"
+
+[[rule]]
+name = "vm"
+sources = ["10.0.2.0/24"]
+action = "proxy"
+proxy = "exit"
+
+[[rule]]
+name = "hypervisor"
+apps = ["VirtualBoxVM.exe", "VBoxHeadless.exe", "qemu-system-*"]
+action = "proxy"
+proxy = "exit"
+
+[[rule]]
+name = "corp-dot"
+hosts = ["9.9.9.9"]
+ports = ["853"]
+action = "direct"
+
+[[rule]]
+name = "blocked"
+hosts = ["203.0.113.66"]
+action = "block"
+
+[[rule]]
+name = "default"
+action = "direct"
+`
+
+// Pool is the fake-IP pool of Config (the default); PoolName is the name the cases give
+// PoolAddr, and PoolOrphan is a pool address no DNS answer gave out.
+var (
+	PoolAddr   = netip.MustParseAddr("198.18.0.5")
+	PoolName   = "example.com"
+	PoolOrphan = netip.MustParseAddr("198.18.0.9")
+)
+
+// HostAddrs are the host's own addresses the cases assume (Env.HostAddr).
+var HostAddrs = []netip.Addr{netip.MustParseAddr("192.168.1.10"), netip.MustParseAddr("192.168.56.1")}
+
+// Env is the policy environment of the cases.
+func Env() policy.Env {
+	return policy.Env{HostAddr: func(a netip.Addr) bool {
+		for _, h := range HostAddrs {
+			if h == a {
+				return true
+			}
+		}
+		return false
+	}}
+}
+
+// Case is one flow and the decision every path must reach.
+type Case struct {
+	Name   string
+	Flow   policy.Flow
+	Step   policy.Step
+	Action rules.Action
+	Proxy  string // for Action Proxy
+	Rule   string // the deciding rule's name, or the step's name
+}
+
+// Who owns a case's flow.
+const (
+	Chrome     = "chrome.exe"
+	Hypervisor = "VBoxHeadless.exe"
+)
+
+func flow(network rules.Network, app, src, dst string) policy.Flow {
+	ap := netip.MustParseAddrPort(dst)
+	f := policy.Flow{Network: network, Src: netip.MustParseAddr(src), Dst: ap.Addr(), Port: ap.Port(), App: app}
+	return f
+}
+
+// Cases returns the shared cases, each a new copy.
+func Cases() []Case {
+	tcp, udp := rules.TCP, rules.UDP
+	vm := func(f policy.Flow) policy.Flow { f.FromVM = true; return f }
+	named := func(f policy.Flow, name string) policy.Flow { f.Host = name; return f }
+	return []Case{
+		{"host app, public", flow(tcp, Chrome, "192.168.1.10", "198.51.100.10:443"), policy.StepRule, rules.Direct, "", "default"},
+		{"hypervisor, public", flow(tcp, Hypervisor, "192.168.1.10", "198.51.100.10:443"), policy.StepRule, rules.Proxy, "exit", "hypervisor"},
+		{"vm network, public", flow(tcp, "", "10.0.2.15", "198.51.100.10:443"), policy.StepRule, rules.Proxy, "exit", "vm"},
+		{"vm interface, unlisted v6 source", vm(flow(tcp, "", "2001:db8::15", "[2001:db8:1::1]:443")), policy.StepCaged, rules.Block, "", policy.StepCaged.String()},
+		{"vm interface, unlisted v4 source", vm(flow(tcp, "", "10.9.9.9", "198.51.100.10:80")), policy.StepCaged, rules.Block, "", policy.StepCaged.String()},
+		{"host app, DoT by catch-all", flow(tcp, Chrome, "192.168.1.10", "1.1.1.1:853"), policy.StepDoT, rules.Block, "", policy.StepDoT.String()},
+		{"host app, DoT by a direct rule", flow(tcp, Chrome, "192.168.1.10", "9.9.9.9:853"), policy.StepDoT, rules.Block, "", policy.StepDoT.String()},
+		{"hypervisor, DoT through the proxy", flow(tcp, Hypervisor, "192.168.1.10", "1.1.1.1:853"), policy.StepRule, rules.Proxy, "exit", "hypervisor"},
+		{"host app, DoQ", flow(udp, Chrome, "192.168.1.10", "1.1.1.1:853"), policy.StepDoT, rules.Block, "", policy.StepDoT.String()},
+		{"host app, loopback", flow(tcp, Chrome, "127.0.0.1", "127.0.0.1:8080"), policy.StepLocal, rules.Direct, "", policy.StepLocal.String()},
+		{"host app, own address", flow(tcp, Chrome, "192.168.1.10", "192.168.1.10:445"), policy.StepLocal, rules.Direct, "", policy.StepLocal.String()},
+		{"host app, link-local", flow(tcp, Chrome, "192.168.1.10", "169.254.1.1:80"), policy.StepLocal, rules.Direct, "", policy.StepLocal.String()},
+		{"host app, multicast", flow(udp, Chrome, "192.168.1.10", "224.0.0.251:5353"), policy.StepLocal, rules.Direct, "", policy.StepLocal.String()},
+		{"hypervisor, model on loopback", flow(tcp, Hypervisor, "127.0.0.1", "127.0.0.1:47831"), policy.StepHost, rules.Direct, "", policy.StepHost.String()},
+		{"hypervisor, ssh on loopback", flow(tcp, Hypervisor, "127.0.0.1", "127.0.0.1:22"), policy.StepHost, rules.Block, "", policy.StepHost.String()},
+		{"hypervisor, smb on the host's address", flow(tcp, Hypervisor, "192.168.1.10", "192.168.1.10:445"), policy.StepHost, rules.Block, "", policy.StepHost.String()},
+		{"hypervisor, link-local v6", flow(tcp, Hypervisor, "fe80::10", "[fe80::1]:443"), policy.StepHost, rules.Block, "", policy.StepHost.String()},
+		{"vm network, forward", flow(tcp, "", "10.0.2.15", "192.168.56.1:47831"), policy.StepHost, rules.Direct, "", policy.StepHost.String()},
+		{"vm network, DHCP", flow(udp, "", "10.0.2.15", "255.255.255.255:67"), policy.StepHost, rules.Direct, "", policy.StepHost.String()},
+		{"host app, public DNS", flow(udp, Chrome, "192.168.1.10", "8.8.8.8:53"), policy.StepDNS, rules.Block, "", policy.StepDNS.String()},
+		{"host app, DNS over TCP", flow(tcp, Chrome, "192.168.1.10", "8.8.8.8:53"), policy.StepDNS, rules.Block, "", policy.StepDNS.String()},
+		{"host app, loopback stub resolver", flow(udp, Chrome, "127.0.0.1", "127.0.0.53:53"), policy.StepLocal, rules.Direct, "", policy.StepLocal.String()},
+		{"host app, link-local resolver", flow(udp, Chrome, "fe80::10", "[fe80::1]:53"), policy.StepDNS, rules.Block, "", policy.StepDNS.String()},
+		{"vm network, DNS to the NAT", flow(udp, "", "10.0.2.15", "10.0.2.3:53"), policy.StepDNS, rules.Block, "", policy.StepDNS.String()},
+		{"host app, fake IP nobody was given", flow(tcp, Chrome, "192.168.1.10", PoolOrphan.String()+":443"), policy.StepNoName, rules.Block, "", policy.StepNoName.String()},
+		{"host app, fake IP with its name", named(flow(tcp, Chrome, "192.168.1.10", PoolAddr.String()+":443"), PoolName), policy.StepRule, rules.Direct, "", "default"},
+		{"hypervisor, fake IP with its name", named(flow(tcp, Hypervisor, "192.168.1.10", PoolAddr.String()+":443"), PoolName), policy.StepRule, rules.Proxy, "exit", "hypervisor"},
+		{"host app, blocked host", flow(tcp, Chrome, "192.168.1.10", "203.0.113.66:80"), policy.StepRule, rules.Block, "", "blocked"},
+		{"vm interface, blocked host", vm(flow(tcp, "", "10.9.9.9", "203.0.113.66:80")), policy.StepRule, rules.Block, "", "blocked"},
+		{"vm network, UDP", flow(udp, "", "10.0.2.15", "198.51.100.7:443"), policy.StepRule, rules.Proxy, "exit", "vm"},
+		{"host app, UDP", flow(udp, Chrome, "192.168.1.10", "198.51.100.7:443"), policy.StepRule, rules.Direct, "", "default"},
+	}
+}

@@ -1,0 +1,119 @@
+package redirect
+
+import (
+	"net/netip"
+
+	"github.com/agentcage/router/packet"
+	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/rules"
+)
+
+// outcome is what happens to the packets of a flow once it is decided: the action and, for
+// actReflect, the peer the listener sees and the listener's address. The zero outcome
+// (actNone) does nothing: the packet is held, or was already handled.
+type outcome struct {
+	act      action
+	peer, to netip.AddrPort
+}
+
+// decideLocked decides flow f (pending) from what is known of it and sets its state:
+// refused flows leave the table, reflected ones get their peer. It is called with e.mu
+// held and returns what to do with f's packets.
+func (e *Engine) decideLocked(pol *policy.Policy, f *flow, now int64) outcome {
+	k := f.key
+	tcp := k.proto == packet.ProtoTCP
+	if f.pidKnown && !f.ownerKnown {
+		f.owner.PID = int(f.pid) // for logs; Owner still looks the process up
+	}
+	act := e.verdictLocked(pol, f)
+	if act == actReflect {
+		lport := e.opts.ListenerPort
+		if tcp && k.dst.Port() == 53 {
+			lport = e.opts.DNSPort
+		}
+		if !e.mapLocked(f, lport, now) {
+			e.log.Warn("no free peer port to reflect a flow; refused", "src", k.src, "dst", k.dst)
+			act = actRefuse
+		}
+	}
+	switch act {
+	case actPass:
+		f.state = statePass
+		e.st.passed.Add(1)
+	case actReflect:
+		f.state = stateReflect
+		e.st.reflected.Add(1)
+	case actDNS:
+		f.state = stateDNS
+	case actDrop:
+		f.state = stateDrop
+		e.st.droppedFlows.Add(1)
+	case actRefuse:
+		e.removeLocked(f, now)
+		e.st.refused.Add(1)
+	}
+	f.last = now
+	return outcome{act: act, peer: f.peer, to: f.to}
+}
+
+// verdictLocked asks the policy about f (with its owner and the name behind its
+// destination, when known) and turns the decision into what the engine does with the
+// packets:
+//
+//   - the router's own processes pass;
+//   - DNS: UDP is answered in process (dropped without Options.DNS), TCP reflected to the
+//     DNS server's port (refused without Options.DNSPort);
+//   - a refusal (a block rule, the host off limits, a fake IP nobody was given, DNS over TLS
+//     not proxied, a caged flow no rule decides) refuses TCP with a RST and drops UDP,
+//     once final;
+//   - a fake-IP pool address is reflected for TCP (only the router can resolve or hand on
+//     its name) and dropped for UDP;
+//   - direct passes (or is reflected with Options.ReflectDirect), once final;
+//   - anything else, or a decision a host-name rule could still change (not Final),
+//     reflects TCP (the router decides with the name) and drops UDP (it cannot be proxied).
+func (e *Engine) verdictLocked(pol *policy.Policy, f *flow) action {
+	k := f.key
+	tcp := k.proto == packet.ProtoTCP
+	if f.pidKnown && e.own[f.pid] {
+		return actPass
+	}
+	pf := policy.Flow{Network: rules.UDP, Src: k.src.Addr(), Dst: k.dst.Addr(), Port: k.dst.Port()}
+	if tcp {
+		pf.Network = rules.TCP
+	}
+	if f.ownerKnown {
+		pf.App, pf.AppPath, pf.Services = f.owner.Name, f.owner.Path, f.owner.Services
+	}
+	if e.opts.Names != nil {
+		if n, ok := e.opts.Names.NameFor(k.dst.Addr()); ok {
+			pf.Host = n
+		}
+	}
+	d := pol.Decide(&pf)
+	f.verdict = d.Verdict
+	switch {
+	case d.Step == policy.StepDNS && !tcp:
+		if e.opts.DNS == nil {
+			return actDrop
+		}
+		return actDNS
+	case d.Step == policy.StepDNS:
+		if e.opts.DNSPort == 0 {
+			return actRefuse
+		}
+		return actReflect
+	case d.Action == rules.Block && d.Final:
+		if tcp {
+			return actRefuse
+		}
+		return actDrop
+	case !tcp:
+		if d.Action == rules.Direct && d.Final && !pol.InPool(pf.Dst) {
+			return actPass
+		}
+		return actDrop
+	case d.Action == rules.Direct && d.Final && !e.opts.ReflectDirect && !pol.InPool(pf.Dst):
+		return actPass
+	}
+	return actReflect
+}

@@ -1,0 +1,76 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"syscall"
+	"testing"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/policy/policytest"
+	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/rules"
+)
+
+// TestSharedCases: the relay decides the shared flows as the policy, the Windows engine and
+// explain do (TCP only: the relay takes no UDP). Every case runs through a router of its
+// own: Original, Owner, FromVM and the fake-IP names come from the case; the decision is
+// read from the flow's log record.
+func TestSharedCases(t *testing.T) {
+	cfg, err := conf.Parse("shared.toml", []byte(policytest.Config), conf.Options{SkipSecrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := policy.New(cfg, policytest.Env())
+	p := startProxy(t, nil, nil) // it dials loopback only: no case's traffic leaves
+	record := regexp.MustCompile(`msg=flow .*rule=("[^"]*"|\S+) action=(\S+)`)
+	for _, c := range policytest.Cases() {
+		if c.Flow.Network != rules.TCP {
+			continue
+		}
+		t.Run(c.Name, func(t *testing.T) {
+			fl := c.Flow
+			opts := Options{
+				Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
+					return netip.AddrPortFrom(fl.Src, 40000), netip.AddrPortFrom(fl.Dst, fl.Port), nil
+				},
+				Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (proc.Info, error) {
+					if fl.App == "" {
+						return proc.Info{}, fmt.Errorf("no process")
+					}
+					return proc.Info{PID: 7, Name: fl.App}, nil
+				},
+				FromVM: func(netip.Addr) bool { return fl.FromVM },
+				Names: &fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"),
+					m: map[netip.Addr]string{policytest.PoolAddr: policytest.PoolName}},
+			}
+			pol := Policy{Decision: dec, Upstreams: []Upstream{{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port()}}}
+			e := newEnv(t, pol, opts)
+			c2, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(addrPortOf(e.ln.Addr())))
+			switch {
+			case errors.Is(err, syscall.ECONNRESET): // refused before the dial returned
+			case err != nil:
+				t.Fatal(err)
+			default:
+				defer c2.Close()
+			}
+			e.waitLog("msg=flow")
+			m := record.FindStringSubmatch(e.logs.String())
+			if m == nil {
+				t.Fatalf("no flow record in\n%s", e.logs.String())
+			}
+			name := m[1]
+			if u, err := strconv.Unquote(name); err == nil {
+				name = u
+			}
+			if name != c.Rule || m[2] != c.Action.String() {
+				t.Errorf("relay decided %s by %q, want %s by %q", m[2], name, c.Action, c.Rule)
+			}
+		})
+	}
+}
