@@ -2,8 +2,9 @@
 //
 // Decoding is strict: unknown keys, wrong types, bad addresses, ports, globs, unknown actions
 // or proxies are errors, and every error names the file, the line and the key. All errors of
-// a file are reported at once (Errors), sorted by line. Defaults are explicit (Default*
-// constants) and documented in README.md.
+// a file are reported at once (Errors), sorted by line. Whatever the daemon would refuse
+// to run is refused here first (check.go), so `router lint` and `router run` agree. Every
+// default lives in defaults.go and nowhere else; docs/config.md documents them.
 //
 // The package reads the file and, unless told not to, the proxy password from its
 // environment variable or file; it does nothing else.
@@ -23,24 +24,6 @@ import (
 
 	"github.com/agentcage/router/rules"
 )
-
-// Defaults for keys the file leaves out.
-const (
-	DefaultListenerPort   = 47100 // [capture] listener_port: the transparent TCP listener
-	DefaultDNSPort        = 47153 // [capture] dns_port: where captured DNS is answered
-	DefaultMark           = 0x524f5554
-	DefaultTable          = "router"
-	DefaultDNSMode        = DNSFakeIP
-	DefaultResolver       = "1.1.1.1:53"
-	DefaultFakeTTL        = 10 * time.Second
-	DefaultIdleTimeout    = 15 * time.Minute // long enough for a model that thinks for minutes
-	DefaultConnectTimeout = 10 * time.Second
-	DefaultLogLevel       = "info"
-	DefaultLogFormat      = "text"
-)
-
-// DefaultPool is the fake-IP pool (RFC 2544 benchmarking space, never routed).
-var DefaultPool = netip.MustParsePrefix("198.18.0.0/15")
 
 // Config is a validated configuration.
 type Config struct {

@@ -92,7 +92,7 @@ func TestSpecExample(t *testing.T) {
 	if got, want := fmt.Sprint(cfg.RuleLines), "[21 27 33]"; got != want {
 		t.Errorf("rule lines = %s, want %s", got, want)
 	}
-	if cfg.DNS.Mode != DNSFakeIP || cfg.DNS.Proxy != "exit" || cfg.DNS.Pool != DefaultPool {
+	if cfg.DNS.Mode != DNSFakeIP || cfg.DNS.Proxy != "exit" || cfg.DNS.Pool != DefaultPool() {
 		t.Errorf("dns = %+v", cfg.DNS)
 	}
 	// The model rule decides a guest's call to the model; the hypervisor's other traffic is
@@ -116,7 +116,7 @@ func TestDefaults(t *testing.T) {
 	want := Config{
 		File:    "empty.toml",
 		Capture: Capture{ListenerPort: DefaultListenerPort, DNSPort: DefaultDNSPort, Mark: DefaultMark, Table: DefaultTable},
-		DNS:     DNS{Mode: DNSFakeIP, Resolver: DefaultResolver, Pool: DefaultPool, TTL: DefaultFakeTTL},
+		DNS:     DNS{Mode: DNSFakeIP, Resolver: DefaultResolver, Pool: DefaultPool(), TTL: DefaultFakeTTL},
 		Relay:   Relay{IdleTimeout: 15 * time.Minute, ConnectTimeout: 10 * time.Second},
 		Log:     Log{Level: "info", Format: "text"},
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
+
+	"github.com/agentcage/router/conf"
 )
 
 // resolverAddr is the resolver the server believes it talks to through the proxy; the test
@@ -320,7 +322,7 @@ func TestUpstreamFailure(t *testing.T) {
 				defer c.Close() // hold it open, say nothing
 			}
 		}()
-		up := &redirect{t: t, wantNetwork: []string{"tcp"}, wantAddr: DefaultResolver, to: ln.Addr().String()}
+		up := &redirect{t: t, wantNetwork: []string{"tcp"}, wantAddr: conf.DefaultResolver, to: ln.Addr().String()}
 		s, err := New(Config{Mode: ModeProxy, Timeout: 200 * time.Millisecond}, Dialers{Proxy: up.dial}, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -40,6 +40,8 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
+
+	"github.com/agentcage/router/conf"
 )
 
 // Mode selects how queries are answered.
@@ -72,17 +74,12 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("dns mode %q: want \"fake-ip\" or \"proxy\"", s)
 }
 
-// Defaults applied by New to zero Config fields.
+// Defaults applied by New to zero Config fields that are not config keys; the defaults of
+// the keys ([dns] resolver, pool, ttl) are conf's.
 const (
-	DefaultResolver = "1.1.1.1:53"
-	DefaultTTL      = 10 * time.Second
-	DefaultLinger   = 10 * time.Minute
-	DefaultTimeout  = 5 * time.Second
+	DefaultLinger  = 10 * time.Minute
+	DefaultTimeout = 5 * time.Second
 )
-
-// DefaultPool is the fake-IP pool used when Config.Pool is the zero prefix (RFC 2544
-// benchmarking space, never routed on the internet).
-func DefaultPool() netip.Prefix { return netip.MustParsePrefix("198.18.0.0/15") }
 
 // udpSize is the EDNS0 payload size we advertise and the largest UDP reply we send (DNS flag
 // day 2020).
@@ -92,19 +89,19 @@ const udpSize = 1232
 // means its default.
 type Config struct {
 	Mode Mode
-	// Pool is the IPv4 prefix fake addresses come from: at least a /24, masked, and not in
-	// 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4 or 240.0.0.0/4. Its first and last
-	// addresses are never handed out. Overlap with VM networks is the caller's check.
+	// Pool is the IPv4 prefix fake addresses come from: at least a /24 and masked (package
+	// conf also keeps it off special and VM ranges). Its first and last addresses are never
+	// handed out. Default conf.DefaultPool.
 	Pool netip.Prefix
 	// TTL of fake answers, of the local negative answers and of PTR answers for pool
-	// addresses; whole seconds, 1 s to 1 h. Default 10 s.
+	// addresses; whole seconds, 1 s to 1 h. Default conf.DefaultFakeTTL.
 	TTL time.Duration
 	// Linger is how long a pool address stays reserved for its name after its last answer or
 	// its last flow; only then may it be reused for another name. At least TTL; default 10 min.
 	Linger time.Duration
 	// Resolver is the host:port that queries are relayed to through the proxy (ModeProxy, and
 	// in ModeFakeIP the types that are not faked and ResolveViaProxy). A host name is fine:
-	// the proxy resolves it. Default DefaultResolver.
+	// the proxy resolves it. Default conf.DefaultResolver.
 	Resolver string
 	// DirectNames are exact names and "*.suffix" patterns (strictly below suffix) that are
 	// resolved by Dialers.DirectResolver through Dialers.Direct, and answered with real
@@ -168,7 +165,7 @@ func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.TTL == 0 {
-		cfg.TTL = DefaultTTL
+		cfg.TTL = conf.DefaultFakeTTL
 	}
 	if cfg.TTL < time.Second || cfg.TTL > time.Hour || cfg.TTL%time.Second != 0 {
 		return nil, fmt.Errorf("dns ttl %v: want whole seconds from 1s to 1h", cfg.TTL)
@@ -186,7 +183,7 @@ func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("dns timeout %v: want a positive duration", cfg.Timeout)
 	}
 	if cfg.Resolver == "" {
-		cfg.Resolver = DefaultResolver
+		cfg.Resolver = conf.DefaultResolver
 	}
 	if err := checkHostPort(cfg.Resolver, false); err != nil {
 		return nil, fmt.Errorf("dns resolver: %w", err)
@@ -219,7 +216,7 @@ func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
 	switch cfg.Mode {
 	case ModeFakeIP:
 		if !cfg.Pool.IsValid() {
-			cfg.Pool = DefaultPool()
+			cfg.Pool = conf.DefaultPool()
 		}
 		if err := checkPool(cfg.Pool); err != nil {
 			return nil, err
@@ -239,6 +236,7 @@ func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
+// checkPool checks what the pool's allocator needs; where a pool may lie is conf's check.
 func checkPool(p netip.Prefix) error {
 	if !p.Addr().Is4() {
 		return fmt.Errorf("dns pool %v: want an IPv4 prefix", p)
@@ -248,11 +246,6 @@ func checkPool(p netip.Prefix) error {
 	}
 	if p.Masked() != p {
 		return fmt.Errorf("dns pool %v: host bits set, want %v", p, p.Masked())
-	}
-	for _, special := range []string{"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4"} {
-		if sp := netip.MustParsePrefix(special); sp.Overlaps(p) {
-			return fmt.Errorf("dns pool %v: overlaps special range %v", p, sp)
-		}
 	}
 	return nil
 }

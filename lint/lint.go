@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/rules"
 )
@@ -108,11 +109,11 @@ func (l *linter) localSet() *hostSet {
 	s := &hostSet{addrs: &ivset{}, names: []string{"localhost"}, suffixes: []string{"localhost"}}
 	for _, p := range policy.LocalPrefixes() {
 		r := rules.RangeOfPrefix(p)
-		s.addrs.add(iv{addrKey(r.Lo), addrKey(r.Hi)})
+		s.addrs.add(iv{netaddr.KeyOf(r.Lo), netaddr.KeyOf(r.Hi)})
 	}
 	addr := func(a netip.Addr) {
 		a = a.Unmap()
-		s.addrs.add(iv{addrKey(a), addrKey(a)})
+		s.addrs.add(iv{netaddr.KeyOf(a), netaddr.KeyOf(a)})
 	}
 	addr(natHostAlias)
 	for _, a := range l.host.Addrs {
@@ -120,7 +121,7 @@ func (l *linter) localSet() *hostSet {
 	}
 	for _, p := range l.host.Prefixes {
 		r := rules.RangeOfPrefix(p.Masked())
-		s.addrs.add(iv{addrKey(r.Lo), addrKey(r.Hi)})
+		s.addrs.add(iv{netaddr.KeyOf(r.Lo), netaddr.KeyOf(r.Hi)})
 	}
 	for _, f := range l.cfg.Forwards {
 		if !f.Listen.Addr().IsUnspecified() {

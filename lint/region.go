@@ -1,11 +1,12 @@
 package lint
 
 import (
-	"net/netip"
 	"slices"
 	"strings"
 
 	"github.com/agentcage/router/rules"
+
+	"github.com/agentcage/router/internal/netaddr"
 )
 
 // A box is the set of flows one rule matches, one factor per field. Shadowing is decided on
@@ -36,55 +37,19 @@ func boxOf(r *rules.Rule) box {
 	if len(r.Ports) > 0 {
 		s := &ivset{}
 		for _, p := range r.Ports {
-			s.add(iv{u128{0, uint64(p.Lo)}, u128{0, uint64(p.Hi)}})
+			s.add(iv{netaddr.Key{Lo: uint64(p.Lo)}, netaddr.Key{Lo: uint64(p.Hi)}})
 		}
 		b.ports = s
 	}
 	return b
 }
 
-// u128 is a point on an axis: an address's 16 bytes (IPv4 as ::ffff:a.b.c.d) or a port.
-type u128 struct{ hi, lo uint64 }
-
-func (a u128) cmp(b u128) int {
-	switch {
-	case a.hi < b.hi || a.hi == b.hi && a.lo < b.lo:
-		return -1
-	case a == b:
-		return 0
-	}
-	return 1
-}
-
-func (a u128) add(d int64) u128 {
-	if d > 0 {
-		lo := a.lo + 1
-		hi := a.hi
-		if lo == 0 {
-			hi++
-		}
-		return u128{hi, lo}
-	}
-	lo := a.lo - 1
-	hi := a.hi
-	if a.lo == 0 {
-		hi--
-	}
-	return u128{hi, lo}
-}
-
-func addrKey(a netip.Addr) u128 {
-	b := a.As16()
-	var hi, lo uint64
-	for i := 0; i < 8; i++ {
-		hi = hi<<8 | uint64(b[i])
-		lo = lo<<8 | uint64(b[8+i])
-	}
-	return u128{hi, lo}
-}
+// succ and pred step along the address axis; the callers never step off its ends.
+func succ(k netaddr.Key) netaddr.Key { n, _ := k.Next(); return n }
+func pred(k netaddr.Key) netaddr.Key { p, _ := k.Prev(); return p }
 
 // iv is an inclusive interval.
-type iv struct{ lo, hi u128 }
+type iv struct{ lo, hi netaddr.Key }
 
 // ivset is a union of disjoint intervals, sorted.
 type ivset struct{ ivs []iv }
@@ -92,19 +57,19 @@ type ivset struct{ ivs []iv }
 func ivsetOfRanges(rs []rules.IPRange) *ivset {
 	s := &ivset{}
 	for _, r := range rs {
-		s.add(iv{addrKey(r.Lo), addrKey(r.Hi)})
+		s.add(iv{netaddr.KeyOf(r.Lo), netaddr.KeyOf(r.Hi)})
 	}
 	return s
 }
 
 func (s *ivset) add(x iv) {
 	s.ivs = append(s.ivs, x)
-	slices.SortFunc(s.ivs, func(a, b iv) int { return a.lo.cmp(b.lo) })
+	slices.SortFunc(s.ivs, func(a, b iv) int { return a.lo.Compare(b.lo) })
 	out := s.ivs[:1]
 	for _, y := range s.ivs[1:] {
 		last := &out[len(out)-1]
-		if y.lo.cmp(last.hi) <= 0 || last.hi.cmp(u128{^uint64(0), ^uint64(0)}) != 0 && y.lo == last.hi.add(1) {
-			if y.hi.cmp(last.hi) > 0 {
+		if y.lo.Compare(last.hi) <= 0 || last.hi.Compare(netaddr.Key{Hi: ^uint64(0), Lo: ^uint64(0)}) != 0 && y.lo == succ(last.hi) {
+			if y.hi.Compare(last.hi) > 0 {
 				last.hi = y.hi
 			}
 			continue
@@ -121,13 +86,13 @@ func (s *ivset) intersect(t *ivset) *ivset {
 	for _, a := range s.ivs {
 		for _, b := range t.ivs {
 			lo, hi := a.lo, a.hi
-			if b.lo.cmp(lo) > 0 {
+			if b.lo.Compare(lo) > 0 {
 				lo = b.lo
 			}
-			if b.hi.cmp(hi) < 0 {
+			if b.hi.Compare(hi) < 0 {
 				hi = b.hi
 			}
-			if lo.cmp(hi) <= 0 {
+			if lo.Compare(hi) <= 0 {
 				out.ivs = append(out.ivs, iv{lo, hi})
 			}
 		}
@@ -140,15 +105,15 @@ func (s *ivset) minus(t *ivset) *ivset {
 	for _, b := range t.ivs {
 		var next []iv
 		for _, a := range cur {
-			if b.hi.cmp(a.lo) < 0 || b.lo.cmp(a.hi) > 0 {
+			if b.hi.Compare(a.lo) < 0 || b.lo.Compare(a.hi) > 0 {
 				next = append(next, a)
 				continue
 			}
-			if a.lo.cmp(b.lo) < 0 {
-				next = append(next, iv{a.lo, b.lo.add(-1)})
+			if a.lo.Compare(b.lo) < 0 {
+				next = append(next, iv{a.lo, pred(b.lo)})
 			}
-			if a.hi.cmp(b.hi) > 0 {
-				next = append(next, iv{b.hi.add(1), a.hi})
+			if a.hi.Compare(b.hi) > 0 {
+				next = append(next, iv{succ(b.hi), a.hi})
 			}
 		}
 		cur = next
@@ -159,10 +124,10 @@ func (s *ivset) minus(t *ivset) *ivset {
 func (s *ivset) contains(t *ivset) bool { return t.minus(s).empty() }
 
 // full returns the whole axis of a field left open: every port, or every address.
-func fullPorts() *ivset { return &ivset{ivs: []iv{{u128{0, 1}, u128{0, 65535}}}} }
+func fullPorts() *ivset { return &ivset{ivs: []iv{{netaddr.Key{Lo: 1}, netaddr.Key{Lo: 65535}}}} }
 
 func fullAddrs() *ivset {
-	return &ivset{ivs: []iv{{u128{}, u128{^uint64(0), ^uint64(0)}}}}
+	return &ivset{ivs: []iv{{netaddr.Key{}, netaddr.Key{Hi: ^uint64(0), Lo: ^uint64(0)}}}}
 }
 
 // hostSet is a hosts field: address ranges, exact names and suffixes.
@@ -177,7 +142,7 @@ func hostSetOf(hs []rules.Host) *hostSet {
 	for _, h := range hs {
 		switch h.Kind {
 		case rules.HostRange:
-			s.addrs.add(iv{addrKey(h.Range.Lo), addrKey(h.Range.Hi)})
+			s.addrs.add(iv{netaddr.KeyOf(h.Range.Lo), netaddr.KeyOf(h.Range.Hi)})
 		case rules.HostName:
 			s.names = append(s.names, h.Name)
 		case rules.HostSuffix:

@@ -18,6 +18,7 @@ import (
 
 func typicalSpec() Spec {
 	return Spec{
+		Table:        "router",
 		VMNetworks:   []netip.Prefix{netip.MustParsePrefix("192.168.122.0/24"), netip.MustParsePrefix("fd00:122::/64")},
 		Local:        true,
 		ListenerPort: 7070,
@@ -75,7 +76,7 @@ func TestInstallRemove(t *testing.T) {
 	}
 
 	t.Run("fresh", func(t *testing.T) {
-		if installed(t, ns, "") {
+		if installed(t, ns, "router") {
 			t.Fatal("table present before Install")
 		}
 		if err := Install(a, WithNetNS(ns.fd)); err != nil {
@@ -84,7 +85,7 @@ func TestInstallRemove(t *testing.T) {
 		if got := listTable(t, ns, "router"); got != wantA {
 			t.Errorf("table after Install:\n%s\nwant:\n%s", got, wantA)
 		}
-		if !installed(t, ns, "") {
+		if !installed(t, ns, "router") {
 			t.Error("Installed = false after Install")
 		}
 	})
@@ -144,7 +145,7 @@ table inet router {
 		if err := Install(a, WithNetNS(ns.fd)); err != nil {
 			t.Fatal(err)
 		}
-		if err := Remove("", WithNetNS(ns.fd)); err != nil {
+		if err := Remove("router", WithNetNS(ns.fd)); err != nil {
 			t.Fatal(err)
 		}
 		if listTable(t, ns, "other") == "" {
@@ -266,7 +267,7 @@ func TestGuardSurvivesKill(t *testing.T) {
 	}
 	cmd.Wait()
 
-	if !installed(t, s.host, "") {
+	if !installed(t, s.host, "router") {
 		t.Fatal("table gone after the installing process was killed")
 	}
 	s.noLeak(t, func() {

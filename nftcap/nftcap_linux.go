@@ -10,6 +10,7 @@ import (
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/policy"
 )
 
@@ -60,12 +61,9 @@ func Install(spec Spec, opts ...Option) error {
 	return nil
 }
 
-// Remove deletes the table named table (empty means DefaultTable) and with it the guard.
+// Remove deletes the table named table and with it the guard.
 // Removing a table that is not there is not an error: the result, no table, is the same.
 func Remove(table string, opts ...Option) error {
-	if table == "" {
-		table = DefaultTable
-	}
 	if err := validTableName(table); err != nil {
 		return fmt.Errorf("nftcap remove: %w", err)
 	}
@@ -82,12 +80,9 @@ func Remove(table string, opts ...Option) error {
 	return nil
 }
 
-// Installed reports whether the table named table (empty means DefaultTable) exists. It
+// Installed reports whether the table named table exists. It
 // does not check the table's content.
 func Installed(table string, opts ...Option) (bool, error) {
-	if table == "" {
-		table = DefaultTable
-	}
 	c, err := nftables.New(nftables.WithNetNSFd(collect(opts).netNS))
 	if err != nil {
 		return false, fmt.Errorf("nftcap installed: open netlink: %w", err)
@@ -449,7 +444,7 @@ func intervalElements(v6 bool, ps []netip.Prefix) []nftables.SetElement {
 	spans := make([]span, 0, len(ps))
 	for _, p := range ps {
 		p = p.Masked()
-		spans = append(spans, span{p.Addr(), lastAddr(p)})
+		spans = append(spans, span{p.Addr(), netaddr.LastAddr(p)})
 	}
 	slices.SortFunc(spans, func(a, b span) int { return a.lo.Compare(b.lo) })
 	merged := spans[:1]
@@ -478,22 +473,6 @@ func intervalElements(v6 bool, ps []netip.Prefix) []nftables.SetElement {
 		}
 	}
 	return elems
-}
-
-// lastAddr returns the highest address of the masked prefix p.
-func lastAddr(p netip.Prefix) netip.Addr {
-	a := p.Addr().AsSlice()
-	for i := range a {
-		hostBits := len(a)*8 - p.Bits() - (len(a)-1-i)*8 // host bits that fall in byte i
-		switch {
-		case hostBits >= 8:
-			a[i] = 0xff
-		case hostBits > 0:
-			a[i] |= byte(1<<hostBits - 1)
-		}
-	}
-	last, _ := netip.AddrFromSlice(a)
-	return last
 }
 
 // Expression helpers; all load into register 1.

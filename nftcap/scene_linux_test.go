@@ -122,6 +122,7 @@ func (s *scene) install(t *testing.T, spec Spec) {
 
 func sceneSpec() Spec {
 	return Spec{
+		Table:        "router",
 		VMNetworks:   []netip.Prefix{netip.MustParsePrefix("10.0.2.0/24"), netip.MustParsePrefix("fd00:2::/64")},
 		ListenerPort: listenPort,
 		DNSPort:      dnsPort,

@@ -7,14 +7,12 @@ import (
 	"strings"
 )
 
-// DefaultTable is the name of the inet table Install owns when Spec.Table is empty.
-const DefaultTable = "router"
-
 // Spec describes what the table captures and guards. The zero value of every optional field
 // is documented with it; Validate reports what is missing or contradictory.
 type Spec struct {
-	// Table is the name of the inet table the router owns; empty means DefaultTable. Install
-	// replaces this table whole and touches no other.
+	// Table is the name of the inet table the router owns (the config's [capture] table,
+	// conf.DefaultTable unless set). Required. Install replaces this table whole and touches
+	// no other.
 	Table string
 	// VMNetworks are the source networks whose forwarded/NATed traffic is captured, IPv4 and
 	// IPv6 alike. Their TCP is redirected to ListenerPort, their DNS to DNSPort; the rest of
@@ -56,12 +54,7 @@ type Forward struct {
 }
 
 // table returns the table name Install uses.
-func (s Spec) table() string {
-	if s.Table == "" {
-		return DefaultTable
-	}
-	return s.Table
-}
+func (s Spec) table() string { return s.Table }
 
 // Validate reports every problem of s in one error (errors.Join), or nil.
 func (s Spec) Validate() error {

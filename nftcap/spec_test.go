@@ -7,7 +7,7 @@ import (
 )
 
 func TestValidate(t *testing.T) {
-	ok := Spec{ListenerPort: 7070}
+	ok := Spec{ListenerPort: 7070, Table: "router"}
 	pfx := netip.MustParsePrefix
 	ap := netip.MustParseAddrPort
 	for _, tc := range []struct {
@@ -17,7 +17,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{"minimal", func(s *Spec) {}, ""},
 		{"typical", func(s *Spec) {
-			*s = Spec{VMNetworks: []netip.Prefix{pfx("10.0.2.0/24"), pfx("fd00::/64")}, Local: true, ListenerPort: 1, DNSPort: 2, Mark: 1, Forwards: []Forward{{Listen: ap("10.0.2.2:3"), Allow: []netip.Prefix{pfx("10.0.2.0/24")}}}}
+			*s = Spec{Table: "router", VMNetworks: []netip.Prefix{pfx("10.0.2.0/24"), pfx("fd00::/64")}, Local: true, ListenerPort: 1, DNSPort: 2, Mark: 1, Forwards: []Forward{{Listen: ap("10.0.2.2:3"), Allow: []netip.Prefix{pfx("10.0.2.0/24")}}}}
 		}, ""},
 		{"unmasked prefix is fine", func(s *Spec) { s.VMNetworks = []netip.Prefix{pfx("10.0.2.15/24")} }, ""},
 		{"no listener", func(s *Spec) { s.ListenerPort = 0 }, "listener port is 0"},
@@ -26,6 +26,7 @@ func TestValidate(t *testing.T) {
 		{"invalid prefix", func(s *Spec) { s.VMNetworks = []netip.Prefix{{}} }, "invalid prefix"},
 		{"mapped prefix", func(s *Spec) { s.VMNetworks = []netip.Prefix{pfx("::ffff:10.0.0.0/104")} }, "IPv4-mapped"},
 		{"bad table name", func(s *Spec) { s.Table = "a b" }, "table name"},
+		{"no table name", func(s *Spec) { s.Table = "" }, "table name"},
 		{"long table name", func(s *Spec) { s.Table = strings.Repeat("a", 256) }, "length"},
 		{"forward invalid", func(s *Spec) { s.Forwards = []Forward{{}} }, "invalid listen"},
 		{"forward port 0", func(s *Spec) { s.Forwards = []Forward{{Listen: ap("10.0.2.2:0")}} }, "port 0"},

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agentcage/router/rules"
 )
 
 // This file holds the platform-neutral part of the Windows attribution: the cache and the
@@ -148,7 +150,7 @@ func (r *WindowsResolver) Lookup(pid uint32) (Process, error) {
 			r.forget(pid)
 			return Process{}, fmt.Errorf("proc: pid %d: image path: %w", pid, err)
 		}
-		e = Process{Info: Info{PID: int(pid), Name: baseName(path), Path: path}, Created: created}
+		e = Process{Info: Info{PID: int(pid), Name: rules.BaseName(path), Path: path}, Created: created}
 		if ok {
 			r.log.Debug("pid reused", "pid", pid, "image", path)
 		}
@@ -221,14 +223,6 @@ func (r *WindowsResolver) servicesOf(pid uint32, created time.Time) []string {
 	r.snap = serviceSnapshot{taken: now, byPID: m}
 	r.mu.Unlock()
 	return m[pid]
-}
-
-// baseName is the file name of a Windows (or slash-separated) path.
-func baseName(path string) string {
-	if i := strings.LastIndexAny(path, `\/`); i >= 0 {
-		return path[i+1:]
-	}
-	return path
 }
 
 func isSvchost(name string) bool { return strings.EqualFold(name, "svchost.exe") }

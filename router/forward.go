@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/agentcage/router/internal/netaddr"
 )
 
 // Forward is one [[forward]]: connections to Listen from an Allow source are relayed to
@@ -57,7 +59,7 @@ func (r *Router) ServeForward(ctx context.Context, ln *net.TCPListener, current 
 
 func (r *Router) forward(ctx context.Context, c *net.TCPConn, f Forward) {
 	start := time.Now()
-	src := addrPortOf(c.RemoteAddr())
+	src := netaddr.AddrPort(c.RemoteAddr())
 	log := r.log.With("forward", f.Name, "src", src, "connect", f.Connect)
 	if !f.allowed(src.Addr()) {
 		log.Warn("forward refused: source not allowed")

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/policy/policytest"
 	"github.com/agentcage/router/proc"
@@ -51,7 +52,7 @@ func TestSharedCases(t *testing.T) {
 			}
 			pol := Policy{Decision: dec, Upstreams: []Upstream{{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port()}}}
 			e := newEnv(t, pol, opts)
-			c2, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(addrPortOf(e.ln.Addr())))
+			c2, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
 			switch {
 			case errors.Is(err, syscall.ECONNRESET): // refused before the dial returned
 			case err != nil:

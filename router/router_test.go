@@ -19,6 +19,7 @@ import (
 	gosocks5 "github.com/things-go/go-socks5"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/rules"
@@ -78,7 +79,7 @@ func (o *origTable) set(client, dst netip.AddrPort) {
 // lookup waits (bounded) for the test to register the client, which it does right after
 // dialing.
 func (o *origTable) lookup(c *net.TCPConn) (netip.AddrPort, error) {
-	client := addrPortOf(c.RemoteAddr())
+	client := netaddr.AddrPort(c.RemoteAddr())
 	deadline := time.Now().Add(waitFor)
 	for time.Now().Before(deadline) {
 		o.mu.Lock()
@@ -242,7 +243,7 @@ func newEnv(t *testing.T, pol Policy, opts Options) *env {
 	if opts.Original == nil {
 		opts.Original = func(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
 			dst, err := e.orig.lookup(c)
-			return addrPortOf(c.RemoteAddr()), dst, err
+			return netaddr.AddrPort(c.RemoteAddr()), dst, err
 		}
 	}
 	opts.Control = e.marked.control
@@ -301,11 +302,11 @@ func (e *env) waitLog(want string) {
 // dial connects "through capture" to dst.
 func (e *env) dial(dst netip.AddrPort) *net.TCPConn {
 	e.t.Helper()
-	c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(addrPortOf(e.ln.Addr())))
+	c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.orig.set(addrPortOf(c.LocalAddr()), dst)
+	e.orig.set(netaddr.AddrPort(c.LocalAddr()), dst)
 	c.SetDeadline(time.Now().Add(waitFor))
 	e.t.Cleanup(func() { c.Close() })
 	return c

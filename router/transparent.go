@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/socks5"
@@ -93,7 +94,7 @@ type Flow struct {
 // and marked done here.
 func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 	p := r.pol.Load()
-	f := &Flow{ID: r.nextID.Add(1), Start: time.Now(), Src: addrPortOf(c.RemoteAddr())}
+	f := &Flow{ID: r.nextID.Add(1), Start: time.Now(), Src: netaddr.AddrPort(c.RemoteAddr())}
 	relayed := false
 	var release func()
 	defer func() {
@@ -158,7 +159,7 @@ func (r *Router) classify(c *net.TCPConn, f *Flow, p *compiled) (pf policy.Flow,
 	}
 	f.Src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
 	f.Dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
-	if f.Dst == addrPortOf(c.LocalAddr()) || f.Dst.Addr().IsUnspecified() {
+	if f.Dst == netaddr.AddrPort(c.LocalAddr()) || f.Dst.Addr().IsUnspecified() {
 		return pf, nil, errors.New("connection made to the listener itself, not redirected")
 	}
 	pf = policy.Flow{Network: rules.TCP, Src: f.Src.Addr(), Dst: f.Dst.Addr(), Port: f.Dst.Port()}
@@ -239,14 +240,6 @@ func (r *Router) dialDirect(ctx context.Context, dst netip.AddrPort, host string
 func reset(c *net.TCPConn) {
 	c.SetLinger(0)
 	c.Close()
-}
-
-func addrPortOf(a net.Addr) netip.AddrPort {
-	if t, ok := a.(*net.TCPAddr); ok {
-		ap := t.AddrPort()
-		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	}
-	return netip.AddrPort{}
 }
 
 // flowLevel is the level of f's record: warn for a flow that failed, info otherwise.

@@ -30,7 +30,7 @@ func newFlow(q *Query) flow {
 	}
 	f.app = lower(q.App)
 	if f.app == "" && f.path != "" {
-		f.app = baseName(f.path)
+		f.app = BaseName(f.path)
 	}
 	return f
 }
@@ -156,9 +156,9 @@ func normalizePath(s string) string {
 	return s
 }
 
-// baseName is the last element of a normalized path.
-func baseName(path string) string {
-	if i := strings.LastIndexByte(path, '/'); i >= 0 {
+// BaseName is the file name of a path, Windows ('\\') or Unix ('/') separated.
+func BaseName(path string) string {
+	if i := strings.LastIndexAny(path, `\/`); i >= 0 {
 		return path[i+1:]
 	}
 	return path

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/agentcage/router/internal/netaddr"
 )
 
 // IPRange is an inclusive range of addresses of one family; a CIDR or a single address is a
@@ -24,22 +26,14 @@ func (r IPRange) String() string {
 	if r.Lo == r.Hi {
 		return r.Lo.String()
 	}
-	if p, ok := r.prefix(); ok {
+	if p, ok := r.Prefix(); ok {
 		return p.String()
 	}
 	return r.Lo.String() + "-" + r.Hi.String()
 }
 
-// prefix returns the CIDR equal to the range, if there is one.
-func (r IPRange) prefix() (netip.Prefix, bool) {
-	for bits := 0; bits <= r.Lo.BitLen(); bits++ {
-		p := netip.PrefixFrom(r.Lo, bits).Masked()
-		if p.Addr() == r.Lo && lastAddr(p) == r.Hi {
-			return p, true
-		}
-	}
-	return netip.Prefix{}, false
-}
+// Prefix returns the CIDR equal to the range, if there is one.
+func (r IPRange) Prefix() (netip.Prefix, bool) { return netaddr.RangePrefix(r.Lo, r.Hi) }
 
 // RangeOfPrefix turns a CIDR into the range of its addresses.
 func RangeOfPrefix(p netip.Prefix) IPRange {
@@ -48,16 +42,7 @@ func RangeOfPrefix(p netip.Prefix) IPRange {
 		a, bits = a.Unmap(), bits-96
 	}
 	p = netip.PrefixFrom(a.WithZone(""), bits).Masked()
-	return IPRange{Lo: p.Addr(), Hi: lastAddr(p)}
-}
-
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
+	return IPRange{Lo: p.Addr(), Hi: netaddr.LastAddr(p)}
 }
 
 // ParseIPRange parses an address ("10.0.2.2", "::1"), a CIDR ("10.0.2.0/24") or a range of

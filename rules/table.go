@@ -1,11 +1,11 @@
 package rules
 
 import (
-	"encoding/binary"
 	"math/bits"
-	"net/netip"
 	"slices"
 	"sync"
+
+	"github.com/agentcage/router/internal/netaddr"
 )
 
 // Table is a rule set compiled for fast decisions. It is immutable after Compile and safe for
@@ -82,13 +82,13 @@ func (x *fieldIndex) lookup(f *flow, parts []set) []set {
 		}
 	case FieldSources:
 		if f.src.IsValid() {
-			parts = x.iv.lookup(addrKey(f.src), parts)
+			parts = x.iv.lookup(netaddr.KeyOf(f.src), parts)
 		}
 	case FieldPorts:
-		parts = x.iv.lookup(u128{0, uint64(f.port)}, parts)
+		parts = x.iv.lookup(netaddr.Key{Lo: uint64(f.port)}, parts)
 	case FieldHosts:
 		if x.iv != nil && f.dst.IsValid() {
-			parts = x.iv.lookup(addrKey(f.dst), parts)
+			parts = x.iv.lookup(netaddr.KeyOf(f.dst), parts)
 		}
 		if f.host == "" {
 			break
@@ -445,50 +445,19 @@ func (b *builder) services(rs []Rule) *fieldIndex {
 	return &fieldIndex{field: FieldServices, open: open, exact: b.keyed(lists)}
 }
 
-// u128 orders addresses and ports on one axis: an address's 16 bytes (IPv4 as ::ffff:a.b.c.d)
-// or a port in the low bits.
-type u128 struct{ hi, lo uint64 }
-
-func (a u128) less(b u128) bool { return a.hi < b.hi || a.hi == b.hi && a.lo < b.lo }
-
-func (a u128) compare(b u128) int {
-	switch {
-	case a.less(b):
-		return -1
-	case b.less(a):
-		return 1
-	}
-	return 0
-}
-
-func (a u128) next() (u128, bool) {
-	if a.lo == ^uint64(0) {
-		if a.hi == ^uint64(0) {
-			return a, false
-		}
-		return u128{a.hi + 1, 0}, true
-	}
-	return u128{a.hi, a.lo + 1}, true
-}
-
-func addrKey(a netip.Addr) u128 {
-	b := a.As16()
-	return u128{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
-}
-
 // intervals maps a point to the rules whose ranges hold it: the axis is cut into elementary
 // intervals at every range boundary, each with its set.
 type intervals struct {
-	starts []u128 // starts[i] begins interval i; interval i ends where i+1 begins
+	starts []netaddr.Key // starts[i] begins interval i; interval i ends where i+1 begins
 	sets   []set
 }
 
-func (iv *intervals) lookup(p u128, parts []set) []set {
+func (iv *intervals) lookup(p netaddr.Key, parts []set) []set {
 	// The last start <= p.
 	lo, hi := 0, len(iv.starts)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		if p.less(iv.starts[mid]) {
+		if p.Less(iv.starts[mid]) {
 			hi = mid
 		} else {
 			lo = mid + 1
@@ -501,7 +470,7 @@ func (iv *intervals) lookup(p u128, parts []set) []set {
 }
 
 type span struct {
-	lo, hi u128
+	lo, hi netaddr.Key
 	rule   uint32
 }
 
@@ -510,23 +479,23 @@ func (b *builder) intervals(spans []span) *intervals {
 	if len(spans) == 0 {
 		return nil
 	}
-	var cuts []u128
+	var cuts []netaddr.Key
 	for _, s := range spans {
 		cuts = append(cuts, s.lo)
-		if n, ok := s.hi.next(); ok {
+		if n, ok := s.hi.Next(); ok {
 			cuts = append(cuts, n)
 		}
 	}
-	slices.SortFunc(cuts, u128.compare)
+	slices.SortFunc(cuts, netaddr.Key.Compare)
 	cuts = slices.Compact(cuts)
-	find := func(p u128) int {
-		i, _ := slices.BinarySearchFunc(cuts, p, u128.compare)
+	find := func(p netaddr.Key) int {
+		i, _ := slices.BinarySearchFunc(cuts, p, netaddr.Key.Compare)
 		return i
 	}
 	lists := make([][]uint32, len(cuts))
 	for _, s := range spans {
 		end := len(cuts)
-		if n, ok := s.hi.next(); ok {
+		if n, ok := s.hi.Next(); ok {
 			end = find(n)
 		}
 		for i := find(s.lo); i < end; i++ {
@@ -548,7 +517,7 @@ func (b *builder) sources(rs []Rule) *fieldIndex {
 	var spans []span
 	for i := range rs {
 		for _, r := range rs[i].Sources {
-			spans = append(spans, span{addrKey(r.Lo), addrKey(r.Hi), uint32(i)})
+			spans = append(spans, span{netaddr.KeyOf(r.Lo), netaddr.KeyOf(r.Hi), uint32(i)})
 		}
 	}
 	return &fieldIndex{field: FieldSources, open: open, iv: b.intervals(spans)}
@@ -562,7 +531,7 @@ func (b *builder) ports(rs []Rule) *fieldIndex {
 	var spans []span
 	for i := range rs {
 		for _, p := range rs[i].Ports {
-			spans = append(spans, span{u128{0, uint64(p.Lo)}, u128{0, uint64(p.Hi)}, uint32(i)})
+			spans = append(spans, span{netaddr.Key{Lo: uint64(p.Lo)}, netaddr.Key{Lo: uint64(p.Hi)}, uint32(i)})
 		}
 	}
 	return &fieldIndex{field: FieldPorts, open: open, iv: b.intervals(spans)}
@@ -580,7 +549,7 @@ func (b *builder) hosts(rs []Rule) *fieldIndex {
 		for _, h := range rs[i].Hosts {
 			switch h.Kind {
 			case HostRange:
-				spans = append(spans, span{addrKey(h.Range.Lo), addrKey(h.Range.Hi), uint32(i)})
+				spans = append(spans, span{netaddr.KeyOf(h.Range.Lo), netaddr.KeyOf(h.Range.Hi), uint32(i)})
 			case HostName:
 				names[h.Name] = append(names[h.Name], uint32(i))
 			case HostSuffix:

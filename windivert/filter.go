@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/agentcage/router/internal/netaddr"
 )
 
 // Filter is an immutable expression of the WinDivert filter language (doc/windivert.html §7
@@ -307,7 +309,7 @@ func (a AddrField) InPrefix(p netip.Prefix) Filter {
 		return a.field(v4).Eq(IP(first))
 	}
 	f := a.field(v4)
-	return And(f.Cmp(OpGe, IP(first)), f.Cmp(OpLe, IP(lastAddr(p))))
+	return And(f.Cmp(OpGe, IP(first)), f.Cmp(OpLe, IP(netaddr.LastAddr(p))))
 }
 
 // InAnyPrefix is InPrefix for a set of prefixes, or'ed (False for none).
@@ -317,21 +319,6 @@ func (a AddrField) InAnyPrefix(ps ...netip.Prefix) Filter {
 		fs = append(fs, a.InPrefix(p))
 	}
 	return Or(fs...)
-}
-
-// lastAddr is the highest address of a masked prefix.
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Addr().AsSlice()
-	bits := p.Bits()
-	for i := range b {
-		for j := 0; j < 8; j++ {
-			if i*8+j >= bits {
-				b[i] |= 0x80 >> j
-			}
-		}
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }
 
 // And is the conjunction of fs; And() is True.

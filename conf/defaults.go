@@ -1,0 +1,27 @@
+package conf
+
+import (
+	"net/netip"
+	"time"
+)
+
+// This file is the one source of every default: the daemon, the capture, the DNS server and
+// the docs take theirs from here.
+
+// Defaults for keys the file leaves out.
+const (
+	DefaultListenerPort   = 47100 // [capture] listener_port: the transparent TCP listener
+	DefaultDNSPort        = 47153 // [capture] dns_port: where captured DNS is answered
+	DefaultMark           = 0x524f5554
+	DefaultTable          = "router"
+	DefaultDNSMode        = DNSFakeIP
+	DefaultResolver       = "1.1.1.1:53"
+	DefaultFakeTTL        = 10 * time.Second
+	DefaultIdleTimeout    = 15 * time.Minute // long enough for a model that thinks for minutes
+	DefaultConnectTimeout = 10 * time.Second
+	DefaultLogLevel       = "info"
+	DefaultLogFormat      = "text"
+)
+
+// DefaultPool is the fake-IP pool (RFC 2544 benchmarking space, never routed).
+func DefaultPool() netip.Prefix { return netip.MustParsePrefix("198.18.0.0/15") }

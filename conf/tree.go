@@ -1,0 +1,244 @@
+package conf
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentcage/router/rules"
+)
+
+// This file holds the primitives of decoding: the generic tree the TOML library produced,
+// walked with every key and type checked, errors collected with their lines. What the keys
+// mean is in schema.go; checks across keys in check.go.
+
+// decoder walks the generic tree the TOML library produced, checking every key and type,
+// and collects errors with their lines.
+type decoder struct {
+	file string
+	loc  *locator
+	opts Options
+	errs Errors
+}
+
+// at names a key for messages: its path (for the line) and how people call it.
+type at struct {
+	path  string // "rule[3].hosts[2]"
+	where string // `rule #3 "model", hosts`; empty means use path
+}
+
+func (a at) key(k string) at {
+	w := ""
+	if a.where != "" {
+		w = a.where + ", " + k
+	}
+	return at{path: a.path + "." + k, where: w}
+}
+
+func (a at) elem(i int) at {
+	w := ""
+	if a.where != "" {
+		w = a.where + "[" + strconv.Itoa(i+1) + "]"
+	}
+	return at{path: a.path + "[" + strconv.Itoa(i+1) + "]", where: w}
+}
+
+func (d *decoder) fail(a at, format string, args ...any) {
+	d.errs = append(d.errs, &Error{File: d.file, Line: d.loc.line(a.path), Key: a.path, Where: a.where, Msg: fmt.Sprintf(format, args...)})
+}
+
+// checkKeys reports keys of m that are not in allowed, in file order.
+func (d *decoder) checkKeys(a at, m map[string]any, allowed []string) {
+	var unknown []string
+	for k := range m {
+		if !slices.Contains(allowed, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	ka := func(k string) at {
+		if a.path == "" {
+			return at{path: k}
+		}
+		return a.key(k)
+	}
+	slices.SortFunc(unknown, func(x, y string) int { return d.loc.line(ka(x).path) - d.loc.line(ka(y).path) })
+	for _, k := range unknown {
+		msg := fmt.Sprintf("unknown key %q", k)
+		if s := suggest(k, allowed); s != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", s)
+		} else {
+			msg += " (known keys: " + strings.Join(allowed, ", ") + ")"
+		}
+		d.fail(ka(k), "%s", msg)
+	}
+}
+
+// suggest returns the allowed key closest to k, if it is close.
+func suggest(k string, allowed []string) string {
+	best, bestD := "", 3
+	for _, a := range allowed {
+		if dd := editDistance(k, a); dd < bestD {
+			best, bestD = a, dd
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case []map[string]any:
+		return "an array of tables"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+func (d *decoder) table(a at, v any) (map[string]any, bool) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		d.fail(a, "must be a table, not %s", typeName(v))
+	}
+	return m, ok
+}
+
+func (d *decoder) str(a at, v any) (string, bool) {
+	s, ok := v.(string)
+	if !ok {
+		d.fail(a, "must be a string, not %s", typeName(v))
+	}
+	return s, ok
+}
+
+func (d *decoder) boolean(a at, v any) (bool, bool) {
+	b, ok := v.(bool)
+	if !ok {
+		d.fail(a, "must be true or false, not %s", typeName(v))
+	}
+	return b, ok
+}
+
+func (d *decoder) array(a at, v any) ([]any, bool) {
+	xs, ok := v.([]any)
+	if !ok {
+		d.fail(a, "must be an array, not %s", typeName(v))
+	}
+	return xs, ok
+}
+
+// strings decodes an array of strings; a lone string is taken as an array of one.
+func (d *decoder) strings(a at, v any) []string {
+	if s, ok := v.(string); ok {
+		return []string{s}
+	}
+	xs, ok := d.array(a, v)
+	if !ok {
+		return nil
+	}
+	out := make([]string, 0, len(xs))
+	for i, x := range xs {
+		if s, ok := d.str(a.elem(i), x); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (d *decoder) port(a at, v any) (uint16, bool) {
+	n, ok := v.(int64)
+	if !ok {
+		d.fail(a, "must be a port number, not %s", typeName(v))
+		return 0, false
+	}
+	if n < 1 || n > 65535 {
+		d.fail(a, "%d is not a port (1-65535)", n)
+		return 0, false
+	}
+	return uint16(n), true
+}
+
+func (d *decoder) duration(a at, v any) (time.Duration, bool) {
+	s, ok := d.str(a, v)
+	if !ok {
+		return 0, false
+	}
+	t, err := time.ParseDuration(s)
+	if err != nil || t <= 0 {
+		d.fail(a, "%q is not a positive duration such as \"90s\" or \"15m\"", s)
+		return 0, false
+	}
+	return t, true
+}
+
+func (d *decoder) prefixes(a at, v any) []netip.Prefix {
+	var out []netip.Prefix
+	for i, s := range d.strings(a, v) {
+		r, err := rules.ParseIPRange(s)
+		if err != nil {
+			d.fail(a.elem(i), "%v", err)
+			continue
+		}
+		p, ok := r.Prefix()
+		if !ok {
+			d.fail(a.elem(i), "%q is a range; write a CIDR such as 10.0.2.0/24", s)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func (d *decoder) addrPort(a at, v any, what string) (netip.AddrPort, bool) {
+	s, ok := d.str(a, v)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		hint := ""
+		if h, _, e := net.SplitHostPort(s); e == nil && strings.EqualFold(h, "localhost") {
+			hint = "; write 127.0.0.1 for localhost"
+		}
+		d.fail(a, "%q is not an IP:port %s%s", s, what, hint)
+		return netip.AddrPort{}, false
+	}
+	if ap.Port() == 0 {
+		d.fail(a, "%q: port 0 is not a port (1-65535)", s)
+		return netip.AddrPort{}, false
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), true
+}

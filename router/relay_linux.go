@@ -1,0 +1,202 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The Linux engine relays every flow on a few epoll loops (one per GOMAXPROCS), the way
+// redsocks does on libevent, and moves the bytes with splice: socket → pipe → socket inside
+// the kernel. A flow handed to the engine leaves Go's poller (its descriptors are duplicated
+// and the *net.TCPConn closed), so a relayed flow holds no goroutine, no stack and no
+// buffer: about the size of one eflow while it is quiet. A pipe is taken only once the
+// source has bytes and given back as soon as the source has nothing more to give and the
+// pipe is empty (a receiver that does not take its bytes keeps the pipe that holds them).
+//
+// Each loop owns its flows: only the loop's goroutine touches an eflow after add, so the
+// per-event path takes no lock beyond one per epoll batch, allocates nothing, and reads the
+// clock once per batch. Sockets are registered edge-triggered for reading and writing once;
+// an event on one socket moves the direction it is the source of, and the direction it is
+// the blocked receiver of.
+
+const (
+	pipeSize   = 1 << 20 // F_SETPIPE_SZ; the kernel keeps the default 64 KiB if refused
+	spliceFlag = unix.SPLICE_F_MOVE | unix.SPLICE_F_NONBLOCK
+	maxEvents  = 256
+	// budget bounds the bytes one direction moves per turn, so one fast flow cannot starve
+	// the others of its loop; a direction that used its budget goes again after the batch.
+	budget = 4 << 20
+	// wakeSlot marks the loop's eventfd in the epoll data.
+	wakeSlot = -1
+	// maxTick and minTick bound the interval of the idle sweep (a quarter of the shortest
+	// idle timeout seen).
+	maxTick = time.Second
+	minTick = 10 * time.Millisecond
+)
+
+// engine is the set of loops of one Router. Its methods are safe for concurrent use.
+type engine struct {
+	pipes *pipePool
+	next  atomic.Uint32
+
+	mu     sync.Mutex // guards loops and closed
+	loops  []*loop    // started on first use
+	closed bool
+}
+
+func newEngine() *engine { return &engine{pipes: newPipePool(64)} }
+
+// loop returns the loop for a new flow, starting the loops on first use.
+func (e *engine) loop() (*loop, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, errClosed
+	}
+	if e.loops == nil {
+		n := runtime.GOMAXPROCS(0)
+		for range n {
+			l, err := newLoop(e.pipes)
+			if err != nil {
+				for _, l := range e.loops {
+					l.stop()
+				}
+				e.loops = nil
+				return nil, err
+			}
+			e.loops = append(e.loops, l)
+		}
+	}
+	return e.loops[int(e.next.Add(1))%len(e.loops)], nil
+}
+
+// Close ends the flows still running (with errClosed), stops the loops and releases the
+// pipes. Flows started afterwards fail at once.
+func (e *engine) Close() {
+	e.mu.Lock()
+	loops := e.loops
+	e.loops, e.closed = nil, true
+	e.mu.Unlock()
+	for _, l := range loops {
+		l.stop()
+	}
+	e.pipes.Close()
+}
+
+// start hands a and b to a loop; done is called once, after both descriptors are closed,
+// on the loop's goroutine or the caller's: it must not block.
+func (r *relay) start(a, b *net.TCPConn, done func(result)) {
+	fa, errA := detach(a)
+	fb, errB := detach(b)
+	l, err := r.engine.loop()
+	if err = errors.Join(errA, errB, err); err != nil {
+		for _, fd := range []int{fa, fb} {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+		done(result{err: err})
+		return
+	}
+	f := &eflow{fd: [2]int{fa, fb}, idle: r.idle, done: done}
+	// Move what is already there (the client's request, typically) on this goroutine, before
+	// the loop owns the flow: one wake-up less on the way of the first bytes.
+	now := l.now()
+	for s := range f.dir {
+		if err := l.pump(f, &f.dir[s], f.fd[s], f.fd[1-s], now); err != nil {
+			f.release(l.pipes)
+			done(result{up: f.dir[0].n, down: f.dir[1].n, err: err})
+			return
+		}
+	}
+	if f.dir[0].finished && f.dir[1].finished {
+		f.release(l.pipes)
+		done(result{up: f.dir[0].n, down: f.dir[1].n})
+		return
+	}
+	l.add(f)
+}
+
+// release closes f's descriptors (which takes them out of any epoll) and gives its pipes
+// back.
+func (f *eflow) release(pipes *pipePool) {
+	f.closed = true
+	closeFD(f.fd[0])
+	closeFD(f.fd[1])
+	for i := range f.dir {
+		if p := f.dir[i].p; p != nil {
+			pipes.put(p)
+			f.dir[i].p = nil
+		}
+	}
+}
+
+// pending reads what c has already received into buf without waiting (0 when nothing is
+// there, at EOF or on an error: the relay then finds out for itself).
+func pending(c *net.TCPConn, buf []byte) int {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	rc.Control(func(fd uintptr) {
+		for {
+			m, _, err := unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+			if err == unix.EINTR {
+				continue
+			}
+			if err == nil && m > 0 {
+				n = m
+			}
+			return
+		}
+	})
+	return n
+}
+
+// detach takes the socket out of Go's poller: it returns a duplicate descriptor (non-blocking
+// like the original, which shares its file description) and closes c.
+func detach(c *net.TCPConn) (int, error) {
+	defer c.Close()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return -1, fmt.Errorf("take connection: %w", err)
+	}
+	fd, derr := -1, error(nil)
+	if err := rc.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, fmt.Errorf("take connection: %w", err)
+	}
+	if derr != nil {
+		return -1, fmt.Errorf("take connection: %w", derr)
+	}
+	return fd, nil
+}
+
+// eflow is one relayed flow. After add, only its loop's goroutine touches it.
+type eflow struct {
+	slot   int32
+	fd     [2]int  // 0: client side (a), 1: upstream side (b)
+	dir    [2]edir // dir[s] is the direction whose source is fd[s]: 0 is up, 1 is down
+	idle   time.Duration
+	last   time.Duration // loop clock of the last byte moved either way
+	done   func(result)
+	closed bool
+	again  bool // queued to go on after the batch
+}
+
+// edir is one direction of a flow.
+type edir struct {
+	p        *pipe // nil while no bytes are in flight
+	n        int64
+	eof      bool          // the source reached EOF
+	finished bool          // EOF passed on (dst half-closed)
+	blocked  time.Duration // loop clock when dst refused bytes; 0 when it takes them
+	more     bool          // stopped at the budget with the source maybe still readable
+}
