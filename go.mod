@@ -6,6 +6,7 @@ require (
 	github.com/BurntSushi/toml v1.6.0
 	github.com/Microsoft/go-winio v0.6.4
 	github.com/google/nftables v0.3.0
+	github.com/google/uuid v1.6.0
 	github.com/lysShub/divert-go v0.0.0-20250418062248-28e4462def61
 	github.com/miekg/dns v1.1.73
 	github.com/things-go/go-socks5 v0.1.0
