@@ -87,6 +87,7 @@ const (
 	CodeNotSupported       Code = 50         // ERROR_NOT_SUPPORTED
 	CodeCallNotImplemented Code = 120        // ERROR_CALL_NOT_IMPLEMENTED
 	CodeEngineNotRunning   Code = 0x6D9      // EPT_S_NOT_REGISTERED: BFE is not running
+	CodeCannotSupport      Code = 0x6E4      // RPC_S_CANNOT_SUPPORT: what Wine's FwpmEngineOpen0 returns
 )
 
 var codeText = map[Code]string{
@@ -108,6 +109,7 @@ var codeText = map[Code]string{
 	CodeNotSupported:       "not supported",
 	CodeCallNotImplemented: "not implemented",
 	CodeEngineNotRunning:   "the Base Filtering Engine (BFE) is not running",
+	CodeCannotSupport:      "the filtering engine does not support the operation",
 }
 
 func (c Code) Error() string {
@@ -129,7 +131,7 @@ func (c Code) Is(target error) bool {
 	case ErrClosed:
 		return c == CodeInvalidHandle
 	case ErrUnavailable:
-		return c == CodeEngineNotRunning || c == CodeNotSupported || c == CodeCallNotImplemented
+		return c == CodeEngineNotRunning || c == CodeCannotSupport || c == CodeNotSupported || c == CodeCallNotImplemented
 	}
 	return false
 }
