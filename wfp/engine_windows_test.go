@@ -14,12 +14,9 @@ import (
 
 	"github.com/tailscale/wf"
 	"golang.org/x/sys/windows"
-)
 
-// underWine reports whether the test runs under Wine (its ntdll exports wine_get_version).
-func underWine() bool {
-	return windows.NewLazySystemDLL("ntdll.dll").NewProc("wine_get_version").Find() == nil
-}
+	"github.com/agentcage/router/internal/winetest"
+)
 
 // TestEngineHandle: wf.Session still keeps the engine handle where engineHandle reads it.
 func TestEngineHandle(t *testing.T) {
@@ -69,7 +66,7 @@ func TestCallStub(t *testing.T) {
 // handle), so our engine reports ErrUnavailable; the transaction calls and
 // FwpmGetAppIdFromFileName0 are bare stubs that abort the process when called.
 func TestWine(t *testing.T) {
-	if !underWine() {
+	if !winetest.UnderWine() {
 		t.Log("not under Wine: TestRealEngine covers Windows")
 		return
 	}
@@ -101,7 +98,7 @@ func TestWine(t *testing.T) {
 // It adds a provider, a sublayer and a filter with every condition the guard uses in one
 // transaction, lists them back, checks an aborted transaction leaves nothing, and closes.
 func TestRealEngine(t *testing.T) {
-	if underWine() {
+	if winetest.UnderWine() {
 		t.Log("under Wine: TestWine covers what Wine has")
 		return
 	}
