@@ -492,3 +492,61 @@ func TestEngineUnavailable(t *testing.T) {
 		t.Errorf("got %v, want ErrUnavailable", err)
 	}
 }
+
+// TestStates names every state in which the router is not running and shows the guard
+// holds in it: each starts from a machine where the service was installed and ran, and
+// does what that state does to the engine.
+func TestStates(t *testing.T) {
+	plan := mustPlan(t, baseEnv())
+	states := []struct {
+		name string
+		do   func(t *testing.T, eng *wfptest.Engine, svc *wfptest.Process, g *Guard)
+		want func(probe) wfp.Action
+	}{
+		{"crash (taskkill /F)", func(t *testing.T, _ *wfptest.Engine, svc *wfptest.Process, _ *Guard) { svc.Exit() }, installed},
+		{"stop (Disarm, close WinDivert, exit)", func(t *testing.T, _ *wfptest.Engine, svc *wfptest.Process, g *Guard) {
+			if err := g.Disarm(); err != nil {
+				t.Fatal(err)
+			}
+			svc.Exit()
+		}, installed},
+		{"engine read error (Disarm first, exit 1)", func(t *testing.T, _ *wfptest.Engine, svc *wfptest.Process, g *Guard) {
+			if err := g.Disarm(); err != nil {
+				t.Fatal(err)
+			}
+			svc.Exit()
+		}, installed},
+		{"restart window, then a bad config (the new process fails before Install)", func(t *testing.T, eng *wfptest.Engine, svc *wfptest.Process, _ *Guard) {
+			svc.Exit()
+			eng.Process("router, restarted with a broken config").Exit()
+		}, installed},
+		{"driver refused (Install done, WinDivert refused, exit before Arm)", func(t *testing.T, eng *wfptest.Engine, svc *wfptest.Process, _ *Guard) {
+			svc.Exit()
+			p := eng.Process("router, restarted")
+			if _, err := New(p, nil).Install(plan); err != nil {
+				t.Fatal(err)
+			}
+			p.Exit()
+		}, installed},
+		{"boot, before the BFE", func(t *testing.T, eng *wfptest.Engine, _ *wfptest.Process, _ *Guard) { eng.Reboot() }, boot},
+		{"boot, the service not started yet", func(t *testing.T, eng *wfptest.Engine, _ *wfptest.Process, _ *Guard) {
+			eng.Reboot()
+			eng.Boot()
+		}, installed},
+	}
+	for _, st := range states {
+		t.Run(st.name, func(t *testing.T) {
+			eng := newMachine()
+			svc := eng.Process("router service")
+			g := New(svc, nil)
+			if _, err := g.Install(plan); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Arm(); err != nil {
+				t.Fatal(err)
+			}
+			st.do(t, eng, svc, g)
+			expect(t, eng, st.name, probes(false), st.want)
+		})
+	}
+}
