@@ -5,8 +5,12 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -14,14 +18,45 @@ import (
 	"golang.org/x/sys/windows"
 	"golang.org/x/sys/windows/svc"
 	"golang.org/x/sys/windows/svc/mgr"
+
+	"github.com/agentcage/router/internal/winetest"
 )
 
-// TestExecute drives the control handler with the channels the service manager would use.
+// next waits for the next status the handler reports.
+func next(t *testing.T, status <-chan svc.Status) svc.Status {
+	t.Helper()
+	select {
+	case st := <-status:
+		return st
+	case <-time.After(10 * time.Second):
+		t.Fatal("no status from the handler")
+	}
+	return svc.Status{}
+}
+
+type result struct {
+	special bool
+	code    uint32
+}
+
+func execute(h *handler, requests chan svc.ChangeRequest, status chan svc.Status) <-chan result {
+	done := make(chan result, 1)
+	go func() {
+		s, c := h.Execute(nil, requests, status)
+		done <- result{s, c}
+	}()
+	return done
+}
+
+// TestExecute drives the control handler with the channels the service manager would use:
+// "start pending" until the daemon says the capture is armed, then "running".
 func TestExecute(t *testing.T) {
 	reloads := make(chan struct{}, 4)
-	ran := make(chan struct{})
-	h := &handler{run: func(ctx context.Context, reload <-chan struct{}) error {
-		close(ran)
+	arm := make(chan struct{})
+	h := newHandler(RunOptions{}, func(ctx context.Context, reload <-chan struct{}, armed func()) error {
+		<-arm
+		armed()
+		armed() // only the first counts
 		for {
 			select {
 			case <-ctx.Done():
@@ -30,27 +65,23 @@ func TestExecute(t *testing.T) {
 				reloads <- struct{}{}
 			}
 		}
-	}}
+	})
 	requests := make(chan svc.ChangeRequest)
 	status := make(chan svc.Status, 16)
-	type result struct {
-		special bool
-		code    uint32
+	done := execute(h, requests, status)
+	if st := next(t, status); st.State != svc.StartPending || st.Accepts != 0 || st.WaitHint == 0 {
+		t.Fatalf("first status %+v, want start pending accepting nothing, with a wait hint", st)
 	}
-	done := make(chan result, 1)
-	go func() {
-		s, c := h.Execute(nil, requests, status)
-		done <- result{s, c}
-	}()
-	<-ran
-	if st := <-status; st.State != svc.StartPending {
-		t.Fatalf("first status %v", st.State)
+	requests <- svc.ChangeRequest{Cmd: svc.Interrogate}
+	if st := next(t, status); st.State != svc.StartPending {
+		t.Fatalf("before arming, interrogate answered %v", st.State)
 	}
-	if st := <-status; st.State != svc.Running || st.Accepts&svc.AcceptStop == 0 || st.Accepts&svc.AcceptParamChange == 0 {
-		t.Fatalf("second status %+v", st)
+	close(arm)
+	if st := next(t, status); st.State != svc.Running || st.Accepts&svc.AcceptStop == 0 || st.Accepts&svc.AcceptParamChange == 0 {
+		t.Fatalf("after arming %+v", st)
 	}
-	requests <- svc.ChangeRequest{Cmd: svc.Interrogate, CurrentStatus: svc.Status{State: svc.Running}}
-	if st := <-status; st.State != svc.Running {
+	requests <- svc.ChangeRequest{Cmd: svc.Interrogate}
+	if st := next(t, status); st.State != svc.Running {
 		t.Fatalf("interrogate answered %v", st.State)
 	}
 	requests <- svc.ChangeRequest{Cmd: svc.ParamChange}
@@ -60,7 +91,7 @@ func TestExecute(t *testing.T) {
 		t.Fatal("ParamChange did not reload")
 	}
 	requests <- svc.ChangeRequest{Cmd: svc.Stop}
-	if st := <-status; st.State != svc.StopPending {
+	if st := next(t, status); st.State != svc.StopPending {
 		t.Fatalf("stop status %v", st.State)
 	}
 	if r := <-done; r.special || r.code != 0 {
@@ -68,40 +99,121 @@ func TestExecute(t *testing.T) {
 	}
 }
 
-// TestExecuteDaemonFails: a daemon that ends with an error makes the service fail, so the
-// recovery actions restart it.
-func TestExecuteDaemonFails(t *testing.T) {
-	h := &handler{run: func(ctx context.Context, reload <-chan struct{}) error { return errors.New("capture failed") }}
-	status := make(chan svc.Status, 16)
-	special, code := h.Execute(nil, make(chan svc.ChangeRequest), status)
-	if !special || code == 0 {
-		t.Fatalf("got %v %d, want a service-specific failure", special, code)
+// TestExecuteFailures: a daemon that fails, or ends by itself, or never arms, makes the
+// service fail, so the recovery actions restart it; it is never reported running when it
+// failed before arming.
+func TestExecuteFailures(t *testing.T) {
+	for name, d := range map[string]Daemon{
+		"error before arming": func(ctx context.Context, _ <-chan struct{}, _ func()) error { return errors.New("driver refused") },
+		"error after arming": func(ctx context.Context, _ <-chan struct{}, armed func()) error {
+			armed()
+			return errors.New("capture read failed")
+		},
+		"nil by itself": func(ctx context.Context, _ <-chan struct{}, armed func()) error { armed(); return nil },
+		"never arms": func(ctx context.Context, _ <-chan struct{}, _ func()) error {
+			<-ctx.Done()
+			if !errors.Is(context.Cause(ctx), errStartTimeout) {
+				return fmt.Errorf("cancelled with %v", context.Cause(ctx))
+			}
+			return nil
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			status := make(chan svc.Status, 16)
+			h := newHandler(RunOptions{StartTimeout: 200 * time.Millisecond}, d)
+			r := <-execute(h, make(chan svc.ChangeRequest), status)
+			if !r.special || r.code == 0 {
+				t.Fatalf("got %+v, want a service-specific failure", r)
+			}
+			close(status)
+			var states []string
+			for st := range status {
+				states = append(states, fmt.Sprint(st.State))
+			}
+			if name == "error before arming" || name == "never arms" {
+				for _, s := range states {
+					if s == fmt.Sprint(svc.Running) {
+						t.Errorf("reported running: %v", states)
+					}
+				}
+			}
+			if states[len(states)-1] != fmt.Sprint(svc.StopPending) {
+				t.Errorf("last status %v, want stop pending", states)
+			}
+		})
 	}
 }
 
-// TestInstallUninstall creates and deletes the service in the real service manager (under
-// Wine, the prefix's). Starting it is not tested: Wine's manager times out starting Go
-// services.
-func TestInstallUninstall(t *testing.T) {
+var serial atomic.Int32
+
+// uniqueName is a service name no other test (or test process) uses.
+func uniqueName() string {
+	return fmt.Sprintf("router-test-%d-%d", os.Getpid(), serial.Add(1))
+}
+
+// testInstall installs a service with a unique name into a temporary directory and
+// removes it when the test ends, whatever happens. Under Wine, which keeps no ACL on
+// files (it reports the current user's full access whatever was set), the directory
+// check is replaced after asserting that it refuses.
+func testInstall(t *testing.T, config string) (installOptions, error) {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Install(exe, "relative.toml"); err == nil {
-		t.Fatal("a relative config path was accepted")
+	o := installOptions{name: uniqueName(), exe: exe, config: config, dir: filepath.Join(winetest.TempDir(t), "router"),
+		winDivert: func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, "WinDivert.dll"), []byte("stand-in"), 0o644)
+		},
+		checkDir: checkAdminOnly}
+	t.Cleanup(func() { uninstall(o.name) })
+	t.Cleanup(func() {
+		for _, f := range []string{"router.exe", "WinDivert.dll"} {
+			os.Remove(filepath.Join(o.dir, f))
+		}
+		os.Remove(o.dir)
+	})
+	if winetest.UnderWine() && filepath.IsAbs(config) {
+		if err := install(o); err == nil || !strings.Contains(err.Error(), "may write there") {
+			t.Fatalf("under Wine the install directory must count as writable by the user: %v", err)
+		}
+		o.checkDir = func(string) error { return nil }
 	}
-	Uninstall() // a leftover from an interrupted run
-	if err := Install(exe, `C:\router\router.toml`); err != nil {
+	return o, install(o)
+}
+
+// TestInstallUninstall creates and deletes a service in the real service manager (under
+// Wine, the prefix's): the binary is the copy in the install directory, which only
+// administrators may write. Starting it is not tested: Wine's manager times out starting
+// Go services.
+func TestInstallUninstall(t *testing.T) {
+	if dir, err := InstallDir(); err != nil || !filepath.IsAbs(dir) || !strings.HasSuffix(dir, `\router`) {
+		t.Errorf("install dir %q, %v", dir, err)
+	}
+	if _, err := testInstall(t, "relative.toml"); err == nil || !strings.Contains(err.Error(), "absolute") {
+		t.Fatalf("a relative config path: %v", err)
+	}
+	o, err := testInstall(t, `C:\router\router.toml`)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Install(exe, `C:\router\router.toml`); err == nil {
-		t.Error("a second install did not fail")
+	if err := install(o); err == nil || !strings.Contains(err.Error(), "already installed") {
+		t.Errorf("a second install: %v", err)
+	}
+	for _, f := range []string{"router.exe", "WinDivert.dll"} {
+		if _, err := os.Stat(filepath.Join(o.dir, f)); err != nil {
+			t.Errorf("%s not installed: %v", f, err)
+		}
+	}
+	if err := o.checkDir(o.dir); err != nil {
+		t.Errorf("install directory: %v", err)
 	}
 	m, err := mgr.Connect()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := m.OpenService(Name)
+	defer m.Disconnect()
+	s, err := m.OpenService(o.name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,17 +227,60 @@ func TestInstallUninstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	m.Disconnect()
 	if qc.StartType != mgr.StartAutomatic || windows.UTF16PtrToString(qc.DisplayName) != DisplayName {
 		t.Errorf("start type %d, display name %q", qc.StartType, windows.UTF16PtrToString(qc.DisplayName))
 	}
-	if bin, want := windows.UTF16PtrToString(qc.BinaryPathName), `run --config C:\router\router.toml`; !strings.Contains(bin, want) {
-		t.Errorf("binary path %q lacks %q", bin, want)
+	bin := windows.UTF16PtrToString(qc.BinaryPathName)
+	// Quoted when it has spaces, as %ProgramFiles% has (no unquoted service path).
+	if want := syscall.EscapeArg(filepath.Join(o.dir, "router.exe")) + ` run --config C:\router\router.toml`; bin != want {
+		t.Errorf("binary path %q, want %q", bin, want)
 	}
-	if err := Uninstall(); err != nil {
+	if err := uninstall(o.name); err != nil {
 		t.Fatal(err)
 	}
-	if err := Uninstall(); err == nil {
+	if err := uninstall(o.name); err == nil {
 		t.Error("uninstalling twice did not fail")
 	}
+}
+
+// TestCheckAdminOnly: a directory users may write is refused.
+func TestCheckAdminOnly(t *testing.T) {
+	dir := winetest.TempDir(t)
+	sd, err := windows.SecurityDescriptorFromString("D:P(A;OICI;FA;;;BA)(A;OICI;0x1301bf;;;BU)") // Users: modify
+	if err != nil {
+		t.Fatal(err)
+	}
+	dacl, _, err := sd.DACL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := windows.SetNamedSecurityInfo(dir, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION|windows.PROTECTED_DACL_SECURITY_INFORMATION, nil, nil, dacl, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := "S-1-5-32-545 may write there" // Users
+	if winetest.UnderWine() {
+		want = "may write there" // Wine reports the current user instead
+	}
+	if err := checkAdminOnly(dir); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a directory Users may modify: %v, want %q", err, want)
+	}
+}
+
+func TestLockInstance(t *testing.T) {
+	name := uniqueName()
+	release, err := LockInstance(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
+	if _, err := LockInstance(name); !errors.Is(err, ErrAlreadyRunning) {
+		t.Errorf("second lock: %v", err)
+	}
+	release()
+	release()
+	again, err := LockInstance(name)
+	if err != nil {
+		t.Fatalf("lock after release: %v", err)
+	}
+	again()
 }

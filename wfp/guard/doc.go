@@ -1,0 +1,53 @@
+// Package guard is the router's fail-closed guard on Windows: WFP filters that block the
+// caged apps (hypervisors and the apps of proxy and block rules) whenever the router is
+// not running, and let them through to the capture only while it runs.
+//
+// Block by default, permit only while the daemon lives: the blocks are persistent (they
+// survive a crash, a stop, the service manager's restart delays, a broken config, a
+// refused driver and a reboot, and boot-time twins cover the boot before the filtering
+// engine starts); the permits live in a dynamic WFP session, which Windows deletes when
+// the process ends, however it ends. Adding or removing filters at the ALE layers makes
+// Windows re-authorize existing connections, so a permit's removal also cuts what it let
+// through.
+//
+// The pieces: NewPlan turns an Env (plain data: caged app paths, the router's path and
+// service, its ports, the forwards, local, the cage subnets) into the objects, with fixed
+// keys (UUIDv5 of a fixed namespace), so a reinstall replaces, never duplicates. Guard
+// installs (Install), arms (Arm), disarms (Disarm) and removes (Remove) them through a
+// wfp.Engine. ResolveApps finds the caged executables on the machine.
+//
+// How the daemon uses it (the order is the contract):
+//
+//	start:   Install(plan) → open listeners → open WinDivert → run the engine → Arm()
+//	reload:  Install(newPlan) (re-arms when armed)
+//	stop, or the engine failing: Disarm() → close WinDivert → exit non-zero
+//	         (the service manager restarts it; meanwhile the blocks hold)
+//	router service install: Install(plan) before the first start
+//	router cleanup, router service uninstall: Remove()
+//
+// Decisions where Windows leaves a choice:
+//   - "Remote is this machine" is the condition flag FWP_CONDITION_FLAG_IS_LOOPBACK:
+//     Windows sets it whenever both ends are this host, whatever the address, including
+//     the LAN and host-only addresses of its own interfaces (the same notion WinDivert
+//     calls loopback). No list of the host's addresses is kept, so nothing goes stale when
+//     an adapter changes. FWPM_CONDITION_IP_LOCAL_ADDRESS_TYPE only says unicast/multicast
+//     and cannot express it.
+//   - ICMP: the caged-app filters carry no protocol condition, so they hold for whatever
+//     the connect layers classify for the app (TCP, UDP, and ICMP sent from its sockets).
+//     Port conditions come with a TCP/UDP condition, because for ICMP Windows puts the
+//     type and code in the port fields.
+//   - With local = true, D2 lets every process's port-53 traffic through the connect
+//     layer while the router runs (the capture, below it, answers it); DoT (853) stays
+//     blocked, as the capture drops it. S2 lets the router's own DNS out at any time.
+//   - The router's accept permits are hard (they clear the action right): Windows
+//     Firewall, evaluated after the guard's sublayer, asks nobody for a service and
+//     blocks inbound on a Public network. The transparent listener and DNS take any
+//     source (reflected packets carry the original destination as source); each forward
+//     only its allowed sources, and D4 blocks the rest even if a firewall rule allowed
+//     router.exe. The permits name router.exe's app ID and, as a service, its service SID
+//     (the service's SID type must be "unrestricted").
+//   - The provider names no service: Windows would not enforce a provider's persistent
+//     filters while its service is disabled, and the blocks must hold then too.
+//   - The boot-time twins (P3, S1, H1) are blocks only: before the filtering engine
+//     starts nothing is permitted to the caged apps, the model port included.
+package guard

@@ -1,0 +1,24 @@
+#include <winsock2.h>
+#include <windows.h>
+#include <fwpmu.h>
+#include <stdio.h>
+#include <stddef.h>
+#define S(T) printf("%s size=%u\n", #T, (unsigned)sizeof(T))
+#define O(T,f) printf("%s.%s=%u\n", #T, #f, (unsigned)offsetof(T,f))
+int main(void){
+S(FWP_BYTE_BLOB); O(FWP_BYTE_BLOB,data);
+S(FWPM_DISPLAY_DATA0); O(FWPM_DISPLAY_DATA0,description);
+S(FWP_VALUE0); O(FWP_VALUE0,uint64);
+S(FWP_CONDITION_VALUE0); O(FWP_CONDITION_VALUE0,uint64);
+S(FWPM_ACTION0); O(FWPM_ACTION0,filterType);
+S(FWPM_FILTER_CONDITION0); O(FWPM_FILTER_CONDITION0,matchType); O(FWPM_FILTER_CONDITION0,conditionValue);
+S(FWPM_FILTER0); O(FWPM_FILTER0,displayData); O(FWPM_FILTER0,flags); O(FWPM_FILTER0,providerKey); O(FWPM_FILTER0,providerData);
+O(FWPM_FILTER0,layerKey); O(FWPM_FILTER0,subLayerKey); O(FWPM_FILTER0,weight); O(FWPM_FILTER0,numFilterConditions);
+O(FWPM_FILTER0,filterCondition); O(FWPM_FILTER0,action); O(FWPM_FILTER0,rawContext); O(FWPM_FILTER0,reserved); O(FWPM_FILTER0,filterId); O(FWPM_FILTER0,effectiveWeight);
+S(FWPM_SUBLAYER0); O(FWPM_SUBLAYER0,displayData); O(FWPM_SUBLAYER0,flags); O(FWPM_SUBLAYER0,providerKey); O(FWPM_SUBLAYER0,providerData); O(FWPM_SUBLAYER0,weight);
+S(FWPM_PROVIDER0); O(FWPM_PROVIDER0,displayData); O(FWPM_PROVIDER0,flags); O(FWPM_PROVIDER0,providerData); O(FWPM_PROVIDER0,serviceName);
+S(FWPM_SESSION0); O(FWPM_SESSION0,displayData); O(FWPM_SESSION0,flags); O(FWPM_SESSION0,txnWaitTimeoutInMSec); O(FWPM_SESSION0,processId); O(FWPM_SESSION0,sid); O(FWPM_SESSION0,username); O(FWPM_SESSION0,kernelMode);
+S(FWPM_FILTER_ENUM_TEMPLATE0); O(FWPM_FILTER_ENUM_TEMPLATE0,layerKey); O(FWPM_FILTER_ENUM_TEMPLATE0,enumType); O(FWPM_FILTER_ENUM_TEMPLATE0,flags); O(FWPM_FILTER_ENUM_TEMPLATE0,providerContextTemplate); O(FWPM_FILTER_ENUM_TEMPLATE0,numFilterConditions); O(FWPM_FILTER_ENUM_TEMPLATE0,filterCondition); O(FWPM_FILTER_ENUM_TEMPLATE0,actionMask); O(FWPM_FILTER_ENUM_TEMPLATE0,calloutKey);
+S(FWP_V4_ADDR_AND_MASK); S(FWP_V6_ADDR_AND_MASK); O(FWP_V6_ADDR_AND_MASK,prefixLength); S(FWP_RANGE0); O(FWP_RANGE0,valueHigh);
+printf("FWP_FILTER_ENUM_FLAG_INCLUDE_BOOTTIME=%u FWP_FILTER_ENUM_OVERLAPPING=%u FWP_CONDITION_FLAG_IS_LOOPBACK=%u\n", FWP_FILTER_ENUM_FLAG_INCLUDE_BOOTTIME, FWP_FILTER_ENUM_OVERLAPPING, FWP_CONDITION_FLAG_IS_LOOPBACK);
+return 0;}
