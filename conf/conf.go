@@ -11,11 +11,13 @@
 package conf
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -38,6 +40,17 @@ type Config struct {
 	Rules    []rules.Rule
 	// RuleLines[i] is the line of the [[rule]] header of Rules[i].
 	RuleLines []int
+
+	loc *locator // the lines of the file's keys; nil for a Config built in code
+}
+
+// Line returns the line where the file writes the key path (as in Error.Key, e.g.
+// "capture.vm_networks[2]"), or of the nearest enclosing table; 0 when unknown.
+func (c *Config) Line(path string) int {
+	if c == nil || c.loc == nil {
+		return 0
+	}
+	return c.loc.line(path)
 }
 
 // Proxy returns the upstream with the given name.
@@ -92,8 +105,18 @@ func (s Secret) LogValue() slog.Value         { return slog.StringValue(redacted
 
 // Capture says which traffic the router takes.
 type Capture struct {
+	// VMNetworks are the VM networks, as written plus the presets' defaults.
 	VMNetworks []netip.Prefix
-	Local      bool
+	// VMInterfaces are interface names (a trailing * matches any suffix) whose forwarded
+	// traffic is caged whole, any source and either family: as written plus the presets'.
+	// The platform adds the interfaces that carry an address inside VMNetworks.
+	VMInterfaces []string
+	// Hypervisors are the presets named; Presets what each expanded to on this OS, and
+	// CagedApps the processes they cage (besides the apps of proxy and block rules).
+	Hypervisors []string
+	Presets     []Preset
+	CagedApps   []rules.App
+	Local       bool
 	// LocalUDPAllow are UDP ports this host may still send to directly when Local (its other
 	// UDP and ICMP are refused: the router cannot proxy them); DHCP always may.
 	LocalUDPAllow []uint16
@@ -148,13 +171,23 @@ type Log struct {
 	Format string
 }
 
-// Options changes how Load reads secrets.
+// Options changes how Load reads secrets and expands presets.
 type Options struct {
 	// SkipSecrets leaves passwords unread (lint and explain need no secret).
 	SkipSecrets bool
+	// OS is the operating system presets expand for ("linux", "windows"); empty means the
+	// one the router runs on.
+	OS string
 	// LookupEnv and ReadFile default to os.LookupEnv and os.ReadFile.
 	LookupEnv func(string) (string, bool)
 	ReadFile  func(string) ([]byte, error)
+}
+
+func (o Options) goos() string {
+	if o.OS != "" {
+		return o.OS
+	}
+	return runtime.GOOS
 }
 
 // Load reads and validates the file at path.
@@ -175,22 +208,75 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 		opts.ReadFile = os.ReadFile
 	}
 	var raw map[string]any
+	loc := locate(string(data))
 	if _, err := toml.Decode(string(data), &raw); err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			key := pe.LastKey
-			msg := pe.Message
-			return nil, Errors{{File: name, Line: pe.Position.Line, Key: key, Msg: "syntax: " + lowerFirst(msg)}}
+			return nil, Errors{syntaxError(name, data, loc, pe)}
 		}
 		return nil, Errors{{File: name, Msg: "syntax: " + err.Error()}}
 	}
-	d := &decoder{file: name, loc: locate(string(data)), opts: opts}
+	d := &decoder{file: name, loc: loc, opts: opts}
 	cfg := d.config(raw)
+	cfg.loc = loc
 	if len(d.errs) > 0 {
 		sort.SliceStable(d.errs, func(i, j int) bool { return d.errs[i].Line < d.errs[j].Line })
 		return nil, d.errs
 	}
 	return cfg, nil
+}
+
+// syntaxError places a TOML syntax error for people: on the line of the offending
+// character (the library counts a newline that ends a line as the next line's), named
+// after the key or table written there rather than the last one the parser finished; and
+// when a value that began on an earlier line was never closed (a missing ']' at the end of
+// a line), on that line, with the line where the parser noticed.
+func syntaxError(file string, data []byte, loc *locator, pe toml.ParseError) *Error {
+	line := 1 + bytes.Count(data[:min(max(pe.Position.Start, 0), len(data))], []byte("\n"))
+	msg := "syntax: " + lowerFirst(pe.Message)
+	key, keyLine := loc.lastAt(line)
+	if text := lineText(data, line); strings.HasPrefix(text, "[") && !strings.Contains(text, "]") {
+		// A table header left open: name the table being written, not the one before.
+		key, keyLine = strings.Trim(text, "[ \t"), line
+	}
+	if key == "" {
+		key = pe.LastKey
+	}
+	if keyLine > 0 && keyLine < line && unclosed(data, pe) {
+		msg += fmt.Sprintf(" (the value of %s that begins on line %d is not closed; the parser noticed on line %d)", key, keyLine, line)
+		line = keyLine
+	}
+	return &Error{File: file, Line: line, Key: key, Msg: msg}
+}
+
+// lineText is line n of data (1-based), without its newline and surrounding blanks.
+func lineText(data []byte, n int) string {
+	for i := 1; i < n; i++ {
+		j := bytes.IndexByte(data, '\n')
+		if j < 0 {
+			return ""
+		}
+		data = data[j+1:]
+	}
+	if j := bytes.IndexByte(data, '\n'); j >= 0 {
+		data = data[:j]
+	}
+	return string(bytes.TrimSpace(data))
+}
+
+// unclosed reports whether pe is the parser meeting the next line's content while still
+// inside a value: a missing array terminator, or a bare word at the start of a line where a
+// value was expected.
+func unclosed(data []byte, pe toml.ParseError) bool {
+	if strings.Contains(pe.Message, "array terminator") {
+		return true
+	}
+	if !strings.HasPrefix(pe.Message, "expected value") {
+		return false
+	}
+	start := min(max(pe.Position.Start, 0), len(data))
+	lineStart := bytes.LastIndexByte(data[:start], '\n') + 1
+	return len(bytes.Trim(data[lineStart:start], " \t\r[")) == 0
 }
 
 func lowerFirst(s string) string {

@@ -62,7 +62,7 @@ func TestBadConfigs(t *testing.T) {
 }
 
 func TestSpecExample(t *testing.T) {
-	cfg, err := Load("../testdata/conf/virtualbox.toml", Options{LookupEnv: func(k string) (string, bool) {
+	cfg, err := Load("../testdata/conf/virtualbox.toml", Options{OS: "windows", LookupEnv: func(k string) (string, bool) {
 		if k == "ROUTER_PROXY_PASSWORD" {
 			return "s3cret-pw", true
 		}
@@ -72,10 +72,10 @@ func TestSpecExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, ok := cfg.Proxy("exit")
-	if !ok || p.Host != "proxy.example.net" || p.Port != 1080 || p.Username != "agent" || p.Password.Reveal() != "s3cret-pw" || p.Line != 4 {
+	if !ok || p.Host != "proxy.example.net" || p.Port != 1080 || p.Username != "agent" || p.Password.Reveal() != "s3cret-pw" || p.Line != 11 {
 		t.Errorf("proxy = %+v", p)
 	}
-	if got := cfg.Capture.VMNetworks; len(got) != 1 || got[0] != netip.MustParsePrefix("10.0.2.0/24") || !cfg.Capture.Local {
+	if c := cfg.Capture; len(c.VMNetworks) != 0 || len(c.CagedApps) != 3 || c.CagedApps[0].String() != "VirtualBoxVM.exe" || c.Local {
 		t.Errorf("capture = %+v", cfg.Capture)
 	}
 	f := cfg.Forwards[0]
@@ -89,20 +89,20 @@ func TestSpecExample(t *testing.T) {
 	if got, want := strings.Join(names, " "), "model-direct/direct/ hypervisor/proxy/exit default/direct/"; got != want {
 		t.Errorf("rules = %s, want %s", got, want)
 	}
-	if got, want := fmt.Sprint(cfg.RuleLines), "[21 27 33]"; got != want {
+	if got, want := fmt.Sprint(cfg.RuleLines), "[27 33 39]"; got != want {
 		t.Errorf("rule lines = %s, want %s", got, want)
 	}
 	if cfg.DNS.Mode != DNSFakeIP || cfg.DNS.Proxy != "exit" || cfg.DNS.Pool != DefaultPool() {
 		t.Errorf("dns = %+v", cfg.DNS)
 	}
-	// The model rule decides a guest's call to the model; the hypervisor's other traffic is
-	// proxied.
+	// The model rule decides a guest's call to the model; the hypervisor's other traffic
+	// (caged: the preset names its process) is proxied.
 	tbl := rules.Compile(cfg.Rules)
 	v := tbl.Decide(&rules.Query{Network: rules.TCP, App: "VBoxHeadless.exe", Dst: netip.MustParseAddr("127.0.0.1"), Port: 47831})
 	if v.Name != "model-direct" {
 		t.Errorf("model flow: %+v", v)
 	}
-	v = tbl.Decide(&rules.Query{Network: rules.TCP, App: "VBoxHeadless.exe", Dst: netip.MustParseAddr("203.0.113.10"), Port: 443})
+	v = tbl.Decide(&rules.Query{Network: rules.TCP, App: "VBoxHeadless.exe", Dst: netip.MustParseAddr("203.0.113.10"), Port: 443, Caged: true})
 	if v.Name != "hypervisor" || v.Proxy != "exit" {
 		t.Errorf("hypervisor flow: %+v", v)
 	}
@@ -119,6 +119,7 @@ func TestDefaults(t *testing.T) {
 		DNS:     DNS{Mode: DNSFakeIP, Resolver: DefaultResolver, Pool: DefaultPool(), TTL: DefaultFakeTTL},
 		Relay:   Relay{IdleTimeout: 15 * time.Minute, ConnectTimeout: 10 * time.Second},
 		Log:     Log{Level: "info", Format: "text"},
+		loc:     cfg.loc,
 	}
 	if fmt.Sprintf("%+v", *cfg) != fmt.Sprintf("%+v", want) {
 		t.Errorf("got  %+v\nwant %+v", *cfg, want)
@@ -142,8 +143,8 @@ direct_names = ["*.local", "nas.home.arpa"]
 idle_timeout = "30m"
 
 [[rule]]
-ports = 443
-hosts = "*.openai.com"
+ports = [443]
+hosts = ["*.openai.com"]
 action = "proxy"
 
 [[rule]]

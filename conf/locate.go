@@ -12,6 +12,14 @@ import (
 // of tables and array elements, as in error messages).
 type locator struct {
 	lines map[string]int
+	// defs are the table headers and keys (not array elements) in file order, for placing
+	// syntax errors.
+	defs []def
+}
+
+type def struct {
+	path string
+	line int
 }
 
 func (l *locator) line(path string) int {
@@ -29,6 +37,18 @@ func (l *locator) line(path string) int {
 		path = path[:i]
 	}
 	return 0
+}
+
+// lastAt returns the key or table header written last at or before line, and its line
+// ("" and 0 when none is).
+func (l *locator) lastAt(line int) (path string, at int) {
+	for _, d := range l.defs {
+		if d.line > line {
+			break
+		}
+		path, at = d.path, d.line
+	}
+	return path, at
 }
 
 func locate(src string) *locator {
@@ -64,6 +84,7 @@ func locate(src string) *locator {
 			if _, seen := l.lines[name]; !seen {
 				l.lines[name] = line
 			}
+			l.defs = append(l.defs, def{name, line})
 			s.skipLine()
 		default:
 			line := s.line
@@ -77,6 +98,7 @@ func locate(src string) *locator {
 				path = table + "." + key
 			}
 			l.lines[path] = line
+			l.defs = append(l.defs, def{path, line})
 			s.value(l, path)
 		}
 	}

@@ -15,12 +15,12 @@ import (
 var (
 	topKeys     = []string{"proxy", "capture", "forward", "dns", "relay", "log", "control", "rule"}
 	proxyKeys   = []string{"address", "username", "password_env", "password_file", "pipeline"}
-	captureKeys = []string{"vm_networks", "local", "local_udp_allow", "listener_port", "dns_port", "mark", "table"}
+	captureKeys = []string{"vm_networks", "vm_interfaces", "hypervisors", "local", "local_udp_allow", "listener_port", "dns_port", "mark", "table"}
 	forwardKeys = []string{"name", "listen", "connect", "allow", "unsafe_any_address"}
 	dnsKeys     = []string{"mode", "resolver", "proxy", "pool", "ttl", "direct_names"}
 	relayKeys   = []string{"idle_timeout", "connect_timeout"}
 	logKeys     = []string{"level", "format"}
-	ruleKeys    = []string{"name", "apps", "services", "sources", "hosts", "ports", "network", "action", "proxy"}
+	ruleKeys    = []string{"name", "apps", "services", "sources", "caged", "hosts", "ports", "network", "action", "proxy"}
 )
 
 // config decodes the whole file: every table, then the checks across keys (check.go).
@@ -196,6 +196,24 @@ func (d *decoder) capture(c *Config, v any) {
 	if v, ok := m["vm_networks"]; ok {
 		c.Capture.VMNetworks = d.prefixes(a.key("vm_networks"), v)
 	}
+	if v, ok := m["vm_interfaces"]; ok {
+		for i, s := range d.strings(a.key("vm_interfaces"), v) {
+			if err := checkInterface(s); err != nil {
+				d.fail(a.key("vm_interfaces").elem(i), "%v", err)
+				continue
+			}
+			c.Capture.VMInterfaces = append(c.Capture.VMInterfaces, s)
+		}
+	}
+	if v, ok := m["hypervisors"]; ok {
+		for i, s := range d.strings(a.key("hypervisors"), v) {
+			if _, why := LookupPreset(s, d.opts.goos()); why != "" {
+				d.fail(a.key("hypervisors").elem(i), "%q: %s", s, why)
+				continue
+			}
+			c.Capture.Hypervisors = append(c.Capture.Hypervisors, s)
+		}
+	}
 	if v, ok := m["local"]; ok {
 		c.Capture.Local, _ = d.boolean(a.key("local"), v)
 	}
@@ -233,6 +251,22 @@ func (d *decoder) capture(c *Config, v any) {
 			c.Capture.Table = s
 		}
 	}
+	d.expandPresets(c)
+}
+
+// checkInterface checks an interface name as Linux takes them (at most 15 bytes, no '/',
+// no space), with one trailing '*' allowed as a wildcard.
+func checkInterface(s string) error {
+	base := strings.TrimSuffix(s, "*")
+	switch {
+	case base == "":
+		return fmt.Errorf("%q is not an interface name", s)
+	case len(base) > 15:
+		return fmt.Errorf("interface name %q is longer than 15 bytes", s)
+	case strings.ContainsAny(base, "/ *:\t\n"):
+		return fmt.Errorf("interface name %q: only a trailing '*' may be a wildcard, and no '/', ':' or space", s)
+	}
+	return nil
 }
 
 func (d *decoder) forwards(c *Config, v any) {
@@ -353,8 +387,9 @@ func (d *decoder) dns(c *Config, v any) {
 		d.fail(a, "several proxies are defined: name the one that carries DNS with proxy = \"NAME\"")
 	}
 	if v, ok := m["pool"]; ok {
-		if ps := d.prefixes(a.key("pool"), v); len(ps) == 1 {
-			p := ps[0]
+		if _, isList := v.([]any); isList {
+			d.fail(a.key("pool"), "give one CIDR as a string, e.g. \"198.18.0.0/15\"")
+		} else if p, ok := d.prefix(a.key("pool"), v); ok {
 			switch {
 			case !p.Addr().Is4():
 				d.fail(a.key("pool"), "the fake-IP pool must be IPv4")
@@ -363,8 +398,6 @@ func (d *decoder) dns(c *Config, v any) {
 			default:
 				c.DNS.Pool = p
 			}
-		} else if len(ps) > 1 {
-			d.fail(a.key("pool"), "give one CIDR")
 		}
 	}
 	if v, ok := m["ttl"]; ok {
@@ -467,6 +500,14 @@ func (d *decoder) ruleFields(c *Config, r *rules.Rule, a at, m map[string]any) {
 		}
 	}
 	r.Sources = parseEach(d, a, m, "sources", rules.ParseIPRange)
+	if v, ok := m["caged"]; ok {
+		if b, ok := d.boolean(a.key("caged"), v); ok {
+			if !b {
+				d.fail(a.key("caged"), "caged = false matches nothing special; leave the key out to match any flow")
+			}
+			r.Caged = b
+		}
+	}
 	r.Hosts = parseEach(d, a, m, "hosts", rules.ParseHost)
 	if v, ok := m["ports"]; ok {
 		d.ports(r, a.key("ports"), v)
@@ -499,17 +540,15 @@ func parseEach[T any](d *decoder, a at, m map[string]any, key string, parse func
 	return out
 }
 
-// ports takes numbers, "443" and "8000-9000"; a lone value is an array of one.
+// ports takes an array of numbers, "443" and "8000-9000".
 func (d *decoder) ports(r *rules.Rule, a at, v any) {
 	xs, ok := v.([]any)
 	if !ok {
-		xs = []any{v}
+		d.fail(a, "must be an array of ports, e.g. [%s], not %s", tomlValue(v), typeName(v))
+		return
 	}
 	for i, x := range xs {
 		ea := a.elem(i)
-		if !ok {
-			ea = a
-		}
 		switch x := x.(type) {
 		case int64:
 			if x < 1 || x > 65535 {
@@ -528,4 +567,12 @@ func (d *decoder) ports(r *rules.Rule, a at, v any) {
 			d.fail(ea, "must be a port number or a \"lo-hi\" range, not %s", typeName(x))
 		}
 	}
+}
+
+// tomlValue writes a scalar as TOML would, for examples in messages.
+func tomlValue(v any) string {
+	if s, ok := v.(string); ok {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprint(v)
 }

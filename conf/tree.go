@@ -160,10 +160,12 @@ func (d *decoder) array(a at, v any) ([]any, bool) {
 	return xs, ok
 }
 
-// strings decodes an array of strings; a lone string is taken as an array of one.
+// strings decodes an array of strings. A lone string is an error that shows the array it
+// should be: the key holds a list, and a scalar there is usually a slip.
 func (d *decoder) strings(a at, v any) []string {
 	if s, ok := v.(string); ok {
-		return []string{s}
+		d.fail(a, "must be an array of strings, e.g. [%q], not a string", s)
+		return nil
 	}
 	xs, ok := d.array(a, v)
 	if !ok {
@@ -207,19 +209,34 @@ func (d *decoder) duration(a at, v any) (time.Duration, bool) {
 func (d *decoder) prefixes(a at, v any) []netip.Prefix {
 	var out []netip.Prefix
 	for i, s := range d.strings(a, v) {
-		r, err := rules.ParseIPRange(s)
-		if err != nil {
-			d.fail(a.elem(i), "%v", err)
-			continue
+		if p, ok := d.parsePrefix(a.elem(i), s); ok {
+			out = append(out, p)
 		}
-		p, ok := r.Prefix()
-		if !ok {
-			d.fail(a.elem(i), "%q is a range; write a CIDR such as 10.0.2.0/24", s)
-			continue
-		}
-		out = append(out, p)
 	}
 	return out
+}
+
+// prefix decodes one CIDR given as a string.
+func (d *decoder) prefix(a at, v any) (netip.Prefix, bool) {
+	s, ok := d.str(a, v)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	return d.parsePrefix(a, s)
+}
+
+func (d *decoder) parsePrefix(a at, s string) (netip.Prefix, bool) {
+	r, err := rules.ParseIPRange(s)
+	if err != nil {
+		d.fail(a, "%v", err)
+		return netip.Prefix{}, false
+	}
+	p, ok := r.Prefix()
+	if !ok {
+		d.fail(a, "%q is a range; write a CIDR such as 10.0.2.0/24", s)
+		return netip.Prefix{}, false
+	}
+	return p, true
 }
 
 func (d *decoder) addrPort(a at, v any, what string) (netip.AddrPort, bool) {

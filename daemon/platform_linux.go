@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"syscall"
 
 	"github.com/agentcage/router/conf"
@@ -17,20 +18,26 @@ import (
 
 // linuxPlatform captures with nftables and attributes local flows through sock_diag.
 type linuxPlatform struct {
+	log    *slog.Logger
 	finder *proc.LinuxFinder
 	host   hostAddrs
 }
 
 // NewPlatform returns the capture of this operating system.
 func NewPlatform(log *slog.Logger) Platform {
-	return &linuxPlatform{finder: proc.NewLinuxFinder(proc.LinuxFinderConfig{Logger: log})}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &linuxPlatform{log: log, finder: proc.NewLinuxFinder(proc.LinuxFinderConfig{Logger: log})}
 }
 
-// Spec is the nftables capture a config asks for.
+// Spec is the nftables capture a config asks for, with the interfaces that face its VM
+// networks as they are now (see vmInterfaces).
 func Spec(cfg *conf.Config) nftcap.Spec {
 	s := nftcap.Spec{
 		Table:         cfg.Capture.Table,
 		VMNetworks:    cfg.Capture.VMNetworks,
+		VMInterfaces:  vmInterfaces(cfg, net.Interfaces),
 		Local:         cfg.Capture.Local,
 		LocalUDPAllow: cfg.Capture.LocalUDPAllow,
 		ListenerPort:  cfg.Capture.ListenerPort,
@@ -50,7 +57,16 @@ func (p *linuxPlatform) Env() policy.Env { return policy.Env{HostAddr: p.host.Ha
 // decides the rest, and DNS reaches the daemon's DNS server through its redirect, so neither
 // the compiled policy nor the server is needed here.
 func (p *linuxPlatform) Install(cfg *conf.Config, _ *policy.Policy, _ *dns.Server) error {
-	return nftcap.Install(Spec(cfg))
+	s := Spec(cfg)
+	if err := nftcap.Install(s); err != nil {
+		return err
+	}
+	// The table is in place; a state directory that cannot be written costs the boot unit
+	// its fallback, not the running guard.
+	if err := saveGuard(cfg.File, s); err != nil {
+		p.log.Warn("the last good guard was not saved: a boot whose config cannot be read will not find it", "err", err)
+	}
+	return nil
 }
 
 // FromVM: a redirected connection whose source is not an address of this machine was
@@ -100,3 +116,35 @@ func (p *linuxPlatform) Resolver() (string, error) {
 
 // Cleanup removes the router's capture table.
 func Cleanup(table string) error { return nftcap.Remove(table) }
+
+// vmInterfaces are the interfaces caged whole: those the config names (and its presets),
+// and every interface other than lo that carries an address inside a VM network (the
+// host's VM-facing side: its guests are caged with any source address). An interface that
+// appears later is caged by name only, or at the next install.
+func vmInterfaces(cfg *conf.Config, list func() ([]net.Interface, error)) []string {
+	out := slices.Clone(cfg.Capture.VMInterfaces)
+	ifs, err := list()
+	if err != nil {
+		return out
+	}
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagLoopback != 0 || slices.Contains(out, ifc.Name) {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			p, err := netip.ParsePrefix(a.String())
+			if err != nil {
+				continue
+			}
+			if slices.ContainsFunc(cfg.Capture.VMNetworks, func(n netip.Prefix) bool { return n.Contains(p.Addr().Unmap()) }) {
+				out = append(out, ifc.Name)
+				break
+			}
+		}
+	}
+	return out
+}

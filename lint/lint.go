@@ -23,6 +23,8 @@ type Severity string
 const (
 	Error   Severity = "error"
 	Warning Severity = "warning"
+	// Note says what the config expands to (presets); it never changes the exit status.
+	Note Severity = "note"
 )
 
 // Checks, as named in findings.
@@ -53,6 +55,9 @@ type Host struct {
 	Addrs    []netip.Addr
 	Prefixes []netip.Prefix
 	Name     string
+	// OS is the operating system app names and presets are judged for; empty means the one
+	// lint runs on.
+	OS string
 }
 
 // natHostAlias is the host as a VirtualBox or QEMU NAT guest sees it.
@@ -66,6 +71,7 @@ func Check(cfg *conf.Config, h Host) []Finding {
 	l.forwards()
 	l.proxies()
 	l.capture()
+	l.cage()
 	return l.out
 }
 
@@ -89,6 +95,9 @@ func (l *linter) ruleLine(i int) int {
 	}
 	return 0
 }
+
+// line is the line of a key path, 0 when the file does not write it.
+func (l *linter) line(path string) int { return l.cfg.Line(path) }
 
 func (l *linter) ruleRef(i int) string {
 	return "rule #" + strconv.Itoa(i+1) + " " + strconv.Quote(l.cfg.Rules[i].Name)
@@ -187,9 +196,7 @@ func (l *linter) rules() {
 	}
 }
 
-func isCatchAll(r *rules.Rule) bool {
-	return r.Network == rules.AnyNetwork && len(r.Sources) == 0 && len(r.Hosts) == 0 && len(r.Ports) == 0 && len(r.Apps) == 0 && len(r.Services) == 0
-}
+func isCatchAll(r *rules.Rule) bool { return r.Network == rules.AnyNetwork && r.Bare() }
 
 // maxPieces bounds the work of the subtraction; past it a rule is taken as reachable.
 const maxPieces = 4096
@@ -380,9 +387,11 @@ func (l *linter) proxies() {
 }
 
 func (l *linter) capture() {
-	if len(l.cfg.Capture.VMNetworks) == 0 && !l.cfg.Capture.Local {
+	c := &l.cfg.Capture
+	apps := len(c.CagedApps) > 0 && l.goos() == "windows" // Windows captures caged processes whatever local says
+	if len(c.VMNetworks) == 0 && len(c.VMInterfaces) == 0 && !c.Local && !apps {
 		l.add(Finding{Severity: Warning, Check: CheckNothingCaught,
-			Message: "[capture] has no vm_networks and local = false: the router takes no traffic",
-			Fix:     "list the VM subnets in vm_networks, or set local = true for app rules"})
+			Message: "[capture] has no vm_networks, vm_interfaces or hypervisors and local = false: the router takes no traffic",
+			Fix:     "name the hypervisors, list the VM subnets in vm_networks, or set local = true for app rules"})
 	}
 }

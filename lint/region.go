@@ -21,10 +21,28 @@ type box struct {
 	ports *ivset          // nil: any port
 	apps  []rules.App     // nil: any process, known or not
 	svcs  []string        // nil: any
+	cage  cageSide        // which flows, caged or not
 }
+
+// cageSide is the caged dimension of a box: whether a flow is caged is treated as free of
+// the other fields (a superset of the real flows, so a subtraction that covers it covers
+// the real ones too).
+type cageSide uint8
+
+const (
+	anyCage   cageSide = iota
+	cagedOnly          // caged = true
+	hostOnly           // a bare direct rule: this host's own flows only
+)
 
 func boxOf(r *rules.Rule) box {
 	b := box{apps: r.Apps, svcs: r.Services}
+	switch {
+	case r.Caged:
+		b.cage = cagedOnly
+	case r.Bare() && r.Action == rules.Direct:
+		b.cage = hostOnly
+	}
 	if r.Network != rules.AnyNetwork {
 		b.net = []rules.Network{r.Network}
 	}
@@ -357,6 +375,9 @@ func netsOf(n []rules.Network) []rules.Network {
 }
 
 func (b box) overlaps(o box) bool {
+	if b.cage != anyCage && o.cage != anyCage && b.cage != o.cage {
+		return false
+	}
 	if !slices.ContainsFunc(netsOf(b.net), func(n rules.Network) bool { return slices.Contains(netsOf(o.net), n) }) {
 		return false
 	}
@@ -403,6 +424,13 @@ func (r box) minus(a box) []box {
 	}
 	var out []box
 	cur := r
+	// caged or not
+	if a.cage != anyCage && cur.cage == anyCage {
+		piece := cur
+		piece.cage = cagedOnly + hostOnly - a.cage // the other side
+		out = append(out, piece)
+		cur.cage = a.cage
+	}
 	// network
 	if a.net != nil {
 		rest := slices.DeleteFunc(slices.Clone(netsOf(cur.net)), func(n rules.Network) bool { return slices.Contains(a.net, n) })

@@ -25,6 +25,7 @@
 //	 prerouting  nat, hook prerouting, priority dstnat-10 (ahead of libvirt/docker dstnat)
 //	   iif lo                               return   (the host's own packets)
 //	   ip saddr @vm4 / ip6 saddr @vm6       goto vm_capture
+//	   iifname "virbr0" / "vboxnet*" ...    goto vm_capture   (VMInterfaces: any source)
 //	 vm_capture
 //	   udp|tcp dport 53                     redirect to :D   (any destination, the host's
 //	                                                           resolver too; D=0: return,
@@ -44,10 +45,13 @@
 //	 output_guard  filter, hook output    only when Local
 //	   meta mark M / oif lo                 return   (own sockets; redirected DNS and TCP)
 //	   udp|tcp dport 53                     goto refuse  (only when D=0)
-//	   local, link-local, multicast dst     return
+//	   icmpv6 type {nd-*, mld-*} / igmp     return   (the link's control traffic)
+//	   fib daddr type local                 return
+//	   loopback, link-local unicast dst     return
 //	   tcp                                  return   (captured by the nat output chain)
-//	   udp dport {67, 547, LocalUDPAllow}   return   (DHCP, e.g. NTP if allowed)
-//	   everything else (UDP, ICMP, ...)     goto refuse  (the router cannot proxy it)
+//	   udp dport {67,68,546,547, LocalUDPAllow}  return   (DHCP, e.g. NTP if allowed)
+//	   everything else (UDP, multicast and broadcast included, ICMP, ...)
+//	                                        goto refuse  (the router cannot proxy it)
 //
 //	 input       filter, hook input, priority filter, policy accept
 //	   jump antispoof
@@ -56,6 +60,7 @@
 //	   ip daddr 192.168.122.1 tcp dport 47831  goto forward_0   (one per forward)
 //	   iif lo                               accept
 //	   ip saddr @vm4 / ip6 saddr @vm6       goto vm_input
+//	   iifname (each VMInterface)           goto vm_input
 //	 forward_N   (Allow of forward N)
 //	   ip saddr {allow4} / ip6 saddr {allow6}  accept
 //	   goto refuse
@@ -69,6 +74,8 @@
 //	   jump antispoof
 //	   ip saddr @vm4 / ip6 saddr @vm6       goto refuse  (not redirected: not proxiable)
 //	   ip daddr @vm4 / ip6 daddr @vm6       drop
+//	   iifname (each VMInterface)           goto refuse
+//	   oifname (each VMInterface)           drop
 //	 antispoof   first packet of a flow must route back via its input interface
 //	   ct state established,related / iif lo / ip saddr 0.0.0.0 / ip6 saddr ::  return
 //	   fib saddr . mark . iif oif missing   drop
@@ -86,17 +93,21 @@
 //     is redirected to 127.0.0.1 / ::1: the DNS server must answer from the address a query
 //     was sent to (IP_PKTINFO / IPV6_PKTINFO, as miekg/dns does), or conntrack cannot map
 //     the answer back.
-//   - Everything else from a VM network is refused: forwarded traffic of any protocol and
-//     family, the host's services (only the forwards, DHCP, neighbour discovery and the
-//     listeners), and spoofed sources outside the VM networks (antispoof). Refused means
+//   - Everything else from a VM network or a VM interface is refused: forwarded traffic of
+//     any protocol and family, the host's services (only the forwards, DHCP, neighbour
+//     discovery and the listeners), and spoofed sources outside the VM networks
+//     (antispoof). A VM interface is caged whole: a guest address outside VMNetworks (a
+//     second IPv4 address, any IPv6 address, link-local included) is caged like the listed
+//     ones. Refused means
 //     a TCP reset or an ICMP administratively-prohibited error, so clients fail at once;
 //     broadcast and multicast are dropped silently. Traffic forwarded *to* a VM network is
 //     dropped. VMNetworks must cover every network routed to VM-facing interfaces.
 //   - Forward listen addresses take only their Allow sources, from anywhere (a LAN host or
 //     the host itself included); others are refused.
 //   - With Local, the host's own TCP and DNS are captured like a VM's, except sockets
-//     carrying Mark (exact match), loopback and the host's own addresses; only TCP and DNS
-//     are captured, the host's other UDP is left alone.
+//     carrying Mark (exact match), loopback and the host's own addresses; the host's other
+//     UDP (multicast and broadcast included) and ICMP are refused, but for DHCP,
+//     LocalUDPAllow and the link's control messages (neighbour discovery, MLD, IGMP).
 //   - Other tables are untouched; traffic that involves no VM network and no listener port
 //     passes (policies accept), except spoofed first packets (antispoof).
 //

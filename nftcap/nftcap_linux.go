@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -123,7 +124,7 @@ func (b *builder) replace(s Spec) error {
 	b.refuseAndAntispoof()
 	b.capture(s, vm)
 	b.input(s, vm)
-	b.forward(vm)
+	b.forward(s, vm)
 	return b.err
 }
 
@@ -203,6 +204,9 @@ func (b *builder) capture(s Spec, vm vmSets) {
 	b.rule(chainPrerouting, iifLo(), verdict(expr.VerdictReturn))
 	b.rule(chainPrerouting, saddrIn(vm.v4, false), goTo(chainVMCapture))
 	b.rule(chainPrerouting, saddrIn(vm.v6, true), goTo(chainVMCapture))
+	for _, i := range s.VMInterfaces {
+		b.rule(chainPrerouting, ifname(expr.MetaKeyIIFNAME, i), goTo(chainVMCapture))
+	}
 
 	if !s.Local {
 		return
@@ -225,11 +229,20 @@ func (b *builder) capture(s Spec, vm vmSets) {
 	if s.DNSPort == 0 {
 		b.rule(g, b.dnsMatch(), goTo(chainRefuse))
 	}
-	b.rule(g, b.fibDaddrTypeIn(unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_MULTICAST), verdict(expr.VerdictReturn))
-	b.rule(g, nfproto(unix.NFPROTO_IPV4), daddr(false), b.anonPrefixSet(false, notCaptured(false)), verdict(expr.VerdictReturn))
-	b.rule(g, nfproto(unix.NFPROTO_IPV6), daddr(true), b.anonPrefixSet(true, notCaptured(true)), verdict(expr.VerdictReturn))
+	// The link's own control traffic: IPv6 neighbour discovery and router advertisements
+	// (to VM networks too: without them the guests lose IPv6), multicast listener reports,
+	// IGMP.
+	b.rule(g, l4proto(unix.IPPROTO_ICMPV6), b.icmp6TypeIn(mldQuery, mldReport, mldDone, ndRouterSolicit, ndRouterAdvert,
+		ndNeighborSolicit, ndNeighborAdvert, ndRedirect, mld2Report), verdict(expr.VerdictReturn))
+	b.rule(g, l4proto(unix.IPPROTO_IGMP), verdict(expr.VerdictReturn))
+	// This host and its unicast link addresses; multicast and broadcast UDP are refused like
+	// any other UDP (mDNS, SSDP, LLMNR announce this host to the link; list their ports in
+	// local_udp_allow to let them out).
+	b.rule(g, b.fibDaddrTypeIn(unix.RTN_LOCAL), verdict(expr.VerdictReturn))
+	b.rule(g, nfproto(unix.NFPROTO_IPV4), daddr(false), b.anonPrefixSet(false, localUnicast(false)), verdict(expr.VerdictReturn))
+	b.rule(g, nfproto(unix.NFPROTO_IPV6), daddr(true), b.anonPrefixSet(true, localUnicast(true)), verdict(expr.VerdictReturn))
 	b.rule(g, l4proto(unix.IPPROTO_TCP), verdict(expr.VerdictReturn))
-	b.rule(g, l4proto(unix.IPPROTO_UDP), b.thDportIn(append([]uint16{67, 547}, s.LocalUDPAllow...)...), verdict(expr.VerdictReturn))
+	b.rule(g, l4proto(unix.IPPROTO_UDP), b.thDportIn(append([]uint16{67, 68, 546, 547}, s.LocalUDPAllow...)...), verdict(expr.VerdictReturn))
 	b.rule(g, goTo(chainRefuse))
 }
 
@@ -262,6 +275,9 @@ func (b *builder) input(s Spec, vm vmSets) {
 	b.rule(chainInput, iifLo(), verdict(expr.VerdictAccept))
 	b.rule(chainInput, saddrIn(vm.v4, false), goTo(chainVMInput))
 	b.rule(chainInput, saddrIn(vm.v6, true), goTo(chainVMInput))
+	for _, i := range s.VMInterfaces {
+		b.rule(chainInput, ifname(expr.MetaKeyIIFNAME, i), goTo(chainVMInput))
+	}
 
 	// vm_input: the host is off limits to VM sources.
 	b.rule(chainVMInput, ctStateIn(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
@@ -294,12 +310,30 @@ func listenMatch(a netip.Addr) []expr.Any {
 
 // forward queues the forward chain: nothing from or to a VM network is forwarded; it was
 // not redirected, so the router cannot proxy it.
-func (b *builder) forward(vm vmSets) {
+func (b *builder) forward(s Spec, vm vmSets) {
 	b.rule(chainForward, jump(chainAntispoof))
 	b.rule(chainForward, saddrIn(vm.v4, false), goTo(chainRefuse))
 	b.rule(chainForward, saddrIn(vm.v6, true), goTo(chainRefuse))
 	b.rule(chainForward, daddrIn(vm.v4, false), counter(), verdict(expr.VerdictDrop))
 	b.rule(chainForward, daddrIn(vm.v6, true), counter(), verdict(expr.VerdictDrop))
+	for _, i := range s.VMInterfaces {
+		b.rule(chainForward, ifname(expr.MetaKeyIIFNAME, i), goTo(chainRefuse))
+		b.rule(chainForward, ifname(expr.MetaKeyOIFNAME, i), counter(), verdict(expr.VerdictDrop))
+	}
+}
+
+// ifname matches an interface name (key IIFNAME or OIFNAME); a trailing '*' matches any
+// suffix, as in nft: the comparison then covers the prefix only, without the terminating
+// NUL.
+func ifname(key expr.MetaKey, name string) []expr.Any {
+	var data []byte
+	if base, wild := strings.CutSuffix(name, "*"); wild {
+		data = []byte(base)
+	} else {
+		data = make([]byte, unix.IFNAMSIZ)
+		copy(data, name)
+	}
+	return []expr.Any{&expr.Meta{Key: key, Register: 1}, cmpEq(data)}
 }
 
 func iifLo() []expr.Any { return metaEq(expr.MetaKeyIIF, native32(loopbackIfindex)) }
@@ -309,11 +343,18 @@ func forwardChain(i int) string { return fmt.Sprintf("forward_%d", i) }
 // loopbackIfindex is the index of lo, the first interface of every network namespace.
 const loopbackIfindex = 1
 
-// ICMPv6 neighbour discovery types (RFC 4861 section 4).
+// ICMPv6 neighbour discovery (RFC 4861 section 4) and multicast listener discovery (RFC
+// 2710, RFC 3810) types.
 const (
+	mldQuery          = 130
+	mldReport         = 131
+	mldDone           = 132
 	ndRouterSolicit   = 133
+	ndRouterAdvert    = 134
 	ndNeighborSolicit = 135
 	ndNeighborAdvert  = 136
+	ndRedirect        = 137
+	mld2Report        = 143
 )
 
 // notCaptured are the destinations capture_tcp never redirects, besides what fib calls
@@ -323,6 +364,18 @@ func notCaptured(v6 bool) []netip.Prefix {
 	var out []netip.Prefix
 	for _, p := range policy.LocalPrefixes() {
 		if p.Addr().Is6() == v6 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// localUnicast are the unicast local destinations of one family: the policy's local
+// prefixes without multicast and broadcast.
+func localUnicast(v6 bool) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range notCaptured(v6) {
+		if !p.Addr().IsMulticast() && p.Addr() != netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
 			out = append(out, p)
 		}
 	}

@@ -19,6 +19,11 @@ type Spec struct {
 	// their forwarded traffic is refused, and of the host they reach only what the package
 	// doc lists. Empty means no VM capture (the listener ports stay guarded).
 	VMNetworks []netip.Prefix
+	// VMInterfaces are interfaces whose forwarded traffic is caged whole, like a VM
+	// network's, whatever its source address and family: names as Linux spells them, a
+	// trailing '*' matching any suffix ("vboxnet*"). An interface that does not exist (yet)
+	// matches nothing until it appears.
+	VMInterfaces []string
 	// Local also captures this host's own outbound TCP and DNS (nat output hook) and
 	// refuses the rest of what it sends (UDP such as QUIC, ICMP), except DHCP and the UDP
 	// ports of LocalUDPAllow: the router cannot proxy it. Sockets carrying Mark, loopback,
@@ -75,6 +80,12 @@ func (s Spec) Validate() error {
 	for _, p := range s.VMNetworks {
 		if err := validPrefix(p); err != nil {
 			add("vm network %v: %w", p, err)
+		}
+	}
+	for _, i := range s.VMInterfaces {
+		base := strings.TrimSuffix(i, "*")
+		if base == "" || len(base) > 15 || strings.ContainsAny(base, "/ *:") {
+			add("vm interface %q: not an interface name (a trailing '*' may match any suffix)", i)
 		}
 	}
 	for i, f := range s.Forwards {

@@ -21,8 +21,9 @@
 //
 // A flow is caged when it comes from a VM network or a VM-facing interface (Flow.FromVM, or
 // its source in [capture] vm_networks), or when its process is a caged app: one named by a
-// proxy or block rule's apps or services. Caged traffic goes where a rule sends it or is
-// refused; it never goes direct by falling off the end of the list.
+// proxy or block rule's apps or services, or by a hypervisor preset. Caged traffic goes
+// where a rule sends it or is refused; it never goes direct by falling off the end of the
+// list. A rule with caged = true matches caged flows only.
 //
 // The router's own traffic is not the policy's business: captures never hand it over
 // (socket mark, PID), and no Flow describes it.
@@ -32,6 +33,7 @@ package policy
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
 
 	"github.com/agentcage/router/conf"
@@ -131,13 +133,15 @@ type Policy struct {
 	namedIdx []int
 
 	vmNets    []netip.Prefix
-	cagedApps rules.Rule // Apps and Services of the proxy and block rules; empty: none
+	cagedApps rules.Rule // Apps and Services of the proxy and block rules, the presets' apps
 	hasCaged  bool
 	needOwner bool
 	pool      netip.Prefix // the fake-IP pool; invalid outside fake-ip mode
 	// hostPorts are the ports a caged flow may reach on this host: the forwards' listen
-	// and connect ports.
-	hostPorts []uint16
+	// and connect ports. forwardAddrs are the forwards' listen addresses: this host's, even
+	// where Env does not know them (explain on another machine).
+	hostPorts    []uint16
+	forwardAddrs []netip.Addr
 	// firstName and namedFirstName are the positions (in rules) of the first rule with a
 	// host-name entry in each table, -1 for none.
 	firstName, namedFirstName int
@@ -174,12 +178,17 @@ func New(cfg *conf.Config, env Env) *Policy {
 		p.needOwner = p.needOwner || len(r.Apps) > 0 || len(r.Services) > 0
 	}
 	p.named = rules.Compile(named)
+	p.cagedApps.Apps = append(p.cagedApps.Apps, cfg.Capture.CagedApps...)
 	p.hasCaged = len(p.cagedApps.Apps) > 0 || len(p.cagedApps.Services) > 0
+	p.needOwner = p.needOwner || p.hasCaged
 	if cfg.DNS.Mode == conf.DNSFakeIP {
 		p.pool = cfg.DNS.Pool
 	}
 	for _, f := range cfg.Forwards {
 		p.hostPorts = append(p.hostPorts, f.Listen.Port(), f.Connect.Port())
+		if a := f.Listen.Addr(); !a.IsUnspecified() {
+			p.forwardAddrs = append(p.forwardAddrs, a)
+		}
 	}
 	return p
 }
@@ -239,7 +248,17 @@ func (p *Policy) Caged(f *Flow) bool {
 // Local reports whether a is a local destination: IsLocal, or one of this machine's own
 // addresses.
 func (p *Policy) Local(a netip.Addr) bool {
-	return IsLocal(a) || (p.env.HostAddr != nil && a.IsValid() && p.env.HostAddr(a.Unmap()))
+	return IsLocal(a) || p.hostAddr(a)
+}
+
+// hostAddr reports whether a is one of this machine's addresses: Env says so, or a forward
+// listens on it.
+func (p *Policy) hostAddr(a netip.Addr) bool {
+	if !a.IsValid() {
+		return false
+	}
+	a = a.Unmap()
+	return p.env.HostAddr != nil && p.env.HostAddr(a) || slices.Contains(p.forwardAddrs, a)
 }
 
 // Decide decides f. See the package documentation for the steps.
@@ -264,7 +283,7 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 	caged := p.Caged(f)
 	dst := f.Dst.Unmap()
 	local := dst.IsValid() && p.Local(dst)
-	if f.Port == 53 && (caged || !local || !(dst.IsLoopback() || p.env.HostAddr != nil && p.env.HostAddr(dst))) {
+	if f.Port == 53 && (caged || !local || !(dst.IsLoopback() || p.hostAddr(dst))) {
 		return implicit(StepDNS, rules.Block, caged), nil
 	}
 	if local {
@@ -280,7 +299,7 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 		return implicit(StepNoName, rules.Block, caged), nil
 	}
 	q := rules.Query{Network: f.Network, Src: f.Src.Unmap(), Dst: dst, Port: f.Port, Host: f.Host,
-		App: f.App, AppPath: f.AppPath, Services: f.Services}
+		App: f.App, AppPath: f.AppPath, Services: f.Services, Caged: caged}
 	var v rules.Verdict
 	var steps []rules.Step
 	first := p.firstName
@@ -400,5 +419,5 @@ func (p *Policy) cagedBy(f *Flow) string {
 	if who == "" {
 		who = f.AppPath
 	}
-	return "its process " + strconv.Quote(who) + " is named by a proxy or block rule"
+	return "its process " + strconv.Quote(who) + " is a caged app (named by a proxy or block rule, or a hypervisor preset)"
 }

@@ -178,3 +178,44 @@ func TestNeedsOwner(t *testing.T) {
 		t.Error("no app rule, yet NeedsOwner")
 	}
 }
+
+// A preset's apps are caged, and a caged = true rule takes caged flows only.
+func TestPresetsAndCagedRules(t *testing.T) {
+	cfg, err := conf.Parse("presets.toml", []byte(`
+[proxy.exit]
+address = "192.0.2.1:1080"
+[capture]
+hypervisors = ["qemu", "libvirt"]
+local = true
+[[rule]]
+name = "cage"
+caged = true
+action = "proxy"
+[[rule]]
+name = "default"
+action = "direct"
+`), conf.Options{SkipSecrets: true, OS: "linux"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := policy.New(cfg, policy.Env{})
+	for _, tc := range []struct {
+		name string
+		f    policy.Flow
+		want string
+	}{
+		{"qemu, a preset app", policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr("198.51.100.1"), Port: 443, App: "qemu-system-x86_64"}, "cage"},
+		{"libvirt's network", policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("192.168.122.50"), Dst: netip.MustParseAddr("198.51.100.1"), Port: 443}, "cage"},
+		{"the host's browser", policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr("198.51.100.1"), Port: 443, App: "firefox"}, "default"},
+	} {
+		if d := p.Decide(&tc.f); d.Name != tc.want {
+			t.Errorf("%s: decided by %q, want %q", tc.name, d.Name, tc.want)
+		}
+	}
+	if !p.NeedsOwner(&policy.Flow{Src: netip.MustParseAddr("192.168.1.10")}) {
+		t.Error("preset apps are caged, yet the owner is not needed")
+	}
+	if got := cfg.Capture.VMInterfaces; len(got) != 1 || got[0] != "virbr0" {
+		t.Errorf("interfaces %v, want libvirt's virbr0", got)
+	}
+}

@@ -69,6 +69,8 @@ func (r *Rule) why(field string, f *flow) string {
 			who += " (" + f.path + ")"
 		}
 		return fmt.Sprintf("process %s is not %s", who, list(r.Apps))
+	case FieldCaged:
+		return "the flow is not caged (it comes from no VM network or VM-facing interface, and its process is no caged app)"
 	case FieldServices:
 		if len(f.services) == 0 {
 			return "the process hosts no service; the rule wants " + strings.Join(r.Services, ", ")

@@ -16,6 +16,7 @@ type flow struct {
 	app      string // lower-case image name (base name of the path when only that is known)
 	path     string // lower-case full path with '/' separators
 	services []string
+	caged    bool
 }
 
 func newFlow(q *Query) flow {
@@ -27,6 +28,7 @@ func newFlow(q *Query) flow {
 		host:     normalizeName(q.Host),
 		path:     normalizePath(q.AppPath),
 		services: q.Services,
+		caged:    q.Caged,
 	}
 	f.app = lower(q.App)
 	if f.app == "" && f.path != "" {
@@ -53,6 +55,9 @@ func (r *Rule) mismatch(f *flow) string {
 	}
 	if len(r.Services) > 0 && !matchServices(r.Services, f.services) {
 		return FieldServices
+	}
+	if r.Caged && !f.caged {
+		return FieldCaged
 	}
 	return ""
 }

@@ -53,6 +53,7 @@ func (g *gen) rule(i int) Rule {
 	if g.r.IntN(6) == 0 {
 		r.Network = Network(1 + g.r.IntN(2))
 	}
+	r.Caged = g.r.IntN(5) == 0
 	for range g.few() {
 		r.Sources = append(r.Sources, g.ipRange())
 	}
@@ -100,7 +101,7 @@ func (g *gen) few() int {
 }
 
 func (g *gen) query() *Query {
-	q := &Query{Network: Network(g.r.IntN(3)), Port: g.port()}
+	q := &Query{Network: Network(g.r.IntN(3)), Port: g.port(), Caged: g.r.IntN(2) == 0}
 	if g.r.IntN(5) != 0 {
 		q.Src = g.addr()
 	}

@@ -94,8 +94,11 @@ type Rule struct {
 	Ports    []PortRange
 	Apps     []App    // the owning process: image name or full path globs
 	Services []string // Windows services hosted by the owning svchost.exe (lower case)
-	Action   Action
-	Proxy    string // the upstream's name when Action is Proxy
+	// Caged matches caged flows only: from a VM network or a VM-facing interface, or owned by
+	// a caged app (package policy says which flows are, in Query.Caged).
+	Caged  bool
+	Action Action
+	Proxy  string // the upstream's name when Action is Proxy
 }
 
 // Query describes one flow. Decide and Explain never modify it.
@@ -111,6 +114,8 @@ type Query struct {
 	App      string
 	AppPath  string
 	Services []string // case does not matter
+	// Caged says the flow is caged (see Rule.Caged); the caller decides.
+	Caged bool
 }
 
 // Verdict is the outcome of a decision.
@@ -165,12 +170,13 @@ const (
 	FieldPorts    = "ports"
 	FieldApps     = "apps"
 	FieldServices = "services"
+	FieldCaged    = "caged"
 )
 
-// Bare reports whether r names neither the flow (sources, apps, services) nor its
+// Bare reports whether r names neither the flow (sources, apps, services, caged) nor its
 // destination (hosts, ports): a catch-all, whatever its network or action.
 func (r *Rule) Bare() bool {
-	return len(r.Sources) == 0 && len(r.Hosts) == 0 && len(r.Ports) == 0 && len(r.Apps) == 0 && len(r.Services) == 0
+	return len(r.Sources) == 0 && len(r.Hosts) == 0 && len(r.Ports) == 0 && len(r.Apps) == 0 && len(r.Services) == 0 && !r.Caged
 }
 
 // MatchApp reports whether the flow's process is one r names: its image or path matches one

@@ -71,6 +71,7 @@ type fieldIndex struct {
 	exact map[string]set // hosts: names; apps: image names; services: names
 	other map[string]set // hosts: suffixes; apps: full paths
 	net   [3]set         // network: by Network
+	caged set            // caged: the rules that want caged flows
 }
 
 // lookup appends the sets of rules that match the flow on this field.
@@ -110,6 +111,10 @@ func (x *fieldIndex) lookup(f *flow, parts []set) []set {
 		if f.path != "" {
 			parts = appendSet(parts, x.other, f.path)
 		}
+	case FieldCaged:
+		if f.caged {
+			parts = append(parts, x.caged)
+		}
 	case FieldServices:
 		for _, sv := range f.services {
 			parts = appendSet(parts, x.exact, lower(sv))
@@ -130,7 +135,7 @@ func appendSet(parts []set, m map[string]set, key string) []set {
 func Compile(rs []Rule) *Table {
 	t := &Table{rules: slices.Clone(rs), words: (len(rs) + 63) / 64}
 	b := builder{words: t.words}
-	for _, idx := range []*fieldIndex{b.network(t.rules), b.sources(t.rules), b.hosts(t.rules), b.ports(t.rules), b.apps(t.rules), b.services(t.rules)} {
+	for _, idx := range []*fieldIndex{b.network(t.rules), b.sources(t.rules), b.hosts(t.rules), b.ports(t.rules), b.apps(t.rules), b.services(t.rules), b.cagedField(t.rules)} {
 		if idx != nil {
 			t.fields = append(t.fields, idx)
 		}
@@ -398,6 +403,20 @@ func (b *builder) network(rs []Rule) *fieldIndex {
 		x.net[n] = b.makeSet(l)
 	}
 	return x
+}
+
+func (b *builder) cagedField(rs []Rule) *fieldIndex {
+	open := b.wildOf(rs, func(r *Rule) bool { return !r.Caged })
+	if open == nil {
+		return nil
+	}
+	var l []uint32
+	for i := range rs {
+		if rs[i].Caged {
+			l = append(l, uint32(i))
+		}
+	}
+	return &fieldIndex{field: FieldCaged, open: open, caged: b.makeSet(l)}
 }
 
 func (b *builder) apps(rs []Rule) *fieldIndex {

@@ -24,7 +24,7 @@ func TestLint(t *testing.T) {
 	if code != exitFindings || !strings.Contains(out, `rule #2 "model-direct" is shadowed for local destinations`) || !strings.Contains(out, "trap.toml:13: error") {
 		t.Errorf("trap: exit %d, output:\n%s", code, out)
 	}
-	out, _, code = run(t, "lint", "--config", specConfig)
+	out, _, code = run(t, "lint", "--os", "windows", "--config", specConfig)
 	if code != exitOK || !strings.Contains(out, "0 errors, 0 warnings") {
 		t.Errorf("spec example: exit %d, output:\n%s", code, out)
 	}
@@ -48,23 +48,28 @@ func TestExplain(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, `verdict: proxy via exit (198.51.100.1:1080), by rule #1 "hypervisor" (`) {
 		t.Errorf("trap: exit %d, output:\n%s", code, out)
 	}
-	out, _, code = run(t, "explain", "--config", specConfig, "--app", "curl", "--src", "10.0.2.15", "--dst", "127.0.0.1:47831")
+	out, _, code = run(t, "explain", "--os", "windows", "--config", specConfig, "--app", "VirtualBoxVM.exe", "--src", "127.0.0.1", "--dst", "127.0.0.1:47831")
 	for _, want := range []string{
-		"flow: caged tcp from 10.0.2.15 by curl to 127.0.0.1:47831",
+		"preset virtualbox: caged apps VirtualBoxVM.exe, VBoxHeadless.exe, VBoxNetNAT.exe (NAT in user space)",
+		"flow: caged tcp from 127.0.0.1 by VirtualBoxVM.exe to 127.0.0.1:47831",
 		"verdict: direct, by the implicit step (host off limits)",
-		"implicit: the flow is caged (its source is in the VM network 10.0.2.0/24) and 127.0.0.1 is this machine or its link: port 47831 is a forward's port",
+		`implicit: the flow is caged (its process "VirtualBoxVM.exe" is a caged app (named by a proxy or block rule, or a hypervisor preset)) and 127.0.0.1 is this machine or its link: port 47831 is a forward's port`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
 	}
-	out, _, _ = run(t, "explain", "--config", specConfig, "--app", "VBoxHeadless.exe", "--dst", "api.openai.com:443", "--json")
+	out, _, _ = run(t, "explain", "--os", "windows", "--config", specConfig, "--app", "VBoxHeadless.exe", "--dst", "api.openai.com:443", "--json")
 	var o explainOut
 	if err := json.Unmarshal([]byte(out), &o); err != nil || o.Verdict.Rule != "hypervisor" || o.Verdict.Index != 2 || o.Verdict.Proxy != "exit" || len(o.Steps) != 2 || o.Steps[0].Field != "hosts" {
 		t.Errorf("json: %v %+v", err, o)
 	}
-	out, _, _ = run(t, "explain", "--config", specConfig, "--network", "udp", "--src", "10.0.2.15", "--dst", "203.0.113.10:443")
-	if !strings.Contains(strings.Join(strings.Fields(out), " "), `rule #2 "hypervisor" no: apps: the flow's process is unknown`) {
+	out, _, _ = run(t, "explain", "--os", "windows", "--config", specConfig, "--network", "udp", "--src", "10.0.2.15", "--dst", "203.0.113.10:443")
+	if !strings.Contains(strings.Join(strings.Fields(out), " "), `rule #2 "hypervisor" no: caged: the flow is not caged`) {
+		t.Errorf("host flow:\n%s", out)
+	}
+	out, _, _ = run(t, "explain", "--os", "windows", "--config", specConfig, "--from-vm", "--src", "10.0.2.15", "--dst", "203.0.113.10:443")
+	if !strings.Contains(out, `verdict: proxy via exit (proxy.example.net:1080), by rule #2 "hypervisor"`) {
 		t.Errorf("vm flow:\n%s", out)
 	}
 	for _, args := range [][]string{

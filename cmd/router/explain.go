@@ -68,6 +68,7 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 	network := fs.String("network", "tcp", "tcp or udp")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	socket := fs.String("socket", "", "the running router's control `path`, to name a fake-IP pool address")
+	goos := fs.String("os", "", "judge for this operating system (`linux` or windows: presets, app names); default this one")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
@@ -75,7 +76,7 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 		fmt.Fprintln(stderr, "router explain: --config and --dst are required")
 		return exitUsage
 	}
-	cfg, err := conf.Load(*cfgPath, conf.Options{SkipSecrets: true})
+	cfg, err := conf.Load(*cfgPath, conf.Options{SkipSecrets: true, OS: *goos})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
@@ -98,6 +99,9 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 	if *asJSON {
 		return writeJSON(stdout, stderr, explainJSON(cfg, pol, q, d, steps, notes))
 	}
+	for _, p := range cfg.Capture.Presets {
+		fmt.Fprintf(stdout, "preset %s: %s\n", p.Name, presetText(p))
+	}
 	fmt.Fprintf(stdout, "flow: %s\n", describeFlow(q, d.Caged))
 	width := 0
 	for _, s := range steps {
@@ -118,6 +122,24 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 		fmt.Fprintf(stdout, "note: %s\n", n)
 	}
 	return exitOK
+}
+
+// presetText says what a preset expanded to.
+func presetText(p conf.Preset) string {
+	var parts []string
+	if len(p.Apps) > 0 {
+		parts = append(parts, "caged apps "+strings.Join(p.Apps, ", "))
+	}
+	if len(p.Interfaces) > 0 {
+		parts = append(parts, "VM interfaces "+strings.Join(p.Interfaces, ", "))
+	}
+	for _, n := range p.Networks {
+		parts = append(parts, "VM network "+n.String())
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "nothing capturable")
+	}
+	return strings.Join(parts, "; ") + " (NAT in " + p.NAT + " space)"
 }
 
 func explainQuery(network, src, dst, app, path string, services []string) (*policy.Flow, error) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 
 	"github.com/agentcage/router/conf"
@@ -12,10 +13,11 @@ import (
 
 func cmdLint(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("lint", "--config FILE [--strict] [--json]",
-		"Reports rules that can never match, local destinations that would go through a remote\nproxy (the svchost/portproxy trap), forwards listening on every address and unused proxies.\nExits 1 when it finds an error (or a warning, with --strict), 2 when the file is invalid.", stderr)
+		"Reports rules that can never match, local destinations that would go through a remote\nproxy (the svchost/portproxy trap), direct rules that let caged traffic out, caged traffic\nwith no way out, app names foreign to this OS, forwards listening on every address and\nunused proxies; notes what each hypervisor preset adds. Exits 1 when it finds an error (or\na warning, with --strict), 2 when the file is invalid.", stderr)
 	cfgPath := fs.String("config", "", "the config `file`")
 	strict := fs.Bool("strict", false, "warnings also make the exit status non-zero")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	goos := fs.String("os", "", "judge for this operating system (`linux` or windows: presets, app names); default this one")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
@@ -23,15 +25,15 @@ func cmdLint(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "router lint: --config is required")
 		return exitUsage
 	}
-	cfg, err := conf.Load(*cfgPath, conf.Options{SkipSecrets: true})
+	cfg, err := conf.Load(*cfgPath, conf.Options{SkipSecrets: true, OS: *goos})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
 	name, _ := os.Hostname()
-	findings := lint.Check(cfg, lint.Host{Addrs: hostAddrs(), Prefixes: hostPrefixes(), Name: name})
+	findings := lint.Check(cfg, lint.Host{Addrs: hostAddrs(), Prefixes: hostPrefixes(), Name: name, OS: *goos})
 	code := exitOK
-	if lint.HasErrors(findings) || *strict && len(findings) > 0 {
+	if lint.HasErrors(findings) || *strict && slices.ContainsFunc(findings, func(f lint.Finding) bool { return f.Severity == lint.Warning }) {
 		code = exitFindings
 	}
 	if *asJSON {
@@ -53,9 +55,10 @@ func cmdLint(args []string, stdout, stderr io.Writer) int {
 		if f.Fix != "" {
 			fmt.Fprintf(stdout, "    fix: %s\n", f.Fix)
 		}
-		if f.Severity == lint.Error {
+		switch f.Severity {
+		case lint.Error:
 			errs++
-		} else {
+		case lint.Warning:
 			warns++
 		}
 	}

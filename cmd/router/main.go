@@ -35,6 +35,7 @@ func commands() []command {
 		{"check-ip", "[--echo URL]... [--expect IP] [--expect-not IP] [--model URL] [--dns-whoami NAME] [--stun HOST:PORT]... [--echo6 URL]... [--no-udp] [--no-ipv6] [--timeout D] [--json]", "from inside the guest: prove the cage holds (exit IP, model, DNS, UDP, IPv6)", cmdCheckIP},
 		{"status", "[--config FILE | --socket PATH] [--json]", "the running daemon's live flows and per-rule counters", cmdStatus},
 		{"service", "install --config FILE | uninstall | start | stop", "Windows: run the router as a service (Linux: dist/router.service)", cmdService},
+		{"guard", "--config FILE", "install the fail-closed guard alone, without the daemon (at boot, after a failed start)", cmdGuard},
 		{"cleanup", "[--config FILE | --table NAME]", "remove the router's capture and guard (lets VM traffic flow unproxied)", cmdCleanup},
 	}
 }

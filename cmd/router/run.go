@@ -18,7 +18,7 @@ type contextT = context.Context
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("run", "--config FILE [--log-format text|json]",
-		"Runs the daemon in the foreground: captures, decides, relays. SIGHUP reloads the config\n(a broken file is reported and the running rules stay); SIGTERM or Ctrl-C stops it and\nleaves the capture in place, so VM traffic stays blocked until a router runs again or\n`router cleanup` removes it. Needs root (nftables, socket marks).", stderr)
+		runHelp, stderr)
 	cfgPath := fs.String("config", "", "the config `file`")
 	format := fs.String("log-format", "", "text or json (default: [log] format of the config)")
 	if code, stop := parseFlags(fs, args); stop {
@@ -78,7 +78,24 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "router run: %v\n", err)
+		fmt.Fprintf(stderr, "router run: %s\n", guardNote(*cfgPath))
 		return exitUsage
 	}
 	return exitOK
+}
+
+// guardNote says, after a failed start, whether the guard is still closing the cage.
+func guardNote(cfgPath string) string {
+	table := conf.DefaultTable
+	if cfg, err := conf.Load(cfgPath, conf.Options{SkipSecrets: true}); err == nil {
+		table = cfg.Capture.Table
+	}
+	switch ok, err := daemon.GuardInstalled(table); {
+	case err != nil:
+		return fmt.Sprintf("whether a guard is in place is unknown (%v)", err)
+	case ok:
+		return "the guard stays in place: VM traffic remains blocked until a router runs (`router cleanup` removes it)"
+	default:
+		return "no guard is in place: VM traffic is NOT blocked; `router guard --config FILE` installs it"
+	}
 }

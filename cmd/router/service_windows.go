@@ -69,3 +69,10 @@ func runService(level slog.Leveler, run func(log *slog.Logger, ctx contextT, rel
 	log := slog.New(h)
 	return service.Run(func(ctx contextT, reload <-chan struct{}) error { return run(log, ctx, reload) })
 }
+
+// runHelp is `router run --help`'s summary on this operating system.
+const runHelp = "Runs the daemon in the foreground: captures (WinDivert), decides, relays. A service\n" +
+	"control reload (or SIGHUP elsewhere) re-reads the config (a broken file is reported and\n" +
+	"the running rules stay). Ctrl-C stops it. Needs an elevated prompt. The persistent WFP\n" +
+	"guard (`router guard`, `router service install`) keeps the caged apps blocked whenever\n" +
+	"no router runs; without it, VM traffic is NOT blocked once the process ends."

@@ -1,0 +1,128 @@
+package conf
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/agentcage/router/rules"
+)
+
+// Hypervisor presets ([capture] hypervisors): what each hypervisor needs caged on the
+// operating system the router runs on. A hypervisor that NATs its guests in user space
+// (VirtualBox NAT, VMware's NAT service, QEMU's user networking) sends their traffic from its
+// own processes: those apps are caged. One that NATs in the kernel (libvirt's default
+// network) forwards it through an interface: that interface is caged whole. Networks are
+// added only where the hypervisor has a fixed default.
+
+// NAT kinds of a preset.
+const (
+	NATUser   = "user"   // the hypervisor's processes carry the guests' traffic: apps are caged
+	NATKernel = "kernel" // the host forwards it: interfaces are caged
+	NATNone   = "none"   // no capture can see it on this OS (Hyper-V's virtual switch)
+)
+
+// Preset is one hypervisor's expansion on one operating system.
+type Preset struct {
+	Name       string
+	NAT        string         // NATUser, NATKernel or NATNone
+	Apps       []string       // image names or globs of the processes that carry guest traffic
+	Interfaces []string       // VM-facing interfaces (a trailing * matches any suffix)
+	Networks   []netip.Prefix // default VM networks
+	// Note is what the user must know, in words (empty when nothing).
+	Note string
+}
+
+// presetNames are the presets a config may name, in the order the docs list them.
+var presetNames = [...]string{"virtualbox", "vmware", "qemu", "libvirt", "hyperv"}
+
+// PresetNames returns the names [capture] hypervisors takes.
+func PresetNames() []string { return presetNames[:] }
+
+// LookupPreset returns the preset of name for the operating system goos ("linux",
+// "windows"), or false with the reason when there is none.
+func LookupPreset(name, goos string) (Preset, string) {
+	win := goos == "windows"
+	exe := func(names ...string) []string {
+		if !win {
+			return names
+		}
+		out := make([]string, len(names))
+		for i, n := range names {
+			out[i] = n + ".exe"
+		}
+		return out
+	}
+	p := Preset{Name: name}
+	switch name {
+	case "virtualbox":
+		p.NAT = NATUser
+		p.Apps = exe("VirtualBoxVM", "VBoxHeadless", "VBoxNetNAT")
+		if !win {
+			// Host-only adapters are kernel interfaces on Linux (vboxnet0 has 192.168.56.0/24
+			// by default); on Windows no capture sees a network, only processes.
+			p.Interfaces = []string{"vboxnet*"}
+			p.Networks = []netip.Prefix{netip.MustParsePrefix("192.168.56.0/24")}
+			p.Note = "VirtualBox NATs in user space: its traffic is this host's own, captured only with local = true"
+		}
+	case "vmware":
+		p.NAT = NATUser
+		if win {
+			p.Apps = []string{"vmnat.exe", "vmware-vmx.exe"}
+		} else {
+			p.Apps = []string{"vmnet-natd", "vmware-vmx"}
+			p.Interfaces = []string{"vmnet*"}
+			p.Note = "VMware NATs in user space (vmnet-natd): its traffic is this host's own, captured only with local = true"
+		}
+	case "qemu":
+		p.NAT = NATUser
+		p.Apps = exe("qemu-system-*")
+		if !win {
+			p.Apps = append(p.Apps, "passt", "slirp4netns")
+			p.Note = "QEMU's user networking (slirp, passt) is this host's own traffic, captured only with local = true"
+		}
+	case "libvirt":
+		if win {
+			return Preset{}, "libvirt runs on Linux"
+		}
+		p.NAT = NATKernel
+		p.Interfaces = []string{"virbr0"}
+		p.Networks = []netip.Prefix{netip.MustParsePrefix("192.168.122.0/24")}
+	case "hyperv":
+		if !win {
+			return Preset{}, "Hyper-V runs on Windows"
+		}
+		p.NAT = NATNone
+		p.Note = "Hyper-V guests have no process socket on the host and WinNAT forwards them in the kernel: no capture sees them; use an Internal switch without NAT and the explicit inbound"
+	default:
+		return Preset{}, "unknown hypervisor (known: " + strings.Join(presetNames[:], ", ") + ")"
+	}
+	return p, ""
+}
+
+// expandPresets adds what c's presets need to its capture: caged apps, interfaces and
+// networks not already there; c.Capture.Presets records each expansion.
+func (d *decoder) expandPresets(c *Config) {
+	for _, name := range c.Capture.Hypervisors {
+		p, why := LookupPreset(name, d.opts.goos())
+		if why != "" {
+			continue // reported where the name was decoded
+		}
+		c.Capture.Presets = append(c.Capture.Presets, p)
+		for _, a := range p.Apps {
+			if !slices.ContainsFunc(c.Capture.CagedApps, func(x rules.App) bool { return x.Text == a }) {
+				c.Capture.CagedApps = append(c.Capture.CagedApps, rules.MustApp(a))
+			}
+		}
+		for _, i := range p.Interfaces {
+			if !slices.Contains(c.Capture.VMInterfaces, i) {
+				c.Capture.VMInterfaces = append(c.Capture.VMInterfaces, i)
+			}
+		}
+		for _, n := range p.Networks {
+			if !slices.Contains(c.Capture.VMNetworks, n) {
+				c.Capture.VMNetworks = append(c.Capture.VMNetworks, n)
+			}
+		}
+	}
+}

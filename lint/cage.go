@@ -1,0 +1,223 @@
+package lint
+
+import (
+	"fmt"
+	"net/netip"
+	"runtime"
+	"strings"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/rules"
+)
+
+// Checks of the cage: what is caged, and whether a rule lets it out.
+const (
+	CheckDirectCaged  = "direct-caged" // a direct rule takes caged traffic to any destination
+	CheckNoWayOut     = "caged-no-way" // caged traffic that no rule sends anywhere
+	CheckForeignApp   = "foreign-app"  // an app name that cannot exist on this OS
+	CheckUserNAT      = "user-nat"     // a user-space NAT hypervisor without local capture
+	CheckPreset       = "preset"       // what a hypervisor preset expanded to (a note)
+	CheckUncapturable = "uncapturable" // a preset no capture on this OS can see
+)
+
+// goos is the operating system lint judges app names and presets for.
+func (l *linter) goos() string {
+	if l.host.OS != "" {
+		return l.host.OS
+	}
+	return runtime.GOOS
+}
+
+// cage runs the checks of the cage.
+func (l *linter) cage() {
+	for _, p := range l.cfg.Capture.Presets {
+		l.preset(p)
+	}
+	l.directCaged()
+	l.noWayOut()
+	l.foreignApps()
+}
+
+// preset notes what a preset expanded to, and warns about what it needs.
+func (l *linter) preset(p conf.Preset) {
+	var parts []string
+	if len(p.Apps) > 0 {
+		parts = append(parts, "caged apps "+strings.Join(p.Apps, ", "))
+	}
+	if len(p.Interfaces) > 0 {
+		parts = append(parts, "VM interfaces "+strings.Join(p.Interfaces, ", "))
+	}
+	if len(p.Networks) > 0 {
+		ns := make([]string, len(p.Networks))
+		for i, n := range p.Networks {
+			ns[i] = n.String()
+		}
+		parts = append(parts, "VM networks "+strings.Join(ns, ", "))
+	}
+	what := "nothing"
+	if len(parts) > 0 {
+		what = strings.Join(parts, "; ")
+	}
+	l.add(Finding{Severity: Note, Check: CheckPreset, Line: l.line("capture.hypervisors"), Rule: p.Name,
+		Message: fmt.Sprintf("hypervisor %q on %s (NAT in %s space) adds %s", p.Name, l.goos(), p.NAT, what)})
+	switch {
+	case p.NAT == conf.NATNone:
+		l.add(Finding{Severity: Warning, Check: CheckUncapturable, Line: l.line("capture.hypervisors"), Rule: p.Name, Message: p.Note})
+	case p.NAT == conf.NATUser && !l.cfg.Capture.Local && l.goos() != "windows":
+		l.add(Finding{Severity: Warning, Check: CheckUserNAT, Line: l.line("capture.hypervisors"), Rule: p.Name,
+			Message: fmt.Sprintf("hypervisor %q: %s, and local = false", p.Name, p.Note),
+			Fix:     "set local = true in [capture]"})
+	}
+}
+
+// directCaged: a direct rule that names caged sources, caged apps or caged = true without
+// naming destinations sends caged traffic anywhere, unproxied: the leak itself.
+func (l *linter) directCaged() {
+	for j := range l.cfg.Rules {
+		r := &l.cfg.Rules[j]
+		if r.Action != rules.Direct || len(r.Hosts) > 0 || len(r.Ports) > 0 {
+			continue
+		}
+		var what []string
+		if r.Caged {
+			what = append(what, "caged = true")
+		}
+		for _, s := range r.Sources {
+			for _, n := range l.cfg.Capture.VMNetworks {
+				if rangeOverlaps(s, n) {
+					what = append(what, "source "+s.String()+" in the VM network "+n.String())
+					break
+				}
+			}
+		}
+		for _, a := range r.Apps {
+			if c, ok := l.cagedApp(a); ok {
+				what = append(what, "app "+a.String()+" (caged: "+c+")")
+			}
+		}
+		if len(what) == 0 {
+			continue
+		}
+		l.add(Finding{Severity: Error, Check: CheckDirectCaged, Line: l.ruleLine(j), Rule: r.Name,
+			Message: fmt.Sprintf("%s sends caged traffic (%s) direct to any destination: that is the leak the cage exists to prevent", l.ruleRef(j), strings.Join(what, ", ")),
+			Fix:     "name the destinations this traffic may reach directly (hosts, ports), or make the rule proxy or block"})
+	}
+}
+
+// cagedApp reports whether flows of app a are caged: a matches an app of a proxy or block
+// rule or of a preset (the overlap of globs); it returns what cages it.
+func (l *linter) cagedApp(a rules.App) (string, bool) {
+	for _, c := range l.cfg.Capture.CagedApps {
+		if appOverlaps(a, c) {
+			return "a hypervisor preset names " + c.String(), true
+		}
+	}
+	for i := range l.cfg.Rules {
+		r := &l.cfg.Rules[i]
+		if r.Action == rules.Direct {
+			continue
+		}
+		for _, c := range r.Apps {
+			if appOverlaps(a, c) {
+				return l.ruleRef(i) + " names " + c.String(), true
+			}
+		}
+	}
+	return "", false
+}
+
+// noWayOut warns about a VM network or a preset's apps whose every flow to anything but
+// this host is refused: no proxy or direct rule that may take caged traffic applies to it.
+// That may be meant (a guest with only the model), so it is a warning.
+func (l *linter) noWayOut() {
+	out := func(r *rules.Rule) bool {
+		if r.Action == rules.Block || r.Bare() && r.Action == rules.Direct {
+			return false
+		}
+		if len(r.Hosts) == 0 {
+			return true
+		}
+		for _, h := range r.Hosts {
+			if !l.local.overlaps(hostSetOf([]rules.Host{h})) || h.Kind != rules.HostRange {
+				return true
+			}
+		}
+		return false
+	}
+	for i, n := range l.cfg.Capture.VMNetworks {
+		found := false
+		for j := range l.cfg.Rules {
+			r := &l.cfg.Rules[j]
+			if !out(r) || len(r.Apps) > 0 || len(r.Services) > 0 {
+				continue
+			}
+			if len(r.Sources) == 0 || anyRangeOverlaps(r.Sources, n) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			l.add(Finding{Severity: Warning, Check: CheckNoWayOut, Line: l.line(fmt.Sprintf("capture.vm_networks[%d]", i+1)), Rule: n.String(),
+				Message: fmt.Sprintf("the VM network %s has no way out: no rule sends its traffic through a proxy (or to a named destination), so every flow but the forwards is refused; a direct rule without destinations applies to this host's own traffic only", n),
+				Fix:     fmt.Sprintf("add a rule with sources = [%q] (or caged = true) and action = \"proxy\"", n)})
+		}
+	}
+	for _, a := range l.cfg.Capture.CagedApps {
+		found := false
+		for j := range l.cfg.Rules {
+			r := &l.cfg.Rules[j]
+			if !out(r) || len(r.Sources) > 0 {
+				continue
+			}
+			if len(r.Apps) == 0 && len(r.Services) == 0 || appsOverlap(r.Apps, []rules.App{a}) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			l.add(Finding{Severity: Warning, Check: CheckNoWayOut, Line: l.line("capture.hypervisors"), Rule: a.String(),
+				Message: fmt.Sprintf("the caged app %s (a hypervisor preset) has no way out: no rule sends its traffic through a proxy, so every flow of it is refused", a),
+				Fix:     "add a rule with caged = true (or apps naming it) and action = \"proxy\""})
+		}
+	}
+}
+
+// foreignApps warns about app names no process of this OS carries: an .exe on Linux, a
+// literal name without an extension on Windows.
+func (l *linter) foreignApps() {
+	for j := range l.cfg.Rules {
+		r := &l.cfg.Rules[j]
+		for _, a := range r.Apps {
+			base := a.String()
+			if i := strings.LastIndexAny(base, `/\`); i >= 0 {
+				base = base[i+1:]
+			}
+			var why string
+			switch {
+			case l.goos() != "windows" && strings.HasSuffix(strings.ToLower(base), ".exe"):
+				why = "a Windows image name; on " + l.goos() + " processes have no .exe"
+			case l.goos() == "windows" && a.IsLiteral() && !strings.Contains(base, "."):
+				why = "on Windows an image name ends with its extension (.exe)"
+			}
+			if why != "" {
+				l.add(Finding{Severity: Warning, Check: CheckForeignApp, Line: l.ruleLine(j), Rule: r.Name,
+					Message: fmt.Sprintf("%s names the app %q: %s, so it never matches here", l.ruleRef(j), a.String(), why),
+					Fix:     "use the hypervisors preset for this OS, or the process name `ps -e` shows"})
+			}
+		}
+	}
+}
+
+func rangeOverlaps(r rules.IPRange, n netip.Prefix) bool {
+	nr := rules.RangeOfPrefix(n)
+	return r.Lo.BitLen() == nr.Lo.BitLen() && !(r.Hi.Less(nr.Lo) || nr.Hi.Less(r.Lo))
+}
+
+func anyRangeOverlaps(rs []rules.IPRange, n netip.Prefix) bool {
+	for _, r := range rs {
+		if rangeOverlaps(r, n) {
+			return true
+		}
+	}
+	return false
+}
