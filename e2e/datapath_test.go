@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/lab"
+	"github.com/agentcage/router/internal/lab"
 )
 
 // TestGuestLeavesThroughTheProxy: the guest's TCP leaves with the proxy's exit address, for

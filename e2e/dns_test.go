@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/lab"
+	"github.com/agentcage/router/internal/lab"
 )
 
 // TestDNSNoLeak plays trap 3 of the SPEC in both modes: the guest and a hypervisor process

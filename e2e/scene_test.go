@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/lab"
+	"github.com/agentcage/router/internal/lab"
 )
 
 // routerBin is the router binary built once for all tests.

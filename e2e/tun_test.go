@@ -22,7 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentcage/router/dns"
-	"github.com/agentcage/router/lab"
+	"github.com/agentcage/router/internal/lab"
 	"github.com/agentcage/router/packet"
 	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/redirect"

@@ -45,8 +45,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentcage/router/bench"
-	"github.com/agentcage/router/lab"
+	"github.com/agentcage/router/internal/bench"
+	"github.com/agentcage/router/internal/lab"
 )
 
 func main() {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/agentcage/router/bench"
+	"github.com/agentcage/router/internal/bench"
 )
 
 // report prints one table: a line per figure, a column per row, then the SPEC's targets.

@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentcage/router/lab"
+	"github.com/agentcage/router/internal/lab"
 )
 
 // labConfig is the router's config in the lab: the SPEC's example, with the lab's addresses.
