@@ -33,7 +33,10 @@ func IsService() bool {
 // Install creates the service that runs `exe run --config config`, set to start
 // automatically and to restart when it fails, and its event log source. It refuses a
 // relative config path (the service's working directory is System32).
-func Install(exe, config string) error {
+func Install(exe, config string) error { return install(Name, exe, config) }
+
+// install is Install for the service called name (tests use their own names).
+func install(name, exe, config string) error {
 	if !filepath.IsAbs(config) {
 		return fmt.Errorf("install service: config %q must be an absolute path", config)
 	}
@@ -42,11 +45,11 @@ func Install(exe, config string) error {
 		return fmt.Errorf("install service: connect to the service manager: %w", err)
 	}
 	defer m.Disconnect()
-	if s, err := m.OpenService(Name); err == nil {
+	if s, err := m.OpenService(name); err == nil {
 		s.Close()
-		return fmt.Errorf("install service: %q is already installed (uninstall it first)", Name)
+		return fmt.Errorf("install service: %q is already installed (uninstall it first)", name)
 	}
-	s, err := m.CreateService(Name, exe, mgr.Config{
+	s, err := m.CreateService(name, exe, mgr.Config{
 		DisplayName:  DisplayName,
 		Description:  description,
 		StartType:    mgr.StartAutomatic,
@@ -71,7 +74,7 @@ func Install(exe, config string) error {
 		s.Delete()
 		return fmt.Errorf("install service: recovery actions: %w", err)
 	}
-	if err := eventlog.InstallAsEventCreate(Name, eventlog.Error|eventlog.Warning|eventlog.Info); err != nil && !strings.Contains(err.Error(), "exists") {
+	if err := eventlog.InstallAsEventCreate(name, eventlog.Error|eventlog.Warning|eventlog.Info); err != nil && !strings.Contains(err.Error(), "exists") {
 		s.Delete()
 		return fmt.Errorf("install service: event log source: %w", err)
 	}
@@ -79,22 +82,25 @@ func Install(exe, config string) error {
 }
 
 // Uninstall stops the service if it runs, deletes it and its event log source.
-func Uninstall() error {
+func Uninstall() error { return uninstall(Name) }
+
+// uninstall is Uninstall for the service called name.
+func uninstall(name string) error {
 	m, err := mgr.Connect()
 	if err != nil {
 		return fmt.Errorf("uninstall service: connect to the service manager: %w", err)
 	}
 	defer m.Disconnect()
-	s, err := m.OpenService(Name)
+	s, err := m.OpenService(name)
 	if err != nil {
-		return fmt.Errorf("uninstall service: %q is not installed", Name)
+		return fmt.Errorf("uninstall service: %q is not installed", name)
 	}
 	defer s.Close()
 	stopAndWait(s, 20*time.Second)
 	if err := s.Delete(); err != nil {
 		return fmt.Errorf("uninstall service: %w", err)
 	}
-	eventlog.Remove(Name)
+	eventlog.Remove(name)
 	return nil
 }
 
