@@ -1,12 +1,12 @@
 //go:build linux
 
-// Package e2e plays the whole scheme of the SPEC in network namespaces (package lab): a guest
-// behind the hypervisor's NAT, a host running the real router binary, an internet with an
-// IP-echo server, a DNS server that logs who asks and real SOCKS5 upstreams (go-socks5 and
-// Debian's dante). It asserts from the outside: what the echo and DNS servers saw and the
-// leak counter on the uplink. The tests need root and run only with ROUTER_E2E=1 (package
-// internal/roottest; scripts/test sets it): without it they skip, saying so; with it, a
-// machine that cannot build the lab fails them.
+// Package e2e plays the whole scheme of the product in network namespaces (package
+// internal/lab): a guest behind the hypervisor's NAT, a host running the real router binary,
+// an internet with an IP-echo server, a DNS server that logs who asks and real SOCKS5
+// upstreams (go-socks5 and Debian's dante). It asserts from the outside: what the echo and DNS
+// servers saw and the leak counter on the uplink. The tests need root and run only with
+// ROUTER_E2E=1 (package internal/roottest; scripts/test sets it): without it they skip, saying
+// so; with it, a machine that cannot build the lab fails them.
 package e2e
 
 import (

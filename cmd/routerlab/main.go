@@ -1,5 +1,5 @@
-// Command routerlab shows the router working in a minute, without a VM: it builds the SPEC's
-// lab in network namespaces (an "internet" with an IP-echo server, a DNS server that logs who
+// Command routerlab shows the router working in a minute, without a VM: it builds the
+// project's lab in network namespaces (an "internet" with an IP-echo server, a DNS server that logs who
 // asks and a SOCKS5 upstream; a "host" with the hypervisor's NAT, a model server on
 // 127.0.0.1:47831 and the router; a "guest" behind the NAT), runs the real router binary in
 // the host, plays what a caged agent does from the guest, prints what the outside saw, and
@@ -28,7 +28,7 @@ import (
 	"github.com/agentcage/router/internal/lab"
 )
 
-// labConfig is the router's config in the lab: the SPEC's example, with the lab's addresses.
+// labConfig is the router's config in the lab: the README's example, with the lab's addresses.
 const labConfig = `# The router's config in the lab (see README.md for every key).
 [proxy.exit]
 address = "198.51.100.1:1080"        # go-socks5 in the "internet", leaving from 203.0.113.50
