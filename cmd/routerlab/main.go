@@ -20,7 +20,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -103,7 +102,9 @@ func run(ctx context.Context, keep, verbose bool) error {
 
 	step("Building the router binary")
 	t.bin = filepath.Join(dir, "router")
-	if out, err := exec.CommandContext(ctx, goTool(), "build", "-o", t.bin, "./cmd/router").CombinedOutput(); err != nil {
+	// go run puts its own go first on PATH, so this is the go that runs us (sudo may have
+	// dropped it from the user's PATH).
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", t.bin, "./cmd/router").CombinedOutput(); err != nil {
 		return fmt.Errorf("go build ./cmd/router (run routerlab from the repository root): %v\n%s", err, out)
 	}
 
@@ -248,14 +249,6 @@ func (t *tour) stopRouter(sig syscall.Signal) {
 	}
 	t.log.WriteString(t.router.Log())
 	t.router = nil
-}
-
-// goTool finds the go command (sudo may have dropped it from PATH).
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
 func firstLine(s string) string {
