@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/agentcage/router/lab"
+	"github.com/agentcage/router/internal/lab"
 )
 
 // TestCheckIP runs `router check-ip` in the guest: with the router up it proves the cage;

@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -13,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/lab"
+	"github.com/agentcage/router/internal/lab"
 )
 
 // TestGuestLeavesThroughTheProxy: the guest's TCP leaves with the proxy's exit address, for
@@ -105,19 +107,23 @@ func TestStreamUnbuffered(t *testing.T) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(20 * time.Second))
 	body := `{"model":"` + lab.ModelID + `","stream":true,"messages":[{"role":"user","content":"hi"}]}`
-	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: 10.0.2.2\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	// Connection: close, and the response read to its end: the model server logs a stream
+	// once its handler returns, after [DONE] went out, and closes the connection only then.
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: 10.0.2.2\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	br := bufio.NewReader(c)
 	var got []time.Time
+	done := false
 	for {
 		line, err := br.ReadString('\n')
+		if done && errors.Is(err, io.EOF) {
+			break
+		}
 		if err != nil {
 			t.Fatalf("read: %v (after %d events)", err, len(got))
 		}
 		if strings.HasPrefix(line, "data: ") {
 			got = append(got, time.Now())
-			if strings.Contains(line, "[DONE]") {
-				break
-			}
+			done = done || strings.Contains(line, "[DONE]")
 		}
 	}
 	// The model server records a stream when its handler returns, just after it sent

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/lab"
+	"github.com/agentcage/router/internal/lab"
 	"github.com/agentcage/router/policy"
 )
 
-// TestDNSNoLeak plays trap 3 of the SPEC in both modes: the guest and a hypervisor process
+// TestDNSNoLeak plays the DNS-leak trap in both modes: the guest and a hypervisor process
 // on the host resolve names, and the lab's DNS server never hears from the host's address or
 // the guest's; what the guest fetches by name leaves through the proxy.
 func TestDNSNoLeak(t *testing.T) {

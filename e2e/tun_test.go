@@ -23,7 +23,8 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
-	"github.com/agentcage/router/lab"
+	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/internal/roottest"
 	"github.com/agentcage/router/packet"
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
@@ -192,6 +193,7 @@ func TestTUNEngine(t *testing.T) {
 
 func newTUNScene(t *testing.T) *tunScene {
 	t.Helper()
+	roottest.Require(t, tools...)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	l, err := lab.New(ctx, lab.Options{Logf: t.Logf})

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentcage/router/internal/roottest"
 )
 
 // Privileged test helpers: network namespaces made with `ip netns add`, removed in
@@ -32,14 +34,7 @@ type netns struct {
 // newNetNS creates a namespace with lo up, or fails the test.
 func newNetNS(t *testing.T, role string) *netns {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root (network namespaces, nftables)")
-	}
-	for _, tool := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("this test needs %s: %v", tool, err)
-		}
-	}
+	roottest.Require(t, "ip", "nft") // skips without ROUTER_E2E=1, fails when it cannot run
 	name := fmt.Sprintf("nftcap%d-%d-%s", os.Getpid(), nsSeq.Add(1), role)
 	run(t, "ip", "netns", "add", name)
 	t.Cleanup(func() {

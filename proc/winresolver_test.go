@@ -1,4 +1,4 @@
-package proc
+package proc_test
 
 import (
 	"errors"
@@ -7,12 +7,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/proc/proctest"
 )
 
-// countingProcs wraps FakeProcesses, counts calls and lets a test change the table.
+// countingProcs wraps proctest.Processes, counts calls and lets a test change the table.
 type countingProcs struct {
 	mu      sync.Mutex
-	t       FakeProcesses
+	t       proctest.Processes
 	created int
 	paths   int
 }
@@ -31,7 +34,7 @@ func (c *countingProcs) ImagePath(pid uint32) (string, error) {
 	return c.t.ImagePath(pid)
 }
 
-func (c *countingProcs) set(pid uint32, p FakeProcess) {
+func (c *countingProcs) set(pid uint32, p proctest.Process) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t[pid] = p
@@ -39,7 +42,7 @@ func (c *countingProcs) set(pid uint32, p FakeProcess) {
 
 type countingSCM struct {
 	mu    sync.Mutex
-	t     FakeServices
+	t     proctest.Services
 	err   error
 	calls int
 }
@@ -71,20 +74,20 @@ func (c *winClock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Un
 
 var winT0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func newTestWindowsResolver() (*WindowsResolver, *countingProcs, *countingSCM, *winClock) {
-	procs := &countingProcs{t: FakeProcesses{
+func newTestWindowsResolver() (*proc.WindowsResolver, *countingProcs, *countingSCM, *winClock) {
+	procs := &countingProcs{t: proctest.Processes{
 		1000: {Created: winT0.Add(-time.Hour), Path: `C:\Program Files\Oracle\VirtualBox\VirtualBoxVM.exe`},
 		1572: {Created: winT0.Add(-2 * time.Hour), Path: `C:\Windows\System32\svchost.exe`},
 		1600: {Created: winT0.Add(-2 * time.Hour), Path: `C:\WINDOWS\system32\SvcHost.EXE`},
 		2000: {Created: winT0.Add(-time.Hour), Path: `C:\Program Files (x86)\VMware\VMware Workstation\vmnat.exe`},
 	}}
-	scm := &countingSCM{t: FakeServices{
+	scm := &countingSCM{t: proctest.Services{
 		1572: {"iphlpsvc"},
 		1600: {"SharedAccess", "Dnscache", "nsi"},
 		2000: {"VMware NAT Service"},
 	}}
 	c := &winClock{t: winT0}
-	r := NewWindowsResolver(procs, scm, WindowsOptions{Now: c.now})
+	r := proc.NewWindowsResolver(procs, scm, proc.WindowsOptions{Now: c.now})
 	return r, procs, scm, c
 }
 
@@ -93,14 +96,14 @@ func TestByPID(t *testing.T) {
 	tests := []struct {
 		name string
 		pid  uint32
-		want Info
+		want proc.Info
 	}{
-		{"app", 1000, Info{PID: 1000, Name: "VirtualBoxVM.exe", Path: `C:\Program Files\Oracle\VirtualBox\VirtualBoxVM.exe`}},
-		{"svchost", 1572, Info{PID: 1572, Name: "svchost.exe", Path: `C:\Windows\System32\svchost.exe`, Services: []string{"iphlpsvc"}}},
-		{"svchost case, sorted services", 1600, Info{PID: 1600, Name: "SvcHost.EXE", Path: `C:\WINDOWS\system32\SvcHost.EXE`, Services: []string{"Dnscache", "SharedAccess", "nsi"}}},
-		{"service in its own exe: no services (not svchost)", 2000, Info{PID: 2000, Name: "vmnat.exe", Path: `C:\Program Files (x86)\VMware\VMware Workstation\vmnat.exe`}},
-		{"system", 4, Info{PID: 4, Name: "System"}},
-		{"idle", 0, Info{PID: 0, Name: "System Idle Process"}},
+		{"app", 1000, proc.Info{PID: 1000, Name: "VirtualBoxVM.exe", Path: `C:\Program Files\Oracle\VirtualBox\VirtualBoxVM.exe`}},
+		{"svchost", 1572, proc.Info{PID: 1572, Name: "svchost.exe", Path: `C:\Windows\System32\svchost.exe`, Services: []string{"iphlpsvc"}}},
+		{"svchost case, sorted services", 1600, proc.Info{PID: 1600, Name: "SvcHost.EXE", Path: `C:\WINDOWS\system32\SvcHost.EXE`, Services: []string{"Dnscache", "SharedAccess", "nsi"}}},
+		{"service in its own exe: no services (not svchost)", 2000, proc.Info{PID: 2000, Name: "vmnat.exe", Path: `C:\Program Files (x86)\VMware\VMware Workstation\vmnat.exe`}},
+		{"system", 4, proc.Info{PID: 4, Name: "System"}},
+		{"idle", 0, proc.Info{PID: 0, Name: "System Idle Process"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -115,8 +118,8 @@ func TestByPID(t *testing.T) {
 	}
 	t.Run("no such process", func(t *testing.T) {
 		_, err := r.ByPID(31337)
-		if !errors.Is(err, ErrNoProcess) {
-			t.Errorf("err = %v, want ErrNoProcess", err)
+		if !errors.Is(err, proc.ErrNoProcess) {
+			t.Errorf("err = %v, want proc.ErrNoProcess", err)
 		}
 	})
 }
@@ -132,7 +135,7 @@ func TestCacheAndPIDReuse(t *testing.T) {
 		t.Errorf("ImagePath calls = %d, Created calls = %d; want 1, 3", procs.paths, procs.created)
 	}
 	// PID 1000 exits and is reused by another program.
-	procs.set(1000, FakeProcess{Created: winT0, Path: `C:\Users\me\evil.exe`})
+	procs.set(1000, proctest.Process{Created: winT0, Path: `C:\Users\me\evil.exe`})
 	p, err := r.Lookup(1000)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +150,7 @@ func TestCacheAndPIDReuse(t *testing.T) {
 	procs.mu.Lock()
 	delete(procs.t, 1000)
 	procs.mu.Unlock()
-	if _, err := r.ByPID(1000); !errors.Is(err, ErrNoProcess) {
+	if _, err := r.ByPID(1000); !errors.Is(err, proc.ErrNoProcess) {
 		t.Errorf("gone process: err = %v", err)
 	}
 }
@@ -161,7 +164,7 @@ func TestServiceSnapshotRefresh(t *testing.T) {
 	}
 	// A new svchost appears; the snapshot is from before it started.
 	c.add(5 * time.Second)
-	procs.set(1700, FakeProcess{Created: c.now(), Path: `C:\Windows\System32\svchost.exe`})
+	procs.set(1700, proctest.Process{Created: c.now(), Path: `C:\Windows\System32\svchost.exe`})
 	scm.mu.Lock()
 	scm.t[1700] = []string{"WinDivertTest"}
 	scm.mu.Unlock()
@@ -171,7 +174,7 @@ func TestServiceSnapshotRefresh(t *testing.T) {
 		t.Errorf("new svchost: services %v after %d enumerations, want [WinDivertTest] after 2", info.Services, scm.n())
 	}
 	// Within ServicesMinInterval an unknown svchost does not cause another enumeration.
-	procs.set(1800, FakeProcess{Created: c.now(), Path: `C:\Windows\System32\svchost.exe`})
+	procs.set(1800, proctest.Process{Created: c.now(), Path: `C:\Windows\System32\svchost.exe`})
 	info, _ = r.ByPID(1800)
 	if scm.n() != 2 || len(info.Services) != 0 {
 		t.Errorf("rate limit: %d enumerations, services %v; want 2, none", scm.n(), info.Services)
@@ -202,21 +205,18 @@ func TestServiceSnapshotRefresh(t *testing.T) {
 }
 
 func TestEviction(t *testing.T) {
-	procs := FakeProcesses{}
+	procs := proctest.Processes{}
 	for pid := uint32(8); pid < 8+100; pid++ {
-		procs[pid] = FakeProcess{Created: winT0, Path: fmt.Sprintf(`C:\p%d.exe`, pid)}
+		procs[pid] = proctest.Process{Created: winT0, Path: fmt.Sprintf(`C:\p%d.exe`, pid)}
 	}
-	r := NewWindowsResolver(procs, FakeServices{}, WindowsOptions{MaxEntries: 16})
+	r := proc.NewWindowsResolver(procs, proctest.Services{}, proc.WindowsOptions{MaxEntries: 16})
 	for pid := uint32(8); pid < 8+100; pid++ {
 		info, err := r.ByPID(pid)
 		if err != nil || info.Name != fmt.Sprintf("p%d.exe", pid) {
 			t.Fatalf("pid %d: %+v %v", pid, info, err)
 		}
 	}
-	r.mu.Lock()
-	n := len(r.entries)
-	r.mu.Unlock()
-	if n > 16 {
+	if n := r.CachedEntries(); n > 16 {
 		t.Errorf("cache holds %d entries, want at most 16", n)
 	}
 }

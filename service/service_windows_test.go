@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -146,9 +147,65 @@ func TestExecuteFailures(t *testing.T) {
 
 var serial atomic.Int32
 
+// testServicePrefix starts the names of the services tests install: the test process's PID
+// and a serial number follow.
+const testServicePrefix = "router-test-"
+
 // uniqueName is a service name no other test (or test process) uses.
 func uniqueName() string {
-	return fmt.Sprintf("router-test-%d-%d", os.Getpid(), serial.Add(1))
+	return fmt.Sprintf("%s%d-%d", testServicePrefix, os.Getpid(), serial.Add(1))
+}
+
+// removeStaleTestServices uninstalls the test services of runs that died before their
+// clean-up (a killed test binary, a reused Wine prefix): those whose PID names no process,
+// or one that is not a test binary of this package.
+func removeStaleTestServices(t *testing.T) {
+	t.Helper()
+	m, err := mgr.Connect()
+	if err != nil {
+		t.Fatalf("connect to the service manager: %v", err)
+	}
+	names, err := m.ListServices()
+	m.Disconnect()
+	if err != nil {
+		t.Fatalf("list services: %v", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		rest, ok := strings.CutPrefix(name, testServicePrefix)
+		if !ok {
+			continue
+		}
+		pidText, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.ParseUint(pidText, 10, 32)
+		if err != nil || int(pid) == os.Getpid() || runsImage(uint32(pid), filepath.Base(self)) {
+			continue // not of our naming, ours, or a live run's
+		}
+		t.Logf("removing the stale test service %s", name)
+		if err := uninstall(name); err != nil {
+			t.Errorf("remove stale test service %s: %v", name, err)
+		}
+	}
+}
+
+// runsImage reports whether process pid exists and runs an executable whose file name is
+// image (case-insensitively).
+func runsImage(pid uint32, image string) bool {
+	h, err := windows.OpenProcess(windows.PROCESS_QUERY_LIMITED_INFORMATION, false, pid)
+	if err != nil {
+		return false
+	}
+	defer windows.CloseHandle(h)
+	buf := make([]uint16, windows.MAX_LONG_PATH)
+	size := uint32(len(buf))
+	if err := windows.QueryFullProcessImageName(h, 0, &buf[0], &size); err != nil {
+		return false
+	}
+	path := windows.UTF16ToString(buf[:size])
+	return strings.EqualFold(path[strings.LastIndexAny(path, `\/`)+1:], image)
 }
 
 // testInstall installs a service with a unique name into a temporary directory and
@@ -157,6 +214,7 @@ func uniqueName() string {
 // check is replaced after asserting that it refuses.
 func testInstall(t *testing.T, config string) (installOptions, error) {
 	t.Helper()
+	removeStaleTestServices(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

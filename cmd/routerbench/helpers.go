@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentcage/router/bench"
+	"github.com/agentcage/router/internal/bench"
 	socks5 "github.com/things-go/go-socks5"
 )
 

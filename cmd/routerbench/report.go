@@ -10,10 +10,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/agentcage/router/bench"
+	"github.com/agentcage/router/internal/bench"
 )
 
-// report prints one table: a line per figure, a column per row, then the SPEC's targets.
+// report prints one table: a line per figure, a column per row, then the targets.
 func report(out io.Writer, o options, res *results) {
 	names := make([]string, 0, 4)
 	for _, r := range rows() {
@@ -105,7 +105,7 @@ func report(out io.Writer, o options, res *results) {
 	}
 	tw.Flush()
 
-	fmt.Fprintln(out, "\nSPEC targets, router against redsocks (paired medians; figures, not a pass/fail test):")
+	fmt.Fprintln(out, "\nTargets, router against redsocks (paired medians; figures, not a pass/fail test):")
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "target\twant\tmeasured\tmet\t")
 	target := func(name, want string, got float64, ok bool, prec int) {
@@ -145,4 +145,14 @@ func num(x float64, prec int) string {
 		return "–"
 	}
 	return strconv.FormatFloat(x, 'f', prec, 64)
+}
+
+func sizeString(n int64) string {
+	switch {
+	case n%(1<<30) == 0:
+		return strconv.FormatInt(n>>30, 10) + " GiB"
+	case n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	}
+	return strconv.FormatInt(n, 10) + " B"
 }

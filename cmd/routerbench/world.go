@@ -14,10 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentcage/router/lab"
+	"github.com/agentcage/router/internal/lab"
 )
 
-// The benchmark's addresses on top of the lab's (lab/doc.go). Each row has a guest source
+// The benchmark's addresses on top of the lab's (internal/lab/doc.go). Each row has a guest source
 // address of its own, so every proxy's capture stays in place for the whole run and the rows
 // can be interleaved within a round:
 //

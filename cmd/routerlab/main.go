@@ -1,5 +1,5 @@
-// Command routerlab shows the router working in a minute, without a VM: it builds the SPEC's
-// lab in network namespaces (an "internet" with an IP-echo server, a DNS server that logs who
+// Command routerlab shows the router working in a minute, without a VM: it builds the
+// project's lab in network namespaces (an "internet" with an IP-echo server, a DNS server that logs who
 // asks and a SOCKS5 upstream; a "host" with the hypervisor's NAT, a model server on
 // 127.0.0.1:47831 and the router; a "guest" behind the NAT), runs the real router binary in
 // the host, plays what a caged agent does from the guest, prints what the outside saw, and
@@ -20,15 +20,14 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/agentcage/router/lab"
+	"github.com/agentcage/router/internal/lab"
 )
 
-// labConfig is the router's config in the lab: the SPEC's example, with the lab's addresses.
+// labConfig is the router's config in the lab: the README's example, with the lab's addresses.
 const labConfig = `# The router's config in the lab (see README.md for every key).
 [proxy.exit]
 address = "198.51.100.1:1080"        # go-socks5 in the "internet", leaving from 203.0.113.50
@@ -103,7 +102,9 @@ func run(ctx context.Context, keep, verbose bool) error {
 
 	step("Building the router binary")
 	t.bin = filepath.Join(dir, "router")
-	if out, err := exec.CommandContext(ctx, goTool(), "build", "-o", t.bin, "./cmd/router").CombinedOutput(); err != nil {
+	// go run puts its own go first on PATH, so this is the go that runs us (sudo may have
+	// dropped it from the user's PATH).
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", t.bin, "./cmd/router").CombinedOutput(); err != nil {
 		return fmt.Errorf("go build ./cmd/router (run routerlab from the repository root): %v\n%s", err, out)
 	}
 
@@ -248,14 +249,6 @@ func (t *tour) stopRouter(sig syscall.Signal) {
 	}
 	t.log.WriteString(t.router.Log())
 	t.router = nil
-}
-
-// goTool finds the go command (sudo may have dropped it from PATH).
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
 func firstLine(s string) string {

@@ -78,8 +78,8 @@ func (k Key) Prev() (Key, bool) {
 	return Key{k.Hi, k.Lo - 1}, true
 }
 
-// AddrPort is the unmapped address and port of a TCP or UDP address; the zero AddrPort for
-// any other.
+// AddrPort is the unmapped address and port of a net.Addr: a TCP or UDP address, or any
+// other whose String is "ip:port"; the zero AddrPort otherwise (nil included).
 func AddrPort(a net.Addr) netip.AddrPort {
 	var ap netip.AddrPort
 	switch a := a.(type) {
@@ -87,8 +87,13 @@ func AddrPort(a net.Addr) netip.AddrPort {
 		ap = a.AddrPort()
 	case *net.UDPAddr:
 		ap = a.AddrPort()
-	default:
+	case nil:
 		return netip.AddrPort{}
+	default:
+		var err error
+		if ap, err = netip.ParseAddrPort(a.String()); err != nil {
+			return netip.AddrPort{}
+		}
 	}
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }

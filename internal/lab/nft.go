@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -111,4 +112,47 @@ func parseLeaks(out []byte) (Leaks, error) {
 		return Leaks{}, fmt.Errorf("parse nft counters: found %d of 5 leak counters", seen)
 	}
 	return l, nil
+}
+
+// Leaks reads the leak counters of the inet namespace: packets that arrived on the uplink from
+// the host's address or the guest subnet (or any global IPv6 source) and are not TCP to the
+// proxies (GoSocksAddr, DanteAddr). Add ports to the nft set inet rl_leak proxy_ports to
+// exempt more proxies.
+func (l *Lab) Leaks(ctx context.Context) (Leaks, error) {
+	out, err := l.inet.Run(ctx, "nft", "-j", "list", "counters", "table", "inet", LeakTable)
+	if err != nil {
+		return Leaks{}, fmt.Errorf("read leak counters: %w", err)
+	}
+	return parseLeaks(out)
+}
+
+// LeakPackets is Leaks(ctx).Packets.
+func (l *Lab) LeakPackets(ctx context.Context) (uint64, error) {
+	lk, err := l.Leaks(ctx)
+	return lk.Packets, err
+}
+
+// ResetLeaks sets the leak counters to zero.
+func (l *Lab) ResetLeaks(ctx context.Context) error {
+	if _, err := l.inet.Run(ctx, "nft", "reset", "counters", "table", "inet", LeakTable); err != nil {
+		return fmt.Errorf("reset leak counters: %w", err)
+	}
+	return nil
+}
+
+// RemoveHypervisorNAT deletes the host's masquerade (table ip hvnat): guest traffic is then
+// forwarded with its own source address, and inet has no route back. Idempotent.
+func (l *Lab) RemoveHypervisorNAT(ctx context.Context) error {
+	if err := l.run(ctx, natRemove(), "ip", "netns", "exec", l.host.Name(), "nft", "-f", "-"); err != nil {
+		return fmt.Errorf("remove hypervisor nat: %w", err)
+	}
+	return nil
+}
+
+// RestoreHypervisorNAT puts the host's masquerade back (replacing it if present).
+func (l *Lab) RestoreHypervisorNAT(ctx context.Context) error {
+	if err := l.run(ctx, natRuleset(), "ip", "netns", "exec", l.host.Name(), "nft", "-f", "-"); err != nil {
+		return fmt.Errorf("restore hypervisor nat: %w", err)
+	}
+	return nil
 }

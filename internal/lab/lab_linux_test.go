@@ -16,10 +16,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentcage/router/internal/roottest"
 )
 
-// These tests build real labs: they need root, ip, nft, danted, curl and dig, and fail (never
-// skip) without them.
+// These tests build real labs: they need root, ip, nft, danted, curl and dig. They run only
+// with ROUTER_E2E=1 (package internal/roottest; scripts/test sets it), and then fail (never
+// skip) when something is missing.
+
+// labTools are the programs a lab and these tests run.
+var labTools = []string{"ip", "nft", "danted", "curl", "dig"}
 
 const testModelGap = 100 * time.Millisecond
 
@@ -27,11 +33,7 @@ const testModelGap = 100 * time.Millisecond
 // failed.
 func newTestLab(t *testing.T, opts Options) *Lab {
 	t.Helper()
-	for _, tool := range []string{"curl", "dig"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is needed (apt-get install curl dnsutils): %v", tool, err)
-		}
-	}
+	roottest.Require(t, labTools...)
 	if opts.Logf == nil {
 		opts.Logf = t.Logf
 	}
@@ -507,6 +509,7 @@ func TestCloseRemovesEverything(t *testing.T) {
 // TestNewFailureLeavesNothing interrupts New at various points through its context and checks
 // that nothing of this process's labs remains.
 func TestNewFailureLeavesNothing(t *testing.T) {
+	roottest.Require(t, labTools...)
 	own := fmt.Sprintf("rl%d-", os.Getpid())
 	var failed int
 	for _, d := range []time.Duration{time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond, 60 * time.Millisecond, 100 * time.Millisecond} {
@@ -562,6 +565,7 @@ func TestCrashHelper(t *testing.T) {
 }
 
 func TestNewAfterCrash(t *testing.T) {
+	roottest.Require(t, labTools...)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,6 @@ type Router struct {
 	cmd    *exec.Cmd
 	log    *syncBuffer
 	exited chan struct{}
-	once   sync.Once
 }
 
 type syncBuffer struct {

@@ -16,5 +16,5 @@
 // most 64 bytes of a request and never allocates per connection beyond its goroutine.
 //
 // The sink is the active closer, so TIME_WAIT stays on the sink's side (the lab sets
-// tcp_max_tw_buckets=0 there; see anchors/perf.md on PAWS).
+// tcp_max_tw_buckets=0 there, so a reused port is never refused by the PAWS timestamp check).
 package bench

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/agentcage/router/internal/netaddr"
 )
 
 // maxRecords bounds every server log; when full, the older half is dropped.
@@ -95,20 +97,6 @@ func (s ModelStream) String() string {
 	return fmt.Sprintf("%s model stream %s events=%d", s.Started.Format("15:04:05.000"), s.Remote, len(s.Sent))
 }
 
-func addrPortOf(a net.Addr) netip.AddrPort {
-	switch a := a.(type) {
-	case *net.TCPAddr:
-		return unmap(a.AddrPort())
-	case *net.UDPAddr:
-		return unmap(a.AddrPort())
-	}
-	if a == nil {
-		return netip.AddrPort{}
-	}
-	ap, _ := netip.ParseAddrPort(a.String())
-	return unmap(ap)
-}
-
 func unmap(ap netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
@@ -144,7 +132,7 @@ const (
 // dnsHandler answers the lab.test zone (see EchoName and WhoamiName) and logs every question.
 func dnsHandler(rec *record[DNSQuery]) dns.Handler {
 	return dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
-		src := addrPortOf(w.RemoteAddr())
+		src := netaddr.AddrPort(w.RemoteAddr())
 		transport := "udp"
 		if _, ok := w.RemoteAddr().(*net.TCPAddr); ok {
 			transport = "tcp"
@@ -218,7 +206,7 @@ func serveUDPEcho(pc net.PacketConn, rec *record[UDPPacket]) {
 			}
 			continue
 		}
-		src := addrPortOf(from)
+		src := netaddr.AddrPort(from)
 		rec.add(UDPPacket{Time: time.Now(), Source: src, Len: n})
 		_, _ = pc.WriteTo([]byte(src.String()+"\n"), from)
 	}

@@ -1,0 +1,205 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentcage/router/internal/bench"
+	"github.com/agentcage/router/internal/lab"
+)
+
+// usage is CPU time spent so far: by the row's proxy, by the upstream, by the machine, and
+// by the lab (every process of the benchmark and the kernel threads; unlike the machine
+// figure it leaves out other work sharing the machine, except the interrupts that happen to
+// hit that work).
+type usage struct{ proxy, up, machine, lab time.Duration }
+
+func (w *world) usage(p *lab.Process) (usage, error) {
+	var pfs bench.ProcFS
+	var u usage
+	var err error
+	if p != nil {
+		if u.proxy, err = pfs.CPU(p.PID()); err != nil {
+			return u, err
+		}
+	}
+	if u.up, err = pfs.CPU(w.socks.PID()); err != nil {
+		return u, err
+	}
+	if u.machine, err = pfs.MachineBusy(); err != nil {
+		return u, err
+	}
+	sink, err := pfs.CPU(w.sink.PID())
+	if err != nil {
+		return u, err
+	}
+	kt, err := pfs.KernelThreads()
+	if err != nil {
+		return u, err
+	}
+	// Interrupt work is billed to the task it interrupted (stime) as well as to the irq and
+	// softirq columns of /proc/stat, so it is already in the processes' figures.
+	u.lab = u.proxy + u.up + sink + kt
+	return u, nil
+}
+
+func (u usage) sub(v usage) usage {
+	return usage{proxy: u.proxy - v.proxy, up: u.up - v.up, machine: u.machine - v.machine, lab: u.lab - v.lab}
+}
+
+// load runs one load helper in the guest for row r and decodes its JSON answer into out;
+// it returns the CPU time spent meanwhile.
+func (w *world) load(ctx context.Context, r row, out any, mode string, args ...string) (usage, error) {
+	var proxy *lab.Process
+	if r.proxy != nil {
+		proxy = r.proxy(w)
+	}
+	full := []string{"netns", "exec", w.lab.Guest().Name(), w.exe, cmdLoad, mode, "-src", r.src}
+	if r.socks != "" {
+		full = append(full, "-socks", r.socks)
+	}
+	full = append(full, args...)
+	cmd := exec.CommandContext(ctx, "ip", full...)
+	var stderr lab.TailBuffer
+	stderr.Max = 4096
+	cmd.Stderr = &stderr
+	before, err := w.usage(proxy)
+	if err != nil {
+		return usage{}, err
+	}
+	stdout, err := cmd.Output()
+	after, uerr := w.usage(proxy)
+	if err != nil {
+		return usage{}, fmt.Errorf("%s %s: %w: %s", mode, r.name, err, strings.TrimSpace(stderr.String()))
+	}
+	if uerr != nil {
+		return usage{}, uerr
+	}
+	if ps := cmd.ProcessState; ps != nil {
+		after.lab += ps.UserTime() + ps.SystemTime() // the load client
+	}
+	if err := json.Unmarshal(stdout, out); err != nil {
+		return usage{}, fmt.Errorf("%s %s: answer %q: %w", mode, r.name, stdout, err)
+	}
+	return after.sub(before), nil
+}
+
+// warmUp sends a little through every row, so that no row pays for first use.
+func (w *world) warmUp(ctx context.Context) error {
+	for _, r := range rows() {
+		var g bench.GetResult
+		if _, err := w.load(ctx, r, &g, "get", "-size", strconv.Itoa(64<<20), sinkBulk); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+		var rr bench.RateResult
+		if _, err := w.load(ctx, r, &rr, "rate", "-n", "200", "-par", "8", "-size", "1024", sinkConns); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+		if rr.Errors > 0 {
+			return fmt.Errorf("warm-up %s: %d of 200 connections failed: %s", r.name, rr.Errors, rr.FirstError)
+		}
+	}
+	return nil
+}
+
+// round measures every row once, phase by phase (download, connection rate, sequential
+// connections, idle flows), and records the figures under round in res.
+func (w *world) round(ctx context.Context, o options, res *results, round int, log io.Writer) error {
+	gib := float64(o.size) / (1 << 30)
+	for _, r := range rows() {
+		if !o.want(r.name) || !o.phase("get") {
+			continue
+		}
+		var g bench.GetResult
+		u, err := w.load(ctx, r, &g, "get", "-size", strconv.FormatInt(o.size, 10), sinkBulk)
+		if err != nil {
+			return err
+		}
+		mibs := float64(g.Bytes) / (1 << 20) / g.Seconds
+		res.set(r.name, "tput", round, mibs)
+		res.set(r.name, "up_gib", round, u.up.Seconds()/gib)
+		res.set(r.name, "mach_gib", round, u.machine.Seconds()/gib)
+		res.set(r.name, "lab_gib", round, u.lab.Seconds()/gib)
+		line := fmt.Sprintf("round %d  %-8s get   %6.0f MiB/s  lab %.2f s/GiB  machine %.2f s/GiB  upstream %.2f s/GiB",
+			round+1, r.name, mibs, u.lab.Seconds()/gib, u.machine.Seconds()/gib, u.up.Seconds()/gib)
+		if r.proxy != nil {
+			res.set(r.name, "cpu_gib", round, u.proxy.Seconds()/gib)
+			line += fmt.Sprintf("  proxy %.2f s/GiB", u.proxy.Seconds()/gib)
+		}
+		fmt.Fprintln(log, line)
+	}
+	for _, kind := range []struct {
+		name     string
+		n, par   int
+		prefix   string
+		describe string
+	}{
+		{"rate", o.conns, o.par, "rate", "conns"},
+		{"seq", o.seq, 1, "seq", "sequential"},
+	} {
+		for _, r := range rows() {
+			if !o.want(r.name) || !o.phase(kind.name) {
+				continue
+			}
+			var rr bench.RateResult
+			u, err := w.load(ctx, r, &rr, "rate", "-n", strconv.Itoa(kind.n), "-par", strconv.Itoa(kind.par), "-size", "1024", sinkConns)
+			if err != nil {
+				return err
+			}
+			if rr.Errors > 0 {
+				return fmt.Errorf("%s %s: %d of %d connections failed: %s", kind.name, r.name, rr.Errors, kind.n, rr.FirstError)
+			}
+			cps := float64(rr.Count) / rr.Seconds
+			res.set(r.name, kind.prefix+"_cps", round, cps)
+			res.set(r.name, kind.prefix+"_p50", round, rr.P50)
+			res.set(r.name, kind.prefix+"_p99", round, rr.P99)
+			res.set(r.name, kind.prefix+"_up_us", round, float64(u.up.Microseconds())/float64(rr.Count))
+			res.set(r.name, kind.prefix+"_lab_us", round, float64(u.lab.Microseconds())/float64(rr.Count))
+			line := fmt.Sprintf("round %d  %-8s %-5s %6.0f conn/s  p50 %5.0f µs  p99 %6.0f µs  lab %4.0f µs/conn",
+				round+1, r.name, kind.name, cps, rr.P50, rr.P99, float64(u.lab.Microseconds())/float64(rr.Count))
+			if r.proxy != nil {
+				us := float64(u.proxy.Microseconds()) / float64(rr.Count)
+				res.set(r.name, kind.prefix+"_cpu_us", round, us)
+				line += fmt.Sprintf("  proxy %4.0f µs/conn", us)
+			}
+			fmt.Fprintln(log, line)
+		}
+	}
+	for _, r := range rows() {
+		if r.proxy == nil || !o.want(r.name) || !o.phase("idle") {
+			continue
+		}
+		for _, n := range o.idle {
+			if r.name == "redsocks" && n > 2500 {
+				continue // conn_max 2500 at 20,000 fds: splice pipes need 6 fds a flow
+			}
+			before, during, err := w.idleMem(ctx, r, n)
+			if err != nil {
+				return err
+			}
+			key := "idle" + strconv.Itoa(n)
+			held := (during.Sockets - before.Sockets) / 2
+			if held != n {
+				fmt.Fprintf(log, "round %d  %-8s idle: %d flows held, not %d\n", round+1, r.name, held, n)
+			}
+			per := float64(during.RSSKiB-before.RSSKiB) / float64(max(held, 1))
+			res.set(r.name, key+"_kib", round, per)
+			res.set(r.name, key+"_rss0", round, float64(before.RSSKiB))
+			res.set(r.name, key+"_rss", round, float64(during.RSSKiB))
+			res.set(r.name, key+"_fds", round, float64(during.FDs))
+			res.set(r.name, key+"_pipes", round, float64(during.Pipes))
+			res.set(r.name, key+"_threads", round, float64(during.Threads))
+			fmt.Fprintf(log, "round %d  %-8s idle  %d flows: RSS %d -> %d KiB (%.1f KiB/flow), %d fds (%d pipes), %d threads\n",
+				round+1, r.name, n, before.RSSKiB, during.RSSKiB, per, during.FDs, during.Pipes, during.Threads)
+		}
+	}
+	return nil
+}
