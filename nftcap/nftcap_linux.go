@@ -621,3 +621,11 @@ func native32(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v)
 // ipsDstNAT is IPS_DST_NAT of enum ip_conntrack_status (include/uapi/linux/netfilter/
 // nf_conntrack_common.h): the connection's destination was NATed (our redirect sets it).
 const ipsDstNAT = 1 << 5
+
+func collect(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}

@@ -151,11 +151,3 @@ type options struct {
 func WithNetNS(fd int) Option {
 	return func(o *options) { o.netNS = fd }
 }
-
-func collect(opts []Option) options {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	return o
-}

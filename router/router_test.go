@@ -101,7 +101,6 @@ type env struct {
 	orig   *origTable
 	logs   *syncBuffer
 	marked *countingControl
-	socks  *proxyServer
 }
 
 type syncBuffer struct {

@@ -15,7 +15,7 @@ import (
 
 // FWPM_SUBLAYER0
 type fwpmSublayer0 struct {
-	subLayerKey  windows.GUID
+	_            windows.GUID // subLayerKey
 	displayData  fwpmDisplayData0
 	flags        uint32
 	providerKey  *windows.GUID
@@ -25,7 +25,7 @@ type fwpmSublayer0 struct {
 
 // FWPM_PROVIDER0
 type fwpmProvider0 struct {
-	providerKey  windows.GUID
+	_            windows.GUID // providerKey
 	displayData  fwpmDisplayData0
 	flags        uint32
 	providerData fwpByteBlob
@@ -34,7 +34,7 @@ type fwpmProvider0 struct {
 
 // FWPM_SESSION0
 type fwpmSession0 struct {
-	sessionKey           windows.GUID
+	_                    windows.GUID // sessionKey
 	displayData          fwpmDisplayData0
 	flags                uint32
 	txnWaitTimeoutInMSec uint32

@@ -40,7 +40,7 @@ type fwpmAction0 struct {
 
 // FWPM_FILTER_CONDITION0
 type fwpmFilterCondition0 struct {
-	fieldKey       windows.GUID
+	_              windows.GUID // fieldKey: the engine reads it, Go never does
 	matchType      uint32
 	conditionValue fwpValue0
 }
@@ -93,7 +93,6 @@ const (
 var (
 	modfwpuclnt                      = windows.NewLazySystemDLL("fwpuclnt.dll")
 	procFwpmEngineOpen0              = modfwpuclnt.NewProc("FwpmEngineOpen0")
-	procFwpmEngineClose0             = modfwpuclnt.NewProc("FwpmEngineClose0")
 	procFwpmTransactionBegin0        = modfwpuclnt.NewProc("FwpmTransactionBegin0")
 	procFwpmTransactionCommit0       = modfwpuclnt.NewProc("FwpmTransactionCommit0")
 	procFwpmTransactionAbort0        = modfwpuclnt.NewProc("FwpmTransactionAbort0")

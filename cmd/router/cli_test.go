@@ -33,8 +33,7 @@ func TestLint(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &fs); err != nil || code != exitFindings || fs[0]["rule"] != "model-direct" || fs[0]["other"] != "hypervisor" {
 		t.Errorf("json: exit %d, err %v, output:\n%s", code, err, out)
 	}
-	out, _, code = run(t, "lint", "--config", trapConfig, "--strict")
-	if code != exitFindings {
+	if _, _, code := run(t, "lint", "--config", trapConfig, "--strict"); code != exitFindings {
 		t.Errorf("strict: exit %d", code)
 	}
 	_, errOut, code := run(t, "lint", "--config", "../../testdata/conf/bad/06-bad-ip.toml")
@@ -49,6 +48,9 @@ func TestExplain(t *testing.T) {
 		t.Errorf("trap: exit %d, output:\n%s", code, out)
 	}
 	out, _, code = run(t, "explain", "--os", "windows", "--config", specConfig, "--app", "VirtualBoxVM.exe", "--src", "127.0.0.1", "--dst", "127.0.0.1:47831")
+	if code != exitOK {
+		t.Errorf("explain: exit %d", code)
+	}
 	for _, want := range []string{
 		"preset virtualbox: caged apps VirtualBoxVM.exe, VBoxHeadless.exe, VBoxNetNAT.exe (NAT in user space)",
 		"flow: caged tcp from 127.0.0.1 by VirtualBoxVM.exe to 127.0.0.1:47831",

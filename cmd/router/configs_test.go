@@ -13,7 +13,6 @@ import (
 // TestShippedConfigs: every host setup the README points at lints clean on its OS, and
 // explain sends a guest's flow through the proxy and the model port direct.
 func TestShippedConfigs(t *testing.T) {
-	type flow struct{ args []string }
 	for _, tc := range []struct {
 		file, os string
 		guest    []string // explain flags of a guest's flow to the internet
