@@ -128,6 +128,14 @@ func (s *scene) log() string {
 // newScene builds the lab and starts the router with cfg.
 func newScene(t *testing.T, cfg string) *scene {
 	t.Helper()
+	s := newLab(t, cfg)
+	s.startRouter()
+	return s
+}
+
+// newLab builds the lab and writes cfg, without starting a router.
+func newLab(t *testing.T, cfg string) *scene {
+	t.Helper()
 	roottest.Require(t, tools...)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
@@ -148,7 +156,6 @@ func newScene(t *testing.T, cfg string) *scene {
 	})
 	s.cfg = filepath.Join(s.dir, "router.toml")
 	s.writeConfig(cfg)
-	s.startRouter()
 	return s
 }
 

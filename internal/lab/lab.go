@@ -45,6 +45,7 @@ type Lab struct {
 	socksLog record[string] // go-socks5 errors, accept errors
 
 	dante *Process // set once by New
+	state stateDir // the router's state directory, see StateDir
 
 	mu     sync.Mutex     // guards undo and closed
 	undo   []func() error // teardown steps, run last to first

@@ -10,8 +10,11 @@ import (
 // leakRuleset counts, in inet's prerouting (priority raw, before conntrack), every packet that
 // arrives on the uplink from the host's address or the guest subnet (IPv4), or from any
 // non-link-local IPv6 source, unless it is TCP to a port of set proxy_ports on InetUplinkAddr.
-// ARP and IPv6 neighbour/multicast housekeeping from link-local or unspecified sources are
-// not counted.
+// ARP, IPv6 from link-local or unspecified sources, and IPv6 neighbour discovery and
+// multicast listener reports (the link's housekeeping, from any source) are not counted.
+// (The IPv6 test is three rules: nft 1.0.6 compiles "ip6 saddr != fe80::/10 ip6 saddr !=
+// ::" in one rule into a match that never fires.) Sets seen4 and seen6 keep the first 64
+// leaked tuples (source, destination, protocol, port) for the diagnostics.
 func leakRuleset() string {
 	_, goPort, _ := strings.Cut(GoSocksAddr, ":")
 	_, dantePort, _ := strings.Cut(DanteAddr, ":")
@@ -25,12 +28,25 @@ func leakRuleset() string {
 	counter leak_udp { }
 	counter leak_icmp { }
 	counter leak_ipv6 { }
+	set seen4 {
+		typeof ip saddr . ip daddr . meta l4proto . th dport
+		size 64
+		flags dynamic
+	}
+	set seen6 {
+		typeof ip6 saddr . ip6 daddr . meta l4proto . th dport
+		size 64
+		flags dynamic
+	}
 	chain pre {
 		type filter hook prerouting priority raw; policy accept;
 		iifname != "%[4]s" return
 		ip daddr %[5]s tcp dport @proxy_ports return
 		ip saddr { %[6]s, %[7]s } jump leak
-		ip6 saddr != fe80::/10 ip6 saddr != :: jump leak
+		ip6 saddr fe80::/10 return
+		ip6 saddr :: return
+		icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, mld-listener-report, mld2-listener-report } return
+		meta nfproto ipv6 jump leak
 	}
 	chain leak {
 		counter name "leak_total"
@@ -38,6 +54,8 @@ func leakRuleset() string {
 		meta l4proto udp counter name "leak_udp"
 		meta l4proto { icmp, ipv6-icmp } counter name "leak_icmp"
 		meta nfproto ipv6 counter name "leak_ipv6"
+		meta nfproto ipv4 add @seen4 { ip saddr . ip daddr . meta l4proto . th dport }
+		meta nfproto ipv6 add @seen6 { ip6 saddr . ip6 daddr . meta l4proto . th dport }
 	}
 }
 `, LeakTable, goPort, dantePort, InetUplinkDev, InetUplinkAddr, HostUplinkAddr, GuestNetwork)

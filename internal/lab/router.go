@@ -45,7 +45,11 @@ const ReadyLine = "router running"
 // Close also ends it, as every process left in its namespaces.
 func (l *Lab) StartRouter(bin, config string, timeout time.Duration) (*Router, error) {
 	r := &Router{log: &syncBuffer{}, exited: make(chan struct{})}
-	r.cmd = l.host.Command(context.Background(), bin, "run", "--config", config)
+	cmd, err := l.RouterCommand(context.Background(), bin, "run", "--config", config)
+	if err != nil {
+		return nil, err
+	}
+	r.cmd = cmd
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	if err := r.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start router: %w", err)
