@@ -53,6 +53,12 @@ type Platform interface {
 	// FromVM tells whether a redirected connection's source entered from a VM network or a
 	// VM-facing interface (router.Options.FromVM); nil: only sources inside vm_networks do.
 	FromVM() func(src netip.Addr) bool
+	// Failed delivers a failure of the capture while it runs (nil: it cannot fail): the
+	// daemon then stops and Run returns the error, so a service manager restarts it.
+	Failed() <-chan error
+	// Close ends the capture's part that lives with the process, first thing at a stop; the
+	// guard stays (Linux: nothing to do; Windows: the guard's permits go, then WinDivert).
+	Close() error
 	// Resolver returns the host's own resolver (ip:port) for [dns] direct_names.
 	Resolver() (string, error)
 }
@@ -108,8 +114,11 @@ func Run(ctx context.Context, opts Options) error {
 		select {
 		case <-ctx.Done():
 			d.stop()
-			d.log.Info("router stopped; the capture stays in place and keeps VM traffic blocked until a router runs again or `router cleanup` removes it")
+			d.log.Info("router stopped; the guard stays in place and keeps VM traffic blocked until a router runs again or `router cleanup` removes it")
 			return nil
+		case err := <-opts.Platform.Failed():
+			d.stop()
+			return fmt.Errorf("the capture failed, the router stops (the guard stays and keeps VM traffic blocked): %w", err)
 		case <-opts.Reload:
 			err := d.reload(ctx)
 			if err != nil {
@@ -341,6 +350,10 @@ func (d *daemon) runForward(fr *forwardRun) {
 }
 
 func (d *daemon) stop() {
+	// The capture first: on Windows the guard's permits must go before anything else.
+	if err := d.opts.Platform.Close(); err != nil {
+		d.log.Error("closing the capture", "err", err)
+	}
 	if d.cancel != nil {
 		d.cancel()
 	}

@@ -128,6 +128,8 @@ func (p *fakePlatform) Owner() func(*net.TCPConn, netip.AddrPort, netip.AddrPort
 	return nil
 }
 func (p *fakePlatform) FromVM() func(netip.Addr) bool { return nil }
+func (p *fakePlatform) Failed() <-chan error          { return nil }
+func (p *fakePlatform) Close() error                  { return nil }
 func (p *fakePlatform) Resolver() (string, error)     { return "", errors.New("no resolver") }
 
 func (p *fakePlatform) count() (envs, installs int) {

@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux && !windows
 
 package daemon
 
@@ -10,7 +10,7 @@ import (
 	"github.com/agentcage/router/conf"
 )
 
-var errNoGuard = fmt.Errorf("a guard without the daemon is not built on this operating system: %w", errors.ErrUnsupported)
+var errNoGuard = fmt.Errorf("a guard is not built on this operating system: %w", errors.ErrUnsupported)
 
 // StateDir is where the last good guard would be kept.
 func StateDir() string { return "" }

@@ -76,6 +76,13 @@ func (p *linuxPlatform) FromVM() func(netip.Addr) bool {
 	return func(src netip.Addr) bool { return !p.host.Has(src) }
 }
 
+// Failed is nil: the kernel's capture cannot fail while the daemon runs (a table that goes
+// away is the watcher's business).
+func (p *linuxPlatform) Failed() <-chan error { return nil }
+
+// Close does nothing: the table is the guard and stays.
+func (p *linuxPlatform) Close() error { return nil }
+
 // Original: nftables redirects in the kernel, so the peer is the real source.
 func (p *linuxPlatform) Original(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
 	dst, err := nftcap.OriginalDst(c)
@@ -114,8 +121,13 @@ func (p *linuxPlatform) Resolver() (string, error) {
 	return "", fmt.Errorf("host resolver: no nameserver other than loopback in /etc/resolv.conf")
 }
 
-// Cleanup removes the router's capture table.
-func Cleanup(table string) error { return nftcap.Remove(table) }
+// Cleanup removes the router's capture table, and with it the guard.
+func Cleanup(table string) (string, error) {
+	if err := nftcap.Remove(table); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("removed the capture table inet %s", table), nil
+}
 
 // vmInterfaces are the interfaces caged whole: those the config names (and its presets),
 // and every interface other than lo that carries an address inside a VM network (the

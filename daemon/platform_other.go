@@ -25,6 +25,8 @@ func NewPlatform(*slog.Logger) Platform { return noPlatform{} }
 func (noPlatform) Env() policy.Env                                         { return policy.Env{} }
 func (noPlatform) Install(*conf.Config, *policy.Policy, *dns.Server) error { return errNoCapture }
 func (noPlatform) FromVM() func(netip.Addr) bool                           { return nil }
+func (noPlatform) Failed() <-chan error                                    { return nil }
+func (noPlatform) Close() error                                            { return nil }
 func (noPlatform) Original(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
 	return netip.AddrPort{}, netip.AddrPort{}, errNoCapture
 }
@@ -35,4 +37,4 @@ func (noPlatform) Owner() func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (pr
 func (noPlatform) Resolver() (string, error) { return "", errNoCapture }
 
 // Cleanup removes the router's capture.
-func Cleanup(table string) error { return errNoCapture }
+func Cleanup(table string) (string, error) { return "", errNoCapture }

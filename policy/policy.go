@@ -120,6 +120,9 @@ type Env struct {
 	// HostAddr reports whether a is one of this machine's own addresses. Nil: none is known
 	// (a capture that never hands such flows over need not say).
 	HostAddr func(a netip.Addr) bool
+	// CagedApps are processes the platform cages whatever the config says (on Windows the
+	// known hypervisors' images, which its guard blocks too).
+	CagedApps []rules.App
 }
 
 // Policy is one config's compiled decision. See the package documentation.
@@ -179,6 +182,7 @@ func New(cfg *conf.Config, env Env) *Policy {
 	}
 	p.named = rules.Compile(named)
 	p.cagedApps.Apps = append(p.cagedApps.Apps, cfg.Capture.CagedApps...)
+	p.cagedApps.Apps = append(p.cagedApps.Apps, env.CagedApps...)
 	p.hasCaged = len(p.cagedApps.Apps) > 0 || len(p.cagedApps.Services) > 0
 	p.needOwner = p.needOwner || p.hasCaged
 	if cfg.DNS.Mode == conf.DNSFakeIP {

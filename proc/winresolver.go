@@ -128,6 +128,20 @@ func (r *WindowsResolver) ByPID(pid uint32) (Info, error) {
 	return p.Info, err
 }
 
+// ByPIDAt is ByPID for a PID seen at a moment (a socket event's time): a process created
+// after that moment is not the one that was seen (Windows reused the PID), and the owner is
+// then unknown rather than wrong. A zero at skips the check.
+func (r *WindowsResolver) ByPIDAt(pid uint32, at time.Time) (Info, error) {
+	p, err := r.Lookup(pid)
+	if err != nil {
+		return Info{}, err
+	}
+	if !at.IsZero() && !p.Created.IsZero() && p.Created.After(at) {
+		return Info{}, fmt.Errorf("proc: pid %d: reused by %s, created %v after the event", pid, p.Info.Name, p.Created.Sub(at).Round(time.Millisecond))
+	}
+	return p.Info, nil
+}
+
 // Lookup is ByPID with the creation time of the process.
 func (r *WindowsResolver) Lookup(pid uint32) (Process, error) {
 	switch pid {

@@ -243,3 +243,22 @@ func TestConcurrentLookups(t *testing.T) {
 		t.Errorf("SCM enumerated %d times under concurrent lookups, want 1", n)
 	}
 }
+
+// TestByPIDAt: a process created after the moment its PID was seen (a socket event) is not
+// the one that was seen: Windows reused the PID.
+func TestByPIDAt(t *testing.T) {
+	seen := time.Unix(1_700_000_000, 0)
+	r := proc.NewWindowsResolver(proctest.Processes{
+		10: {Created: seen.Add(-time.Hour), Path: `C:\Program Files\Oracle\VirtualBox\VirtualBoxVM.exe`},
+		11: {Created: seen.Add(time.Second), Path: `C:\Windows\System32\notepad.exe`},
+	}, proctest.Services{}, proc.WindowsOptions{})
+	if info, err := r.ByPIDAt(10, seen); err != nil || info.Name != "VirtualBoxVM.exe" {
+		t.Errorf("the process seen: %+v, %v", info, err)
+	}
+	if info, err := r.ByPIDAt(11, seen); err == nil {
+		t.Errorf("a PID reused since the event gave %+v", info)
+	}
+	if info, err := r.ByPIDAt(11, time.Time{}); err != nil || info.Name != "notepad.exe" {
+		t.Errorf("no moment given: %+v, %v", info, err)
+	}
+}

@@ -16,6 +16,11 @@ type Meta struct {
 	Outbound bool
 	// Loopback marks a packet from and to this machine. The engine never diverts one.
 	Loopback bool
+	// Impostor marks a packet another driver injected (WinDivert's flag). A packet passed
+	// on keeps it: WinDivert then lowers its TTL on re-injection, which ends the loops that
+	// antivirus and VPN drivers re-injecting the same packet would otherwise make. Packets
+	// the engine makes itself carry none.
+	Impostor bool
 	// ChecksumsValid says the IP header checksum and the TCP/UDP checksum are correct
 	// (on read), or have been made correct (on write). When false the engine recomputes
 	// them from scratch after a rewrite.
@@ -64,6 +69,9 @@ type SocketEvent struct {
 	Local  netip.AddrPort
 	Remote netip.AddrPort
 	PID    uint32
+	// At is when the event happened (zero when the device cannot tell): the owner found for
+	// PID must have existed then (see PIDAtResolver).
+	At time.Time
 }
 
 // EventSource delivers socket events (WinDivert's SOCKET layer). ReadEvents blocks until
@@ -89,6 +97,20 @@ type DNSHandler interface {
 // PIDResolver describes a process by PID (proc.WindowsResolver implements it).
 type PIDResolver interface {
 	ByPID(pid uint32) (proc.Info, error)
+}
+
+// PIDAtResolver is a PIDResolver that can tell a process that existed at a moment from one
+// that reused its PID later (proc.WindowsResolver). The engine uses it for flows named by a
+// socket event with a time.
+type PIDAtResolver interface {
+	ByPIDAt(pid uint32, at time.Time) (proc.Info, error)
+}
+
+// Conn is a TCP connection of the host: its local and remote ends and its owner (0 when
+// unknown).
+type Conn struct {
+	Local, Remote netip.AddrPort
+	PID           uint32
 }
 
 // LookupFunc finds the process owning the socket with the given protocol, local and remote

@@ -2,6 +2,7 @@ package redirect
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"strings"
@@ -630,5 +631,51 @@ func TestNewChecks(t *testing.T) {
 	two := []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")}
 	if _, err := New(newFakeDev(true), nil, Options{ListenerPort: 1, ReflectTo: two}); err == nil {
 		t.Error("New with two IPv4 reflect addresses succeeded")
+	}
+}
+
+// timedResolver knows when each process was created: a PID used by a process newer than
+// the event that named it was reused, and its owner is not that process.
+type timedResolver struct {
+	fakeResolver
+	created map[uint32]time.Time
+}
+
+func (r *timedResolver) ByPIDAt(pid uint32, at time.Time) (proc.Info, error) {
+	if c, ok := r.created[pid]; ok && c.After(at) {
+		return proc.Info{}, errors.New("pid reused")
+	}
+	return r.ByPID(pid)
+}
+
+// TestPIDReusedSinceTheEvent: a connect event names PID 4242, which by the time the engine
+// asks belongs to a newer process (curl.exe, proxied): the flow is decided without an owner
+// (the default rule, direct), not as curl's.
+func TestPIDReusedSinceTheEvent(t *testing.T) {
+	const pid = 4242
+	seen := time.Unix(1_700_000_000, 0)
+	for _, tc := range []struct {
+		name    string
+		created time.Time
+		want    string // "reflect" (curl's rule) or "pass" (no owner)
+	}{
+		{"same process", seen.Add(-time.Minute), "reflect"},
+		{"reused since", seen.Add(time.Second), "pass"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := &timedResolver{fakeResolver: fakeResolver{infos: map[uint32]proc.Info{pid: {PID: pid, Name: "curl.exe"}}},
+				created: map[uint32]time.Time{pid: tc.created}}
+			e, dev, _ := newTest(t, true, testRules(t, appRule("curl.exe", rules.Proxy)), Options{Events: newFakeEvents(), Resolver: res})
+			e.Event(SocketEvent{Kind: EventConnect, Proto: packet.ProtoTCP, Local: appA, Remote: direct, PID: pid, At: seen})
+			send(e, tcpPkt(appA, direct, syn, 1, 0, ""), outMeta)
+			e.workers.Wait()
+			got := "reflect"
+			if p := wantOne(t, dev); p.m.Outbound {
+				got = "pass"
+			}
+			if got != tc.want {
+				t.Errorf("got %s, want %s", got, tc.want)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package redirect
 
 import (
 	"net/netip"
+	"time"
 
 	"github.com/agentcage/router/packet"
 	"github.com/agentcage/router/proc"
@@ -26,8 +27,9 @@ type evKey struct {
 func (k flowKey) evKey() evKey { return evKey{proto: k.proto, lport: k.src.Port(), remote: k.dst} }
 
 type evEntry struct {
-	pid uint32
-	at  int64
+	pid  uint32
+	at   int64     // engine time it arrived (expiry)
+	seen time.Time // when it happened, by the device (zero: unknown)
 }
 
 // flowState is what the packets of a flow get.
@@ -59,6 +61,7 @@ type flow struct {
 
 	pid        uint32 // from a connect event or the lookup
 	pidKnown   bool
+	pidAt      time.Time // when the event that named pid happened (zero: unknown)
 	owner      proc.Info
 	ownerKnown bool
 	verdict    rules.Verdict

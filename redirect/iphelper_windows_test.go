@@ -45,7 +45,7 @@ func TestIPHelperLookupOwnSocket(t *testing.T) {
 	}
 	found := false
 	for _, cn := range conns {
-		found = found || cn == [2]netip.AddrPort{local, remote}
+		found = found || cn.Local == local && cn.Remote == remote && cn.PID == uint32(os.Getpid())
 	}
 	if !found {
 		t.Errorf("Connections (%d) lacks %v -> %v", len(conns), local, remote)

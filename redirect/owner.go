@@ -24,13 +24,16 @@ func (e *Engine) resolveLocked(f *flow) {
 		return
 	}
 	f.resolving = true
-	key, pid, byPID := f.key, f.pid, f.pidKnown
+	key, pid, byPID, at := f.key, f.pid, f.pidKnown, f.pidAt
 	e.workers.Go(func() {
 		var info proc.Info
 		var err error
+		atr, timed := e.opts.Resolver.(PIDAtResolver)
 		switch {
 		case !byPID:
 			info, err = e.opts.Lookup(key.proto, key.src, key.dst)
+		case timed && !at.IsZero():
+			info, err = atr.ByPIDAt(pid, at) // a PID reused since the event is no owner
 		case e.opts.Resolver != nil:
 			info, err = e.opts.Resolver.ByPID(pid)
 		default:
@@ -126,7 +129,7 @@ func (e *Engine) Event(ev SocketEvent) {
 			e.sweepLocked(now)
 		}
 		if len(e.events) < e.opts.MaxFlows {
-			e.events[ek] = evEntry{pid: ev.PID, at: now}
+			e.events[ek] = evEntry{pid: ev.PID, at: now, seen: ev.At}
 		}
 		e.mu.Unlock()
 		return
@@ -137,7 +140,7 @@ func (e *Engine) Event(ev SocketEvent) {
 		f.stop()
 		f.stop = nil
 	}
-	f.pid, f.pidKnown = ev.PID, true
+	f.pid, f.pidKnown, f.pidAt = ev.PID, true, ev.At
 	if e.needInfo(e.pol.Load(), f) {
 		e.resolveLocked(f)
 		e.mu.Unlock()

@@ -147,7 +147,7 @@ func (e *Engine) newFlowLocked(key flowKey, p packet.Packet, m Meta, now int64) 
 	ek := key.evKey()
 	if ev, ok := e.events[ek]; ok {
 		delete(e.events, ek)
-		f.pid, f.pidKnown = ev.pid, true
+		f.pid, f.pidKnown, f.pidAt = ev.pid, true, ev.seen
 	}
 	pol := e.pol.Load()
 	switch {

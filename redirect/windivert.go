@@ -148,6 +148,7 @@ func metaOf(a *windivert.Address) Meta {
 	return Meta{
 		Outbound:       a.Outbound(),
 		Loopback:       a.Loopback(),
+		Impostor:       a.Impostor(),
 		ChecksumsValid: (a.IPv6() || a.IPChecksum()) && (a.TCPChecksum() || a.UDPChecksum()),
 		IfIdx:          nd.IfIdx,
 		SubIfIdx:       nd.SubIfIdx,
@@ -160,6 +161,7 @@ func addressOf(pkt []byte, m Meta) windivert.Address {
 	a.SetLayer(windivert.LayerNetwork)
 	a.SetOutbound(m.Outbound)
 	a.SetLoopback(m.Loopback)
+	a.SetImpostor(m.Impostor)
 	a.SetIPv6(len(pkt) > 0 && pkt[0]>>4 == 6)
 	a.SetNetwork(windivert.NetworkData{IfIdx: m.IfIdx, SubIfIdx: m.SubIfIdx})
 	if m.ChecksumsValid {
@@ -219,6 +221,7 @@ func eventOf(a *windivert.Address) (SocketEvent, bool) {
 		Local:  unmapAP(netip.AddrPortFrom(s.LocalAddr, s.LocalPort)),
 		Remote: unmapAP(netip.AddrPortFrom(s.RemoteAddr, s.RemotePort)),
 		PID:    s.ProcessID,
+		At:     eventTime(a.Timestamp),
 	}, true
 }
 

@@ -134,10 +134,12 @@ func TestWinDivertDevice(t *testing.T) {
 		t.Fatalf("injected to %v outbound=%v if=%v checksum bits %v/%v", got, sa.Outbound(), sa.Network(), sa.IPChecksum(), sa.TCPChecksum())
 	}
 
-	// A direct flow's SYN goes back out with its address bits.
+	// A direct flow's SYN goes back out with its address bits, the Impostor flag of another
+	// driver's injection included (WinDivert lowers the TTL of impostors: no loops).
 	var b windivert.Address
 	b.SetLayer(windivert.LayerNetwork)
 	b.SetOutbound(true)
+	b.SetImpostor(true)
 	b.SetNetwork(windivert.NetworkData{IfIdx: 12})
 	sock.Deliver(nil, func() windivert.Address {
 		x := ev
@@ -147,8 +149,11 @@ func TestWinDivertDevice(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	nh.Deliver(tcpPkt(netip.AddrPortFrom(appA.Addr(), 50200), direct, syn, 1, 0, ""), b)
 	sent = waitSent(t, nh, 2)
-	if !sent[1].Addr.Outbound() || sent[1].Addr.Network().IfIdx != 12 || sent[1].Addr.TCPChecksum() {
-		t.Fatalf("passed packet address: outbound=%v if=%v tcp checksum bit %v", sent[1].Addr.Outbound(), sent[1].Addr.Network(), sent[1].Addr.TCPChecksum())
+	if !sent[1].Addr.Outbound() || sent[1].Addr.Network().IfIdx != 12 || sent[1].Addr.TCPChecksum() || !sent[1].Addr.Impostor() {
+		t.Fatalf("passed packet address: outbound=%v if=%v tcp checksum bit %v impostor %v", sent[1].Addr.Outbound(), sent[1].Addr.Network(), sent[1].Addr.TCPChecksum(), sent[1].Addr.Impostor())
+	}
+	if sa.Impostor() {
+		t.Error("a reflected packet (the engine's own) carries the Impostor flag")
 	}
 
 	cancel()

@@ -92,10 +92,10 @@ func (h *IPHelper) Lookup(proto uint8, local, remote netip.AddrPort) (proc.Info,
 	return h.res.ByPID(pid)
 }
 
-// Connections lists the host's TCP connections that are not listening sockets (local end
-// first), for Engine.AllowExisting.
-func (h *IPHelper) Connections() ([][2]netip.AddrPort, error) {
-	var out [][2]netip.AddrPort
+// Connections lists the host's TCP connections that are not listening sockets, with their
+// owners' PIDs, for Engine.AllowExisting.
+func (h *IPHelper) Connections() ([]Conn, error) {
+	var out []Conn
 	for _, v6 := range []bool{false, true} {
 		rows, err := h.rows(false, v6)
 		if err != nil {
@@ -103,7 +103,7 @@ func (h *IPHelper) Connections() ([][2]netip.AddrPort, error) {
 		}
 		for _, r := range rows {
 			if r.state != mibTCPStateListen && r.remote.Port() != 0 {
-				out = append(out, [2]netip.AddrPort{r.local, r.remote})
+				out = append(out, Conn{Local: r.local, Remote: r.remote, PID: r.pid})
 			}
 		}
 	}

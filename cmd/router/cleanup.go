@@ -10,7 +10,7 @@ import (
 
 func cmdCleanup(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("cleanup", "[--config FILE | --table NAME]",
-		"Removes the router's capture and fail-closed guard (the nftables table it owns), so VM\ntraffic flows again WITHOUT the proxy. Run it only when you mean to take the cage down.", stderr)
+		"Removes the router's capture and fail-closed guard (Linux: the nftables table it owns;\nWindows: the WFP filters of its provider), so VM traffic flows again WITHOUT the proxy.\nRun it only when you mean to take the cage down.", stderr)
 	cfgPath := fs.String("config", "", "read the table name from this config `file`")
 	table := fs.String("table", conf.DefaultTable, "the table `name`")
 	if code, stop := parseFlags(fs, args); stop {
@@ -24,10 +24,11 @@ func cmdCleanup(args []string, stdout, stderr io.Writer) int {
 		}
 		*table = cfg.Capture.Table
 	}
-	if err := daemon.Cleanup(*table); err != nil {
+	what, err := daemon.Cleanup(*table)
+	if err != nil {
 		fmt.Fprintf(stderr, "router cleanup: %v\n", err)
 		return exitFindings
 	}
-	fmt.Fprintf(stdout, "removed the capture table %q: VM traffic is no longer guarded\n", *table)
+	fmt.Fprintf(stdout, "%s: VM traffic is no longer guarded\n", what)
 	return exitOK
 }

@@ -38,10 +38,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	level := new(slog.LevelVar)
 	if serviceMode() {
-		err := runService(level, func(log *slog.Logger, ctx contextT, reload <-chan struct{}) error {
+		err := runService(level, func(log *slog.Logger, ctx contextT, reload <-chan struct{}, ready chan<- struct{}) error {
 			return daemon.Run(ctx, daemon.Options{
 				ConfigPath: *cfgPath, Platform: daemon.NewPlatform(log.With("component", "proc")),
-				Log: log, Level: level, Reload: reload,
+				Log: log, Level: level, Reload: reload, Ready: ready,
 			})
 		})
 		if err != nil {

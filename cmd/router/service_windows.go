@@ -7,8 +7,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/daemon"
 	"github.com/agentcage/router/service"
-	"github.com/agentcage/router/windivert/dist"
 )
 
 func cmdService(args []string, stdout, stderr io.Writer) int {
@@ -21,7 +22,11 @@ func cmdService(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "install":
 		fs := newFlags("service install", "--config FILE",
-			"Installs the router as a Windows service (automatic start, restart on failure) that runs\n`router run --config FILE`, and writes the pinned WinDivert 2.2.2 files beside router.exe.", stderr)
+			"Installs the router as a Windows service: copies router.exe and the pinned WinDivert\n"+
+				"2.2.2 files to %ProgramFiles%\\router (a directory only administrators may write),\n"+
+				"creates the service (automatic start, restart on failure) that runs `router run --config\n"+
+				"FILE`, and installs the persistent WFP guard, which blocks the caged apps from now on\n"+
+				"whenever no router runs. Run it from an elevated prompt.", stderr)
 		cfgPath := fs.String("config", "", "the config `file` (an absolute path)")
 		if code, stop := parseFlags(fs, args[1:]); stop {
 			return code
@@ -30,16 +35,19 @@ func cmdService(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "router service install: --config is required")
 			return exitUsage
 		}
-		var exe, cfg string
-		if exe, err = os.Executable(); err == nil {
-			if cfg, err = filepath.Abs(*cfgPath); err == nil {
-				if err = dist.Install(filepath.Dir(exe)); err == nil {
-					err = service.Install(exe, cfg)
-				}
-			}
-		}
+		return serviceInstall(*cfgPath, stdout, stderr)
 	case "uninstall":
-		err = service.Uninstall()
+		if err := service.Uninstall(); err != nil {
+			fmt.Fprintf(stderr, "router service uninstall: %v\n", err)
+			return exitFindings
+		}
+		what, err := daemon.Cleanup("")
+		if err != nil {
+			fmt.Fprintf(stderr, "router service uninstall: the service is gone, but the guard stays: %v\n", err)
+			return exitFindings
+		}
+		fmt.Fprintf(stdout, "router service uninstall: done; %s: VM traffic is no longer guarded (the files in Program Files stay)\n", what)
+		return exitOK
 	case "start":
 		err = service.Start()
 	case "stop":
@@ -60,19 +68,68 @@ func cmdService(args []string, stdout, stderr io.Writer) int {
 // runs under it and logs to the event log.
 func serviceMode() bool { return service.IsService() }
 
-func runService(level slog.Leveler, run func(log *slog.Logger, ctx contextT, reload <-chan struct{}) error) error {
+// serviceInstall installs the service and, once its files are in Program Files, the guard
+// naming the installed router.exe and the service's SID.
+func serviceInstall(cfgPath string, stdout, stderr io.Writer) int {
+	cfgFile, err := filepath.Abs(cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "router service install: %v\n", err)
+		return exitUsage
+	}
+	cfg, err := conf.Load(cfgFile, conf.Options{SkipSecrets: true})
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
+	}
+	exe, err := os.Executable()
+	if err == nil {
+		err = service.Install(exe, cfgFile)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "router service install: %v\n", err)
+		return exitFindings
+	}
+	dir, err := service.InstallDir()
+	if err != nil {
+		fmt.Fprintf(stderr, "router service install: %v\n", err)
+		return exitFindings
+	}
+	what, err := daemon.InstallGuardForService(cfg, filepath.Join(dir, "router.exe"), service.Name)
+	if err != nil {
+		fmt.Fprintf(stderr, "router service install: the service is installed, but the guard is not: %v\n", err)
+		return exitFindings
+	}
+	fmt.Fprintf(stdout, "router service install: done (%s); start it with `router service start`\n", what)
+	return exitOK
+}
+
+// runService runs the daemon under the service manager: "running" is reported only once
+// the capture is armed (the daemon's Ready), and a failure exits with a service-specific
+// error so the manager's recovery actions restart it.
+func runService(level slog.Leveler, run func(log *slog.Logger, ctx contextT, reload <-chan struct{}, ready chan<- struct{}) error) error {
 	h, closeLog, err := service.EventLogHandler(level)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
 	log := slog.New(h)
-	return service.Run(func(ctx contextT, reload <-chan struct{}) error { return run(log, ctx, reload) })
+	return service.RunDaemon(service.RunOptions{}, func(ctx contextT, reload <-chan struct{}, armed func()) error {
+		ready := make(chan struct{})
+		go func() {
+			select {
+			case <-ready:
+				armed()
+			case <-ctx.Done():
+			}
+		}()
+		return run(log, ctx, reload, ready)
+	})
 }
 
 // runHelp is `router run --help`'s summary on this operating system.
-const runHelp = "Runs the daemon in the foreground: captures (WinDivert), decides, relays. A service\n" +
-	"control reload (or SIGHUP elsewhere) re-reads the config (a broken file is reported and\n" +
-	"the running rules stay). Ctrl-C stops it. Needs an elevated prompt. The persistent WFP\n" +
-	"guard (`router guard`, `router service install`) keeps the caged apps blocked whenever\n" +
-	"no router runs; without it, VM traffic is NOT blocked once the process ends."
+const runHelp = "Runs the daemon in the foreground: installs (or updates) the persistent WFP guard, captures\n" +
+	"(WinDivert), decides, relays. As a service, `sc control router paramchange` re-reads the\n" +
+	"config (a broken file is reported and the running rules stay). Ctrl-C stops it. Needs an\n" +
+	"elevated prompt. The guard blocks the caged apps (hypervisors, the apps of proxy and block\n" +
+	"rules) whenever no router runs: after a stop, a crash, a failed start and at boot, until\n" +
+	"`router cleanup` removes it."

@@ -45,6 +45,7 @@ type Handle struct {
 	recvShut bool
 	sendShut bool
 	closed   bool
+	failErr  error // set by Fail: what Recv returns once the queue is empty
 }
 
 type item struct {
@@ -133,6 +134,15 @@ func (h *Handle) Closed() bool {
 	return h.closed
 }
 
+// Fail makes receiving on h fail with err once its queue is empty, as a driver error or
+// another tool removing the driver does; a receiver blocked on h wakes up with it.
+func (h *Handle) Fail(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failErr = err
+	h.cond.Broadcast()
+}
+
 // Queued is the number of packets waiting to be received.
 func (h *Handle) Queued() int {
 	h.mu.Lock()
@@ -146,6 +156,8 @@ func (h *Handle) waitLocked() error {
 		switch {
 		case h.closed:
 			return windivert.ErrInvalidHandle
+		case h.failErr != nil:
+			return h.failErr
 		case h.recvShut:
 			return windivert.ErrNoData
 		}

@@ -1,0 +1,197 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/wfp/wfptest"
+	"github.com/agentcage/router/windivert"
+	"github.com/agentcage/router/windivert/windiverttest"
+)
+
+// machine is a Windows machine for the guard's app lookup: VirtualBox installed.
+type machine struct{}
+
+func (machine) RegString(key, value string) (string, error) {
+	if strings.EqualFold(key, `SOFTWARE\Oracle\VirtualBox`) && value == "InstallDir" {
+		return `C:\Program Files\Oracle\VirtualBox\`, nil
+	}
+	return "", fs.ErrNotExist
+}
+
+func (machine) ReadDir(dir string) ([]string, error) {
+	if strings.EqualFold(strings.TrimSuffix(dir, `\`), `C:\Program Files\Oracle\VirtualBox`) {
+		return []string{"VirtualBoxVM.exe", "VBoxHeadless.exe", "VBoxNetNAT.exe", "VBoxSVC.exe"}, nil
+	}
+	return nil, fs.ErrNotExist
+}
+
+func (m machine) Exists(path string) bool {
+	i := strings.LastIndex(path, `\`)
+	files, err := m.ReadDir(path[:i])
+	if err != nil {
+		return false
+	}
+	for _, f := range files {
+		if strings.EqualFold(f, path[i+1:]) {
+			return true
+		}
+	}
+	return false
+}
+
+func (machine) Getenv(name string) string {
+	if name == "ProgramFiles" {
+		return `C:\Program Files`
+	}
+	return ""
+}
+
+var errDriverGone = errors.New("the driver is gone")
+
+// windowsScene is the Windows platform with a fake WinDivert and filtering engine.
+type windowsScene struct {
+	drv *windiverttest.Driver
+	wfp *wfptest.Engine
+	p   *enginePlatform
+}
+
+func newWindowsScene(t *testing.T) *windowsScene {
+	s := &windowsScene{drv: windiverttest.NewDriver(), wfp: wfptest.New()}
+	s.p = newEnginePlatform(slog.New(slog.DiscardHandler), engineDeps{
+		LoadDriver: func() (windivert.Driver, func() error, error) { return s.drv, func() error { return nil }, nil },
+		WFP:        s.wfp,
+		Machine:    machine{},
+		Router:     `C:\Program Files\router\router.exe`,
+		Service:    "router",
+		OwnPID:     100,
+	})
+	return s
+}
+
+// dynamic counts the guard's permits that live with the process (the dynamic session).
+func (s *windowsScene) dynamic() int {
+	n := 0
+	for _, f := range s.wfp.Filters() {
+		if f.Lifetime == wfptest.Dynamic {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *windowsScene) persistent() int {
+	n := 0
+	for _, f := range s.wfp.Filters() {
+		if f.Lifetime != wfptest.Dynamic {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *windowsScene) openHandles() int { return len(s.drv.OpenHandles()) }
+
+// failCapture makes the engine's reads fail, as a driver error or another tool removing
+// WinDivert does.
+func (s *windowsScene) failCapture(t *testing.T) {
+	t.Helper()
+	for _, h := range s.drv.OpenHandles() {
+		if h.Layer == windivert.LayerNetwork && h.Flags == 0 {
+			h.Fail(errDriverGone)
+			return
+		}
+	}
+	t.Fatal("no diverting NETWORK handle is open")
+}
+
+// TestWindowsPlatformFailsClosed: the capture's read error drops the guard's permits, closes
+// WinDivert and is reported; the persistent blocks stay.
+func TestWindowsPlatformFailsClosed(t *testing.T) {
+	s := newWindowsScene(t)
+	cfg := parse(t, base)
+	if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
+		t.Fatal(err)
+	}
+	if s.dynamic() == 0 || s.persistent() == 0 || s.openHandles() != 3 {
+		t.Fatalf("after Install: %d permits, %d blocks, %d handles; want armed, guarded, capturing", s.dynamic(), s.persistent(), s.openHandles())
+	}
+	s.failCapture(t)
+	select {
+	case err := <-s.p.Failed():
+		if !errors.Is(err, errDriverGone) {
+			t.Errorf("failure %v, want the read error", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the read error was not reported")
+	}
+	if s.dynamic() != 0 || s.persistent() == 0 || s.openHandles() != 0 {
+		t.Errorf("after the failure: %d permits, %d blocks, %d handles; want 0 permits, the blocks, 0 handles", s.dynamic(), s.persistent(), s.openHandles())
+	}
+	if err := s.p.Close(); err != nil {
+		t.Errorf("Close after the failure: %v", err)
+	}
+}
+
+// TestWindowsDaemonExitsOnCaptureFailure: the daemon's seam: Run returns an error when
+// the capture fails (the service then exits with a failure code and is restarted), after
+// the permits are gone; a clean stop drops them too.
+func TestWindowsDaemonExitsOnCaptureFailure(t *testing.T) {
+	sc := newScene(t)
+	sc.write(sc.text("127.0.0.0/8", ""))
+	for _, fail := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fail=%v", fail), func(t *testing.T) {
+			s := newWindowsScene(t)
+			ready := make(chan struct{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				done <- Run(ctx, Options{ConfigPath: sc.path, Platform: windowsTestPlatform{s.p}, Ready: ready, Grace: time.Second,
+					Load: func(path string) (*conf.Config, error) { return conf.Load(path, conf.Options{OS: "windows"}) }})
+			}()
+			select {
+			case <-ready:
+			case err := <-done:
+				t.Fatalf("Run: %v", err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("not ready")
+			}
+			if s.dynamic() == 0 {
+				t.Fatal("ready without the guard's permits")
+			}
+			if fail {
+				s.failCapture(t)
+			} else {
+				cancel()
+			}
+			select {
+			case err := <-done:
+				if fail && (err == nil || !strings.Contains(err.Error(), "the capture failed")) {
+					t.Errorf("Run = %v, want the capture's failure", err)
+				}
+				if !fail && err != nil {
+					t.Errorf("Run after a stop = %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Run did not return")
+			}
+			if s.dynamic() != 0 || s.openHandles() != 0 || s.persistent() == 0 {
+				t.Errorf("after Run: %d permits, %d handles, %d blocks", s.dynamic(), s.openHandles(), s.persistent())
+			}
+		})
+	}
+}
+
+// windowsTestPlatform adds what the engine platform lacks of a Platform in tests.
+type windowsTestPlatform struct{ *enginePlatform }
+
+func (windowsTestPlatform) Resolver() (string, error) { return "", errors.New("no resolver") }
