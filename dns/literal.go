@@ -40,23 +40,31 @@ func IsIPLiteral(name string) bool {
 
 // literalForm applies IsIPLiteral's tests to a decoded, lower-case name.
 func literalForm(s string) bool {
+	if parsesAsAddr(s) {
+		return true
+	}
 	s = strings.TrimRight(s, ".")
 	if s == "" {
 		return false
 	}
-	if _, err := netip.ParseAddr(s); err == nil {
+	if parsesAsAddr(s) {
 		return true
-	}
-	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
-		if _, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
-			return true
-		}
 	}
 	if strings.HasSuffix(s, ".ipv6-literal.net") {
 		return true
 	}
 	last := s[strings.LastIndexByte(s, '.')+1:]
 	return isNumberLabel(last)
+}
+
+// parsesAsAddr reports whether s, or s without enclosing brackets, is an address to
+// netip.ParseAddr.
+func parsesAsAddr(s string) bool {
+	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+		s = s[1 : len(s)-1]
+	}
+	_, err := netip.ParseAddr(s)
+	return err == nil
 }
 
 // isNumberLabel reports whether l is all decimal digits, or "0x" followed by zero or more hex

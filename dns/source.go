@@ -69,15 +69,15 @@ func (k sourceKey) String() string {
 func sourceOf(a net.Addr) Source {
 	switch a := a.(type) {
 	case *net.UDPAddr:
-		return Source{Addr: a.AddrPort().Addr()}
+		return Source{Addr: a.AddrPort().Addr().Unmap()}
 	case *net.TCPAddr:
-		return Source{Addr: a.AddrPort().Addr()}
+		return Source{Addr: a.AddrPort().Addr().Unmap()}
 	}
 	if a == nil {
 		return Source{}
 	}
 	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
-		return Source{Addr: ap.Addr()}
+		return Source{Addr: ap.Addr().Unmap()}
 	}
 	return Source{}
 }
