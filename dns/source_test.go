@@ -33,7 +33,7 @@ func TestSourceKey(t *testing.T) {
 		t.Errorf("app key of %d bytes, want %d", len(k.app), maxAppKey)
 	}
 	for a, want := range map[net.Addr]string{
-		&net.UDPAddr{IP: net.IPv4(10, 0, 2, 15), Port: 5353}: "10.0.2.15",
+		&net.UDPAddr{IP: net.IPv4(10, 0, 2, 15), Port: 5353}:  "10.0.2.15",
 		&net.TCPAddr{IP: net.ParseIP("2001:db8::7"), Port: 1}: "2001:db8::7",
 		&net.UnixAddr{Name: "@x", Net: "unix"}:                "invalid IP",
 	} {
