@@ -59,7 +59,7 @@ func (s *Server) HandleWireFrom(ctx context.Context, src Source, query []byte, u
 	}
 	wire, err := reply.Pack()
 	if err != nil {
-		s.log.Error("dns pack reply", "err", err)
+		s.tally.add(evPackFailed, src.key().String(), err.Error)
 		return nil
 	}
 	return wire
@@ -82,7 +82,7 @@ func (s *Server) serveDNS(ctx context.Context, w mdns.ResponseWriter, req *mdns.
 		reply.Truncate(maxUDPReply(req))
 	}
 	if err := w.WriteMsg(reply); err != nil {
-		s.log.Debug("dns write reply", "remote", w.RemoteAddr(), "err", err)
+		s.tally.add(evWriteFailed, sourceOf(w.RemoteAddr()).key().String(), err.Error)
 	}
 }
 

@@ -42,10 +42,19 @@
 //     HandleWireFrom, Serve; Handle and HandleWire account to one "unknown" source). When the
 //     pool has neither a never-used address nor one idle for longer than Linger, the source
 //     holding the most idle addresses gives up its least recently used one, even before
-//     Linger: a flooding source recycles its own names and the others keep resolving. In-use
-//     addresses are never taken; see pool for the rules and the bounds.
-//   - Queries waiting for an upstream, DNS-over-TCP connections and accept errors are
-//     bounded per source and in all (see the constants in limits.go).
+//     Linger: a flooding source recycles its own names and the others keep resolving. The
+//     share is thus max-min, not a fixed fraction: with a fixed quarter of the pool each, four
+//     sources would fill it within their shares and starve a fifth. Addresses in use (Acquire)
+//     are never taken, nor early a name that another source asked for within Linger. IPv4
+//     sources are told apart by address, IPv6 ones by /64; at most 1024 sources have a budget
+//     of their own (one quiet for longer than Linger gives its place up), later ones share
+//     one overflow budget. A query's pool work is O(log 1024) plus at most 16 names looked at,
+//     whatever the input; memory is one mapping per pool address and 1025 budgets at most.
+//   - Queries waiting for an upstream: 32 per source, 256 in all; beyond, SERVFAIL at once.
+//     DNS over TCP (Serve): any number of queries per connection while the next comes within
+//     10 s; 16 connections per source, 256 in all (then the least recently active connection
+//     of the source holding the most gives way); accept errors are retried after a pause
+//     (5 ms doubling to 1 s), never fatal. See limits.go.
 //   - Refused, failed and over-limit queries are counted and logged as one summary line per
 //     Config.SummaryEvery, never one line per query.
 package dns
@@ -121,8 +130,8 @@ type Config struct {
 	TTL time.Duration
 	// Linger is how long a pool address stays reserved for its name after its last answer or
 	// its last flow; only then may it be reused for another name, unless the pool is full and
-	// the name is the least recently used of the source holding the most addresses (see the
-	// package doc). At least TTL; default 10 min.
+	// the name is the least recently used of the source holding the most idle addresses (see
+	// the package doc). At least TTL; default 10 min.
 	Linger time.Duration
 	// Resolver is the host:port that queries are relayed to through the proxy (ModeProxy, and
 	// in ModeFakeIP the types that are not faked and ResolveViaProxy). A host name is fine:

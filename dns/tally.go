@@ -19,6 +19,8 @@ const (
 	evTCPRefused                // a TCP connection closed at accept: its source is over its limit
 	evTCPEvicted                // an idle TCP connection closed to make room for another source
 	evAcceptFailed              // the TCP listener's accept failed (retried after a pause)
+	evWriteFailed               // a reply could not be sent (the client went away)
+	evPackFailed                // a reply could not be packed (a bug: no reply is sent)
 	numEvents
 )
 
@@ -42,6 +44,10 @@ func (e event) String() string {
 		return "tcp_evicted"
 	case evAcceptFailed:
 		return "accept_failed"
+	case evWriteFailed:
+		return "write_failed"
+	case evPackFailed:
+		return "pack_failed"
 	}
 	return "event"
 }
