@@ -99,6 +99,9 @@ func fuzzSeeds() [][]byte {
 	add(query("1.0.18.198.in-addr.arpa.", mdns.TypePTR))
 	add(query("printer.lan.", mdns.TypeA))
 	add(query("localhost.", mdns.TypeAAAA))
+	add(query("127.0.0.1.", mdns.TypeA))
+	add(query("0x7f.1.", mdns.TypeA))
+	add(query(reverseName(netip.MustParseAddr("::ffff:198.18.0.1")), mdns.TypePTR))
 	edns := query("Example.COM.", mdns.TypeA)
 	edns.SetEdns0(4096, true)
 	add(edns)
@@ -108,9 +111,10 @@ func fuzzSeeds() [][]byte {
 	return out
 }
 
-// FuzzHandle feeds arbitrary bytes to the query path of both modes, over "UDP" and "TCP".
-// Properties: no panic; a reply is nil or unpacks, answers the query's id with QR set, fits
-// the UDP limit; fake A answers are pool addresses that map back to the question name.
+// FuzzHandle feeds arbitrary bytes to the query path of both modes, over "UDP" and "TCP", from
+// a source picked by the query's id. Properties: no panic; a reply is nil or unpacks, answers
+// the query's id with QR set, fits the UDP limit; fake A answers are pool addresses that map
+// back to the question name, which is no address literal; the pool never maps a literal.
 func FuzzHandle(f *testing.F) {
 	for _, s := range fuzzSeeds() {
 		f.Add(s)
@@ -132,7 +136,11 @@ func FuzzHandle(f *testing.F) {
 		c.Advance(time.Second)
 		for _, s := range servers {
 			for _, udp := range []bool{true, false} {
-				out := s.HandleWire(ctx, data, udp)
+				var src Source
+				if len(data) >= 2 {
+					src.Addr = netip.AddrFrom4([4]byte{10, 0, 0, data[1] % 4})
+				}
+				out := s.HandleWireFrom(ctx, src, data, udp)
 				if out == nil {
 					continue
 				}
@@ -157,6 +165,9 @@ func FuzzHandle(f *testing.F) {
 					}
 					addr, _ := netip.AddrFromSlice(a.A)
 					name, known := s.NameFor(addr.Unmap())
+					if IsIPLiteral(r.Question[0].Name) || IsIPLiteral(name) {
+						t.Fatalf("fake A %v for the address literal %q", addr, r.Question[0].Name)
+					}
 					if !s.InPool(addr.Unmap()) || !known || name != canonical(r.Question[0].Name) {
 						t.Fatalf("fake A %v for %q: in pool %v, maps to %q", addr, r.Question[0].Name, s.InPool(addr.Unmap()), name)
 					}

@@ -9,10 +9,17 @@ import (
 	mdns "github.com/miekg/dns"
 )
 
-// Handle answers req. It returns nil when no reply is due (req is itself a response). It does
-// not truncate: callers answering over UDP use Truncate or HandleWire. It blocks at most
-// Config.Timeout (or until ctx ends) when the answer needs an upstream. req is not modified.
+// Handle answers req from an unknown source: HandleFrom with the zero Source, so every such
+// query shares one budget. Callers that know the client use HandleFrom.
 func (s *Server) Handle(ctx context.Context, req *mdns.Msg) *mdns.Msg {
+	return s.HandleFrom(ctx, Source{}, req)
+}
+
+// HandleFrom answers req, asked by src (whose budgets it is counted against; see Source). It
+// returns nil when no reply is due (req is itself a response). It does not truncate: callers
+// answering over UDP use Truncate or HandleWireFrom. It blocks at most Config.Timeout (or
+// until ctx ends) when the answer needs an upstream. req is not modified.
+func (s *Server) HandleFrom(ctx context.Context, src Source, req *mdns.Msg) *mdns.Msg {
 	if req.Response {
 		return nil
 	}
@@ -53,12 +60,13 @@ func (s *Server) Handle(ctx context.Context, req *mdns.Msg) *mdns.Msg {
 			return m
 		}
 	}
-	s.answer(ctx, req.Question[0], m)
+	s.answer(ctx, src.key(), req.Question[0], m)
 	return m
 }
 
-// answer fills m (rcode and sections; Extra already holds the OPT, if any) for q.
-func (s *Server) answer(ctx context.Context, q mdns.Question, m *mdns.Msg) {
+// answer fills m (rcode and sections; Extra already holds the OPT, if any) for q, asked by the
+// source with key k.
+func (s *Server) answer(ctx context.Context, k sourceKey, q mdns.Question, m *mdns.Msg) {
 	if q.Qclass != mdns.ClassINET {
 		m.Rcode = mdns.RcodeRefused
 		return
@@ -71,6 +79,11 @@ func (s *Server) answer(ctx context.Context, q mdns.Question, m *mdns.Msg) {
 	name := canonical(q.Name)
 
 	// Answers that never leave the process.
+	if IsIPLiteral(q.Name) {
+		s.tally.add(evLiteral, k.String(), func() string { return mdns.Type(q.Qtype).String() + " " + q.Name })
+		s.negative(m, mdns.RcodeNameError)
+		return
+	}
 	switch {
 	case underOrAt(name, "localhost"):
 		switch q.Qtype {
@@ -87,6 +100,9 @@ func (s *Server) answer(ctx context.Context, q mdns.Question, m *mdns.Msg) {
 		return
 	}
 	rev, isRev := reversePrefix(name)
+	if isRev && rev.Addr().Is4In6() && rev.Bits() >= 96 {
+		rev = netip.PrefixFrom(rev.Addr().Unmap(), rev.Bits()-96) // ::ffff:a.b.c.d is a.b.c.d
+	}
 	if isRev && s.pool != nil && rev.Bits() == 32 && s.pool.prefix.Contains(rev.Addr()) {
 		if n, ok := s.pool.lookup(rev.Addr()); ok {
 			if q.Qtype == mdns.TypePTR {
@@ -100,7 +116,7 @@ func (s *Server) answer(ctx context.Context, q mdns.Question, m *mdns.Msg) {
 		return
 	}
 	if s.direct.match(name) {
-		s.answerDirect(ctx, q, name, m)
+		s.answerDirect(ctx, k, q, name, m)
 		return
 	}
 	if isRev && s.isLocal(rev) {
@@ -109,7 +125,7 @@ func (s *Server) answer(ctx context.Context, q mdns.Question, m *mdns.Msg) {
 	}
 
 	if s.mode == ModeProxy {
-		s.answerRelayed(ctx, q, name, m)
+		s.answerRelayed(ctx, k, q, name, m)
 		return
 	}
 	switch q.Qtype {
@@ -122,16 +138,16 @@ func (s *Server) answer(ctx context.Context, q mdns.Question, m *mdns.Msg) {
 			s.negative(m, mdns.RcodeNameError) // nothing a proxy could connect to
 			return
 		}
-		a, reused, ok := s.pool.assign(name)
-		if !ok {
-			s.warnExhausted()
+		g := s.pool.assign(name, k)
+		if !g.ok {
+			s.tally.add(evPoolFull, k.String(), func() string { return name })
 			m.Rcode = mdns.RcodeServerFailure
 			return
 		}
-		if reused != "" {
-			s.log.Debug("dns pool address reused", "addr", a, "old", reused, "new", name)
+		if g.early {
+			s.tally.add(evRecycled, g.from, func() string { return g.addr.String() + " " + g.reused + " -> " + name })
 		}
-		m.Answer = []mdns.RR{&mdns.A{Hdr: s.hdr(q), A: a.AsSlice()}}
+		m.Answer = []mdns.RR{&mdns.A{Hdr: s.hdr(q), A: g.addr.AsSlice()}}
 	case mdns.TypeAAAA, mdns.TypeHTTPS, mdns.TypeSVCB:
 		s.negative(m, mdns.RcodeSuccess)
 	default:
@@ -139,7 +155,7 @@ func (s *Server) answer(ctx context.Context, q mdns.Question, m *mdns.Msg) {
 			s.negative(m, mdns.RcodeSuccess)
 			return
 		}
-		s.answerRelayed(ctx, q, name, m)
+		s.answerRelayed(ctx, k, q, name, m)
 	}
 }
 
@@ -174,22 +190,16 @@ func (s *Server) negative(m *mdns.Msg, rcode int) {
 	}}
 }
 
-func (s *Server) warnExhausted() {
-	now := s.now().Unix()
-	last := s.exhaustedLogged.Load()
-	if now-last >= 60 && s.exhaustedLogged.CompareAndSwap(last, now) {
-		st := s.pool.stats()
-		s.log.Warn("dns fake-ip pool exhausted, answering SERVFAIL",
-			"pool", st.Prefix, "size", st.Size, "in_use", st.InUse)
-	}
-}
-
-// answerRelayed answers q from the cache or through the proxy. In ModeFakeIP the records that
-// would carry real addresses of names (A, AAAA, HTTPS, SVCB) are removed.
-func (s *Server) answerRelayed(ctx context.Context, q mdns.Question, name string, m *mdns.Msg) {
-	r, err := s.relay(ctx, q)
+// answerRelayed answers q, asked by k, from the cache or through the proxy. In ModeFakeIP the
+// records that would carry real addresses of names (A, AAAA, HTTPS, SVCB) are removed.
+func (s *Server) answerRelayed(ctx context.Context, k sourceKey, q mdns.Question, name string, m *mdns.Msg) {
+	r, err := s.relay(ctx, q, &k)
 	if err != nil {
-		s.log.Warn("dns relay failed, answering SERVFAIL", "name", name, "type", mdns.Type(q.Qtype).String(), "err", err)
+		ev := evRelayFailed
+		if errors.Is(err, errBusy) {
+			ev = evBusy
+		}
+		s.tally.add(ev, k.String(), func() string { return mdns.Type(q.Qtype).String() + " " + name + ": " + err.Error() })
 		m.Rcode = mdns.RcodeServerFailure
 		return
 	}
@@ -202,14 +212,22 @@ func (s *Server) answerRelayed(ctx context.Context, q mdns.Question, name string
 }
 
 // relay returns the answer to q from the cache or from Config.Resolver through the proxy. The
-// returned message is the caller's. A and AAAA answers are remembered for NameFor.
-func (s *Server) relay(ctx context.Context, q mdns.Question) (*mdns.Msg, error) {
+// returned message is the caller's. A and AAAA answers are remembered for NameFor. When src
+// is not nil, a query that must ask the upstream takes one of src's in-flight slots, and fails
+// with errBusy when there is none.
+func (s *Server) relay(ctx context.Context, q mdns.Question, src *sourceKey) (*mdns.Msg, error) {
 	k := cacheKey{name: canonical(q.Name), qtype: q.Qtype, qclass: q.Qclass}
 	if r, ok := s.cache.get(k); ok {
 		return r, nil
 	}
 	if s.proxy == nil {
 		return nil, errors.New("no proxy dialer")
+	}
+	if src != nil {
+		if !s.inflight.enter(*src) {
+			return nil, errBusy
+		}
+		defer s.inflight.leave(*src)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -228,11 +246,18 @@ func (s *Server) relay(ctx context.Context, q mdns.Question) (*mdns.Msg, error) 
 	return cacheCopy(r), nil
 }
 
-// answerDirect answers q (a DirectNames name) from the cache or the host's resolver.
-func (s *Server) answerDirect(ctx context.Context, q mdns.Question, name string, m *mdns.Msg) {
+// answerDirect answers q (a DirectNames name), asked by src, from the cache or the host's
+// resolver.
+func (s *Server) answerDirect(ctx context.Context, src sourceKey, q mdns.Question, name string, m *mdns.Msg) {
 	k := cacheKey{name: name, qtype: q.Qtype, qclass: q.Qclass, direct: true}
 	r, ok := s.cache.get(k)
 	if !ok {
+		if !s.inflight.enter(src) {
+			s.tally.add(evBusy, src.String(), func() string { return mdns.Type(q.Qtype).String() + " " + name + ": " + errBusy.Error() })
+			m.Rcode = mdns.RcodeServerFailure
+			return
+		}
+		defer s.inflight.leave(src)
 		ctx, cancel := context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 		query := new(mdns.Msg)
@@ -245,7 +270,7 @@ func (s *Server) answerDirect(ctx context.Context, q mdns.Question, name string,
 			resp, err = exchangeDirect(ctx, s.dialDirect, s.directAddr, query)
 		}
 		if err != nil {
-			s.log.Warn("dns direct query failed, answering SERVFAIL", "name", name, "type", mdns.Type(q.Qtype).String(), "err", err)
+			s.tally.add(evDirectFailed, src.String(), func() string { return mdns.Type(q.Qtype).String() + " " + name + ": " + err.Error() })
 			m.Rcode = mdns.RcodeServerFailure
 			return
 		}

@@ -76,20 +76,26 @@ func TestPoolAllocation(t *testing.T) {
 	})
 	t.Run("stats", func(t *testing.T) {
 		st, ok := s.PoolStats()
-		want := PoolStats{Prefix: netip.MustParsePrefix("198.18.7.0/24"), Size: 254, Mapped: 254, InUse: 0}
+		want := PoolStats{Prefix: netip.MustParsePrefix("198.18.7.0/24"), Size: 254, Mapped: 254, InUse: 0, Sources: 1}
 		if !ok || st != want {
 			t.Errorf("PoolStats = %+v, %v; want %+v, true", st, ok, want)
 		}
 	})
-	t.Run("exhausted within linger is SERVFAIL", func(t *testing.T) {
+	t.Run("full within linger, the lone source's least recently used name gives way", func(t *testing.T) {
 		c.Advance(10 * time.Minute) // exactly linger: still reserved
-		if a, err := resolveA(t, s, "new.example"); err == nil {
-			t.Fatalf("A new = %v, want SERVFAIL", a)
+		if got := mustA(t, s, "new.example"); got != addrs[0] {
+			t.Fatalf("A new = %v, want %v (n0's, the least recently used)", got, addrs[0])
 		}
-		for i, a := range addrs {
-			if got, ok := s.NameFor(a); !ok || got != fmt.Sprintf("n%d.example", i) {
-				t.Fatalf("NameFor(%v) = %q, %v after a refused assignment", a, got, ok)
+		if got, _ := s.NameFor(addrs[0]); got != "new.example" {
+			t.Errorf("NameFor(%v) = %q, want new.example", addrs[0], got)
+		}
+		for i, a := range addrs[1:] {
+			if got, ok := s.NameFor(a); !ok || got != fmt.Sprintf("n%d.example", i+1) {
+				t.Fatalf("NameFor(%v) = %q, %v; want n%d.example", a, got, ok, i+1)
 			}
+		}
+		if st, _ := s.PoolStats(); st.Recycled != 1 || st.Refused != 0 || st.Mapped != 254 {
+			t.Errorf("PoolStats = %+v, want 1 recycled, 0 refused, 254 mapped", st)
 		}
 	})
 	t.Run("InPool", func(t *testing.T) {

@@ -19,10 +19,17 @@ func maxUDPReply(req *mdns.Msg) int {
 	return mdns.MinMsgSize
 }
 
-// HandleWire answers a query in wire format and returns the reply in wire format, or nil
-// when no reply is due (fewer than 12 bytes, or a response). A query that does not unpack
-// gets FORMERR. With udp set, the reply is truncated (TC) to what the client accepts.
+// HandleWire answers a query in wire format from an unknown source: HandleWireFrom with the
+// zero Source, so every such query shares one budget.
 func (s *Server) HandleWire(ctx context.Context, query []byte, udp bool) []byte {
+	return s.HandleWireFrom(ctx, Source{}, query, udp)
+}
+
+// HandleWireFrom answers a query in wire format asked by src (see Source) and returns the
+// reply in wire format, or nil when no reply is due (fewer than 12 bytes, or a response). A
+// query that does not unpack gets FORMERR. With udp set, the reply is truncated (TC) to what
+// the client accepts.
+func (s *Server) HandleWireFrom(ctx context.Context, src Source, query []byte, udp bool) []byte {
 	var h mdns.Header
 	if len(query) < 12 {
 		return nil
@@ -42,7 +49,7 @@ func (s *Server) HandleWire(ctx context.Context, query []byte, udp bool) []byte 
 		reply.RecursionDesired = h.Bits&(1<<8) != 0
 		reply.Rcode = mdns.RcodeFormatError
 	} else {
-		reply = s.Handle(ctx, req)
+		reply = s.HandleFrom(ctx, src, req)
 		if reply == nil {
 			return nil
 		}
@@ -52,20 +59,22 @@ func (s *Server) HandleWire(ctx context.Context, query []byte, udp bool) []byte 
 	}
 	wire, err := reply.Pack()
 	if err != nil {
-		s.log.Error("dns pack reply", "err", err)
+		s.tally.add(evPackFailed, src.key().String(), err.Error)
 		return nil
 	}
 	return wire
 }
 
 // ServeDNS implements miekg's dns.Handler, so the server can sit behind any miekg
-// dns.Server; Serve is the usual way to run it.
+// dns.Server; the client's address (w.RemoteAddr) is the query's Source. Serve is the usual
+// way to run it: it also sets the TCP limits, which a dns.Server of the caller's keeps as
+// the caller set them.
 func (s *Server) ServeDNS(w mdns.ResponseWriter, req *mdns.Msg) {
 	s.serveDNS(context.Background(), w, req)
 }
 
 func (s *Server) serveDNS(ctx context.Context, w mdns.ResponseWriter, req *mdns.Msg) {
-	reply := s.Handle(ctx, req)
+	reply := s.HandleFrom(ctx, sourceOf(w.RemoteAddr()), req)
 	if reply == nil {
 		return
 	}
@@ -73,14 +82,19 @@ func (s *Server) serveDNS(ctx context.Context, w mdns.ResponseWriter, req *mdns.
 		reply.Truncate(maxUDPReply(req))
 	}
 	if err := w.WriteMsg(reply); err != nil {
-		s.log.Debug("dns write reply", "remote", w.RemoteAddr(), "err", err)
+		s.tally.add(evWriteFailed, sourceOf(w.RemoteAddr()).key().String(), err.Error)
 	}
 }
 
 // Serve answers queries on pc (datagrams, UDP) and ln (streams, TCP, RFC 7766) until ctx ends;
-// either may be nil, not both. It owns pc and ln from the call on and closes them before it
-// returns. It returns nil after ctx ends, or the first error of a socket (after closing the
-// other one).
+// either may be nil, not both. Each query's Source is its client's address. It owns pc and ln
+// from the call on and closes them before it returns. It returns nil after ctx ends, or the
+// first error of a socket (after closing the other one); accept errors other than a closed
+// listener are retried after a pause, never returned.
+//
+// Over TCP a connection serves any number of queries, one at a time, while each comes within
+// an idle timeout of the previous answer; connections are limited per source and in all (see
+// tcpPerSource and the others in limits.go).
 func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) error {
 	if pc == nil && ln == nil {
 		return errors.New("dns serve: no socket")
@@ -108,7 +122,16 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) 
 		add(&mdns.Server{PacketConn: pc, UDPSize: mdns.MaxMsgSize})
 	}
 	if ln != nil {
-		add(&mdns.Server{Listener: ln})
+		ln = newLimitListener(ln, s.tcpPerSource, s.tcpTotal, func(ev event, k sourceKey, err error) {
+			if err != nil {
+				s.tally.add(ev, k.String(), err.Error)
+				return
+			}
+			s.tally.add(ev, k.String(), nil)
+		})
+		idle := s.tcpIdle
+		add(&mdns.Server{Listener: ln, MaxTCPQueries: -1, ReadTimeout: s.tcpFirstRead,
+			IdleTimeout: func() time.Duration { return idle }})
 	}
 	failed := make(chan error, len(all))
 	for _, r := range all {

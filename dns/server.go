@@ -25,6 +25,38 @@
 // than QUERY, and the QTYPEs ANY, AXFR, IXFR, MAILA and MAILB get NOTIMP; a message without
 // exactly one question or with more than one OPT gets FORMERR; a message that is itself a
 // response gets no reply.
+//
+// # A hostile client
+//
+// The guest runs code nobody reviewed, so every client is assumed to attack the server:
+//
+//   - IP literals are never names. A question whose name is an address literal (IsIPLiteral:
+//     "127.0.0.1", "127.1", "0x7f.1", "2130706433", any name whose last label is a number,
+//     "::1", "*.ipv6-literal.net") is answered NXDOMAIN in both modes and for every type, as a
+//     public resolver would (there is no such top-level domain), without asking anyone and
+//     without a fake IP; the pool refuses such a name too. Otherwise a connection to its fake
+//     IP would hand the proxy the "name" 127.0.0.1, and a proxy on the host would connect to
+//     the host's loopback. PTR and other questions under in-addr.arpa and ip6.arpa for pool
+//     addresses (IPv4-mapped IPv6 included) are answered locally and never create a mapping.
+//   - Fair shares of the fake-IP pool. Queries are accounted to their Source (HandleFrom,
+//     HandleWireFrom, Serve; Handle and HandleWire account to one "unknown" source). When the
+//     pool has neither a never-used address nor one idle for longer than Linger, the source
+//     holding the most idle addresses gives up its least recently used one, even before
+//     Linger: a flooding source recycles its own names and the others keep resolving. The
+//     share is thus max-min, not a fixed fraction: with a fixed quarter of the pool each, four
+//     sources would fill it within their shares and starve a fifth. Addresses in use (Acquire)
+//     are never taken, nor early a name that another source asked for within Linger. IPv4
+//     sources are told apart by address, IPv6 ones by /64; at most 1024 sources have a budget
+//     of their own (one quiet for longer than Linger gives its place up), later ones share
+//     one overflow budget. A query's pool work is O(log 1024) plus at most 16 names looked at,
+//     whatever the input; memory is one mapping per pool address and 1025 budgets at most.
+//   - Queries waiting for an upstream: 32 per source, 256 in all; beyond, SERVFAIL at once.
+//     DNS over TCP (Serve): any number of queries per connection while the next comes within
+//     10 s; 16 connections per source, 256 in all (then the least recently active connection
+//     of the source holding the most gives way); accept errors are retried after a pause
+//     (5 ms doubling to 1 s), never fatal. See limits.go.
+//   - Refused, failed and over-limit queries are counted and logged as one summary line per
+//     Config.SummaryEvery, never one line per query.
 package dns
 
 import (
@@ -97,7 +129,9 @@ type Config struct {
 	// addresses; whole seconds, 1 s to 1 h. Default conf.DefaultFakeTTL.
 	TTL time.Duration
 	// Linger is how long a pool address stays reserved for its name after its last answer or
-	// its last flow; only then may it be reused for another name. At least TTL; default 10 min.
+	// its last flow; only then may it be reused for another name, unless the pool is full and
+	// the name is the least recently used of the source holding the most idle addresses (see
+	// the package doc). At least TTL; default 10 min.
 	Linger time.Duration
 	// Resolver is the host:port that queries are relayed to through the proxy (ModeProxy, and
 	// in ModeFakeIP the types that are not faked and ResolveViaProxy). A host name is fine:
@@ -109,6 +143,9 @@ type Config struct {
 	DirectNames []string
 	// Timeout bounds one relayed or direct query. Default 5 s.
 	Timeout time.Duration
+	// SummaryEvery is the interval of the summary log line of refused, failed and over-limit
+	// queries. Default DefaultSummaryEvery.
+	SummaryEvery time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -151,8 +188,14 @@ type Server struct {
 	cache *answerCache
 	seen  *seenAddrs
 
-	closed          atomic.Bool  // set by Close: no more direct queries
-	exhaustedLogged atomic.Int64 // unix seconds of the last "pool exhausted" warning
+	tally    *tally // refused, failed and over-limit queries
+	inflight *gate  // queries waiting for an upstream
+
+	// TCP limits of Serve (constants; tests lower them).
+	tcpPerSource, tcpTotal int
+	tcpIdle, tcpFirstRead  time.Duration
+
+	closed atomic.Bool // set by Close: no more direct queries
 }
 
 // New validates cfg and d, applies defaults and returns a server; it starts nothing. A nil
@@ -185,6 +228,12 @@ func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
 	if cfg.Resolver == "" {
 		cfg.Resolver = conf.DefaultResolver
 	}
+	if cfg.SummaryEvery == 0 {
+		cfg.SummaryEvery = DefaultSummaryEvery
+	}
+	if cfg.SummaryEvery < 0 {
+		return nil, fmt.Errorf("dns summary interval %v: want a positive duration", cfg.SummaryEvery)
+	}
 	if err := checkHostPort(cfg.Resolver, false); err != nil {
 		return nil, fmt.Errorf("dns resolver: %w", err)
 	}
@@ -212,6 +261,13 @@ func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
 		directAddr: d.DirectResolver,
 		cache:      newAnswerCache(cfg.Now),
 		seen:       newSeenAddrs(cfg.Now),
+		tally:      newTally(log, cfg.SummaryEvery),
+		inflight:   newGate(maxInflightPerSource, maxInflight),
+
+		tcpPerSource: tcpPerSource,
+		tcpTotal:     tcpTotal,
+		tcpIdle:      tcpIdle,
+		tcpFirstRead: tcpFirstRead,
 	}
 	switch cfg.Mode {
 	case ModeFakeIP:
@@ -268,12 +324,14 @@ func checkHostPort(hp string, wantIP bool) error {
 }
 
 // Close closes idle upstream connections and stops new relayed and direct queries (they get
-// SERVFAIL). It is idempotent and always returns nil.
+// SERVFAIL), and logs the pending summary of refused and failed queries. It is idempotent and
+// always returns nil.
 func (s *Server) Close() error {
 	s.closed.Store(true)
 	if s.proxy != nil {
 		s.proxy.close()
 	}
+	s.tally.flush()
 	return nil
 }
 
@@ -316,12 +374,17 @@ func (s *Server) PoolStats() (st PoolStats, ok bool) {
 }
 
 // ResolveViaProxy looks name up (A and AAAA, through the cache) at Config.Resolver through the
-// proxy, for the router to dial a flow to a pool address that a rule sends direct. An IP
-// literal is returned as is. Pool addresses in the answer are dropped. It fails when no
-// proxy dialer was given, the upstream fails, or no address comes back.
+// proxy, for the router to dial a flow to a pool address that a rule sends direct. An address
+// in netip.ParseAddr's form is returned as is; another address literal (IsIPLiteral: "127.1",
+// "0x7f.1", ...) is an error, never a lookup. Pool addresses in the answer are dropped. It
+// fails when no proxy dialer was given, the upstream fails, or no address comes back. It is
+// the router's own lookup: no per-source limit applies.
 func (s *Server) ResolveViaProxy(ctx context.Context, name string) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(name); err == nil {
 		return []netip.Addr{a.Unmap()}, nil
+	}
+	if IsIPLiteral(name) {
+		return nil, fmt.Errorf("resolve %q via proxy: an address literal, not a name", name)
 	}
 	if s.proxy == nil {
 		return nil, fmt.Errorf("resolve %s via proxy: no proxy dialer", name)
@@ -338,7 +401,7 @@ func (s *Server) ResolveViaProxy(ctx context.Context, name string) ([]netip.Addr
 	var wg sync.WaitGroup
 	for i, t := range []uint16{mdns.TypeA, mdns.TypeAAAA} {
 		wg.Go(func() {
-			m, err := s.relay(ctx, mdns.Question{Name: fqdn, Qtype: t, Qclass: mdns.ClassINET})
+			m, err := s.relay(ctx, mdns.Question{Name: fqdn, Qtype: t, Qclass: mdns.ClassINET}, nil)
 			res[i] = result{m, err}
 		})
 	}

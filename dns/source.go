@@ -1,0 +1,83 @@
+package dns
+
+import (
+	"net"
+	"net/netip"
+	"strings"
+)
+
+// Source tells who asked a query, for the per-source budgets (fake-IP addresses, queries in
+// flight to an upstream, TCP connections). The zero Source is "unknown": every query without
+// a source shares one budget.
+type Source struct {
+	// Addr is the client's address (a VM's, or the host's own); the zero Addr is unknown.
+	Addr netip.Addr
+	// App is the program that asked, when the capture knows it (the Windows engine knows the
+	// process); "" otherwise. Compared case-insensitively.
+	App string
+}
+
+// maxAppKey bounds the part of Source.App kept in a budget key.
+const maxAppKey = 256
+
+// sourceKey is what a budget is kept under: an IPv4 address, an IPv6 /64 (a guest picks any
+// address of its /64 at will, so a finer key would only let it mint budgets; VMs that share
+// a /64 share a budget for their IPv6 queries), and the program name.
+type sourceKey struct {
+	prefix netip.Prefix // zero when the address is unknown
+	app    string
+}
+
+func (s Source) key() sourceKey {
+	var k sourceKey
+	if a := s.Addr.Unmap(); a.IsValid() {
+		bits := 32
+		if a.Is6() {
+			bits = 64
+		}
+		k.prefix, _ = a.WithZone("").Prefix(bits)
+	}
+	if s.App != "" {
+		app := s.App
+		if len(app) > maxAppKey {
+			app = app[:maxAppKey]
+		}
+		k.app = strings.ToLower(app)
+	}
+	return k
+}
+
+// String is the key as logs show it: "10.0.2.15", "fd00:1::/64", "app.exe@10.0.2.15",
+// "unknown".
+func (k sourceKey) String() string {
+	var addr string
+	switch {
+	case !k.prefix.IsValid():
+		addr = "unknown"
+	case k.prefix.Addr().Is4():
+		addr = k.prefix.Addr().String()
+	default:
+		addr = k.prefix.String()
+	}
+	if k.app != "" {
+		return k.app + "@" + addr
+	}
+	return addr
+}
+
+// sourceOf is the Source of a peer as a net.Conn or a miekg ResponseWriter reports it.
+func sourceOf(a net.Addr) Source {
+	switch a := a.(type) {
+	case *net.UDPAddr:
+		return Source{Addr: a.AddrPort().Addr().Unmap()}
+	case *net.TCPAddr:
+		return Source{Addr: a.AddrPort().Addr().Unmap()}
+	}
+	if a == nil {
+		return Source{}
+	}
+	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+		return Source{Addr: ap.Addr().Unmap()}
+	}
+	return Source{}
+}
