@@ -3,6 +3,7 @@ package redirect
 import (
 	"net/netip"
 
+	dnssrv "github.com/agentcage/router/dns"
 	"github.com/agentcage/router/packet"
 )
 
@@ -19,7 +20,7 @@ func (e *Engine) apply(o outcome, p packet.Packet, m Meta) {
 	case actDrop:
 		e.st.dropped.Add(1)
 	case actDNS:
-		e.answer(p, m)
+		e.answer(p, m, o.app)
 	}
 }
 
@@ -43,9 +44,9 @@ func (e *Engine) refuse(p packet.Packet, m Meta) {
 	}
 }
 
-// answer answers a DNS query p (UDP) on a worker goroutine, or drops it when DNSWorkers
-// answers are already running.
-func (e *Engine) answer(p packet.Packet, m Meta) {
+// answer answers a DNS query p (UDP) of app ("" when unknown) on a worker goroutine, or
+// drops it when DNSWorkers answers are already running.
+func (e *Engine) answer(p packet.Packet, m Meta, app string) {
 	dns := e.opts.DNS
 	if dns == nil {
 		e.st.dropped.Add(1)
@@ -63,7 +64,7 @@ func (e *Engine) answer(p packet.Packet, m Meta) {
 	server := netip.AddrPortFrom(p.Dst(), p.DstPort())
 	e.workers.Go(func() {
 		defer func() { <-e.dnsSem }()
-		ans := dns.HandleWire(e.ctx, q, true)
+		ans := dns.HandleWireFrom(e.ctx, dnssrv.Source{Addr: client.Addr(), App: app}, q, true)
 		if ans == nil {
 			return
 		}

@@ -14,6 +14,7 @@ import (
 type outcome struct {
 	act      action
 	peer, to netip.AddrPort
+	app      string // actDNS: the process that asks, when known
 }
 
 // decideLocked decides flow f (pending) from what is known of it and sets its state:
@@ -53,7 +54,7 @@ func (e *Engine) decideLocked(pol *policy.Policy, f *flow, now int64) outcome {
 		e.st.refused.Add(1)
 	}
 	f.last = now
-	return outcome{act: act, peer: f.peer, to: f.to}
+	return outcome{act: act, peer: f.peer, to: f.to, app: f.owner.Name}
 }
 
 // verdictLocked asks the policy about f (with its owner and the name behind its

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/proc"
 )
 
@@ -89,9 +90,11 @@ type Names interface {
 }
 
 // DNSHandler answers a DNS query in wire format (dns.Server implements it); nil means no
-// reply is due. It is called from worker goroutines, at most Options.DNSWorkers at once.
+// reply is due. src is who asked (the app's address, and its process when known): the DNS
+// server budgets its fake-IP pool per source. It is called from worker goroutines, at most
+// Options.DNSWorkers at once.
 type DNSHandler interface {
-	HandleWire(ctx context.Context, query []byte, udp bool) []byte
+	HandleWireFrom(ctx context.Context, src dns.Source, query []byte, udp bool) []byte
 }
 
 // PIDResolver describes a process by PID (proc.WindowsResolver implements it).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/packet"
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
@@ -183,7 +184,7 @@ type fakeDNS struct {
 	queries [][]byte
 }
 
-func (d *fakeDNS) HandleWire(_ context.Context, q []byte, _ bool) []byte {
+func (d *fakeDNS) HandleWireFrom(_ context.Context, _ dns.Source, q []byte, _ bool) []byte {
 	d.mu.Lock()
 	d.queries = append(d.queries, append([]byte(nil), q...))
 	d.mu.Unlock()

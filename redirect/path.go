@@ -116,7 +116,7 @@ func (e *Engine) udp(p packet.Packet, m Meta, src, dst netip.AddrPort, now int64
 		return
 	}
 	f.last = now
-	st := f.state
+	st, app := f.state, f.owner.Name
 	if st == statePending {
 		f.hold(p, m)
 	}
@@ -125,7 +125,7 @@ func (e *Engine) udp(p packet.Packet, m Meta, src, dst netip.AddrPort, now int64
 	case statePass:
 		e.pass(p.Bytes(), m)
 	case stateDNS:
-		e.answer(p, m)
+		e.answer(p, m, app)
 	case stateDrop:
 		e.st.dropped.Add(1)
 	}
