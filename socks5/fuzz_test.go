@@ -200,7 +200,7 @@ func FuzzParseUDPHeader(f *testing.F) {
 			if !strings.HasPrefix(err.Error(), "udp header: ") {
 				t.Fatalf("error %q does not say what failed", err)
 			}
-			if errors.Is(err, socks5.ErrFragmented) != (len(data) >= 3 && data[2] != 0) {
+			if errors.Is(err, socks5.ErrFragmented) != (len(data) >= 4 && data[2] != 0) {
 				t.Fatalf("error %v for FRAG byte of % x", err, data)
 			}
 			return
