@@ -1,6 +1,7 @@
 package httpconnect_test
 
-// Seeds: the f.Add calls below and testdata/fuzz/FuzzReadResponse.
+// Seeds: the f.Add calls below; a crasher found by fuzzing is kept as a
+// seed in testdata/fuzz/FuzzReadResponse.
 // Run: go test -run '^$' -fuzz=FuzzReadResponse -fuzztime=2m ./httpconnect/
 
 import (

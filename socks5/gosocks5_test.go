@@ -19,6 +19,7 @@ import (
 
 	gosocks5 "github.com/things-go/go-socks5"
 
+	"github.com/agentcage/router/internal/winetest"
 	"github.com/agentcage/router/socks5"
 )
 
@@ -295,6 +296,17 @@ func startUDPEcho(t testing.TB) netip.AddrPort {
 // its relay to a UDP echo server, by IP and by name, and reads the answers
 // back with their headers.
 func TestGoSocks5UDP(t *testing.T) {
+	if !winetest.UDPUsable(t) {
+		// go-socks5 cannot open its relay either: it answers "general
+		// failure", and Associate reports it.
+		c := socks5.Client{Pipeline: true}
+		_, err := c.Associate(dialProxy(t, startProxy(t, nil)), socks5.Addr{})
+		var re *socks5.ReplyError
+		if !errors.As(err, &re) || re.Code != socks5.RepGeneralFailure {
+			t.Errorf("Associate without UDP sockets: %v, want a general failure reply", err)
+		}
+		return
+	}
 	echo := startUDPEcho(t)
 	for _, auth := range []*socks5.Auth{nil, {Username: proxyUser, Password: proxyPass}} {
 		var creds map[string]string

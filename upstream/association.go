@@ -17,8 +17,11 @@ import (
 // A goroutine reads the control connection for as long as it lives: the
 // proxy sends nothing on it after its reply, so any byte or end there
 // means the association is over (RFC 1928 §7: it ends with the TCP
-// connection). end records the first cause, closes done and both sockets,
-// which wakes blocked readers and writers.
+// connection). A control connection that dies without a FIN or a reset (the
+// proxy's host gone) is noticed by TCP keepalive, which Go's dialer turns
+// on by default (a dead peer is found within minutes). end records the first
+// cause, closes done and both sockets, which wakes blocked readers and
+// writers.
 type association struct {
 	upstream string
 	ctrl     net.Conn

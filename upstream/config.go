@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/agentcage/router/socks5"
@@ -166,4 +167,26 @@ func LoadCAFile(path string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("CA file %s: no PEM certificate in it", path)
 	}
 	return pool, nil
+}
+
+// ParseAddr parses "host:port" (IPv6 in brackets) into an Addr: an IP goes
+// in IP, anything else in Name, to be given to the proxy unresolved. It is
+// for addresses in the configuration (a probe's target) and for callers
+// that hold a dial address (a resolver reached through the proxy).
+func ParseAddr(s string) (Addr, error) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return Addr{}, fmt.Errorf("address %q: %w", s, err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || p == 0 {
+		return Addr{}, fmt.Errorf("address %q: port %q is not 1 to 65535", s, port)
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return Addr{IP: ip.Unmap(), Port: uint16(p)}, nil
+	}
+	if host == "" || !validHostName(host) {
+		return Addr{}, fmt.Errorf("address %q: host %q is neither an IP nor a host name", s, host)
+	}
+	return Addr{Name: host, Port: uint16(p)}, nil
 }

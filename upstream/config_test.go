@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/httpconnect/httpconnecttest"
+	"github.com/agentcage/router/internal/winetest"
 	"github.com/agentcage/router/upstream"
 )
 
@@ -75,7 +76,7 @@ func TestConfigValidate(t *testing.T) {
 func newPool() *x509.CertPool { return x509.NewCertPool() }
 
 func TestLoadCAFile(t *testing.T) {
-	dir := t.TempDir()
+	dir := winetest.TempDir(t)
 	_, caPEM := httpconnecttest.TLS(t)
 	good := filepath.Join(dir, "ca.pem")
 	bad := filepath.Join(dir, "bad.pem")
@@ -201,5 +202,35 @@ func TestErrorText(t *testing.T) {
 	}
 	if !errors.Is(e, upstream.ErrUDPUnsupported) {
 		t.Error("errors.Is(ErrUDPUnsupported) is false")
+	}
+}
+
+func TestParseAddr(t *testing.T) {
+	tests := []struct {
+		in   string
+		want upstream.Addr
+		err  string
+	}{
+		{"example.com:443", upstream.Addr{Name: "example.com", Port: 443}, ""},
+		{"192.0.2.1:53", upstream.Addr{IP: netip.MustParseAddr("192.0.2.1"), Port: 53}, ""},
+		{"[2001:db8::1]:853", upstream.Addr{IP: netip.MustParseAddr("2001:db8::1"), Port: 853}, ""},
+		{"[::ffff:192.0.2.1]:1", upstream.Addr{IP: netip.MustParseAddr("192.0.2.1"), Port: 1}, ""},
+		{"example.com", upstream.Addr{}, `address "example.com": address example.com: missing port in address`},
+		{"example.com:0", upstream.Addr{}, `address "example.com:0": port "0" is not 1 to 65535`},
+		{"example.com:http", upstream.Addr{}, `address "example.com:http": port "http" is not 1 to 65535`},
+		{":80", upstream.Addr{}, `address ":80": host "" is neither an IP nor a host name`},
+		{"a b:80", upstream.Addr{}, `address "a b:80": host "a b" is neither an IP nor a host name`},
+	}
+	for _, tt := range tests {
+		got, err := upstream.ParseAddr(tt.in)
+		if tt.err != "" {
+			if err == nil || err.Error() != tt.err {
+				t.Errorf("ParseAddr(%q): %v, want %q", tt.in, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("ParseAddr(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+		}
 	}
 }

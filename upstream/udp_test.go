@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/winetest"
 	"github.com/agentcage/router/upstream"
 )
 
@@ -83,6 +84,10 @@ func roundTrip(t *testing.T, a upstream.Association, d upstream.Addr, payload st
 }
 
 func TestSOCKS5Associate(t *testing.T) {
+	if !winetest.UDPUsable(t) {
+		assertNoUDPFailsClosed(t)
+		return
+	}
 	echo := startUDPEcho(t)
 	for _, withAuth := range []bool{false, true} {
 		for _, pipeline := range []bool{false, true} {
@@ -125,6 +130,10 @@ func TestSOCKS5Associate(t *testing.T) {
 // one datagram in flight, sent again after 200ms without an answer
 // (loopback UDP drops when a socket's buffer is full).
 func TestAssociationConcurrent(t *testing.T) {
+	if !winetest.UDPUsable(t) {
+		assertNoUDPFailsClosed(t)
+		return
+	}
 	echo := startUDPEcho(t)
 	proxy, _ := startSOCKS(t, nil, false)
 	u := newUpstream(t, upstream.Config{Name: "exit", Host: "127.0.0.1", Port: proxy.Port()}, upstream.Options{})
@@ -196,6 +205,10 @@ func TestAssociationConcurrent(t *testing.T) {
 // TestAssociationDiesWithControl: when the proxy's end of the control
 // connection closes, the association ends, says so, and sends nothing more.
 func TestAssociationDiesWithControl(t *testing.T) {
+	if !winetest.UDPUsable(t) {
+		assertNoUDPFailsClosed(t)
+		return
+	}
 	echo := startUDPEcho(t)
 	proxy, _ := startSOCKS(t, nil, false)
 	cut := startCutter(t, proxy)
@@ -248,6 +261,10 @@ func TestAssociationDiesWithControl(t *testing.T) {
 }
 
 func TestAssociationClose(t *testing.T) {
+	if !winetest.UDPUsable(t) {
+		assertNoUDPFailsClosed(t)
+		return
+	}
 	proxy, _ := startSOCKS(t, nil, false)
 	u := newUpstream(t, upstream.Config{Name: "exit", Host: "127.0.0.1", Port: proxy.Port()}, upstream.Options{})
 	a, err := u.Associate(ctxTimeout(t))
@@ -312,6 +329,10 @@ func TestAssociateRefused(t *testing.T) {
 // TestAssociateUnspecifiedRelay: a proxy that reports its relay as 0.0.0.0
 // (listening on every interface) is reached at its own address.
 func TestAssociateUnspecifiedRelay(t *testing.T) {
+	if !winetest.UDPUsable(t) {
+		assertNoUDPFailsClosed(t)
+		return
+	}
 	relay, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
 	if err != nil {
 		t.Fatal(err)
@@ -354,4 +375,32 @@ func TestAssociateUnspecifiedRelay(t *testing.T) {
 	}
 	a.Close()
 	<-served
+}
+
+// assertNoUDPFailsClosed is what the UDP tests check where no UDP socket
+// can be made (Wine 8, see winetest.UDPUsable): go-socks5 cannot open its
+// relay and refuses the association; a proxy that grants one leaves
+// Associate failing on its own UDP socket, with the control connection
+// closed. Either way nothing is sent and the error says why.
+func assertNoUDPFailsClosed(t *testing.T) {
+	t.Helper()
+	proxy, _ := startSOCKS(t, nil, false)
+	u := newUpstream(t, upstream.Config{Name: "exit", Host: "127.0.0.1", Port: proxy.Port()}, upstream.Options{})
+	_, err := u.Associate(ctxTimeout(t))
+	var ue *upstream.Error
+	if !errors.As(err, &ue) || ue.Refused || !strings.Contains(err.Error(), "general SOCKS server failure (reply 0x01)") {
+		t.Errorf("Associate through go-socks5: %v, want its general failure", err)
+	}
+	// A proxy that grants a relay at 127.0.0.1:9, then waits for the
+	// client to close the control connection.
+	port := scriptedProxy(t, 3+10, "\x05\x00\x05\x00\x00\x01\x7f\x00\x00\x01\x00\x09", true)
+	var cd countingDial
+	u = newUpstream(t, upstream.Config{Name: "exit", Host: "127.0.0.1", Port: port, Pipeline: true}, upstream.Options{Dial: cd.dial})
+	_, err = u.Associate(ctxTimeout(t))
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "dial relay 127.0.0.1:9: ") {
+		t.Errorf("Associate without a UDP socket: %v, want the relay dial's error", err)
+	}
+	if cd.udp.Load() != 1 {
+		t.Errorf("%d UDP dials, want 1", cd.udp.Load())
+	}
 }
