@@ -43,9 +43,10 @@ type Config struct {
 	Password string
 	// Pipeline sends the client's first bytes (and, for SOCKS5, the
 	// greeting, credentials and request) in one write without waiting for
-	// the proxy's answers, saving round trips. go-socks5 and dante accept
-	// it; HTTP proxies may drop bytes that come before their answer, so
-	// only turn it on for one that is known to relay them.
+	// the proxy's answers, saving round trips. SOCKS5 servers that read
+	// their input as a stream (go-socks5) accept it; HTTP proxies may drop
+	// bytes that come before their answer, so only turn it on for one that
+	// is known to relay them (net/http-based proxies do).
 	Pipeline bool
 	// RootCAs are the certificate authorities an HTTPS proxy's certificate
 	// must chain to; nil means the system's roots. See [LoadCAFile]. Only

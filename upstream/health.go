@@ -80,22 +80,8 @@ type Status struct {
 	LatencyAt time.Time
 }
 
-// health is the state machine of one upstream. It is pure: the caller gives
-// the time and holds the lock.
-//
-//	          success
-//	Unknown ──────────► Up ◄───────┐
-//	   │                │          │ success
-//	   │ failure        │ failure  │
-//	   └──────────────► Down ──────┘
-//	                    ▲  │
-//	                    └──┘ failure: the backoff doubles, up to max
-//
-// A failure sets retryAt = now + backoff. Until retryAt a Group tries the
-// upstream only after its healthy members; from retryAt the first flow to
-// come takes it as a trial (trial is set, so that the flows after it keep
-// using the others until the trial's outcome is known), and a success of
-// any flow or probe brings it Up.
+// health is the state machine drawn at [Tracked]. It is pure: the caller
+// gives the time and holds the lock.
 type health struct {
 	base, max time.Duration
 
@@ -160,8 +146,22 @@ func (h *health) failure(now time.Time, err string, trial bool) {
 }
 
 // Tracked is an [Upstream] with its health: every Connect and Associate
-// through it (and every probe) feeds the state machine drawn at [health],
-// and [Group] orders its members by it. It never refuses a flow itself:
+// through it (and every probe) feeds this state machine, and [Group] orders
+// its members by it:
+//
+//	          success
+//	Unknown ──────────► Up ◄───────┐
+//	   │                │          │ success
+//	   │ failure        │ failure  │
+//	   └──────────────► Down ──────┘
+//	                    ▲  │
+//	                    └──┘ failure: the backoff doubles, up to the max
+//
+// A failure puts off the next try until the backoff ends (Status.RetryAt).
+// Until then a Group tries the upstream only after its healthy members;
+// from then on the first flow to come is its trial (the flows after it keep
+// using the others until the trial's outcome is known), and a success of
+// any flow or probe brings it Up. Tracked never refuses a flow itself:
 // called directly, it always tries its upstream.
 //
 // How outcomes count: a success brings it Up and records the latency; a

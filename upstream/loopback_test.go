@@ -251,7 +251,10 @@ func TestSOCKS5ConnectFailures(t *testing.T) {
 		for _, pipeline := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/pipeline=%v", tt.name, pipeline), func(t *testing.T) {
 				tt.cfg.Pipeline = pipeline
-				u := newUpstream(t, tt.cfg, upstream.Options{})
+				u, err := upstream.Track(newUpstream(t, tt.cfg, upstream.Options{}), upstream.HealthConfig{}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
 				c, err := u.Connect(ctxTimeout(t), tt.dst, []byte("early"))
 				if err == nil {
 					c.Close()
@@ -269,6 +272,10 @@ func TestSOCKS5ConnectFailures(t *testing.T) {
 				}
 				if strings.Contains(fmt.Sprintf("%v %+v %#v", err, err, err), proxyPass) {
 					t.Errorf("error shows the password")
+				}
+				wantState := map[bool]upstream.State{false: upstream.Down, true: upstream.Up}[tt.wantRefused]
+				if s := u.Status(); s.State != wantState || strings.Contains(fmt.Sprintf("%+v", s), "Secret") {
+					t.Errorf("status %+v, want %v and no password", s, wantState)
 				}
 			})
 		}
