@@ -3,6 +3,7 @@ package socks5
 import (
 	"fmt"
 	"io"
+	"net/netip"
 )
 
 // Client runs the client side of a SOCKS5 handshake on connections the caller
@@ -58,8 +59,39 @@ type Client struct {
 // passed to an io.Reader or io.Writer escape to the heap), plus the host
 // name when the reply binds a name.
 func (c *Client) Handshake(conn io.ReadWriter, dst Addr) (bound Addr, err error) {
+	return c.request(conn, CmdConnect, "socks5 connect", dst)
+}
+
+// Associate is [Client.Handshake] with a UDP ASSOCIATE request (RFC 1928
+// §7) in place of CONNECT: the same method negotiation and credentials, the
+// same pipelining (greeting, credentials and request in one write when
+// c.Pipeline is set), the same byte-exact reads, deadlines and errors, with
+// "socks5 associate: ..." naming the last step.
+//
+// from is the address the client will send its datagrams from, if it knows
+// it; the zero Addr sends 0.0.0.0:0, which RFC 1928 prescribes for a client
+// that does not know its address yet (behind a NAT it never does), and
+// which servers take as "any source". On success it returns the relay: the
+// BND.ADDR/BND.PORT where the server takes the client's datagrams, as the
+// server sent it. Servers that listen on every interface often send an
+// unspecified address (0.0.0.0 or ::): the caller then sends to the server's
+// own address at BND.PORT.
+//
+// The association lives as long as conn: the server ends it when conn
+// closes, so the caller keeps conn open, reads nothing from it (the server
+// sends nothing more) and closes it to end the association.
+func (c *Client) Associate(conn io.ReadWriter, from Addr) (relay Addr, err error) {
+	if from == (Addr{}) {
+		from = Addr{IP: netip.IPv4Unspecified()}
+	}
+	return c.request(conn, CmdUDPAssociate, "socks5 associate", from)
+}
+
+// request runs a whole handshake: greeting, credentials, the request cmd for
+// dst, the reply. step names the request in errors.
+func (c *Client) request(conn io.ReadWriter, cmd byte, step string, dst Addr) (bound Addr, err error) {
 	if err := dst.check(); err != nil {
-		return Addr{}, fmt.Errorf("socks5 connect: invalid destination: %w", err)
+		return Addr{}, fmt.Errorf("%s: invalid destination: %w", step, err)
 	}
 	method := MethodNoAuth
 	authLen := 0
@@ -82,7 +114,7 @@ func (c *Client) Handshake(conn io.ReadWriter, dst Addr) (bound Addr, err error)
 		if c.Auth != nil {
 			buf = appendUserPass(buf, c.Auth)
 		}
-		buf = append(buf, Version, CmdConnect, 0x00)
+		buf = append(buf, Version, cmd, 0x00)
 		buf = appendAddr(buf, dst)
 		if _, err := conn.Write(buf); err != nil {
 			return Addr{}, fmt.Errorf("socks5 greeting: write: %w", err)
@@ -112,16 +144,16 @@ func (c *Client) Handshake(conn io.ReadWriter, dst Addr) (bound Addr, err error)
 				return Addr{}, err
 			}
 		}
-		buf = append(buf[:0], Version, CmdConnect, 0x00)
+		buf = append(buf[:0], Version, cmd, 0x00)
 		buf = appendAddr(buf, dst)
 		if _, err := conn.Write(buf); err != nil {
-			return Addr{}, fmt.Errorf("socks5 connect: write: %w", err)
+			return Addr{}, fmt.Errorf("%s: write: %w", step, err)
 		}
 	}
 
 	rep, err := readReply(conn, buf[:MaxReplyLen])
 	if err != nil {
-		return Addr{}, fmt.Errorf("socks5 connect: %w", err)
+		return Addr{}, fmt.Errorf("%s: %w", step, err)
 	}
 	return rep.Bound, nil
 }

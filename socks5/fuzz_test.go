@@ -1,8 +1,11 @@
 package socks5_test
 
-// Seeds live in testdata/fuzz/FuzzReadReply and testdata/fuzz/FuzzHandshake.
+// Seeds live in testdata/fuzz/<target>; FuzzParseUDPHeader and
+// FuzzAssociate also add the table tests' inputs with f.Add.
 // Run: go test -fuzz=FuzzReadReply -fuzztime=2m ./socks5/
 //      go test -fuzz=FuzzHandshake -fuzztime=2m ./socks5/
+//      go test -fuzz=FuzzParseUDPHeader -fuzztime=2m ./socks5/
+//      go test -fuzz=FuzzAssociate -fuzztime=2m ./socks5/
 
 import (
 	"bytes"
@@ -168,6 +171,117 @@ func FuzzHandshake(f *testing.F) {
 		}
 		if !bytes.Contains(conn.wrote.Bytes(), []byte(dst.Name)) {
 			t.Fatalf("request % x does not carry %q", conn.wrote.Bytes(), dst.Name)
+		}
+	})
+}
+
+func FuzzParseUDPHeader(f *testing.F) {
+	for _, seed := range []string{
+		h("00 00 00 01 c0 00 02 01 00 35") + "payload",
+		h("00 00 00 04 20 01 0d b8 00 00 00 00 00 00 00 00 00 00 00 01 01 bb"),
+		h("00 00 00 03 0b") + "example.com" + h("01 bb") + "data",
+		h("00 00 01 01 c0 00 02 01 00 35"),
+		h("00 00 00 03 00 00 35"),
+		h("00 00 00 03 05") + "abc",
+		"",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		orig := append([]byte(nil), data...)
+		addr, n, err := socks5.ParseUDPHeader(data)
+		if !bytes.Equal(data, orig) {
+			t.Fatalf("ParseUDPHeader modified its input")
+		}
+		if err != nil {
+			if addr != (socks5.Addr{}) || n != 0 {
+				t.Fatalf("addr %+v, n %d with error %v", addr, n, err)
+			}
+			if !strings.HasPrefix(err.Error(), "udp header: ") {
+				t.Fatalf("error %q does not say what failed", err)
+			}
+			if errors.Is(err, socks5.ErrFragmented) != (len(data) >= 4 && data[2] != 0) {
+				t.Fatalf("error %v for FRAG byte of % x", err, data)
+			}
+			return
+		}
+		if n < 4+1+2 || n > socks5.MaxUDPHeaderLen || n > len(data) {
+			t.Fatalf("header length %d of %d bytes", n, len(data))
+		}
+		if data[2] != 0 {
+			t.Fatalf("accepted FRAG 0x%02x", data[2])
+		}
+		// The header re-encodes to the bytes it was parsed from (RSV
+		// normalized to zero; an IPv4-mapped IPv6 address is re-encoded as
+		// IPv4, so only its length is compared).
+		enc, eerr := socks5.AppendUDPHeader(nil, addr)
+		if eerr != nil {
+			t.Fatalf("re-encode %+v: %v", addr, eerr)
+		}
+		got := append([]byte{0, 0}, data[2:n]...)
+		if addr.Name == "" && addr.IP.Is4In6() {
+			if n != 22 {
+				t.Fatalf("IPv6 header of %d bytes", n)
+			}
+		} else if !bytes.Equal(got, enc) {
+			t.Fatalf("parsed % x, re-encoded % x", got, enc)
+		}
+		// The payload does not change the header.
+		addr2, n2, err2 := socks5.ParseUDPHeader(append(data[:n:n], "other payload"...))
+		if addr2 != addr || n2 != n || err2 != nil {
+			t.Fatalf("with another payload: %+v, %d, %v; want %+v, %d", addr2, n2, err2, addr, n)
+		}
+	})
+}
+
+func FuzzAssociate(f *testing.F) {
+	const password = "fuzz-Secret-Pw"
+	auth := &socks5.Auth{Username: "agent", Password: password}
+	f.Add([]byte(selNoAuth+repIPv4), false, false, false)
+	f.Add([]byte(selUserPass+authOK+repName), true, true, true)
+	f.Add([]byte(selNoAuth+h("05 07 00 01 00 00 00 00 00 00")), false, true, false)
+	f.Fuzz(func(t *testing.T, server []byte, withAuth, pipeline, oneByte bool) {
+		c := socks5.Client{Pipeline: pipeline}
+		if withAuth {
+			c.Auth = auth
+		}
+		src := bytes.NewReader(server)
+		conn := &recorder{r: src}
+		if oneByte {
+			conn.r = iotest.OneByteReader(src)
+		}
+		relay, err := c.Associate(conn, socks5.Addr{})
+		read := len(server) - src.Len()
+		if err != nil {
+			if relay != (socks5.Addr{}) {
+				t.Fatalf("relay %+v with error %v", relay, err)
+			}
+			for _, verb := range []string{"%v", "%+v", "%#v"} {
+				if s := fmt.Sprintf(verb, err); strings.Contains(s, password) {
+					t.Fatalf("error contains the password: %s", s)
+				}
+			}
+			for _, step := range []string{"socks5 greeting: ", "socks5 auth: ", "socks5 associate: "} {
+				if strings.HasPrefix(err.Error(), step) {
+					return
+				}
+			}
+			t.Fatalf("error %q names no step", err)
+		}
+		head := 2
+		if withAuth {
+			head = 4
+		}
+		rsrc := bytes.NewReader(server[head:])
+		rep, rerr := socks5.ReadReply(rsrc)
+		if rerr != nil || rep.Bound != relay {
+			t.Fatalf("Associate relay %+v, but the reply parses as %+v, %v", relay, rep, rerr)
+		}
+		if want := head + len(server[head:]) - rsrc.Len(); read != want {
+			t.Fatalf("read %d bytes, want %d", read, want)
+		}
+		if !bytes.HasSuffix(conn.wrote.Bytes(), []byte(assocZero)) {
+			t.Fatalf("client wrote % x, want it to end with the request % x", conn.wrote.Bytes(), assocZero)
 		}
 	})
 }

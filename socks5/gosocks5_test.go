@@ -19,6 +19,7 @@ import (
 
 	gosocks5 "github.com/things-go/go-socks5"
 
+	"github.com/agentcage/router/internal/winetest"
 	"github.com/agentcage/router/socks5"
 )
 
@@ -67,6 +68,9 @@ func startTarget(t testing.TB) netip.AddrPort {
 func startProxy(t testing.TB, creds map[string]string) string {
 	t.Helper()
 	loopbackOnly := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if host, port, err := net.SplitHostPort(addr); err == nil && host == "localhost" {
+			addr = net.JoinHostPort("127.0.0.1", port) // UDP targets come by name
+		}
 		ap, err := netip.ParseAddrPort(addr)
 		if err != nil || !ap.Addr().IsLoopback() {
 			return nil, fmt.Errorf("test proxy dials loopback only, not %q", addr)
@@ -255,6 +259,106 @@ func BenchmarkGoSocks5(b *testing.B) {
 						b.Fatal(err)
 					}
 					conn.Close()
+				}
+			})
+		}
+	}
+}
+
+// startUDPEcho runs a UDP server on 127.0.0.1:0 that answers every datagram
+// with "echo:" and the datagram. It stops at cleanup.
+func startUDPEcho(t testing.TB) netip.AddrPort {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("udp echo listen: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64<<10)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(append([]byte("echo:"), buf[:n]...), from)
+		}
+	}()
+	t.Cleanup(func() {
+		pc.Close()
+		<-done
+	})
+	return pc.LocalAddr().(*net.UDPAddr).AddrPort()
+}
+
+// TestGoSocks5UDP associates with go-socks5, then sends datagrams through
+// its relay to a UDP echo server, by IP and by name, and reads the answers
+// back with their headers.
+func TestGoSocks5UDP(t *testing.T) {
+	if !winetest.UDPUsable(t) {
+		// go-socks5 cannot open its relay either: it answers "general
+		// failure", and Associate reports it.
+		c := socks5.Client{Pipeline: true}
+		_, err := c.Associate(dialProxy(t, startProxy(t, nil)), socks5.Addr{})
+		var re *socks5.ReplyError
+		if !errors.As(err, &re) || re.Code != socks5.RepGeneralFailure {
+			t.Errorf("Associate without UDP sockets: %v, want a general failure reply", err)
+		}
+		return
+	}
+	echo := startUDPEcho(t)
+	for _, auth := range []*socks5.Auth{nil, {Username: proxyUser, Password: proxyPass}} {
+		var creds map[string]string
+		if auth != nil {
+			creds = map[string]string{proxyUser: proxyPass}
+		}
+		proxy := startProxy(t, creds)
+		for _, pipeline := range []bool{false, true} {
+			t.Run(fmt.Sprintf("auth=%v/pipeline=%v", auth != nil, pipeline), func(t *testing.T) {
+				ctrl := dialProxy(t, proxy)
+				c := socks5.Client{Auth: auth, Pipeline: pipeline}
+				relay, err := c.Associate(ctrl, socks5.Addr{})
+				if err != nil {
+					t.Fatalf("Associate: %v", err)
+				}
+				if !relay.IP.IsLoopback() || relay.Port == 0 {
+					t.Fatalf("relay %v, want a loopback address with a port", relay)
+				}
+				uc, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(relay.IP, relay.Port)))
+				if err != nil {
+					t.Fatalf("dial relay: %v", err)
+				}
+				defer uc.Close()
+				_ = uc.SetDeadline(time.Now().Add(ioTimeout))
+				for _, dst := range []socks5.Addr{
+					{IP: echo.Addr(), Port: echo.Port()},
+					{Name: "localhost", Port: echo.Port()},
+				} {
+					msg, err := socks5.AppendUDPHeader(nil, dst)
+					if err != nil {
+						t.Fatalf("AppendUDPHeader: %v", err)
+					}
+					msg = append(msg, "ping "+dst.String()...)
+					if _, err := uc.Write(msg); err != nil {
+						t.Fatalf("write datagram: %v", err)
+					}
+					buf := make([]byte, 64<<10)
+					n, err := uc.Read(buf)
+					if err != nil {
+						t.Fatalf("read datagram: %v", err)
+					}
+					from, hl, err := socks5.ParseUDPHeader(buf[:n])
+					if err != nil {
+						t.Fatalf("ParseUDPHeader(% x): %v", buf[:n], err)
+					}
+					// go-socks5 answers with the header the client sent.
+					if from != dst {
+						t.Errorf("answer from %v, want %v", from, dst)
+					}
+					if got, want := string(buf[hl:n]), "echo:ping "+dst.String(); got != want {
+						t.Errorf("answer %q, want %q", got, want)
+					}
 				}
 			})
 		}

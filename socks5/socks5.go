@@ -1,6 +1,7 @@
 // Package socks5 is the client side of the SOCKS5 wire protocol: the bytes of
-// RFC 1928 (method negotiation, CONNECT, replies) and of RFC 1929
-// (username/password sub-negotiation), nothing else.
+// RFC 1928 (method negotiation, CONNECT, UDP ASSOCIATE, replies, the header
+// of relayed datagrams) and of RFC 1929 (username/password sub-negotiation),
+// nothing else.
 //
 // It takes a connection that the caller has already dialed (the router dials
 // the upstream proxy with its own marked socket, so the dial policy lives
@@ -10,12 +11,18 @@
 // never a byte more, so data the target sends at once (an SSH or SMTP banner)
 // stays in the connection.
 //
+// For UDP, [Client.Associate] asks for an association on the control
+// connection, and [AppendUDPHeader] and [ParseUDPHeader] write and read the
+// header that every relayed datagram carries (RFC 1928 §7). Fragmented
+// datagrams (FRAG not zero) are not supported: the parser refuses them, so
+// that callers drop them as the RFC requires.
+//
 // What it is not: not a server, not a dialer (no net.Dial, no DNS, no
-// timeouts of its own: the caller sets deadlines on the connection), and it
-// has no UDP ASSOCIATE or BIND support beyond the command constants (the
-// router blocks UDP it cannot proxy). GSSAPI (RFC 1961) is not implemented.
-// Host names given in an [Addr] are sent to the proxy as they are and are
-// never resolved locally.
+// sockets, no timeouts of its own: the caller sets deadlines on the
+// connection and owns the UDP socket), and it has no BIND support beyond the
+// command constant. GSSAPI (RFC 1961) is not implemented. Host names given
+// in an [Addr] are sent to the proxy as they are and are never resolved
+// locally.
 //
 // The package has no state of its own: no goroutines, no package-level
 // variables other than sentinel errors. A [Client] is a plain value, safe for
@@ -41,8 +48,9 @@ const (
 	MethodNoAcceptable byte = 0xFF
 )
 
-// Commands, the CMD byte of a request (RFC 1928 §4). Only CmdConnect is
-// driven by [Client.Handshake]; the others are for [AppendRequest] callers.
+// Commands, the CMD byte of a request (RFC 1928 §4). CmdConnect is driven
+// by [Client.Handshake], CmdUDPAssociate by [Client.Associate]; CmdBind only
+// by [AppendRequest] callers.
 const (
 	CmdConnect      byte = 0x01 // X'01' CONNECT
 	CmdBind         byte = 0x02 // X'02' BIND
