@@ -12,6 +12,7 @@ package conf
 
 import (
 	"bytes"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,9 +64,17 @@ func (c *Config) Proxy(name string) (*Proxy, bool) {
 	return nil, false
 }
 
-// Proxy is one [proxy.NAME] upstream SOCKS5 server.
+// Proxy types ([proxy.NAME] type).
+const (
+	ProxySOCKS5 = "socks5" // RFC 1928; the default
+	ProxyHTTP   = "http"   // HTTP CONNECT
+	ProxyHTTPS  = "https"  // HTTP CONNECT over TLS to the proxy
+)
+
+// Proxy is one [proxy.NAME] upstream: a SOCKS5 server or an HTTP(S) CONNECT proxy.
 type Proxy struct {
 	Name     string
+	Type     string // ProxySOCKS5, ProxyHTTP or ProxyHTTPS
 	Address  string // host:port as written; the host may be a name (resolved without leaking)
 	Host     string
 	Port     uint16
@@ -80,7 +89,26 @@ type Proxy struct {
 	// server tested (go-socks5, dante) reads its input as a stream; `pipeline = false` is for
 	// one that does not. Default true.
 	Pipeline bool
-	Line     int
+	// CAFile (https only) names the PEM certificates the proxy's certificate must chain to
+	// instead of the system's roots; RootCAs holds them once read.
+	CAFile  string
+	RootCAs *x509.CertPool
+	// HealthCheck is the period of a probe through the proxy to HealthTarget (host:port);
+	// zero means no probe (the health comes from the flows' own connects).
+	HealthCheck  time.Duration
+	HealthTarget string
+	Line         int
+}
+
+// CarriesUDP reports whether the proxy can carry UDP (SOCKS5 UDP ASSOCIATE).
+func (p *Proxy) CarriesUDP() bool { return p.Type == ProxySOCKS5 }
+
+// ProxyNames splits a rule's proxy (one name, or a failover list joined by ",", in order).
+func ProxyNames(proxy string) []string {
+	if proxy == "" {
+		return nil
+	}
+	return strings.Split(proxy, ",")
 }
 
 // Secret holds a password. Every way of printing it prints "[redacted]".

@@ -138,7 +138,7 @@ func (l *linter) noWayOut() {
 			return true
 		}
 		for _, h := range r.Hosts {
-			if !l.local.overlaps(hostSetOf([]rules.Host{h})) || h.Kind != rules.HostRange {
+			if !l.local.overlaps(hostSetOf([]rules.Host{h})) {
 				return true
 			}
 		}
@@ -160,6 +160,23 @@ func (l *linter) noWayOut() {
 			l.add(Finding{Severity: Warning, Check: CheckNoWayOut, Line: l.line(fmt.Sprintf("capture.vm_networks[%d]", i+1)), Rule: n.String(),
 				Message: fmt.Sprintf("the VM network %s has no way out: no rule sends its traffic through a proxy (or to a named destination), so every flow but the forwards is refused; a direct rule without destinations applies to this host's own traffic only", n),
 				Fix:     fmt.Sprintf("add a rule with sources = [%q] (or caged = true) and action = \"proxy\"", n)})
+		}
+	}
+	// A VM interface is caged whole: a guest address outside vm_networks needs a rule that
+	// takes any source (caged = true, or no sources and no apps).
+	if len(l.cfg.Capture.VMInterfaces) > 0 {
+		found := false
+		for j := range l.cfg.Rules {
+			r := &l.cfg.Rules[j]
+			if out(r) && len(r.Sources) == 0 && len(r.Apps) == 0 && len(r.Services) == 0 {
+				found = true
+				break
+			}
+		}
+		if !found {
+			l.add(Finding{Severity: Warning, Check: CheckNoWayOut, Line: l.line("capture.vm_interfaces"), Rule: strings.Join(l.cfg.Capture.VMInterfaces, ","),
+				Message: fmt.Sprintf("guests on the VM interfaces %s with addresses outside vm_networks (a second subnet, IPv6) have no way out: no rule that takes any source sends them through a proxy", strings.Join(l.cfg.Capture.VMInterfaces, ", ")),
+				Fix:     "add a rule with caged = true and action = \"proxy\""})
 		}
 	}
 	for _, a := range l.cfg.Capture.CagedApps {

@@ -24,6 +24,30 @@ action = "proxy"
 name = "default"
 action = "direct"
 `, nil},
+		{"a model rule by name is no way out", "windows", proxy + `
+[capture]
+hypervisors = ["qemu"]
+[[rule]]
+name = "model"
+hosts = ["localhost", "127.0.0.1"]
+ports = [47831]
+action = "direct"
+[[rule]]
+name = "default"
+action = "direct"
+`, []string{"note preset qemu", "warning caged-no-way qemu-system-*.exe"}},
+		{"a sources rule leaves the interface's other addresses without a way out", "linux", proxy + `
+[capture]
+vm_networks = ["10.0.2.0/24"]
+vm_interfaces = ["vmnet"]
+[[rule]]
+name = "vm"
+sources = ["10.0.2.0/24"]
+action = "proxy"
+[[rule]]
+name = "default"
+action = "direct"
+`, []string{"warning caged-no-way vmnet"}},
 		{"the VM rule removed: no way out", "linux", proxy + `
 [capture]
 vm_networks = ["10.0.2.0/24"]
@@ -111,7 +135,7 @@ hypervisors = ["virtualbox"]
 name = "default"
 action = "direct"
 `, []string{"note preset virtualbox", "warning user-nat virtualbox", "warning caged-no-way 192.168.56.0/24",
-			"warning caged-no-way VirtualBoxVM", "warning caged-no-way VBoxHeadless", "warning caged-no-way VBoxNetNAT"}},
+			"warning caged-no-way VirtualBoxVM", "warning caged-no-way VBoxHeadless", "warning caged-no-way VBoxNetNAT", "warning caged-no-way vboxnet*"}},
 		{"Windows names on Linux", "linux", proxy + `
 [capture]
 local = true
