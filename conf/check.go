@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
+
+	"github.com/agentcage/router/rules"
 )
 
 // This file holds the checks across keys, run once every table is decoded: whatever the
@@ -31,32 +33,67 @@ const (
 func (d *decoder) check(c *Config) {
 	d.checkForwards(c)
 	d.checkDNS(c)
+	d.checkUDP(c)
 	if len(c.Capture.Table) > 255 {
 		d.fail(at{path: "capture.table"}, "table name is %d characters long; at most 255", len(c.Capture.Table))
 	}
 }
 
-// checkForwards: a forward may not take the transparent listener's or the DNS server's port
-// (they listen on every address), nor share its address and port with another forward.
+// checkForwards: a forward or an inbound may not take the transparent listener's or the
+// DNS server's port (they listen on every address), nor share its address and port with
+// another forward or inbound.
 func (d *decoder) checkForwards(c *Config) {
-	seen := map[netip.AddrPort]int{}
+	type listener struct {
+		listen netip.AddrPort
+		a      at
+		what   string
+	}
+	var ls []listener
 	for i, f := range c.Forwards {
-		if !f.Listen.IsValid() {
+		ls = append(ls, listener{f.Listen, at{path: "forward[" + strconv.Itoa(i+1) + "].listen", where: "forward #" + strconv.Itoa(i+1) + ", listen"}, "forward #" + strconv.Itoa(i+1)})
+	}
+	for i, in := range c.Inbounds {
+		ls = append(ls, listener{in.Listen, at{path: "inbound[" + strconv.Itoa(i+1) + "].listen", where: "inbound #" + strconv.Itoa(i+1) + ", listen"}, "inbound #" + strconv.Itoa(i+1)})
+	}
+	seen := map[netip.AddrPort]string{}
+	for _, l := range ls {
+		if !l.listen.IsValid() {
 			continue
 		}
-		a := at{path: "forward[" + strconv.Itoa(i+1) + "].listen", where: "forward #" + strconv.Itoa(i+1) + ", listen"}
-		switch f.Listen.Port() {
+		a := l.a
+		switch l.listen.Port() {
 		case c.Capture.ListenerPort:
-			d.fail(a, "port %d is [capture] listener_port, where the router listens on every address", f.Listen.Port())
+			d.fail(a, "port %d is [capture] listener_port, where the router listens on every address", l.listen.Port())
 		case c.Capture.DNSPort:
-			d.fail(a, "port %d is [capture] dns_port, where the router listens on every address", f.Listen.Port())
+			d.fail(a, "port %d is [capture] dns_port, where the router listens on every address", l.listen.Port())
 		}
-		for other, j := range seen {
-			if other.Port() == f.Listen.Port() && (other.Addr() == f.Listen.Addr() || other.Addr().IsUnspecified() || f.Listen.Addr().IsUnspecified()) {
-				d.fail(a, "%s clashes with forward #%d (%s): two forwards cannot listen on one address and port", f.Listen, j, other)
+		for other, what := range seen {
+			if other.Port() == l.listen.Port() && (other.Addr() == l.listen.Addr() || other.Addr().IsUnspecified() || l.listen.Addr().IsUnspecified()) {
+				d.fail(a, "%s clashes with %s (%s): two listeners cannot share an address and port", l.listen, what, other)
 			}
 		}
-		seen[f.Listen] = i + 1
+		seen[l.listen] = l.what
+	}
+}
+
+// checkUDP: UDP goes through a proxy only by SOCKS5 UDP ASSOCIATE; a rule that names UDP and
+// a proxy that cannot carry it, or DNS over UDP through such a proxy, cannot work.
+func (d *decoder) checkUDP(c *Config) {
+	for i, r := range c.Rules {
+		if r.Network != rules.UDP || r.Action != rules.Proxy {
+			continue
+		}
+		for _, n := range ProxyNames(r.Proxy) {
+			if p, ok := c.Proxy(n); ok && !p.CarriesUDP() {
+				d.fail(at{path: "rule[" + strconv.Itoa(i+1) + "].proxy", where: "rule #" + strconv.Itoa(i+1) + " " + strconv.Quote(r.Name) + ", proxy"},
+					"the rule takes UDP (network = \"udp\") but [proxy.%s] is %s, and HTTP CONNECT carries TCP only: use a socks5 proxy for it", n, p.Type)
+			}
+		}
+	}
+	if c.DNS.Transport == DNSOverUDP {
+		if p, ok := c.Proxy(c.DNS.Proxy); ok && !p.CarriesUDP() {
+			d.fail(at{path: "dns.transport"}, "DNS over UDP goes through [proxy.%s], which is %s and carries TCP only: use transport = \"tcp\"", p.Name, p.Type)
+		}
 	}
 }
 

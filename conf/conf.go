@@ -34,6 +34,7 @@ type Config struct {
 	Proxies  []Proxy // in file order
 	Capture  Capture
 	Forwards []Forward
+	Inbounds []Inbound
 	DNS      DNS
 	Relay    Relay
 	Log      Log
@@ -165,6 +166,26 @@ type Forward struct {
 	Line             int
 }
 
+// Inbound is one [[inbound]]: an explicit proxy (SOCKS5 or HTTP CONNECT) on a VM-facing
+// address, for guests that cannot be captured (a Hyper-V internal switch) or are pointed at
+// it. Its flows go through the rules like captured ones, with the client as source and the
+// name it asked for as host.
+type Inbound struct {
+	Name   string
+	Type   string // "socks5" or "http"
+	Listen netip.AddrPort
+	Allow  []netip.Prefix
+	// UnsafeAnyAddress allows listening on 0.0.0.0 or ::; lint still reports it.
+	UnsafeAnyAddress bool
+	Line             int
+}
+
+// DNS transports through the proxy ([dns] transport).
+const (
+	DNSOverTCP = "tcp"
+	DNSOverUDP = "udp"
+)
+
 // DNS modes.
 const (
 	DNSFakeIP = "fake-ip"
@@ -173,11 +194,14 @@ const (
 
 // DNS is the [dns] table.
 type DNS struct {
-	Mode        string
-	Resolver    string // host:port reached through the proxy
-	Proxy       string // the upstream that carries DNS; defaults to the only one
-	Pool        netip.Prefix
-	TTL         time.Duration
+	Mode     string
+	Resolver string // host:port reached through the proxy
+	Proxy    string // the upstream that carries DNS; defaults to the only one
+	Pool     netip.Prefix
+	TTL      time.Duration
+	// Transport is how queries reach Resolver through the proxy: DNSOverTCP (default) or
+	// DNSOverUDP (SOCKS5 UDP ASSOCIATE; the DNS proxy must be a SOCKS5 one).
+	Transport   string
 	DirectNames []rules.Host // names resolved directly (HostName or HostSuffix entries)
 }
 

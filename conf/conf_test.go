@@ -116,7 +116,7 @@ func TestDefaults(t *testing.T) {
 	want := Config{
 		File:    "empty.toml",
 		Capture: Capture{ListenerPort: DefaultListenerPort, DNSPort: DefaultDNSPort, Mark: DefaultMark, Table: DefaultTable},
-		DNS:     DNS{Mode: DNSFakeIP, Resolver: DefaultResolver, Pool: DefaultPool(), TTL: DefaultFakeTTL},
+		DNS:     DNS{Mode: DNSFakeIP, Resolver: DefaultResolver, Pool: DefaultPool(), TTL: DefaultFakeTTL, Transport: DNSOverTCP},
 		Relay:   Relay{IdleTimeout: 15 * time.Minute, ConnectTimeout: 10 * time.Second},
 		Log:     Log{Level: "info", Format: "text"},
 		loc:     cfg.loc,
@@ -279,4 +279,55 @@ func FuzzParse(f *testing.F) {
 		}
 		locate(string(data))
 	})
+}
+
+func TestUpstreamKeys(t *testing.T) {
+	cfg, err := Parse("up.toml", []byte(`
+[proxy.primary]
+address = "198.51.100.1:1080"
+health_check = "30s"
+health_target = "example.com:443"
+
+[proxy.backup]
+type = "http"
+address = "proxy.example.net:3128"
+username = "agent"
+password_env = "PW"
+
+[dns]
+proxy = "primary"
+transport = "udp"
+
+[[inbound]]
+listen = "192.168.56.1:1080"
+allow = ["192.168.56.0/24"]
+
+[[inbound]]
+name = "web"
+type = "http"
+listen = "192.168.56.1:3128"
+allow = ["192.168.56.0/24"]
+
+[[rule]]
+name = "vm"
+sources = ["10.0.2.0/24"]
+action = "proxy"
+proxy = ["primary", "backup"]
+`), Options{LookupEnv: func(string) (string, bool) { return "pw", true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, b := cfg.Proxies[0], cfg.Proxies[1]
+	if p.Type != ProxySOCKS5 || !p.Pipeline || p.HealthCheck != 30*time.Second || p.HealthTarget != "example.com:443" || !p.CarriesUDP() {
+		t.Errorf("primary = %+v", p)
+	}
+	if b.Type != ProxyHTTP || b.Pipeline || b.CarriesUDP() {
+		t.Errorf("backup = %+v (an http proxy does not pipeline by default)", b)
+	}
+	if r := cfg.Rules[0]; r.Proxy != "primary,backup" || fmt.Sprint(ProxyNames(r.Proxy)) != "[primary backup]" {
+		t.Errorf("rule proxy %q", r.Proxy)
+	}
+	if cfg.DNS.Transport != DNSOverUDP || len(cfg.Inbounds) != 2 || cfg.Inbounds[0].Type != ProxySOCKS5 || cfg.Inbounds[0].Name != "192.168.56.1:1080" || cfg.Inbounds[1].Type != ProxyHTTP {
+		t.Errorf("dns %+v, inbounds %+v", cfg.DNS, cfg.Inbounds)
+	}
 }

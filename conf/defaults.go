@@ -15,6 +15,8 @@ const (
 	DefaultMark           = 0x524f5554
 	DefaultTable          = "router"
 	DefaultDNSMode        = DNSFakeIP
+	DefaultDNSTransport   = DNSOverTCP
+	DefaultProxyType      = ProxySOCKS5
 	DefaultResolver       = "1.1.1.1:53"
 	DefaultFakeTTL        = 10 * time.Second
 	DefaultIdleTimeout    = 15 * time.Minute // long enough for a model that thinks for minutes

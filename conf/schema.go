@@ -1,23 +1,26 @@
 package conf
 
 import (
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentcage/router/rules"
 )
 
 // The keys of each table, in the order the README documents them.
 var (
-	topKeys     = []string{"proxy", "capture", "forward", "dns", "relay", "log", "control", "rule"}
-	proxyKeys   = []string{"address", "username", "password_env", "password_file", "pipeline"}
+	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "rule"}
+	proxyKeys   = []string{"type", "address", "username", "password_env", "password_file", "pipeline", "ca_file", "health_check", "health_target"}
 	captureKeys = []string{"vm_networks", "vm_interfaces", "hypervisors", "local", "local_udp_allow", "listener_port", "dns_port", "mark", "table"}
 	forwardKeys = []string{"name", "listen", "connect", "allow", "unsafe_any_address"}
-	dnsKeys     = []string{"mode", "resolver", "proxy", "pool", "ttl", "direct_names"}
+	inboundKeys = []string{"name", "type", "listen", "allow", "unsafe_any_address"}
+	dnsKeys     = []string{"mode", "resolver", "proxy", "transport", "pool", "ttl", "direct_names"}
 	relayKeys   = []string{"idle_timeout", "connect_timeout"}
 	logKeys     = []string{"level", "format"}
 	ruleKeys    = []string{"name", "apps", "services", "sources", "caged", "hosts", "ports", "network", "action", "proxy"}
@@ -33,7 +36,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 			Mark:         DefaultMark,
 			Table:        DefaultTable,
 		},
-		DNS:   DNS{Mode: DefaultDNSMode, Resolver: DefaultResolver, Pool: DefaultPool(), TTL: DefaultFakeTTL},
+		DNS:   DNS{Mode: DefaultDNSMode, Resolver: DefaultResolver, Pool: DefaultPool(), TTL: DefaultFakeTTL, Transport: DefaultDNSTransport},
 		Relay: Relay{IdleTimeout: DefaultIdleTimeout, ConnectTimeout: DefaultConnectTimeout},
 		Log:   Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
 	}
@@ -46,6 +49,9 @@ func (d *decoder) config(raw map[string]any) *Config {
 	}
 	if v, ok := raw["forward"]; ok {
 		d.forwards(c, v)
+	}
+	if v, ok := raw["inbound"]; ok {
+		d.inbounds(c, v)
 	}
 	if v, ok := raw["relay"]; ok {
 		d.relay(c, v)
@@ -100,16 +106,30 @@ func (d *decoder) proxies(c *Config, v any) {
 		if !validName(name) {
 			d.fail(a, "proxy name %q: use letters, digits, '-' and '_'", name)
 		}
-		p := Proxy{Name: name, Line: d.loc.line(a.path), Pipeline: true}
+		p := Proxy{Name: name, Type: DefaultProxyType, Line: d.loc.line(a.path), Pipeline: true}
+		if v, ok := pm["type"]; ok {
+			if s, ok := d.str(a.key("type"), v); ok {
+				switch s {
+				case ProxySOCKS5, ProxyHTTP, ProxyHTTPS:
+					p.Type = s
+					// HTTP proxies may drop the client's bytes sent before their answer:
+					// pipelining is for the ones known to relay them.
+					p.Pipeline = s == ProxySOCKS5
+				default:
+					d.fail(a.key("type"), "%q is not socks5, http or https", s)
+				}
+			}
+		}
 		if v, ok := pm["pipeline"]; ok {
 			p.Pipeline, _ = d.boolean(a.key("pipeline"), v)
 		}
+		d.proxyExtras(&p, a, pm)
 		d.checkKeys(a, pm, append(slices.Clone(proxyKeys), "password"))
 		if _, ok := pm["password"]; ok {
 			d.fail(a.key("password"), "inline passwords are refused: put the password in an environment variable (password_env) or a file (password_file)")
 		}
 		if v, ok := pm["address"]; !ok {
-			d.fail(a, "missing key \"address\" (host:port of the SOCKS5 server)")
+			d.fail(a, "missing key \"address\" (host:port of the proxy)")
 		} else if s, ok := d.str(a.key("address"), v); ok {
 			host, port, err := net.SplitHostPort(s)
 			n, perr := strconv.ParseUint(port, 10, 16)
@@ -163,7 +183,63 @@ func (d *decoder) proxies(c *Config, v any) {
 			}
 			p.Password = d.checkPassword(a.key("password_file"), pw)
 		}
+		if p.Type != ProxySOCKS5 && p.Username != "" {
+			// HTTP Basic: "user:password", so no colon in the name, and no control character.
+			if strings.ContainsRune(p.Username, ':') {
+				d.fail(a.key("username"), "an HTTP proxy's username cannot hold a colon (Basic authentication)")
+			}
+			if strings.ContainsFunc(p.Username+p.Password.Reveal(), func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+				d.fail(a.key("username"), "the username or password holds a control character, which HTTP Basic authentication cannot carry")
+			}
+		}
 		c.Proxies = append(c.Proxies, p)
+	}
+}
+
+// proxyExtras decodes ca_file and the health probe of one proxy.
+func (d *decoder) proxyExtras(p *Proxy, a at, pm map[string]any) {
+	if v, ok := pm["ca_file"]; ok {
+		if s, ok := d.str(a.key("ca_file"), v); ok {
+			p.CAFile = s
+			switch {
+			case p.Type != ProxyHTTPS:
+				d.fail(a.key("ca_file"), "ca_file is for type = \"https\" (the CA the proxy's TLS certificate chains to)")
+			default:
+				pem, err := d.opts.ReadFile(s)
+				pool := x509.NewCertPool()
+				switch {
+				case err != nil:
+					d.fail(a.key("ca_file"), "read CA file: %v", err)
+				case !pool.AppendCertsFromPEM(pem):
+					d.fail(a.key("ca_file"), "%s holds no PEM certificate", s)
+				default:
+					p.RootCAs = pool
+				}
+			}
+		}
+	}
+	if v, ok := pm["health_check"]; ok {
+		if t, ok := d.duration(a.key("health_check"), v); ok {
+			if t < time.Second {
+				d.fail(a.key("health_check"), "%v: probe at most once a second", t)
+			}
+			p.HealthCheck = t
+		}
+	}
+	if v, ok := pm["health_target"]; ok {
+		if s, ok := d.str(a.key("health_target"), v); ok {
+			host, port, err := net.SplitHostPort(s)
+			if n, perr := strconv.ParseUint(port, 10, 16); err != nil || host == "" || perr != nil || n == 0 {
+				d.fail(a.key("health_target"), "%q is not host:port (a destination that answers, reached through the proxy)", s)
+			}
+			p.HealthTarget = s
+		}
+	}
+	switch {
+	case p.HealthCheck > 0 && p.HealthTarget == "":
+		d.fail(a.key("health_check"), "a probe needs health_target = \"host:port\" (nothing is contacted by default)")
+	case p.HealthCheck == 0 && p.HealthTarget != "":
+		d.fail(a.key("health_target"), "health_target without health_check (the probe's period)")
 	}
 }
 
@@ -312,6 +388,55 @@ func (d *decoder) forwards(c *Config, v any) {
 	}
 }
 
+func (d *decoder) inbounds(c *Config, v any) {
+	list, ok := v.([]map[string]any)
+	if !ok {
+		d.fail(at{path: "inbound"}, "must be an array of tables [[inbound]], not %s", typeName(v))
+		return
+	}
+	for i, m := range list {
+		a := at{path: "inbound[" + strconv.Itoa(i+1) + "]", where: "inbound #" + strconv.Itoa(i+1)}
+		in := Inbound{Type: ProxySOCKS5, Line: d.loc.line(a.path)}
+		if v, ok := m["name"]; ok {
+			if in.Name, ok = d.str(a.key("name"), v); ok {
+				a.where += " " + strconv.Quote(in.Name)
+			}
+		}
+		d.checkKeys(a, m, inboundKeys)
+		if v, ok := m["type"]; ok {
+			if s, ok := d.str(a.key("type"), v); ok {
+				if s != ProxySOCKS5 && s != ProxyHTTP {
+					d.fail(a.key("type"), "%q is not socks5 or http", s)
+				}
+				in.Type = s
+			}
+		}
+		if v, ok := m["listen"]; ok {
+			in.Listen, _ = d.addrPort(a.key("listen"), v, "(a VM-facing address of this host)")
+		} else {
+			d.fail(a, "missing key \"listen\" (the VM-facing address:port the guest is pointed at)")
+		}
+		if v, ok := m["allow"]; ok {
+			in.Allow = d.prefixes(a.key("allow"), v)
+			if xs, ok := v.([]any); ok && len(xs) == 0 {
+				d.fail(a.key("allow"), "is empty: list the sources allowed to use the proxy (the VM subnets)")
+			}
+		} else {
+			d.fail(a, "missing key \"allow\" (the sources allowed to use the proxy, e.g. the VM subnet)")
+		}
+		if v, ok := m["unsafe_any_address"]; ok {
+			in.UnsafeAnyAddress, _ = d.boolean(a.key("unsafe_any_address"), v)
+		}
+		if in.Listen.IsValid() && in.Listen.Addr().IsUnspecified() && !in.UnsafeAnyAddress {
+			d.fail(a.key("listen"), "%s listens on every address, reachable from any network this host is on; give the VM-facing address (or set unsafe_any_address = true)", in.Listen)
+		}
+		if in.Name == "" && in.Listen.IsValid() {
+			in.Name = in.Listen.String()
+		}
+		c.Inbounds = append(c.Inbounds, in)
+	}
+}
+
 func (d *decoder) relay(c *Config, v any) {
 	a := at{path: "relay"}
 	m, ok := d.table(a, v)
@@ -405,6 +530,14 @@ func (d *decoder) dns(c *Config, v any) {
 			c.DNS.TTL = t
 		}
 	}
+	if v, ok := m["transport"]; ok {
+		if s, ok := d.str(a.key("transport"), v); ok {
+			if s != DNSOverTCP && s != DNSOverUDP {
+				d.fail(a.key("transport"), "%q is not \"tcp\" or \"udp\"", s)
+			}
+			c.DNS.Transport = s
+		}
+	}
 	if v, ok := m["direct_names"]; ok {
 		for i, s := range d.strings(a.key("direct_names"), v) {
 			h, err := rules.ParseHost(s)
@@ -475,13 +608,10 @@ func (d *decoder) ruleFields(c *Config, r *rules.Rule, a at, m map[string]any) {
 	proxyVal, hasProxy := m["proxy"]
 	switch {
 	case hasProxy:
-		if s, ok := d.str(a.key("proxy"), proxyVal); ok {
-			r.Proxy = s
-			if r.Action != rules.Proxy {
-				d.fail(a.key("proxy"), "proxy is only for action = \"proxy\"")
-			} else if _, found := c.Proxy(s); !found {
-				d.fail(a.key("proxy"), "no [proxy.%s] is defined%s", s, d.known(c))
-			}
+		names := d.proxyList(c, a.key("proxy"), proxyVal)
+		r.Proxy = strings.Join(names, ",")
+		if r.Action != rules.Proxy {
+			d.fail(a.key("proxy"), "proxy is only for action = \"proxy\"")
 		}
 	case r.Action == rules.Proxy && len(c.Proxies) == 0:
 		d.fail(a.key("action"), "action \"proxy\" but no [proxy.NAME] is defined")
@@ -519,6 +649,43 @@ func (d *decoder) ruleFields(c *Config, r *rules.Rule, a at, m map[string]any) {
 			d.fail(a.key(k), "is empty; leave the key out to match any %s", strings.TrimSuffix(k, "s"))
 		}
 	}
+}
+
+// proxyList decodes a rule's proxy: one name, or an ordered failover list of names, each a
+// defined [proxy.NAME], none twice.
+func (d *decoder) proxyList(c *Config, a at, v any) []string {
+	var names []string
+	var ats []at
+	switch v := v.(type) {
+	case string:
+		names, ats = []string{v}, []at{a}
+	case []any:
+		if len(v) == 0 {
+			d.fail(a, "is empty: name a proxy, or a list of them to fail over in order")
+			return nil
+		}
+		for i, x := range v {
+			if s, ok := d.str(a.elem(i), x); ok {
+				names, ats = append(names, s), append(ats, a.elem(i))
+			}
+		}
+	default:
+		d.fail(a, "must be a proxy's name or a list of names, not %s", typeName(v))
+		return nil
+	}
+	var out []string
+	for i, n := range names {
+		switch {
+		case slices.Contains(out, n):
+			d.fail(ats[i], "%q is listed twice", n)
+		default:
+			if _, found := c.Proxy(n); !found {
+				d.fail(ats[i], "no [proxy.%s] is defined%s", n, d.known(c))
+			}
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // parseEach parses every string of m[key] (a string or an array of them) with parse,

@@ -21,7 +21,7 @@ func TestWhatConfAcceptsRuns(t *testing.T) {
 	var texts []string
 	files, _ := filepath.Glob("../testdata/conf/*.toml")
 	for _, f := range files {
-		cfg, err := conf.Load(f, conf.Options{SkipSecrets: true})
+		cfg, err := conf.Load(f, conf.Options{LookupEnv: func(string) (string, bool) { return "pw", true }})
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
@@ -44,7 +44,7 @@ func TestWhatConfAcceptsRuns(t *testing.T) {
 		}
 		b.WriteString("[[rule]]\nname = \"vm\"\nsources = [\"10.0.2.0/24\"]\naction = \"proxy\"\n")
 		text := b.String()
-		cfg, err := conf.Parse("gen.toml", []byte(text), conf.Options{SkipSecrets: true})
+		cfg, err := conf.Parse("gen.toml", []byte(text), conf.Options{LookupEnv: func(string) (string, bool) { return "pw", true }})
 		if err != nil {
 			continue
 		}

@@ -34,6 +34,7 @@ import (
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/router"
+	"github.com/agentcage/router/upstream"
 )
 
 // Platform is the operating system's part: capture and attribution.
@@ -190,13 +191,24 @@ func routerPolicy(cfg *conf.Config, dec *policy.Policy) router.Policy {
 		ConnectTimeout: cfg.Relay.ConnectTimeout,
 	}
 	for _, px := range cfg.Proxies {
-		p.Upstreams = append(p.Upstreams, router.Upstream{
-			Name: px.Name, Host: px.Host, Port: px.Port,
-			Username: px.Username, Password: px.Password.Reveal(),
-			Pipeline: px.Pipeline,
-		})
+		p.Upstreams = append(p.Upstreams, upstreamConfig(px))
 	}
 	return p
+}
+
+// upstreamConfig is the router's view of one [proxy.NAME].
+func upstreamConfig(px conf.Proxy) router.UpstreamConfig {
+	u := router.UpstreamConfig{Config: upstream.Config{
+		Name: px.Name, Type: upstream.Type(px.Type), Host: px.Host, Port: px.Port,
+		Username: px.Username, Password: px.Password.Reveal(),
+		Pipeline: px.Pipeline, RootCAs: px.RootCAs,
+	}}
+	if px.HealthCheck > 0 {
+		// conf checked the target.
+		target, _ := upstream.ParseAddr(px.HealthTarget)
+		u.Health = upstream.HealthConfig{Every: px.HealthCheck, Target: target}
+	}
+	return u
 }
 
 func forwardOf(f conf.Forward) router.Forward {

@@ -31,6 +31,7 @@ import (
 	"github.com/agentcage/router/redirect"
 	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/upstream"
 )
 
 // The TUN scene drives the Windows data path (package redirect: reflection, NAT table,
@@ -352,7 +353,7 @@ func newTUNScene(t *testing.T) *tunScene {
 	gp, _ := netip.ParseAddrPort(lab.GoSocksAddr)
 	r, err = router.New(router.Policy{
 		Decision:       dec,
-		Upstreams:      []router.Upstream{{Name: "exit", Host: gp.Addr().String(), Port: gp.Port()}},
+		Upstreams:      []router.UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: gp.Addr().String(), Port: gp.Port()}}},
 		IdleTimeout:    time.Minute,
 		ConnectTimeout: 3 * time.Second,
 	}, router.Options{

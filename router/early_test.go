@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/upstream"
 )
 
 // TestEarlyBytesGoWithTheRequest: what a client sends before the proxy connected rides with
@@ -24,11 +25,11 @@ func TestEarlyBytesGoWithTheRequest(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			target := startTarget(t, "")
 			p := startProxy(t, nil, tt.creds)
-			up := Upstream{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port(), Pipeline: tt.pipeline}
+			up := UpstreamConfig{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port(), Pipeline: tt.pipeline}}
 			if tt.creds != nil {
 				up.Username, up.Password = "agent", "pw-42"
 			}
-			e := newEnv(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}), Upstreams: []Upstream{up}}, Options{})
+			e := newEnv(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}), Upstreams: []UpstreamConfig{up}}, Options{})
 			c := e.dial(target)
 			first := "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
 			more := strings.Repeat("y", 100<<10)

@@ -16,6 +16,7 @@ import (
 	"github.com/agentcage/router/policy/policytest"
 	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/upstream"
 )
 
 // TestSharedCases: the relay decides the shared flows as the policy, the Windows engine and
@@ -50,7 +51,7 @@ func TestSharedCases(t *testing.T) {
 				Names: &fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"),
 					m: map[netip.Addr]string{policytest.PoolAddr: policytest.PoolName}},
 			}
-			pol := Policy{Decision: dec, Upstreams: []Upstream{{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port()}}}
+			pol := Policy{Decision: dec, Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port()}}}}
 			e := newEnv(t, pol, opts)
 			c2, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
 			switch {

@@ -43,7 +43,7 @@ type result struct {
 
 // run relays a (the client side) and b (the upstream side) until the flow ends and returns
 // how it ended. It owns a and b from the call on.
-func (r *relay) run(a, b *net.TCPConn) (up, down int64, err error) {
+func (r *relay) run(a *net.TCPConn, b net.Conn) (up, down int64, err error) {
 	ch := make(chan result, 1)
 	r.start(a, b, func(res result) { ch <- res })
 	res := <-ch

@@ -91,8 +91,14 @@ func (e *engine) Close() {
 }
 
 // start hands a and b to a loop; done is called once, after both descriptors are closed,
-// on the loop's goroutine or the caller's: it must not block.
-func (r *relay) start(a, b *net.TCPConn, done func(result)) {
+// on the loop's goroutine or the caller's: it must not block. A b that is not a TCP
+// connection (TLS to an https proxy) is relayed by copyRelay instead.
+func (r *relay) start(a *net.TCPConn, bc net.Conn, done func(result)) {
+	b, ok := bc.(*net.TCPConn)
+	if !ok {
+		r.copyRelay(a, asHalfCloser(bc), done)
+		return
+	}
 	fa, errA := detach(a)
 	fb, errB := detach(b)
 	l, err := r.engine.loop()

@@ -16,12 +16,9 @@ package router
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -29,8 +26,7 @@ import (
 
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
-	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/socks5"
+	"github.com/agentcage/router/upstream"
 )
 
 // Names is the DNS side's knowledge of host names: fake-IP pool addresses and, in proxy
@@ -74,23 +70,12 @@ type Options struct {
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
-// Upstream is one [proxy.NAME].
-type Upstream struct {
-	Name     string
-	Host     string // IP or name of the SOCKS5 server
-	Port     uint16
-	Username string
-	Password string
-	// Pipeline sends the SOCKS5 greeting and request without waiting in between.
-	Pipeline bool
-}
-
 // Policy is what a reload replaces: the decision, the upstreams and the limits.
 type Policy struct {
 	// Decision decides every flow; nil decides as an empty config would (everything that is
 	// not caged goes direct).
 	Decision       *policy.Policy
-	Upstreams      []Upstream
+	Upstreams      []UpstreamConfig
 	IdleTimeout    time.Duration
 	ConnectTimeout time.Duration
 }
@@ -98,14 +83,12 @@ type Policy struct {
 // compiled is a Policy prepared for use.
 type compiled struct {
 	Policy
-	ups   map[string]*upstream
-	hits  []atomic.Uint64 // [i] rule i
-	steps [policy.StepDoT + 1]atomic.Uint64
-}
-
-type upstream struct {
-	Upstream
-	client socks5.Client
+	// ups are the upstreams by the name a rule or DNS gives: one proxy's name, or a
+	// failover list's names joined by ",".
+	ups     map[string]upstream.Upstream
+	tracked map[string]*trackedUp // the proxies by name, with their health
+	hits    []atomic.Uint64       // [i] rule i
+	steps   [policy.StepDoT + 1]atomic.Uint64
 }
 
 // Router runs the transparent listener and forwards. Its methods are safe for concurrent
@@ -122,8 +105,8 @@ type Router struct {
 	live   liveFlows
 	nextID atomic.Uint64
 
-	mu      sync.Mutex // guards proxyIP
-	proxyIP map[string][]netip.Addr
+	mu      sync.Mutex            // guards tracked
+	tracked map[string]*trackedUp // the proxies in use, their health probes running
 }
 
 // maxSetups bounds the flows Serve sets up at once (deciding, connecting, the SOCKS
@@ -149,7 +132,7 @@ func New(p Policy, opts Options) (*Router, error) {
 		engine:  newEngine(),
 		setups:  make(chan struct{}, maxSetups),
 		early:   sync.Pool{New: func() any { return new([earlyMax]byte) }},
-		proxyIP: map[string][]netip.Addr{},
+		tracked: map[string]*trackedUp{},
 	}
 	if r.opts.DialTCP == nil {
 		r.opts.DialTCP = func(ctx context.Context, dst netip.AddrPort) (*net.TCPConn, error) {
@@ -184,26 +167,19 @@ func (r *Router) Prepare(p Policy) (*Prepared, error) {
 	if p.ConnectTimeout <= 0 {
 		return nil, errors.New("router: connect timeout must be positive")
 	}
-	np := &compiled{Policy: p, ups: map[string]*upstream{}, hits: make([]atomic.Uint64, len(p.Decision.Rules()))}
-	for _, u := range p.Upstreams {
-		up := &upstream{Upstream: u, client: socks5.Client{Pipeline: u.Pipeline}}
-		if u.Username != "" {
-			up.client.Auth = &socks5.Auth{Username: u.Username, Password: u.Password}
-		}
-		np.ups[u.Name] = up
-	}
-	for _, rl := range p.Decision.Rules() {
-		if rl.Action == rules.Proxy {
-			if _, ok := np.ups[rl.Proxy]; !ok {
-				return nil, fmt.Errorf("router: rule %q names unknown proxy %q", rl.Name, rl.Proxy)
-			}
-		}
+	np := &compiled{Policy: p, hits: make([]atomic.Uint64, len(p.Decision.Rules()))}
+	if err := r.prepareUpstreams(np); err != nil {
+		return nil, err
 	}
 	return &Prepared{c: np}, nil
 }
 
 // Use makes a prepared policy the one new flows get; flows already running keep theirs.
-func (r *Router) Use(pp *Prepared) { r.pol.Store(pp.c) }
+// The health probes of the proxies it names run; those of proxies it dropped stop.
+func (r *Router) Use(pp *Prepared) {
+	r.useUpstreams(pp.c)
+	r.pol.Store(pp.c)
+}
 
 // SetPolicy prepares p and uses it.
 func (r *Router) SetPolicy(p Policy) error {
@@ -218,122 +194,6 @@ func (r *Router) SetPolicy(p Policy) error {
 // Dialer returns the router's own dialer (marked: never captured).
 func (r *Router) Dialer() *net.Dialer { return r.dialer }
 
-// DialUpstream connects to address (host:port) through the named upstream proxy; the host is
-// handed to the proxy as a name when it is not an IP. The DNS side uses it to reach its
-// resolver.
-func (r *Router) DialUpstream(ctx context.Context, proxy, address string) (net.Conn, error) {
-	up, ok := r.pol.Load().ups[proxy]
-	if !ok {
-		return nil, fmt.Errorf("dial %s via %s: no such proxy", address, proxy)
-	}
-	host, port, err := net.SplitHostPort(address)
-	if err != nil {
-		return nil, err
-	}
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: bad port", address)
-	}
-	dst := socks5.Addr{Port: uint16(p)}
-	if a, err := netip.ParseAddr(host); err == nil {
-		dst.IP = a
-	} else {
-		dst.Name = host
-	}
-	return r.dialProxy(ctx, up, dst, nil)
-}
-
-// dialProxy connects to the upstream and asks it to CONNECT to dst. early, when not empty,
-// is the client's first bytes: with a pipelining upstream they go out in the same write as
-// the request (the server relays what follows its request once connected), which takes one
-// round trip to the proxy out of the flow's first answer. The caller keeps early.
-func (r *Router) dialProxy(ctx context.Context, up *upstream, dst socks5.Addr, early []byte) (*net.TCPConn, error) {
-	addrs, err := r.proxyAddrs(ctx, up)
-	if err != nil {
-		return nil, err
-	}
-	var tc *net.TCPConn
-	for _, a := range addrs {
-		tc, err = r.opts.DialTCP(ctx, netip.AddrPortFrom(a, up.Port))
-		if err == nil {
-			break
-		}
-	}
-	if err != nil {
-		r.forgetProxyAddrs(up) // the name may point elsewhere now: ask again next time
-		return nil, fmt.Errorf("connect to proxy %s: %w", up.Name, err)
-	}
-	if d, ok := ctx.Deadline(); ok {
-		tc.SetDeadline(d)
-	}
-	var rw io.ReadWriter = tc
-	if len(early) > 0 && up.Pipeline {
-		rw = &earlyWriter{TCPConn: tc, early: early}
-	}
-	if _, err := up.client.Handshake(rw, dst); err != nil {
-		tc.Close()
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%w)", err, ctx.Err())
-		}
-		return nil, fmt.Errorf("proxy %s: %w", up.Name, err)
-	}
-	tc.SetDeadline(time.Time{})
-	return tc, nil
-}
-
-// earlyWriter appends early to the first write (the pipelined handshake), in one writev.
-type earlyWriter struct {
-	*net.TCPConn
-	early []byte
-}
-
-func (w *earlyWriter) Write(p []byte) (int, error) {
-	if w.early == nil {
-		return w.TCPConn.Write(p)
-	}
-	bufs := net.Buffers{p, w.early}
-	w.early = nil
-	n, err := bufs.WriteTo(w.TCPConn)
-	return int(min(n, int64(len(p)))), err
-}
-
-// proxyAddrs resolves an upstream's host, remembering the answer until no address of it
-// connects; a failed lookup is retried on the next flow (a proxy name that does not resolve
-// at boot must not stay broken).
-func (r *Router) proxyAddrs(ctx context.Context, up *upstream) ([]netip.Addr, error) {
-	if a, err := netip.ParseAddr(up.Host); err == nil {
-		return []netip.Addr{a}, nil
-	}
-	r.mu.Lock()
-	addrs := r.proxyIP[up.Host]
-	r.mu.Unlock()
-	if len(addrs) > 0 {
-		return addrs, nil
-	}
-	addrs, err := r.opts.Resolve(ctx, up.Host)
-	if err != nil || len(addrs) == 0 {
-		return nil, fmt.Errorf("resolve proxy %s (%s): %w", up.Name, up.Host, errors.Join(err, errNoAddress(len(addrs))))
-	}
-	r.mu.Lock()
-	r.proxyIP[up.Host] = addrs
-	r.mu.Unlock()
-	return addrs, nil
-}
-
-// forgetProxyAddrs drops the remembered addresses of an upstream given by name.
-func (r *Router) forgetProxyAddrs(up *upstream) {
-	r.mu.Lock()
-	delete(r.proxyIP, up.Host)
-	r.mu.Unlock()
-}
-
-func errNoAddress(n int) error {
-	if n == 0 {
-		return errors.New("no address")
-	}
-	return nil
-}
-
 // relayFor returns the relay settings of the current policy.
 func (r *Router) relayFor(p *compiled) relay {
 	return relay{idle: p.IdleTimeout, engine: r.engine}
@@ -342,7 +202,10 @@ func (r *Router) relayFor(p *compiled) relay {
 // Wait blocks until every flow started so far has ended.
 func (r *Router) Wait() { r.flows.Wait() }
 
-// Close releases the relay's resources; call it after the listeners are closed. Flows still
-// running are ended (their log records say "router closed"); Wait then returns once their
-// records are written.
-func (r *Router) Close() { r.engine.Close() }
+// Close releases the relay's resources and stops the health probes; call it after the
+// listeners are closed. Flows still running are ended (their log records say "router
+// closed"); Wait then returns once their records are written.
+func (r *Router) Close() {
+	r.stopUpstreams()
+	r.engine.Close()
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/upstream"
 )
 
 // The tests run the router on loopback. A "redirected" connection is simply a connection to
@@ -356,7 +357,7 @@ func TestProxyHandsTheNameToTheProxy(t *testing.T) {
 	names := &fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"), m: map[netip.Addr]string{netip.MustParseAddr("198.18.0.7"): "echo.lab.test"}}
 	pol := Policy{
 		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
-		Upstreams: []Upstream{{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port(), Username: "agent", Password: "pw-42"}},
+		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port(), Username: "agent", Password: "pw-42"}}},
 	}
 	e := newEnv(t, pol, Options{Names: names})
 	c := e.dial(netip.AddrPortFrom(netip.MustParseAddr("198.18.0.7"), target.Port()))
@@ -381,12 +382,12 @@ func TestProxyDownFailsClosed(t *testing.T) {
 	p.stop()
 	pol := Policy{
 		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
-		Upstreams: []Upstream{{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port()}},
+		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port()}}},
 	}
 	e := newEnv(t, pol, Options{})
 	c := e.dial(target)
 	wantReset(t, c)
-	e.waitLog("connect to proxy exit")
+	e.waitLog("dial proxy")
 }
 
 func TestWrongPasswordFailsClosedAndStaysSecret(t *testing.T) {
@@ -394,7 +395,7 @@ func TestWrongPasswordFailsClosedAndStaysSecret(t *testing.T) {
 	p := startProxy(t, map[string]netip.Addr{}, map[string]string{"agent": "right"})
 	pol := Policy{
 		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
-		Upstreams: []Upstream{{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port(), Username: "agent", Password: "wrong-secret-pw"}},
+		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port(), Username: "agent", Password: "wrong-secret-pw"}}},
 	}
 	e := newEnv(t, pol, Options{})
 	wantReset(t, e.dial(target))
@@ -622,11 +623,11 @@ func TestProxyNameResolvedAgainWhenItsAddressFails(t *testing.T) {
 	}
 	pol := Policy{
 		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
-		Upstreams: []Upstream{{Name: "exit", Host: "proxy.test", Port: p.addr.Port()}},
+		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "proxy.test", Port: p.addr.Port()}}},
 	}
 	e := newEnv(t, pol, Options{Resolve: resolve})
 	wantReset(t, e.dial(target))
-	e.waitLog("connect to proxy exit")
+	e.waitLog("dial proxy")
 	mu.Lock()
 	answers = []netip.Addr{p.addr.Addr()} // the name now points at the live proxy
 	mu.Unlock()

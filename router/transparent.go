@@ -13,7 +13,7 @@ import (
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/socks5"
+	"github.com/agentcage/router/upstream"
 )
 
 // Serve accepts redirected connections on ln until ctx is done or ln fails; each flow is
@@ -81,6 +81,7 @@ type Flow struct {
 	PID     int
 	Verdict rules.Verdict
 	Step    policy.Step // what decided: a rule, or an implicit step
+	Via     string      // the proxy that carried it (a failover list's member)
 	Up      int64       // bytes client → destination
 	Down    int64
 	Start   time.Time
@@ -187,28 +188,34 @@ func (r *Router) classify(c *net.TCPConn, f *Flow, p *compiled) (pf policy.Flow,
 	return pf, release, nil
 }
 
-// dial connects the decided flow f: direct or through its upstream. A proxied flow takes
-// the client's first bytes along with the request when the upstream pipelines.
-func (r *Router) dial(ctx context.Context, p *compiled, f *Flow, c *net.TCPConn, d policy.Decision, fake bool) (*net.TCPConn, error) {
+// dial connects the decided flow f: direct or through its upstream (the first healthy
+// member of a failover list). A proxied flow takes the client's first bytes along: the
+// upstream sends them with the request when it pipelines, right after its answer otherwise.
+func (r *Router) dial(ctx context.Context, p *compiled, f *Flow, c *net.TCPConn, d policy.Decision, fake bool) (net.Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
 	defer cancel()
 	if d.Action == rules.Direct {
 		return r.dialDirect(dctx, f.Dst, f.Host, fake)
 	}
-	sd := socks5.Addr{IP: f.Dst.Addr(), Port: f.Dst.Port()}
+	sd := upstream.Addr{IP: f.Dst.Addr(), Port: f.Dst.Port()}
 	if f.Host != "" {
-		sd = socks5.Addr{Name: f.Host, Port: f.Dst.Port()}
+		sd = upstream.Addr{Name: f.Host, Port: f.Dst.Port()}
 	}
-	up := p.ups[d.Proxy]
-	var early []byte
-	if up.Pipeline {
-		// What the client already sent rides with the request.
-		buf := r.early.Get().(*[earlyMax]byte)
-		defer r.early.Put(buf)
-		early = buf[:pending(c, buf[:])]
-		f.Up = int64(len(early))
+	up, err := p.upstream(d.Proxy)
+	if err != nil {
+		return nil, err
 	}
-	return r.dialProxy(dctx, up, sd, early)
+	buf := r.early.Get().(*[earlyMax]byte)
+	defer r.early.Put(buf)
+	early := buf[:pending(c, buf[:])]
+	f.Up = int64(len(early))
+	if g, ok := up.(*upstream.Group); ok {
+		out, via, err := g.ConnectVia(dctx, sd, early)
+		f.Via = via
+		return out, err
+	}
+	f.Via = d.Proxy
+	return up.Connect(dctx, sd, early)
 }
 
 // dialDirect connects to dst with the router's own dialer. A fake IP is first resolved
@@ -265,7 +272,9 @@ func (r *Router) logFlow(f *Flow) {
 	if f.App != "" {
 		attrs = append(attrs, "app", f.App, "pid", f.PID)
 	}
-	if f.Verdict.Proxy != "" {
+	if f.Via != "" {
+		attrs = append(attrs, "proxy", f.Via)
+	} else if f.Verdict.Proxy != "" {
 		attrs = append(attrs, "proxy", f.Verdict.Proxy)
 	}
 	if f.Err != nil && !errors.Is(f.Err, errIdle) {

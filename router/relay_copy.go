@@ -1,0 +1,121 @@
+package router
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// halfCloser is a connection whose sending side can be closed alone (TCP, TLS).
+type halfCloser interface {
+	net.Conn
+	CloseWrite() error
+}
+
+// asHalfCloser gives c a CloseWrite: its own, or a full Close for a connection without one.
+func asHalfCloser(c net.Conn) halfCloser {
+	if h, ok := c.(halfCloser); ok {
+		return h
+	}
+	return closeOnly{c}
+}
+
+type closeOnly struct{ net.Conn }
+
+func (c closeOnly) CloseWrite() error { return c.Close() }
+
+// stream is one direction of a relay.
+type stream struct {
+	src, dst halfCloser
+	n        atomic.Int64 // bytes copied
+	last     atomic.Int64 // unix nanoseconds of the last byte moved
+}
+
+// copyRelay relays a and b on two goroutines, through a buffer, and calls done once when
+// both directions ended and both connections are closed: the relay of platforms without the
+// splice engine, and of connections it cannot take (TLS to an https proxy).
+func (r *relay) copyRelay(a, b halfCloser, done func(result)) {
+	go func() {
+		now := time.Now().UnixNano()
+		ab := &stream{src: a, dst: b}
+		ba := &stream{src: b, dst: a}
+		ab.last.Store(now)
+		ba.last.Store(now)
+		var wg sync.WaitGroup
+		var errDown error
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errDown = r.pump(ba, ab)
+		}()
+		errUp := r.pump(ab, ba)
+		wg.Wait()
+		a.Close()
+		b.Close()
+		done(result{up: ab.n.Load(), down: ba.n.Load(), err: cause(errUp, errDown)})
+	}()
+}
+
+// pump runs one direction to its end. other is the opposite direction, whose activity keeps
+// this one from timing out while the peer on this side is only listening.
+func (r *relay) pump(s, other *stream) error {
+	err := r.copy(s, other)
+	if err == nil {
+		s.dst.CloseWrite()
+		return nil
+	}
+	s.src.Close()
+	s.dst.Close()
+	return err
+}
+
+// copy moves s.src to s.dst with a buffer until EOF (nil), an error, or idleness (errIdle).
+func (r *relay) copy(s, other *stream) error {
+	buf := make([]byte, 32<<10)
+	for {
+		if err := s.src.SetReadDeadline(time.Now().Add(r.idle)); err != nil {
+			return err
+		}
+		n, err := s.src.Read(buf)
+		if n > 0 {
+			s.dst.SetWriteDeadline(time.Now().Add(r.idle))
+			if _, werr := s.dst.Write(buf[:n]); werr != nil {
+				return werr
+			}
+			s.n.Add(int64(n))
+			s.last.Store(time.Now().UnixNano())
+		}
+		switch {
+		case err == nil:
+		case err == io.EOF:
+			return nil
+		case isTimeout(err):
+			if r.timedOut(s, other) {
+				return errIdle
+			}
+		default:
+			return err
+		}
+	}
+}
+
+// timedOut decides, after src was quiet for the idle timeout, whether the flow is idle:
+// it is not when the other direction moved within the timeout.
+func (r *relay) timedOut(s, other *stream) bool {
+	last := max(s.last.Load(), other.last.Load())
+	return time.Since(time.Unix(0, last)) >= r.idle
+}
+
+// cause picks the error that ended a flow: the first one that is not merely the echo of the
+// other direction closing the connections.
+func cause(errs ...error) error {
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+	}
+	return nil
+}
