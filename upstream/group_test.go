@@ -113,7 +113,7 @@ func TestGroupFailoverAndBack(t *testing.T) {
 		if got := via(g); got != "backup" {
 			t.Errorf("trial failed: via %s, want backup", got)
 		}
-		if s := trs[0].Status(); s.Failures != 2 || s.RetryAt.Sub(time.Now()) < 1900*time.Millisecond {
+		if s := trs[0].Status(); s.Failures != 2 || time.Until(s.RetryAt) < 1900*time.Millisecond {
 			t.Errorf("after a failed trial: %+v, want 2 failures and a 2s backoff", s)
 		}
 		// The primary comes back: after the backoff, a trial finds it.

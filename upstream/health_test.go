@@ -63,7 +63,7 @@ func TestTrackedOutcomes(t *testing.T) {
 			t.Errorf("after a success: %+v, want up with latency 30ms", s)
 		}
 		s = connect(down)
-		if s.State != upstream.Down || s.Failures != 1 || s.RetryAt.Sub(time.Now()) != time.Second ||
+		if s.State != upstream.Down || s.Failures != 1 || time.Until(s.RetryAt) != time.Second ||
 			!strings.Contains(s.LastError, "fake: proxy down") || s.Latency != 30*time.Millisecond {
 			t.Errorf("after a failure: %+v", s)
 		}
@@ -78,7 +78,7 @@ func TestTrackedOutcomes(t *testing.T) {
 		for range 4 {
 			s = connect(down)
 		}
-		if s.Failures != 4 || s.RetryAt.Sub(time.Now()) != 4*time.Second {
+		if s.Failures != 4 || time.Until(s.RetryAt) != 4*time.Second {
 			t.Errorf("after 4 failures: %+v, want the backoff capped at 4s", s)
 		}
 	})
