@@ -11,7 +11,7 @@ import (
 	"github.com/agentcage/router/rules"
 )
 
-// The keys of each table, in the order the README documents them.
+// The keys of each table, in the order docs/config.md documents them.
 var (
 	topKeys     = []string{"proxy", "capture", "forward", "dns", "relay", "log", "control", "rule"}
 	proxyKeys   = []string{"address", "username", "password_env", "password_file", "pipeline"}

@@ -28,7 +28,7 @@ import (
 )
 
 // labConfig is the router's config in the lab: the README's example, with the lab's addresses.
-const labConfig = `# The router's config in the lab (see README.md for every key).
+const labConfig = `# The router's config in the lab (see docs/config.md for every key).
 [proxy.exit]
 address = "198.51.100.1:1080"        # go-socks5 in the "internet", leaving from 203.0.113.50
 
