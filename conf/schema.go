@@ -13,7 +13,7 @@ import (
 	"github.com/agentcage/router/rules"
 )
 
-// The keys of each table, in the order the README documents them.
+// The keys of each table, in the order docs/config.md documents them.
 var (
 	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "rule"}
 	proxyKeys   = []string{"type", "address", "username", "password_env", "password_file", "pipeline", "ca_file", "health_check", "health_target"}

@@ -36,7 +36,7 @@ import (
 // vmnet interface, as libvirt does, with QEMU's user-network addresses (guest 10.0.2.15,
 // host 10.0.2.2). config_test.go keeps it lint clean and caging.
 func labConfig(controlSocket string) string {
-	return fmt.Sprintf(`# The router's config in the lab (see README.md for every key).
+	return fmt.Sprintf(`# The router's config in the lab (see docs/config.md for every key).
 [proxy.exit]
 address = "198.51.100.1:1080"        # go-socks5 in the "internet", leaving from 203.0.113.50
 
