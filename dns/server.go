@@ -1,5 +1,5 @@
 // Package dns answers the DNS queries that the router captures, so that no query leaves the
-// host except through the SOCKS5 upstream (SPEC trap 3, "no DNS leak").
+// host except through the SOCKS5 upstream (a hypervisor that resolves with the host's resolver would tell the home ISP every name the agent looks up).
 //
 // Two modes:
 //

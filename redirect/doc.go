@@ -38,26 +38,26 @@
 // in the normal order; the engine handles both orders) every new flow waits for its event,
 // at most Options.EventWait, then falls back to Options.Lookup (the IP Helper table on
 // Windows, sock_diag on Linux); without an EventSource only rule sets that name apps or
-// services wait for Lookup. Then, in this order:
+// services wait for Lookup. Then the flow is decided by package policy (the one decision
+// the Linux relay and `router explain` make too; see redirect/decide.go for how a decision
+// becomes an action):
 //
 //   - the router's own processes (Options.OwnPIDs) and outbound SYN-ACKs (the host serving
-//     a connection) pass; loopback, link-local, multicast and broadcast destinations pass
-//     without any state (SPEC: local stays local), except DNS to a link-local resolver;
-//   - UDP to port 53 is answered in process by Options.DNS (and the answer injected
-//     inbound); TCP to port 53 is reflected to the DNS server's TCP port (Options.DNSPort).
-//     DNS waits for the PID only (the router's own queries pass), never for the rest of
-//     the owner;
-//   - a destination in the fake-IP pool (Options.Names) is reflected: only the router can
-//     give the proxy its name;
-//   - otherwise the rules decide (the same rules.Table as the router's, swapped with
-//     SetPolicy). TCP: proxy reflects, block drops the SYN and injects a RST to the app,
-//     direct passes (or reflects with Options.ReflectDirect: a TUN has nowhere to pass a
-//     packet to). TCP 853 (DNS over TLS) passes only for a direct verdict, otherwise it is
-//     refused, so resolvers fall back to port 53. UDP passes only for a direct verdict and
-//     is dropped otherwise (UDP cannot be proxied).
-//   - A verdict that a host-name rule could still change (a name rule comes before the
-//     winning rule and the destination's name is unknown here) is not final: TCP is then
-//     reflected (the router decides with the name) and UDP dropped.
+//     a connection) pass; a local destination (policy.IsLocal) passes without any state when
+//     no owner could change that (with caged apps in the rules it waits for its owner);
+//   - DNS (port 53, a link-local resolver's too): UDP is answered in process by Options.DNS
+//     (the answer injected inbound), TCP reflected to the DNS server's TCP port
+//     (Options.DNSPort); DNS waits for the PID only (the router's own queries pass);
+//   - a refusal (a block rule, the host off limits to caged traffic, a fake IP nobody was
+//     given, DNS over TLS or QUIC not through a proxy, a caged flow no rule decides) drops
+//     the SYN and injects a RST to the app, or drops UDP;
+//   - a fake-IP pool address with its name is reflected for TCP (only the router can hand
+//     the proxy its name, or resolve it for a direct flow) and dropped for UDP;
+//   - direct passes (or reflects with Options.ReflectDirect: a TUN has nowhere to pass a
+//     packet to); proxy reflects TCP and drops UDP (UDP is not carried yet);
+//   - a verdict that a host-name rule could still change (a name rule comes before the
+//     winning rule and the destination's name is unknown here: policy.Decision.Final) is
+//     not final: TCP is then reflected (the router decides with the name) and UDP dropped.
 //
 // Every later packet of a known flow follows the decision taken for its first; an outbound
 // TCP packet of no known flow (a connection older than the engine, or whose entry expired)

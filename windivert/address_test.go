@@ -74,7 +74,7 @@ func TestAddressLayout(t *testing.T) {
 			t.Errorf("%s: C offset %d, ours %d", tt.name, tt.got, tt.want)
 		}
 	}
-	// Absolute offsets quoted in windows.md §2.4.
+	// Absolute offsets of WINDIVERT_ADDRESS, from windivert.h.
 	for _, c := range []struct {
 		name      string
 		got, want uintptr
@@ -88,7 +88,7 @@ func TestAddressLayout(t *testing.T) {
 		{"Reflect.Flags", 16 + offRFlags, 32}, {"Reflect.Priority", 16 + offRPriority, 40},
 	} {
 		if c.got != c.want {
-			t.Errorf("%s: absolute offset %d, windows.md says %d", c.name, c.got, c.want)
+			t.Errorf("%s: absolute offset %d, the header says %d", c.name, c.got, c.want)
 		}
 	}
 	if unsafe.Sizeof(f) > 64 || unsafe.Sizeof(r) > 64 {
@@ -102,7 +102,7 @@ func raw(a *Address) *[AddressSize]byte { return (*[AddressSize]byte)(unsafe.Poi
 func TestAddressBits(t *testing.T) {
 	t.Run("checksum example 0x00620000", func(t *testing.T) {
 		// After WinDivertHelperCalcChecksums on an outbound IPv4/TCP packet the DLL left
-		// Bits = 0x00620000 (windows.md §2.4, verified under Wine).
+		// Bits = 0x00620000 (verified against the real DLL under Wine).
 		var a Address
 		binary.LittleEndian.PutUint32(raw(&a)[8:], 0x00620000)
 		if !a.Outbound() || !a.IPChecksum() || !a.TCPChecksum() {

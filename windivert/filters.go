@@ -5,8 +5,8 @@ import (
 )
 
 // The filters of the redirect engine. Every one of them excludes loopback: a packet or
-// socket from and to this machine is never captured (windows.md §2.7: reflection does not
-// work on loopback, diverting it can deadlock debuggers, and SPEC's "local stays local").
+// socket from and to this machine is never captured (reflection does not
+// work on loopback, diverting it can deadlock debuggers, and local stays local).
 // They are written with fields that exist at the layer they are meant for; the tests compile
 // each with the real DLL at that layer.
 
@@ -14,7 +14,7 @@ import (
 type PortRange struct{ Lo, Hi uint16 }
 
 // Exclusions describe the router's own traffic, which the capture filters must leave alone
-// so that the router never captures itself (SPEC: own traffic is never captured). Each
+// so that the router never captures itself (own traffic is never captured). Each
 // exclusion is on the local/remote view of a packet, so one Exclusions value applies at the
 // NETWORK and SOCKET layers alike. The zero value excludes nothing.
 type Exclusions struct {

