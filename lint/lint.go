@@ -174,7 +174,7 @@ func (l *linter) rules() {
 		if r.Action == rules.Proxy {
 			if loc := l.localHosts(r.Hosts); len(loc) > 0 {
 				l.add(Finding{Severity: Error, Check: CheckLocalViaProxy, Line: l.ruleLine(j), Rule: r.Name,
-					Message: fmt.Sprintf("%s sends local destinations (%s) to the remote proxy %q; the proxy cannot reach this host's own addresses, the connection hangs", l.ruleRef(j), hostList(loc), r.Proxy),
+					Message: fmt.Sprintf("%s sends local destinations (%s) to the remote proxy %q; the proxy cannot reach this host, so the connection hangs (or, for this host's own addresses, is refused: caged traffic reaches the host on the forwards' ports only)", l.ruleRef(j), hostList(loc), r.Proxy),
 					Fix:     "remove the local destinations from this rule and give them a direct rule above it"})
 			}
 		}
@@ -269,7 +269,7 @@ func (l *linter) localShadowed(j int, boxes []box) {
 			continue
 		}
 		l.add(Finding{Severity: Error, Check: CheckLocalViaProxy, Line: l.ruleLine(j), Rule: r.Name, Other: e.Name,
-			Message: fmt.Sprintf("%s is shadowed for local destinations: %s (line %d, %s) comes first and also takes %s; that traffic would go to the remote proxy and hang",
+			Message: fmt.Sprintf("%s is shadowed for local destinations: %s (line %d, %s) comes first and also takes %s; that traffic would go to the remote proxy and hang (or, for this host's own addresses, be refused)",
 				l.ruleRef(j), l.ruleRef(i), l.ruleLine(i), verdict(e), describe(e, loc, r)),
 			Fix: fmt.Sprintf("move %q above %q", r.Name, e.Name)})
 		return
@@ -388,7 +388,8 @@ func (l *linter) proxies() {
 
 func (l *linter) capture() {
 	c := &l.cfg.Capture
-	apps := len(c.CagedApps) > 0 && l.goos() == "windows" // Windows captures caged processes whatever local says
+	// Windows captures processes whatever local says: the presets' and the rules' apps.
+	apps := l.goos() == "windows" && (len(c.CagedApps) > 0 || slices.ContainsFunc(l.cfg.Rules, func(r rules.Rule) bool { return len(r.Apps) > 0 || len(r.Services) > 0 }))
 	if len(c.VMNetworks) == 0 && len(c.VMInterfaces) == 0 && !c.Local && !apps {
 		l.add(Finding{Severity: Warning, Check: CheckNothingCaught,
 			Message: "[capture] has no vm_networks, vm_interfaces or hypervisors and local = false: the router takes no traffic",
