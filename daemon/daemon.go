@@ -191,13 +191,14 @@ func routerPolicy(cfg *conf.Config, dec *policy.Policy) router.Policy {
 		ConnectTimeout: cfg.Relay.ConnectTimeout,
 	}
 	for _, px := range cfg.Proxies {
-		p.Upstreams = append(p.Upstreams, upstreamConfig(px))
+		p.Upstreams = append(p.Upstreams, UpstreamConfig(px))
 	}
 	return p
 }
 
-// upstreamConfig is the router's view of one [proxy.NAME].
-func upstreamConfig(px conf.Proxy) router.UpstreamConfig {
+// UpstreamConfig is the router's view of one [proxy.NAME] (also what `router check-proxy`
+// tests).
+func UpstreamConfig(px conf.Proxy) router.UpstreamConfig {
 	u := router.UpstreamConfig{Config: upstream.Config{
 		Name: px.Name, Type: upstream.Type(px.Type), Host: px.Host, Port: px.Port,
 		Username: px.Username, Password: px.Password.Reveal(),

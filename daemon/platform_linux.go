@@ -160,3 +160,13 @@ func vmInterfaces(cfg *conf.Config, list func() ([]net.Interface, error)) []stri
 	}
 	return out
 }
+
+// OwnControl returns the socket option function that marks a socket as the router's own
+// (never captured), for the router's helpers (`router check-proxy`); nil when this process
+// may not set marks (not root).
+func OwnControl(mark uint32) func(network, address string, c syscall.RawConn) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	return nftcap.MarkControl(mark)
+}

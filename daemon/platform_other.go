@@ -38,3 +38,6 @@ func (noPlatform) Resolver() (string, error) { return "", errNoCapture }
 
 // Cleanup removes the router's capture.
 func Cleanup(table string) (string, error) { return "", errNoCapture }
+
+// OwnControl is nil: there is no capture.
+func OwnControl(uint32) func(network, address string, c syscall.RawConn) error { return nil }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/windows"
@@ -131,3 +132,7 @@ func Cleanup(table string) (string, error) {
 	}
 	return fmt.Sprintf("removed the WFP guard (%d filters)", n), nil
 }
+
+// OwnControl is nil: the router's own traffic is told by its PID; a helper's connections are
+// an ordinary process's.
+func OwnControl(uint32) func(network, address string, c syscall.RawConn) error { return nil }

@@ -33,6 +33,7 @@ func commands() []command {
 		{"explain", "--config FILE [--app NAME] [--path PATH] [--service NAME]... [--src IP] [--from-vm] [--network tcp|udp] --dst HOST:PORT [--os linux|windows] [--json]", "show what happens to a flow: the implicit step or the rule that decides, and why each earlier rule did not", cmdExplain},
 		{"lint", "--config FILE [--os linux|windows] [--strict] [--json]", "report shadowed rules, local destinations sent to a proxy, leaks written out, caged traffic with no way out, unsafe forwards", cmdLint},
 		{"check-ip", "[--echo URL]... [--expect IP] [--expect-not IP] [--model URL] [--dns-whoami NAME] [--stun HOST:PORT]... [--echo6 URL]... [--no-udp] [--no-ipv6] [--timeout D] [--json]", "from inside the guest: prove the cage holds (exit IP, model, DNS, UDP, IPv6)", cmdCheckIP},
+		{"check-proxy", "--config FILE [--proxy NAME] [--echo URL]... [--json]", "from this host: test each upstream proxy (reach, credentials, exit address, DNS through it, latency)", cmdCheckProxy},
 		{"status", "[--config FILE | --socket PATH] [--json]", "the running daemon's live flows and per-rule counters", cmdStatus},
 		{"service", "install --config FILE | uninstall | start | stop", "Windows: run the router as a service (Linux: dist/router.service)", cmdService},
 		{"guard", "--config FILE", "install the fail-closed guard alone, without the daemon (at boot, after a failed start)", cmdGuard},

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/agentcage/router/checkip"
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/daemon"
+	"github.com/agentcage/router/proxycheck"
+)
+
+func cmdCheckProxy(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("check-proxy", "--config FILE [--proxy NAME] [--echo URL]... [--timeout D] [--json]",
+		"Tests each upstream proxy from this host: can it be reached, does it take the\n"+
+			"credentials, which address does an IP-echo service see through it, does the echo's host\n"+
+			"name resolve through it (at [dns] resolver), and how long a connect through it takes.\n"+
+			"Exits 1 when a check fails. The password is never printed.", stderr)
+	cfgPath := fs.String("config", "", "the config `file`")
+	only := fs.String("proxy", "", "check only this [proxy.`NAME`]")
+	var echo stringList
+	fs.Var(&echo, "echo", "an IP-echo `URL` to fetch through the proxy (repeatable; default: well-known public ones)")
+	timeout := fs.Duration("timeout", 10*time.Second, "bound of each check")
+	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	if code, stop := parseFlags(fs, args); stop {
+		return code
+	}
+	if *cfgPath == "" {
+		fmt.Fprintln(stderr, "router check-proxy: --config is required")
+		return exitUsage
+	}
+	cfg, err := conf.Load(*cfgPath, conf.Options{})
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
+	}
+	if len(echo) == 0 {
+		echo = checkip.DefaultEcho()
+	}
+	d := &net.Dialer{Control: daemon.OwnControl(cfg.Capture.Mark)}
+	opts := proxycheck.Options{Dial: d.DialContext, Echo: echo, Timeout: *timeout}
+	if cfg.DNS.Mode == conf.DNSProxy || cfg.DNS.Resolver != "" {
+		opts.Resolver = cfg.DNS.Resolver
+	}
+	var reports []*proxycheck.Report
+	found := false
+	for _, px := range cfg.Proxies {
+		if *only != "" && px.Name != *only {
+			continue
+		}
+		found = true
+		u := daemon.UpstreamConfig(px)
+		reports = append(reports, proxycheck.Check(context.Background(), u.Config, opts))
+	}
+	if !found {
+		fmt.Fprintf(stderr, "router check-proxy: no [proxy.%s] in %s\n", *only, cfg.File)
+		return exitUsage
+	}
+	code := exitOK
+	for _, r := range reports {
+		if !r.OK() {
+			code = exitFindings
+		}
+	}
+	if *asJSON {
+		if c := writeJSON(stdout, stderr, reports); c != exitOK {
+			return c
+		}
+		return code
+	}
+	for _, r := range reports {
+		fmt.Fprintf(stdout, "proxy %s (%s, %s)\n", r.Proxy, r.Type, r.Address)
+		for _, s := range r.Steps {
+			mark := "ok  "
+			switch {
+			case s.Skip:
+				mark = "skip"
+			case !s.OK:
+				mark = "FAIL"
+			}
+			took := ""
+			if s.Took > 0 {
+				took = fmt.Sprintf(" (%v)", s.Took.Round(time.Millisecond))
+			}
+			fmt.Fprintf(stdout, "  %-5s %s %s%s\n", s.Name, mark, s.Detail, took)
+		}
+		if r.OK() {
+			fmt.Fprintf(stdout, "  => ok: exit %s, connect through it %v\n", r.Exit, r.Latency.Round(time.Millisecond))
+		} else {
+			fmt.Fprintf(stdout, "  => FAILED: %s\n", r.Error)
+		}
+	}
+	return code
+}
