@@ -43,8 +43,8 @@ type Options struct {
 
 // Step is one check's outcome.
 type Step struct {
-	Name   string        `json:"name"`   // reach, auth, exit, dns
-	OK     bool          `json:"ok"`     // false: failed (Skipped steps are OK)
+	Name   string        `json:"name"` // reach, auth, exit, dns
+	OK     bool          `json:"ok"`   // false: failed (Skipped steps are OK)
 	Skip   bool          `json:"skipped,omitempty"`
 	Detail string        `json:"detail"` // what was found, or why it failed
 	Took   time.Duration `json:"took_ns"`
@@ -56,9 +56,9 @@ type Report struct {
 	Type    string        `json:"type"`
 	Address string        `json:"address"`
 	Steps   []Step        `json:"steps"`
-	Exit    string        `json:"exit,omitempty"`    // the address the echo saw
-	Latency time.Duration `json:"latency_ns"`        // a connect through the proxy to the echo
-	Error   string        `json:"error,omitempty"`   // the first failure, in words
+	Exit    string        `json:"exit,omitempty"`  // the address the echo saw
+	Latency time.Duration `json:"latency_ns"`      // a connect through the proxy to the echo
+	Error   string        `json:"error,omitempty"` // the first failure, in words
 }
 
 // OK reports whether every step passed.
