@@ -33,36 +33,83 @@ type Response struct {
 	Fake   bool    `json:"fake,omitempty"` // the address belongs to the fake-IP pool
 }
 
-// Status is what `router status` shows.
+// Status is what `router status` shows. Counts run from the daemon's start, except the
+// rules' (from the last reload that changed the rule list).
 type Status struct {
-	Started time.Time  `json:"started"`
-	Config  string     `json:"config"`
-	Rules   []RuleStat `json:"rules"`
-	Flows   []FlowStat `json:"flows"`
-	DNS     DNSStat    `json:"dns"`
+	Started   time.Time      `json:"started"`
+	Config    string         `json:"config"`
+	Totals    Totals         `json:"totals"`
+	Rules     []RuleStat     `json:"rules"`
+	Refusals  []RefusalStat  `json:"refusals"`
+	Upstreams []UpstreamStat `json:"upstreams"`
+	Flows     []FlowStat     `json:"flows"`
+	DNS       DNSStat        `json:"dns"`
 }
 
-// RuleStat is a rule and how many flows it decided since the daemon started (or the rule
-// list was reloaded).
+// Totals sum up everything since the daemon started.
+type Totals struct {
+	Flows   uint64 `json:"flows"`   // decided, refused ones included
+	Live    int    `json:"live"`    // running now
+	Up      uint64 `json:"up"`      // bytes from the clients (ended and live flows)
+	Down    uint64 `json:"down"`    // bytes to the clients
+	Refused uint64 `json:"refused"` // refusals of every reason, the kernel's included
+}
+
+// RuleStat is a rule (or an implicit step, Index 0) and the flows it decided since the
+// daemon started or the rule list was reloaded, with their bytes (ended and live flows).
 type RuleStat struct {
-	Index  int    `json:"index"` // 1-based; 0 for flows no rule matched
+	Index  int    `json:"index"` // 1-based; 0 for an implicit step (Name says which)
 	Name   string `json:"name"`
 	Action string `json:"action"`
 	Proxy  string `json:"proxy,omitempty"`
 	Hits   uint64 `json:"hits"`
+	Bytes  uint64 `json:"bytes"`
 }
 
-// FlowStat is one live flow.
+// RefusalStat is one reason of refusal: how many, counted where, and the latest.
+type RefusalStat struct {
+	Reason string    `json:"reason"` // refusal.Reason names: "rule", "guest-udp", "icmp", ...
+	Count  uint64    `json:"count"`
+	Recent []Refused `json:"recent,omitempty"` // newest first
+}
+
+// Refused is one refusal.
+type Refused struct {
+	At   time.Time `json:"at"`
+	Src  string    `json:"src,omitempty"`
+	Dst  string    `json:"dst,omitempty"`
+	Host string    `json:"host,omitempty"`
+	App  string    `json:"app,omitempty"`
+	Rule string    `json:"rule,omitempty"`
+}
+
+// UpstreamStat is one proxy in use and its health.
+type UpstreamStat struct {
+	Name      string        `json:"name"`
+	State     string        `json:"state"` // "unknown", "up" or "down"
+	Since     time.Time     `json:"since,omitzero"`
+	Failures  int           `json:"failures,omitempty"`   // in a row
+	LastError string        `json:"last_error,omitempty"` // never holds a password
+	Latency   time.Duration `json:"latency_ns,omitempty"` // of the last good set-up
+}
+
+// FlowStat is one live flow. Rates are bytes per second over the last second or so.
 type FlowStat struct {
-	ID     uint64        `json:"id"`
-	Src    string        `json:"src"`
-	Dst    string        `json:"dst"`
-	Host   string        `json:"host,omitempty"`
-	App    string        `json:"app,omitempty"`
-	Rule   string        `json:"rule"`
-	Action string        `json:"action"`
-	Proxy  string        `json:"proxy,omitempty"`
-	Age    time.Duration `json:"age_ns"`
+	ID       uint64        `json:"id"`
+	Src      string        `json:"src"`
+	Dst      string        `json:"dst"`
+	Host     string        `json:"host,omitempty"`
+	App      string        `json:"app,omitempty"`
+	PID      int           `json:"pid,omitempty"`
+	Rule     string        `json:"rule"`
+	Action   string        `json:"action"`
+	Proxy    string        `json:"proxy,omitempty"`
+	Via      string        `json:"via,omitempty"` // the failover member that carries it
+	Age      time.Duration `json:"age_ns"`
+	Up       uint64        `json:"up"`
+	Down     uint64        `json:"down"`
+	UpRate   uint64        `json:"up_rate"`
+	DownRate uint64        `json:"down_rate"`
 }
 
 // DNSStat describes the DNS side.

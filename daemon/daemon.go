@@ -33,6 +33,7 @@ import (
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/upstream"
 )
@@ -62,6 +63,10 @@ type Platform interface {
 	Close() error
 	// Resolver returns the host's own resolver (ip:port) for [dns] direct_names.
 	Resolver() (string, error)
+	// Refusals returns what the capture itself refused, by reason, since the process
+	// started (Linux: the guard's nftables counters; Windows: the engine's); nil when it
+	// counts nothing. The router's and the DNS server's refusals are counted apart.
+	Refusals() []refusal.Stat
 }
 
 // Options configure Run.
@@ -141,6 +146,7 @@ type daemon struct {
 	cfg  *conf.Config
 
 	r       *router.Router
+	book    refusal.Book // what the router (and DNS server) refused
 	dns     *dns.Server
 	tcp     *net.TCPListener
 	dnsUDP  net.PacketConn
@@ -230,6 +236,7 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		Control:  control,
 		Owner:    pf.Owner(),
 		FromVM:   pf.FromVM(),
+		Refusals: &d.book,
 	}
 	// The DNS server dials through the router (d.r, set below before anything is served)
 	// and the router asks the DNS server for the names behind addresses.

@@ -20,6 +20,7 @@ import (
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/rules"
 )
 
@@ -131,6 +132,7 @@ func (p *fakePlatform) FromVM() func(netip.Addr) bool { return nil }
 func (p *fakePlatform) Failed() <-chan error          { return nil }
 func (p *fakePlatform) Close() error                  { return nil }
 func (p *fakePlatform) Resolver() (string, error)     { return "", errors.New("no resolver") }
+func (p *fakePlatform) Refusals() []refusal.Stat      { return nil }
 
 func (p *fakePlatform) count() (envs, installs int) {
 	p.mu.Lock()

@@ -17,6 +17,7 @@ import (
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/redirect"
+	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/wfp"
 	"github.com/agentcage/router/wfp/guard"
@@ -413,3 +414,6 @@ func (p *enginePlatform) Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (
 		return eng.Owner(c.RemoteAddr().(*net.TCPAddr).AddrPort(), dst)
 	}
 }
+
+// Refusals returns what the engine refused, by reason.
+func (p *enginePlatform) Refusals() []refusal.Stat { return nil }

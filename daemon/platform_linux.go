@@ -14,6 +14,7 @@ import (
 	"github.com/agentcage/router/nftcap"
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/refusal"
 )
 
 // linuxPlatform captures with nftables and attributes local flows through sock_diag.
@@ -170,3 +171,6 @@ func OwnControl(mark uint32) func(network, address string, c syscall.RawConn) er
 	}
 	return nftcap.MarkControl(mark)
 }
+
+// Refusals returns the guard's nftables counters by reason.
+func (p *linuxPlatform) Refusals() []refusal.Stat { return nil }

@@ -13,6 +13,7 @@ import (
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/refusal"
 )
 
 var errNoCapture = errors.New("capture on this operating system is not built yet")
@@ -35,6 +36,8 @@ func (noPlatform) Owner() func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (pr
 	return nil
 }
 func (noPlatform) Resolver() (string, error) { return "", errNoCapture }
+
+func (noPlatform) Refusals() []refusal.Stat { return nil }
 
 // Cleanup removes the router's capture.
 func Cleanup(table string) (string, error) { return "", errNoCapture }

@@ -284,6 +284,7 @@ func (l *loop) pump(f *eflow, d *edir, src, dst int, now time.Duration) error {
 			}
 			d.p.buffered -= int(n)
 			d.n += n
+			d.live.Add(n)
 			f.last = now
 			continue
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/refusal"
+	"github.com/agentcage/router/rules"
 )
 
 // Forward is one [[forward]]: connections to Listen from an Allow source are relayed to
@@ -57,30 +59,36 @@ func (r *Router) ServeForward(ctx context.Context, ln *net.TCPListener, current 
 	})
 }
 
-func (r *Router) forward(ctx context.Context, c *net.TCPConn, f Forward) {
-	start := time.Now()
-	src := netaddr.AddrPort(c.RemoteAddr())
-	log := r.log.With("forward", f.Name, "src", src, "connect", f.Connect)
-	if !f.allowed(src.Addr()) {
+func (r *Router) forward(ctx context.Context, c *net.TCPConn, fw Forward) {
+	f := &Flow{ID: r.nextID.Add(1), Start: time.Now(), Src: netaddr.AddrPort(c.RemoteAddr()), Dst: fw.Connect, index: -1,
+		Verdict: rules.Verdict{Name: "forward " + fw.Name, Action: rules.Direct}}
+	r.count.flows.Add(1)
+	log := r.log.With("forward", fw.Name, "src", f.Src, "connect", fw.Connect)
+	if !fw.allowed(f.Src.Addr()) {
 		log.Warn("forward refused: source not allowed")
+		r.refused(refusal.ForwardSource, f)
 		reset(c)
 		return
 	}
 	p := r.pol.Load()
 	dctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
-	out, err := r.dialer.DialContext(dctx, "tcp", f.Connect.String())
+	out, err := r.dialer.DialContext(dctx, "tcp", fw.Connect.String())
 	cancel()
 	if err != nil {
 		log.Warn("forward failed", "err", err)
 		reset(c)
 		return
 	}
+	r.live.add(f)
 	rl := r.relayFor(p)
-	up, down, err := rl.run(c, out.(*net.TCPConn))
+	up, down, err := rl.run(c, out.(*net.TCPConn), &f.bytes)
+	r.live.remove(f.ID)
+	f.Up, f.Down = up, down
+	r.ended(f)
 	if errors.Is(err, errIdle) {
 		err = nil
 	}
-	attrs := []any{"up", up, "down", down, "duration", time.Since(start).Round(time.Millisecond)}
+	attrs := []any{"up", up, "down", down, "duration", time.Since(f.Start).Round(time.Millisecond)}
 	if err != nil {
 		attrs = append(attrs, "err", err.Error())
 	}

@@ -73,6 +73,24 @@ func TestSharedCases(t *testing.T) {
 			if name != c.Rule || m[2] != c.Action.String() {
 				t.Errorf("relay decided %s by %q, want %s by %q", m[2], name, c.Action, c.Rule)
 			}
+			// Status counts the flow under what decided it, with that step's action.
+			var row *RuleHits
+			st := e.r.Status()
+			for i := range st.Rules {
+				if st.Rules[i].Rule.Name == c.Rule {
+					row = &st.Rules[i]
+				}
+			}
+			if row == nil || row.Hits != 1 || row.Rule.Action != c.Action {
+				t.Errorf("status row for %q = %+v, want 1 hit with action %s", c.Rule, row, c.Action)
+			}
+			if st.Totals.Flows != 1 {
+				t.Errorf("total flows = %d, want 1", st.Totals.Flows)
+			}
+			refused := e.r.Refusals()
+			if c.Action == rules.Block && (len(refused) != 1 || refused[0].Count != 1 || refused[0].Recent[0].Rule != c.Rule) {
+				t.Errorf("refusals = %+v, want one for %q", refused, c.Rule)
+			}
 		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,16 +37,21 @@ type result struct {
 	err      error
 }
 
-// start (per platform) relays a (the client side) and b (the upstream side); it owns both
-// from the call on and returns at once. done is called exactly once, after both connections
+// meter is a flow's live byte counts, as the relay moves them: one atomic add per move (a
+// splice of up to a pipe's worth, or one buffer), read by Status at any time. It counts
+// what the relay moved, not the client's first bytes sent with the proxy request.
+type meter struct{ up, down atomic.Int64 }
+
+// start (per platform) relays a (the client side) and b (the upstream side), counting the
+// bytes in m as they move; it owns both from the call on and returns at once. done is called exactly once, after both connections
 // are closed, on a goroutine of the engine (or the caller's, when the flow fails at once):
 // it must not block, or it stalls every flow of its loop.
 
 // run relays a (the client side) and b (the upstream side) until the flow ends and returns
 // how it ended. It owns a and b from the call on.
-func (r *relay) run(a *net.TCPConn, b net.Conn) (up, down int64, err error) {
+func (r *relay) run(a *net.TCPConn, b net.Conn, m *meter) (up, down int64, err error) {
 	ch := make(chan result, 1)
-	r.start(a, b, func(res result) { ch <- res })
+	r.start(a, b, m, func(res result) { ch <- res })
 	res := <-ch
 	return res.up, res.down, res.err
 }

@@ -30,18 +30,19 @@ func (c closeOnly) CloseWrite() error { return c.Close() }
 // stream is one direction of a relay.
 type stream struct {
 	src, dst halfCloser
-	n        atomic.Int64 // bytes copied
-	last     atomic.Int64 // unix nanoseconds of the last byte moved
+	n        *atomic.Int64 // bytes copied: the flow's meter
+	last     atomic.Int64  // unix nanoseconds of the last byte moved
 }
 
 // copyRelay relays a and b on two goroutines, through a buffer, and calls done once when
 // both directions ended and both connections are closed: the relay of platforms without the
 // splice engine, and of connections it cannot take (TLS to an https proxy).
-func (r *relay) copyRelay(a, b halfCloser, done func(result)) {
+func (r *relay) copyRelay(a, b halfCloser, m *meter, done func(result)) {
 	go func() {
 		now := time.Now().UnixNano()
-		ab := &stream{src: a, dst: b}
-		ba := &stream{src: b, dst: a}
+		up0, down0 := m.up.Load(), m.down.Load()
+		ab := &stream{src: a, dst: b, n: &m.up}
+		ba := &stream{src: b, dst: a, n: &m.down}
 		ab.last.Store(now)
 		ba.last.Store(now)
 		var wg sync.WaitGroup
@@ -55,7 +56,7 @@ func (r *relay) copyRelay(a, b halfCloser, done func(result)) {
 		wg.Wait()
 		a.Close()
 		b.Close()
-		done(result{up: ab.n.Load(), down: ba.n.Load(), err: cause(errUp, errDown)})
+		done(result{up: ab.n.Load() - up0, down: ba.n.Load() - down0, err: cause(errUp, errDown)})
 	}()
 }
 

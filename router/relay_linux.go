@@ -93,10 +93,10 @@ func (e *engine) Close() {
 // start hands a and b to a loop; done is called once, after both descriptors are closed,
 // on the loop's goroutine or the caller's: it must not block. A b that is not a TCP
 // connection (TLS to an https proxy) is relayed by copyRelay instead.
-func (r *relay) start(a *net.TCPConn, bc net.Conn, done func(result)) {
+func (r *relay) start(a *net.TCPConn, bc net.Conn, m *meter, done func(result)) {
 	b, ok := bc.(*net.TCPConn)
 	if !ok {
-		r.copyRelay(a, asHalfCloser(bc), done)
+		r.copyRelay(a, asHalfCloser(bc), m, done)
 		return
 	}
 	fa, errA := detach(a)
@@ -112,6 +112,7 @@ func (r *relay) start(a *net.TCPConn, bc net.Conn, done func(result)) {
 		return
 	}
 	f := &eflow{fd: [2]int{fa, fb}, idle: r.idle, done: done}
+	f.dir[0].live, f.dir[1].live = &m.up, &m.down
 	// Move what is already there (the client's request, typically) on this goroutine, before
 	// the loop owns the flow: one wake-up less on the way of the first bytes.
 	now := l.now()
@@ -201,6 +202,7 @@ type eflow struct {
 type edir struct {
 	p        *pipe // nil while no bytes are in flight
 	n        int64
+	live     *atomic.Int64 // the flow's meter: n as it grows
 	eof      bool          // the source reached EOF
 	finished bool          // EOF passed on (dst half-closed)
 	blocked  time.Duration // loop clock when dst refused bytes; 0 when it takes them

@@ -16,6 +16,6 @@ func (*engine) Close() {}
 func pending(*net.TCPConn, []byte) int { return 0 }
 
 // start relays a and b with copyRelay.
-func (r *relay) start(a *net.TCPConn, b net.Conn, done func(result)) {
-	r.copyRelay(a, asHalfCloser(b), done)
+func (r *relay) start(a *net.TCPConn, b net.Conn, m *meter, done func(result)) {
+	r.copyRelay(a, asHalfCloser(b), m, done)
 }

@@ -7,11 +7,14 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/upstream"
 )
 
 // Relay tests on loopback: app ⇄ [a | relay | b] ⇄ peer.
@@ -59,7 +62,7 @@ func relayed(t *testing.T, rl *relay) (app, peer *net.TCPConn, res <-chan result
 	app, a := tcpPair(t)
 	b, peer := tcpPair(t)
 	ch := make(chan result, 1)
-	rl.start(a, b, func(r result) { ch <- r })
+	rl.start(a, b, new(meter), func(r result) { ch <- r })
 	return app, peer, ch
 }
 
@@ -240,12 +243,76 @@ func TestStatusListsRelayedFlowsUntilTheyEnd(t *testing.T) {
 	if readN(t, c, 1) != "k" {
 		t.Fatal("echo")
 	}
-	if _, live := e.r.Status(); len(live) != 1 || live[0].Dst != target.String() {
+	if live := e.r.Status().Flows; len(live) != 1 || live[0].Dst != target.String() {
 		t.Fatalf("live flows while relaying = %+v, want the one to %s", live, target)
 	}
 	c.Close()
 	e.waitLog("up=1 down=1")
-	if _, live := e.r.Status(); len(live) != 0 {
+	if live := e.r.Status().Flows; len(live) != 0 {
 		t.Errorf("live flows after the end = %+v, want none", live)
+	}
+}
+
+// TestStatusCountsBytes: a live flow shows its bytes and rate as they move; once it ends,
+// its bytes stay in the totals and in its rule's row. A refused flow is counted by reason.
+func TestStatusCountsBytes(t *testing.T) {
+	target := startTarget(t, "hello")
+	denied := public(netip.MustParseAddrPort("127.0.0.1:9"))
+	e := newEnv(t, Policy{Decision: mustRules(t,
+		rules.Rule{Name: "deny", Action: rules.Block, Ports: []rules.PortRange{{Lo: 9, Hi: 9}}},
+		rules.Rule{Name: "all", Action: rules.Direct},
+	)}, Options{})
+	c := e.dial(target)
+	if readN(t, c, 5) != "hello" {
+		t.Fatal("banner")
+	}
+	io.WriteString(c, "0123456789")
+	readN(t, c, 10)
+	st := e.r.Status()
+	if len(st.Flows) != 1 || st.Flows[0].Up != 10 || st.Flows[0].Down != 15 || st.Totals.Live != 1 {
+		t.Fatalf("live flow = %+v, totals %+v; want up 10, down 15", st.Flows, st.Totals)
+	}
+	if st.Flows[0].UpRate == 0 || st.Flows[0].DownRate == 0 {
+		t.Errorf("first rates = %d/%d, want the rate since the start", st.Flows[0].UpRate, st.Flows[0].DownRate)
+	}
+	if st.Rules[1].Bytes != 25 || st.Totals.Up != 10 || st.Totals.Down != 15 {
+		t.Errorf("rule bytes %d, totals %+v; want 25, up 10, down 15", st.Rules[1].Bytes, st.Totals)
+	}
+	c.Close()
+	e.waitLog("up=10 down=15")
+
+	d := e.dial(denied)
+	wantReset(t, d)
+	e.waitLog("rule=deny")
+	st = e.r.Status()
+	if len(st.Flows) != 0 || st.Totals.Flows != 2 || st.Totals.Up != 10 || st.Totals.Down != 15 {
+		t.Errorf("after the end: flows %+v, totals %+v", st.Flows, st.Totals)
+	}
+	if st.Rules[0].Hits != 1 || st.Rules[0].Bytes != 0 || st.Rules[1].Hits != 1 || st.Rules[1].Bytes != 25 {
+		t.Errorf("rules = %+v", st.Rules)
+	}
+	ref := e.r.Refusals()
+	if len(ref) != 1 || ref[0].Reason != refusal.Rule || ref[0].Count != 1 || ref[0].Recent[0].Dst != denied {
+		t.Errorf("refusals = %+v, want one by rule to %v", ref, denied)
+	}
+}
+
+// TestUpstreamDownIsARefusal: a flow for a proxy that cannot be reached is refused and
+// counted as upstream-down.
+func TestUpstreamDownIsARefusal(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().(*net.TCPAddr).AddrPort()
+	ln.Close()
+	e := newEnv(t, Policy{
+		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
+		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: dead.Port()}}},
+	}, Options{})
+	wantReset(t, e.dial(startTarget(t, "")))
+	e.waitLog("msg=flow")
+	if ref := e.r.Refusals(); len(ref) != 1 || ref[0].Reason != refusal.UpstreamDown {
+		t.Errorf("refusals = %+v, want one upstream-down", ref)
 	}
 }

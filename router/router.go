@@ -26,6 +26,8 @@ import (
 
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/refusal"
+	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/upstream"
 )
 
@@ -68,6 +70,9 @@ type Options struct {
 	// Resolve looks up a proxy's host name. It must not go through capture; the default is
 	// Go's resolver dialing with Control.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Refusals counts what the router refuses; the daemon shares one Book with the DNS
+	// server and the capture. Nil: the Router keeps its own.
+	Refusals *refusal.Book
 }
 
 // Policy is what a reload replaces: the decision, the upstreams and the limits.
@@ -88,7 +93,12 @@ type compiled struct {
 	ups     map[string]upstream.Upstream
 	tracked map[string]*trackedUp // the proxies by name, with their health
 	hits    []atomic.Uint64       // [i] rule i
-	steps   [policy.StepDoT + 1]atomic.Uint64
+	bytes   []atomic.Uint64       // [i] bytes of the ended flows rule i decided
+	// steps and stepBytes count the flows each implicit step decided, by the action it took
+	// (a step such as StepHost lets some flows through and refuses others), and the bytes
+	// of those that ended.
+	steps     [policy.StepDoT + 1][rules.Block + 1]atomic.Uint64
+	stepBytes [policy.StepDoT + 1][rules.Block + 1]atomic.Uint64
 }
 
 // Router runs the transparent listener and forwards. Its methods are safe for concurrent
@@ -104,6 +114,8 @@ type Router struct {
 	flows  sync.WaitGroup
 	live   liveFlows
 	nextID atomic.Uint64
+	count  counters
+	book   *refusal.Book
 
 	mu      sync.Mutex            // guards tracked
 	tracked map[string]*trackedUp // the proxies in use, their health probes running
@@ -133,6 +145,10 @@ func New(p Policy, opts Options) (*Router, error) {
 		setups:  make(chan struct{}, maxSetups),
 		early:   sync.Pool{New: func() any { return new([earlyMax]byte) }},
 		tracked: map[string]*trackedUp{},
+		book:    opts.Refusals,
+	}
+	if r.book == nil {
+		r.book = new(refusal.Book)
 	}
 	if r.opts.DialTCP == nil {
 		r.opts.DialTCP = func(ctx context.Context, dst netip.AddrPort) (*net.TCPConn, error) {
@@ -167,7 +183,8 @@ func (r *Router) Prepare(p Policy) (*Prepared, error) {
 	if p.ConnectTimeout <= 0 {
 		return nil, errors.New("router: connect timeout must be positive")
 	}
-	np := &compiled{Policy: p, hits: make([]atomic.Uint64, len(p.Decision.Rules()))}
+	n := len(p.Decision.Rules())
+	np := &compiled{Policy: p, hits: make([]atomic.Uint64, n), bytes: make([]atomic.Uint64, n)}
 	if err := r.prepareUpstreams(np); err != nil {
 		return nil, err
 	}

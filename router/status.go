@@ -1,20 +1,62 @@
 package router
 
 import (
+	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/upstream"
 )
 
-// RuleHits is a rule and the flows it decided under the current policy.
+// RuleHits is a rule and the flows it decided under the current policy, with their bytes
+// (both ways, ended flows and the live ones so far).
 type RuleHits struct {
-	Index int // rule position; -1 for flows no rule matched
+	Index int // rule position; -1 for an implicit step (Rule.Name is the step's name)
 	Rule  rules.Rule
 	Hits  uint64
+	Bytes uint64
 }
+
+// Totals count every flow since the Router was made, across reloads.
+type Totals struct {
+	Flows    uint64 // decided (refused ones included) and forwarded
+	Live     int
+	Up, Down uint64 // bytes of ended flows plus the live ones so far
+}
+
+// LiveFlow is a copy of a running flow: its decision, its bytes so far, and its rates in
+// bytes per second over the interval since the previous measurement (at least rateWindow
+// apart; the first is since the flow started).
+type LiveFlow struct {
+	ID       uint64
+	Src      string
+	Dst      string
+	Host     string
+	App      string
+	PID      int
+	Verdict  rules.Verdict
+	Via      string
+	Age      time.Duration
+	Up, Down uint64
+	UpRate   uint64
+	DownRate uint64
+}
+
+// Stats is what Status reports.
+type Stats struct {
+	Totals Totals
+	Rules  []RuleHits
+	Flows  []LiveFlow // oldest first
+}
+
+// rateWindow is the shortest interval a flow's rate is measured over: Status calls closer
+// together than this (two `router watch` at once) see the same rate.
+const rateWindow = 900 * time.Millisecond
 
 // liveFlows is the set of flows between decision and end, for status.
 type liveFlows struct {
@@ -37,47 +79,92 @@ func (l *liveFlows) remove(id uint64) {
 	l.mu.Unlock()
 }
 
-// LiveFlow is a copy of a running flow's decision.
-type LiveFlow struct {
-	ID      uint64
-	Src     string
-	Dst     string
-	Host    string
-	App     string
-	Verdict rules.Verdict
-	Age     time.Duration
+// sample is a flow's bytes at the last rate measurement; guarded by liveFlows.mu.
+type sample struct {
+	at       time.Time
+	up, down int64
+	upRate   uint64
+	downRate uint64
 }
 
-// Status returns the rule counters of the current policy (the rules in order, then one row
-// per implicit step that decided a flow, with Index -1) and the flows running now, oldest
-// first.
-func (r *Router) Status() ([]RuleHits, []LiveFlow) {
+// counters are the Router's totals; they survive reloads.
+type counters struct {
+	flows    atomic.Uint64
+	up, down atomic.Uint64 // of ended flows
+}
+
+// Status returns the totals, the rule counters of the current policy (the rules in order,
+// then one row per implicit step that decided a flow, with Index -1) and the flows running
+// now, oldest first.
+func (r *Router) Status() Stats {
 	p := r.pol.Load()
-	rs := p.Decision.Rules()
-	hits := make([]RuleHits, 0, len(rs)+1)
-	for i := range rs {
-		hits = append(hits, RuleHits{Index: i, Rule: rs[i], Hits: p.hits[i].Load()})
-	}
-	for s := range p.steps {
-		if n := p.steps[s].Load(); n > 0 {
-			st := policy.Step(s)
-			act := rules.Block
-			if st == policy.StepNoMatch || st == policy.StepLocal {
-				act = rules.Direct
-			}
-			hits = append(hits, RuleHits{Index: -1, Rule: rules.Rule{Name: st.String(), Action: act}, Hits: n})
+	st := Stats{Totals: Totals{Flows: r.count.flows.Load(), Up: r.count.up.Load(), Down: r.count.down.Load()}}
+
+	now := time.Now()
+	live := map[ruleKey]uint64{}
+	r.live.mu.Lock()
+	st.Flows = make([]LiveFlow, 0, len(r.live.m))
+	for _, f := range r.live.m {
+		up, down := f.bytes.up.Load(), f.bytes.down.Load()
+		s := &f.rate
+		first := s.at.IsZero()
+		if first {
+			s.at = f.Start
+		}
+		if dt := now.Sub(s.at); dt >= rateWindow || first && dt > 0 {
+			s.upRate = uint64(float64(up-s.up) / dt.Seconds())
+			s.downRate = uint64(float64(down-s.down) / dt.Seconds())
+			s.at, s.up, s.down = now, up, down
+		}
+		st.Flows = append(st.Flows, LiveFlow{
+			ID: f.ID, Src: f.Src.String(), Dst: f.Dst.String(), Host: f.Host, App: f.App, PID: f.PID,
+			Verdict: f.Verdict, Via: f.Via, Age: now.Sub(f.Start),
+			Up: uint64(up), Down: uint64(down), UpRate: s.upRate, DownRate: s.downRate,
+		})
+		st.Totals.Up += uint64(up)
+		st.Totals.Down += uint64(down)
+		if f.pol == p {
+			live[f.key()] += uint64(up + down)
 		}
 	}
-	now := time.Now()
-	r.live.mu.Lock()
-	flows := make([]LiveFlow, 0, len(r.live.m))
-	for _, f := range r.live.m {
-		flows = append(flows, LiveFlow{ID: f.ID, Src: f.Src.String(), Dst: f.Dst.String(), Host: f.Host, App: f.App, Verdict: f.Verdict, Age: now.Sub(f.Start)})
-	}
 	r.live.mu.Unlock()
-	slices.SortFunc(flows, func(a, b LiveFlow) int { return int(b.Age - a.Age) })
-	return hits, flows
+	st.Totals.Live = len(st.Flows)
+	slices.SortFunc(st.Flows, func(a, b LiveFlow) int { return int(b.Age - a.Age) })
+
+	rs := p.Decision.Rules()
+	st.Rules = make([]RuleHits, 0, len(rs)+1)
+	for i := range rs {
+		st.Rules = append(st.Rules, RuleHits{Index: i, Rule: rs[i], Hits: p.hits[i].Load(),
+			Bytes: p.bytes[i].Load() + live[ruleKey{index: i}]})
+	}
+	for s := range p.steps {
+		for a := range p.steps[s] {
+			if n := p.steps[s][a].Load(); n > 0 {
+				step, act := policy.Step(s), rules.Action(a)
+				st.Rules = append(st.Rules, RuleHits{Index: -1, Rule: rules.Rule{Name: step.String(), Action: act},
+					Hits: n, Bytes: p.stepBytes[s][a].Load() + live[ruleKey{-1, step, act}]})
+			}
+		}
+	}
+	return st
 }
+
+// ruleKey is what decided a flow: a rule's index, or -1, the implicit step and its action.
+type ruleKey struct {
+	index int
+	step  policy.Step
+	act   rules.Action
+}
+
+func (f *Flow) key() ruleKey {
+	if f.index >= 0 {
+		return ruleKey{index: f.index}
+	}
+	return ruleKey{-1, f.Step, f.Verdict.Action}
+}
+
+// Refusals returns the router's refusal counts by reason, with the latest of each.
+func (r *Router) Refusals() []refusal.Stat { return r.book.Snapshot() }
 
 // count records a decision: under its rule, or under the implicit step that decided.
 func (p *compiled) count(d policy.Decision) {
@@ -85,5 +172,57 @@ func (p *compiled) count(d policy.Decision) {
 		p.hits[d.Index].Add(1)
 		return
 	}
-	p.steps[d.Step].Add(1)
+	p.steps[d.Step][d.Action].Add(1)
+}
+
+// ended adds an ended flow's bytes to the totals and to what decided it.
+func (r *Router) ended(f *Flow) {
+	n := uint64(f.Up + f.Down)
+	r.count.up.Add(uint64(f.Up))
+	r.count.down.Add(uint64(f.Down))
+	if f.pol == nil {
+		return
+	}
+	if f.index >= 0 {
+		f.pol.bytes[f.index].Add(n)
+	} else {
+		f.pol.stepBytes[f.Step][f.Verdict.Action].Add(n)
+	}
+}
+
+// refused counts a refused flow under its reason.
+func (r *Router) refused(why refusal.Reason, f *Flow) {
+	r.book.Add(why, refusal.Event{Src: f.Src, Dst: f.Dst, Host: f.Host, App: f.App, Rule: f.Verdict.Name})
+}
+
+// upstreamDown reports whether a proxied connect failed because no proxy could be reached
+// (rather than the proxy refusing the destination).
+func upstreamDown(err error) bool {
+	var ue *upstream.Error
+	if !errors.As(err, &ue) {
+		return true // no upstream by that name, or no member left to try
+	}
+	var refused bool
+	walk(err, func(e error) {
+		if ue, ok := e.(*upstream.Error); ok && ue.Refused {
+			refused = true
+		}
+	})
+	return !refused
+}
+
+// walk calls fn on err and everything it wraps.
+func walk(err error, fn func(error)) {
+	if err == nil {
+		return
+	}
+	fn(err)
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		walk(u.Unwrap(), fn)
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			walk(e, fn)
+		}
+	}
 }

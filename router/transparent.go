@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/upstream"
 )
@@ -79,6 +81,7 @@ type Flow struct {
 	Host    string         // the destination's name, when known
 	App     string
 	PID     int
+	Service string // the Windows services of the owning svchost, when known (joined ",")
 	Verdict rules.Verdict
 	Step    policy.Step // what decided: a rule, or an implicit step
 	Via     string      // the proxy that carried it (a failover list's member)
@@ -86,6 +89,11 @@ type Flow struct {
 	Down    int64
 	Start   time.Time
 	Err     error
+
+	bytes meter     // live, as the relay moves them
+	rate  sample    // guarded by Router.live.mu
+	pol   *compiled // the policy that decided it (nil: a forward, or not decided)
+	index int       // the rule that decided it, -1 for an implicit step
 }
 
 // handle sets up one flow: classify (where it came from and was going, who owns it, the
@@ -95,7 +103,8 @@ type Flow struct {
 // and marked done here.
 func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 	p := r.pol.Load()
-	f := &Flow{ID: r.nextID.Add(1), Start: time.Now(), Src: netaddr.AddrPort(c.RemoteAddr())}
+	f := &Flow{ID: r.nextID.Add(1), Start: time.Now(), Src: netaddr.AddrPort(c.RemoteAddr()), index: -1}
+	r.count.flows.Add(1)
 	relayed := false
 	var release func()
 	defer func() {
@@ -104,6 +113,7 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 			if release != nil {
 				release()
 			}
+			r.ended(f)
 			r.logFlow(f)
 			r.flows.Done()
 		}
@@ -111,31 +121,38 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 	pf, release, err := r.classify(c, f, p)
 	if err != nil {
 		f.Err = err
+		r.refused(refusal.Capture, f)
 		reset(c)
 		return
 	}
 	d := p.Decision.Decide(&pf)
-	f.Verdict, f.Step = d.Verdict, d.Step
+	f.Verdict, f.Step, f.pol, f.index = d.Verdict, d.Step, p, d.Index
 	p.count(d)
-	r.live.add(f) // removed when the flow ends: by the relay's callback, or the defer above
 	if d.Action == rules.Block || d.Step == policy.StepDNS {
 		// A DNS flow reaching the listener is a capture fault: it belongs to the DNS
 		// server, and is refused here rather than sent anywhere.
+		r.refused(refusal.ForStep(d.Step), f)
 		reset(c)
 		return
 	}
+	r.live.add(f) // removed when the flow ends: by the relay's callback, or the defer above
 	out, err := r.dial(ctx, p, f, c, d, p.Decision.InPool(pf.Dst))
 	if err != nil {
 		f.Err = err
+		if d.Action == rules.Proxy && upstreamDown(err) {
+			r.refused(refusal.UpstreamDown, f)
+		}
 		reset(c) // fail closed: the client sees a reset, never a direct fallback
 		return
 	}
+	r.logOpen(f)
 	rl := r.relayFor(p)
 	relayed = true
-	rl.start(c, out, func(res result) {
+	rl.start(c, out, &f.bytes, func(res result) {
 		// On the relay's goroutine: nothing here may block.
 		r.live.remove(f.ID)
 		f.Up, f.Down, f.Err = f.Up+res.up, res.down, res.err
+		r.ended(f)
 		if release != nil {
 			release()
 		}
@@ -170,6 +187,7 @@ func (r *Router) classify(c *net.TCPConn, f *Flow, p *compiled) (pf policy.Flow,
 	if r.opts.Owner != nil && p.Decision.NeedsOwner(&pf) {
 		if info, err := r.opts.Owner(c, f.Src, f.Dst); err == nil {
 			pf.App, pf.AppPath, pf.Services, f.App, f.PID = info.Name, info.Path, info.Services, info.Name, info.PID
+			f.Service = strings.Join(info.Services, ",")
 		} else {
 			r.log.Debug("owner lookup", "src", f.Src, "dst", f.Dst, "err", err)
 		}
@@ -209,6 +227,7 @@ func (r *Router) dial(ctx context.Context, p *compiled, f *Flow, c *net.TCPConn,
 	defer r.early.Put(buf)
 	early := buf[:pending(c, buf[:])]
 	f.Up = int64(len(early))
+	f.bytes.up.Store(f.Up)
 	if g, ok := up.(*upstream.Group); ok {
 		out, via, err := g.ConnectVia(dctx, sd, early)
 		f.Via = via
@@ -257,14 +276,13 @@ func flowLevel(f *Flow) slog.Level {
 	return slog.LevelInfo
 }
 
-func (r *Router) logFlow(f *Flow) {
-	if !r.log.Enabled(context.Background(), flowLevel(f)) {
-		return // the record's attributes cost more than the rest of a short flow's end
-	}
-	attrs := []any{
-		"id", f.ID, "src", f.Src, "dst", f.Dst,
-		"rule", f.Verdict.Name, "action", f.Verdict.Action.String(),
-		"up", f.Up, "down", f.Down, "duration", time.Since(f.Start).Round(time.Millisecond),
+// flowAttrs are the attributes of f's log records.
+func flowAttrs(f *Flow, ended bool) []any {
+	attrs := make([]any, 0, 24)
+	attrs = append(attrs, "id", f.ID, "src", f.Src, "dst", f.Dst,
+		"rule", f.Verdict.Name, "action", f.Verdict.Action.String())
+	if ended {
+		attrs = append(attrs, "up", f.Up, "down", f.Down, "duration", time.Since(f.Start).Round(time.Millisecond))
 	}
 	if f.Host != "" {
 		attrs = append(attrs, "host", f.Host)
@@ -272,11 +290,28 @@ func (r *Router) logFlow(f *Flow) {
 	if f.App != "" {
 		attrs = append(attrs, "app", f.App, "pid", f.PID)
 	}
+	if f.Service != "" {
+		attrs = append(attrs, "services", f.Service)
+	}
 	if f.Via != "" {
 		attrs = append(attrs, "proxy", f.Via)
 	} else if f.Verdict.Proxy != "" {
 		attrs = append(attrs, "proxy", f.Verdict.Proxy)
 	}
+	return attrs
+}
+
+// logOpen records a flow that was decided and connected, as its relay starts ("flow open");
+// the record of its end ("flow") follows with the bytes.
+func (r *Router) logOpen(f *Flow) {
+	if r.log.Enabled(context.Background(), slog.LevelInfo) {
+		r.log.Info("flow open", flowAttrs(f, false)...)
+	}
+}
+
+// logFlow records a flow's end: its decision, bytes each way, duration and error.
+func (r *Router) logFlow(f *Flow) {
+	attrs := flowAttrs(f, true)
 	if f.Err != nil && !errors.Is(f.Err, errIdle) {
 		attrs = append(attrs, "err", f.Err.Error())
 		r.log.Warn("flow", attrs...)

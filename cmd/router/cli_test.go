@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/agentcage/router/control"
 )
 
 func run(t *testing.T, args ...string) (string, string, int) {
@@ -97,5 +100,39 @@ func TestHelp(t *testing.T) {
 	}
 	if _, errOut, code := run(t, "lint", "--help"); code != exitOK || !strings.Contains(errOut, "Usage: router lint") {
 		t.Errorf("lint --help: %d %s", code, errOut)
+	}
+}
+
+func TestWriteStatus(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	st := &control.Status{
+		Started: now.Add(-time.Hour), Config: "/etc/router/config.toml",
+		Totals:  control.Totals{Flows: 12, Live: 1, Up: 2048, Down: 3 << 20, Refused: 4},
+		Rules: []control.RuleStat{
+			{Index: 1, Name: "cage", Action: "proxy", Proxy: "exit", Hits: 11, Bytes: 3<<20 + 2048},
+			{Index: 0, Name: "(host off limits)", Action: "block", Hits: 1},
+		},
+		Refusals: []control.RefusalStat{{Reason: "guest-udp", Count: 4, Recent: []control.Refused{
+			{At: now.Add(-12 * time.Second), Src: "10.0.2.15:5353", Dst: "224.0.0.251:5353"}}}},
+		Upstreams: []control.UpstreamStat{{Name: "exit", State: "up", Since: now.Add(-3 * time.Minute), Latency: 42 * time.Millisecond}},
+		Flows: []control.FlowStat{{ID: 7, Src: "10.0.2.15:40000", Dst: "198.18.0.5:443", Host: "api.example.com", Rule: "cage",
+			Action: "proxy", Proxy: "exit", Age: 5 * time.Second, Up: 2048, Down: 3 << 20, DownRate: 1 << 20}},
+		DNS: control.DNSStat{Mode: "fake-ip", Pool: "198.18.0.0/15", PoolSize: 131072, Mapped: 3, InUse: 1},
+	}
+	var b bytes.Buffer
+	writeStatus(&b, st, now)
+	out := b.String()
+	for _, want := range []string{
+		"flows: 12 (1 live), up 2.0 KiB, down 3.0 MiB; refused: 4",
+		"exit      up     3m0s   42ms",
+		"#1 cage",
+		"proxy via exit",
+		"guest-udp  4      10.0.2.15:5353 → 224.0.0.251:5353, 12s ago",
+		"198.18.0.5:443 (api.example.com)",
+		"1.0 MiB/s",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
 	}
 }

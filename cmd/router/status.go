@@ -15,7 +15,7 @@ import (
 
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("status", "[--config FILE | --socket PATH] [--json]",
-		"Shows the running daemon's live flows and how many flows each rule decided, over the\nlocal control channel (only root / Administrators can open it).", stderr)
+		"Shows the running daemon's totals, upstream health, how many flows and bytes each rule\ndecided, what was refused and why, and the live flows with their bytes and rates, over the\nlocal control channel (only root / Administrators can open it).", stderr)
 	cfgPath := fs.String("config", "", "read [control] socket from this config `file`")
 	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
@@ -44,43 +44,138 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	if *asJSON {
 		return writeJSON(stdout, stderr, st)
 	}
-	fmt.Fprintf(stdout, "router running since %s (%s), config %s\n", st.Started.Format(time.RFC3339), time.Since(st.Started).Round(time.Second), st.Config)
-	fmt.Fprintf(stdout, "dns: %s", st.DNS.Mode)
+	writeStatus(stdout, st, time.Now())
+	return exitOK
+}
+
+// writeStatus prints st as `router status` shows it; now is the time ages are taken from.
+func writeStatus(w io.Writer, st *control.Status, now time.Time) {
+	t := st.Totals
+	fmt.Fprintf(w, "router running since %s (%s), config %s\n", st.Started.Format(time.RFC3339), now.Sub(st.Started).Round(time.Second), st.Config)
+	fmt.Fprintf(w, "flows: %d (%d live), up %s, down %s; refused: %d\n", t.Flows, t.Live, humanBytes(t.Up), humanBytes(t.Down), t.Refused)
+	fmt.Fprintf(w, "dns: %s", st.DNS.Mode)
 	if st.DNS.Pool != "" {
-		fmt.Fprintf(stdout, ", pool %s: %d of %d addresses given out, %d in use", st.DNS.Pool, st.DNS.Mapped, st.DNS.PoolSize, st.DNS.InUse)
+		fmt.Fprintf(w, ", pool %s: %d of %d addresses given out, %d in use", st.DNS.Pool, st.DNS.Mapped, st.DNS.PoolSize, st.DNS.InUse)
 	}
-	fmt.Fprintln(stdout)
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nRULE\tACTION\tFLOWS")
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if len(st.Upstreams) > 0 {
+		fmt.Fprintln(tw, "\nUPSTREAM\tSTATE\tSINCE\tLATENCY\tLAST ERROR")
+		for _, u := range st.Upstreams {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.Name, u.State, ago(u.Since, now), latency(u.Latency), u.LastError)
+		}
+	}
+	fmt.Fprintln(tw, "\nRULE\tACTION\tFLOWS\tBYTES")
 	for _, r := range st.Rules {
-		act := r.Action
-		if r.Proxy != "" {
-			act += " via " + r.Proxy
-		}
-		ref := r.Name
-		if r.Index > 0 {
-			ref = fmt.Sprintf("#%d %s", r.Index, r.Name)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\n", ref, act, r.Hits)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", statusRule(r.Index, r.Name), actionText(r.Action, r.Proxy), r.Hits, humanBytes(r.Bytes))
 	}
-	fmt.Fprintf(tw, "\nLIVE FLOWS (%d)\tSOURCE\tDESTINATION\tRULE\tACTION\tAGE\n", len(st.Flows))
+	if len(st.Refusals) > 0 {
+		fmt.Fprintln(tw, "\nREFUSED\tCOUNT\tLATEST")
+		for _, r := range st.Refusals {
+			latest := ""
+			if len(r.Recent) > 0 {
+				latest = refusedText(r.Recent[0]) + ", " + ago(r.Recent[0].At, now) + " ago"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", r.Reason, r.Count, latest)
+		}
+	}
+	fmt.Fprintf(tw, "\nLIVE FLOWS (%d)\tSOURCE\tDESTINATION\tRULE\tACTION\tAGE\tUP\tDOWN\tRATE UP\tRATE DOWN\n", len(st.Flows))
 	for _, f := range st.Flows {
-		dst := f.Dst
-		if f.Host != "" {
-			dst += " (" + f.Host + ")"
-		}
-		src := f.Src
-		if f.App != "" {
-			src += " " + f.App
-		}
-		act := f.Action
-		if f.Proxy != "" {
-			act += " via " + f.Proxy
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", f.ID, src, dst, f.Rule, act, f.Age.Round(time.Second))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.ID, flowSource(f), flowDest(f), f.Rule, actionText(f.Action, cmp.Or(f.Via, f.Proxy)),
+			f.Age.Round(time.Second), humanBytes(f.Up), humanBytes(f.Down), humanRate(f.UpRate), humanRate(f.DownRate))
 	}
 	tw.Flush()
-	return exitOK
+}
+
+// statusRule is "#3 name" for a rule, the step's name for an implicit step.
+func statusRule(index int, name string) string {
+	if index > 0 {
+		return fmt.Sprintf("#%d %s", index, name)
+	}
+	return name
+}
+
+func actionText(action, proxy string) string {
+	if proxy != "" {
+		return action + " via " + proxy
+	}
+	return action
+}
+
+func flowSource(f control.FlowStat) string {
+	if f.App != "" {
+		return f.Src + " " + f.App
+	}
+	return f.Src
+}
+
+func flowDest(f control.FlowStat) string {
+	if f.Host != "" {
+		return f.Dst + " (" + f.Host + ")"
+	}
+	return f.Dst
+}
+
+// refusedText is "src → dst (host) app, by rule".
+func refusedText(e control.Refused) string {
+	var b strings.Builder
+	if e.Src != "" {
+		b.WriteString(e.Src + " → ")
+	}
+	b.WriteString(cmp.Or(e.Dst, "?"))
+	if e.Host != "" {
+		b.WriteString(" (" + e.Host + ")")
+	}
+	if e.App != "" {
+		b.WriteString(" " + e.App)
+	}
+	if e.Rule != "" {
+		b.WriteString(", by " + e.Rule)
+	}
+	return b.String()
+}
+
+// ago is how long before now t was, rounded for reading; "-" for the zero time.
+func ago(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	switch {
+	case d < time.Minute:
+		return d.Round(time.Second).String()
+	case d < time.Hour:
+		return d.Round(time.Minute).String()
+	}
+	return d.Round(time.Hour).String()
+}
+
+func latency(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// humanBytes is n in B, KiB, MiB, GiB or TiB with one decimal.
+func humanBytes(n uint64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, unit := float64(n)/1024, 0
+	for v >= 1024 && unit < 3 {
+		v /= 1024
+		unit++
+	}
+	return fmt.Sprintf("%.1f %s", v, [...]string{"KiB", "MiB", "GiB", "TiB"}[unit])
+}
+
+// humanRate is a rate in bytes per second; "-" when nothing moved.
+func humanRate(n uint64) string {
+	if n == 0 {
+		return "-"
+	}
+	return humanBytes(n) + "/s"
 }
 
 // controlPath picks the control socket: --socket, else the config's [control] socket, else
