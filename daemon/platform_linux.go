@@ -3,14 +3,17 @@ package daemon
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"slices"
+	"sync"
 	"syscall"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
+	"github.com/agentcage/router/nflog"
 	"github.com/agentcage/router/nftcap"
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
@@ -22,7 +25,17 @@ type linuxPlatform struct {
 	log    *slog.Logger
 	finder *proc.LinuxFinder
 	host   hostAddrs
+
+	mu     sync.Mutex // guards the fields below
+	table  string     // the table installed last
+	base   map[refusal.Reason]uint64
+	events refusal.Book // the refused packets NFLOG gave, for their rings only
+	log4   *nflog.Reader
 }
+
+// nflogGroup is the NFLOG group the table logs its refusals to (see nftcap.Spec.LogGroup).
+// Groups are per network namespace; one router runs in each.
+const nflogGroup = 0x5243
 
 // NewPlatform returns the capture of this operating system.
 func NewPlatform(log *slog.Logger) Platform {
@@ -44,6 +57,7 @@ func Spec(cfg *conf.Config) nftcap.Spec {
 		ListenerPort:  cfg.Capture.ListenerPort,
 		DNSPort:       cfg.Capture.DNSPort,
 		Mark:          cfg.Capture.Mark,
+		LogGroup:      nflogGroup,
 	}
 	for _, f := range cfg.Forwards {
 		s.Forwards = append(s.Forwards, nftcap.Forward{Listen: f.Listen, Allow: f.Allow})
@@ -59,9 +73,25 @@ func (p *linuxPlatform) Env() policy.Env { return policy.Env{HostAddr: p.host.Ha
 // the compiled policy nor the server is needed here.
 func (p *linuxPlatform) Install(cfg *conf.Config, _ *policy.Policy, _ *dns.Server) error {
 	s := Spec(cfg)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// An install starts the table's counters over: what they counted so far (the boot
+	// guard's, the last install's) is kept first.
+	before, err := nftcap.Refusals(s.Table)
 	if err := nftcap.Install(s); err != nil {
 		return err
 	}
+	if err != nil {
+		p.log.Debug("refusal counters not read before the install", "err", err)
+	}
+	if p.base == nil {
+		p.base = map[refusal.Reason]uint64{}
+	}
+	for r, n := range before {
+		p.base[r] += n
+	}
+	p.table = s.Table
+	p.listenLog()
 	// The table is in place; a state directory that cannot be written costs the boot unit
 	// its fallback, not the running guard.
 	if err := saveGuard(cfg.File, s); err != nil {
@@ -81,8 +111,43 @@ func (p *linuxPlatform) FromVM() func(netip.Addr) bool {
 // away is the watcher's business).
 func (p *linuxPlatform) Failed() <-chan error { return nil }
 
-// Close does nothing: the table is the guard and stays.
-func (p *linuxPlatform) Close() error { return nil }
+// Close stops reading the refusal log; the table is the guard and stays.
+func (p *linuxPlatform) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.log4 != nil {
+		p.log4.Close()
+		p.log4 = nil
+	}
+	return nil
+}
+
+// listenLog starts reading the table's refusal log, once; p.mu is held. Without it status
+// still counts every refusal, only the latest destinations are missing.
+func (p *linuxPlatform) listenLog() {
+	if p.log4 != nil {
+		return
+	}
+	r, err := nflog.Listen(nflogGroup, 0)
+	if err != nil {
+		p.log.Warn("refused destinations will not be listed in status", "err", err)
+		return
+	}
+	p.log4 = r
+	go func() {
+		for {
+			pkts, _, err := r.Read()
+			if err != nil {
+				return // closed
+			}
+			for _, pk := range pkts {
+				if why, ok := refusal.Parse(pk.Prefix); ok {
+					p.events.Note(why, refusal.Event{At: pk.At, Src: pk.Src, Dst: pk.Dst})
+				}
+			}
+		}
+	}()
+}
 
 // Original: nftables redirects in the kernel, so the peer is the real source.
 func (p *linuxPlatform) Original(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
@@ -172,5 +237,32 @@ func OwnControl(mark uint32) func(network, address string, c syscall.RawConn) er
 	return nftcap.MarkControl(mark)
 }
 
-// Refusals returns the guard's nftables counters by reason.
-func (p *linuxPlatform) Refusals() []refusal.Stat { return nil }
+// Refusals returns the guard's nftables counters by reason, since the daemon started (the
+// table's counters plus what earlier tables counted), with the latest refused packets the
+// log gave.
+func (p *linuxPlatform) Refusals() []refusal.Stat {
+	p.mu.Lock()
+	table := p.table
+	counts := maps.Clone(p.base)
+	p.mu.Unlock()
+	if table == "" {
+		return nil
+	}
+	now, err := nftcap.Refusals(table)
+	if err != nil {
+		p.log.Debug("refusal counters", "err", err)
+	}
+	if counts == nil {
+		counts = map[refusal.Reason]uint64{}
+	}
+	for r, n := range now {
+		counts[r] += n
+	}
+	var out []refusal.Stat
+	for _, r := range refusal.All() {
+		if n := counts[r]; n > 0 {
+			out = append(out, refusal.Stat{Reason: r, Count: n, Recent: p.events.Recent(r)})
+		}
+	}
+	return out
+}

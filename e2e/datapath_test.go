@@ -177,6 +177,11 @@ func TestUDPAndICMPDropped(t *testing.T) {
 	if got := udpProbe(t, s, s.lab.Guest()); got != "" {
 		t.Errorf("UDP echo answered the guest: %q", got)
 	}
+	// The guest learns at once: the host's ICMP error reaches it (local capture does not
+	// hold it back), so its socket fails instead of waiting.
+	if err := udpError(s, s.lab.Guest()); err == nil || os.IsTimeout(err) {
+		t.Errorf("guest UDP: %v, want an ICMP error at once (host unreachable)", err)
+	}
 	icmpProbe(t, s.lab.Guest())
 	for _, tcp := range []string{"+notcp", "+tcp"} {
 		out, code := run(s.ctx, s.lab.Guest(), "dig", "+short", "+time=2", "+tries=1", tcp, "@"+lab.ServiceAddr, lab.EchoName)
@@ -279,6 +284,22 @@ func udpProbe(t *testing.T, s *scene, ns *lab.Netns) string {
 		}
 	}
 	return ""
+}
+
+// udpError sends one datagram to the UDP echo from ns and returns the error of the read
+// that follows (a timeout after a second).
+func udpError(s *scene, ns *lab.Netns) error {
+	c, err := ns.Dial(s.ctx, "udp", lab.UDPEchoAddr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("probe")); err != nil {
+		return err
+	}
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	_, err = c.Read(make([]byte, 64))
+	return err
 }
 
 // icmpProbe sends ICMP echo requests to the service address from ns.

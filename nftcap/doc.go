@@ -44,41 +44,54 @@
 //	   tcp                                  redirect to :L
 //	 output_guard  filter, hook output    only when Local
 //	   meta mark M / oif lo                 return   (own sockets; redirected DNS and TCP)
-//	   udp|tcp dport 53                     goto refuse  (only when D=0)
+//	   udp|tcp dport 53                     goto refuse_dns  (only when D=0)
 //	   icmpv6 type {nd-*, mld-*} / igmp     return   (the link's control traffic)
+//	   icmp|icmpv6, ct state related, to @vm4/@vm6 or oifname (each VMInterface)
+//	                                        return   (the refusals' ICMP errors to guests)
 //	   fib daddr type local                 return
 //	   loopback, link-local unicast dst     return
 //	   tcp                                  return   (captured by the nat output chain)
 //	   udp dport {67,68,546,547, LocalUDPAllow}  return   (DHCP, e.g. NTP if allowed)
 //	   everything else (UDP, multicast and broadcast included, ICMP, ...)
-//	                                        goto refuse  (the router cannot proxy it)
+//	                                        goto refuse_local  (the router cannot proxy it)
 //
 //	 input       filter, hook input, priority filter, policy accept
 //	   jump antispoof
-//	   tcp dport L, ct status !dnat         goto refuse  (from anywhere: only redirected
-//	   udp|tcp dport D, ct status !dnat     goto refuse   connections use the listeners)
+//	   tcp dport L, ct status !dnat         goto refuse_host_off_limits  (from anywhere: only
+//	   udp|tcp dport D, ct status !dnat     goto refuse_host_off_limits   redirected connections
+//	                                                                        use the listeners)
 //	   ip daddr 192.168.122.1 tcp dport 47831  goto forward_0   (one per forward)
 //	   iif lo                               accept
 //	   ip saddr @vm4 / ip6 saddr @vm6       goto vm_input
 //	   iifname (each VMInterface)           goto vm_input
 //	 forward_N   (Allow of forward N)
 //	   ip saddr {allow4} / ip6 saddr {allow6}  accept
-//	   goto refuse
+//	   goto refuse_forward_source
 //	 vm_input    "the host is off limits"
 //	   ct state established,related         accept
 //	   tcp dport L; udp|tcp dport D         accept   (redirected, checked above)
 //	   udp dport {67,547}                   accept   (DHCPv4, DHCPv6)
 //	   icmpv6 type {nd-router-solicit,nd-neighbor-solicit,nd-neighbor-advert}  accept
-//	   goto refuse
+//	   goto refuse_host_off_limits
 //	 forward     filter, hook forward, priority filter, policy accept
 //	   jump antispoof
-//	   ip saddr @vm4 / ip6 saddr @vm6       goto refuse  (not redirected: not proxiable)
-//	   ip daddr @vm4 / ip6 daddr @vm6       drop
-//	   iifname (each VMInterface)           goto refuse
-//	   oifname (each VMInterface)           drop
+//	   ip saddr @vm4 / ip6 saddr @vm6       goto refuse_guest  (not redirected: not proxiable)
+//	   ip daddr @vm4 / ip6 daddr @vm6       goto refuse_to_guest
+//	   iifname (each VMInterface)           goto refuse_guest
+//	   oifname (each VMInterface)           goto refuse_to_guest
 //	 antispoof   first packet of a flow must route back via its input interface
 //	   ct state established,related / iif lo / ip saddr 0.0.0.0 / ip6 saddr ::  return
-//	   fib saddr . mark . iif oif missing   drop
+//	   fib saddr . mark . iif oif missing   goto refuse_spoofed_source
+//	 refuse_guest   what the cage sent that capture did not take, sorted by protocol
+//	   udp|tcp dport 53                     goto refuse_dns
+//	   udp                                  goto refuse_guest_udp
+//	   icmp|icmpv6                          goto refuse_icmp
+//	                                        goto refuse_not_carried
+//	 refuse_local   the same for this host's own (Local): udp goes to refuse_local_udp
+//	 refuse_<reason>   one per reason (host_off_limits, forward_source, dns, guest_udp, icmp,
+//	                   not_carried, local_udp, spoofed_source, to_guest)
+//	   limit rate 20/second log group G prefix "<reason>" snaplen 80   (with LogGroup)
+//	   counter name "refused_<reason>"      goto refuse  (spoofed_source, to_guest: drop)
 //	 refuse      the only place packets are refused; its counters total the refusals
 //	   meta pkttype != host                 drop     (broadcast, multicast)
 //	   tcp                                  reject with tcp reset
@@ -110,6 +123,12 @@
 //     LocalUDPAllow and the link's control messages (neighbour discovery, MLD, IGMP).
 //   - Other tables are untouched; traffic that involves no VM network and no listener port
 //     passes (policies accept), except spoofed first packets (antispoof).
+//
+// Every refusal passes the chain of its reason, whose named counter counts it (Refusals
+// reads them; an Install starts them at zero) and which, with Spec.LogGroup, sends a few a
+// second to the daemon over NFLOG so status can show the latest (package nflog). The log
+// rule is rate limited and never decides: without a reader, or past the limit, the packet
+// is refused all the same.
 //
 // OriginalDst, MarkControl and SetMark are the socket side: the listener asks where a
 // redirected connection was going, and the router marks its own sockets so they are never

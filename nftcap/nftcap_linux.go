@@ -2,6 +2,7 @@ package nftcap
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/refusal"
 )
 
 // Chain names. They appear in `nft list table inet router` and in the package doc.
@@ -26,6 +28,8 @@ const (
 	chainVMInput     = "vm_input"     // what VM sources may reach on the host
 	chainForward     = "forward"      // filter, forward: refuse everything from/to VM networks
 	chainRefuse      = "refuse"       // TCP reset / ICMP admin-prohibited / drop
+	chainRefuseGuest = "refuse_guest" // what the cage sent that was not captured, by protocol
+	chainRefuseLocal = "refuse_local" // what this host sent that Local cannot capture, by protocol
 	chainAntispoof   = "antispoof"    // drop new flows whose source does not route back via iif
 	setVM4           = "vm4"
 	setVM6           = "vm6"
@@ -95,6 +99,41 @@ func Installed(table string, opts ...Option) (bool, error) {
 	return slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == table }), nil
 }
 
+// Refusals reads the table's refusal counters: packets refused per reason since the table
+// was installed (an Install starts them at zero). A table without them (none installed, or
+// one from an older router) gives an empty map.
+func Refusals(table string, opts ...Option) (map[refusal.Reason]uint64, error) {
+	if err := validTableName(table); err != nil {
+		return nil, fmt.Errorf("nftcap refusals: %w", err)
+	}
+	c, err := nftables.New(nftables.WithNetNSFd(collect(opts).netNS))
+	if err != nil {
+		return nil, fmt.Errorf("nftcap refusals: open netlink: %w", err)
+	}
+	objs, err := c.GetNamedObjects(&nftables.Table{Name: table, Family: nftables.TableFamilyINet})
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return map[refusal.Reason]uint64{}, nil
+		}
+		return nil, fmt.Errorf("nftcap refusals: table inet %s: %w", table, err)
+	}
+	byName := map[string]refusal.Reason{}
+	for _, r := range kernelReasons {
+		byName[CounterName(r)] = r
+	}
+	out := map[refusal.Reason]uint64{}
+	for _, o := range objs {
+		if n, ok := o.(*nftables.NamedObj); ok {
+			if r, known := byName[n.Name]; known {
+				if cnt, ok := n.Obj.(*expr.Counter); ok {
+					out[r] += cnt.Packets
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
 // builder queues the messages of one Install batch on c.
 type builder struct {
 	c      *nftables.Conn
@@ -121,7 +160,7 @@ func (b *builder) replace(s Spec) error {
 	}
 	vm := vmSets{b.namedPrefixSet(setVM4, false, vm4), b.namedPrefixSet(setVM6, true, vm6)}
 	b.addChains(s)
-	b.refuseAndAntispoof()
+	b.refuseAndAntispoof(s)
 	b.capture(s, vm)
 	b.input(s, vm)
 	b.forward(s, vm)
@@ -146,6 +185,12 @@ func (b *builder) addChains(s Spec) {
 		b.chains[name] = b.c.AddChain(&nftables.Chain{Name: name, Table: b.t})
 	}
 	regular(chainRefuse)
+	for _, r := range kernelReasons {
+		regular(reasonChain(r))
+		b.c.AddObj(&nftables.CounterObj{Table: b.t, Name: CounterName(r)})
+	}
+	regular(chainRefuseGuest)
+	regular(chainRefuseLocal)
 	regular(chainAntispoof)
 	regular(chainCaptureTCP)
 	regular(chainVMCapture)
@@ -162,7 +207,34 @@ func (b *builder) addChains(s Spec) {
 	base(chainForward, nftables.ChainTypeFilter, nftables.ChainHookForward, prioFilter)
 }
 
-func (b *builder) refuseAndAntispoof() {
+func (b *builder) refuseAndAntispoof(s Spec) {
+	// refuse_<reason>: each refusal passes the chain of its reason on its way: the reason's
+	// named counter counts it and, with a LogGroup, a few a second go to the daemon over
+	// NFLOG, prefixed with the reason's name.
+	for _, r := range kernelReasons {
+		c := reasonChain(r)
+		if s.LogGroup != 0 {
+			b.rule(c, &expr.Limit{Type: expr.LimitTypePkts, Rate: logRate, Unit: expr.LimitTimeSecond, Burst: logRate},
+				&expr.Log{Key: 1<<unix.NFTA_LOG_GROUP | 1<<unix.NFTA_LOG_PREFIX | 1<<unix.NFTA_LOG_SNAPLEN,
+					Group: s.LogGroup, Snaplen: logSnaplen, Data: []byte(r.String())})
+		}
+		end := goTo(chainRefuse)
+		if r == refusal.Spoofed || r == refusal.ToGuest {
+			end = verdict(expr.VerdictDrop) // silently, as before: nobody to tell
+		}
+		b.rule(c, &expr.Objref{Type: objCounter, Name: CounterName(r)}, end)
+	}
+	// refuse_guest and refuse_local sort what was not captured by protocol.
+	icmp := b.l4protoIn(unix.IPPROTO_ICMP, unix.IPPROTO_ICMPV6)
+	b.rule(chainRefuseGuest, b.dnsMatch(), goTo(reasonChain(refusal.DNS)))
+	b.rule(chainRefuseGuest, l4proto(unix.IPPROTO_UDP), goTo(reasonChain(refusal.GuestUDP)))
+	b.rule(chainRefuseGuest, icmp, goTo(reasonChain(refusal.ICMP)))
+	b.rule(chainRefuseGuest, goTo(reasonChain(refusal.NotCarried)))
+	b.rule(chainRefuseLocal, b.dnsMatch(), goTo(reasonChain(refusal.DNS)))
+	b.rule(chainRefuseLocal, l4proto(unix.IPPROTO_UDP), goTo(reasonChain(refusal.LocalUDP)))
+	b.rule(chainRefuseLocal, b.l4protoIn(unix.IPPROTO_ICMP, unix.IPPROTO_ICMPV6), goTo(reasonChain(refusal.ICMP)))
+	b.rule(chainRefuseLocal, goTo(reasonChain(refusal.NotCarried)))
+
 	// refuse: the one place packets are refused, so its counters total the refusals.
 	b.rule(chainRefuse, metaNe(expr.MetaKeyPKTTYPE, []byte{unix.PACKET_HOST}), counter(), verdict(expr.VerdictDrop))
 	b.rule(chainRefuse, l4proto(unix.IPPROTO_TCP), counter(), &expr.Reject{Type: unix.NFT_REJECT_TCP_RST})
@@ -178,7 +250,7 @@ func (b *builder) refuseAndAntispoof() {
 	b.rule(chainAntispoof, nfproto(unix.NFPROTO_IPV6), saddr(true), cmpEq(make([]byte, 16)), verdict(expr.VerdictReturn)) // duplicate address detection
 	b.rule(chainAntispoof,
 		&expr.Fib{Register: 1, FlagSADDR: true, FlagMARK: true, FlagIIF: true, ResultOIF: true, FlagPRESENT: true},
-		cmpEq(native32(0)), counter(), verdict(expr.VerdictDrop))
+		cmpEq(native32(0)), counter(), goTo(reasonChain(refusal.Spoofed)))
 }
 
 // capture queues the nat chains: prerouting for VM sources, output for Local.
@@ -227,7 +299,7 @@ func (b *builder) capture(s Spec, vm vmSets) {
 	b.rule(g, mark, verdict(expr.VerdictReturn))
 	b.rule(g, oifLo, verdict(expr.VerdictReturn))
 	if s.DNSPort == 0 {
-		b.rule(g, b.dnsMatch(), goTo(chainRefuse))
+		b.rule(g, b.dnsMatch(), goTo(reasonChain(refusal.DNS)))
 	}
 	// The link's own control traffic: IPv6 neighbour discovery and router advertisements
 	// (to VM networks too: without them the guests lose IPv6), multicast listener reports,
@@ -235,6 +307,15 @@ func (b *builder) capture(s Spec, vm vmSets) {
 	b.rule(g, l4proto(unix.IPPROTO_ICMPV6), b.icmp6TypeIn(mldQuery, mldReport, mldDone, ndRouterSolicit, ndRouterAdvert,
 		ndNeighborSolicit, ndNeighborAdvert, ndRedirect, mld2Report), verdict(expr.VerdictReturn))
 	b.rule(g, l4proto(unix.IPPROTO_IGMP), verdict(expr.VerdictReturn))
+	// The host's answers to its guests about their own packets: the ICMP errors that
+	// refuse reject sends (conntrack marks them related), so a guest's refused UDP or ICMP
+	// fails at once. To the guests only: elsewhere an ICMP error could carry anything.
+	related := ctStateIn(expr.CtStateBitRELATED)
+	b.rule(g, b.l4protoIn(unix.IPPROTO_ICMP, unix.IPPROTO_ICMPV6), related, daddrIn(vm.v4, false), verdict(expr.VerdictReturn))
+	b.rule(g, b.l4protoIn(unix.IPPROTO_ICMP, unix.IPPROTO_ICMPV6), related, daddrIn(vm.v6, true), verdict(expr.VerdictReturn))
+	for _, i := range s.VMInterfaces {
+		b.rule(g, b.l4protoIn(unix.IPPROTO_ICMP, unix.IPPROTO_ICMPV6), related, ifname(expr.MetaKeyOIFNAME, i), verdict(expr.VerdictReturn))
+	}
 	// This host and its unicast link addresses; multicast and broadcast UDP are refused like
 	// any other UDP (mDNS, SSDP, LLMNR announce this host to the link; list their ports in
 	// local_udp_allow to let them out).
@@ -243,16 +324,16 @@ func (b *builder) capture(s Spec, vm vmSets) {
 	b.rule(g, nfproto(unix.NFPROTO_IPV6), daddr(true), b.anonPrefixSet(true, localUnicast(true)), verdict(expr.VerdictReturn))
 	b.rule(g, l4proto(unix.IPPROTO_TCP), verdict(expr.VerdictReturn))
 	b.rule(g, l4proto(unix.IPPROTO_UDP), b.thDportIn(append([]uint16{67, 68, 546, 547}, s.LocalUDPAllow...)...), verdict(expr.VerdictReturn))
-	b.rule(g, goTo(chainRefuse))
+	b.rule(g, goTo(chainRefuseLocal))
 }
 
 // input queues the guard of the host: listener ports, forwards, VM sources.
 func (b *builder) input(s Spec, vm vmSets) {
 	b.rule(chainInput, jump(chainAntispoof))
 	// The listener ports take only redirected connections, from anywhere.
-	b.rule(chainInput, l4proto(unix.IPPROTO_TCP), thDport(s.ListenerPort), ctStatusDNAT(false), goTo(chainRefuse))
+	b.rule(chainInput, l4proto(unix.IPPROTO_TCP), thDport(s.ListenerPort), ctStatusDNAT(false), goTo(reasonChain(refusal.Host)))
 	if s.DNSPort != 0 {
-		b.rule(chainInput, b.l4protoIn(unix.IPPROTO_TCP, unix.IPPROTO_UDP), thDport(s.DNSPort), ctStatusDNAT(false), goTo(chainRefuse))
+		b.rule(chainInput, b.l4protoIn(unix.IPPROTO_TCP, unix.IPPROTO_UDP), thDport(s.DNSPort), ctStatusDNAT(false), goTo(reasonChain(refusal.Host)))
 	}
 	for i, f := range s.Forwards {
 		b.rule(chainInput, listenMatch(f.Listen.Addr()), l4proto(unix.IPPROTO_TCP), thDport(f.Listen.Port()), goTo(forwardChain(i)))
@@ -270,7 +351,7 @@ func (b *builder) input(s Spec, vm vmSets) {
 		if len(allow6) > 0 {
 			b.rule(forwardChain(i), nfproto(unix.NFPROTO_IPV6), saddr(true), b.anonPrefixSet(true, allow6), verdict(expr.VerdictAccept))
 		}
-		b.rule(forwardChain(i), goTo(chainRefuse))
+		b.rule(forwardChain(i), goTo(reasonChain(refusal.ForwardSource)))
 	}
 	b.rule(chainInput, iifLo(), verdict(expr.VerdictAccept))
 	b.rule(chainInput, saddrIn(vm.v4, false), goTo(chainVMInput))
@@ -288,7 +369,7 @@ func (b *builder) input(s Spec, vm vmSets) {
 	b.rule(chainVMInput, l4proto(unix.IPPROTO_UDP), b.thDportIn(67, 547), verdict(expr.VerdictAccept)) // DHCPv4, DHCPv6 servers
 	b.rule(chainVMInput, l4proto(unix.IPPROTO_ICMPV6), b.icmp6TypeIn(
 		ndRouterSolicit, ndNeighborSolicit, ndNeighborAdvert), verdict(expr.VerdictAccept))
-	b.rule(chainVMInput, goTo(chainRefuse))
+	b.rule(chainVMInput, goTo(reasonChain(refusal.Host)))
 }
 
 // listenMatch matches a forward's listen address: 0.0.0.0 any IPv4 address, :: any address.
@@ -312,13 +393,13 @@ func listenMatch(a netip.Addr) []expr.Any {
 // not redirected, so the router cannot proxy it.
 func (b *builder) forward(s Spec, vm vmSets) {
 	b.rule(chainForward, jump(chainAntispoof))
-	b.rule(chainForward, saddrIn(vm.v4, false), goTo(chainRefuse))
-	b.rule(chainForward, saddrIn(vm.v6, true), goTo(chainRefuse))
-	b.rule(chainForward, daddrIn(vm.v4, false), counter(), verdict(expr.VerdictDrop))
-	b.rule(chainForward, daddrIn(vm.v6, true), counter(), verdict(expr.VerdictDrop))
+	b.rule(chainForward, saddrIn(vm.v4, false), goTo(chainRefuseGuest))
+	b.rule(chainForward, saddrIn(vm.v6, true), goTo(chainRefuseGuest))
+	b.rule(chainForward, daddrIn(vm.v4, false), counter(), goTo(reasonChain(refusal.ToGuest)))
+	b.rule(chainForward, daddrIn(vm.v6, true), counter(), goTo(reasonChain(refusal.ToGuest)))
 	for _, i := range s.VMInterfaces {
-		b.rule(chainForward, ifname(expr.MetaKeyIIFNAME, i), goTo(chainRefuse))
-		b.rule(chainForward, ifname(expr.MetaKeyOIFNAME, i), counter(), verdict(expr.VerdictDrop))
+		b.rule(chainForward, ifname(expr.MetaKeyIIFNAME, i), goTo(chainRefuseGuest))
+		b.rule(chainForward, ifname(expr.MetaKeyOIFNAME, i), counter(), goTo(reasonChain(refusal.ToGuest)))
 	}
 }
 
@@ -339,6 +420,33 @@ func ifname(key expr.MetaKey, name string) []expr.Any {
 func iifLo() []expr.Any { return metaEq(expr.MetaKeyIIF, native32(loopbackIfindex)) }
 
 func forwardChain(i int) string { return fmt.Sprintf("forward_%d", i) }
+
+// kernelReasons are the refusals the table counts, each in a chain and a named counter of
+// its own.
+var kernelReasons = []refusal.Reason{
+	refusal.Host, refusal.ForwardSource, refusal.DNS, refusal.GuestUDP, refusal.ICMP,
+	refusal.NotCarried, refusal.LocalUDP, refusal.Spoofed, refusal.ToGuest,
+}
+
+// reasonChain is the chain of refusal reason r: "refuse_guest_udp".
+func reasonChain(r refusal.Reason) string {
+	return "refuse_" + strings.ReplaceAll(r.String(), "-", "_")
+}
+
+// CounterName is the named counter of refusal reason r in the table: "refused_guest_udp"
+// (`nft list counters table inet router`).
+func CounterName(r refusal.Reason) string {
+	return "refused_" + strings.ReplaceAll(r.String(), "-", "_")
+}
+
+const (
+	objCounter = 1 // NFT_OBJECT_COUNTER
+	// logRate bounds the refusals of one reason sent to the daemon per second (and the
+	// burst): enough to keep the latest few, too few for a flood to cost anything.
+	logRate = 20
+	// logSnaplen is how much of a refused packet NFLOG copies: the IP header and the ports.
+	logSnaplen = 80
+)
 
 // loopbackIfindex is the index of lo, the first interface of every network namespace.
 const loopbackIfindex = 1

@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"runtime"
 	"syscall"
+
+	"github.com/agentcage/router/refusal"
 )
 
 // errUnsupported is what every operation of this package returns off Linux.
@@ -40,3 +42,8 @@ func MarkControl(mark uint32) func(network, address string, c syscall.RawConn) e
 
 // SetMark is Linux only; elsewhere it returns an error wrapping errors.ErrUnsupported.
 func SetMark(c syscall.RawConn, mark uint32) error { return errUnsupported("set mark") }
+
+// Refusals is Linux only; elsewhere it returns an error wrapping errors.ErrUnsupported.
+func Refusals(table string, opts ...Option) (map[refusal.Reason]uint64, error) {
+	return nil, errUnsupported("refusals")
+}

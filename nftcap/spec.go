@@ -46,6 +46,10 @@ type Spec struct {
 	// Mark is the SO_MARK the router puts on its own sockets (see MarkControl): packets
 	// carrying it are never captured. Required when Local.
 	Mark uint32
+	// LogGroup, when not 0, is the NFLOG group the refusals go to (a few a second per
+	// reason, with their headers; see package nflog). The named counters count every
+	// refusal either way.
+	LogGroup uint16
 }
 
 // Forward is one host service reachable from the VM networks.

@@ -30,12 +30,16 @@ const (
 	DoT                         // DNS over TLS/QUIC that would have left direct
 	UpstreamDown                // the proxy the flow was decided for could not be reached
 	GuestUDP                    // UDP from the cage that is not DNS and is not proxied
-	ICMP                        // ICMP from the cage (the router cannot carry it)
+	ICMP                        // ICMP from the cage, or from this host with local capture (the router cannot carry it)
 	IPv6                        // IPv6 from the cage when IPv6 is not captured
 	ForwardSource               // a forward (or inbound proxy) connection from a source it does not allow
 	DNS                         // a DNS query refused (a name that is an IP literal, a refused type, over limits)
 	Capture                     // a capture fault: a connection that should never have reached the listener
 	Limit                       // over a limit (flow set-ups, descriptors): refused to keep the others going
+	Spoofed                     // a new flow from the cage whose source address does not route back where it came from
+	LocalUDP                    // this host's own UDP, with local capture (the router cannot carry it)
+	NotCarried                  // from the cage, what the router cannot carry: protocols other than TCP, UDP and ICMP, TCP to link-local or multicast destinations
+	ToGuest                     // a connection from outside into a VM network, which the host does not forward
 	numReasons
 )
 
@@ -53,6 +57,10 @@ var names = [numReasons]string{
 	DNS:           "dns",
 	Capture:       "capture-fault",
 	Limit:         "limit",
+	Spoofed:       "spoofed-source",
+	LocalUDP:      "local-udp",
+	NotCarried:    "not-carried",
+	ToGuest:       "to-guest",
 }
 
 // String is the reason's name in status, logs and metrics labels: lower case, with dashes.
@@ -142,11 +150,47 @@ func (b *Book) Add(r Reason, e Event) {
 		e.At = time.Now()
 	}
 	b.mu.Lock()
-	g := &b.rings[r]
+	b.rings[r].add(e)
+	b.mu.Unlock()
+}
+
+// Note keeps e in r's ring without counting it: for refusals counted elsewhere (the
+// kernel's counters), whose events arrive apart and maybe not all of them.
+func (b *Book) Note(r Reason, e Event) {
+	if r >= numReasons {
+		return
+	}
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	b.mu.Lock()
+	b.rings[r].add(e)
+	b.mu.Unlock()
+}
+
+// Recent returns r's latest events, newest first.
+func (b *Book) Recent(r Reason) []Event {
+	if r >= numReasons {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rings[r].events()
+}
+
+func (g *ring) add(e Event) {
 	g.ev[g.next] = e
 	g.next = (g.next + 1) % RingSize
 	g.n = min(g.n+1, RingSize)
-	b.mu.Unlock()
+}
+
+// events returns the ring's events, newest first.
+func (g *ring) events() []Event {
+	out := make([]Event, 0, g.n)
+	for i := 1; i <= g.n; i++ {
+		out = append(out, g.ev[(g.next-i+RingSize)%RingSize])
+	}
+	return out
 }
 
 // Count returns the refusals counted for r.
@@ -168,12 +212,7 @@ func (b *Book) Snapshot() []Stat {
 		if n == 0 {
 			continue
 		}
-		g := &b.rings[r]
-		recent := make([]Event, 0, g.n)
-		for i := 1; i <= g.n; i++ {
-			recent = append(recent, g.ev[(g.next-i+RingSize)%RingSize])
-		}
-		out = append(out, Stat{Reason: r, Count: n, Recent: recent})
+		out = append(out, Stat{Reason: r, Count: n, Recent: b.rings[r].events()})
 	}
 	return out
 }
