@@ -7,6 +7,8 @@ import (
 	"net/netip"
 
 	mdns "github.com/miekg/dns"
+
+	"github.com/agentcage/router/refusal"
 )
 
 // Handle answers req from an unknown source: HandleFrom with the zero Source, so every such
@@ -81,6 +83,7 @@ func (s *Server) answer(ctx context.Context, k sourceKey, q mdns.Question, m *md
 	// Answers that never leave the process.
 	if IsIPLiteral(q.Name) {
 		s.tally.add(evLiteral, k.String(), func() string { return mdns.Type(q.Qtype).String() + " " + q.Name })
+		s.refused(refusal.DNS, k, name)
 		s.negative(m, mdns.RcodeNameError)
 		return
 	}
@@ -141,6 +144,7 @@ func (s *Server) answer(ctx context.Context, k sourceKey, q mdns.Question, m *md
 		g := s.pool.assign(name, k)
 		if !g.ok {
 			s.tally.add(evPoolFull, k.String(), func() string { return name })
+			s.refused(refusal.Limit, k, name)
 			m.Rcode = mdns.RcodeServerFailure
 			return
 		}
@@ -198,6 +202,7 @@ func (s *Server) answerRelayed(ctx context.Context, k sourceKey, q mdns.Question
 		ev := evRelayFailed
 		if errors.Is(err, errBusy) {
 			ev = evBusy
+			s.refused(refusal.Limit, k, name)
 		}
 		s.tally.add(ev, k.String(), func() string { return mdns.Type(q.Qtype).String() + " " + name + ": " + err.Error() })
 		m.Rcode = mdns.RcodeServerFailure
@@ -254,6 +259,7 @@ func (s *Server) answerDirect(ctx context.Context, src sourceKey, q mdns.Questio
 	if !ok {
 		if !s.inflight.enter(src) {
 			s.tally.add(evBusy, src.String(), func() string { return mdns.Type(q.Qtype).String() + " " + name + ": " + errBusy.Error() })
+			s.refused(refusal.Limit, src, name)
 			m.Rcode = mdns.RcodeServerFailure
 			return
 		}

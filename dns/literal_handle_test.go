@@ -3,9 +3,12 @@ package dns
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"testing"
 
 	mdns "github.com/miekg/dns"
+
+	"github.com/agentcage/router/refusal"
 )
 
 // literalNames are address literals as a guest's resolver library could send them.
@@ -110,5 +113,26 @@ func TestPoolReverseNames(t *testing.T) {
 	}
 	if n := z.totalQueries(); n != 0 {
 		t.Errorf("the resolver was asked %d times, want 0", n)
+	}
+}
+
+// TestIPLiteralRefusalsCounted: each literal query counts as a DNS refusal in the Book, with
+// its source and name.
+func TestIPLiteralRefusalsCounted(t *testing.T) {
+	var book refusal.Book
+	s, err := New(Config{}, Dialers{Refusals: &book}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := Source{Addr: netip.MustParseAddr("10.0.2.15"), App: "VBoxHeadless.exe"}
+	s.HandleFrom(context.Background(), src, query("127.0.0.1.", mdns.TypeA))
+	s.HandleFrom(context.Background(), src, query("example.com.", mdns.TypeA))
+	st := book.Snapshot()
+	if len(st) != 1 || st[0].Reason != refusal.DNS || st[0].Count != 1 {
+		t.Fatalf("refusals = %+v, want one dns", st)
+	}
+	e := st[0].Recent[0]
+	if e.Src.Addr() != src.Addr || !strings.EqualFold(e.App, src.App) || e.Host != "127.0.0.1" {
+		t.Errorf("event = %+v", e)
 	}
 }

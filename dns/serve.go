@@ -8,6 +8,8 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
+
+	"github.com/agentcage/router/refusal"
 )
 
 // maxUDPReply is the largest reply req may get over UDP: 512 without EDNS0, else the
@@ -128,6 +130,9 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) 
 				return
 			}
 			s.tally.add(ev, k.String(), nil)
+			if ev == evTCPRefused {
+				s.refused(refusal.Limit, k, "")
+			}
 		})
 		idle := s.tcpIdle
 		add(&mdns.Server{Listener: ln, MaxTCPQueries: -1, ReadTimeout: s.tcpFirstRead,

@@ -74,6 +74,7 @@ import (
 	mdns "github.com/miekg/dns"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/refusal"
 )
 
 // Mode selects how queries are answered.
@@ -153,8 +154,13 @@ type Config struct {
 // DialFunc dials addr ("host:port") on network ("tcp" or "udp").
 type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
-// Dialers are the ways out that the router gives the server.
+// Dialers are the ways out that the router gives the server, and where it counts what it
+// refuses.
 type Dialers struct {
+	// Refusals, when not nil, counts the queries the server refuses: a name that is an IP
+	// literal (refusal.DNS), and queries or TCP connections over a source's limits or with
+	// the pool full (refusal.Limit).
+	Refusals *refusal.Book
 	// Proxy connects to addr through the SOCKS5 upstream (TCP only). Required in ModeProxy;
 	// nil in ModeFakeIP means types other than A are answered NODATA and ResolveViaProxy fails.
 	Proxy DialFunc
@@ -184,6 +190,7 @@ type Server struct {
 	proxy      *tcpUpstream // nil when Dialers.Proxy is nil
 	dialDirect DialFunc
 	directAddr string
+	book       *refusal.Book // nil: refusals are only summed up in the log
 
 	cache *answerCache
 	seen  *seenAddrs
@@ -289,7 +296,20 @@ func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
 	if d.Proxy != nil {
 		s.proxy = newTCPUpstream(d.Proxy, cfg.Resolver, cfg.Now)
 	}
+	s.book = d.Refusals
 	return s, nil
+}
+
+// refused counts a refused query (or TCP connection) of source k, for name when there is one.
+func (s *Server) refused(why refusal.Reason, k sourceKey, name string) {
+	if s.book == nil {
+		return
+	}
+	e := refusal.Event{Host: name, App: k.app}
+	if k.prefix.IsValid() {
+		e.Src = netip.AddrPortFrom(k.prefix.Addr(), 0)
+	}
+	s.book.Add(why, e)
 }
 
 // checkPool checks what the pool's allocator needs; where a pool may lie is conf's check.
