@@ -136,10 +136,17 @@ func newScene(t *testing.T, cfg string) *scene {
 // newLab builds the lab and writes cfg, without starting a router.
 func newLab(t *testing.T, cfg string) *scene {
 	t.Helper()
+	return newLabWith(t, cfg, lab.Options{})
+}
+
+// newLabWith is newLab with lab options (go-socks5's credentials); Logf is the test's.
+func newLabWith(t *testing.T, cfg string, opts lab.Options) *scene {
+	t.Helper()
 	roottest.Require(t, tools...)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	l, err := lab.New(ctx, lab.Options{Logf: t.Logf})
+	opts.Logf = t.Logf
+	l, err := lab.New(ctx, opts)
 	if err != nil {
 		t.Fatalf("lab: %v", err)
 	}

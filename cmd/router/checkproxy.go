@@ -83,15 +83,23 @@ func cmdCheckProxy(args []string, stdout, stderr io.Writer) int {
 			}
 			took := ""
 			if s.Took > 0 {
-				took = fmt.Sprintf(" (%v)", s.Took.Round(time.Millisecond))
+				took = " (" + roundTook(s.Took) + ")"
 			}
 			fmt.Fprintf(stdout, "  %-5s %s %s%s\n", s.Name, mark, s.Detail, took)
 		}
 		if r.OK() {
-			fmt.Fprintf(stdout, "  => ok: exit %s, connect through it %v\n", r.Exit, r.Latency.Round(time.Millisecond))
+			fmt.Fprintf(stdout, "  => ok: exit %s, connect through it %s\n", r.Exit, roundTook(r.Latency))
 		} else {
 			fmt.Fprintf(stdout, "  => FAILED: %s\n", r.Error)
 		}
 	}
 	return code
+}
+
+// roundTook rounds a duration for reading: to the millisecond, or the microsecond below one.
+func roundTook(d time.Duration) string {
+	if d < time.Millisecond {
+		return d.Round(time.Microsecond).String()
+	}
+	return d.Round(time.Millisecond).String()
 }
