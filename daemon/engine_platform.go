@@ -85,9 +85,10 @@ func newEnginePlatform(log *slog.Logger, deps engineDeps) *enginePlatform {
 }
 
 // Env: this machine's addresses, and the known hypervisors' images, caged whatever the
-// config says (the guard blocks them too).
+// config says (the guard blocks them too). Scoped: with local = false the engine leaves
+// this host's own uncaged flows alone.
 func (p *enginePlatform) Env() policy.Env {
-	return policy.Env{HostAddr: p.host.Has, CagedApps: KnownHypervisorApps("windows")}
+	return policy.Env{HostAddr: p.host.Has, CagedApps: KnownHypervisorApps("windows"), Scoped: true}
 }
 
 // KnownHypervisorApps are the images of every hypervisor preset on goos that NATs in user

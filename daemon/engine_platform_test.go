@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -156,7 +157,7 @@ func TestWindowsDaemonExitsOnCaptureFailure(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				done <- Run(ctx, Options{ConfigPath: sc.path, Platform: windowsTestPlatform{s.p}, Ready: ready, Grace: time.Second,
-					Load: func(path string) (*conf.Config, error) { return conf.Load(path, conf.Options{OS: "windows"}) }})
+					Load: loadForWindows})
 			}()
 			select {
 			case <-ready:
@@ -195,3 +196,13 @@ func TestWindowsDaemonExitsOnCaptureFailure(t *testing.T) {
 type windowsTestPlatform struct{ *enginePlatform }
 
 func (windowsTestPlatform) Resolver() (string, error) { return "", errors.New("no resolver") }
+
+// loadForWindows reads a scene's config for Windows, where a VM network is a cage subnet (an
+// internal switch): no capture there sees one otherwise.
+func loadForWindows(path string) (*conf.Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return conf.Parse(path, []byte(strings.ReplaceAll(string(data), "vm_networks", "cage_subnets")), conf.Options{OS: "windows"})
+}

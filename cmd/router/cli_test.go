@@ -67,7 +67,7 @@ func TestExplain(t *testing.T) {
 		t.Errorf("json: %v %+v", err, o)
 	}
 	out, _, _ = run(t, "explain", "--os", "windows", "--config", specConfig, "--network", "udp", "--src", "10.0.2.15", "--dst", "203.0.113.10:443")
-	if !strings.Contains(strings.Join(strings.Fields(out), " "), `rule #2 "hypervisor" no: caged: the flow is not caged`) {
+	if !strings.Contains(strings.Join(strings.Fields(out), " "), `verdict: direct, by the implicit step (not caged: this host's own)`) {
 		t.Errorf("host flow:\n%s", out)
 	}
 	out, _, _ = run(t, "explain", "--os", "windows", "--config", specConfig, "--from-vm", "--src", "10.0.2.15", "--dst", "203.0.113.10:443")
