@@ -120,7 +120,7 @@ func (p *enginePlatform) Failed() <-chan error { return p.failed }
 
 // GuardPlan is the WFP guard a config asks for on this machine: the caged apps (the apps of
 // proxy and block rules, the presets' and the known hypervisors' images) resolved to
-// executables, the router's ports and forwards. Names no executable answers to are
+// executables, the router's ports and forwards, the DNS scope and the cage subnets. Names no executable answers to are
 // returned: the capture still cages them by name, the guard cannot.
 func GuardPlan(cfg *conf.Config, m guard.Machine, router, service string) (guard.Plan, []string, error) {
 	var names []string
@@ -144,7 +144,12 @@ func GuardPlan(cfg *conf.Config, m guard.Machine, router, service string) (guard
 		Router:    router,
 		Service:   service,
 		Listeners: []uint16{cfg.Capture.ListenerPort},
-		Local:     cfg.Capture.Local,
+		// The router answers every process's DNS only with [dns] capture = "all": then
+		// no other process may reach a resolver itself.
+		DNSAll: cfg.DNS.Capture == conf.DNSCaptureAll,
+		// A Hyper-V internal switch's guests have no way out but the router's inbound and
+		// forwards: the guard forbids forwarding anything from them, in every state.
+		CageSubnets: cfg.Capture.CageSubnets,
 	}
 	if cfg.Capture.DNSPort != 0 {
 		env.DNSPorts = []uint16{cfg.Capture.DNSPort}

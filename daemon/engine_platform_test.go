@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/wfp"
+	"github.com/agentcage/router/wfp/guard"
 	"github.com/agentcage/router/wfp/wfptest"
 	"github.com/agentcage/router/windivert"
 	"github.com/agentcage/router/windivert/windiverttest"
@@ -205,4 +209,74 @@ func loadForWindows(path string) (*conf.Config, error) {
 		return nil, err
 	}
 	return conf.Parse(path, []byte(strings.ReplaceAll(string(data), "vm_networks", "cage_subnets")), conf.Options{OS: "windows"})
+}
+
+// TestGuardPlanCageSubnets: a Hyper-V internal switch's subnet in [capture] cage_subnets
+// reaches the guard, and nothing from it is forwarded in any state: installed, at boot,
+// while the router runs, after a crash; another subnet is not the guard's business.
+func TestGuardPlanCageSubnets(t *testing.T) {
+	cfg, err := conf.Parse("hyperv.toml", []byte(`
+[capture]
+hypervisors = ["hyperv"]
+cage_subnets = ["192.168.200.0/24", "fd00:c0de::/64"]
+[[forward]]
+listen = "192.168.200.1:47831"
+connect = "127.0.0.1:47831"
+allow = ["192.168.200.0/24"]
+`), conf.Options{OS: "windows"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(cfg.Capture.VMNetworks, netip.MustParsePrefix("192.168.200.0/24")) {
+		t.Errorf("VM networks %v lack the cage subnet", cfg.Capture.VMNetworks)
+	}
+	plan, _, err := GuardPlan(cfg, machine{}, `C:\Program Files\router\router.exe`, "router")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := wfptest.New()
+	eng.WindowsFirewall()
+	ap := netip.MustParseAddrPort
+	caged := []wfptest.Flow{
+		{Dir: wfptest.Forwarded, Proto: wfp.ProtoTCP, Local: ap("192.168.200.10:40000"), Remote: ap("203.0.113.10:443")},
+		{Dir: wfptest.Forwarded, Proto: wfp.ProtoUDP, Local: ap("192.168.200.10:40000"), Remote: ap("8.8.8.8:53")},
+		{Dir: wfptest.Forwarded, Proto: wfp.ProtoICMP, Local: ap("192.168.200.10:0"), Remote: ap("8.8.8.8:0")},
+		{Dir: wfptest.Forwarded, Proto: wfp.ProtoTCP, Local: ap("[fd00:c0de::10]:40000"), Remote: ap("[2001:db8::1]:443")},
+	}
+	other := wfptest.Flow{Dir: wfptest.Forwarded, Proto: wfp.ProtoTCP, Local: ap("172.30.16.5:40000"), Remote: ap("203.0.113.10:443")}
+	check := func(state string) {
+		t.Helper()
+		for _, f := range caged {
+			if v := eng.Classify(f); v.Action != wfp.Block {
+				t.Errorf("%s: %v: %v, want block", state, f, v)
+			}
+		}
+		if v := eng.Classify(other); v.Action != wfp.Permit {
+			t.Errorf("%s: %v: %v, want permit (not a cage subnet)", state, other, v)
+		}
+	}
+	if v := eng.Classify(caged[0]); v.Action != wfp.Permit {
+		t.Fatalf("before the guard: %v; the fake engine should forward by default", v)
+	}
+	p := eng.Process("router service install")
+	if _, err := guard.New(p, nil).Install(plan); err != nil {
+		t.Fatal(err)
+	}
+	p.Exit()
+	check("installed")
+	eng.Reboot()
+	check("boot")
+	eng.Boot()
+	check("booted")
+	p = eng.Process("router")
+	g := guard.New(p, nil)
+	if _, err := g.Install(plan); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Arm(); err != nil {
+		t.Fatal(err)
+	}
+	check("armed")
+	p.Exit()
+	check("crashed")
 }

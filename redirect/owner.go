@@ -9,7 +9,7 @@ import (
 // needInfo reports whether the rules need more than f's PID to decide.
 func (e *Engine) needInfo(pol *policy.Policy, f *flow) bool {
 	if f.ownerKnown || (f.pidKnown && e.own[f.pid]) || !pol.NeedsOwner(&policy.Flow{Src: f.key.src.Addr()}) ||
-		f.key.dst.Port() == 53 { // DNS is answered whoever asks; only the PID (own or not) matters
+		f.key.dst.Port() == 53 && pol.DNSAll() { // every process's DNS is answered: only the PID (own or not) matters
 		return false
 	}
 	if f.pidKnown {

@@ -52,7 +52,7 @@ func probes(local bool) []probe {
 		{"vbox to a public 443", out(vboxVM, wfp.ProtoTCP, public), B, B, P, P},
 		{"vbox to 8.8.8.8:53/udp", out(vboxVM, wfp.ProtoUDP, ap("8.8.8.8:53")), B, B, P, P},
 		{"vbox to a public v6 443", out(vboxVM, wfp.ProtoTCP, ap("[2001:db8::1]:443")), B, B, P, P},
-		{"vbox ping", out(vboxVM, wfp.ProtoICMP, ap("8.8.8.8:0")), B, B, P, P},
+		{"vbox ping", out(vboxVM, wfp.ProtoICMP, ap("8.8.8.8:0")), B, B, B, P},
 		{"vbox to the model 127.0.0.1:47831", out(vboxVM, wfp.ProtoTCP, ap("127.0.0.1:47831")), P, B, P, P},
 		{"vbox to 127.0.0.1:22", out(vboxVM, wfp.ProtoTCP, ap("127.0.0.1:22")), B, B, B, P},
 		{"vbox to the host's LAN address :445", out(vboxVM, wfp.ProtoTCP, netip.AddrPortFrom(hostLAN, 445)), B, B, B, P},
@@ -69,6 +69,8 @@ func probes(local bool) []probe {
 		{"chrome to a public 443", out(chrome, wfp.ProtoTCP, public), P, P, P, P},
 		{"chrome to the host's LAN address :445", out(chrome, wfp.ProtoTCP, netip.AddrPortFrom(hostLAN, 445)), P, P, P, P},
 		{"chrome to 127.0.0.1:22", out(chrome, wfp.ProtoTCP, ap("127.0.0.1:22")), P, P, P, P},
+		{"vbox ping v6", out(vboxVM, wfp.ProtoICMPv6, ap("[2001:db8::1]:0")), B, B, B, P},
+		{"chrome ping", out(chrome, wfp.ProtoICMP, ap("8.8.8.8:0")), P, P, P, P},
 	}
 }
 
@@ -111,7 +113,7 @@ func TestScenario(t *testing.T) {
 		t.Run(fmt.Sprintf("local=%v", local), func(t *testing.T) {
 			eng := newMachine()
 			env := baseEnv()
-			env.Local = local
+			env.DNSAll = local
 			ps := probes(local)
 			plan := mustPlan(t, env)
 
@@ -410,7 +412,7 @@ func TestDisarmWithFailingEngine(t *testing.T) {
 func TestReinstallReplaces(t *testing.T) {
 	eng := newMachine()
 	g := New(eng, nil)
-	old := mustPlan(t, Env{CagedApps: []string{vboxVM}, Router: routerExe, Local: true})
+	old := mustPlan(t, Env{CagedApps: []string{vboxVM}, Router: routerExe, DNSAll: true})
 	old.Sublayer.Weight = 0x100
 	if _, err := g.Install(old); err != nil {
 		t.Fatal(err)
