@@ -42,6 +42,9 @@ type enginePlatform struct {
 	deps engineDeps
 	host hostAddrs
 
+	portsOnce sync.Once
+	ports     OwnPorts // nil: none reserved; set once by ownPorts
+
 	mu      sync.Mutex
 	guard   *guard.Guard
 	unlock  func()
@@ -75,6 +78,9 @@ type engineDeps struct {
 	Connections func() ([]redirect.Conn, error)
 	// OwnPID is the router's process.
 	OwnPID uint32
+	// ReservePorts reserves the source ports of the router's own sockets (nil, or an
+	// error: none are; its flows are then told by OwnPID, each packet crossing user mode).
+	ReservePorts func() (OwnPorts, error)
 }
 
 func newEnginePlatform(log *slog.Logger, deps engineDeps) *enginePlatform {
@@ -110,6 +116,11 @@ func KnownHypervisorApps(goos string) []rules.App {
 	}
 	return out
 }
+
+// UDPDNSHost is loopback (DNSBinder): the engine answers captured UDP queries in process,
+// so the UDP socket serves this host's own tools only; on [::] it would answer the LAN, and
+// in proxy mode relay strangers' queries through the user's proxy.
+func (p *enginePlatform) UDPDNSHost() string { return "127.0.0.1" }
 
 // FromVM is nil: VM traffic reaches the engine as a hypervisor process's (an app).
 func (p *enginePlatform) FromVM() func(netip.Addr) bool { return nil }
@@ -227,6 +238,21 @@ func literalUpstreams(cfg *conf.Config) []netip.AddrPort {
 	return out
 }
 
+// exclusions are the router's own endpoints the filters leave out: its literal upstreams,
+// its reserved source ports, and the forwards' listen addresses (their answers to guests).
+// Forwards added by a reload are caught by the filter until the next start: their packets
+// then cross user mode and pass as a served connection.
+func (p *enginePlatform) exclusions(cfg *conf.Config, ups []netip.AddrPort) windivert.Exclusions {
+	ex := windivert.Exclusions{Upstreams: ups}
+	if ports := p.ownPorts(); ports != nil {
+		ex.SrcPorts = ports.Ranges()
+	}
+	for _, f := range cfg.Forwards {
+		ex.Servers = append(ex.Servers, f.Listen)
+	}
+	return ex
+}
+
 // startEngine opens WinDivert and runs the engine; it is called with p.mu held.
 func (p *enginePlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv *dns.Server) error {
 	drv, release, err := p.deps.LoadDriver()
@@ -237,7 +263,7 @@ func (p *enginePlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv *
 	dev, err := redirect.OpenWinDivert(drv, redirect.WinDivertConfig{
 		ListenerPort: cfg.Capture.ListenerPort,
 		DNSPort:      cfg.Capture.DNSPort,
-		Exclusions:   windivert.Exclusions{Upstreams: ups},
+		Exclusions:   p.exclusions(cfg, ups),
 	})
 	if err != nil {
 		release()
@@ -405,9 +431,35 @@ func (p *enginePlatform) Original(c *net.TCPConn) (netip.AddrPort, netip.AddrPor
 	return eng.Original(c)
 }
 
-// Control is nil: the router's own sockets are told by its PID, not marked.
+// ownPorts reserves the router's source ports on first use; nil when none could be.
+func (p *enginePlatform) ownPorts() OwnPorts {
+	p.portsOnce.Do(func() {
+		if p.deps.ReservePorts == nil {
+			return
+		}
+		ports, err := p.deps.ReservePorts()
+		if err != nil {
+			p.log.Warn("no source ports reserved for the router's own sockets: the capture tells them by the router's PID, and their packets cross user mode", "err", err)
+			return
+		}
+		p.ports = ports
+		p.log.Debug("source ports reserved for the router's own sockets", "ranges", fmt.Sprint(ports.Ranges()))
+	})
+	return p.ports
+}
+
+// Control makes the router's outbound sockets take their source ports from the reserved
+// ranges, which the capture's filters leave out (nil when none are reserved: the router's
+// sockets are then told by its PID). The mark is Linux's.
 func (p *enginePlatform) Control(uint32) func(network, address string, c syscall.RawConn) error {
-	return nil
+	ports := p.ownPorts()
+	if ports == nil {
+		return nil
+	}
+	var warned sync.Once
+	return ownControl(ports, p.host.Has, func(err error) {
+		warned.Do(func() { p.log.Warn("a socket of the router got no reserved port", "err", err) })
+	})
 }
 
 func (p *enginePlatform) Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error) {

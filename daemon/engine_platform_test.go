@@ -10,6 +10,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -279,4 +281,66 @@ allow = ["192.168.200.0/24"]
 	check("armed")
 	p.Exit()
 	check("crashed")
+}
+
+// fakePorts is a reservation in memory: it records the networks of the sockets it served.
+type fakePorts struct {
+	mu   sync.Mutex
+	nets []string
+}
+
+func (f *fakePorts) Ranges() []windivert.PortRange {
+	return []windivert.PortRange{{Lo: 61000, Hi: 61999}, {Lo: 62000, Hi: 62099}}
+}
+
+func (f *fakePorts) Reserve(network string, _ syscall.RawConn) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nets = append(f.nets, network)
+	return nil
+}
+
+// TestOwnPortsAndServers: the router's reserved source ports and the forwards' listen
+// addresses are out of the capture's filters, and only sockets that dial out of this
+// machine take a reserved port (a listener binds its own, a dial to this machine is never
+// captured).
+func TestOwnPortsAndServers(t *testing.T) {
+	s := newWindowsScene(t)
+	fp := &fakePorts{}
+	s.p.deps.ReservePorts = func() (OwnPorts, error) { return fp, nil }
+	s.p.host.list = func() ([]netip.Addr, error) { return []netip.Addr{netip.MustParseAddr("192.168.56.1")}, nil }
+	ctl := s.p.Control(0)
+	if ctl == nil {
+		t.Fatal("no Control with reserved ports")
+	}
+	for _, c := range []struct {
+		network, address string
+		reserved         bool
+	}{
+		{"tcp4", "198.51.100.1:1080", true},      // the proxy
+		{"udp4", "1.1.1.1:53", true},             // a DNS upstream
+		{"tcp6", "[2001:db8::1]:443", true},      // a direct dial
+		{"tcp", "[::]:47100", false},             // the transparent listener
+		{"tcp4", "192.168.56.1:47831", false},    // a forward's listener
+		{"tcp4", "127.0.0.1:47831", false},       // the forward's target on loopback
+		{"udp", "127.0.0.1:47153", false},        // the DNS socket
+		{"tcp4", "192.168.56.1:8080", false},     // this machine
+		{"tcp4", "[::ffff:127.0.0.1]:80", false}, // mapped loopback
+	} {
+		before := len(fp.nets)
+		if err := ctl(c.network, c.address, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(fp.nets) > before; got != c.reserved {
+			t.Errorf("%s %s: reserved %v, want %v", c.network, c.address, got, c.reserved)
+		}
+	}
+	cfg := parse(t, base)
+	ex := s.p.exclusions(cfg, literalUpstreams(cfg))
+	f := ex.Filter().String()
+	for _, want := range []string{"localPort < 61000 or localPort > 61999", "localPort < 62000 or localPort > 62099", "!tcp or localPort != 47831 or localAddr != 10.0.2.2", "198.51.100.1"} {
+		if !strings.Contains(f, want) {
+			t.Errorf("exclusions %q lack %q", f, want)
+		}
+	}
 }

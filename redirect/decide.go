@@ -85,13 +85,22 @@ func (e *Engine) verdictLocked(pol *policy.Policy, f *flow) action {
 	if f.ownerKnown {
 		pf.App, pf.AppPath, pf.Services = f.owner.Name, f.owner.Path, f.owner.Services
 	}
+	if isICMP(k.proto) {
+		pf.Network, pf.Port = rules.AnyNetwork, 0
+		d := pol.DecideICMP(&pf)
+		f.verdict, f.caged = d.Verdict, d.Caged
+		if d.Action == rules.Direct {
+			return actPass
+		}
+		return actDrop
+	}
 	if e.opts.Names != nil {
 		if n, ok := e.opts.Names.NameFor(k.dst.Addr()); ok {
 			pf.Host = n
 		}
 	}
 	d := pol.Decide(&pf)
-	f.verdict = d.Verdict
+	f.verdict, f.caged = d.Verdict, d.Caged
 	switch {
 	case d.Step == policy.StepDNS && !tcp:
 		if e.opts.DNS == nil {

@@ -128,6 +128,7 @@ type Engine struct {
 	workers  sync.WaitGroup
 	running  atomic.Bool
 	closeDev sync.Once
+	ob       outbox // inputBatch's sends, owned by the goroutine that calls it
 
 	mu       sync.Mutex
 	flows    map[flowKey]*flow        // every entry, by original 5-tuple
@@ -306,9 +307,13 @@ func (e *Engine) readEvents(done <-chan struct{}) {
 	}
 }
 
-// inputBatch handles packets that lie back to back in b, with their metadata.
+// inputBatch handles packets that lie back to back in b, with their metadata, and sends
+// what they give before it returns (one WriteBatch on a BatchDevice). One goroutine at a
+// time calls it (Run's; tests call it directly): e.ob is its scratch.
 func (e *Engine) inputBatch(b []byte, metas []Meta) {
 	now := e.now()
+	ob := &e.ob
+	defer e.flush(ob)
 	for _, m := range metas {
 		if len(b) == 0 {
 			return
@@ -321,7 +326,7 @@ func (e *Engine) inputBatch(b []byte, metas []Meta) {
 			e.log.Debug("unparsable packet dropped", "err", err, "bytes", len(b))
 			return
 		}
-		e.input(p, m, now)
+		e.input(ob, p, m, now)
 		b = b[p.Len():]
 	}
 }

@@ -40,7 +40,7 @@ func (e *Engine) sweepLocked(now int64) {
 		switch {
 		case f.state == statePending:
 			expired = now-f.created > pendingMax+int64(e.opts.EventWait)
-		case f.key.proto == packet.ProtoUDP:
+		case f.key.proto != packet.ProtoTCP: // UDP, ICMP
 			expired = age > udpIdle
 		case f.closing:
 			expired = age > linger

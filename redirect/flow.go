@@ -65,6 +65,7 @@ type flow struct {
 	owner      proc.Info
 	ownerKnown bool
 	verdict    rules.Verdict
+	caged      bool // the decision found the flow caged
 
 	created, last int64 // engine time (ns)
 	closing       bool  // a RST, or a FIN each way, was seen
