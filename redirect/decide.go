@@ -26,7 +26,26 @@ func (e *Engine) decideLocked(pol *policy.Policy, f *flow, now int64) outcome {
 	if f.pidKnown && !f.ownerKnown {
 		f.owner.PID = int(f.pid) // for logs; Owner still looks the process up
 	}
+	e.unmarkPendingLocked(f)
 	act := e.verdictLocked(pol, f)
+	if act == actPass && !f.caged && !(f.pidKnown && e.own[f.pid]) {
+		// The host's own flow: it takes room in the host's share, or, for UDP and ICMP
+		// when none can be made, passes without an entry (its next datagram is decided
+		// anew); a TCP flow without room is refused.
+		if !e.admitHostLocked() {
+			if k.proto == packet.ProtoTCP {
+				e.st.tableFull.Add(1)
+				act = actRefuse
+			} else {
+				e.removeLocked(f, now)
+				e.st.passed.Add(1)
+				f.last = now
+				return outcome{act: actPass}
+			}
+		} else {
+			e.markHostLocked(f)
+		}
+	}
 	if act == actReflect {
 		lport := e.opts.ListenerPort
 		if tcp && k.dst.Port() == 53 {

@@ -9,6 +9,8 @@ func (e *Engine) removeLocked(f *flow, now int64) {
 	if e.flows[f.key] == f {
 		delete(e.flows, f.key)
 	}
+	e.unmarkPendingLocked(f)
+	e.unmarkHostLocked(f)
 	if f.state == stateReflect && e.byPeer[f.peer] == f {
 		delete(e.byPeer, f.peer)
 		if len(e.recent) < e.opts.MaxFlows {

@@ -100,8 +100,14 @@ func (e *Engine) tcp(ob *outbox, p packet.Packet, m Meta, src, dst netip.AddrPor
 		e.mu.Unlock()
 		e.apply(ob, o, p, m)
 	case fl&packet.TCPSyn != 0:
-		// SYN-ACK: the host serves a connection; it is not the engine's to redirect.
-		e.flows[key] = &flow{key: key, state: statePass, created: now, last: now}
+		// SYN-ACK: the host serves a connection; it is not the engine's to redirect. With
+		// the host's share full it passes without an entry (its later packets are then
+		// refused as unknown): the share protects the caged flows' room.
+		if len(e.flows) < e.opts.MaxFlows && e.admitHostLocked() {
+			f := &flow{key: key, state: statePass, created: now, last: now}
+			e.flows[key] = f
+			e.markHostLocked(f)
+		}
 		e.mu.Unlock()
 		e.st.passed.Add(1)
 		e.pass(ob, p.Bytes(), m)
@@ -149,13 +155,21 @@ func (e *Engine) datagram(ob *outbox, p packet.Packet, m Meta, key flowKey, now 
 func (e *Engine) newFlowLocked(key flowKey, p packet.Packet, m Meta, now int64) outcome {
 	if len(e.flows) >= e.opts.MaxFlows {
 		e.sweepLocked(now)
-		if len(e.flows) >= e.opts.MaxFlows {
+		if len(e.flows) >= e.opts.MaxFlows && !e.evictHostUDPLocked() {
 			e.st.tableFull.Add(1)
 			e.log.Debug("flow table full; new flow refused", "src", key.src, "dst", key.dst)
 			return outcome{act: actRefuse}
 		}
 	}
+	if e.pendingN >= e.opts.MaxPending {
+		// Too many flows wait for their owner: this one is dropped without an answer, so
+		// a TCP client retransmits its SYN and a UDP one its datagram.
+		e.st.tableFull.Add(1)
+		e.log.Debug("too many flows wait for their owner; new flow dropped", "src", key.src, "dst", key.dst)
+		return outcome{act: actDrop}
+	}
 	f := &flow{key: key, state: statePending, created: now, last: now}
+	e.markPendingLocked(f)
 	ek := key.evKey()
 	if ev, ok := e.events[ek]; ok {
 		delete(e.events, ek)
