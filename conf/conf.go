@@ -155,7 +155,7 @@ const (
 
 // DNS is the [dns] table.
 type DNS struct {
-	Mode        string
+	Mode string
 	// Capture is whose queries the router answers: DNSCaptureCaged or DNSCaptureAll. The
 	// default follows [capture] local: "all" with local = true, "caged" without.
 	Capture     string
