@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/agentcage/router/adapters"
 )
 
 func run(t *testing.T, args ...string) (string, string, int) {
@@ -97,5 +101,38 @@ func TestHelp(t *testing.T) {
 	}
 	if _, errOut, code := run(t, "lint", "--help"); code != exitOK || !strings.Contains(errOut, "Usage: router lint") {
 		t.Errorf("lint --help: %d %s", code, errOut)
+	}
+}
+
+// fakeAdapters is a Windows machine with the Default Switch and an internal switch.
+type fakeAdapters struct{}
+
+func (fakeAdapters) Interfaces() ([]adapters.Interface, error) {
+	f := false
+	return []adapters.Interface{
+		{Name: "Wi-Fi", Description: "Intel(R) Wi-Fi", Up: true, Prefixes: []netip.Prefix{netip.MustParsePrefix("192.168.1.10/24")}},
+		{Name: "vEthernet (Default Switch)", Description: "Hyper-V Virtual Ethernet Adapter", Up: true, Prefixes: []netip.Prefix{netip.MustParsePrefix("172.22.64.1/20")}},
+		{Name: "vEthernet (AgentCage)", Description: "Hyper-V Virtual Ethernet Adapter #2", Up: true, Prefixes: []netip.Prefix{netip.MustParsePrefix("192.168.200.1/24")}, Forwarding: &f},
+	}, nil
+}
+func (fakeAdapters) NATs() ([]netip.Prefix, error) { return nil, nil }
+func (fakeAdapters) WSL() (adapters.WSL, error)    { return adapters.WSL{}, errors.New("no WSL") }
+
+func TestAdapters(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := listAdapters(nil, &out, &errOut, fakeAdapters{}); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{"vEthernet (Default Switch)  [hyperv-default-switch, up]", "cage:        UNCAGED", "vEthernet (AgentCage)  [hyperv-switch, up]", "closed by construction"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("missing %q in:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "Wi-Fi") {
+		t.Errorf("a physical adapter is listed:\n%s", out.String())
+	}
+	out.Reset()
+	if code := listAdapters([]string{"--json"}, &out, &errOut, fakeAdapters{}); code != exitOK || !strings.Contains(out.String(), `"Kind": "hyperv-default-switch"`) {
+		t.Errorf("json: exit %d\n%s", code, out.String())
 	}
 }
