@@ -13,7 +13,7 @@ require (
 	github.com/things-go/go-socks5 v0.1.0
 	golang.org/x/net v0.59.0
 	golang.org/x/sys v0.50.0
-	golang.zx2c4.com/wireguard/windows v0.5.3
+	golang.zx2c4.com/wireguard/windows v1.1.1
 )
 
 require (
