@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -54,6 +55,7 @@ type enginePlatform struct {
 	cancel  context.CancelFunc
 	stopped chan struct{} // closed when the engine's Run returned
 	ups     []netip.AddrPort
+	udp     []windivert.PortRange // the UDP ports the filter takes (nil: all)
 	closing bool
 	failed  chan error // one failure, buffered
 }
@@ -150,7 +152,15 @@ func GuardPlan(cfg *conf.Config, m guard.Machine, router, service string) (guard
 		names = append(names, a.String())
 	}
 	apps := guard.ResolveApps(m, slices.Compact(names))
+	var cagedUDP []wfp.PortRange
+	if ports, narrow := udpScope(cfg, apps.Unresolved); narrow {
+		cagedUDP = []wfp.PortRange{}
+		for _, r := range ports {
+			cagedUDP = append(cagedUDP, wfp.PortRange{From: r.Lo, To: r.Hi})
+		}
+	}
 	env := guard.Env{
+		CagedUDP:  cagedUDP,
 		CagedApps: apps.Paths,
 		Router:    router,
 		Service:   service,
@@ -170,6 +180,52 @@ func GuardPlan(cfg *conf.Config, m guard.Machine, router, service string) (guard
 	}
 	plan, err := guard.NewPlan(env)
 	return plan, apps.Unresolved, err
+}
+
+// udpScope is the UDP the capture must take for cfg besides DNS: narrow with the ports of
+// policy.CagedUDPPorts when only the caged apps' UDP matters (local = false) and the guard
+// can refuse the rest of theirs (every caged app is an executable it names: no caged
+// service, no name it found no file for); otherwise every UDP packet (narrow false).
+//
+// A known hypervisor's image the config does not name (not installed here) does not count:
+// what no executable answers to runs nowhere.
+func udpScope(cfg *conf.Config, unresolved []string) (ports []rules.PortRange, narrow bool) {
+	if cfg.Capture.Local {
+		return nil, false
+	}
+	for _, u := range unresolved {
+		if configNames(cfg, u) {
+			return nil, false
+		}
+	}
+	for _, r := range cfg.Rules {
+		if r.Action != rules.Direct && len(r.Services) > 0 {
+			return nil, false
+		}
+	}
+	ports, all := policy.New(cfg, policy.Env{}).CagedUDPPorts()
+	return ports, !all
+}
+
+// configNames reports whether the config itself cages the app name (a proxy or block
+// rule's apps, or a preset's).
+func configNames(cfg *conf.Config, name string) bool {
+	for _, r := range cfg.Rules {
+		if r.Action == rules.Direct {
+			continue
+		}
+		for _, a := range r.Apps {
+			if strings.EqualFold(a.String(), name) {
+				return true
+			}
+		}
+	}
+	for _, a := range cfg.Capture.CagedApps {
+		if strings.EqualFold(a.String(), name) {
+			return true
+		}
+	}
+	return false
 }
 
 // installGuard puts the config's guard in place (re-armed when armed).
@@ -195,6 +251,9 @@ func (p *enginePlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dns.
 		return errors.New("capture closed")
 	}
 	if p.eng != nil {
+		if err := p.udpCovered(cfg); err != nil {
+			return err
+		}
 		if err := p.installGuard(cfg); err != nil {
 			return err
 		}
@@ -260,11 +319,19 @@ func (p *enginePlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv *
 		return err
 	}
 	ups := literalUpstreams(cfg)
-	dev, err := redirect.OpenWinDivert(drv, redirect.WinDivertConfig{
+	wc := redirect.WinDivertConfig{
 		ListenerPort: cfg.Capture.ListenerPort,
 		DNSPort:      cfg.Capture.DNSPort,
 		Exclusions:   p.exclusions(cfg, ups),
-	})
+	}
+	_, unresolved, _ := GuardPlan(cfg, p.deps.Machine, p.deps.Router, p.deps.Service)
+	if ports, narrow := udpScope(cfg, unresolved); narrow {
+		wc.UDP = []windivert.PortRange{}
+		for _, r := range ports {
+			wc.UDP = append(wc.UDP, windivert.PortRange{Lo: r.Lo, Hi: r.Hi})
+		}
+	}
+	dev, err := redirect.OpenWinDivert(drv, wc)
 	if err != nil {
 		release()
 		return err
@@ -301,7 +368,27 @@ func (p *enginePlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv *
 		p.fail(fmt.Errorf("capture stopped: %w", err))
 	}()
 	go p.logStats(eng, stopped)
-	p.eng, p.dev, p.release, p.cancel, p.stopped, p.ups = eng, dev, release, cancel, stopped, ups
+	p.eng, p.dev, p.release, p.cancel, p.stopped, p.ups, p.udp = eng, dev, release, cancel, stopped, ups, wc.UDP
+	return nil
+}
+
+// udpCovered refuses a reload whose caged UDP the running filter does not take: the
+// WinDivert filter is fixed when it opens, so a wider UDP scope needs a restart. It is
+// called with p.mu held.
+func (p *enginePlatform) udpCovered(cfg *conf.Config) error {
+	if p.udp == nil {
+		return nil // every UDP packet is taken
+	}
+	_, unresolved, _ := GuardPlan(cfg, p.deps.Machine, p.deps.Router, p.deps.Service)
+	ports, narrow := udpScope(cfg, unresolved)
+	if !narrow {
+		return errors.New("the capture takes only the caged apps' UDP to a few ports, and this config needs all of it (local = true, a caged service, a caged app not found, or a direct rule for caged flows without ports): restart the router to apply it")
+	}
+	for _, r := range ports {
+		if !slices.ContainsFunc(p.udp, func(x windivert.PortRange) bool { return x.Lo <= r.Lo && r.Hi <= x.Hi }) {
+			return fmt.Errorf("the capture does not take UDP to port %v, which this config lets caged apps reach: restart the router to apply it", r)
+		}
+	}
 	return nil
 }
 

@@ -344,3 +344,77 @@ func TestOwnPortsAndServers(t *testing.T) {
 		}
 	}
 }
+
+// TestUDPScope: with local = false and every caged app an executable the guard names, the
+// capture takes UDP only to DNS and the caged direct rules' ports (and the guard refuses the
+// caged apps' other UDP); with local = true, a caged service or a direct rule for caged
+// flows without ports, all of it. A reload that would need more UDP than the running filter
+// takes is refused.
+func TestUDPScope(t *testing.T) {
+	const narrowCfg = `
+[proxy.exit]
+address = "198.51.100.1:1080"
+[capture]
+hypervisors = ["virtualbox"]
+[[rule]]
+name = "turn"
+apps = ["VirtualBoxVM.exe"]
+ports = ["3478-3479"]
+network = "udp"
+action = "direct"
+[[rule]]
+name = "cage"
+caged = true
+action = "proxy"
+[[rule]]
+name = "default"
+action = "direct"
+`
+	for _, tc := range []struct {
+		name, text string
+		narrow     bool
+		filter     string // in the NETWORK filter
+	}{
+		{"narrow", narrowCfg, true, "udp.DstPort >= 3478 and udp.DstPort <= 3479"},
+		{"local", strings.Replace(narrowCfg, "hypervisors", "local = true\nhypervisors", 1), false, ""},
+		{"caged service", narrowCfg + "[[rule]]\nname = \"nat\"\nservices = [\"SharedAccess\"]\naction = \"block\"\n", false, ""},
+		{"direct without ports", strings.Replace(narrowCfg, `ports = ["3478-3479"]`, `hosts = ["203.0.113.0/24"]`, 1), false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newWindowsScene(t)
+			cfg, err := conf.Parse("udp.toml", []byte(tc.text), conf.Options{OS: "windows"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
+				t.Fatal(err)
+			}
+			defer s.p.Close()
+			var nf string
+			for _, h := range s.drv.OpenHandles() {
+				if h.Layer == windivert.LayerNetwork && h.Flags == 0 {
+					nf = h.Filter
+				}
+			}
+			if narrow := s.p.udp != nil; narrow != tc.narrow || !strings.Contains(nf, tc.filter) {
+				t.Fatalf("narrow %v (ports %v), want %v; filter %s", narrow, s.p.udp, tc.narrow, nf)
+			}
+			if !tc.narrow {
+				return
+			}
+			if !strings.Contains(nf, "udp.DstPort == 53") {
+				t.Errorf("DNS not in the filter: %s", nf)
+			}
+			wider, err := conf.Parse("udp.toml", []byte(strings.Replace(tc.text, `ports = ["3478-3479"]`, `ports = ["3478-3480"]`, 1)), conf.Options{OS: "windows"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.p.Install(wider, policy.New(wider, s.p.Env()), nil); err == nil || !strings.Contains(err.Error(), "restart") {
+				t.Errorf("reload needing UDP to 3480: %v, want refused until a restart", err)
+			}
+			if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
+				t.Errorf("reload of the same config: %v", err)
+			}
+		})
+	}
+}

@@ -376,6 +376,29 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 	return d, steps
 }
 
+// CagedUDPPorts returns the destination ports a caged flow's UDP may leave to directly:
+// 53 (DNS, answered by the router), and the ports of the direct rules that may decide a
+// caged flow (they name its source, app, service, hosts or ports) and cover UDP. all is
+// true when such a rule names no ports: then any port may. Every other UDP of a caged flow
+// is dropped (no proxy carries it), so a capture may refuse it before it is sent, and leave
+// every other UDP of this host alone when nothing else of the host is captured (local =
+// false). The ranges are sorted and may overlap.
+func (p *Policy) CagedUDPPorts() (ports []rules.PortRange, all bool) {
+	ports = []rules.PortRange{{Lo: 53, Hi: 53}}
+	for i := range p.rules {
+		r := &p.rules[i]
+		if r.Action != rules.Direct || hostOnly(r) || r.Network == rules.TCP {
+			continue
+		}
+		if len(r.Ports) == 0 {
+			return nil, true
+		}
+		ports = append(ports, r.Ports...)
+	}
+	slices.SortFunc(ports, func(a, b rules.PortRange) int { return int(a.Lo) - int(b.Lo) })
+	return slices.Compact(ports), false
+}
+
 // DecideICMP decides an outbound ICMP echo request (f.Network and f.Port are ignored): no
 // proxy can carry it, so it passes only when it is this host's own (its process known and
 // not caged) and local = false, and to a local destination when it is not caged. Anything

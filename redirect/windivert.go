@@ -25,6 +25,11 @@ type WinDivertConfig struct {
 	// tell its own flows (e.g. direct dials) from the apps'. ListenerPorts are set from
 	// the ports above.
 	Exclusions windivert.Exclusions
+	// UDP, when not nil, limits the UDP the diverting handle takes, DNS aside, to these
+	// destination ports: with local = false the engine needs only the caged processes'
+	// UDP, and the guard refuses theirs to any other port before it is sent (its CagedUDP).
+	// The host's other UDP then never crosses user mode. Nil: all UDP.
+	UDP []windivert.PortRange
 	// Priority is the priority of the diverting NETWORK handle (default 1000); the
 	// listener guard opens at Priority+1, above it, so that it sees real inbound packets
 	// but not the ones the engine injects.
@@ -50,12 +55,19 @@ func (c WinDivertConfig) exclusions() windivert.Exclusions {
 }
 
 // NetworkFilter is the filter of the diverting NETWORK handle: every outbound, non-loopback
-// TCP and UDP packet of this host except the router's own endpoints (its reserved source
+// TCP and UDP (or UDP to the ports of c.UDP) packet of this host except the router's own endpoints (its reserved source
 // ports, its upstreams, the forwards' answers), DNS to any address, ICMP echo requests,
 // and the listeners' packets to reflected peers.
 func (c WinDivertConfig) NetworkFilter() windivert.Filter {
 	ex := c.exclusions()
 	udp := windivert.And(windivert.FieldOutbound.Is(), windivert.Not(windivert.FieldLoopback.Is()), windivert.FieldUDP.Is(), ex.Filter())
+	if c.UDP != nil {
+		var ports []windivert.Filter
+		for _, r := range c.UDP {
+			ports = append(ports, windivert.FieldUDPDstPort.InRange(uint64(r.Lo), uint64(r.Hi)))
+		}
+		udp = windivert.And(udp, windivert.Or(ports...))
+	}
 	return windivert.Or(windivert.OutboundTCP(ex), udp, windivert.DNSQueries(ex), windivert.EchoRequests(ex), windivert.ReflectBack(c.ports()...))
 }
 

@@ -552,3 +552,37 @@ func TestStates(t *testing.T) {
 		})
 	}
 }
+
+// TestCagedUDP: with CagedUDP given, a caged app's UDP passes to the capture only to those
+// ports while the router runs (DNS and a direct rule's port here), its TCP to any; the
+// host's other apps are not the guard's business.
+func TestCagedUDP(t *testing.T) {
+	eng := newMachine()
+	env := baseEnv()
+	env.CagedUDP = []wfp.PortRange{wfp.Port(53), {From: 3478, To: 3479}}
+	p := eng.Process("router")
+	g := New(p, nil)
+	if _, err := g.Install(mustPlan(t, env)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Arm(); err != nil {
+		t.Fatal(err)
+	}
+	out := func(app string, proto uint8, remote string) wfptest.Flow {
+		return wfptest.Flow{Dir: wfptest.Outbound, App: app, Proto: proto, Local: ap("192.168.1.10:50000"), Remote: ap(remote)}
+	}
+	for _, c := range []struct {
+		f    wfptest.Flow
+		want wfp.Action
+	}{
+		{out(vboxVM, wfp.ProtoUDP, "8.8.8.8:53"), P},
+		{out(vboxVM, wfp.ProtoUDP, "203.0.113.9:3479"), P},
+		{out(vboxVM, wfp.ProtoUDP, "203.0.113.9:443"), B}, // QUIC: the capture would drop it
+		{out(vboxVM, wfp.ProtoTCP, "203.0.113.9:443"), P},
+		{out(chrome, wfp.ProtoUDP, "203.0.113.9:443"), P},
+	} {
+		if v := eng.Classify(c.f); v.Action != c.want {
+			t.Errorf("%v: %v, want %v", c.f, v, c.want)
+		}
+	}
+}
