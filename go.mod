@@ -14,6 +14,7 @@ require (
 	github.com/things-go/go-socks5 v0.1.0
 	golang.org/x/net v0.59.0
 	golang.org/x/sys v0.50.0
+	golang.zx2c4.com/wireguard/windows v1.1.1
 )
 
 require (
@@ -26,6 +27,5 @@ require (
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/tools v0.50.0 // indirect
 	golang.org/x/tools/go/expect v0.1.1-deprecated // indirect
-	golang.zx2c4.com/wireguard/windows v0.5.3 // indirect
 	honnef.co/go/tools v0.3.2 // indirect
 )

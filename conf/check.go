@@ -34,6 +34,7 @@ func (d *decoder) check(c *Config) {
 	d.checkForwards(c)
 	d.checkDNS(c)
 	d.checkUDP(c)
+	d.checkScope(c) // scope.go: what the capture of this OS can see
 	if len(c.Capture.Table) > 255 {
 		d.fail(at{path: "capture.table"}, "table name is %d characters long; at most 255", len(c.Capture.Table))
 	}

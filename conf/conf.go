@@ -145,6 +145,10 @@ type Capture struct {
 	Hypervisors []string
 	Presets     []Preset
 	CagedApps   []rules.App
+	// CageSubnets are subnets whose guests have no route out but through the router (a
+	// Hyper-V Internal switch without NAT, on Windows): they count as VM networks (and are
+	// in VMNetworks), and the Windows guard forbids forwarding anything from them.
+	CageSubnets []netip.Prefix
 	Local       bool
 	// LocalUDPAllow are UDP ports this host may still send to directly when Local (its other
 	// UDP and ICMP are refused: the router cannot proxy them); DHCP always may.
@@ -192,9 +196,18 @@ const (
 	DNSProxy  = "proxy"
 )
 
+// DNS capture scopes ([dns] capture).
+const (
+	DNSCaptureCaged = "caged" // only the queries of caged processes are answered
+	DNSCaptureAll   = "all"   // every captured query is answered
+)
+
 // DNS is the [dns] table.
 type DNS struct {
-	Mode     string
+	Mode string
+	// Capture is whose queries the router answers: DNSCaptureCaged or DNSCaptureAll. The
+	// default follows [capture] local: "all" with local = true, "caged" without.
+	Capture  string
 	Resolver string // host:port reached through the proxy
 	Proxy    string // the upstream that carries DNS; defaults to the only one
 	Pool     netip.Prefix

@@ -19,7 +19,8 @@ import (
 func noEnv(string) (string, bool) { return "", false }
 
 // TestBadConfigs parses every file in testdata/conf/bad; each ends with "# want: LINE: text"
-// lines, the exact errors it must give (after "FILE:").
+// lines, the exact errors it must give (after "FILE:"), judged for Linux unless a line
+// "# os: windows" says otherwise.
 func TestBadConfigs(t *testing.T) {
 	files, err := filepath.Glob("../testdata/conf/bad/*.toml")
 	if err != nil || len(files) < 25 {
@@ -33,15 +34,19 @@ func TestBadConfigs(t *testing.T) {
 				t.Fatal(err)
 			}
 			var want []string
+			goos := "linux" // "# os: NAME" judges the file for another OS
 			for _, line := range strings.Split(string(data), "\n") {
 				if w, ok := strings.CutPrefix(line, "# want: "); ok {
 					want = append(want, name+":"+w)
+				}
+				if o, ok := strings.CutPrefix(line, "# os: "); ok {
+					goos = strings.TrimSpace(o)
 				}
 			}
 			if len(want) == 0 {
 				t.Fatal("no # want: line")
 			}
-			cfg, err := Parse(name, data, Options{LookupEnv: noEnv, OS: "linux"})
+			cfg, err := Parse(name, data, Options{LookupEnv: noEnv, OS: goos})
 			if err == nil {
 				t.Fatalf("parsed without error: %+v", cfg)
 			}
@@ -116,7 +121,7 @@ func TestDefaults(t *testing.T) {
 	want := Config{
 		File:    "empty.toml",
 		Capture: Capture{ListenerPort: DefaultListenerPort, DNSPort: DefaultDNSPort, Mark: DefaultMark, Table: DefaultTable},
-		DNS:     DNS{Mode: DNSFakeIP, Resolver: DefaultResolver, Pool: DefaultPool(), TTL: DefaultFakeTTL, Transport: DNSOverTCP},
+		DNS:     DNS{Mode: DNSFakeIP, Capture: DNSCaptureCaged, Resolver: DefaultResolver, Pool: DefaultPool(), TTL: DefaultFakeTTL, Transport: DNSOverTCP},
 		Relay:   Relay{IdleTimeout: 15 * time.Minute, ConnectTimeout: 10 * time.Second},
 		Log:     Log{Level: "info", Format: "text"},
 		loc:     cfg.loc,
@@ -329,5 +334,33 @@ proxy = ["primary", "backup"]
 	}
 	if cfg.DNS.Transport != DNSOverUDP || len(cfg.Inbounds) != 2 || cfg.Inbounds[0].Type != ProxySOCKS5 || cfg.Inbounds[0].Name != "192.168.56.1:1080" || cfg.Inbounds[1].Type != ProxyHTTP {
 		t.Errorf("dns %+v, inbounds %+v", cfg.DNS, cfg.Inbounds)
+	}
+}
+
+// TestScope: the DNS scope follows local unless written; cage subnets join the VM networks.
+func TestScope(t *testing.T) {
+	for _, tc := range []struct {
+		text, os, want string
+	}{
+		{"", "linux", DNSCaptureCaged},
+		{"[capture]\nlocal = true\n", "linux", DNSCaptureAll},
+		{"[capture]\nlocal = true\n", "windows", DNSCaptureAll},
+		{"[capture]\nlocal = true\n[dns]\ncapture = \"caged\"\n", "windows", DNSCaptureCaged},
+		{"[dns]\ncapture = \"all\"\n", "windows", DNSCaptureAll},
+	} {
+		cfg, err := Parse("s.toml", []byte(tc.text), Options{OS: tc.os})
+		if err != nil {
+			t.Fatalf("%q: %v", tc.text, err)
+		}
+		if cfg.DNS.Capture != tc.want {
+			t.Errorf("%q on %s: capture %q, want %q", tc.text, tc.os, cfg.DNS.Capture, tc.want)
+		}
+	}
+	cfg, err := Parse("c.toml", []byte("[capture]\ncage_subnets = [\"192.168.200.0/24\"]\n"), Options{OS: "windows"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := netip.MustParsePrefix("192.168.200.0/24"); len(cfg.Capture.VMNetworks) != 1 || cfg.Capture.VMNetworks[0] != want {
+		t.Errorf("VM networks %v, want the cage subnet", cfg.Capture.VMNetworks)
 	}
 }

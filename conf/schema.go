@@ -17,10 +17,10 @@ import (
 var (
 	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "rule"}
 	proxyKeys   = []string{"type", "address", "username", "password_env", "password_file", "pipeline", "ca_file", "health_check", "health_target"}
-	captureKeys = []string{"vm_networks", "vm_interfaces", "hypervisors", "local", "local_udp_allow", "listener_port", "dns_port", "mark", "table"}
+	captureKeys = []string{"vm_networks", "vm_interfaces", "hypervisors", "cage_subnets", "local", "local_udp_allow", "listener_port", "dns_port", "mark", "table"}
 	forwardKeys = []string{"name", "listen", "connect", "allow", "unsafe_any_address"}
 	inboundKeys = []string{"name", "type", "listen", "allow", "unsafe_any_address"}
-	dnsKeys     = []string{"mode", "resolver", "proxy", "transport", "pool", "ttl", "direct_names"}
+	dnsKeys     = []string{"mode", "resolver", "proxy", "transport", "pool", "ttl", "direct_names", "capture"}
 	relayKeys   = []string{"idle_timeout", "connect_timeout"}
 	logKeys     = []string{"level", "format"}
 	ruleKeys    = []string{"name", "apps", "services", "sources", "caged", "hosts", "ports", "network", "action", "proxy"}
@@ -81,6 +81,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 	if v, ok := raw["rule"]; ok {
 		d.rules(c, v)
 	}
+	d.scope(c)
 	d.check(c)
 	return c
 }
@@ -280,6 +281,9 @@ func (d *decoder) capture(c *Config, v any) {
 			}
 			c.Capture.VMInterfaces = append(c.Capture.VMInterfaces, s)
 		}
+	}
+	if v, ok := m["cage_subnets"]; ok {
+		c.Capture.CageSubnets = d.prefixes(a.key("cage_subnets"), v)
 	}
 	if v, ok := m["hypervisors"]; ok {
 		for i, s := range d.strings(a.key("hypervisors"), v) {
@@ -536,6 +540,14 @@ func (d *decoder) dns(c *Config, v any) {
 				d.fail(a.key("transport"), "%q is not \"tcp\" or \"udp\"", s)
 			}
 			c.DNS.Transport = s
+		}
+	}
+	if v, ok := m["capture"]; ok {
+		if s, ok := d.str(a.key("capture"), v); ok {
+			if s != DNSCaptureCaged && s != DNSCaptureAll {
+				d.fail(a.key("capture"), "%q is not \"caged\" or \"all\"", s)
+			}
+			c.DNS.Capture = s
 		}
 	}
 	if v, ok := m["direct_names"]; ok {

@@ -69,6 +69,14 @@ type Platform interface {
 	Refusals() []refusal.Stat
 }
 
+// DNSBinder is a Platform that chooses the address of the daemon's UDP DNS socket. Without
+// it the socket listens on every address ([::]): the Linux capture redirects the queries of
+// VM-facing interfaces to it. The TCP DNS socket always listens on every address (the
+// Windows engine reflects DNS over TCP to it with the original destination as source).
+type DNSBinder interface {
+	UDPDNSHost() string
+}
+
 // Options configure Run.
 type Options struct {
 	ConfigPath string
@@ -264,8 +272,13 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		}
 	})
 	if cfg.Capture.DNSPort != 0 {
-		addr := net.JoinHostPort("::", strconv.Itoa(int(cfg.Capture.DNSPort)))
-		if d.dnsUDP, err = lc.ListenPacket(ctx, "udp", addr); err != nil {
+		port := strconv.Itoa(int(cfg.Capture.DNSPort))
+		addr := net.JoinHostPort("::", port)
+		udpHost := "::"
+		if b, ok := pf.(DNSBinder); ok {
+			udpHost = b.UDPDNSHost()
+		}
+		if d.dnsUDP, err = lc.ListenPacket(ctx, "udp", net.JoinHostPort(udpHost, port)); err != nil {
 			return fmt.Errorf("dns listener: %w", err)
 		}
 		d.closers = append(d.closers, d.dnsUDP)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -43,6 +44,9 @@ type enginePlatform struct {
 	deps engineDeps
 	host hostAddrs
 
+	portsOnce sync.Once
+	ports     OwnPorts // nil: none reserved; set once by ownPorts
+
 	mu      sync.Mutex
 	guard   *guard.Guard
 	unlock  func()
@@ -52,6 +56,7 @@ type enginePlatform struct {
 	cancel  context.CancelFunc
 	stopped chan struct{} // closed when the engine's Run returned
 	ups     []netip.AddrPort
+	udp     []windivert.PortRange // the UDP ports the filter takes (nil: all)
 	closing bool
 	failed  chan error // one failure, buffered
 }
@@ -76,6 +81,9 @@ type engineDeps struct {
 	Connections func() ([]redirect.Conn, error)
 	// OwnPID is the router's process.
 	OwnPID uint32
+	// ReservePorts reserves the source ports of the router's own sockets (nil, or an
+	// error: none are; its flows are then told by OwnPID, each packet crossing user mode).
+	ReservePorts func() (OwnPorts, error)
 }
 
 func newEnginePlatform(log *slog.Logger, deps engineDeps) *enginePlatform {
@@ -86,9 +94,10 @@ func newEnginePlatform(log *slog.Logger, deps engineDeps) *enginePlatform {
 }
 
 // Env: this machine's addresses, and the known hypervisors' images, caged whatever the
-// config says (the guard blocks them too).
+// config says (the guard blocks them too). Scoped: with local = false the engine leaves
+// this host's own uncaged flows alone.
 func (p *enginePlatform) Env() policy.Env {
-	return policy.Env{HostAddr: p.host.Has, CagedApps: KnownHypervisorApps("windows")}
+	return policy.Env{HostAddr: p.host.Has, CagedApps: KnownHypervisorApps("windows"), Scoped: true}
 }
 
 // KnownHypervisorApps are the images of every hypervisor preset on goos that NATs in user
@@ -111,6 +120,11 @@ func KnownHypervisorApps(goos string) []rules.App {
 	return out
 }
 
+// UDPDNSHost is loopback (DNSBinder): the engine answers captured UDP queries in process,
+// so the UDP socket serves this host's own tools only; on [::] it would answer the LAN, and
+// in proxy mode relay strangers' queries through the user's proxy.
+func (p *enginePlatform) UDPDNSHost() string { return "127.0.0.1" }
+
 // FromVM is nil: VM traffic reaches the engine as a hypervisor process's (an app).
 func (p *enginePlatform) FromVM() func(netip.Addr) bool { return nil }
 
@@ -120,7 +134,7 @@ func (p *enginePlatform) Failed() <-chan error { return p.failed }
 
 // GuardPlan is the WFP guard a config asks for on this machine: the caged apps (the apps of
 // proxy and block rules, the presets' and the known hypervisors' images) resolved to
-// executables, the router's ports and forwards. Names no executable answers to are
+// executables, the router's ports and forwards, the DNS scope and the cage subnets. Names no executable answers to are
 // returned: the capture still cages them by name, the guard cannot.
 func GuardPlan(cfg *conf.Config, m guard.Machine, router, service string) (guard.Plan, []string, error) {
 	var names []string
@@ -139,12 +153,25 @@ func GuardPlan(cfg *conf.Config, m guard.Machine, router, service string) (guard
 		names = append(names, a.String())
 	}
 	apps := guard.ResolveApps(m, slices.Compact(names))
+	var cagedUDP []wfp.PortRange
+	if ports, narrow := udpScope(cfg, apps.Unresolved); narrow {
+		cagedUDP = []wfp.PortRange{}
+		for _, r := range ports {
+			cagedUDP = append(cagedUDP, wfp.PortRange{From: r.Lo, To: r.Hi})
+		}
+	}
 	env := guard.Env{
+		CagedUDP:  cagedUDP,
 		CagedApps: apps.Paths,
 		Router:    router,
 		Service:   service,
 		Listeners: []uint16{cfg.Capture.ListenerPort},
-		Local:     cfg.Capture.Local,
+		// The router answers every process's DNS only with [dns] capture = "all": then
+		// no other process may reach a resolver itself.
+		DNSAll: cfg.DNS.Capture == conf.DNSCaptureAll,
+		// A Hyper-V internal switch's guests have no way out but the router's inbound and
+		// forwards: the guard forbids forwarding anything from them, in every state.
+		CageSubnets: cfg.Capture.CageSubnets,
 	}
 	if cfg.Capture.DNSPort != 0 {
 		env.DNSPorts = []uint16{cfg.Capture.DNSPort}
@@ -154,6 +181,52 @@ func GuardPlan(cfg *conf.Config, m guard.Machine, router, service string) (guard
 	}
 	plan, err := guard.NewPlan(env)
 	return plan, apps.Unresolved, err
+}
+
+// udpScope is the UDP the capture must take for cfg besides DNS: narrow with the ports of
+// policy.CagedUDPPorts when only the caged apps' UDP matters (local = false) and the guard
+// can refuse the rest of theirs (every caged app is an executable it names: no caged
+// service, no name it found no file for); otherwise every UDP packet (narrow false).
+//
+// A known hypervisor's image the config does not name (not installed here) does not count:
+// what no executable answers to runs nowhere.
+func udpScope(cfg *conf.Config, unresolved []string) (ports []rules.PortRange, narrow bool) {
+	if cfg.Capture.Local {
+		return nil, false
+	}
+	for _, u := range unresolved {
+		if configNames(cfg, u) {
+			return nil, false
+		}
+	}
+	for _, r := range cfg.Rules {
+		if r.Action != rules.Direct && len(r.Services) > 0 {
+			return nil, false
+		}
+	}
+	ports, all := policy.New(cfg, policy.Env{}).CagedUDPPorts()
+	return ports, !all
+}
+
+// configNames reports whether the config itself cages the app name (a proxy or block
+// rule's apps, or a preset's).
+func configNames(cfg *conf.Config, name string) bool {
+	for _, r := range cfg.Rules {
+		if r.Action == rules.Direct {
+			continue
+		}
+		for _, a := range r.Apps {
+			if strings.EqualFold(a.String(), name) {
+				return true
+			}
+		}
+	}
+	for _, a := range cfg.Capture.CagedApps {
+		if strings.EqualFold(a.String(), name) {
+			return true
+		}
+	}
+	return false
 }
 
 // installGuard puts the config's guard in place (re-armed when armed).
@@ -179,6 +252,9 @@ func (p *enginePlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dns.
 		return errors.New("capture closed")
 	}
 	if p.eng != nil {
+		if err := p.udpCovered(cfg); err != nil {
+			return err
+		}
 		if err := p.installGuard(cfg); err != nil {
 			return err
 		}
@@ -222,6 +298,21 @@ func literalUpstreams(cfg *conf.Config) []netip.AddrPort {
 	return out
 }
 
+// exclusions are the router's own endpoints the filters leave out: its literal upstreams,
+// its reserved source ports, and the forwards' listen addresses (their answers to guests).
+// Forwards added by a reload are caught by the filter until the next start: their packets
+// then cross user mode and pass as a served connection.
+func (p *enginePlatform) exclusions(cfg *conf.Config, ups []netip.AddrPort) windivert.Exclusions {
+	ex := windivert.Exclusions{Upstreams: ups}
+	if ports := p.ownPorts(); ports != nil {
+		ex.SrcPorts = ports.Ranges()
+	}
+	for _, f := range cfg.Forwards {
+		ex.Servers = append(ex.Servers, f.Listen)
+	}
+	return ex
+}
+
 // startEngine opens WinDivert and runs the engine; it is called with p.mu held.
 func (p *enginePlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv *dns.Server) error {
 	drv, release, err := p.deps.LoadDriver()
@@ -229,11 +320,19 @@ func (p *enginePlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv *
 		return err
 	}
 	ups := literalUpstreams(cfg)
-	dev, err := redirect.OpenWinDivert(drv, redirect.WinDivertConfig{
+	wc := redirect.WinDivertConfig{
 		ListenerPort: cfg.Capture.ListenerPort,
 		DNSPort:      cfg.Capture.DNSPort,
-		Exclusions:   windivert.Exclusions{Upstreams: ups},
-	})
+		Exclusions:   p.exclusions(cfg, ups),
+	}
+	_, unresolved, _ := GuardPlan(cfg, p.deps.Machine, p.deps.Router, p.deps.Service)
+	if ports, narrow := udpScope(cfg, unresolved); narrow {
+		wc.UDP = []windivert.PortRange{}
+		for _, r := range ports {
+			wc.UDP = append(wc.UDP, windivert.PortRange{Lo: r.Lo, Hi: r.Hi})
+		}
+	}
+	dev, err := redirect.OpenWinDivert(drv, wc)
 	if err != nil {
 		release()
 		return err
@@ -270,7 +369,27 @@ func (p *enginePlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv *
 		p.fail(fmt.Errorf("capture stopped: %w", err))
 	}()
 	go p.logStats(eng, stopped)
-	p.eng, p.dev, p.release, p.cancel, p.stopped, p.ups = eng, dev, release, cancel, stopped, ups
+	p.eng, p.dev, p.release, p.cancel, p.stopped, p.ups, p.udp = eng, dev, release, cancel, stopped, ups, wc.UDP
+	return nil
+}
+
+// udpCovered refuses a reload whose caged UDP the running filter does not take: the
+// WinDivert filter is fixed when it opens, so a wider UDP scope needs a restart. It is
+// called with p.mu held.
+func (p *enginePlatform) udpCovered(cfg *conf.Config) error {
+	if p.udp == nil {
+		return nil // every UDP packet is taken
+	}
+	_, unresolved, _ := GuardPlan(cfg, p.deps.Machine, p.deps.Router, p.deps.Service)
+	ports, narrow := udpScope(cfg, unresolved)
+	if !narrow {
+		return errors.New("the capture takes only the caged apps' UDP to a few ports, and this config needs all of it (local = true, a caged service, a caged app not found, or a direct rule for caged flows without ports): restart the router to apply it")
+	}
+	for _, r := range ports {
+		if !slices.ContainsFunc(p.udp, func(x windivert.PortRange) bool { return x.Lo <= r.Lo && r.Hi <= x.Hi }) {
+			return fmt.Errorf("the capture does not take UDP to port %v, which this config lets caged apps reach: restart the router to apply it", r)
+		}
+	}
 	return nil
 }
 
@@ -400,9 +519,35 @@ func (p *enginePlatform) Original(c *net.TCPConn) (netip.AddrPort, netip.AddrPor
 	return eng.Original(c)
 }
 
-// Control is nil: the router's own sockets are told by its PID, not marked.
+// ownPorts reserves the router's source ports on first use; nil when none could be.
+func (p *enginePlatform) ownPorts() OwnPorts {
+	p.portsOnce.Do(func() {
+		if p.deps.ReservePorts == nil {
+			return
+		}
+		ports, err := p.deps.ReservePorts()
+		if err != nil {
+			p.log.Warn("no source ports reserved for the router's own sockets: the capture tells them by the router's PID, and their packets cross user mode", "err", err)
+			return
+		}
+		p.ports = ports
+		p.log.Debug("source ports reserved for the router's own sockets", "ranges", fmt.Sprint(ports.Ranges()))
+	})
+	return p.ports
+}
+
+// Control makes the router's outbound sockets take their source ports from the reserved
+// ranges, which the capture's filters leave out (nil when none are reserved: the router's
+// sockets are then told by its PID). The mark is Linux's.
 func (p *enginePlatform) Control(uint32) func(network, address string, c syscall.RawConn) error {
-	return nil
+	ports := p.ownPorts()
+	if ports == nil {
+		return nil
+	}
+	var warned sync.Once
+	return ownControl(ports, p.host.Has, func(err error) {
+		warned.Do(func() { p.log.Warn("a socket of the router got no reserved port", "err", err) })
+	})
 }
 
 func (p *enginePlatform) Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error) {

@@ -6,12 +6,19 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/netip"
+	"os"
+	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/wfp"
+	"github.com/agentcage/router/wfp/guard"
 	"github.com/agentcage/router/wfp/wfptest"
 	"github.com/agentcage/router/windivert"
 	"github.com/agentcage/router/windivert/windiverttest"
@@ -156,7 +163,7 @@ func TestWindowsDaemonExitsOnCaptureFailure(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				done <- Run(ctx, Options{ConfigPath: sc.path, Platform: windowsTestPlatform{s.p}, Ready: ready, Grace: time.Second,
-					Load: func(path string) (*conf.Config, error) { return conf.Load(path, conf.Options{OS: "windows"}) }})
+					Load: loadForWindows})
 			}()
 			select {
 			case <-ready:
@@ -195,3 +202,219 @@ func TestWindowsDaemonExitsOnCaptureFailure(t *testing.T) {
 type windowsTestPlatform struct{ *enginePlatform }
 
 func (windowsTestPlatform) Resolver() (string, error) { return "", errors.New("no resolver") }
+
+// loadForWindows reads a scene's config for Windows, where a VM network is a cage subnet (an
+// internal switch): no capture there sees one otherwise.
+func loadForWindows(path string) (*conf.Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return conf.Parse(path, []byte(strings.ReplaceAll(string(data), "vm_networks", "cage_subnets")), conf.Options{OS: "windows"})
+}
+
+// TestGuardPlanCageSubnets: a Hyper-V internal switch's subnet in [capture] cage_subnets
+// reaches the guard, and nothing from it is forwarded in any state: installed, at boot,
+// while the router runs, after a crash; another subnet is not the guard's business.
+func TestGuardPlanCageSubnets(t *testing.T) {
+	cfg, err := conf.Parse("hyperv.toml", []byte(`
+[capture]
+hypervisors = ["hyperv"]
+cage_subnets = ["192.168.200.0/24", "fd00:c0de::/64"]
+[[forward]]
+listen = "192.168.200.1:47831"
+connect = "127.0.0.1:47831"
+allow = ["192.168.200.0/24"]
+`), conf.Options{OS: "windows"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(cfg.Capture.VMNetworks, netip.MustParsePrefix("192.168.200.0/24")) {
+		t.Errorf("VM networks %v lack the cage subnet", cfg.Capture.VMNetworks)
+	}
+	plan, _, err := GuardPlan(cfg, machine{}, `C:\Program Files\router\router.exe`, "router")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := wfptest.New()
+	eng.WindowsFirewall()
+	ap := netip.MustParseAddrPort
+	caged := []wfptest.Flow{
+		{Dir: wfptest.Forwarded, Proto: wfp.ProtoTCP, Local: ap("192.168.200.10:40000"), Remote: ap("203.0.113.10:443")},
+		{Dir: wfptest.Forwarded, Proto: wfp.ProtoUDP, Local: ap("192.168.200.10:40000"), Remote: ap("8.8.8.8:53")},
+		{Dir: wfptest.Forwarded, Proto: wfp.ProtoICMP, Local: ap("192.168.200.10:0"), Remote: ap("8.8.8.8:0")},
+		{Dir: wfptest.Forwarded, Proto: wfp.ProtoTCP, Local: ap("[fd00:c0de::10]:40000"), Remote: ap("[2001:db8::1]:443")},
+	}
+	other := wfptest.Flow{Dir: wfptest.Forwarded, Proto: wfp.ProtoTCP, Local: ap("172.30.16.5:40000"), Remote: ap("203.0.113.10:443")}
+	check := func(state string) {
+		t.Helper()
+		for _, f := range caged {
+			if v := eng.Classify(f); v.Action != wfp.Block {
+				t.Errorf("%s: %v: %v, want block", state, f, v)
+			}
+		}
+		if v := eng.Classify(other); v.Action != wfp.Permit {
+			t.Errorf("%s: %v: %v, want permit (not a cage subnet)", state, other, v)
+		}
+	}
+	if v := eng.Classify(caged[0]); v.Action != wfp.Permit {
+		t.Fatalf("before the guard: %v; the fake engine should forward by default", v)
+	}
+	p := eng.Process("router service install")
+	if _, err := guard.New(p, nil).Install(plan); err != nil {
+		t.Fatal(err)
+	}
+	p.Exit()
+	check("installed")
+	eng.Reboot()
+	check("boot")
+	eng.Boot()
+	check("booted")
+	p = eng.Process("router")
+	g := guard.New(p, nil)
+	if _, err := g.Install(plan); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Arm(); err != nil {
+		t.Fatal(err)
+	}
+	check("armed")
+	p.Exit()
+	check("crashed")
+}
+
+// fakePorts is a reservation in memory: it records the networks of the sockets it served.
+type fakePorts struct {
+	mu   sync.Mutex
+	nets []string
+}
+
+func (f *fakePorts) Ranges() []windivert.PortRange {
+	return []windivert.PortRange{{Lo: 61000, Hi: 61999}, {Lo: 62000, Hi: 62099}}
+}
+
+func (f *fakePorts) Reserve(network string, _ syscall.RawConn) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nets = append(f.nets, network)
+	return nil
+}
+
+// TestOwnPortsAndServers: the router's reserved source ports and the forwards' listen
+// addresses are out of the capture's filters, and only sockets that dial out of this
+// machine take a reserved port (a listener binds its own, a dial to this machine is never
+// captured).
+func TestOwnPortsAndServers(t *testing.T) {
+	s := newWindowsScene(t)
+	fp := &fakePorts{}
+	s.p.deps.ReservePorts = func() (OwnPorts, error) { return fp, nil }
+	s.p.host.list = func() ([]netip.Addr, error) { return []netip.Addr{netip.MustParseAddr("192.168.56.1")}, nil }
+	ctl := s.p.Control(0)
+	if ctl == nil {
+		t.Fatal("no Control with reserved ports")
+	}
+	for _, c := range []struct {
+		network, address string
+		reserved         bool
+	}{
+		{"tcp4", "198.51.100.1:1080", true},      // the proxy
+		{"udp4", "1.1.1.1:53", true},             // a DNS upstream
+		{"tcp6", "[2001:db8::1]:443", true},      // a direct dial
+		{"tcp", "[::]:47100", false},             // the transparent listener
+		{"tcp4", "192.168.56.1:47831", false},    // a forward's listener
+		{"tcp4", "127.0.0.1:47831", false},       // the forward's target on loopback
+		{"udp", "127.0.0.1:47153", false},        // the DNS socket
+		{"tcp4", "192.168.56.1:8080", false},     // this machine
+		{"tcp4", "[::ffff:127.0.0.1]:80", false}, // mapped loopback
+	} {
+		before := len(fp.nets)
+		if err := ctl(c.network, c.address, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(fp.nets) > before; got != c.reserved {
+			t.Errorf("%s %s: reserved %v, want %v", c.network, c.address, got, c.reserved)
+		}
+	}
+	cfg := parse(t, base)
+	ex := s.p.exclusions(cfg, literalUpstreams(cfg))
+	f := ex.Filter().String()
+	for _, want := range []string{"localPort < 61000 or localPort > 61999", "localPort < 62000 or localPort > 62099", "!tcp or localPort != 47831 or localAddr != 10.0.2.2", "198.51.100.1"} {
+		if !strings.Contains(f, want) {
+			t.Errorf("exclusions %q lack %q", f, want)
+		}
+	}
+}
+
+// TestUDPScope: with local = false and every caged app an executable the guard names, the
+// capture takes UDP only to DNS and the caged direct rules' ports (and the guard refuses the
+// caged apps' other UDP); with local = true, a caged service or a direct rule for caged
+// flows without ports, all of it. A reload that would need more UDP than the running filter
+// takes is refused.
+func TestUDPScope(t *testing.T) {
+	const narrowCfg = `
+[proxy.exit]
+address = "198.51.100.1:1080"
+[capture]
+hypervisors = ["virtualbox"]
+[[rule]]
+name = "turn"
+apps = ["VirtualBoxVM.exe"]
+ports = ["3478-3479"]
+network = "udp"
+action = "direct"
+[[rule]]
+name = "cage"
+caged = true
+action = "proxy"
+[[rule]]
+name = "default"
+action = "direct"
+`
+	for _, tc := range []struct {
+		name, text string
+		narrow     bool
+		filter     string // in the NETWORK filter
+	}{
+		{"narrow", narrowCfg, true, "udp.DstPort >= 3478 and udp.DstPort <= 3479"},
+		{"local", strings.Replace(narrowCfg, "hypervisors", "local = true\nhypervisors", 1), false, ""},
+		{"caged service", narrowCfg + "[[rule]]\nname = \"nat\"\nservices = [\"SharedAccess\"]\naction = \"block\"\n", false, ""},
+		{"direct without ports", strings.Replace(narrowCfg, `ports = ["3478-3479"]`, `hosts = ["203.0.113.0/24"]`, 1), false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newWindowsScene(t)
+			cfg, err := conf.Parse("udp.toml", []byte(tc.text), conf.Options{OS: "windows"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
+				t.Fatal(err)
+			}
+			defer s.p.Close()
+			var nf string
+			for _, h := range s.drv.OpenHandles() {
+				if h.Layer == windivert.LayerNetwork && h.Flags == 0 {
+					nf = h.Filter
+				}
+			}
+			if narrow := s.p.udp != nil; narrow != tc.narrow || !strings.Contains(nf, tc.filter) {
+				t.Fatalf("narrow %v (ports %v), want %v; filter %s", narrow, s.p.udp, tc.narrow, nf)
+			}
+			if !tc.narrow {
+				return
+			}
+			if !strings.Contains(nf, "udp.DstPort == 53") {
+				t.Errorf("DNS not in the filter: %s", nf)
+			}
+			wider, err := conf.Parse("udp.toml", []byte(strings.Replace(tc.text, `ports = ["3478-3479"]`, `ports = ["3478-3480"]`, 1)), conf.Options{OS: "windows"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.p.Install(wider, policy.New(wider, s.p.Env()), nil); err == nil || !strings.Contains(err.Error(), "restart") {
+				t.Errorf("reload needing UDP to 3480: %v, want refused until a restart", err)
+			}
+			if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
+				t.Errorf("reload of the same config: %v", err)
+			}
+		})
+	}
+}

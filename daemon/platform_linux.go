@@ -65,8 +65,9 @@ func Spec(cfg *conf.Config) nftcap.Spec {
 	return s
 }
 
-// Env: the policy learns this machine's addresses from the interface list.
-func (p *linuxPlatform) Env() policy.Env { return policy.Env{HostAddr: p.host.Has} }
+// Env: the policy learns this machine's addresses from the interface list; nftables takes
+// this host's own flows only with local = true (Scoped).
+func (p *linuxPlatform) Env() policy.Env { return policy.Env{HostAddr: p.host.Has, Scoped: true} }
 
 // Install replaces the nftables table; the kernel decides what it captures and the router
 // decides the rest, and DNS reaches the daemon's DNS server through its redirect, so neither

@@ -45,15 +45,16 @@ func NewPlatform(log *slog.Logger) Platform {
 			}
 			return redirect.LoadWinDivert(filepath.Dir(exe))
 		},
-		WFP:         wfp.NewEngine(),
-		Machine:     guard.SystemMachine(),
-		Router:      exe,
-		Service:     serviceName(),
-		Lock:        func() (func(), error) { return service.LockInstance(service.Name) },
-		Resolver:    res,
-		Lookup:      helper.Lookup,
-		Connections: helper.Connections,
-		OwnPID:      uint32(os.Getpid()),
+		WFP:          wfp.NewEngine(),
+		Machine:      guard.SystemMachine(),
+		Router:       exe,
+		Service:      serviceName(),
+		Lock:         func() (func(), error) { return service.LockInstance(service.Name) },
+		Resolver:     res,
+		Lookup:       helper.Lookup,
+		Connections:  helper.Connections,
+		OwnPID:       uint32(os.Getpid()),
+		ReservePorts: reservePorts,
 	}
 	return windowsPlatform{newEnginePlatform(log, deps)}
 }

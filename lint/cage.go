@@ -61,8 +61,13 @@ func (l *linter) preset(p conf.Preset) {
 	l.add(Finding{Severity: Note, Check: CheckPreset, Line: l.line("capture.hypervisors"), Rule: p.Name,
 		Message: fmt.Sprintf("hypervisor %q on %s (NAT in %s space) adds %s", p.Name, l.goos(), p.NAT, what)})
 	switch {
+	case p.NAT == conf.NATNone && len(l.cfg.Capture.CageSubnets) > 0:
+		// The closed-by-construction mode: an Internal switch the guard keeps from forwarding.
+		l.add(Finding{Severity: Note, Check: CheckUncapturable, Line: l.line("capture.cage_subnets"), Rule: p.Name,
+			Message: "guests on the cage subnets have no route out but the router's forwards and inbound; the guard forbids forwarding from them"})
 	case p.NAT == conf.NATNone:
-		l.add(Finding{Severity: Warning, Check: CheckUncapturable, Line: l.line("capture.hypervisors"), Rule: p.Name, Message: p.Note})
+		l.add(Finding{Severity: Warning, Check: CheckUncapturable, Line: l.line("capture.hypervisors"), Rule: p.Name, Message: p.Note,
+			Fix: "put the agent's VM on an Internal switch without NAT and its subnet in [capture] cage_subnets (docs/hyperv.md)"})
 	case p.NAT == conf.NATUser && !l.cfg.Capture.Local && l.goos() != "windows":
 		l.add(Finding{Severity: Warning, Check: CheckUserNAT, Line: l.line("capture.hypervisors"), Rule: p.Name,
 			Message: fmt.Sprintf("hypervisor %q: %s, and local = false", p.Name, p.Note),

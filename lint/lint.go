@@ -36,6 +36,8 @@ const (
 	CheckUnusedProxy   = "unused-proxy"     // a [proxy.X] nothing refers to
 	CheckNoCatchAll    = "no-catch-all"     // flows no rule matches go direct implicitly
 	CheckNothingCaught = "nothing-captured" // no vm_networks and local = false
+	CheckUncagedSwitch = "uncaged-adapter"  // Windows NAT or forwarding carries an adapter's guests
+	CheckHostResolver  = "host-resolver"    // a VM resolves through the host's Dnscache, which "caged" passes
 )
 
 // Finding is one problem.
@@ -58,6 +60,9 @@ type Host struct {
 	// OS is the operating system app names and presets are judged for; empty means the one
 	// lint runs on.
 	OS string
+	// Windows is what the caller could learn of this Windows machine's VMs (windows.go);
+	// the zero value knows nothing, and the checks that need it say nothing.
+	Windows WindowsFacts
 }
 
 // natHostAlias is the host as a VirtualBox or QEMU NAT guest sees it.
@@ -72,6 +77,7 @@ func Check(cfg *conf.Config, h Host) []Finding {
 	l.proxies()
 	l.capture()
 	l.cage()
+	l.windows()
 	return l.out
 }
 

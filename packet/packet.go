@@ -265,6 +265,18 @@ func (p Packet) Payload() []byte {
 	return p.b[p.l4+p.l4len:]
 }
 
+// ICMP returns the type and code of an ICMP (IPv4) or ICMPv6 message; ok is false for other
+// protocols, non-first fragments and messages shorter than their type and code.
+func (p Packet) ICMP() (typ, code uint8, ok bool) {
+	if (p.proto != ProtoICMP && p.proto != ProtoICMPv6) || p.l4 == 0 || p.flags&flagLater != 0 || len(p.b) < p.l4+2 {
+		return 0, 0, false
+	}
+	if p.IPv6() != (p.proto == ProtoICMPv6) {
+		return 0, 0, false // ICMP in IPv6 or ICMPv6 in IPv4: not what either means
+	}
+	return p.b[p.l4], p.b[p.l4+1], true
+}
+
 // Src returns the source address.
 func (p Packet) Src() netip.Addr {
 	switch {

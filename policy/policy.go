@@ -4,20 +4,28 @@
 // rules, and this package adds the implicit steps around it, in this order:
 //
 //  1. DNS (port 53) is answered by the router's own DNS server and never sent on, except a
-//     host flow to its own loopback or addresses (a local stub resolver): StepDNS.
+//     host flow to its own loopback or addresses (a local stub resolver): StepDNS. With
+//     [dns] capture = "caged", a query that is not caged is passed untouched:
+//     StepDNSUncaged.
 //  2. A local destination (IsLocal, or this machine's own address) is never captured and
 //     goes direct: StepLocal. A caged flow (below) reaches this machine only on a
 //     forward's ports and DHCP; anything else of the host is refused: StepHost.
-//  3. A fake-IP pool address that no DNS answer gave out is refused: StepNoName (only the
+//  3. With [capture] local = false, a flow that is not caged is this host's own and not
+//     the router's business: it goes direct, whatever the rules say: StepUncaptured
+//     (with Env.Scoped, as every capture is).
+//  4. A fake-IP pool address that no DNS answer gave out is refused: StepNoName (only the
 //     name makes such a flow routable, and nothing may guess it).
-//  4. The rules, first match wins. A caged flow is decided only by a rule that names it
+//  5. The rules, first match wins. A caged flow is decided only by a rule that names it
 //     (sources, apps, services) or its destination (hosts, ports), or by a catch-all that
 //     keeps it caged (proxy or block): a direct rule without such fields is a catch-all for
 //     this host's own traffic only. StepRule.
-//  5. When no rule decides: a caged flow is refused (StepCaged), any other goes direct
+//  6. When no rule decides: a caged flow is refused (StepCaged), any other goes direct
 //     (StepNoMatch).
-//  6. DNS over TLS or QUIC (port 853) leaves only through a proxy; a direct verdict is
+//  7. DNS over TLS or QUIC (port 853) leaves only through a proxy; a direct verdict is
 //     turned into a refusal: StepDoT.
+//
+// ICMP is decided apart (DecideICMP): the router cannot carry it, so an echo request
+// leaves only when it is this host's own (not caged, its process known) and local = false.
 //
 // A flow is caged when it comes from a VM network or a VM-facing interface (Flow.FromVM, or
 // its source in [capture] vm_networks), or when its process is a caged app: one named by a
@@ -44,14 +52,18 @@ import (
 type Step uint8
 
 const (
-	StepRule    Step = iota // a rule matched
-	StepNoMatch             // no rule matched a flow that is not caged: direct
-	StepDNS                 // port 53: answered by the router's DNS server
-	StepLocal               // a local destination: never captured, direct
-	StepHost                // a caged flow to this host: a forward's port, DHCP, or refused
-	StepNoName              // a fake-IP pool address nobody was given: refused
-	StepCaged               // a caged flow that no rule decides: refused
-	StepDoT                 // DNS over TLS/QUIC not through a proxy: refused
+	StepRule       Step = iota // a rule matched
+	StepNoMatch                // no rule matched a flow that is not caged: direct
+	StepDNS                    // port 53: answered by the router's DNS server
+	StepLocal                  // a local destination: never captured, direct
+	StepHost                   // a caged flow to this host: a forward's port, DHCP, or refused
+	StepNoName                 // a fake-IP pool address nobody was given: refused
+	StepCaged                  // a caged flow that no rule decides: refused
+	StepDNSUncaged             // DNS of a process that is not caged, with [dns] capture = "caged": passed
+	StepUncaptured             // local = false and the flow is not caged: this host's own, direct
+	StepICMP                   // an ICMP echo request (DecideICMP)
+	// StepDoT stays the last step: counters sized StepDoT+1 cover every step.
+	StepDoT // DNS over TLS/QUIC not through a proxy: refused
 )
 
 // String is the step's name in verdicts (Decision.Name) and logs.
@@ -73,6 +85,12 @@ func (s Step) String() string {
 		return "(caged: no rule decides)"
 	case StepDoT:
 		return "(dns over tls: only through a proxy)"
+	case StepDNSUncaged:
+		return "(dns: not caged, passed)"
+	case StepUncaptured:
+		return "(not caged: this host's own)"
+	case StepICMP:
+		return "(icmp)"
 	}
 	return "step(" + strconv.Itoa(int(s)) + ")"
 }
@@ -123,6 +141,11 @@ type Env struct {
 	// CagedApps are processes the platform cages whatever the config says (on Windows the
 	// known hypervisors' images, which its guard blocks too).
 	CagedApps []rules.App
+	// Scoped says the capture takes this host's own traffic that is not caged only with
+	// [capture] local = true, as both platforms' captures do: without local such a flow
+	// is this host's own and goes direct (StepUncaptured). False: every flow handed over is
+	// decided by the rules (tests that feed host flows to a config built in code).
+	Scoped bool
 }
 
 // Policy is one config's compiled decision. See the package documentation.
@@ -140,6 +163,8 @@ type Policy struct {
 	hasCaged  bool
 	needOwner bool
 	pool      netip.Prefix // the fake-IP pool; invalid outside fake-ip mode
+	local     bool         // [capture] local: this host's own traffic is captured
+	dnsAll    bool         // [dns] capture = "all": every process's DNS is answered
 	// hostPorts are the ports a caged flow may reach on this host: the forwards' listen
 	// and connect ports. forwardAddrs are the forwards' listen addresses: this host's, even
 	// where Env does not know them (explain on another machine).
@@ -188,6 +213,9 @@ func New(cfg *conf.Config, env Env) *Policy {
 	if cfg.DNS.Mode == conf.DNSFakeIP {
 		p.pool = cfg.DNS.Pool
 	}
+	p.local = cfg.Capture.Local
+	// A config built in code without the scope is judged as conf would default it.
+	p.dnsAll = cfg.DNS.Capture == conf.DNSCaptureAll || cfg.DNS.Capture == "" && cfg.Capture.Local
 	for _, f := range cfg.Forwards {
 		p.hostPorts = append(p.hostPorts, f.Listen.Port(), f.Connect.Port())
 		if a := f.Listen.Addr(); !a.IsUnspecified() {
@@ -236,6 +264,13 @@ func (p *Policy) InPool(a netip.Addr) bool { return p.pool.IsValid() && p.pool.C
 func (p *Policy) NeedsOwner(f *Flow) bool {
 	return p.needOwner && !f.FromVM && !p.FromVMNetwork(f.Src)
 }
+
+// DNSAll reports whether every process's DNS is answered ([dns] capture = "all"); when not,
+// a DNS flow's decision depends on its process (see NeedsOwner).
+func (p *Policy) DNSAll() bool { return p.dnsAll }
+
+// Local reports whether this host's own traffic is captured ([capture] local).
+func (p *Policy) LocalCapture() bool { return p.local }
 
 // Caged reports whether f is caged: from a VM network or interface, or owned by a caged app.
 func (p *Policy) Caged(f *Flow) bool {
@@ -288,6 +323,9 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 	dst := f.Dst.Unmap()
 	local := dst.IsValid() && p.Local(dst)
 	if f.Port == 53 && (caged || !local || !(dst.IsLoopback() || p.hostAddr(dst))) {
+		if !caged && !p.dnsAll {
+			return implicit(StepDNSUncaged, rules.Direct, caged), nil
+		}
 		return implicit(StepDNS, rules.Block, caged), nil
 	}
 	if local {
@@ -298,6 +336,9 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 			return implicit(StepHost, rules.Direct, caged), nil
 		}
 		return implicit(StepHost, rules.Block, caged), nil
+	}
+	if !caged && !p.local && p.env.Scoped {
+		return implicit(StepUncaptured, rules.Direct, caged), nil
 	}
 	if p.InPool(dst) && f.Host == "" {
 		return implicit(StepNoName, rules.Block, caged), nil
@@ -333,6 +374,47 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 		d.Verdict = rules.Verdict{Action: rules.Block, Index: -1, Name: StepDoT.String()}
 	}
 	return d, steps
+}
+
+// CagedUDPPorts returns the destination ports a caged flow's UDP may leave to directly:
+// 53 (DNS, answered by the router), and the ports of the direct rules that may decide a
+// caged flow (they name its source, app, service, hosts or ports) and cover UDP. all is
+// true when such a rule names no ports: then any port may. Every other UDP of a caged flow
+// is dropped (no proxy carries it), so a capture may refuse it before it is sent, and leave
+// every other UDP of this host alone when nothing else of the host is captured (local =
+// false). The ranges are sorted and may overlap.
+func (p *Policy) CagedUDPPorts() (ports []rules.PortRange, all bool) {
+	ports = []rules.PortRange{{Lo: 53, Hi: 53}}
+	for i := range p.rules {
+		r := &p.rules[i]
+		if r.Action != rules.Direct || hostOnly(r) || r.Network == rules.TCP {
+			continue
+		}
+		if len(r.Ports) == 0 {
+			return nil, true
+		}
+		ports = append(ports, r.Ports...)
+	}
+	slices.SortFunc(ports, func(a, b rules.PortRange) int { return int(a.Lo) - int(b.Lo) })
+	return slices.Compact(ports), false
+}
+
+// DecideICMP decides an outbound ICMP echo request (f.Network and f.Port are ignored): no
+// proxy can carry it, so it passes only when it is this host's own (its process known and
+// not caged) and local = false, and to a local destination when it is not caged. Anything
+// else is refused: a caged process's, one whose process is unknown, and every one with
+// local = true (the host's other ICMP is then refused, as on Linux).
+func (p *Policy) DecideICMP(f *Flow) Decision {
+	caged := p.Caged(f)
+	known := f.App != "" || f.AppPath != "" || len(f.Services) > 0
+	dst := f.Dst.Unmap()
+	if !caged && dst.IsValid() && p.Local(dst) {
+		return implicit(StepLocal, rules.Direct, caged)
+	}
+	if caged || !known || p.local {
+		return implicit(StepICMP, rules.Block, caged)
+	}
+	return implicit(StepICMP, rules.Direct, caged)
 }
 
 // hostPort reports whether a caged flow to this host may pass: a forward's port, or DHCP.
@@ -386,6 +468,15 @@ func (p *Policy) Why(f *Flow, d Decision) string {
 		return "no rule matched and the flow is not caged, so it goes direct"
 	case StepDNS:
 		return "port 53 is DNS: the router's own DNS server answers it, and nothing is sent"
+	case StepDNSUncaged:
+		return "port 53 is DNS, but the flow is not caged and [dns] capture = \"caged\" answers caged processes only: it is passed untouched"
+	case StepUncaptured:
+		return "the flow is not caged and [capture] local = false: this host's own traffic is not the router's, so it goes direct whatever the rules say"
+	case StepICMP:
+		if d.Action == rules.Direct {
+			return "an ICMP echo request of this host's own process (not caged, local = false): passed"
+		}
+		return "an ICMP echo request the router cannot carry: refused for caged processes, for a process it cannot name, and for all with local = true"
 	case StepLocal:
 		return dst + " is local (loopback, link-local, multicast, broadcast or this machine): the router never captures it, so it goes direct whatever the rules say"
 	case StepHost:

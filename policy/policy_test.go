@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -17,7 +18,9 @@ func compile(t *testing.T, text string) *policy.Policy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return policy.New(cfg, policytest.Env())
+	env := policytest.Env()
+	env.Scoped = false // the rules decide every flow handed over, as in the relay's tests
+	return policy.New(cfg, env)
 }
 
 func TestSharedCases(t *testing.T) {
@@ -217,5 +220,57 @@ action = "direct"
 	}
 	if got := cfg.Capture.VMInterfaces; len(got) != 1 || got[0] != "virbr0" {
 		t.Errorf("interfaces %v, want libvirt's virbr0", got)
+	}
+}
+
+// TestScopeCases: the DNS scope and local, in every combination Windows allows.
+func TestScopeCases(t *testing.T) {
+	for _, local := range []bool{true, false} {
+		for _, dc := range []string{"", conf.DNSCaptureCaged, conf.DNSCaptureAll} {
+			t.Run(fmt.Sprintf("local=%v,dns=%q", local, dc), func(t *testing.T) {
+				cfg, err := conf.Parse("scope.toml", []byte(policytest.ScopeConfig(local, dc)), conf.Options{SkipSecrets: true, OS: "windows"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := policy.New(cfg, policytest.Env())
+				for _, c := range policytest.ScopeCases(local, dc) {
+					d, _ := p.Explain(&c.Flow)
+					if d.Step != c.Step || d.Action != c.Action || d.Proxy != c.Proxy || d.Name != c.Rule {
+						t.Errorf("%s: got %v %v %q by %q, want %v %v %q by %q", c.Name, d.Step, d.Action, d.Proxy, d.Name, c.Step, c.Action, c.Proxy, c.Rule)
+					}
+					if why := p.Why(&c.Flow, d); why == "" || strings.HasPrefix(why, "step(") {
+						t.Errorf("%s: no words for %v", c.Name, d.Step)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestDecideICMP: an echo request leaves only when it is the host's own, its process known,
+// and local = false.
+func TestDecideICMP(t *testing.T) {
+	for _, tc := range []struct {
+		local bool
+		app   string
+		dst   string
+		want  rules.Action
+	}{
+		{false, policytest.Chrome, "198.51.100.1", rules.Direct},
+		{false, policytest.Hypervisor, "198.51.100.1", rules.Block},
+		{false, "", "198.51.100.1", rules.Block},
+		{true, policytest.Chrome, "198.51.100.1", rules.Block},
+		{true, policytest.Chrome, "127.0.0.1", rules.Direct},
+		{false, policytest.Hypervisor, "127.0.0.1", rules.Block},
+	} {
+		cfg, err := conf.Parse("icmp.toml", []byte(policytest.ScopeConfig(tc.local, "")), conf.Options{SkipSecrets: true, OS: "windows"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := policy.New(cfg, policytest.Env())
+		f := policy.Flow{Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr(tc.dst), App: tc.app}
+		if d := p.DecideICMP(&f); d.Action != tc.want {
+			t.Errorf("local=%v %q -> %s: %v (%v), want %v", tc.local, tc.app, tc.dst, d.Action, d.Step, tc.want)
+		}
 	}
 }

@@ -7,16 +7,17 @@ import (
 	"github.com/agentcage/router/packet"
 )
 
-// apply does o to p, a packet of the flow o was decided for.
-func (e *Engine) apply(o outcome, p packet.Packet, m Meta) {
+// apply does o to p, a packet of the flow o was decided for; what it sends goes into ob
+// (nil: sent at once).
+func (e *Engine) apply(ob *outbox, o outcome, p packet.Packet, m Meta) {
 	switch o.act {
 	case actPass:
-		e.pass(p.Bytes(), m)
+		e.pass(ob, p.Bytes(), m)
 	case actReflect:
 		rewrite(p, o.peer, o.to, m.ChecksumsValid)
-		e.write(p.Bytes(), inbound(m))
+		e.send(ob, p.Bytes(), inbound(m))
 	case actRefuse:
-		e.refuse(p, m)
+		e.refuse(ob, p, m)
 	case actDrop:
 		e.st.dropped.Add(1)
 	case actDNS:
@@ -31,16 +32,16 @@ func inbound(m Meta) Meta {
 }
 
 // pass sends a captured packet on unchanged.
-func (e *Engine) pass(b []byte, m Meta) { e.write(b, m) }
+func (e *Engine) pass(ob *outbox, b []byte, m Meta) { e.send(ob, b, m) }
 
 // refuse drops p and, for TCP, injects a RST to its sender.
-func (e *Engine) refuse(p packet.Packet, m Meta) {
+func (e *Engine) refuse(ob *outbox, p packet.Packet, m Meta) {
 	e.st.dropped.Add(1)
 	if !p.IsTCP() {
 		return
 	}
 	if rst := resetFor(p); rst != nil {
-		e.write(rst, inbound(m))
+		e.send(ob, rst, inbound(m))
 	}
 }
 
@@ -76,6 +77,45 @@ func (e *Engine) answer(p packet.Packet, m Meta, app string) {
 		e.st.dnsAnswered.Add(1)
 		e.write(b, inbound(m))
 	})
+}
+
+// outbox holds what the goroutine handling one read batch sends, so that a BatchDevice
+// sends it with one call when the batch is done (see flush). The packets alias the read
+// buffer or are the engine's own; they are sent before the buffer is read into again.
+type outbox struct {
+	pkts  [][]byte
+	metas []Meta
+}
+
+// send queues b in ob, or writes it at once when ob is nil (worker goroutines).
+func (e *Engine) send(ob *outbox, b []byte, m Meta) {
+	if ob == nil {
+		e.write(b, m)
+		return
+	}
+	ob.pkts = append(ob.pkts, b)
+	ob.metas = append(ob.metas, m)
+}
+
+// flush sends what ob holds: with one WriteBatch call on a BatchDevice, else one Write
+// per packet. ob is empty afterwards.
+func (e *Engine) flush(ob *outbox) {
+	if len(ob.pkts) == 0 {
+		return
+	}
+	if bd, ok := e.dev.(BatchDevice); ok {
+		n, err := bd.WriteBatch(ob.pkts, ob.metas)
+		if err != nil {
+			e.st.writeErrors.Add(uint64(len(ob.pkts) - n))
+			e.log.Debug("device batch write", "packets", len(ob.pkts), "sent", n, "err", err)
+		}
+	} else {
+		for i, b := range ob.pkts {
+			e.write(b, ob.metas[i])
+		}
+	}
+	clear(ob.pkts) // drop the references to the read buffer
+	ob.pkts, ob.metas = ob.pkts[:0], ob.metas[:0]
 }
 
 // write hands b to the device, counting failures.

@@ -26,7 +26,26 @@ func (e *Engine) decideLocked(pol *policy.Policy, f *flow, now int64) outcome {
 	if f.pidKnown && !f.ownerKnown {
 		f.owner.PID = int(f.pid) // for logs; Owner still looks the process up
 	}
+	e.unmarkPendingLocked(f)
 	act := e.verdictLocked(pol, f)
+	if act == actPass && !f.caged && !(f.pidKnown && e.own[f.pid]) {
+		// The host's own flow: it takes room in the host's share, or, for UDP and ICMP
+		// when none can be made, passes without an entry (its next datagram is decided
+		// anew); a TCP flow without room is refused.
+		if !e.admitHostLocked() {
+			if k.proto == packet.ProtoTCP {
+				e.st.tableFull.Add(1)
+				act = actRefuse
+			} else {
+				e.removeLocked(f, now)
+				e.st.passed.Add(1)
+				f.last = now
+				return outcome{act: actPass}
+			}
+		} else {
+			e.markHostLocked(f)
+		}
+	}
 	if act == actReflect {
 		lport := e.opts.ListenerPort
 		if tcp && k.dst.Port() == 53 {
@@ -85,13 +104,22 @@ func (e *Engine) verdictLocked(pol *policy.Policy, f *flow) action {
 	if f.ownerKnown {
 		pf.App, pf.AppPath, pf.Services = f.owner.Name, f.owner.Path, f.owner.Services
 	}
+	if isICMP(k.proto) {
+		pf.Network, pf.Port = rules.AnyNetwork, 0
+		d := pol.DecideICMP(&pf)
+		f.verdict, f.caged = d.Verdict, d.Caged
+		if d.Action == rules.Direct {
+			return actPass
+		}
+		return actDrop
+	}
 	if e.opts.Names != nil {
 		if n, ok := e.opts.Names.NameFor(k.dst.Addr()); ok {
 			pf.Host = n
 		}
 	}
 	d := pol.Decide(&pf)
-	f.verdict = d.Verdict
+	f.verdict, f.caged = d.Verdict, d.Caged
 	switch {
 	case d.Step == policy.StepDNS && !tcp:
 		if e.opts.DNS == nil {

@@ -48,6 +48,15 @@ type Device interface {
 	Close() error
 }
 
+// BatchDevice is a Device that sends several packets with one call (WinDivertSendEx): the
+// engine hands it what one read batch gives. WriteBatch sends pkts[i] as metas[i]
+// describes, in order, and returns how many were sent and the first error; like Write it
+// must not keep the packets after it returns. Only the goroutine that calls Read calls it.
+type BatchDevice interface {
+	Device
+	WriteBatch(pkts [][]byte, metas []Meta) (int, error)
+}
+
 // ErrCannotPass is returned by Device.Write for an outbound packet on a device that has no
 // network behind it. The engine counts such packets as dropped.
 var ErrCannotPass = errors.New("redirect: the device cannot pass packets to the network")

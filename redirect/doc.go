@@ -47,7 +47,11 @@
 //     no owner could change that (with caged apps in the rules it waits for its owner);
 //   - DNS (port 53, a link-local resolver's too): UDP is answered in process by Options.DNS
 //     (the answer injected inbound), TCP reflected to the DNS server's TCP port
-//     (Options.DNSPort); DNS waits for the PID only (the router's own queries pass);
+//     (Options.DNSPort). With [dns] capture = "all" DNS waits for the PID only (the router's
+//     own queries pass); with "caged" it waits for the owner, and a query of a process that
+//     is not caged is passed unchanged (policy.StepDNSUncaged);
+//   - with local = false, a flow of a process that is not caged passes, whatever the rules
+//     say (policy.StepUncaptured);
 //   - a refusal (a block rule, the host off limits to caged traffic, a fake IP nobody was
 //     given, DNS over TLS or QUIC not through a proxy, a caged flow no rule decides) drops
 //     the SYN and injects a RST to the app, or drops UDP;
@@ -58,18 +62,35 @@
 //   - a verdict that a host-name rule could still change (a name rule comes before the
 //     winning rule and the destination's name is unknown here: policy.Decision.Final) is
 //     not final: TCP is then reflected (the router decides with the name) and UDP dropped.
+//   - ICMP echo requests are decided apart (policy.DecideICMP): they pass only for a known
+//     process that is not caged, with local = false; the rest is dropped.
 //
 // Every later packet of a known flow follows the decision taken for its first; an outbound
 // TCP packet of no known flow (a connection older than the engine, or whose entry expired)
 // is refused with a RST, so the app reconnects through the rules. Callers that must keep
 // older connections alive register them with AllowExisting.
 //
+// ICMP echo requests are flows too (the type in place of the source port, the code in place
+// of the destination port, as Windows' socket events give them): policy.DecideICMP passes
+// those of this host's own processes when local = false and drops the rest; no proxy
+// carries ICMP.
+//
 // # Devices
 //
-// WinDivertDevice (Windows) diverts every outbound non-loopback TCP and UDP packet of the
-// host except the router's upstreams, plus the listeners' answers, on one NETWORK handle;
-// a SOCKET handle sniffs connect events (EventSource); a higher-priority DROP handle keeps
-// the network off the listener ports. "Pass" re-injects a packet outbound unchanged.
+// WinDivertDevice (Windows) diverts, on one NETWORK handle, every outbound non-loopback TCP
+// packet of the host, its UDP (all of it, or with WinDivertConfig.UDP only the ports the
+// caged apps may use: with local = false the WFP guard refuses the rest of theirs, so the
+// host's other UDP never crosses user mode), DNS, ICMP echo requests and the listeners'
+// answers, except the router's own endpoints (its reserved source ports, its upstreams, the
+// forwards' answers); a SOCKET handle sniffs connect events (EventSource); a
+// higher-priority DROP handle keeps the network off the listener ports. "Pass" re-injects a
+// packet outbound unchanged, Impostor flag kept. What one read batch gives is sent back with
+// one call (BatchDevice: WinDivertSendEx).
+//
+// A TCP packet of a flow the engine passed still crosses user mode: WinDivert's filters are
+// fixed when the handle opens and know no flows, so the later packets of a caged flow
+// reflected to the listener and those of a host flow passed untouched look alike to them.
+// What is left per such packet is a lookup in the table and its share of one SendEx.
 //
 // TUN (Linux) is the test bed for the same engine against the real kernel TCP stack.
 // Whatever the host routes into it is read as outbound; what the engine writes arrives in
@@ -84,7 +105,10 @@
 // Entries expire: a reflected or passed TCP flow Linger after a RST or a FIN in both
 // directions, any TCP flow after Idle without packets, a UDP decision after UDPIdle, a
 // pending flow when its owner lookup ends. The table holds at most MaxFlows entries; a new
-// flow that finds it full (after a sweep) is refused (fail closed). Connect events are kept
+// flow that finds it full (after a sweep, and after evicting the host's oldest passed UDP
+// entry) is refused (fail closed). Within it the host's own passed flows and the flows
+// waiting for their owner have shares (MaxHostFlows, MaxPending), so that a host app
+// opening flows by the thousand cannot refuse the VM's. Connect events are kept
 // EventTTL, or until their CLOSE event.
 //
 // # Concurrency

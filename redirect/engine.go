@@ -1,6 +1,7 @@
 package redirect
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -62,8 +63,13 @@ type Options struct {
 	// with its own socket), for devices that cannot pass packets (a TUN).
 	ReflectDirect bool
 
-	// MaxFlows bounds the table (default 65536 entries).
-	MaxFlows int
+	// MaxFlows bounds the table (default 65536 entries). Within it, the entries of flows
+	// passed for this host's own processes (not caged: a P2P app, a game) may take at most
+	// MaxHostFlows (default three quarters), and flows still waiting for their owner at
+	// most MaxPending (default an eighth), so that neither can refuse a caged flow. When the
+	// host's share is full, its oldest passed UDP entry makes room (a later datagram of that
+	// flow is decided anew); a host TCP flow finding no such entry is refused.
+	MaxFlows, MaxHostFlows, MaxPending int
 	// Idle expires a TCP flow without packets (default 2h10m, above the 2 h keepalive
 	// interval of Windows and Linux); UDPIdle a UDP decision (default 60 s); Linger a TCP
 	// flow after a RST or a FIN each way, counted from its last packet (default 30 s).
@@ -97,13 +103,16 @@ type Stats struct {
 	EventTimeouts uint64 // new flows whose event did not come within EventWait
 	LookupErrors  uint64 // owner lookups that failed
 	WriteErrors   uint64 // device writes that failed (other than CannotPass)
-	TableFull     uint64 // new flows refused because the table was full
+	TableFull     uint64 // new flows refused because the table (or the pending share) was full
+	Evicted       uint64 // the host's passed UDP entries dropped to make room
 	Active        int    // entries in the table now
+	HostFlows     int    // of which the host's own passed flows
+	Pending       int    // of which flows waiting for their owner
 }
 
 type counters struct {
 	packets, reflected, passed, refused, droppedFlows, dropped, cannotPass, unknown,
-	dnsAnswered, events, eventTimeouts, lookupErrors, writeErrors, tableFull atomic.Uint64
+	dnsAnswered, events, eventTimeouts, lookupErrors, writeErrors, tableFull, evicted atomic.Uint64
 }
 
 // Engine is the redirect engine; see the package documentation. Create it with New, start
@@ -128,6 +137,7 @@ type Engine struct {
 	workers  sync.WaitGroup
 	running  atomic.Bool
 	closeDev sync.Once
+	ob       outbox // inputBatch's sends, owned by the goroutine that calls it
 
 	mu       sync.Mutex
 	flows    map[flowKey]*flow        // every entry, by original 5-tuple
@@ -136,6 +146,9 @@ type Engine struct {
 	events   map[evKey]evEntry        // connect events not yet matched
 	recent   map[netip.AddrPort]int64 // peers of expired reflected flows -> reusable after
 	stopped  bool                     // Run has returned: timers and workers do nothing
+	hostN    int                      // entries of the host's own passed flows (flow.host)
+	pendingN int                      // entries waiting for their owner (flow.pending)
+	hostUDP  list.List                // the host's passed UDP entries, oldest first (*flow)
 
 	st counters
 }
@@ -169,6 +182,12 @@ func New(dev Device, p *policy.Policy, opts Options) (*Engine, error) {
 	def(&opts.SweepEvery, time.Second)
 	if opts.MaxFlows <= 0 {
 		opts.MaxFlows = 1 << 16
+	}
+	if opts.MaxHostFlows <= 0 || opts.MaxHostFlows > opts.MaxFlows {
+		opts.MaxHostFlows = max(1, opts.MaxFlows*3/4)
+	}
+	if opts.MaxPending <= 0 || opts.MaxPending > opts.MaxFlows {
+		opts.MaxPending = max(1, opts.MaxFlows/8)
 	}
 	if opts.DNSWorkers <= 0 {
 		opts.DNSWorkers = 64
@@ -306,9 +325,13 @@ func (e *Engine) readEvents(done <-chan struct{}) {
 	}
 }
 
-// inputBatch handles packets that lie back to back in b, with their metadata.
+// inputBatch handles packets that lie back to back in b, with their metadata, and sends
+// what they give before it returns (one WriteBatch on a BatchDevice). One goroutine at a
+// time calls it (Run's; tests call it directly): e.ob is its scratch.
 func (e *Engine) inputBatch(b []byte, metas []Meta) {
 	now := e.now()
+	ob := &e.ob
+	defer e.flush(ob)
 	for _, m := range metas {
 		if len(b) == 0 {
 			return
@@ -321,7 +344,7 @@ func (e *Engine) inputBatch(b []byte, metas []Meta) {
 			e.log.Debug("unparsable packet dropped", "err", err, "bytes", len(b))
 			return
 		}
-		e.input(p, m, now)
+		e.input(ob, p, m, now)
 		b = b[p.Len():]
 	}
 }
@@ -413,16 +436,18 @@ func (e *Engine) AllowExisting(local, remote netip.AddrPort) {
 	now := e.now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if _, ok := e.flows[key]; ok || len(e.flows) >= e.opts.MaxFlows {
+	if _, ok := e.flows[key]; ok || len(e.flows) >= e.opts.MaxFlows || !e.admitHostLocked() {
 		return
 	}
-	e.flows[key] = &flow{key: key, state: statePass, last: now, created: now}
+	f := &flow{key: key, state: statePass, last: now, created: now}
+	e.flows[key] = f
+	e.markHostLocked(f)
 }
 
 // Stats returns the counters.
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()
-	active := len(e.flows)
+	active, host, pending := len(e.flows), e.hostN, e.pendingN
 	e.mu.Unlock()
 	c := &e.st
 	return Stats{
@@ -430,7 +455,8 @@ func (e *Engine) Stats() Stats {
 		Refused: c.refused.Load(), DroppedFlows: c.droppedFlows.Load(), Dropped: c.dropped.Load(),
 		CannotPass: c.cannotPass.Load(), Unknown: c.unknown.Load(), DNSAnswered: c.dnsAnswered.Load(),
 		Events: c.events.Load(), EventTimeouts: c.eventTimeouts.Load(), LookupErrors: c.lookupErrors.Load(),
-		WriteErrors: c.writeErrors.Load(), TableFull: c.tableFull.Load(), Active: active,
+		WriteErrors: c.writeErrors.Load(), TableFull: c.tableFull.Load(), Evicted: c.evicted.Load(),
+		Active: active, HostFlows: host, Pending: pending,
 	}
 }
 

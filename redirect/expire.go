@@ -9,6 +9,8 @@ func (e *Engine) removeLocked(f *flow, now int64) {
 	if e.flows[f.key] == f {
 		delete(e.flows, f.key)
 	}
+	e.unmarkPendingLocked(f)
+	e.unmarkHostLocked(f)
 	if f.state == stateReflect && e.byPeer[f.peer] == f {
 		delete(e.byPeer, f.peer)
 		if len(e.recent) < e.opts.MaxFlows {
@@ -40,7 +42,7 @@ func (e *Engine) sweepLocked(now int64) {
 		switch {
 		case f.state == statePending:
 			expired = now-f.created > pendingMax+int64(e.opts.EventWait)
-		case f.key.proto == packet.ProtoUDP:
+		case f.key.proto != packet.ProtoTCP: // UDP, ICMP
 			expired = age > udpIdle
 		case f.closing:
 			expired = age > linger

@@ -242,7 +242,7 @@ func testRules(t testing.TB, extra ...rules.Rule) *policy.Policy {
 
 // testPolicy compiles rs with the default fake-IP pool.
 func testPolicy(rs []rules.Rule) *policy.Policy {
-	cfg := &conf.Config{Rules: rs, DNS: conf.DNS{Mode: conf.DNSFakeIP, Pool: netip.MustParsePrefix("198.18.0.0/15")}}
+	cfg := &conf.Config{Rules: rs, DNS: conf.DNS{Mode: conf.DNSFakeIP, Capture: conf.DNSCaptureAll, Pool: netip.MustParsePrefix("198.18.0.0/15")}}
 	return policy.New(cfg, policy.Env{})
 }
 

@@ -1,6 +1,7 @@
 package redirect
 
 import (
+	"container/list"
 	"net/netip"
 	"time"
 
@@ -65,6 +66,13 @@ type flow struct {
 	owner      proc.Info
 	ownerKnown bool
 	verdict    rules.Verdict
+	caged      bool // the decision found the flow caged
+
+	// Budgets (Options.MaxHostFlows, MaxPending): host says the entry counts in the host's
+	// share (hostElem is its place in Engine.hostUDP for UDP), pending in the pending one.
+	host     bool
+	hostElem *list.Element
+	pending  bool
 
 	created, last int64 // engine time (ns)
 	closing       bool  // a RST, or a FIN each way, was seen

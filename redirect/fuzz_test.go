@@ -37,6 +37,8 @@ func fuzzSeeds() [][]byte {
 		frag,
 		append(tcpPkt(appA, proxied, syn, 1, 0, ""), udpPkt(appA, dnsSrv, "\x00\x02\x01\x00")...), // a batch of two
 		{0x45, 0, 0, 20},
+		echoPkt(appA.Addr(), proxied.Addr()),
+		echoPkt(appA6.Addr(), proxied6.Addr()),
 	}
 }
 

@@ -91,10 +91,12 @@ func parseUDPTable6(b []byte) ([]socketRow, error) {
 }
 
 // findOwner returns the PID of the row for a socket with local and remote (remote is
-// ignored for UDP rows, which have none): an exact local address wins over a wildcard one.
+// ignored for UDP rows, which have none): an exact local address wins over a wildcard one,
+// and a wildcard of the packet's family over one of the other (a dual-stack socket on [::]
+// also sends IPv4). Rows of both families may be mixed; IPv4-mapped addresses are unmapped.
 func findOwner(rows []socketRow, udp bool, local, remote netip.AddrPort) (uint32, bool) {
 	var wild uint32
-	var found bool
+	var found, sameFamily bool
 	for _, r := range rows {
 		if r.local.Port() != local.Port() {
 			continue
@@ -102,11 +104,15 @@ func findOwner(rows []socketRow, udp bool, local, remote netip.AddrPort) (uint32
 		if !udp && (r.remote != remote || r.state == mibTCPStateListen) {
 			continue
 		}
+		ra := r.local.Addr()
 		switch {
-		case r.local.Addr() == local.Addr():
+		case ra == local.Addr():
 			return r.pid, true
-		case r.local.Addr().IsUnspecified() && !found:
-			wild, found = r.pid, true
+		case ra.IsUnspecified() && !sameFamily:
+			same := ra.Is4() == local.Addr().Is4()
+			if !found || same {
+				wild, found, sameFamily = r.pid, true, same
+			}
 		}
 	}
 	return wild, found

@@ -8,8 +8,13 @@ import (
 
 // needInfo reports whether the rules need more than f's PID to decide.
 func (e *Engine) needInfo(pol *policy.Policy, f *flow) bool {
+	if isICMP(f.key.proto) {
+		// Only a process known not to be caged may ping (local = false); the IP Helper
+		// tables have no ICMP sockets, so only the PID's description can tell.
+		return !pol.LocalCapture() && !f.ownerKnown && f.pidKnown && !e.own[f.pid] && e.opts.Resolver != nil
+	}
 	if f.ownerKnown || (f.pidKnown && e.own[f.pid]) || !pol.NeedsOwner(&policy.Flow{Src: f.key.src.Addr()}) ||
-		f.key.dst.Port() == 53 { // DNS is answered whoever asks; only the PID (own or not) matters
+		f.key.dst.Port() == 53 && pol.DNSAll() { // every process's DNS is answered: only the PID (own or not) matters
 		return false
 	}
 	if f.pidKnown {
@@ -76,7 +81,7 @@ func (e *Engine) finish(f *flow, now int64) {
 		if err != nil {
 			continue
 		}
-		e.apply(o, p, h.m)
+		e.apply(nil, o, p, h.m)
 	}
 }
 
@@ -95,7 +100,7 @@ func (e *Engine) eventTimeout(f *flow) {
 		delete(e.pendByEv, ek)
 	}
 	f.stop = nil
-	if e.opts.Lookup != nil && !e.pol.Load().FromVMNetwork(f.key.src.Addr()) {
+	if e.opts.Lookup != nil && !e.pol.Load().FromVMNetwork(f.key.src.Addr()) && !isICMP(f.key.proto) {
 		// The fallback gives the PID too, which tells the router's own flows.
 		e.resolveLocked(f)
 		e.mu.Unlock()

@@ -8,23 +8,30 @@ import (
 	"github.com/agentcage/router/rules"
 )
 
-// input handles one outbound packet; p may be rewritten in place and is not kept.
-func (e *Engine) input(p packet.Packet, m Meta, now int64) {
+// input handles one outbound packet; p may be rewritten in place and is not kept. What it
+// sends goes into ob.
+func (e *Engine) input(ob *outbox, p packet.Packet, m Meta, now int64) {
 	e.st.packets.Add(1)
+	if m.Outbound && !m.Loopback {
+		if typ, code, ok := echoRequest(p); ok {
+			e.icmp(ob, p, m, typ, code, now)
+			return
+		}
+	}
 	if !m.Outbound || m.Loopback || !p.HasPorts() {
-		e.pass(p.Bytes(), m)
+		e.pass(ob, p.Bytes(), m)
 		return
 	}
 	src := netip.AddrPortFrom(p.Src(), p.SrcPort())
 	dst := netip.AddrPortFrom(p.Dst(), p.DstPort())
 	if policy.IsLocal(dst.Addr()) && e.localPass(p, src, dst) {
-		e.pass(p.Bytes(), m)
+		e.pass(ob, p.Bytes(), m)
 		return
 	}
 	if p.IsTCP() {
-		e.tcp(p, m, src, dst, now)
+		e.tcp(ob, p, m, src, dst, now)
 	} else {
-		e.udp(p, m, src, dst, now)
+		e.udp(ob, p, m, src, dst, now)
 	}
 }
 
@@ -44,7 +51,7 @@ func (e *Engine) isListenerPort(port uint16) bool {
 	return port == e.opts.ListenerPort || (port == e.opts.DNSPort && port != 0)
 }
 
-func (e *Engine) tcp(p packet.Packet, m Meta, src, dst netip.AddrPort, now int64) {
+func (e *Engine) tcp(ob *outbox, p packet.Packet, m Meta, src, dst netip.AddrPort, now int64) {
 	fl := p.TCPFlags()
 	e.mu.Lock()
 	if e.isListenerPort(src.Port()) {
@@ -54,7 +61,7 @@ func (e *Engine) tcp(p packet.Packet, m Meta, src, dst netip.AddrPort, now int64
 			k := f.key
 			e.mu.Unlock()
 			rewrite(p, k.dst, k.src, m.ChecksumsValid)
-			e.write(p.Bytes(), inbound(m))
+			e.send(ob, p.Bytes(), inbound(m))
 			return
 		}
 	}
@@ -71,11 +78,11 @@ func (e *Engine) tcp(p packet.Packet, m Meta, src, dst netip.AddrPort, now int64
 				peer, to := f.peer, f.to
 				e.mu.Unlock()
 				rewrite(p, peer, to, m.ChecksumsValid)
-				e.write(p.Bytes(), inbound(m))
+				e.send(ob, p.Bytes(), inbound(m))
 			case statePass:
 				f.track(fl, true, now)
 				e.mu.Unlock()
-				e.pass(p.Bytes(), m)
+				e.pass(ob, p.Bytes(), m)
 			default: // statePending
 				if syn {
 					f.hold(p, m)
@@ -91,28 +98,39 @@ func (e *Engine) tcp(p packet.Packet, m Meta, src, dst netip.AddrPort, now int64
 	case syn:
 		o := e.newFlowLocked(key, p, m, now)
 		e.mu.Unlock()
-		e.apply(o, p, m)
+		e.apply(ob, o, p, m)
 	case fl&packet.TCPSyn != 0:
-		// SYN-ACK: the host serves a connection; it is not the engine's to redirect.
-		e.flows[key] = &flow{key: key, state: statePass, created: now, last: now}
+		// SYN-ACK: the host serves a connection; it is not the engine's to redirect. With
+		// the host's share full it passes without an entry (its later packets are then
+		// refused as unknown): the share protects the caged flows' room.
+		if len(e.flows) < e.opts.MaxFlows && e.admitHostLocked() {
+			f := &flow{key: key, state: statePass, created: now, last: now}
+			e.flows[key] = f
+			e.markHostLocked(f)
+		}
 		e.mu.Unlock()
 		e.st.passed.Add(1)
-		e.pass(p.Bytes(), m)
+		e.pass(ob, p.Bytes(), m)
 	default:
 		e.mu.Unlock()
 		e.st.unknown.Add(1)
-		e.refuse(p, m)
+		e.refuse(ob, p, m)
 	}
 }
 
-func (e *Engine) udp(p packet.Packet, m Meta, src, dst netip.AddrPort, now int64) {
-	key := flowKey{proto: packet.ProtoUDP, src: src, dst: dst}
+func (e *Engine) udp(ob *outbox, p packet.Packet, m Meta, src, dst netip.AddrPort, now int64) {
+	e.datagram(ob, p, m, flowKey{proto: packet.ProtoUDP, src: src, dst: dst}, now)
+}
+
+// datagram handles a UDP datagram or an ICMP echo request of the flow key: the first one
+// starts the flow, the later ones follow its decision.
+func (e *Engine) datagram(ob *outbox, p packet.Packet, m Meta, key flowKey, now int64) {
 	e.mu.Lock()
 	f := e.flows[key]
 	if f == nil {
 		o := e.newFlowLocked(key, p, m, now)
 		e.mu.Unlock()
-		e.apply(o, p, m)
+		e.apply(ob, o, p, m)
 		return
 	}
 	f.last = now
@@ -123,7 +141,7 @@ func (e *Engine) udp(p packet.Packet, m Meta, src, dst netip.AddrPort, now int64
 	e.mu.Unlock()
 	switch st {
 	case statePass:
-		e.pass(p.Bytes(), m)
+		e.pass(ob, p.Bytes(), m)
 	case stateDNS:
 		e.answer(p, m, app)
 	case stateDrop:
@@ -137,13 +155,21 @@ func (e *Engine) udp(p packet.Packet, m Meta, src, dst netip.AddrPort, now int64
 func (e *Engine) newFlowLocked(key flowKey, p packet.Packet, m Meta, now int64) outcome {
 	if len(e.flows) >= e.opts.MaxFlows {
 		e.sweepLocked(now)
-		if len(e.flows) >= e.opts.MaxFlows {
+		if len(e.flows) >= e.opts.MaxFlows && !e.evictHostUDPLocked() {
 			e.st.tableFull.Add(1)
 			e.log.Debug("flow table full; new flow refused", "src", key.src, "dst", key.dst)
 			return outcome{act: actRefuse}
 		}
 	}
+	if e.pendingN >= e.opts.MaxPending {
+		// Too many flows wait for their owner: this one is dropped without an answer, so
+		// a TCP client retransmits its SYN and a UDP one its datagram.
+		e.st.tableFull.Add(1)
+		e.log.Debug("too many flows wait for their owner; new flow dropped", "src", key.src, "dst", key.dst)
+		return outcome{act: actDrop}
+	}
 	f := &flow{key: key, state: statePending, created: now, last: now}
+	e.markPendingLocked(f)
 	ek := key.evKey()
 	if ev, ok := e.events[ek]; ok {
 		delete(e.events, ek)
@@ -151,6 +177,10 @@ func (e *Engine) newFlowLocked(key flowKey, p packet.Packet, m Meta, now int64) 
 	}
 	pol := e.pol.Load()
 	switch {
+	case isICMP(key.proto) && pol.LocalCapture():
+		// With local = true every echo request is refused: no owner is needed.
+		e.flows[key] = f
+		return e.decideLocked(pol, f, now)
 	case !f.pidKnown && e.opts.Events != nil && !pol.FromVMNetwork(key.src.Addr()):
 		// Wait for the connect event (SYN before CONNECT).
 		e.flows[key] = f

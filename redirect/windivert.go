@@ -25,6 +25,11 @@ type WinDivertConfig struct {
 	// tell its own flows (e.g. direct dials) from the apps'. ListenerPorts are set from
 	// the ports above.
 	Exclusions windivert.Exclusions
+	// UDP, when not nil, limits the UDP the diverting handle takes, DNS aside, to these
+	// destination ports: with local = false the engine needs only the caged processes'
+	// UDP, and the guard refuses theirs to any other port before it is sent (its CagedUDP).
+	// The host's other UDP then never crosses user mode. Nil: all UDP.
+	UDP []windivert.PortRange
 	// Priority is the priority of the diverting NETWORK handle (default 1000); the
 	// listener guard opens at Priority+1, above it, so that it sees real inbound packets
 	// but not the ones the engine injects.
@@ -50,12 +55,20 @@ func (c WinDivertConfig) exclusions() windivert.Exclusions {
 }
 
 // NetworkFilter is the filter of the diverting NETWORK handle: every outbound, non-loopback
-// TCP and UDP packet of this host except the router's own endpoints, DNS to any address,
+// TCP and UDP (or UDP to the ports of c.UDP) packet of this host except the router's own endpoints (its reserved source
+// ports, its upstreams, the forwards' answers), DNS to any address, ICMP echo requests,
 // and the listeners' packets to reflected peers.
 func (c WinDivertConfig) NetworkFilter() windivert.Filter {
 	ex := c.exclusions()
-	udp := windivert.And(windivert.FieldOutbound.Is(), windivert.Not(windivert.FieldLoopback.Is()), windivert.FieldUDP.Is())
-	return windivert.Or(windivert.OutboundTCP(ex), udp, windivert.DNSQueries(ex), windivert.ReflectBack(c.ports()...))
+	udp := windivert.And(windivert.FieldOutbound.Is(), windivert.Not(windivert.FieldLoopback.Is()), windivert.FieldUDP.Is(), ex.Filter())
+	if c.UDP != nil {
+		var ports []windivert.Filter
+		for _, r := range c.UDP {
+			ports = append(ports, windivert.FieldUDPDstPort.InRange(uint64(r.Lo), uint64(r.Hi)))
+		}
+		udp = windivert.And(udp, windivert.Or(ports...))
+	}
+	return windivert.Or(windivert.OutboundTCP(ex), udp, windivert.DNSQueries(ex), windivert.EchoRequests(ex), windivert.ReflectBack(c.ports()...))
 }
 
 // SocketFilter is the filter of the SOCKET sniff handle: connects and closes of every
@@ -78,6 +91,10 @@ type WinDivertDevice struct {
 
 	addrs   []windivert.Address // Read's scratch
 	evAddrs []windivert.Address // ReadEvents' scratch
+
+	batchMu    sync.Mutex          // guards the two below: WriteBatch's scratch
+	batchBuf   []byte              // the packets back to back, for SendEx
+	batchAddrs []windivert.Address // their addresses
 
 	once     sync.Once
 	closeErr error
@@ -181,6 +198,29 @@ func (d *WinDivertDevice) Write(pkt []byte, m Meta) error {
 	return err
 }
 
+// WriteBatch implements BatchDevice: the packets go back to back into one buffer and out
+// with one WinDivertSendEx per BatchMax packets, instead of one WinDivertSend each.
+func (d *WinDivertDevice) WriteBatch(pkts [][]byte, metas []Meta) (int, error) {
+	d.batchMu.Lock()
+	defer d.batchMu.Unlock()
+	sent := 0
+	for len(pkts) > 0 {
+		n := min(len(pkts), windivert.BatchMax)
+		buf, addrs := d.batchBuf[:0], d.batchAddrs[:0]
+		for i, p := range pkts[:n] {
+			buf = append(buf, p...)
+			addrs = append(addrs, addressOf(p, metas[i]))
+		}
+		d.batchBuf, d.batchAddrs = buf, addrs
+		if _, err := d.net.SendEx(buf, addrs); err != nil {
+			return sent, err
+		}
+		sent += n
+		pkts, metas = pkts[n:], metas[n:]
+	}
+	return sent, nil
+}
+
 // ReadEvents implements EventSource: CONNECT and CLOSE events of the SOCKET handle.
 func (d *WinDivertDevice) ReadEvents(evs []SocketEvent) (int, error) {
 	n := min(len(evs), windivert.BatchMax)
@@ -243,6 +283,7 @@ func (d *WinDivertDevice) Close() error {
 }
 
 var (
+	_ BatchDevice = (*WinDivertDevice)(nil)
 	_ Device      = (*WinDivertDevice)(nil)
 	_ EventSource = (*WinDivertDevice)(nil)
 )

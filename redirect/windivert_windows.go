@@ -15,15 +15,35 @@ import (
 // GetExtendedUdpTable): the fallback when no SOCKET event named a flow's process in time,
 // and the list of connections that exist when the engine starts. It is safe for concurrent
 // use.
+//
+// Lookups share dumps (ownerTables): every lookup waiting when a dump starts is answered by
+// it, and a dump reads the IPv4 and the IPv6 table, since a dual-stack socket's IPv4 flows
+// are in the IPv6 one.
 type IPHelper struct {
 	res      PIDResolver
 	tcp, udp *windows.LazyProc
+	tables   *ownerTables
 }
 
 // NewIPHelper returns an IPHelper that describes PIDs with res (nil: PIDs only).
 func NewIPHelper(res PIDResolver) *IPHelper {
 	dll := windows.NewLazySystemDLL("iphlpapi.dll")
-	return &IPHelper{res: res, tcp: dll.NewProc("GetExtendedTcpTable"), udp: dll.NewProc("GetExtendedUdpTable")}
+	h := &IPHelper{res: res, tcp: dll.NewProc("GetExtendedTcpTable"), udp: dll.NewProc("GetExtendedUdpTable")}
+	h.tables = &ownerTables{dump: h.both}
+	return h
+}
+
+// both dumps the IPv4 and the IPv6 table of a protocol.
+func (h *IPHelper) both(udp bool) ([]socketRow, error) {
+	v4, err := h.rows(udp, false)
+	if err != nil {
+		return nil, err
+	}
+	v6, err := h.rows(udp, true)
+	if err != nil {
+		return nil, err
+	}
+	return append(v4, v6...), nil
 }
 
 // Table classes (iprtrmib.h).
@@ -77,12 +97,10 @@ func (h *IPHelper) rows(udp, v6 bool) ([]socketRow, error) {
 
 // Lookup is a LookupFunc: the process of the socket local -> remote.
 func (h *IPHelper) Lookup(proto uint8, local, remote netip.AddrPort) (proc.Info, error) {
-	udp := proto == packet.ProtoUDP
-	rows, err := h.rows(udp, local.Addr().Is6())
+	pid, ok, err := h.tables.owner(proto == packet.ProtoUDP, local, remote)
 	if err != nil {
 		return proc.Info{}, fmt.Errorf("redirect: owner of %v -> %v: %w", local, remote, err)
 	}
-	pid, ok := findOwner(rows, udp, local, remote)
 	if !ok {
 		return proc.Info{}, fmt.Errorf("redirect: owner of %v -> %v: no such socket", local, remote)
 	}

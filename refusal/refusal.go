@@ -101,6 +101,8 @@ func ForStep(s policy.Step) Reason {
 		return DoT
 	case policy.StepDNS:
 		return Capture
+	case policy.StepICMP:
+		return ICMP
 	}
 	return Rule
 }

@@ -158,6 +158,21 @@ func netFixture(name string, s packet.Spec, outbound, loopback bool) fixture {
 	return fixture{name, packet.MustBuild(s), a}
 }
 
+// echoFixture is an outbound ICMP message of type typ from 192.0.2.10 to dst.
+func echoFixture(name string, typ byte, dst string, loopback bool) fixture {
+	b := make([]byte, 28)
+	b[0], b[8], b[9] = 0x45, 64, packet.ProtoICMP
+	b[3] = 28
+	copy(b[12:], netip.MustParseAddr("192.0.2.10").AsSlice())
+	copy(b[16:], netip.MustParseAddr(dst).AsSlice())
+	b[20] = typ
+	var a Address
+	a.SetLayer(LayerNetwork)
+	a.SetOutbound(true)
+	a.SetLoopback(loopback)
+	return fixture{name, b, a}
+}
+
 func sockFixture(name string, ev Event, proto uint8, pid uint32, local, remote netip.AddrPort, loopback bool) fixture {
 	var a Address
 	a.SetLayer(LayerSocket)
@@ -222,7 +237,11 @@ func TestEvalNamedFilters(t *testing.T) {
 		{SocketConnects(ex), sockFixture("bind", EventSocketBind, packet.ProtoTCP, 1000, c4, ap("0.0.0.0:0"), false), false},
 		{SocketConnects(ex), sockFixture("loopback", EventSocketConnect, packet.ProtoTCP, 1000, ap("127.0.0.1:5000"), ap("127.0.0.1:47831"), true), false},
 		{SocketConnects(ex), sockFixture("to upstream", EventSocketConnect, packet.ProtoTCP, 1000, c4, ap("198.51.100.1:1080"), false), false},
-		{SocketConnects(ex), sockFixture("icmp", EventSocketConnect, packet.ProtoICMP, 1000, c4, ap("198.51.100.7:0"), false), false},
+		{SocketConnects(ex), sockFixture("icmp", EventSocketConnect, packet.ProtoICMP, 1000, c4, ap("198.51.100.7:0"), false), true},
+		{EchoRequests(ex), echoFixture("echo request", 8, "198.51.100.7", false), true},
+		{EchoRequests(ex), echoFixture("echo reply", 0, "198.51.100.7", false), false},
+		{EchoRequests(ex), echoFixture("echo request to loopback", 8, "127.0.0.1", true), false},
+		{EchoRequests(ex), echoFixture("echo request to link-local", 8, "169.254.1.1", false), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fx.name, func(t *testing.T) {

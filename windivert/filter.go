@@ -158,6 +158,8 @@ const (
 	FieldUDPSrcPort       Field = "udp.SrcPort"
 	FieldUDPDstPort       Field = "udp.DstPort"
 	FieldUDPPayloadLength Field = "udp.PayloadLength"
+	FieldICMPType         Field = "icmp.Type"
+	FieldICMPv6Type       Field = "icmpv6.Type"
 )
 
 // layerMask has bit 1<<Layer set for each layer where a field exists.

@@ -50,9 +50,9 @@ func namedFilters() []namedFilter {
 		{"DNSQueries", LayerNetwork, DNSQueries(ex),
 			"outbound and !loopback and (udp.DstPort == 53 or tcp.DstPort == 53) and " + goldEx},
 		{"SocketConnects", LayerSocket, SocketConnects(ex),
-			"(event == CONNECT or event == CLOSE) and (tcp or udp) and !loopback and processId != 4242 and " + goldEx},
+			"(event == CONNECT or event == CLOSE) and (tcp or udp or icmp or icmpv6) and !loopback and processId != 4242 and " + goldEx},
 		{"SocketConnects no exclusions", LayerSocket, SocketConnects(Exclusions{}),
-			"(event == CONNECT or event == CLOSE) and (tcp or udp) and !loopback"},
+			"(event == CONNECT or event == CLOSE) and (tcp or udp or icmp or icmpv6) and !loopback"},
 	}
 }
 

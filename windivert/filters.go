@@ -23,6 +23,10 @@ type Exclusions struct {
 	ListenerPorts []uint16
 	// SrcPorts are local port ranges reserved for the router's own outbound sockets.
 	SrcPorts []PortRange
+	// Servers are local TCP endpoints the router serves (the forwards' listen addresses;
+	// an unspecified address stands for any): what they send is the router's own answer
+	// to a guest, never a new flow of an app.
+	Servers []netip.AddrPort
 	// Upstreams are endpoints the router dials itself (SOCKS5 proxies, DNS upstreams):
 	// packets to them, whatever the source, are not captured. A VM reaching such an
 	// endpoint directly still reaches only the proxy.
@@ -38,6 +42,10 @@ type Exclusions struct {
 	LocalDsts []netip.Prefix
 }
 
+// Filter returns the conjunction of the packet-level exclusions (no PID tests): true for
+// a packet or socket event that is none of the router's own.
+func (ex Exclusions) Filter() Filter { return ex.filter() }
+
 // filter returns the conjunction of the packet-level exclusions (no PID tests).
 func (ex Exclusions) filter() Filter {
 	var fs []Filter
@@ -46,6 +54,13 @@ func (ex Exclusions) filter() Filter {
 	}
 	for _, r := range ex.SrcPorts {
 		fs = append(fs, Not(FieldLocalPort.InRange(uint64(r.Lo), uint64(r.Hi))))
+	}
+	for _, sv := range ex.Servers {
+		t := []Filter{FieldTCP.Is(), FieldLocalPort.EqNum(uint64(sv.Port()))}
+		if a := sv.Addr().Unmap(); !a.IsUnspecified() {
+			t = append(t, FieldLocalAddr.Eq(IP(a)))
+		}
+		fs = append(fs, Not(And(t...)))
 	}
 	for _, u := range ex.Upstreams {
 		fs = append(fs, Not(And(FieldRemoteAddr.Eq(IP(u.Addr().Unmap())), FieldRemotePort.Eq(Num(uint64(u.Port()))))))
@@ -135,14 +150,25 @@ func DNSQueries(ex Exclusions) Filter {
 	)
 }
 
-// SocketConnects matches, at the SOCKET layer, connect() and close() of TCP and UDP sockets
-// of every process except loopback ones and the excluded PIDs/ports/upstreams. Open it
+// EchoRequests matches, at the NETWORK layer, outbound non-loopback ICMP and ICMPv6 echo
+// requests (type 8 and 128) to destinations other than ex.LocalDsts: the engine passes
+// those of this host's own processes and drops the caged ones' (no proxy carries ICMP).
+func EchoRequests(ex Exclusions) Filter {
+	return And(
+		outboundRemote(),
+		Or(FieldICMPType.EqNum(8), FieldICMPv6Type.EqNum(128)),
+		ex.notLocal(),
+	)
+}
+
+// SocketConnects matches, at the SOCKET layer, connect() and close() of TCP, UDP and ICMP
+// sockets of every process except loopback ones and the excluded PIDs/ports/upstreams. Open it
 // with FlagSniff|FlagRecvOnly: without SNIFF the connects would be blocked. The CONNECT
 // event is classified before the SYN is sent (ALE_AUTH_CONNECT), and carries the PID.
 func SocketConnects(ex Exclusions) Filter {
 	return And(
 		Or(FieldEvent.Eq(MacroConnect), FieldEvent.Eq(MacroClose)),
-		Or(FieldTCP.Is(), FieldUDP.Is()),
+		Or(FieldTCP.Is(), FieldUDP.Is(), FieldICMP.Is(), FieldICMPv6.Is()),
 		Not(FieldLoopback.Is()),
 		ex.pids(),
 		ex.filter(),

@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/adapters"
 	"github.com/agentcage/router/control"
 )
 
@@ -70,7 +73,7 @@ func TestExplain(t *testing.T) {
 		t.Errorf("json: %v %+v", err, o)
 	}
 	out, _, _ = run(t, "explain", "--os", "windows", "--config", specConfig, "--network", "udp", "--src", "10.0.2.15", "--dst", "203.0.113.10:443")
-	if !strings.Contains(strings.Join(strings.Fields(out), " "), `rule #2 "hypervisor" no: caged: the flow is not caged`) {
+	if !strings.Contains(strings.Join(strings.Fields(out), " "), `verdict: direct, by the implicit step (not caged: this host's own)`) {
 		t.Errorf("host flow:\n%s", out)
 	}
 	out, _, _ = run(t, "explain", "--os", "windows", "--config", specConfig, "--from-vm", "--src", "10.0.2.15", "--dst", "203.0.113.10:443")
@@ -107,7 +110,7 @@ func TestWriteStatus(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	st := &control.Status{
 		Started: now.Add(-time.Hour), Config: "/etc/router/config.toml",
-		Totals:  control.Totals{Flows: 12, Live: 1, Up: 2048, Down: 3 << 20, Refused: 4},
+		Totals: control.Totals{Flows: 12, Live: 1, Up: 2048, Down: 3 << 20, Refused: 4},
 		Rules: []control.RuleStat{
 			{Index: 1, Name: "cage", Action: "proxy", Proxy: "exit", Hits: 11, Bytes: 3<<20 + 2048},
 			{Index: 0, Name: "(host off limits)", Action: "block", Hits: 1},
@@ -134,5 +137,38 @@ func TestWriteStatus(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
+	}
+}
+
+// fakeAdapters is a Windows machine with the Default Switch and an internal switch.
+type fakeAdapters struct{}
+
+func (fakeAdapters) Interfaces() ([]adapters.Interface, error) {
+	f := false
+	return []adapters.Interface{
+		{Name: "Wi-Fi", Description: "Intel(R) Wi-Fi", Up: true, Prefixes: []netip.Prefix{netip.MustParsePrefix("192.168.1.10/24")}},
+		{Name: "vEthernet (Default Switch)", Description: "Hyper-V Virtual Ethernet Adapter", Up: true, Prefixes: []netip.Prefix{netip.MustParsePrefix("172.22.64.1/20")}},
+		{Name: "vEthernet (AgentCage)", Description: "Hyper-V Virtual Ethernet Adapter #2", Up: true, Prefixes: []netip.Prefix{netip.MustParsePrefix("192.168.200.1/24")}, Forwarding: &f},
+	}, nil
+}
+func (fakeAdapters) NATs() ([]netip.Prefix, error) { return nil, nil }
+func (fakeAdapters) WSL() (adapters.WSL, error)    { return adapters.WSL{}, errors.New("no WSL") }
+
+func TestAdapters(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := listAdapters(nil, &out, &errOut, fakeAdapters{}); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{"vEthernet (Default Switch)  [hyperv-default-switch, up]", "cage:        UNCAGED", "vEthernet (AgentCage)  [hyperv-switch, up]", "closed by construction"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("missing %q in:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "Wi-Fi") {
+		t.Errorf("a physical adapter is listed:\n%s", out.String())
+	}
+	out.Reset()
+	if code := listAdapters([]string{"--json"}, &out, &errOut, fakeAdapters{}); code != exitOK || !strings.Contains(out.String(), `"Kind": "hyperv-default-switch"`) {
+		t.Errorf("json: exit %d\n%s", code, out.String())
 	}
 }

@@ -50,7 +50,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 
 func cmdExplain(args []string, stdout, stderr io.Writer) int {
 	h := &hostAddrSet{}
-	return explain(args, stdout, stderr, policy.Env{HostAddr: h.has})
+	// Scoped: with local = false the capture leaves this host's own uncaged flows alone.
+	return explain(args, stdout, stderr, policy.Env{HostAddr: h.has, Scoped: true})
 }
 
 // explain is `router explain`; env tells the policy this machine's addresses.

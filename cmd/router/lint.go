@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 
@@ -31,7 +32,11 @@ func cmdLint(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	name, _ := os.Hostname()
-	findings := lint.Check(cfg, lint.Host{Addrs: hostAddrs(), Prefixes: hostPrefixes(), Name: name, OS: *goos})
+	h := lint.Host{Addrs: hostAddrs(), Prefixes: hostPrefixes(), Name: name, OS: *goos}
+	if *goos == "" || *goos == runtime.GOOS {
+		h.Windows = windowsFacts() // this machine's adapters and VMs (Windows only)
+	}
+	findings := lint.Check(cfg, h)
 	code := exitOK
 	if lint.HasErrors(findings) || *strict && slices.ContainsFunc(findings, func(f lint.Finding) bool { return f.Severity == lint.Warning }) {
 		code = exitFindings

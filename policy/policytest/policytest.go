@@ -5,7 +5,9 @@
 package policytest
 
 import (
+	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/rules"
@@ -78,9 +80,10 @@ var (
 // HostAddrs are the host's own addresses the cases assume (Env.HostAddr).
 var HostAddrs = []netip.Addr{netip.MustParseAddr("192.168.1.10"), netip.MustParseAddr("192.168.56.1")}
 
-// Env is the policy environment of the cases.
+// Env is the policy environment of the cases: the host's addresses, and a capture that
+// leaves this host's own uncaged flows alone without local (Scoped), as both captures do.
 func Env() policy.Env {
-	return policy.Env{HostAddr: func(a netip.Addr) bool {
+	return policy.Env{Scoped: true, HostAddr: func(a netip.Addr) bool {
 		for _, h := range HostAddrs {
 			if h == a {
 				return true
@@ -149,5 +152,52 @@ func Cases() []Case {
 		{"vm interface, blocked host", vm(flow(tcp, "", "10.9.9.9", "203.0.113.66:80")), policy.StepRule, rules.Block, "", "blocked"},
 		{"vm network, UDP", flow(udp, "", "10.0.2.15", "198.51.100.7:443"), policy.StepRule, rules.Proxy, "exit", "vm"},
 		{"host app, UDP", flow(udp, Chrome, "192.168.1.10", "198.51.100.7:443"), policy.StepRule, rules.Direct, "", "default"},
+	}
+}
+
+// ScopeConfig is Config with [capture] local and [dns] capture as given (dnsCapture "" keeps
+// the default), written for Windows: the VM network is a cage subnet there. Parse it with
+// conf.Options{OS: "windows"}: Linux ties the DNS scope to local and refuses the mixes.
+func ScopeConfig(local bool, dnsCapture string) string {
+	s := strings.Replace(Config, "local = true", fmt.Sprintf("local = %v", local), 1)
+	s = strings.Replace(s, "vm_networks", "cage_subnets", 1)
+	if dnsCapture != "" {
+		s = strings.Replace(s, "[dns]\n", fmt.Sprintf("[dns]\ncapture = %q\n", dnsCapture), 1)
+	}
+	return s
+}
+
+// ScopeCases are the flows whose decision depends on [capture] local and [dns] capture,
+// decided under ScopeConfig(local, dnsCapture) (dnsCapture "" is the default: "all" with
+// local, "caged" without). A caged process's DNS is always answered; another process's only
+// with "all"; without local this host's own uncaged flows go direct whatever the rules say.
+func ScopeCases(local bool, dnsCapture string) []Case {
+	tcp, udp := rules.TCP, rules.UDP
+	all := dnsCapture == "all" || dnsCapture == "" && local
+	hostDNS := Case{"host app, DNS", flow(udp, Chrome, "192.168.1.10", "8.8.8.8:53"), policy.StepDNS, rules.Block, "", policy.StepDNS.String()}
+	hostDNSTCP := Case{"host app, DNS over TCP", flow(tcp, Chrome, "192.168.1.10", "8.8.8.8:53"), policy.StepDNS, rules.Block, "", policy.StepDNS.String()}
+	if !all {
+		hostDNS.Step, hostDNS.Action, hostDNS.Rule = policy.StepDNSUncaged, rules.Direct, policy.StepDNSUncaged.String()
+		hostDNSTCP.Step, hostDNSTCP.Action, hostDNSTCP.Rule = policy.StepDNSUncaged, rules.Direct, policy.StepDNSUncaged.String()
+	}
+	own := func(name string, f policy.Flow, step policy.Step, a rules.Action, rule string) Case {
+		if !local {
+			return Case{name, f, policy.StepUncaptured, rules.Direct, "", policy.StepUncaptured.String()}
+		}
+		return Case{name, f, step, a, "", rule}
+	}
+	return []Case{
+		hostDNS,
+		hostDNSTCP,
+		{"hypervisor, DNS", flow(udp, Hypervisor, "192.168.1.10", "8.8.8.8:53"), policy.StepDNS, rules.Block, "", policy.StepDNS.String()},
+		{"hypervisor, DNS over TCP", flow(tcp, Hypervisor, "192.168.1.10", "8.8.8.8:53"), policy.StepDNS, rules.Block, "", policy.StepDNS.String()},
+		{"vm network, DNS", flow(udp, "", "10.0.2.15", "10.0.2.3:53"), policy.StepDNS, rules.Block, "", policy.StepDNS.String()},
+		{"hypervisor, public", flow(tcp, Hypervisor, "192.168.1.10", "198.51.100.10:443"), policy.StepRule, rules.Proxy, "exit", "hypervisor"},
+		{"hypervisor, UDP", flow(udp, Hypervisor, "192.168.1.10", "198.51.100.7:443"), policy.StepRule, rules.Proxy, "exit", "hypervisor"},
+		own("host app, public", flow(tcp, Chrome, "192.168.1.10", "198.51.100.10:443"), policy.StepRule, rules.Direct, "default"),
+		own("host app, blocked host", flow(tcp, Chrome, "192.168.1.10", "203.0.113.66:80"), policy.StepRule, rules.Block, "blocked"),
+		own("host app, UDP", flow(udp, Chrome, "192.168.1.10", "198.51.100.7:443"), policy.StepRule, rules.Direct, "default"),
+		own("host app, DoT", flow(tcp, Chrome, "192.168.1.10", "1.1.1.1:853"), policy.StepDoT, rules.Block, policy.StepDoT.String()),
+		{"host app, loopback", flow(tcp, Chrome, "127.0.0.1", "127.0.0.1:8080"), policy.StepLocal, rules.Direct, "", policy.StepLocal.String()},
 	}
 }

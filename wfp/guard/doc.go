@@ -11,7 +11,7 @@
 // through.
 //
 // The pieces: NewPlan turns an Env (plain data: caged app paths, the router's path and
-// service, its ports, the forwards, local, the cage subnets) into the objects, with fixed
+// service, its ports, the forwards, the DNS scope, the cage subnets) into the objects, with fixed
 // keys (UUIDv5 of a fixed namespace), so a reinstall replaces, never duplicates. Guard
 // installs (Install), arms (Arm), disarms (Disarm) and removes (Remove) them through a
 // wfp.Engine. ResolveApps finds the caged executables on the machine.
@@ -32,13 +32,16 @@
 //     calls loopback). No list of the host's addresses is kept, so nothing goes stale when
 //     an adapter changes. FWPM_CONDITION_IP_LOCAL_ADDRESS_TYPE only says unicast/multicast
 //     and cannot express it.
-//   - ICMP: the caged-app filters carry no protocol condition, so they hold for whatever
-//     the connect layers classify for the app (TCP, UDP, and ICMP sent from its sockets).
-//     Port conditions come with a TCP/UDP condition, because for ICMP Windows puts the
-//     type and code in the port fields.
-//   - With local = true, D2 lets every process's port-53 traffic through the connect
-//     layer while the router runs (the capture, below it, answers it); DoT (853) stays
-//     blocked, as the capture drops it. S2 lets the router's own DNS out at any time.
+//   - ICMP: the caged-app blocks carry no protocol condition, so they hold for whatever
+//     the connect layers classify for the app (TCP, UDP, and ICMP sent from its sockets);
+//     the permit D1 names TCP and UDP only, so a caged app's ICMP is refused in every
+//     state (the router cannot carry it). Port conditions come with a TCP/UDP condition,
+//     because for ICMP Windows puts the type and code in the port fields.
+//   - With [dns] capture = "all" (the default with local = true), D2 lets every process's
+//     port-53 traffic through the connect layer while the router runs (the capture, below
+//     it, answers it); DoT (853) stays blocked, as the capture drops it. S2 lets the
+//     router's own DNS out at any time. With "caged" none of the three exist: other
+//     processes' DNS is not the router's business.
 //   - The router's accept permits are hard (they clear the action right): Windows
 //     Firewall, evaluated after the guard's sublayer, asks nobody for a service and
 //     blocks inbound on a Public network. The transparent listener and DNS take any

@@ -36,9 +36,16 @@ type Env struct {
 	// HostPorts are further TCP ports of this machine the caged apps may reach (a model
 	// server a direct rule names, e.g. 127.0.0.1:47831 reached through VirtualBox's NAT).
 	HostPorts []uint16
-	// Local mirrors the config's capture.local: DNS (53) and DoT (853) are then blocked for
+	// DNSAll mirrors the config's [dns] capture = "all" (the default with local = true):
+	// the router answers every process's DNS, so DNS (53) and DoT (853) are blocked for
 	// every process but the router, and port 53 let through to the capture while it runs.
-	Local bool
+	// With "caged" only the caged apps' DNS is the router's, and they are blocked anyway.
+	DNSAll bool
+	// CagedUDP, when not nil, are the only UDP destination ports the caged apps may send to
+	// while the router runs (DNS, and the ports of the direct rules that may take their
+	// flows): their other UDP, which the capture would drop anyway, is refused before it is
+	// sent, and the capture need not take the host's other UDP at all. Nil: any port.
+	CagedUDP []wfp.PortRange
 	// CageSubnets are the subnets of Hyper-V internal switches (or any network the host
 	// might route for): nothing from them is forwarded, in any state.
 	CageSubnets []netip.Prefix
@@ -88,10 +95,11 @@ const SublayerWeight uint16 = 0xFFF0
 //	D3  accept        13      hard permit  router (+SID), listener/DNS ports, any source     dynamic
 //	                                       router (+SID), forward addr:port, allowed source
 //	D4  accept        12      block        router, forward ports (the other sources)        dynamic
-//	D1  connect       10      permit       caged app                                        dynamic
-//	D2  connect       4       permit       UDP/TCP to port 53 (local only)                  dynamic
-//	S2  connect       3       hard permit  router (+SID), UDP/TCP to 53/853 (local only)    persistent
-//	S1  connect       2       block        UDP/TCP to 53/853 (local only)                   persistent + boot-time
+//	D1  connect       10      permit       caged app, TCP or UDP (never ICMP); UDP only to  dynamic
+//	                                       CagedUDP's ports when given
+//	D2  connect       4       permit       UDP/TCP to port 53 (DNS scope "all" only)        dynamic
+//	S2  connect       3       hard permit  router (+SID), UDP/TCP to 53/853 ("all" only)    persistent
+//	S1  connect       2       block        UDP/TCP to 53/853 ("all" only)                   persistent + boot-time
 //	P3  connect       1       block        caged app (any protocol: TCP, UDP, ICMP)         persistent + boot-time
 //	H1  forward       1       block        source in a cage subnet                          persistent + boot-time
 //
@@ -168,10 +176,21 @@ func NewPlan(env Env) (Plan, error) {
 		}
 		add(&p.Persistent, "P2", "caged apps may not reach this machine otherwise", connect, weightP2, wfp.Block, false, persistent,
 			apps, []wfp.Condition{wfp.FlagsSet(wfp.FlagLoopback)})
-		add(&p.Dynamic, "D1", "caged apps pass to the capture while the router runs", connect, weightD1, wfp.Permit, false, dynamic, apps)
+		if env.CagedUDP == nil {
+			add(&p.Dynamic, "D1", "caged apps' TCP and UDP pass to the capture while the router runs", connect, weightD1, wfp.Permit, false, dynamic, apps, tcpUDP)
+		} else {
+			var udpPorts []wfp.Condition
+			for _, r := range env.CagedUDP {
+				udpPorts = append(udpPorts, wfp.RemotePort(r))
+			}
+			add(&p.Dynamic, "D1", "caged apps' TCP passes to the capture while the router runs", connect, weightD1, wfp.Permit, false, dynamic,
+				apps, []wfp.Condition{wfp.Protocol(wfp.ProtoTCP)})
+			add(&p.Dynamic, "D1 udp", "caged apps' UDP to DNS and the direct rules' ports passes to the capture while the router runs", connect, weightD1, wfp.Permit, false, dynamic,
+				apps, []wfp.Condition{wfp.Protocol(wfp.ProtoUDP)}, udpPorts)
+		}
 		add(&p.Persistent, "P3", "caged apps are blocked unless the router runs", connect, weightP3, wfp.Block, false, persistentAndBoot, apps)
 	}
-	if env.Local {
+	if env.DNSAll {
 		add(&p.Dynamic, "D2", "DNS passes to the capture while the router runs", connect, weightD2, wfp.Permit, false, dynamic,
 			tcpUDP, []wfp.Condition{wfp.RemotePort(wfp.Port(53))})
 		add(&p.Persistent, "S2", "the router's own DNS", connect, weightS2, wfp.Permit, true, persistent, router, tcpUDP, dns)

@@ -42,7 +42,7 @@ func baseEnv() Env {
 func TestPlanGolden(t *testing.T) {
 	cases := map[string]func(*Env){
 		"service":    func(*Env) {},
-		"local":      func(e *Env) { e.Local = true },
+		"local":      func(e *Env) { e.DNSAll = true },
 		"foreground": func(e *Env) { e.Service = "" },
 		"hyperv": func(e *Env) {
 			e.CageSubnets = []netip.Prefix{netip.MustParsePrefix("172.30.16.0/20"), netip.MustParsePrefix("fd00:cafe::/64")}

@@ -52,7 +52,7 @@ func probes(local bool) []probe {
 		{"vbox to a public 443", out(vboxVM, wfp.ProtoTCP, public), B, B, P, P},
 		{"vbox to 8.8.8.8:53/udp", out(vboxVM, wfp.ProtoUDP, ap("8.8.8.8:53")), B, B, P, P},
 		{"vbox to a public v6 443", out(vboxVM, wfp.ProtoTCP, ap("[2001:db8::1]:443")), B, B, P, P},
-		{"vbox ping", out(vboxVM, wfp.ProtoICMP, ap("8.8.8.8:0")), B, B, P, P},
+		{"vbox ping", out(vboxVM, wfp.ProtoICMP, ap("8.8.8.8:0")), B, B, B, P},
 		{"vbox to the model 127.0.0.1:47831", out(vboxVM, wfp.ProtoTCP, ap("127.0.0.1:47831")), P, B, P, P},
 		{"vbox to 127.0.0.1:22", out(vboxVM, wfp.ProtoTCP, ap("127.0.0.1:22")), B, B, B, P},
 		{"vbox to the host's LAN address :445", out(vboxVM, wfp.ProtoTCP, netip.AddrPortFrom(hostLAN, 445)), B, B, B, P},
@@ -69,6 +69,8 @@ func probes(local bool) []probe {
 		{"chrome to a public 443", out(chrome, wfp.ProtoTCP, public), P, P, P, P},
 		{"chrome to the host's LAN address :445", out(chrome, wfp.ProtoTCP, netip.AddrPortFrom(hostLAN, 445)), P, P, P, P},
 		{"chrome to 127.0.0.1:22", out(chrome, wfp.ProtoTCP, ap("127.0.0.1:22")), P, P, P, P},
+		{"vbox ping v6", out(vboxVM, wfp.ProtoICMPv6, ap("[2001:db8::1]:0")), B, B, B, P},
+		{"chrome ping", out(chrome, wfp.ProtoICMP, ap("8.8.8.8:0")), P, P, P, P},
 	}
 }
 
@@ -111,7 +113,7 @@ func TestScenario(t *testing.T) {
 		t.Run(fmt.Sprintf("local=%v", local), func(t *testing.T) {
 			eng := newMachine()
 			env := baseEnv()
-			env.Local = local
+			env.DNSAll = local
 			ps := probes(local)
 			plan := mustPlan(t, env)
 
@@ -410,7 +412,7 @@ func TestDisarmWithFailingEngine(t *testing.T) {
 func TestReinstallReplaces(t *testing.T) {
 	eng := newMachine()
 	g := New(eng, nil)
-	old := mustPlan(t, Env{CagedApps: []string{vboxVM}, Router: routerExe, Local: true})
+	old := mustPlan(t, Env{CagedApps: []string{vboxVM}, Router: routerExe, DNSAll: true})
 	old.Sublayer.Weight = 0x100
 	if _, err := g.Install(old); err != nil {
 		t.Fatal(err)
@@ -548,5 +550,39 @@ func TestStates(t *testing.T) {
 			st.do(t, eng, svc, g)
 			expect(t, eng, st.name, probes(false), st.want)
 		})
+	}
+}
+
+// TestCagedUDP: with CagedUDP given, a caged app's UDP passes to the capture only to those
+// ports while the router runs (DNS and a direct rule's port here), its TCP to any; the
+// host's other apps are not the guard's business.
+func TestCagedUDP(t *testing.T) {
+	eng := newMachine()
+	env := baseEnv()
+	env.CagedUDP = []wfp.PortRange{wfp.Port(53), {From: 3478, To: 3479}}
+	p := eng.Process("router")
+	g := New(p, nil)
+	if _, err := g.Install(mustPlan(t, env)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Arm(); err != nil {
+		t.Fatal(err)
+	}
+	out := func(app string, proto uint8, remote string) wfptest.Flow {
+		return wfptest.Flow{Dir: wfptest.Outbound, App: app, Proto: proto, Local: ap("192.168.1.10:50000"), Remote: ap(remote)}
+	}
+	for _, c := range []struct {
+		f    wfptest.Flow
+		want wfp.Action
+	}{
+		{out(vboxVM, wfp.ProtoUDP, "8.8.8.8:53"), P},
+		{out(vboxVM, wfp.ProtoUDP, "203.0.113.9:3479"), P},
+		{out(vboxVM, wfp.ProtoUDP, "203.0.113.9:443"), B}, // QUIC: the capture would drop it
+		{out(vboxVM, wfp.ProtoTCP, "203.0.113.9:443"), P},
+		{out(chrome, wfp.ProtoUDP, "203.0.113.9:443"), P},
+	} {
+		if v := eng.Classify(c.f); v.Action != c.want {
+			t.Errorf("%v: %v, want %v", c.f, v, c.want)
+		}
 	}
 }

@@ -41,6 +41,7 @@ type Handle struct {
 	cond     *sync.Cond
 	queue    []item
 	sent     []Sent
+	calls    SendCalls
 	params   map[windivert.Param]uint64
 	recvShut bool
 	sendShut bool
@@ -53,10 +54,24 @@ type item struct {
 	addr windivert.Address
 }
 
-// Sent is one packet injected through a handle.
+// Sent is one packet injected through a handle; Call numbers the send call that carried
+// it (1 for the handle's first Send or SendEx), so that a test sees which went together.
 type Sent struct {
 	Packet []byte
 	Addr   windivert.Address
+	Call   int
+}
+
+// SendCalls counts the send calls made on a handle.
+type SendCalls struct {
+	Send, SendEx int
+}
+
+// SendCalls returns how many Send and SendEx calls the handle received.
+func (h *Handle) SendCalls() SendCalls {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.calls
 }
 
 // Open implements windivert.Driver.
@@ -224,13 +239,17 @@ func (d *Driver) RecvEx(hv uintptr, buf []byte, addrs []windivert.Address) (int,
 
 // Send implements windivert.Driver.
 func (d *Driver) Send(hv uintptr, pkt []byte, addr *windivert.Address) (int, error) {
-	return d.SendEx(hv, pkt, []windivert.Address{*addr})
+	return d.send(hv, pkt, []windivert.Address{*addr}, false)
 }
 
 // SendEx implements windivert.Driver. The buffer is split with the IP length fields: a
 // buffer that does not hold len(addrs) whole packets is ErrInvalidParameter, as the DLL
 // would answer.
 func (d *Driver) SendEx(hv uintptr, buf []byte, addrs []windivert.Address) (int, error) {
+	return d.send(hv, buf, addrs, true)
+}
+
+func (d *Driver) send(hv uintptr, buf []byte, addrs []windivert.Address, ex bool) (int, error) {
 	h, err := d.get(hv)
 	if err != nil {
 		return 0, err
@@ -244,8 +263,14 @@ func (d *Driver) SendEx(hv uintptr, buf []byte, addrs []windivert.Address) (int,
 	if h.sendShut || h.closed {
 		return 0, windivert.ErrNoData
 	}
+	if ex {
+		h.calls.SendEx++
+	} else {
+		h.calls.Send++
+	}
+	call := h.calls.Send + h.calls.SendEx
 	for i, p := range pkts {
-		h.sent = append(h.sent, Sent{Packet: append([]byte(nil), p...), Addr: addrs[i]})
+		h.sent = append(h.sent, Sent{Packet: append([]byte(nil), p...), Addr: addrs[i], Call: call})
 	}
 	return len(buf), nil
 }
