@@ -560,5 +560,11 @@ func (p *enginePlatform) Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (
 	}
 }
 
-// Refusals returns what the engine refused, by reason.
-func (p *enginePlatform) Refusals() []refusal.Stat { return nil }
+// Refusals returns what the engine refused or dropped, by reason, once per flow.
+func (p *enginePlatform) Refusals() []refusal.Stat {
+	eng := p.engine()
+	if eng == nil {
+		return nil
+	}
+	return eng.Refusals()
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/agentcage/router/packet"
 	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/rules"
 )
 
@@ -35,7 +36,7 @@ func (e *Engine) decideLocked(pol *policy.Policy, f *flow, now int64) outcome {
 		if !e.admitHostLocked() {
 			if k.proto == packet.ProtoTCP {
 				e.st.tableFull.Add(1)
-				act = actRefuse
+				act, f.why = actRefuse, refusal.Limit
 			} else {
 				e.removeLocked(f, now)
 				e.st.passed.Add(1)
@@ -53,7 +54,7 @@ func (e *Engine) decideLocked(pol *policy.Policy, f *flow, now int64) outcome {
 		}
 		if !e.mapLocked(f, lport, now) {
 			e.log.Warn("no free peer port to reflect a flow; refused", "src", k.src, "dst", k.dst)
-			act = actRefuse
+			act, f.why = actRefuse, refusal.Limit
 		}
 	}
 	switch act {
@@ -68,12 +69,19 @@ func (e *Engine) decideLocked(pol *policy.Policy, f *flow, now int64) outcome {
 	case actDrop:
 		f.state = stateDrop
 		e.st.droppedFlows.Add(1)
+		e.refusedLocked(f)
 	case actRefuse:
 		e.removeLocked(f, now)
 		e.st.refused.Add(1)
+		e.refusedLocked(f)
 	}
 	f.last = now
 	return outcome{act: act, peer: f.peer, to: f.to, app: f.owner.Name}
+}
+
+// refusedLocked counts f, refused or dropped, under its reason.
+func (e *Engine) refusedLocked(f *flow) {
+	e.book.Add(f.why, refusal.Event{Src: f.key.src, Dst: f.key.dst, App: f.owner.Name, Rule: f.verdict.Name})
 }
 
 // verdictLocked asks the policy about f (with its owner and the name behind its
@@ -111,6 +119,7 @@ func (e *Engine) verdictLocked(pol *policy.Policy, f *flow) action {
 		if d.Action == rules.Direct {
 			return actPass
 		}
+		f.why = refusal.ICMP
 		return actDrop
 	}
 	if e.opts.Names != nil {
@@ -123,15 +132,18 @@ func (e *Engine) verdictLocked(pol *policy.Policy, f *flow) action {
 	switch {
 	case d.Step == policy.StepDNS && !tcp:
 		if e.opts.DNS == nil {
+			f.why = refusal.DNS
 			return actDrop
 		}
 		return actDNS
 	case d.Step == policy.StepDNS:
 		if e.opts.DNSPort == 0 {
+			f.why = refusal.DNS
 			return actRefuse
 		}
 		return actReflect
 	case d.Action == rules.Block && d.Final:
+		f.why = refusal.ForStep(d.Step)
 		if tcp {
 			return actRefuse
 		}
@@ -139,6 +151,11 @@ func (e *Engine) verdictLocked(pol *policy.Policy, f *flow) action {
 	case !tcp:
 		if d.Action == rules.Direct && d.Final && !pol.InPool(pf.Dst) {
 			return actPass
+		}
+		// UDP the engine cannot carry: proxied, to a fake IP, or not yet final.
+		f.why = refusal.GuestUDP
+		if !d.Caged {
+			f.why = refusal.LocalUDP
 		}
 		return actDrop
 	case d.Action == rules.Direct && d.Final && !e.opts.ReflectDirect && !pol.InPool(pf.Dst):

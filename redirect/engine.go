@@ -15,6 +15,7 @@ import (
 	"github.com/agentcage/router/packet"
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/rules"
 )
 
@@ -85,6 +86,10 @@ type Options struct {
 	Batch, BufferSize int
 
 	Clock Clock // nil: the system clock
+
+	// Refusals counts the flows the engine refuses or drops, by reason, once per flow (its
+	// later packets are counted in Stats only). Nil: the engine keeps its own (Refusals).
+	Refusals *refusal.Book
 }
 
 // Stats are counters since New. Flows are new flows decided; the packet counters count
@@ -128,6 +133,7 @@ type Engine struct {
 	refl4  netip.Addr
 	refl6  netip.Addr
 	dnsSem chan struct{}
+	book   *refusal.Book   // Options.Refusals, or the engine's own
 	ctx    context.Context // for DNS answers; cancelled when Run returns
 	cancel context.CancelFunc
 
@@ -205,11 +211,15 @@ func New(dev Device, p *policy.Policy, opts Options) (*Engine, error) {
 		clock:    opts.Clock,
 		own:      map[uint32]bool{},
 		dnsSem:   make(chan struct{}, opts.DNSWorkers),
+		book:     opts.Refusals,
 		flows:    map[flowKey]*flow{},
 		byPeer:   map[netip.AddrPort]*flow{},
 		pendByEv: map[evKey]*flow{},
 		events:   map[evKey]evEntry{},
 		recent:   map[netip.AddrPort]int64{},
+	}
+	if e.book == nil {
+		e.book = new(refusal.Book)
 	}
 	e.start = e.clock.Now()
 	e.ctx, e.cancel = context.WithCancel(context.Background())
@@ -443,6 +453,9 @@ func (e *Engine) AllowExisting(local, remote netip.AddrPort) {
 	e.flows[key] = f
 	e.markHostLocked(f)
 }
+
+// Refusals returns the flows refused or dropped so far, by reason, with the latest of each.
+func (e *Engine) Refusals() []refusal.Stat { return e.book.Snapshot() }
 
 // Stats returns the counters.
 func (e *Engine) Stats() Stats {

@@ -3,6 +3,7 @@ package redirect
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/agentcage/router/packet"
 	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/rules"
 )
 
@@ -85,6 +87,9 @@ func TestBlockResets(t *testing.T) {
 	}
 	if st := e.Stats(); st.Refused != 1 || st.Active != 0 {
 		t.Errorf("stats %+v, want 1 refused, table empty", st)
+	}
+	if r := e.Refusals(); len(r) != 1 || r[0].Reason != refusal.Rule || r[0].Count != 1 || r[0].Recent[0].Dst != blocked || r[0].Recent[0].Rule != "block" {
+		t.Errorf("refusals %+v, want one by rule block to %v", r, blocked)
 	}
 }
 
@@ -344,6 +349,17 @@ func TestUDP(t *testing.T) {
 	}
 	if st := e.Stats(); st.DroppedFlows != 3 || st.Passed != 1 {
 		t.Errorf("stats %+v, want 3 dropped flows and 1 passed", st)
+	}
+	// Counted once per flow, not per datagram: the proxied one cannot be carried (this
+	// host's own: local-udp), the blocked one by its rule, the pool address nobody was given
+	// as such.
+	want := map[refusal.Reason]uint64{refusal.Rule: 1, refusal.LocalUDP: 1, refusal.NoName: 1}
+	got := map[refusal.Reason]uint64{}
+	for _, r := range e.Refusals() {
+		got[r.Reason] = r.Count
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("refusals %v, want %v", got, want)
 	}
 }
 

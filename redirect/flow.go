@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentcage/router/packet"
 	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/rules"
 )
 
@@ -66,7 +67,8 @@ type flow struct {
 	owner      proc.Info
 	ownerKnown bool
 	verdict    rules.Verdict
-	caged      bool // the decision found the flow caged
+	caged      bool           // the decision found the flow caged
+	why        refusal.Reason // when the verdict refuses or drops it: why
 
 	// Budgets (Options.MaxHostFlows, MaxPending): host says the entry counts in the host's
 	// share (hostElem is its place in Engine.hostUDP for UDP), pending in the pending one.

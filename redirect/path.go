@@ -5,6 +5,7 @@ import (
 
 	"github.com/agentcage/router/packet"
 	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/rules"
 )
 
@@ -158,6 +159,7 @@ func (e *Engine) newFlowLocked(key flowKey, p packet.Packet, m Meta, now int64) 
 		if len(e.flows) >= e.opts.MaxFlows && !e.evictHostUDPLocked() {
 			e.st.tableFull.Add(1)
 			e.log.Debug("flow table full; new flow refused", "src", key.src, "dst", key.dst)
+			e.book.Add(refusal.Limit, refusal.Event{Src: key.src, Dst: key.dst})
 			return outcome{act: actRefuse}
 		}
 	}
@@ -166,6 +168,7 @@ func (e *Engine) newFlowLocked(key flowKey, p packet.Packet, m Meta, now int64) 
 		// a TCP client retransmits its SYN and a UDP one its datagram.
 		e.st.tableFull.Add(1)
 		e.log.Debug("too many flows wait for their owner; new flow dropped", "src", key.src, "dst", key.dst)
+		e.book.Add(refusal.Limit, refusal.Event{Src: key.src, Dst: key.dst})
 		return outcome{act: actDrop}
 	}
 	f := &flow{key: key, state: statePending, created: now, last: now}

@@ -12,6 +12,7 @@ import (
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/policy/policytest"
 	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/windivert"
 	"github.com/agentcage/router/windivert/windiverttest"
 )
@@ -89,6 +90,16 @@ func TestICMP(t *testing.T) {
 				if got := len(ws) == 1 && ws[0].m.Outbound; got != c.pass || len(ws) > 1 {
 					t.Fatalf("wrote %d packets (pass %v), want pass=%v", len(ws), got, c.pass)
 				}
+			}
+			// A dropped echo request counts once as an icmp refusal.
+			var n uint64
+			for _, r := range e.Refusals() {
+				if r.Reason == refusal.ICMP {
+					n = r.Count
+				}
+			}
+			if want := map[bool]uint64{true: 0, false: 1}[c.pass]; n != want {
+				t.Errorf("icmp refusals %d, want %d (%+v)", n, want, e.Refusals())
 			}
 		})
 	}
