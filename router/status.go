@@ -72,7 +72,7 @@ func (r *Router) Status() ([]RuleHits, []LiveFlow) {
 	r.live.mu.Lock()
 	flows := make([]LiveFlow, 0, len(r.live.m))
 	for _, f := range r.live.m {
-		flows = append(flows, LiveFlow{ID: f.ID, Src: f.Src.String(), Dst: f.Dst.String(), Host: f.Host, App: f.App, Verdict: f.Verdict, Age: now.Sub(f.Start)})
+		flows = append(flows, LiveFlow{ID: f.ID, Src: f.Src.String(), Dst: f.dst(), Host: f.Host, App: f.App, Verdict: f.Verdict, Age: now.Sub(f.Start)})
 	}
 	r.live.mu.Unlock()
 	slices.SortFunc(flows, func(a, b LiveFlow) int { return int(b.Age - a.Age) })
