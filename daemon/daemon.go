@@ -107,7 +107,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	d.log.Info("router running", "config", cfg.File, "listener", d.tcp.Addr().String(), "dns", d.cfg.Capture.DNSPort,
-		"vm_networks", fmt.Sprint(cfg.Capture.VMNetworks), "local", cfg.Capture.Local, "rules", len(cfg.Rules), "forwards", len(cfg.Forwards))
+		"vm_networks", fmt.Sprint(cfg.Capture.VMNetworks), "local", cfg.Capture.Local, "rules", len(cfg.Rules), "forwards", len(cfg.Forwards), "inbounds", len(cfg.Inbounds))
 	if opts.Ready != nil {
 		close(opts.Ready)
 	}
@@ -150,6 +150,7 @@ type daemon struct {
 	cancel  context.CancelFunc // stops the serving goroutines
 
 	forwards map[string]*forwardRun // by listen address
+	inbounds map[string]*inboundRun // by listen address (inbound.go)
 }
 
 // forwardRun is one forward's socket and serving goroutine. Its settings are swapped on a
@@ -278,6 +279,9 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		}
 		d.runForward(fr)
 	}
+	if err := d.startInbounds(ctx, cfg); err != nil {
+		return err
+	}
 	if err := d.startControl(cfg, sctx); err != nil {
 		return err
 	}
@@ -375,6 +379,7 @@ func (d *daemon) stop() {
 		}
 		fr.ln.Close()
 	}
+	d.stopInbounds()
 	for _, c := range d.closers {
 		c.Close()
 	}
@@ -460,8 +465,14 @@ func (d *daemon) reload(ctx context.Context) error {
 		}
 		opened = append(opened, fr)
 	}
+	inb, err := d.prepareInbounds(ctx, cfg)
+	if err != nil {
+		closeOpened()
+		return err
+	}
 	if err := d.opts.Platform.Install(cfg, l.dec, d.dns); err != nil {
 		closeOpened()
+		inb.abort()
 		return fmt.Errorf("install capture: %w", err)
 	}
 	// Nothing below can fail.
@@ -479,6 +490,7 @@ func (d *daemon) reload(ctx context.Context) error {
 	for _, fr := range opened {
 		d.runForward(fr)
 	}
+	d.commitInbounds(inb)
 	d.mu.Lock()
 	d.cfg = cfg
 	d.mu.Unlock()
