@@ -154,8 +154,11 @@ func (r *Router) dial(ctx context.Context, p *compiled, f *Flow, d policy.Decisi
 	if d.Action == rules.Direct {
 		byName := !f.Dst.Addr().IsValid() || p.Decision.InPool(f.Dst.Addr())
 		out, err := r.dialDirect(dctx, f.Dst, f.Host, byName)
-		if err != nil || len(e.read) == 0 {
-			return out, err
+		if err != nil {
+			return nil, err
+		}
+		if len(e.read) == 0 {
+			return out, nil
 		}
 		if dl, ok := dctx.Deadline(); ok {
 			out.SetWriteDeadline(dl)
