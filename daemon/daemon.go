@@ -1,17 +1,17 @@
 // Package daemon wires the router together and runs it: the config, the DNS server, the
-// transparent listener, the forwards and the platform's capture. It is what `router run`
-// runs; cmd/router only turns signals into a context and a reload channel.
+// transparent listener, the forwards, the inbounds and the platform's capture. It is what
+// `router run` runs; cmd/router only turns signals into a context and a reload channel.
 //
-// Start order: listeners first (transparent, DNS, forwards), capture last, so the capture
-// never redirects to a port nobody listens on. Stop: listeners close, running flows get a
-// short grace period, and the capture is left in place: it is the guard that keeps VM
+// Start order: listeners first (transparent, DNS, forwards, inbounds), capture last, so the
+// capture never redirects to a port nobody listens on. Stop: listeners close, running flows
+// get a short grace period, and the capture is left in place: it is the guard that keeps VM
 // traffic blocked until a router runs again (only `router cleanup` removes it).
 //
 // Reload (a value on Options.Reload) applies a new file atomically: it is parsed and
-// checked whole, new forward listeners are opened and the new capture installed before the
-// new rules take effect; any failure leaves the running config untouched and is logged.
-// Keys that need new sockets of the daemon itself (listener_port, dns_port, mark, table)
-// and the [dns] table need a restart; a reload that changes them is refused.
+// checked whole, new forward and inbound listeners are opened and the new capture installed
+// before the new rules take effect; any failure leaves the running config untouched and is
+// logged. Keys that need new sockets of the daemon itself (listener_port, dns_port, mark,
+// table) and the [dns] table need a restart; a reload that changes them is refused.
 package daemon
 
 import (
