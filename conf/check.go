@@ -121,6 +121,11 @@ func (d *decoder) checkDNS(c *Config) {
 				}
 			}
 		}
+		for i, in := range c.Inbounds {
+			if in.Listen.IsValid() && p.Contains(in.Listen.Addr()) {
+				d.fail(pa, "the fake-IP pool %s holds %s of inbound #%d", p, in.Listen.Addr(), i+1)
+			}
+		}
 	}
 	if ttl := c.DNS.TTL; ttl < minTTL || ttl > maxTTL || ttl%time.Second != 0 {
 		d.fail(at{path: "dns.ttl"}, "%v: the TTL of fake answers is whole seconds from %v to %v", ttl, minTTL, maxTTL)

@@ -99,6 +99,7 @@ type FlowStat struct {
 	Src      string        `json:"src"`
 	Dst      string        `json:"dst"`
 	Host     string        `json:"host,omitempty"`
+	Inbound  string        `json:"inbound,omitempty"` // the inbound that took it; "" for a captured flow
 	App      string        `json:"app,omitempty"`
 	PID      int           `json:"pid,omitempty"`
 	Rule     string        `json:"rule"`

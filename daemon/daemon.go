@@ -1,17 +1,17 @@
 // Package daemon wires the router together and runs it: the config, the DNS server, the
-// transparent listener, the forwards and the platform's capture. It is what `router run`
-// runs; cmd/router only turns signals into a context and a reload channel.
+// transparent listener, the forwards, the inbounds and the platform's capture. It is what
+// `router run` runs; cmd/router only turns signals into a context and a reload channel.
 //
-// Start order: listeners first (transparent, DNS, forwards), capture last, so the capture
-// never redirects to a port nobody listens on. Stop: listeners close, running flows get a
-// short grace period, and the capture is left in place: it is the guard that keeps VM
+// Start order: listeners first (transparent, DNS, forwards, inbounds), capture last, so the
+// capture never redirects to a port nobody listens on. Stop: listeners close, running flows
+// get a short grace period, and the capture is left in place: it is the guard that keeps VM
 // traffic blocked until a router runs again (only `router cleanup` removes it).
 //
 // Reload (a value on Options.Reload) applies a new file atomically: it is parsed and
-// checked whole, new forward listeners are opened and the new capture installed before the
-// new rules take effect; any failure leaves the running config untouched and is logged.
-// Keys that need new sockets of the daemon itself (listener_port, dns_port, mark, table)
-// and the [dns] table need a restart; a reload that changes them is refused.
+// checked whole, new forward and inbound listeners are opened and the new capture installed
+// before the new rules take effect; any failure leaves the running config untouched and is
+// logged. Keys that need new sockets of the daemon itself (listener_port, dns_port, mark,
+// table) and the [dns] table need a restart; a reload that changes them is refused.
 package daemon
 
 import (
@@ -120,7 +120,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	d.log.Info("router running", "config", cfg.File, "listener", d.tcp.Addr().String(), "dns", d.cfg.Capture.DNSPort,
-		"vm_networks", fmt.Sprint(cfg.Capture.VMNetworks), "local", cfg.Capture.Local, "rules", len(cfg.Rules), "forwards", len(cfg.Forwards))
+		"vm_networks", fmt.Sprint(cfg.Capture.VMNetworks), "local", cfg.Capture.Local, "rules", len(cfg.Rules), "forwards", len(cfg.Forwards), "inbounds", len(cfg.Inbounds))
 	if opts.Ready != nil {
 		close(opts.Ready)
 	}
@@ -164,6 +164,7 @@ type daemon struct {
 	cancel  context.CancelFunc // stops the serving goroutines
 
 	forwards map[string]*forwardRun // by listen address
+	inbounds map[string]*inboundRun // by listen address (inbound.go)
 }
 
 // forwardRun is one forward's socket and serving goroutine. Its settings are swapped on a
@@ -299,6 +300,9 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		}
 		d.runForward(fr)
 	}
+	if err := d.startInbounds(ctx, cfg); err != nil {
+		return err
+	}
 	if err := d.startControl(cfg, sctx); err != nil {
 		return err
 	}
@@ -396,6 +400,7 @@ func (d *daemon) stop() {
 		}
 		fr.ln.Close()
 	}
+	d.stopInbounds()
 	for _, c := range d.closers {
 		c.Close()
 	}
@@ -481,8 +486,14 @@ func (d *daemon) reload(ctx context.Context) error {
 		}
 		opened = append(opened, fr)
 	}
+	inb, err := d.prepareInbounds(ctx, cfg)
+	if err != nil {
+		closeOpened()
+		return err
+	}
 	if err := d.opts.Platform.Install(cfg, l.dec, d.dns); err != nil {
 		closeOpened()
+		inb.abort()
 		return fmt.Errorf("install capture: %w", err)
 	}
 	// Nothing below can fail.
@@ -500,6 +511,7 @@ func (d *daemon) reload(ctx context.Context) error {
 	for _, fr := range opened {
 		d.runForward(fr)
 	}
+	d.commitInbounds(inb)
 	d.mu.Lock()
 	d.cfg = cfg
 	d.mu.Unlock()

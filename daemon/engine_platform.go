@@ -179,6 +179,9 @@ func GuardPlan(cfg *conf.Config, m guard.Machine, router, service string) (guard
 	for _, f := range cfg.Forwards {
 		env.Forwards = append(env.Forwards, guard.Forward{Listen: f.Listen, Connect: f.Connect, Allow: f.Allow})
 	}
+	for _, in := range cfg.Inbounds {
+		env.Inbounds = append(env.Inbounds, guard.Inbound{Listen: in.Listen, Allow: in.Allow})
+	}
 	plan, err := guard.NewPlan(env)
 	return plan, apps.Unresolved, err
 }

@@ -62,6 +62,9 @@ func Spec(cfg *conf.Config) nftcap.Spec {
 	for _, f := range cfg.Forwards {
 		s.Forwards = append(s.Forwards, nftcap.Forward{Listen: f.Listen, Allow: f.Allow})
 	}
+	for _, in := range cfg.Inbounds {
+		s.Inbounds = append(s.Inbounds, nftcap.Forward{Listen: in.Listen, Allow: in.Allow})
+	}
 	return s
 }
 

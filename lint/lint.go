@@ -33,6 +33,7 @@ const (
 	CheckLocalViaProxy = "local-via-proxy"  // local destinations would go to a remote proxy
 	CheckShadowed      = "partly-shadowed"  // an earlier rule with another verdict takes part
 	CheckForwardAny    = "forward-any"      // a forward listens on 0.0.0.0 or ::
+	CheckInboundAny    = "inbound-any"      // an inbound listens on 0.0.0.0 or ::
 	CheckUnusedProxy   = "unused-proxy"     // a [proxy.X] nothing refers to
 	CheckNoCatchAll    = "no-catch-all"     // flows no rule matches go direct implicitly
 	CheckNothingCaught = "nothing-captured" // no vm_networks and local = false
@@ -74,6 +75,7 @@ func Check(cfg *conf.Config, h Host) []Finding {
 	l.local = l.localSet()
 	l.rules()
 	l.forwards()
+	l.inbounds()
 	l.proxies()
 	l.capture()
 	l.cage()
@@ -118,7 +120,7 @@ func verdict(r *rules.Rule) string {
 
 // localSet is every destination lint calls local: the policy's local prefixes (loopback,
 // link-local, multicast, broadcast, unspecified), the NAT host alias, the host's addresses
-// and the networks it is on, the forwards' listen addresses, and the names localhost,
+// and the networks it is on, the forwards' and inbounds' listen addresses, and the names localhost,
 // *.localhost and the host's own name.
 func (l *linter) localSet() *hostSet {
 	s := &hostSet{addrs: &ivset{}, names: []string{"localhost"}, suffixes: []string{"localhost"}}
@@ -141,6 +143,11 @@ func (l *linter) localSet() *hostSet {
 	for _, f := range l.cfg.Forwards {
 		if !f.Listen.Addr().IsUnspecified() {
 			addr(f.Listen.Addr())
+		}
+	}
+	for _, in := range l.cfg.Inbounds {
+		if !in.Listen.Addr().IsUnspecified() {
+			addr(in.Listen.Addr())
 		}
 	}
 	if n := strings.ToLower(l.host.Name); n != "" {
@@ -382,7 +389,7 @@ func (l *linter) proxies() {
 	for _, p := range l.cfg.Proxies {
 		used := l.cfg.DNS.Proxy == p.Name
 		for _, r := range l.cfg.Rules {
-			used = used || r.Action == rules.Proxy && r.Proxy == p.Name
+			used = used || r.Action == rules.Proxy && slices.Contains(conf.ProxyNames(r.Proxy), p.Name)
 		}
 		if !used {
 			l.add(Finding{Severity: Error, Check: CheckUnusedProxy, Line: p.Line, Rule: p.Name,

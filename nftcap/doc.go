@@ -61,10 +61,11 @@
 //	   udp|tcp dport D, ct status !dnat     goto refuse_host_off_limits   redirected connections
 //	                                                                        use the listeners)
 //	   ip daddr 192.168.122.1 tcp dport 47831  goto forward_0   (one per forward)
+//	   ip daddr ... tcp dport ...           goto inbound_N   (one per inbound, alike)
 //	   iif lo                               accept
 //	   ip saddr @vm4 / ip6 saddr @vm6       goto vm_input
 //	   iifname (each VMInterface)           goto vm_input
-//	 forward_N   (Allow of forward N)
+//	 forward_N, inbound_N   (Allow of forward or inbound N)
 //	   ip saddr {allow4} / ip6 saddr {allow6}  accept
 //	   goto refuse_forward_source
 //	 vm_input    "the host is off limits"
@@ -115,8 +116,8 @@
 //     a TCP reset or an ICMP administratively-prohibited error, so clients fail at once;
 //     broadcast and multicast are dropped silently. Traffic forwarded *to* a VM network is
 //     dropped. VMNetworks must cover every network routed to VM-facing interfaces.
-//   - Forward listen addresses take only their Allow sources, from anywhere (a LAN host or
-//     the host itself included); others are refused.
+//   - Forward and inbound listen addresses take only their Allow sources, from anywhere (a
+//     LAN host or the host itself included); others are refused.
 //   - With Local, the host's own TCP and DNS are captured like a VM's, except sockets
 //     carrying Mark (exact match), loopback and the host's own addresses; the host's other
 //     UDP (multicast and broadcast included) and ICMP are refused, but for DHCP,

@@ -198,6 +198,9 @@ func (b *builder) addChains(s Spec) {
 	for i := range s.Forwards {
 		regular(forwardChain(i))
 	}
+	for i := range s.Inbounds {
+		regular(inboundChain(i))
+	}
 	base(chainPrerouting, nftables.ChainTypeNAT, nftables.ChainHookPrerouting, prioNAT)
 	if s.Local {
 		base(chainOutput, nftables.ChainTypeNAT, nftables.ChainHookOutput, prioNAT)
@@ -336,22 +339,10 @@ func (b *builder) input(s Spec, vm vmSets) {
 		b.rule(chainInput, b.l4protoIn(unix.IPPROTO_TCP, unix.IPPROTO_UDP), thDport(s.DNSPort), ctStatusDNAT(false), goTo(reasonChain(refusal.Host)))
 	}
 	for i, f := range s.Forwards {
-		b.rule(chainInput, listenMatch(f.Listen.Addr()), l4proto(unix.IPPROTO_TCP), thDport(f.Listen.Port()), goTo(forwardChain(i)))
-		var allow4, allow6 []netip.Prefix
-		for _, p := range f.Allow {
-			if p.Addr().Is4() {
-				allow4 = append(allow4, p)
-			} else {
-				allow6 = append(allow6, p)
-			}
-		}
-		if len(allow4) > 0 {
-			b.rule(forwardChain(i), nfproto(unix.NFPROTO_IPV4), saddr(false), b.anonPrefixSet(false, allow4), verdict(expr.VerdictAccept))
-		}
-		if len(allow6) > 0 {
-			b.rule(forwardChain(i), nfproto(unix.NFPROTO_IPV6), saddr(true), b.anonPrefixSet(true, allow6), verdict(expr.VerdictAccept))
-		}
-		b.rule(forwardChain(i), goTo(reasonChain(refusal.ForwardSource)))
+		b.allowOnly(forwardChain(i), f)
+	}
+	for i, f := range s.Inbounds {
+		b.allowOnly(inboundChain(i), f)
 	}
 	b.rule(chainInput, iifLo(), verdict(expr.VerdictAccept))
 	b.rule(chainInput, saddrIn(vm.v4, false), goTo(chainVMInput))
@@ -370,6 +361,27 @@ func (b *builder) input(s Spec, vm vmSets) {
 	b.rule(chainVMInput, l4proto(unix.IPPROTO_ICMPV6), b.icmp6TypeIn(
 		ndRouterSolicit, ndNeighborSolicit, ndNeighborAdvert), verdict(expr.VerdictAccept))
 	b.rule(chainVMInput, goTo(reasonChain(refusal.Host)))
+}
+
+// allowOnly queues the guard of one forward or inbound: its listen address and port go to
+// chain, which accepts the Allow sources and refuses the rest.
+func (b *builder) allowOnly(chain string, f Forward) {
+	b.rule(chainInput, listenMatch(f.Listen.Addr()), l4proto(unix.IPPROTO_TCP), thDport(f.Listen.Port()), goTo(chain))
+	var allow4, allow6 []netip.Prefix
+	for _, p := range f.Allow {
+		if p.Addr().Is4() {
+			allow4 = append(allow4, p)
+		} else {
+			allow6 = append(allow6, p)
+		}
+	}
+	if len(allow4) > 0 {
+		b.rule(chain, nfproto(unix.NFPROTO_IPV4), saddr(false), b.anonPrefixSet(false, allow4), verdict(expr.VerdictAccept))
+	}
+	if len(allow6) > 0 {
+		b.rule(chain, nfproto(unix.NFPROTO_IPV6), saddr(true), b.anonPrefixSet(true, allow6), verdict(expr.VerdictAccept))
+	}
+	b.rule(chain, goTo(reasonChain(refusal.ForwardSource)))
 }
 
 // listenMatch matches a forward's listen address: 0.0.0.0 any IPv4 address, :: any address.
@@ -447,6 +459,8 @@ const (
 	// logSnaplen is how much of a refused packet NFLOG copies: the IP header and the ports.
 	logSnaplen = 80
 )
+
+func inboundChain(i int) string { return fmt.Sprintf("inbound_%d", i) }
 
 // loopbackIfindex is the index of lo, the first interface of every network namespace.
 const loopbackIfindex = 1

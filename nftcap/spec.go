@@ -43,6 +43,10 @@ type Spec struct {
 	// portproxy replacement). Each listen address:port accepts only its Allow sources, from
 	// anywhere.
 	Forwards []Forward
+	// Inbounds are the explicit proxies on this host ([[inbound]]): guarded exactly like
+	// Forwards (each listen address:port accepts only its Allow sources, from anywhere), in
+	// chains of their own.
+	Inbounds []Forward
 	// Mark is the SO_MARK the router puts on its own sockets (see MarkControl): packets
 	// carrying it are never captured. Required when Local.
 	Mark uint32
@@ -52,7 +56,7 @@ type Spec struct {
 	LogGroup uint16
 }
 
-// Forward is one host service reachable from the VM networks.
+// Forward is one host service reachable from the VM networks: a forward or an inbound.
 type Forward struct {
 	// Listen is the host address and TCP port the service listens on. An unspecified
 	// address matches every host address: 0.0.0.0 every IPv4 address, :: every address
@@ -92,25 +96,30 @@ func (s Spec) Validate() error {
 			add("vm interface %q: not an interface name (a trailing '*' may match any suffix)", i)
 		}
 	}
-	for i, f := range s.Forwards {
-		if !f.Listen.IsValid() {
-			add("forward %d: invalid listen address", i)
-			continue
-		}
-		if f.Listen.Addr().Is4In6() {
-			add("forward %d: listen %v: use the plain IPv4 address", i, f.Listen)
-		}
-		switch f.Listen.Port() {
-		case 0:
-			add("forward %d: listen %v: port 0", i, f.Listen)
-		case s.ListenerPort:
-			add("forward %d: listen %v: port is the listener port", i, f.Listen)
-		case s.DNSPort:
-			add("forward %d: listen %v: port is the dns port", i, f.Listen)
-		}
-		for _, p := range f.Allow {
-			if err := validPrefix(p); err != nil {
-				add("forward %d: allow %v: %w", i, p, err)
+	for _, l := range []struct {
+		what string
+		fs   []Forward
+	}{{"forward", s.Forwards}, {"inbound", s.Inbounds}} {
+		for i, f := range l.fs {
+			if !f.Listen.IsValid() {
+				add("%s %d: invalid listen address", l.what, i)
+				continue
+			}
+			if f.Listen.Addr().Is4In6() {
+				add("%s %d: listen %v: use the plain IPv4 address", l.what, i, f.Listen)
+			}
+			switch f.Listen.Port() {
+			case 0:
+				add("%s %d: listen %v: port 0", l.what, i, f.Listen)
+			case s.ListenerPort:
+				add("%s %d: listen %v: port is the listener port", l.what, i, f.Listen)
+			case s.DNSPort:
+				add("%s %d: listen %v: port is the dns port", l.what, i, f.Listen)
+			}
+			for _, p := range f.Allow {
+				if err := validPrefix(p); err != nil {
+					add("%s %d: allow %v: %w", l.what, i, p, err)
+				}
 			}
 		}
 	}

@@ -34,6 +34,11 @@ func TestValidate(t *testing.T) {
 		{"forward on dns", func(s *Spec) { s.DNSPort = 53; s.Forwards = []Forward{{Listen: ap("10.0.2.2:53")}} }, "dns port"},
 		{"forward bad allow", func(s *Spec) { s.Forwards = []Forward{{Listen: ap("10.0.2.2:1"), Allow: []netip.Prefix{{}}}} }, "allow"},
 		{"forward mapped listen", func(s *Spec) { s.Forwards = []Forward{{Listen: ap("[::ffff:10.0.2.2]:1")}} }, "plain IPv4"},
+		{"inbound", func(s *Spec) {
+			s.Inbounds = []Forward{{Listen: ap("10.0.2.2:1080"), Allow: []netip.Prefix{pfx("10.0.2.0/24")}}}
+		}, ""},
+		{"inbound on listener", func(s *Spec) { s.Inbounds = []Forward{{Listen: ap("10.0.2.2:7070")}} }, "inbound 0: listen 10.0.2.2:7070: port is the listener port"},
+		{"inbound bad allow", func(s *Spec) { s.Inbounds = []Forward{{Listen: ap("10.0.2.2:1"), Allow: []netip.Prefix{{}}}} }, "inbound 0: allow"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := ok

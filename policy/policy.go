@@ -9,7 +9,8 @@
 //     StepDNSUncaged.
 //  2. A local destination (IsLocal, or this machine's own address) is never captured and
 //     goes direct: StepLocal. A caged flow (below) reaches this machine only on a
-//     forward's ports and DHCP; anything else of the host is refused: StepHost.
+//     forward's or an inbound's ports and DHCP; anything else of the host is refused:
+//     StepHost.
 //  3. With [capture] local = false, a flow that is not caged is this host's own and not
 //     the router's business: it goes direct, whatever the rules say: StepUncaptured
 //     (with Env.Scoped, as every capture is).
@@ -56,7 +57,7 @@ const (
 	StepNoMatch                // no rule matched a flow that is not caged: direct
 	StepDNS                    // port 53: answered by the router's DNS server
 	StepLocal                  // a local destination: never captured, direct
-	StepHost                   // a caged flow to this host: a forward's port, DHCP, or refused
+	StepHost                   // a caged flow to this host: a forward's or inbound's port, DHCP, or refused
 	StepNoName                 // a fake-IP pool address nobody was given: refused
 	StepCaged                  // a caged flow that no rule decides: refused
 	StepDNSUncaged             // DNS of a process that is not caged, with [dns] capture = "caged": passed
@@ -166,8 +167,9 @@ type Policy struct {
 	local     bool         // [capture] local: this host's own traffic is captured
 	dnsAll    bool         // [dns] capture = "all": every process's DNS is answered
 	// hostPorts are the ports a caged flow may reach on this host: the forwards' listen
-	// and connect ports. forwardAddrs are the forwards' listen addresses: this host's, even
-	// where Env does not know them (explain on another machine).
+	// and connect ports, the inbounds' listen ports. forwardAddrs are the forwards' and
+	// inbounds' listen addresses: this host's, even where Env does not know them (explain
+	// on another machine).
 	hostPorts    []uint16
 	forwardAddrs []netip.Addr
 	// firstName and namedFirstName are the positions (in rules) of the first rule with a
@@ -219,6 +221,12 @@ func New(cfg *conf.Config, env Env) *Policy {
 	for _, f := range cfg.Forwards {
 		p.hostPorts = append(p.hostPorts, f.Listen.Port(), f.Connect.Port())
 		if a := f.Listen.Addr(); !a.IsUnspecified() {
+			p.forwardAddrs = append(p.forwardAddrs, a)
+		}
+	}
+	for _, in := range cfg.Inbounds {
+		p.hostPorts = append(p.hostPorts, in.Listen.Port())
+		if a := in.Listen.Addr(); !a.IsUnspecified() {
 			p.forwardAddrs = append(p.forwardAddrs, a)
 		}
 	}
@@ -417,7 +425,8 @@ func (p *Policy) DecideICMP(f *Flow) Decision {
 	return implicit(StepICMP, rules.Direct, caged)
 }
 
-// hostPort reports whether a caged flow to this host may pass: a forward's port, or DHCP.
+// hostPort reports whether a caged flow to this host may pass: a forward's or an inbound's
+// port, or DHCP.
 func (p *Policy) hostPort(f *Flow) bool {
 	for _, port := range p.hostPorts {
 		if f.Port == port && f.Network != rules.UDP {
@@ -481,9 +490,9 @@ func (p *Policy) Why(f *Flow, d Decision) string {
 		return dst + " is local (loopback, link-local, multicast, broadcast or this machine): the router never captures it, so it goes direct whatever the rules say"
 	case StepHost:
 		if d.Action == rules.Direct {
-			return caged + " and " + dst + " is this machine or its link: port " + strconv.Itoa(int(f.Port)) + " is a forward's port or DHCP, which caged traffic may reach"
+			return caged + " and " + dst + " is this machine or its link: port " + strconv.Itoa(int(f.Port)) + " is a forward's or an inbound's port, or DHCP, which caged traffic may reach"
 		}
-		return caged + " and " + dst + " is this machine or its link: only a forward's ports and DHCP are open to caged traffic, so it is refused (the host is off limits)"
+		return caged + " and " + dst + " is this machine or its link: only the forwards' and inbounds' ports and DHCP are open to caged traffic, so it is refused (the host is off limits)"
 	case StepNoName:
 		return dst + " is in the fake-IP pool but no DNS answer gave it out: only its name could route it, so it is refused"
 	case StepCaged:

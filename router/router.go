@@ -1,6 +1,7 @@
 // Package router is the data path. It takes the TCP connections that capture redirected to
-// its transparent listener, asks the rules what to do with each, and then connects direct,
-// connects through an upstream SOCKS5 proxy (giving it the host name when one is known), or
+// its transparent listener, and the tunnels guests ask of its explicit proxies (inbounds:
+// SOCKS5 and HTTP CONNECT), asks the rules what to do with each, and then connects direct,
+// connects through an upstream proxy (giving it the host name when one is known), or
 // refuses; then it relays both ways. It also serves the model forwards (the replacement for
 // `netsh interface portproxy`).
 //

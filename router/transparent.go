@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -77,8 +78,9 @@ const earlyMax = 4 << 10
 type Flow struct {
 	ID      uint64
 	Src     netip.AddrPort
-	Dst     netip.AddrPort // the original destination
+	Dst     netip.AddrPort // the original destination; its address is invalid when only Host is known
 	Host    string         // the destination's name, when known
+	Inbound string         // the inbound that took the flow; "" for a captured one
 	App     string
 	PID     int
 	Service string // the Windows services of the owning svchost, when known (joined ",")
@@ -96,75 +98,28 @@ type Flow struct {
 	index int       // the rule that decided it, -1 for an implicit step
 }
 
-// handle sets up one flow: classify (where it came from and was going, who owns it, the
-// name behind its address), decide (the one policy), dial (direct or through the upstream),
-// then it hands both connections to the relay and returns: the relay logs the flow and
-// marks it done (r.flows) when it ends. A flow refused or failed before the relay is logged
-// and marked done here.
+// handle sets up one redirected flow: classify (where it came from and was going, who owns
+// it, the name behind its address), then the steps every listener shares (flow.go): decide,
+// dial, and the relay, which logs the flow and marks it done (r.flows) when it ends. A flow
+// refused or failed before the relay gets a reset and is logged and marked done here.
 func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 	p := r.pol.Load()
-	f := &Flow{ID: r.nextID.Add(1), Start: time.Now(), Src: netaddr.AddrPort(c.RemoteAddr()), index: -1}
-	r.count.flows.Add(1)
-	relayed := false
-	var release func()
-	defer func() {
-		if !relayed {
-			r.live.remove(f.ID)
-			if release != nil {
-				release()
-			}
-			r.ended(f)
-			r.logFlow(f)
-			r.flows.Done()
-		}
-	}()
+	f := r.newFlow(netaddr.AddrPort(c.RemoteAddr()))
 	pf, release, err := r.classify(c, f, p)
 	if err != nil {
 		f.Err = err
 		r.refused(refusal.Capture, f)
 		reset(c)
+		r.endFlow(f, nil)
 		return
 	}
-	d := p.Decision.Decide(&pf)
-	f.Verdict, f.Step, f.pol, f.index = d.Verdict, d.Step, p, d.Index
-	p.count(d)
-	if d.Action == rules.Block || d.Step == policy.StepDNS {
-		// A DNS flow reaching the listener is a capture fault: it belongs to the DNS
-		// server, and is refused here rather than sent anywhere.
-		r.refused(refusal.ForStep(d.Step), f)
-		reset(c)
+	_, out, _ := r.open(ctx, p, f, &pf, early{sock: c})
+	if out == nil {
+		reset(c) // refused or failed (fail closed): a reset, never a direct fallback
+		r.endFlow(f, release)
 		return
 	}
-	r.live.add(f) // removed when the flow ends: by the relay's callback, or the defer above
-	out, err := r.dial(ctx, p, f, c, d, p.Decision.InPool(pf.Dst))
-	if err != nil {
-		f.Err = err
-		if d.Action == rules.Proxy && upstreamDown(err) {
-			r.refused(refusal.UpstreamDown, f)
-		}
-		reset(c) // fail closed: the client sees a reset, never a direct fallback
-		return
-	}
-	r.logOpen(f)
-	rl := r.relayFor(p)
-	relayed = true
-	rl.start(c, out, &f.bytes, func(res result) {
-		// On the relay's goroutine: nothing here may block.
-		r.live.remove(f.ID)
-		f.Up, f.Down, f.Err = f.Up+res.up, res.down, res.err
-		r.ended(f)
-		if release != nil {
-			release()
-		}
-		if !r.log.Enabled(context.Background(), flowLevel(f)) {
-			r.flows.Done()
-			return
-		}
-		go func() {
-			r.logFlow(f) // a slow log writer must not stall the relay
-			r.flows.Done()
-		}()
-	})
+	r.relayFlow(p, f, c, out, release)
 }
 
 // classify finds what the policy decides on: the flow's original addresses, whether it
@@ -192,28 +147,40 @@ func (r *Router) classify(c *net.TCPConn, f *Flow, p *compiled) (pf policy.Flow,
 			r.log.Debug("owner lookup", "src", f.Src, "dst", f.Dst, "err", err)
 		}
 	}
-	if n := r.opts.Names; n != nil {
-		if n.InPool(pf.Dst) {
-			// Without a name the policy refuses the flow (StepNoName).
-			if name, rel, ok := n.Acquire(pf.Dst); ok {
-				pf.Host, release = name, rel
-			}
-		} else if name, ok := n.NameFor(pf.Dst); ok {
-			pf.Host = name
-		}
-	}
+	release = r.names(&pf)
 	f.Host = pf.Host
 	return pf, release, nil
 }
 
 // dial connects the decided flow f: direct or through its upstream (the first healthy
-// member of a failover list). A proxied flow takes the client's first bytes along: the
-// upstream sends them with the request when it pipelines, right after its answer otherwise.
-func (r *Router) dial(ctx context.Context, p *compiled, f *Flow, c *net.TCPConn, d policy.Decision, fake bool) (net.Conn, error) {
+// member of a failover list). A proxied flow takes the client's first bytes along (e): the
+// upstream sends them with the request when it pipelines, right after its answer otherwise. A
+// direct one delivers the bytes a listener already read, and leaves those still in the
+// client's socket to the relay. A destination known by its name only (an inbound's client
+// asked for a name) or by a fake IP is resolved through the proxy when it goes direct.
+func (r *Router) dial(ctx context.Context, p *compiled, f *Flow, d policy.Decision, e early) (net.Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
 	defer cancel()
 	if d.Action == rules.Direct {
-		return r.dialDirect(dctx, f.Dst, f.Host, fake)
+		byName := !f.Dst.Addr().IsValid() || p.Decision.InPool(f.Dst.Addr())
+		out, err := r.dialDirect(dctx, f.Dst, f.Host, byName)
+		if err != nil {
+			return nil, err
+		}
+		if len(e.read) == 0 {
+			return out, nil
+		}
+		if dl, ok := dctx.Deadline(); ok {
+			out.SetWriteDeadline(dl)
+		}
+		n, err := out.Write(e.read)
+		out.SetWriteDeadline(time.Time{})
+		f.Up = int64(n)
+		if err != nil {
+			out.Close()
+			return nil, fmt.Errorf("connect direct: send the first bytes: %w", err)
+		}
+		return out, nil
 	}
 	sd := upstream.Addr{IP: f.Dst.Addr(), Port: f.Dst.Port()}
 	if f.Host != "" {
@@ -223,25 +190,32 @@ func (r *Router) dial(ctx context.Context, p *compiled, f *Flow, c *net.TCPConn,
 	if err != nil {
 		return nil, err
 	}
-	buf := r.early.Get().(*[earlyMax]byte)
-	defer r.early.Put(buf)
-	early := buf[:pending(c, buf[:])]
-	f.Up = int64(len(early))
+	first := e.read
+	if e.sock != nil {
+		buf := r.early.Get().(*[earlyMax]byte)
+		defer r.early.Put(buf)
+		first = buf[:pending(e.sock, buf[:])]
+	}
+	f.Up = int64(len(first))
 	f.bytes.up.Store(f.Up)
 	if g, ok := up.(*upstream.Group); ok {
-		out, via, err := g.ConnectVia(dctx, sd, early)
+		out, via, err := g.ConnectVia(dctx, sd, first)
 		f.Via = via
 		return out, err
 	}
 	f.Via = d.Proxy
-	return up.Connect(dctx, sd, early)
+	return up.Connect(dctx, sd, first)
 }
 
-// dialDirect connects to dst with the router's own dialer. A fake IP is first resolved
-// through the proxy (the name never goes to the local resolver).
-func (r *Router) dialDirect(ctx context.Context, dst netip.AddrPort, host string, fake bool) (*net.TCPConn, error) {
+// dialDirect connects to dst with the router's own dialer. With byName, dst's address is a
+// fake IP or none at all: host is first resolved through the proxy (a name never goes to the
+// local resolver).
+func (r *Router) dialDirect(ctx context.Context, dst netip.AddrPort, host string, byName bool) (*net.TCPConn, error) {
 	targets := []netip.Addr{dst.Addr()}
-	if fake {
+	if byName {
+		if r.opts.Names == nil {
+			return nil, fmt.Errorf("resolve %s via proxy: no DNS side to ask", host)
+		}
 		addrs, err := r.opts.Names.ResolveViaProxy(ctx, host)
 		if err != nil {
 			return nil, fmt.Errorf("resolve %s via proxy: %w", host, err)
@@ -262,6 +236,15 @@ func (r *Router) dialDirect(ctx context.Context, dst netip.AddrPort, host string
 	return nil, fmt.Errorf("connect direct: %w", err)
 }
 
+// dst is f's destination for logs and status: the address and port, or the name and port
+// when only the name is known.
+func (f *Flow) dst() string {
+	if !f.Dst.Addr().IsValid() {
+		return net.JoinHostPort(f.Host, strconv.Itoa(int(f.Dst.Port())))
+	}
+	return f.Dst.String()
+}
+
 // reset closes c with an RST, so the client learns at once that the flow is refused.
 func reset(c *net.TCPConn) {
 	c.SetLinger(0)
@@ -279,7 +262,7 @@ func flowLevel(f *Flow) slog.Level {
 // flowAttrs are the attributes of f's log records.
 func flowAttrs(f *Flow, ended bool) []any {
 	attrs := make([]any, 0, 24)
-	attrs = append(attrs, "id", f.ID, "src", f.Src, "dst", f.Dst,
+	attrs = append(attrs, "id", f.ID, "src", f.Src, "dst", f.dst(),
 		"rule", f.Verdict.Name, "action", f.Verdict.Action.String())
 	if ended {
 		attrs = append(attrs, "up", f.Up, "down", f.Down, "duration", time.Since(f.Start).Round(time.Millisecond))
@@ -292,6 +275,9 @@ func flowAttrs(f *Flow, ended bool) []any {
 	}
 	if f.Service != "" {
 		attrs = append(attrs, "services", f.Service)
+	}
+	if f.Inbound != "" {
+		attrs = append(attrs, "inbound", f.Inbound)
 	}
 	if f.Via != "" {
 		attrs = append(attrs, "proxy", f.Via)
@@ -311,6 +297,9 @@ func (r *Router) logOpen(f *Flow) {
 
 // logFlow records a flow's end: its decision, bytes each way, duration and error.
 func (r *Router) logFlow(f *Flow) {
+	if !r.log.Enabled(context.Background(), flowLevel(f)) {
+		return // the record's attributes cost more than the rest of a short flow's end
+	}
 	attrs := flowAttrs(f, true)
 	if f.Err != nil && !errors.Is(f.Err, errIdle) {
 		attrs = append(attrs, "err", f.Err.Error())

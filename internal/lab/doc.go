@@ -8,12 +8,13 @@
 //	                                         model server on 127.0.0.1:47831                                 lo: 203.0.113.50 (SOCKS exit)
 //
 // In "inet": an IP-echo HTTP server (203.0.113.10:80), a DNS server for the lab.test zone
-// (203.0.113.10:53, UDP and TCP), a UDP echo (203.0.113.10:7), go-socks5 (198.51.100.1:1080) and
-// dante-server (198.51.100.1:1081), both leaving from 203.0.113.50, and an nftables leak counter
-// on the uplink. In "host": the hypervisor's NAT (masquerade in table ip hvnat, removable) and a
-// fake OpenAI-compatible model server on 127.0.0.1:47831. Each namespace has
-// /etc/netns/<name>/resolv.conf pointing at the lab DNS server, so commands started through
-// Netns.Command resolve names inside the lab.
+// (203.0.113.10:53, UDP and TCP), a UDP echo (203.0.113.10:7), go-socks5 (198.51.100.1:1080)
+// and dante-server (198.51.100.1:1081), both leaving from 203.0.113.50, and an nftables leak
+// counter on the uplink; StartTinyproxy adds Debian's tinyproxy, an HTTP CONNECT proxy leaving
+// from an exit address of its own, for the tests that want one. In "host": the hypervisor's NAT
+// (masquerade in table ip hvnat, removable) and a fake OpenAI-compatible model server on
+// 127.0.0.1:47831. Each namespace has /etc/netns/<name>/resolv.conf pointing at the lab DNS
+// server, so commands started through Netns.Command resolve names inside the lab.
 //
 // Every name carries a per-instance prefix "rl<pid>-<hex>-" so parallel labs and stale runs never
 // collide; Cleanup removes what a killed process left behind. The lab needs root and the tools

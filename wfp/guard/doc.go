@@ -11,7 +11,7 @@
 // through.
 //
 // The pieces: NewPlan turns an Env (plain data: caged app paths, the router's path and
-// service, its ports, the forwards, the DNS scope, the cage subnets) into the objects, with fixed
+// service, its ports, the forwards and inbounds, the DNS scope, the cage subnets) into the objects, with fixed
 // keys (UUIDv5 of a fixed namespace), so a reinstall replaces, never duplicates. Guard
 // installs (Install), arms (Arm), disarms (Disarm) and removes (Remove) them through a
 // wfp.Engine. ResolveApps finds the caged executables on the machine.
@@ -46,7 +46,7 @@
 //     Firewall, evaluated after the guard's sublayer, asks nobody for a service and
 //     blocks inbound on a Public network. The transparent listener and DNS take any
 //     source (reflected packets carry the original destination as source); each forward
-//     only its allowed sources, and D4 blocks the rest even if a firewall rule allowed
+//     and inbound only its allowed sources, and D4 blocks the rest even if a firewall rule allowed
 //     router.exe. The permits name router.exe's app ID and, as a service, its service SID
 //     (the service's SID type must be "unrestricted").
 //   - The provider names no service: Windows would not enforce a provider's persistent

@@ -33,6 +33,9 @@ type Env struct {
 	DNSPorts []uint16
 	// Forwards are the model forwards: reachable only from their allowed sources.
 	Forwards []Forward
+	// Inbounds are the explicit proxies ([[inbound]]): reachable only from their allowed
+	// sources, like the forwards.
+	Inbounds []Inbound
 	// HostPorts are further TCP ports of this machine the caged apps may reach (a model
 	// server a direct rule names, e.g. 127.0.0.1:47831 reached through VirtualBox's NAT).
 	HostPorts []uint16
@@ -59,6 +62,13 @@ type Forward struct {
 	Listen  netip.AddrPort
 	Connect netip.AddrPort
 	Allow   []netip.Prefix
+}
+
+// Inbound is one explicit proxy: the router listens on Listen and takes connections from
+// Allow only.
+type Inbound struct {
+	Listen netip.AddrPort
+	Allow  []netip.Prefix
 }
 
 // Plan is the guard's WFP objects: the provider and sublayer, the filters Install keeps
@@ -93,8 +103,10 @@ const SublayerWeight uint16 = 0xFFF0
 //	P1  connect       15      permit       caged app, this machine, TCP, host ports         persistent
 //	P2  connect       14      block        caged app, this machine                          persistent
 //	D3  accept        13      hard permit  router (+SID), listener/DNS ports, any source     dynamic
-//	                                       router (+SID), forward addr:port, allowed source
-//	D4  accept        12      block        router, forward ports (the other sources)        dynamic
+//	                                       router (+SID), forward or inbound addr:port,
+//	                                       allowed source
+//	D4  accept        12      block        router, forward and inbound ports (the other     dynamic
+//	                                       sources)
 //	D1  connect       10      permit       caged app, TCP or UDP (never ICMP); UDP only to  dynamic
 //	                                       CagedUDP's ports when given
 //	D2  connect       4       permit       UDP/TCP to port 53 (DNS scope "all" only)        dynamic
@@ -204,16 +216,16 @@ func NewPlan(env Env) (Plan, error) {
 		add(&p.Dynamic, "D3 dns", "the router's DNS, from any source", accept, weightD3, wfp.Permit, true, dynamic, router, tcpUDP, ports)
 	}
 	var fwdPorts []uint16
-	for i, f := range env.Forwards {
-		fwdPorts = append(fwdPorts, f.Listen.Port())
+	permitAllowed := func(id, what string, listen netip.AddrPort, allowed []netip.Prefix) {
+		fwdPorts = append(fwdPorts, listen.Port())
 		for _, l := range accept {
 			var allow []wfp.Condition
-			for _, a := range f.Allow {
+			for _, a := range allowed {
 				if a.Addr().Is6() == l.IPv6() {
 					allow = append(allow, wfp.RemoteAddr(a))
 				}
 			}
-			local := f.Listen.Addr()
+			local := listen.Addr()
 			if len(allow) == 0 || (!local.IsUnspecified() && local.Is6() != l.IPv6()) {
 				continue
 			}
@@ -221,12 +233,22 @@ func NewPlan(env Env) (Plan, error) {
 			if !local.IsUnspecified() {
 				at = append(at, wfp.LocalAddr(netip.PrefixFrom(local, local.BitLen())))
 			}
-			add(&p.Dynamic, fmt.Sprintf("D3 forward %d", i+1), "the forward "+f.Listen.String()+", from its allowed sources", []wfp.Layer{l}, weightD3, wfp.Permit, true, dynamic,
-				router, []wfp.Condition{wfp.Protocol(wfp.ProtoTCP), wfp.LocalPort(wfp.Port(f.Listen.Port()))}, at, allow)
+			add(&p.Dynamic, id, what+" "+listen.String()+", from its allowed sources", []wfp.Layer{l}, weightD3, wfp.Permit, true, dynamic,
+				router, []wfp.Condition{wfp.Protocol(wfp.ProtoTCP), wfp.LocalPort(wfp.Port(listen.Port()))}, at, allow)
 		}
 	}
+	for i, f := range env.Forwards {
+		permitAllowed(fmt.Sprintf("D3 forward %d", i+1), "the forward", f.Listen, f.Allow)
+	}
+	for i, in := range env.Inbounds {
+		permitAllowed(fmt.Sprintf("D3 inbound %d", i+1), "the inbound", in.Listen, in.Allow)
+	}
 	if ports := portConds(wfp.LocalPort, fwdPorts); len(ports) > 0 {
-		add(&p.Dynamic, "D4", "the forwards refuse every other source", accept, weightD4, wfp.Block, false, dynamic,
+		what := "the forwards refuse every other source"
+		if len(env.Inbounds) > 0 {
+			what = "the forwards and inbounds refuse every other source"
+		}
+		add(&p.Dynamic, "D4", what, accept, weightD4, wfp.Block, false, dynamic,
 			[]wfp.Condition{wfp.App(env.Router), wfp.Protocol(wfp.ProtoTCP)}, ports)
 	}
 	for _, l := range []wfp.Layer{wfp.LayerForwardV4, wfp.LayerForwardV6} {
@@ -259,8 +281,8 @@ func (l lifetime) variants() []bool {
 	return []bool{false}
 }
 
-// hostPorts returns the remote-port conditions of P1: the forwards' listen ports, the
-// ports of loopback forward targets and HostPorts, each once, in order.
+// hostPorts returns the remote-port conditions of P1: the forwards' and inbounds' listen
+// ports, the ports of loopback forward targets and HostPorts, each once, in order.
 func hostPorts(env Env) []wfp.Condition {
 	var ports []uint16
 	for _, f := range env.Forwards {
@@ -268,6 +290,9 @@ func hostPorts(env Env) []wfp.Condition {
 		if f.Connect.Addr().IsLoopback() {
 			ports = append(ports, f.Connect.Port())
 		}
+	}
+	for _, in := range env.Inbounds {
+		ports = append(ports, in.Listen.Port())
 	}
 	ports = append(ports, env.HostPorts...)
 	return portConds(wfp.RemotePort, ports)
@@ -317,19 +342,25 @@ func normalize(env Env) (Env, error) {
 	for _, p := range env.DNSPorts {
 		used[p] = "DNS"
 	}
-	for _, f := range env.Forwards {
-		if !f.Listen.IsValid() || f.Listen.Port() == 0 {
-			errs = append(errs, fmt.Errorf("forward listen address %v is not an address and port", f.Listen))
-			continue
+	checkListener := func(what string, listen netip.AddrPort, allow []netip.Prefix) {
+		if !listen.IsValid() || listen.Port() == 0 {
+			errs = append(errs, fmt.Errorf("%s listen address %v is not an address and port", what, listen))
+			return
 		}
-		if what, ok := used[f.Listen.Port()]; ok {
-			errs = append(errs, fmt.Errorf("forward %v shares its port with the router's %s", f.Listen, what))
+		if other, ok := used[listen.Port()]; ok {
+			errs = append(errs, fmt.Errorf("%s %v shares its port with the router's %s", what, listen, other))
 		}
-		for _, a := range f.Allow {
+		for _, a := range allow {
 			if !a.IsValid() {
-				errs = append(errs, fmt.Errorf("forward %v: invalid allowed source %v", f.Listen, a))
+				errs = append(errs, fmt.Errorf("%s %v: invalid allowed source %v", what, listen, a))
 			}
 		}
+	}
+	for _, f := range env.Forwards {
+		checkListener("forward", f.Listen, f.Allow)
+	}
+	for _, in := range env.Inbounds {
+		checkListener("inbound", in.Listen, in.Allow)
 	}
 	for _, s := range env.CageSubnets {
 		if !s.IsValid() {

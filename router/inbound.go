@@ -1,0 +1,355 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentcage/router/dns"
+	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/rules"
+)
+
+// An inbound ([[inbound]]) is an explicit proxy on a VM-facing address, for guests that are
+// pointed at it rather than captured (a Hyper-V internal switch has no process on the host to
+// capture). It speaks SOCKS5 (CONNECT; server side of github.com/things-go/go-socks5) or HTTP
+// CONNECT, takes connections from its Allow sources only, and sets up each requested
+// tunnel as a flow of the router (flow.go): the same rules, upstreams, logs and status as a
+// captured flow, with
+//
+//   - the client's address as the source; the client is caged (policy.Flow.FromVM) unless
+//     it is this machine itself (loopback or one of its addresses): an inbound serves guests;
+//   - the name it asked for as the host, never resolved here (a proxy gets it as a name; a
+//     direct verdict resolves it through the proxy, like a fake IP), and the address it asked
+//     for, when it asked for one, as the destination. localhost and *.localhost are the
+//     loopback address, as the router's DNS server answers them; a name that resolvers would
+//     read as an address ("127.1", "0x7f.1") or one under .invalid is refused;
+//   - a refusal told in the inbound's protocol: SOCKS5 reply X'02' (not allowed by the
+//     ruleset) or HTTP 403 for a verdict that refuses the flow (port 53 included: DNS is the
+//     DNS server's), X'01', X'03'..X'05' or HTTP 502/504 when connecting failed. Nothing is
+//     ever sent direct because a proxy failed.
+//
+// What an inbound does not do: SOCKS5 BIND and UDP ASSOCIATE (answered "command not
+// supported"), SOCKS5 authentication (the allow list is the gate), HTTP requests other than
+// CONNECT (plain-HTTP proxying; answered 405 with Allow: CONNECT; curl sends CONNECT for
+// http:// URLs too with --proxytunnel).
+//
+// Bounds: each source may hold inboundPerSource connections at once (in handshake or
+// relayed) and the inbound inboundTotal; more are reset at accept. A client has
+// inboundHandshake to send its whole request; an HTTP request head is at most
+// inboundHeadMax bytes (431 beyond). Closing the listener stops accepting; tunnels already
+// open go on, requests still being read are cut when ctx ends.
+
+// InboundType is the protocol an inbound speaks.
+type InboundType string
+
+// Inbound protocols.
+const (
+	InboundSOCKS5 InboundType = "socks5"
+	InboundHTTP   InboundType = "http"
+)
+
+// Inbound is one [[inbound]]: an explicit proxy listening on Listen for the Allow sources.
+type Inbound struct {
+	Name   string
+	Type   InboundType
+	Listen netip.AddrPort
+	Allow  []netip.Prefix
+}
+
+func (in *Inbound) allowed(a netip.Addr) bool {
+	a = a.Unmap().WithZone("")
+	for _, p := range in.Allow {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// Limits of an inbound; see the comment at the top of the file.
+const (
+	inboundPerSource = 512
+	inboundTotal     = 4096
+	inboundHandshake = 10 * time.Second
+	inboundHeadMax   = 16 << 10
+)
+
+// ListenInbound opens the inbound's listening socket (on its address only).
+func (r *Router) ListenInbound(ctx context.Context, in Inbound) (*net.TCPListener, error) {
+	lc := net.ListenConfig{Control: r.opts.Control}
+	ln, err := lc.Listen(ctx, "tcp", in.Listen.String())
+	if err != nil {
+		return nil, fmt.Errorf("inbound %s: listen %s: %w", in.Name, in.Listen, err)
+	}
+	return ln.(*net.TCPListener), nil
+}
+
+// ServeInbound accepts on ln until ctx is done or ln is closed; each connection is served with
+// the settings current() returns when it is accepted, so a reload swaps an inbound's allow
+// list, type or name without closing its socket. current must be safe for concurrent use and
+// never return nil, and what it returns must not be modified. A source outside Allow, or one
+// over its share, is reset at once. Requests still being read end with ctx; tunnels opened go
+// on (Wait waits for them).
+func (r *Router) ServeInbound(ctx context.Context, ln *net.TCPListener, current func() *Inbound) error {
+	s := &inboundServer{r: r, ctx: ctx, adm: admission{perSource: inboundPerSource, total: inboundTotal}}
+	s.socks = r.newSOCKSServer()
+	return r.acceptLoop(ctx, ln, "inbound "+current().Name+": accept", nil, func(c *net.TCPConn) {
+		in := current()
+		src := netaddr.AddrPort(c.RemoteAddr())
+		a := src.Addr().WithZone("")
+		if !in.allowed(a) {
+			r.log.Warn("inbound refused: source not allowed", "inbound", in.Name, "src", src)
+			reset(c)
+			return
+		}
+		if !s.adm.take(a) {
+			s.refusedOverLimit(in, src)
+			reset(c)
+			return
+		}
+		r.flows.Add(1)
+		go s.serve(c, in, func() { s.adm.give(a) })
+	})
+}
+
+// inboundServer is one inbound listener's serving state.
+type inboundServer struct {
+	r     *Router
+	ctx   context.Context
+	socks socksServer
+	adm   admission
+	// lastLimitLog is when a refusal over the limits was last logged (unix nanoseconds):
+	// one record a second at most, so a flood cannot flood the log too.
+	lastLimitLog atomic.Int64
+	overLimit    atomic.Uint64 // refusals over the limits since the last record
+}
+
+func (s *inboundServer) refusedOverLimit(in *Inbound, src netip.AddrPort) {
+	s.overLimit.Add(1)
+	now := time.Now().UnixNano()
+	last := s.lastLimitLog.Load()
+	if now-last < int64(time.Second) || !s.lastLimitLog.CompareAndSwap(last, now) {
+		return
+	}
+	n := s.overLimit.Swap(0)
+	s.r.log.Warn("inbound refused: too many connections", "inbound", in.Name, "src", src,
+		"per_source", inboundPerSource, "total", inboundTotal, "refused", n)
+}
+
+// inboundConn is an inbound client's connection while its request is read. Once a flow takes
+// it (taken), the flow owns it: Close does nothing then, so that the request reader's own
+// deferred Close (go-socks5's ServeConn) leaves the relayed connection alone. Fields other
+// than TCPConn are written before the request is read and only read afterwards, all on the
+// connection's serving goroutine.
+type inboundConn struct {
+	*net.TCPConn
+	s     *inboundServer
+	in    *Inbound
+	slot  func()      // gives the connection's admission back
+	stop  func() bool // stops the cut at ctx's end (context.AfterFunc's stop)
+	taken bool
+}
+
+// Close closes the connection unless a flow took it.
+func (c *inboundConn) Close() error {
+	if c.taken {
+		return nil
+	}
+	return c.TCPConn.Close()
+}
+
+// serve reads c's request in the inbound's protocol and sets up the flow it asks for. It
+// marks the connection done (r.flows) and gives slot back when no flow took it; a flow does
+// both when it ends.
+func (s *inboundServer) serve(c *net.TCPConn, in *Inbound, slot func()) {
+	c.SetDeadline(time.Now().Add(inboundHandshake))
+	ic := &inboundConn{TCPConn: c, s: s, in: in, slot: slot}
+	ic.stop = context.AfterFunc(s.ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	var err error
+	switch in.Type {
+	case InboundHTTP:
+		err = s.serveHTTP(ic)
+	default:
+		err = s.socks.ServeConn(ic)
+	}
+	if ic.taken {
+		return
+	}
+	ic.stop()
+	c.Close()
+	slot()
+	s.r.flows.Done()
+	if err != nil {
+		s.r.log.Debug("inbound request refused", "inbound", in.Name, "src", netaddr.AddrPort(c.RemoteAddr()), "err", err)
+	}
+}
+
+// inboundRequest is what an inbound's client asked for.
+type inboundRequest struct {
+	// name is the host name asked for, normalized (lower case, no trailing dot); "" when the
+	// client asked for an address.
+	name string
+	// dst is the address asked for and the port. Its address is invalid when the client
+	// asked for a name, except localhost (the loopback address).
+	dst netip.AddrPort
+	// early are the bytes the client sent after its request, read along with it (at most
+	// earlyMax): they go first to the destination.
+	early []byte
+}
+
+// inboundReply tells an inbound's client how its request ended, in the inbound's protocol.
+type inboundReply interface {
+	// ok says the tunnel is open.
+	ok() error
+	// fail says the rules refuse the flow (err nil) or connecting failed (err).
+	fail(err error)
+}
+
+// flow sets up the flow the client of c asked for (flow.go) and answers the client with rep.
+// The flow takes c: it ends when the tunnel ends, or at once when refused or failed, and then
+// gives the connection's admission back and marks it done.
+func (s *inboundServer) flow(c *inboundConn, req inboundRequest, rep inboundReply) {
+	r := s.r
+	c.taken = true
+	p := r.pol.Load()
+	src := netaddr.AddrPort(c.RemoteAddr())
+	src = netip.AddrPortFrom(src.Addr().WithZone(""), src.Port())
+	f := r.newFlow(src)
+	f.Inbound, f.Dst, f.Host = c.in.Name, req.dst, req.name
+	pf := policy.Flow{Network: rules.TCP, Src: src.Addr(), Dst: req.dst.Addr(), Port: req.dst.Port(), Host: req.name,
+		FromVM: !p.Decision.Local(src.Addr())}
+	release := r.names(&pf)
+	f.Host = pf.Host
+	done := func() {
+		if release != nil {
+			release()
+		}
+		c.slot()
+	}
+	_, out, err := r.open(s.ctx, p, f, &pf, early{read: req.early})
+	if out == nil {
+		c.stop()
+		rep.fail(err)
+		c.TCPConn.Close()
+		r.endFlow(f, done)
+		return
+	}
+	if err := rep.ok(); err != nil {
+		c.stop()
+		out.Close()
+		c.TCPConn.Close()
+		f.Err = fmt.Errorf("answer the client: %w", err)
+		r.endFlow(f, done)
+		return
+	}
+	c.stop()
+	c.TCPConn.SetDeadline(time.Time{})
+	r.relayFlow(p, f, c.TCPConn, out, done)
+}
+
+// Errors of a requested destination.
+var (
+	errNoPort        = errors.New("port 0")
+	errLiteralName   = errors.New("a name that resolvers read as an address")
+	errInvalidName   = errors.New("not a host name")
+	errReservedName  = errors.New("a name under .invalid")
+	errZonedAddress  = errors.New("an address with a zone")
+	errNoDestination = errors.New("no destination")
+)
+
+// loopback4 is where localhost and *.localhost lead, as the router's DNS server answers them.
+var loopback4 = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+
+// target turns the host and port a client asked for into its request: an address (unmapped),
+// or a name, normalized and checked (see the comment at the top of the file).
+func target(host string, port uint16) (inboundRequest, error) {
+	if port == 0 {
+		return inboundRequest{}, errNoPort
+	}
+	if host == "" {
+		return inboundRequest{}, errNoDestination
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" {
+			return inboundRequest{}, fmt.Errorf("%q: %w", host, errZonedAddress)
+		}
+		return inboundRequest{dst: netip.AddrPortFrom(a.Unmap(), port)}, nil
+	}
+	name := strings.ToLower(strings.TrimSuffix(host, "."))
+	if !hostName(name) {
+		return inboundRequest{}, fmt.Errorf("%q: %w", host, errInvalidName)
+	}
+	if dns.IsIPLiteral(name) {
+		return inboundRequest{}, fmt.Errorf("%q: %w", host, errLiteralName)
+	}
+	switch {
+	case name == "localhost" || strings.HasSuffix(name, ".localhost"):
+		return inboundRequest{name: name, dst: netip.AddrPortFrom(loopback4, port)}, nil
+	case name == "invalid" || strings.HasSuffix(name, ".invalid"):
+		return inboundRequest{}, fmt.Errorf("%q: %w", host, errReservedName)
+	}
+	return inboundRequest{name: name, dst: netip.AddrPortFrom(netip.Addr{}, port)}, nil
+}
+
+// hostName reports whether s is a DNS host name in lower case: 1 to 253 bytes, labels of 1 to
+// 63 letters, digits, '-' and '_'.
+func hostName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// admission counts an inbound's connections, per source and in all. It is safe for
+// concurrent use; mu guards n and all.
+type admission struct {
+	perSource, total int
+
+	mu  sync.Mutex
+	n   map[netip.Addr]int
+	all int
+}
+
+// take admits a connection from src, or reports false when src or the inbound is at its
+// limit. Each admitted connection is given back once with give.
+func (a *admission) take(src netip.Addr) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.all >= a.total || a.n[src] >= a.perSource {
+		return false
+	}
+	if a.n == nil {
+		a.n = map[netip.Addr]int{}
+	}
+	a.n[src]++
+	a.all++
+	return true
+}
+
+func (a *admission) give(src netip.Addr) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.n[src]--; a.n[src] <= 0 {
+		delete(a.n, src)
+	}
+	a.all--
+}
