@@ -37,9 +37,13 @@ func (d *decoder) check(c *Config) {
 }
 
 // checkForwards: a forward may not take the transparent listener's or the DNS server's port
-// (they listen on every address), nor share its address and port with another forward.
+// (they listen on every address), nor share its address and port with another forward. A
+// forward that clashes with several earlier ones is reported once, with the first of them:
+// the work and the messages stay linear in the number of forwards.
 func (d *decoder) checkForwards(c *Config) {
-	seen := map[netip.AddrPort]int{}
+	type firsts struct{ any, unspecified int } // 1-based forward numbers; 0: none yet
+	byPort := map[uint16]*firsts{}
+	byAddr := map[netip.AddrPort]int{}
 	for i, f := range c.Forwards {
 		if !f.Listen.IsValid() {
 			continue
@@ -51,12 +55,32 @@ func (d *decoder) checkForwards(c *Config) {
 		case c.Capture.DNSPort:
 			d.fail(a, "port %d is [capture] dns_port, where the router listens on every address", f.Listen.Port())
 		}
-		for other, j := range seen {
-			if other.Port() == f.Listen.Port() && (other.Addr() == f.Listen.Addr() || other.Addr().IsUnspecified() || f.Listen.Addr().IsUnspecified()) {
-				d.fail(a, "%s clashes with forward #%d (%s): two forwards cannot listen on one address and port", f.Listen, j, other)
+		p := byPort[f.Listen.Port()]
+		if p == nil {
+			p = &firsts{}
+			byPort[f.Listen.Port()] = p
+		}
+		j := 0 // the first earlier forward this one clashes with
+		if f.Listen.Addr().IsUnspecified() {
+			j = p.any
+		} else {
+			j = byAddr[f.Listen]
+			if u := p.unspecified; u > 0 && (j == 0 || u < j) {
+				j = u
 			}
 		}
-		seen[f.Listen] = i + 1
+		if j > 0 {
+			d.fail(a, "%s clashes with forward #%d (%s): two forwards cannot listen on one address and port", f.Listen, j, c.Forwards[j-1].Listen)
+		}
+		if p.any == 0 {
+			p.any = i + 1
+		}
+		if p.unspecified == 0 && f.Listen.Addr().IsUnspecified() {
+			p.unspecified = i + 1
+		}
+		if byAddr[f.Listen] == 0 {
+			byAddr[f.Listen] = i + 1
+		}
 	}
 }
 
