@@ -24,9 +24,21 @@ const (
 func TestRefusedQuickly(t *testing.T) {
 	big := genShape("rules", 10<<20)
 	big = append(big, "#"+strings.Repeat("-", 10<<20-len(big)-2)+"\n"...) // exactly 10 MB
-	path := filepath.Join(t.TempDir(), "big.toml")
-	if err := os.WriteFile(path, big, 0o600); err != nil {
+	// A file of our own rather than t.TempDir: Wine cannot remove a directory tree the way
+	// the testing package does, and the Windows test binary runs there.
+	f, err := os.CreateTemp("", "big-*.toml")
+	if err != nil {
 		t.Fatal(err)
+	}
+	path := f.Name()
+	t.Cleanup(func() {
+		if err := os.Remove(path); err != nil {
+			t.Errorf("remove the 10 MB file: %v", err)
+		}
+	})
+	_, err = f.Write(big)
+	if cerr := f.Close(); err != nil || cerr != nil {
+		t.Fatal(err, cerr)
 	}
 	tests := []struct {
 		name string
@@ -225,4 +237,26 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("the locator refused a tree %d deep with keys of %d bytes: %v", depth, keyLen, l.over)
 		}
 	})
+}
+
+// TestShapeErrors: each shape limit names the file, the line where it is crossed and the
+// key, whatever comes before it.
+func TestShapeErrors(t *testing.T) {
+	const rule = "[proxy.exit]\naddress = \"198.51.100.1:1080\"\n\n[[rule]]\nname = \"r\"\n"
+	tests := []struct{ src, want string }{
+		{rule + "action = \"direct\"\n[a.b.c.d.e.f.g.h.i]\n",
+			"f.toml:7: a.b.c.d.e.f.g.h: nested deeper than 8 levels (each table name, dotted key part, array and inline table is a level; the config needs 4 at most)"},
+		{rule + "x = { a = { b = { c = { d = {\n e = { f = 1 } } } } } }\n",
+			"f.toml:7: rule[1].x.a.b.c.d.e: nested deeper than 8 levels (each table name, dotted key part, array and inline table is a level; the config needs 4 at most)"},
+		{rule + "hosts = [\n  \"a.test\",\n  [\"b.test\"],\n]\n",
+			"f.toml:8: rule[1].hosts: an array that holds an array or an inline table: the config has none (its arrays hold strings and numbers; tables are written [name] or [[name]])"},
+		{rule + "[proxy." + strings.Repeat("p", 130) + "]\n",
+			"f.toml:6: proxy." + strings.Repeat("p", 58) + "…: a key path longer than 128 bytes (table and key names with their dots); the config's own are under 40"},
+	}
+	for _, tt := range tests {
+		_, err := Parse("f.toml", []byte(tt.src), Options{LookupEnv: noEnv})
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("got  %v\nwant %s\nin:\n%s", err, tt.want, tt.src)
+		}
+	}
 }

@@ -169,11 +169,11 @@ func (l *locator) child(parent int32, name string, index int32, line int) int32 
 		return -1
 	case keyLen > MaxKeyPath:
 		key := l.path(parent)
-		if key == "" {
-			key = name
+		if key != "" {
+			key += "."
 		}
-		if len(key) > 64 {
-			key = key[:64] + "…"
+		if key += name; len(key) > 64 {
+			key = strings.ToValidUTF8(key[:64], "") + "…"
 		}
 		l.over = &Error{Line: line, Key: key, Msg: fmt.Sprintf(
 			"a key path longer than %d bytes (table and key names with their dots); the config's own are under 40", MaxKeyPath)}
@@ -258,8 +258,8 @@ func locate(src string) *locator {
 				// A header left open: what follows belongs to no table the scanner knows.
 				table = root
 				l.defs = append(l.defs, def{root, int32(line)})
-			} else {
-				table = l.header(parts, array, line)
+			} else if table = l.header(parts, array, line); table < 0 {
+				return l // over a limit: nothing after matters
 			}
 			s.skipLine()
 		default:
@@ -318,7 +318,7 @@ func (s *scanner) skipComment() {
 func (s *scanner) skipLine() {
 	for !s.eof() && s.peek() != '\n' {
 		if c := s.peek(); c == '"' || c == '\'' {
-			s.str(false)
+			s.str(false, 0)
 			continue
 		}
 		s.next()
@@ -340,28 +340,25 @@ func (s *scanner) skipBlank() {
 }
 
 // keyParts reads a dotted key up to end ('=' or ']'), consuming end (and a second ']' that
-// closes an array of tables). It returns nil when the line ends first. Past MaxNesting+1
-// parts it reads on without keeping them: that many already cross the limit.
+// closes an array of tables). It returns nil when the line ends first. It stops early, with
+// what it has read, once that crosses a limit (MaxNesting+1 parts, or a part longer than
+// MaxKeyPath): the caller reports it, and the rest of the key need not be read.
 func (s *scanner) keyParts(end byte) []string {
 	var parts []string
 	start := s.pos // the part being read, when bare
 	quoted, isQuoted := "", false
+	long := 0 // the bare part's bytes that are not blanks
 	part := func() string {
 		if isQuoted {
 			return quoted
 		}
 		return strings.TrimSpace(s.src[start:s.pos])
 	}
-	keep := func(p string) {
-		if len(parts) <= MaxNesting {
-			parts = append(parts, p)
-		}
-	}
 	for !s.eof() {
 		c := s.peek()
 		switch {
 		case c == end:
-			keep(part())
+			parts = append(parts, part())
 			s.next()
 			if end == ']' && s.peek() == ']' {
 				s.next()
@@ -372,12 +369,23 @@ func (s *scanner) keyParts(end byte) []string {
 		case c == '"' || c == '\'':
 			// A quoted part; anything else written beside it is a syntax error the TOML
 			// library reports.
-			quoted, isQuoted = s.str(false), true
+			quoted, isQuoted = s.str(false, MaxKeyPath+1), true
+			if len(quoted) > MaxKeyPath {
+				return append(parts, quoted)
+			}
 		case c == '.':
-			keep(part())
+			parts = append(parts, part())
 			s.next()
-			start, isQuoted = s.pos, false
+			start, isQuoted, long = s.pos, false, 0
+			if len(parts) > MaxNesting {
+				return parts
+			}
 		default:
+			if c != ' ' && c != '\t' {
+				if long++; long > MaxKeyPath {
+					return append(parts, part())
+				}
+			}
 			s.next()
 		}
 	}
@@ -386,15 +394,19 @@ func (s *scanner) keyParts(end byte) []string {
 
 // str reads a string and returns its raw content (escapes are left as written: keys with
 // escapes are rare and only lose their line). It ends strings as the TOML library does: a
-// basic string at an unescaped '"', a literal one at a single quote, either at the end of the line;
-// and, when multi is set (a value, not a key), a multi-line string at the last three
-// quotes of a run of three to five.
-func (s *scanner) str(multi bool) string {
+// basic string at an unescaped '"', a literal one at a single quote, either at the end of
+// the line; and, when multi is set (a value, not a key), a multi-line string at the last
+// three quotes of a run of three to five. A one-line string stops early after limit bytes
+// when limit > 0 (a key that long crosses MaxKeyPath whatever follows).
+func (s *scanner) str(multi bool, limit int) string {
 	q := s.next()
 	long := multi && strings.HasPrefix(s.src[s.pos:], string([]byte{q, q}))
 	if !long {
 		start := s.pos
 		for !s.eof() {
+			if limit > 0 && s.pos-start >= limit {
+				return s.src[start:s.pos]
+			}
 			switch c := s.peek(); {
 			case c == '\\' && q == '"':
 				s.next()
@@ -481,7 +493,7 @@ func (s *scanner) value(l *locator, n int32) {
 			s.next()
 			stack = append(stack, open{node: n, inline: true})
 		case '"', '\'':
-			s.str(true)
+			s.str(true, 0)
 		default:
 			s.bare()
 		}
@@ -516,7 +528,7 @@ func (s *scanner) value(l *locator, n int32) {
 				}
 				l.elems[top.node] = append(l.elems[top.node], int32(s.line))
 				if c == '"' || c == '\'' {
-					s.str(true)
+					s.str(true, 0)
 				} else {
 					s.bare()
 				}
