@@ -42,38 +42,60 @@ func (d *decoder) check(c *Config) {
 
 // checkForwards: a forward or an inbound may not take the transparent listener's or the
 // DNS server's port (they listen on every address), nor share its address and port with
-// another forward or inbound.
+// another forward or inbound. A listener that clashes with several earlier ones is reported
+// once, with the first of them: the work and the messages stay linear in their number.
 func (d *decoder) checkForwards(c *Config) {
 	type listener struct {
 		listen netip.AddrPort
 		a      at
 		what   string
 	}
-	var ls []listener
+	ls := make([]listener, 0, len(c.Forwards)+len(c.Inbounds))
 	for i, f := range c.Forwards {
 		ls = append(ls, listener{f.Listen, at{path: "forward[" + strconv.Itoa(i+1) + "].listen", where: "forward #" + strconv.Itoa(i+1) + ", listen"}, "forward #" + strconv.Itoa(i+1)})
 	}
 	for i, in := range c.Inbounds {
 		ls = append(ls, listener{in.Listen, at{path: "inbound[" + strconv.Itoa(i+1) + "].listen", where: "inbound #" + strconv.Itoa(i+1) + ", listen"}, "inbound #" + strconv.Itoa(i+1)})
 	}
-	seen := map[netip.AddrPort]string{}
-	for _, l := range ls {
+	type firsts struct{ any, unspecified int } // 1-based positions in ls; 0: none yet
+	byPort := map[uint16]*firsts{}
+	byAddr := map[netip.AddrPort]int{}
+	for i, l := range ls {
 		if !l.listen.IsValid() {
 			continue
 		}
-		a := l.a
 		switch l.listen.Port() {
 		case c.Capture.ListenerPort:
-			d.fail(a, "port %d is [capture] listener_port, where the router listens on every address", l.listen.Port())
+			d.fail(l.a, "port %d is [capture] listener_port, where the router listens on every address", l.listen.Port())
 		case c.Capture.DNSPort:
-			d.fail(a, "port %d is [capture] dns_port, where the router listens on every address", l.listen.Port())
+			d.fail(l.a, "port %d is [capture] dns_port, where the router listens on every address", l.listen.Port())
 		}
-		for other, what := range seen {
-			if other.Port() == l.listen.Port() && (other.Addr() == l.listen.Addr() || other.Addr().IsUnspecified() || l.listen.Addr().IsUnspecified()) {
-				d.fail(a, "%s clashes with %s (%s): two listeners cannot share an address and port", l.listen, what, other)
+		p := byPort[l.listen.Port()]
+		if p == nil {
+			p = &firsts{}
+			byPort[l.listen.Port()] = p
+		}
+		j := 0 // the first earlier listener this one clashes with
+		if l.listen.Addr().IsUnspecified() {
+			j = p.any
+		} else {
+			j = byAddr[l.listen]
+			if u := p.unspecified; u > 0 && (j == 0 || u < j) {
+				j = u
 			}
 		}
-		seen[l.listen] = l.what
+		if j > 0 {
+			d.fail(l.a, "%s clashes with %s (%s): two listeners cannot share an address and port", l.listen, ls[j-1].what, ls[j-1].listen)
+		}
+		if p.any == 0 {
+			p.any = i + 1
+		}
+		if p.unspecified == 0 && l.listen.Addr().IsUnspecified() {
+			p.unspecified = i + 1
+		}
+		if byAddr[l.listen] == 0 {
+			byAddr[l.listen] = i + 1
+		}
 	}
 }
 

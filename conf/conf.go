@@ -8,6 +8,24 @@
 //
 // The package reads the file and, unless told not to, the proxy password from its
 // environment variable or file; it does nothing else.
+//
+// # Limits
+//
+// A config can arrive from anyone who can write the file and send SIGHUP, and the daemon
+// loads it while it runs; so loading is bounded in time and memory, linear in the file's
+// size. Before the TOML library sees the text, Parse refuses:
+//   - a file larger than MaxFileSize (2 MiB): a real config is a few KB, and 10,000 rules
+//     take about 1 MB;
+//   - a key nested deeper than MaxNesting (8) levels, where each table name, dotted key
+//     part, array and inline table is a level: the schema needs 4 at most
+//     ("rule[2].hosts[3]"), and deep nesting is what made loading quadratic;
+//   - a key path longer than MaxKeyPath (128) bytes, table and key names with their dots:
+//     the library spells out every value's full path, so a long table name repeated for
+//     each key under it would cost its length times the number of keys.
+//
+// Each refusal names the file and, for the last two, the line and key. A file that passes
+// is decoded as usual; at most MaxErrors problems are reported (the first ones by line),
+// with a count of the rest.
 package conf
 
 import (
@@ -15,11 +33,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
 	"runtime"
-	"sort"
 	"strings"
 	"time"
 
@@ -255,13 +273,34 @@ func (o Options) goos() string {
 	return runtime.GOOS
 }
 
-// Load reads and validates the file at path.
+// Limits of a config file; see the package doc.
+const (
+	MaxFileSize = 2 << 20
+	MaxNesting  = 8
+	MaxKeyPath  = 128
+	MaxErrors   = 50
+)
+
+// Load reads and validates the file at path. It reads no more than MaxFileSize bytes and
+// one: a larger file (or an endless one, such as a device) is refused unread.
 func Load(path string, opts Options) (*Config, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, Errors{tooLarge(path, "larger than that")}
+	}
 	return Parse(path, data, opts)
+}
+
+func tooLarge(file, size string) *Error {
+	return &Error{File: file, Msg: fmt.Sprintf("the file is %s: a config may be at most %d bytes (2 MiB); a real one is a few KB, and 10,000 rules take about 1 MB", size, MaxFileSize)}
 }
 
 // Parse validates data as the contents of the file named name.
@@ -272,9 +311,17 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 	if opts.ReadFile == nil {
 		opts.ReadFile = os.ReadFile
 	}
+	if len(data) > MaxFileSize {
+		return nil, Errors{tooLarge(name, fmt.Sprintf("%d bytes", len(data)))}
+	}
+	src := string(data)
+	loc := locate(src)
+	if e := loc.over; e != nil {
+		e.File = name
+		return nil, Errors{e}
+	}
 	var raw map[string]any
-	loc := locate(string(data))
-	if _, err := toml.Decode(string(data), &raw); err != nil {
+	if _, err := toml.Decode(src, &raw); err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
 			return nil, Errors{syntaxError(name, data, loc, pe)}
@@ -284,9 +331,8 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 	d := &decoder{file: name, loc: loc, opts: opts}
 	cfg := d.config(raw)
 	cfg.loc = loc
-	if len(d.errs) > 0 {
-		sort.SliceStable(d.errs, func(i, j int) bool { return d.errs[i].Line < d.errs[j].Line })
-		return nil, d.errs
+	if errs := d.errs.sorted(name); len(errs) > 0 {
+		return nil, errs
 	}
 	return cfg, nil
 }

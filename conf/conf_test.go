@@ -263,29 +263,6 @@ deep = 1
 	}
 }
 
-// FuzzParse: no input makes Parse panic or hang, and every error names the file.
-func FuzzParse(f *testing.F) {
-	for _, p := range []string{"../testdata/conf/virtualbox.toml", "../testdata/conf/trap.toml"} {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(data)
-	}
-	bad, _ := filepath.Glob("../testdata/conf/bad/*.toml")
-	for _, p := range bad {
-		data, _ := os.ReadFile(p)
-		f.Add(data)
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		_, err := Parse("f.toml", data, Options{LookupEnv: noEnv, ReadFile: func(string) ([]byte, error) { return nil, os.ErrNotExist }})
-		if err != nil && !strings.HasPrefix(err.Error(), "f.toml") {
-			t.Fatalf("error does not name the file: %v", err)
-		}
-		locate(string(data))
-	})
-}
-
 func TestUpstreamKeys(t *testing.T) {
 	cfg, err := Parse("up.toml", []byte(`
 [proxy.primary]

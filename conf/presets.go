@@ -2,7 +2,6 @@ package conf
 
 import (
 	"net/netip"
-	"slices"
 	"strings"
 
 	"github.com/agentcage/router/rules"
@@ -103,6 +102,19 @@ func LookupPreset(name, goos string) (Preset, string) {
 // expandPresets adds what c's presets need to its capture: caged apps, interfaces and
 // networks not already there; c.Capture.Presets records each expansion.
 func (d *decoder) expandPresets(c *Config) {
+	// Sets of what is there already: the lists written may be long, the presets' short.
+	apps := map[string]bool{}
+	for _, a := range c.Capture.CagedApps {
+		apps[a.Text] = true
+	}
+	ifaces := map[string]bool{}
+	for _, i := range c.Capture.VMInterfaces {
+		ifaces[i] = true
+	}
+	nets := map[netip.Prefix]bool{}
+	for _, n := range c.Capture.VMNetworks {
+		nets[n] = true
+	}
 	for _, name := range c.Capture.Hypervisors {
 		p, why := LookupPreset(name, d.opts.goos())
 		if why != "" {
@@ -110,17 +122,20 @@ func (d *decoder) expandPresets(c *Config) {
 		}
 		c.Capture.Presets = append(c.Capture.Presets, p)
 		for _, a := range p.Apps {
-			if !slices.ContainsFunc(c.Capture.CagedApps, func(x rules.App) bool { return x.Text == a }) {
+			if !apps[a] {
+				apps[a] = true
 				c.Capture.CagedApps = append(c.Capture.CagedApps, rules.MustApp(a))
 			}
 		}
 		for _, i := range p.Interfaces {
-			if !slices.Contains(c.Capture.VMInterfaces, i) {
+			if !ifaces[i] {
+				ifaces[i] = true
 				c.Capture.VMInterfaces = append(c.Capture.VMInterfaces, i)
 			}
 		}
 		for _, n := range p.Networks {
-			if !slices.Contains(c.Capture.VMNetworks, n) {
+			if !nets[n] {
+				nets[n] = true
 				c.Capture.VMNetworks = append(c.Capture.VMNetworks, n)
 			}
 		}

@@ -42,7 +42,11 @@ func (d *decoder) config(raw map[string]any) *Config {
 	}
 	d.checkKeys(at{}, raw, topKeys)
 	if v, ok := raw["proxy"]; ok {
-		d.proxies(c, v)
+		d.decodeProxies(c, v)
+	}
+	d.proxies = make(map[string]int, len(c.Proxies))
+	for i, p := range c.Proxies {
+		d.proxies[p.Name] = i
 	}
 	if v, ok := raw["capture"]; ok {
 		d.capture(c, v)
@@ -86,7 +90,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 	return c
 }
 
-func (d *decoder) proxies(c *Config, v any) {
+func (d *decoder) decodeProxies(c *Config, v any) {
 	top := at{path: "proxy"}
 	m, ok := d.table(top, v)
 	if !ok {
@@ -507,7 +511,7 @@ func (d *decoder) dns(c *Config, v any) {
 	}
 	if v, ok := m["proxy"]; ok {
 		if s, ok := d.str(a.key("proxy"), v); ok {
-			if _, found := c.Proxy(s); !found {
+			if _, found := d.proxies[s]; !found {
 				d.fail(a.key("proxy"), "no [proxy.%s] is defined%s", s, d.known(c))
 			}
 			c.DNS.Proxy = s
@@ -565,15 +569,22 @@ func (d *decoder) dns(c *Config, v any) {
 	}
 }
 
+// known lists the proxies defined, for messages: the first few of them when there are
+// many, so that a message stays short however many rules repeat it.
 func (d *decoder) known(c *Config) string {
+	const shown = 8
 	if len(c.Proxies) == 0 {
 		return " (no proxy is defined at all)"
 	}
-	names := make([]string, len(c.Proxies))
-	for i, p := range c.Proxies {
-		names[i] = p.Name
+	names := make([]string, 0, min(len(c.Proxies), shown))
+	for _, p := range c.Proxies[:min(len(c.Proxies), shown)] {
+		names = append(names, p.Name)
 	}
-	return " (defined: " + strings.Join(names, ", ") + ")"
+	more := ""
+	if len(c.Proxies) > shown {
+		more = fmt.Sprintf(", … (%d in all)", len(c.Proxies))
+	}
+	return " (defined: " + strings.Join(names, ", ") + more + ")"
 }
 
 func (d *decoder) rules(c *Config, v any) {
@@ -686,12 +697,14 @@ func (d *decoder) proxyList(c *Config, a at, v any) []string {
 		return nil
 	}
 	var out []string
+	seen := make(map[string]bool, len(names))
 	for i, n := range names {
 		switch {
-		case slices.Contains(out, n):
+		case seen[n]:
 			d.fail(ats[i], "%q is listed twice", n)
 		default:
-			if _, found := c.Proxy(n); !found {
+			seen[n] = true
+			if _, found := d.proxies[n]; !found {
 				d.fail(ats[i], "no [proxy.%s] is defined%s", n, d.known(c))
 			}
 			out = append(out, n)

@@ -1,6 +1,8 @@
 package conf
 
 import (
+	"cmp"
+	"container/heap"
 	"fmt"
 	"net"
 	"net/netip"
@@ -22,7 +24,9 @@ type decoder struct {
 	file string
 	loc  *locator
 	opts Options
-	errs Errors
+	errs errList
+	// proxies indexes Config.Proxies by name once they are decoded.
+	proxies map[string]int
 }
 
 // at names a key for messages: its path (for the line) and how people call it.
@@ -48,32 +52,118 @@ func (a at) elem(i int) at {
 }
 
 func (d *decoder) fail(a at, format string, args ...any) {
-	d.errs = append(d.errs, &Error{File: d.file, Line: d.loc.line(a.path), Key: a.path, Where: a.where, Msg: fmt.Sprintf(format, args...)})
+	line := d.loc.line(a.path)
+	if d.errs.room(line) {
+		d.errs.add(&Error{File: d.file, Line: line, Key: a.path, Where: a.where, Msg: fmt.Sprintf(format, args...)})
+	}
+}
+
+// errList keeps the first MaxErrors errors by line (those on one line in the order found)
+// and counts the others, so that a file with a million mistakes costs no more than one with
+// fifty: an error is formatted only when it is kept.
+type errList struct {
+	kept    errHeap
+	seq     int // errors seen so far
+	dropped int
+}
+
+type keptErr struct {
+	e   *Error
+	seq int
+}
+
+// errHeap is a max-heap: the error that would be shown last is on top.
+type errHeap []keptErr
+
+func (h errHeap) Len() int { return len(h) }
+func (h errHeap) Less(i, j int) bool {
+	if h[i].e.Line != h[j].e.Line {
+		return h[i].e.Line > h[j].e.Line
+	}
+	return h[i].seq > h[j].seq
+}
+func (h errHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *errHeap) Push(x any)   { *h = append(*h, x.(keptErr)) }
+func (h *errHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// room reports whether an error on line would be kept; when not, it counts it as dropped.
+func (l *errList) room(line int) bool {
+	if len(l.kept) < MaxErrors || line < l.kept[0].e.Line {
+		return true
+	}
+	l.seq++
+	l.dropped++
+	return false
+}
+
+func (l *errList) add(e *Error) {
+	heap.Push(&l.kept, keptErr{e, l.seq})
+	l.seq++
+	if len(l.kept) > MaxErrors {
+		heap.Pop(&l.kept)
+		l.dropped++
+	}
+}
+
+// sorted returns the kept errors by line, and a last one counting the others; nil when
+// there are none.
+func (l *errList) sorted(file string) Errors {
+	if len(l.kept) == 0 {
+		return nil
+	}
+	ks := slices.Clone(l.kept)
+	slices.SortFunc(ks, func(a, b keptErr) int {
+		if a.e.Line != b.e.Line {
+			return a.e.Line - b.e.Line
+		}
+		return a.seq - b.seq
+	})
+	out := make(Errors, 0, len(ks)+1)
+	for _, k := range ks {
+		out = append(out, k.e)
+	}
+	if l.dropped > 0 {
+		out = append(out, &Error{File: file, Msg: fmt.Sprintf("%d more errors not shown (only the first %d are)", l.dropped, MaxErrors)})
+	}
+	return out
 }
 
 // checkKeys reports keys of m that are not in allowed, in file order.
 func (d *decoder) checkKeys(a at, m map[string]any, allowed []string) {
-	var unknown []string
-	for k := range m {
-		if !slices.Contains(allowed, k) {
-			unknown = append(unknown, k)
-		}
-	}
 	ka := func(k string) at {
 		if a.path == "" {
 			return at{path: k}
 		}
 		return a.key(k)
 	}
-	slices.SortFunc(unknown, func(x, y string) int { return d.loc.line(ka(x).path) - d.loc.line(ka(y).path) })
-	for _, k := range unknown {
-		msg := fmt.Sprintf("unknown key %q", k)
-		if s := suggest(k, allowed); s != "" {
+	type unknown struct {
+		key  string
+		line int
+	}
+	var us []unknown
+	for k := range m {
+		if !slices.Contains(allowed, k) {
+			us = append(us, unknown{k, d.loc.line(ka(k).path)})
+		}
+	}
+	slices.SortFunc(us, func(x, y unknown) int { return cmp.Or(x.line-y.line, strings.Compare(x.key, y.key)) })
+	for _, u := range us {
+		if !d.errs.room(u.line) {
+			continue // the suggestion is not worked out for an error that is not shown
+		}
+		msg := fmt.Sprintf("unknown key %q", u.key)
+		if s := suggest(u.key, allowed); s != "" {
 			msg += fmt.Sprintf(" (did you mean %q?)", s)
 		} else {
 			msg += " (known keys: " + strings.Join(allowed, ", ") + ")"
 		}
-		d.fail(ka(k), "%s", msg)
+		k := ka(u.key)
+		d.errs.add(&Error{File: d.file, Line: u.line, Key: k.path, Where: k.where, Msg: msg})
 	}
 }
 

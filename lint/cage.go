@@ -112,10 +112,74 @@ func (l *linter) directCaged() {
 // cagedApp reports whether flows of app a are caged: a matches an app of a proxy or block
 // rule or of a preset (the overlap of globs); it returns what cages it.
 func (l *linter) cagedApp(a rules.App) (string, bool) {
-	for _, c := range l.cfg.Capture.CagedApps {
-		if appOverlaps(a, c) {
-			return "a hypervisor preset names " + c.String(), true
+	if l.caged == nil {
+		l.caged = map[rules.App]cagedBy{}
+		l.cagers = l.cagerIndex()
+	}
+	by, ok := l.caged[a]
+	if !ok {
+		by = l.cagers.first(a, l.every)
+		l.caged[a] = by
+	}
+	if by.entry < 0 {
+		return "", false
+	}
+	e := l.cagers.entries[by.entry]
+	if e.rule < 0 {
+		return "a hypervisor preset names " + e.app.String(), true
+	}
+	return l.ruleRef(e.rule) + " names " + e.app.String(), true
+}
+
+// cagedBy is what cagedApp found: an index into cagers.entries, -1 for nothing.
+type cagedBy struct{ entry int }
+
+// cagers lists the apps that cage, in the order cagedApp looks at them (the presets',
+// then each proxy or block rule's), with an index: the first literal of each pattern, the
+// first path and the first name pattern (a path pattern and a name pattern may always name
+// one executable), and the globs. A literal app overlaps a literal of its own kind only when
+// the patterns are the same, so only a glob app needs the whole list.
+type cagers struct {
+	entries []cager
+	literal map[appKey]int
+	kind    [2]int // first entry with a name (0) and a path (1) pattern; -1: none
+	globs   []int
+}
+
+type cager struct {
+	rule int // -1: a preset
+	app  rules.App
+}
+
+type appKey struct {
+	path    bool
+	pattern string
+}
+
+func pathBit(a rules.App) int {
+	if a.IsPath() {
+		return 1
+	}
+	return 0
+}
+
+func (l *linter) cagerIndex() *cagers {
+	cs := &cagers{literal: map[appKey]int{}, kind: [2]int{-1, -1}}
+	add := func(rule int, c rules.App) {
+		e := len(cs.entries)
+		cs.entries = append(cs.entries, cager{rule, c})
+		if cs.kind[pathBit(c)] < 0 {
+			cs.kind[pathBit(c)] = e
 		}
+		k := appKey{c.IsPath(), c.Pattern()}
+		if !c.IsLiteral() {
+			cs.globs = append(cs.globs, e)
+		} else if _, seen := cs.literal[k]; !seen {
+			cs.literal[k] = e
+		}
+	}
+	for _, c := range l.cfg.Capture.CagedApps {
+		add(-1, c)
 	}
 	for i := range l.cfg.Rules {
 		r := &l.cfg.Rules[i]
@@ -123,12 +187,37 @@ func (l *linter) cagedApp(a rules.App) (string, bool) {
 			continue
 		}
 		for _, c := range r.Apps {
-			if appOverlaps(a, c) {
-				return l.ruleRef(i) + " names " + c.String(), true
-			}
+			add(i, c)
 		}
 	}
-	return "", false
+	return cs
+}
+
+// first returns the first entry whose app overlaps a; every looks at each entry in turn
+// instead of asking the index.
+func (cs *cagers) first(a rules.App, every bool) cagedBy {
+	if every || !a.IsLiteral() {
+		for e, c := range cs.entries {
+			if appOverlaps(a, c.app) {
+				return cagedBy{e}
+			}
+		}
+		return cagedBy{-1}
+	}
+	best := cs.kind[1-pathBit(a)]
+	if e, ok := cs.literal[appKey{a.IsPath(), a.Pattern()}]; ok && (best < 0 || e < best) {
+		best = e
+	}
+	for _, e := range cs.globs {
+		if best >= 0 && e > best {
+			break
+		}
+		if appOverlaps(a, cs.entries[e].app) {
+			best = e
+			break
+		}
+	}
+	return cagedBy{best}
 }
 
 // noWayOut warns about a VM network or a preset's apps whose every flow to anything but

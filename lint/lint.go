@@ -6,6 +6,7 @@ package lint
 
 import (
 	"fmt"
+	"iter"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -70,8 +71,19 @@ type Host struct {
 var natHostAlias = netip.MustParseAddr("10.0.2.2")
 
 // Check lints a config. Findings come in rule order, errors and warnings mixed.
+//
+// Its cost grows with the number of rules times a log, plus the pairs of rules that overlap
+// (each of which may be a finding): an index finds the earlier rules a rule can meet, and the
+// subtraction that decides reachability stops after maxPieces pieces or maxWork steps for a
+// rule, taking it as reachable.
 func Check(cfg *conf.Config, h Host) []Finding {
-	l := &linter{cfg: cfg, host: h}
+	return check(cfg, h, false)
+}
+
+// check is Check; every compares each rule with every earlier one instead of asking the
+// index (the slow, plain way the test holds the index to).
+func check(cfg *conf.Config, h Host, every bool) []Finding {
+	l := &linter{cfg: cfg, host: h, every: every}
 	l.local = l.localSet()
 	l.rules()
 	l.forwards()
@@ -93,6 +105,10 @@ type linter struct {
 	host  Host
 	local *hostSet // destinations that are this host or its links
 	out   []Finding
+	every bool // no index: compare each rule with every earlier one
+	// caged memoizes cagedApp by app; cagers is its index (both made on first use).
+	caged  map[rules.App]cagedBy
+	cagers *cagers
 }
 
 func (l *linter) add(f Finding) { l.out = append(l.out, f) }
@@ -181,6 +197,7 @@ func (l *linter) rules() {
 	for i := range rs {
 		boxes[i] = boxOf(&rs[i])
 	}
+	idx := newBoxIndex(boxes)
 	for j := range rs {
 		r := &rs[j]
 		// A proxy rule that names local destinations.
@@ -191,11 +208,22 @@ func (l *linter) rules() {
 					Fix:     "remove the local destinations from this rule and give them a direct rule above it"})
 			}
 		}
-		if l.unreachable(j, boxes) {
+		// The rules above j that may overlap it, in order: those of the groups keep
+		// passes, found by the index, or all of them.
+		earlier := func(keep func(int) bool) iter.Seq[int] {
+			if l.every {
+				return func(yield func(int) bool) {
+					for i := 0; i < j && yield(i); i++ {
+					}
+				}
+			}
+			return idx.earlier(j, keep)
+		}
+		if l.unreachable(j, boxes, earlier(subtractors(&boxes[j]))) {
 			continue
 		}
-		l.localShadowed(j, boxes)
-		l.partlyShadowed(j, boxes)
+		l.localShadowed(j, boxes, earlier(anyGroup))
+		l.partlyShadowed(j, boxes, earlier(destCovers(&boxes[j])))
 	}
 	switch n := len(rs); {
 	case n == 0:
@@ -211,17 +239,38 @@ func (l *linter) rules() {
 
 func isCatchAll(r *rules.Rule) bool { return r.Network == rules.AnyNetwork && r.Bare() }
 
-// maxPieces bounds the work of the subtraction; past it a rule is taken as reachable.
-const maxPieces = 4096
+// maxPieces and maxWork bound the work of the subtraction for one rule (the pieces it may
+// leave, the subtractions of a piece it may make); past either, the rule is taken as
+// reachable.
+const (
+	maxPieces = 4096
+	maxWork   = 1024
+)
 
-// unreachable reports (and records) whether earlier rules cover all of rule j.
-func (l *linter) unreachable(j int, boxes []box) bool {
+// unreachable reports (and records) whether the earlier rules cover all of rule j; earlier
+// yields, in order, every rule above j that may take something from it (and maybe others).
+func (l *linter) unreachable(j int, boxes []box, earlier iter.Seq[int]) bool {
 	left := []box{boxes[j]}
+	var spare []box // the other buffer: pieces go from one to the other
 	var by []int
-	for i := 0; i < j && len(left) > 0; i++ {
-		var next []box
+	work := 0
+	for i := range earlier {
+		if len(left) == 0 {
+			break
+		}
+		if !canSubtract(boxes[i], boxes[j]) {
+			continue
+		}
+		if work += len(left); work > maxWork {
+			return false
+		}
+		next := spare[:0]
 		hit := false
 		for _, b := range left {
+			if !b.overlaps(boxes[i]) {
+				next = append(next, b) // what minus would return
+				continue
+			}
 			pieces := b.minus(boxes[i])
 			if len(pieces) != 1 || !sameBox(pieces[0], b) {
 				hit = true
@@ -231,7 +280,7 @@ func (l *linter) unreachable(j int, boxes []box) bool {
 		if hit {
 			by = append(by, i)
 		}
-		left = next
+		left, spare = next, left
 		if len(left) > maxPieces {
 			return false
 		}
@@ -259,13 +308,16 @@ func (l *linter) unreachable(j int, boxes []box) bool {
 	return true
 }
 
+// sameBox reports whether a is b unchanged: the same sets (the subtraction makes new ones
+// for what it changes), networks, apps, services and caged side.
 func sameBox(a, b box) bool {
-	return fmt.Sprint(a) == fmt.Sprint(b)
+	return a.src == b.src && a.hosts == b.hosts && a.ports == b.ports && a.cage == b.cage &&
+		slices.Equal(a.net, b.net) && slices.Equal(a.apps, b.apps) && slices.Equal(a.svcs, b.svcs)
 }
 
 // localShadowed reports the trap: a direct rule for local destinations below a proxy rule
-// that also takes some of that traffic.
-func (l *linter) localShadowed(j int, boxes []box) {
+// that also takes some of that traffic; earlier yields the rules above j that may overlap it.
+func (l *linter) localShadowed(j int, boxes []box, earlier iter.Seq[int]) {
 	r := &l.cfg.Rules[j]
 	if r.Action != rules.Direct {
 		return
@@ -276,7 +328,7 @@ func (l *linter) localShadowed(j int, boxes []box) {
 	}
 	lb := boxes[j]
 	lb.hosts = hostSetOf(loc)
-	for i := 0; i < j; i++ {
+	for i := range earlier {
 		e := &l.cfg.Rules[i]
 		if e.Action != rules.Proxy || !boxes[i].overlaps(lb) {
 			continue
@@ -328,18 +380,19 @@ func appList(as []rules.App) string {
 // network, hosts and ports and narrows only by origin (apps, services, sources). An earlier
 // rule that is narrower on destinations is the usual exception-first order (the model port
 // above the hypervisor rule) and is left alone, as are catch-alls, which everything above
-// them shadows in part.
-func (l *linter) partlyShadowed(j int, boxes []box) {
+// them shadows in part. earlier yields the rules above j that may be as wide, in order.
+func (l *linter) partlyShadowed(j int, boxes []box, earlier iter.Seq[int]) {
 	r := &l.cfg.Rules[j]
 	if isCatchAll(r) {
 		return
 	}
-	for i := 0; i < j; i++ {
+	local := r.Action == rules.Direct && len(l.localHosts(r.Hosts)) > 0
+	for i := range earlier {
 		e := &l.cfg.Rules[i]
 		if verdict(e) == verdict(r) || !boxes[i].overlaps(boxes[j]) || !boxes[i].destContains(boxes[j]) {
 			continue
 		}
-		if r.Action == rules.Direct && len(l.localHosts(r.Hosts)) > 0 && e.Action == rules.Proxy {
+		if local && e.Action == rules.Proxy {
 			continue // reported as local-via-proxy
 		}
 		l.add(Finding{Severity: Warning, Check: CheckShadowed, Line: l.ruleLine(j), Rule: r.Name, Other: e.Name,
@@ -386,12 +439,16 @@ func (l *linter) forwards() {
 }
 
 func (l *linter) proxies() {
-	for _, p := range l.cfg.Proxies {
-		used := l.cfg.DNS.Proxy == p.Name
-		for _, r := range l.cfg.Rules {
-			used = used || r.Action == rules.Proxy && slices.Contains(conf.ProxyNames(r.Proxy), p.Name)
+	used := map[string]bool{l.cfg.DNS.Proxy: true}
+	for _, r := range l.cfg.Rules {
+		if r.Action == rules.Proxy {
+			for _, n := range conf.ProxyNames(r.Proxy) {
+				used[n] = true
+			}
 		}
-		if !used {
+	}
+	for _, p := range l.cfg.Proxies {
+		if !used[p.Name] {
 			l.add(Finding{Severity: Error, Check: CheckUnusedProxy, Line: p.Line, Rule: p.Name,
 				Message: fmt.Sprintf("[proxy.%s] is defined but no rule uses it", p.Name),
 				Fix:     fmt.Sprintf("add proxy = %q to the rule meant for it, or delete the table", p.Name)})

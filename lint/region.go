@@ -118,6 +118,24 @@ func (s *ivset) intersect(t *ivset) *ivset {
 	return out
 }
 
+// meets reports whether s and t share a point: intersect(t) is not empty, found without
+// making it.
+func (s *ivset) meets(t *ivset) bool {
+	i, j := 0, 0
+	for i < len(s.ivs) && j < len(t.ivs) {
+		a, b := s.ivs[i], t.ivs[j]
+		switch {
+		case a.hi.Compare(b.lo) < 0:
+			i++
+		case b.hi.Compare(a.lo) < 0:
+			j++
+		default:
+			return true
+		}
+	}
+	return false
+}
+
 func (s *ivset) minus(t *ivset) *ivset {
 	cur := slices.Clone(s.ivs)
 	for _, b := range t.ivs {
@@ -215,7 +233,7 @@ func (s *hostSet) contains(t *hostSet) bool {
 // taken as different destinations: lint does not guess which names resolve to which
 // addresses.
 func (s *hostSet) overlaps(t *hostSet) bool {
-	if !s.addrs.intersect(t.addrs).empty() {
+	if s.addrs.meets(t.addrs) {
 		return true
 	}
 	for _, n := range t.names {
@@ -381,13 +399,13 @@ func (b box) overlaps(o box) bool {
 	if !slices.ContainsFunc(netsOf(b.net), func(n rules.Network) bool { return slices.Contains(netsOf(o.net), n) }) {
 		return false
 	}
-	if b.src != nil && o.src != nil && b.src.intersect(o.src).empty() {
+	if b.src != nil && o.src != nil && !b.src.meets(o.src) {
 		return false
 	}
 	if b.hosts != nil && o.hosts != nil && !b.hosts.overlaps(o.hosts) {
 		return false
 	}
-	if b.ports != nil && o.ports != nil && b.ports.intersect(o.ports).empty() {
+	if b.ports != nil && o.ports != nil && !b.ports.meets(o.ports) {
 		return false
 	}
 	return appsOverlap(b.apps, o.apps) && svcsOverlap(b.svcs, o.svcs)
@@ -402,6 +420,21 @@ func (b box) destContains(o box) bool {
 		return false
 	}
 	if b.ports != nil && (o.ports == nil || !b.ports.contains(o.ports)) {
+		return false
+	}
+	return true
+}
+
+// canSubtract reports whether a may take anything from r or from what the subtraction of
+// other boxes leaves of r: those pieces keep r's apps and services, and r's hosts (or, when
+// r's hosts are address-only, parts of them), and minus takes nothing unless a covers the
+// apps, the services and names whole. When it reports false, minus(a) leaves every piece
+// as it is.
+func canSubtract(a, r box) bool {
+	if !appsContain(a.apps, r.apps) || !svcsContain(a.svcs, r.svcs) {
+		return false
+	}
+	if a.hosts != nil && (r.hosts == nil || !r.hosts.addrOnly() && !a.hosts.contains(r.hosts)) {
 		return false
 	}
 	return true
