@@ -107,7 +107,8 @@ func (d *decoder) checkUDP(c *Config) {
 			continue
 		}
 		for _, n := range ProxyNames(r.Proxy) {
-			if p, ok := c.Proxy(n); ok && !p.CarriesUDP() {
+			if k, ok := d.proxies[n]; ok && !c.Proxies[k].CarriesUDP() {
+				p := &c.Proxies[k]
 				d.fail(at{path: "rule[" + strconv.Itoa(i+1) + "].proxy", where: "rule #" + strconv.Itoa(i+1) + " " + strconv.Quote(r.Name) + ", proxy"},
 					"the rule takes UDP (network = \"udp\") but [proxy.%s] is %s, and HTTP CONNECT carries TCP only: use a socks5 proxy for it", n, p.Type)
 			}
