@@ -35,11 +35,26 @@ type Response struct {
 
 // Status is what `router status` shows.
 type Status struct {
-	Started time.Time  `json:"started"`
-	Config  string     `json:"config"`
-	Rules   []RuleStat `json:"rules"`
-	Flows   []FlowStat `json:"flows"`
-	DNS     DNSStat    `json:"dns"`
+	Started time.Time `json:"started"`
+	Config  string    `json:"config"`
+	// PID is the daemon's process id: `router cleanup --force` stops it by this number.
+	PID   int        `json:"pid"`
+	Guard GuardStat  `json:"guard"`
+	Rules []RuleStat `json:"rules"`
+	Flows []FlowStat `json:"flows"`
+	DNS   DNSStat    `json:"dns"`
+}
+
+// GuardStat is the health of the fail-closed guard while the daemon runs.
+type GuardStat struct {
+	// Watched is set when the daemon watches its guard and restores it when something
+	// else changes or removes it (Linux).
+	Watched bool `json:"watched"`
+	// Restores counts the restores; LastRestore is the time of the last one and LastDamage
+	// what was found then.
+	Restores    int       `json:"restores"`
+	LastRestore time.Time `json:"last_restore,omitzero"`
+	LastDamage  string    `json:"last_damage,omitempty"`
 }
 
 // RuleStat is a rule and how many flows it decided since the daemon started (or the rule

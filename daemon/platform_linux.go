@@ -21,6 +21,7 @@ type linuxPlatform struct {
 	log    *slog.Logger
 	finder *proc.LinuxFinder
 	host   hostAddrs
+	heal   *healer // keeps the table in place while the daemon runs
 }
 
 // NewPlatform returns the capture of this operating system.
@@ -28,7 +29,11 @@ func NewPlatform(log *slog.Logger) Platform {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &linuxPlatform{log: log, finder: proc.NewLinuxFinder(proc.LinuxFinderConfig{Logger: log})}
+	return &linuxPlatform{
+		log:    log,
+		finder: proc.NewLinuxFinder(proc.LinuxFinderConfig{Logger: log}),
+		heal:   newHealer(log, nftOps()),
+	}
 }
 
 // Spec is the nftables capture a config asks for, with the interfaces that face its VM
@@ -53,21 +58,16 @@ func Spec(cfg *conf.Config) nftcap.Spec {
 // Env: the policy learns this machine's addresses from the interface list.
 func (p *linuxPlatform) Env() policy.Env { return policy.Env{HostAddr: p.host.Has} }
 
-// Install replaces the nftables table; the kernel decides what it captures and the router
-// decides the rest, and DNS reaches the daemon's DNS server through its redirect, so neither
-// the compiled policy nor the server is needed here.
+// Install replaces the nftables table and keeps it in place from then on (see healer); the
+// kernel decides what it captures and the router decides the rest, and DNS reaches the
+// daemon's DNS server through its redirect, so neither the compiled policy nor the server is
+// needed here.
 func (p *linuxPlatform) Install(cfg *conf.Config, _ *policy.Policy, _ *dns.Server) error {
-	s := Spec(cfg)
-	if err := nftcap.Install(s); err != nil {
-		return err
-	}
-	// The table is in place; a state directory that cannot be written costs the boot unit
-	// its fallback, not the running guard.
-	if err := saveGuard(cfg.File, s); err != nil {
-		p.log.Warn("the last good guard was not saved: a boot whose config cannot be read will not find it", "err", err)
-	}
-	return nil
+	return p.heal.install(cfg)
 }
+
+// GuardStatus reports how often the table was restored.
+func (p *linuxPlatform) GuardStatus() GuardStatus { return p.heal.status() }
 
 // FromVM: a redirected connection whose source is not an address of this machine was
 // forwarded, and only VM networks and VM-facing interfaces are redirected from the
@@ -77,11 +77,14 @@ func (p *linuxPlatform) FromVM() func(netip.Addr) bool {
 }
 
 // Failed is nil: the kernel's capture cannot fail while the daemon runs (a table that goes
-// away is the watcher's business).
+// away is restored by the healer).
 func (p *linuxPlatform) Failed() <-chan error { return nil }
 
-// Close does nothing: the table is the guard and stays.
-func (p *linuxPlatform) Close() error { return nil }
+// Close stops watching the table; the table is the guard and stays.
+func (p *linuxPlatform) Close() error {
+	p.heal.close()
+	return nil
+}
 
 // Original: nftables redirects in the kernel, so the peer is the real source.
 func (p *linuxPlatform) Original(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {

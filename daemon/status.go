@@ -2,11 +2,24 @@ package daemon
 
 import (
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/agentcage/router/control"
 	"github.com/agentcage/router/rules"
 )
+
+// GuardStatus is what a platform knows of its guard's health while the daemon runs.
+type GuardStatus struct {
+	// Restores counts the times the guard was found changed by someone else and restored;
+	// LastRestore is when the last one happened and LastDamage what was found.
+	Restores    int
+	LastRestore time.Time
+	LastDamage  string
+}
+
+// guardReporter is a Platform that watches its guard (Linux).
+type guardReporter interface{ GuardStatus() GuardStatus }
 
 // statusHandler answers the control channel from the running daemon.
 type statusHandler struct {
@@ -20,7 +33,11 @@ func (h *statusHandler) Status() control.Status {
 	h.d.mu.Lock()
 	cfg := h.d.cfg
 	h.d.mu.Unlock()
-	st := control.Status{Started: h.started, Config: cfg.File}
+	st := control.Status{Started: h.started, Config: cfg.File, PID: os.Getpid()}
+	if g, ok := h.d.opts.Platform.(guardReporter); ok {
+		gs := g.GuardStatus()
+		st.Guard = control.GuardStat{Watched: true, Restores: gs.Restores, LastRestore: gs.LastRestore, LastDamage: gs.LastDamage}
+	}
 	hits, flows := h.d.r.Status()
 	for _, rh := range hits {
 		rs := control.RuleStat{Index: rh.Index + 1, Name: rh.Rule.Name, Action: rh.Rule.Action.String(), Hits: rh.Hits}

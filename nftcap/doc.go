@@ -13,6 +13,12 @@
 // (ICMP port unreachable / RST), forwarded VM traffic is refused. Only Remove (`router
 // cleanup`) takes the guard away. Callers serialise Install and Remove on one table.
 //
+// Anyone with CAP_NET_ADMIN can still delete the table (`nft flush ruleset`, which a reload
+// of the nftables service or of firewalld runs). Watch reports every kernel transaction that
+// touches the table, with the process that made it, and Check compares the table in the
+// kernel with what Install(spec) puts there (chains, their rule counts, the VM network
+// sets), so that a running router finds the damage at once and installs the table again.
+//
 // # Chain layout
 //
 // For a Spec with VM networks 192.168.122.0/24 and fd00:122::/64, Local, ListenerPort L,

@@ -102,6 +102,9 @@ type builder struct {
 	setID  uint32
 	chains map[string]*nftables.Chain
 	err    error
+	// rules and elems, when not nil, count the rules queued per chain and the elements
+	// queued per named set (expectedLayout).
+	rules, elems map[string]int
 }
 
 // replace queues: add table (create if absent), delete table, then the whole new table.
@@ -145,6 +148,13 @@ func (b *builder) addChains(s Spec) {
 	regular := func(name string) {
 		b.chains[name] = b.c.AddChain(&nftables.Chain{Name: name, Table: b.t})
 	}
+	defer func() {
+		if b.rules != nil {
+			for name := range b.chains {
+				b.rules[name] = 0
+			}
+		}
+	}()
 	regular(chainRefuse)
 	regular(chainAntispoof)
 	regular(chainCaptureTCP)
@@ -397,6 +407,9 @@ func (b *builder) rule(chain string, parts ...any) {
 		}
 	}
 	b.c.AddRule(&nftables.Rule{Table: b.t, Chain: b.chains[chain], Exprs: exprs})
+	if b.rules != nil {
+		b.rules[chain]++
+	}
 }
 
 // addSet queues set with its elements. IDs are allocated here, per batch, rather than by the
@@ -411,6 +424,9 @@ func (b *builder) addSet(s *nftables.Set, elems []nftables.SetElement) *nftables
 	}
 	if err := b.c.AddSet(s, elems); err != nil && b.err == nil {
 		b.err = fmt.Errorf("add set: %w", err)
+	}
+	if b.elems != nil && !s.Anonymous {
+		b.elems[s.Name] = len(elems)
 	}
 	return s
 }

@@ -44,7 +44,13 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	if *asJSON {
 		return writeJSON(stdout, stderr, st)
 	}
-	fmt.Fprintf(stdout, "router running since %s (%s), config %s\n", st.Started.Format(time.RFC3339), time.Since(st.Started).Round(time.Second), st.Config)
+	fmt.Fprintf(stdout, "router running since %s (%s), pid %d, config %s\n", st.Started.Format(time.RFC3339), time.Since(st.Started).Round(time.Second), st.PID, st.Config)
+	switch g := st.Guard; {
+	case g.Restores > 0:
+		fmt.Fprintf(stdout, "guard: restored %d times; last at %s: %s\n", g.Restores, g.LastRestore.Format(time.RFC3339), g.LastDamage)
+	case g.Watched:
+		fmt.Fprintln(stdout, "guard: watched, never restored")
+	}
 	fmt.Fprintf(stdout, "dns: %s", st.DNS.Mode)
 	if st.DNS.Pool != "" {
 		fmt.Fprintf(stdout, ", pool %s: %d of %d addresses given out, %d in use", st.DNS.Pool, st.DNS.Mapped, st.DNS.PoolSize, st.DNS.InUse)
