@@ -1,10 +1,11 @@
 // Package control is the local channel between the running daemon and the `router status`
 // and `router explain` commands: one JSON request per line, one JSON answer per line.
 //
-// Only an administrator can open it: on Linux a unix socket in a directory only root can
-// enter (mode 0700), on Windows a named pipe under \\.\pipe\ProtectedPrefix\Administrators
-// whose security descriptor lets only SYSTEM and elevated Administrators in. Nothing secret
-// crosses it (no password is ever part of an answer), but flows and names are private.
+// Only an administrator can open it: on Linux a unix socket of root's with mode 0600 (see
+// Listen; a shared directory such as /tmp is left as it is), on Windows a named pipe under
+// \\.\pipe\ProtectedPrefix\Administrators whose security descriptor lets only SYSTEM and
+// elevated Administrators in. Nothing secret crosses it (no password is ever part of an
+// answer), but flows and names are private.
 package control
 
 import (
@@ -99,21 +100,44 @@ type Handler interface {
 // maxLine bounds a request.
 const maxLine = 4096
 
-// Serve answers connections on ln until ctx is done; it closes ln.
+// Accept errors other than a closed listener (out of descriptors, a connection aborted
+// before it was accepted) pause accepting from acceptMinPause, doubling up to acceptMaxPause,
+// and never end Serve: the channel must outlive a descriptor flood.
+const (
+	acceptMinPause = 5 * time.Millisecond
+	acceptMaxPause = time.Second
+)
+
+// Serve answers connections on ln until ctx is done or ln is closed; it closes ln. It
+// returns nil then: an accept error is retried after a pause (logged once per pause, at
+// most once a second), never returned.
 func Serve(ctx context.Context, ln net.Listener, h Handler, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
+	var pause time.Duration
+	var logged time.Time
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			return fmt.Errorf("control accept: %w", err)
+			pause = min(max(2*pause, acceptMinPause), acceptMaxPause)
+			if time.Since(logged) >= time.Second {
+				log.Warn("control accept failed; retrying", "err", err, "pause", pause)
+				logged = time.Now()
+			}
+			select {
+			case <-time.After(pause):
+			case <-ctx.Done():
+				return nil
+			}
+			continue
 		}
+		pause = 0
 		go serveConn(c, h, log)
 	}
 }

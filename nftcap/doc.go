@@ -71,7 +71,7 @@
 //	   ip saddr {allow4} / ip6 saddr {allow6}  accept
 //	   goto refuse
 //	 vm_input    "the host is off limits"
-//	   ct state established,related         accept
+//	   ct state established,related ct direction reply  accept  (replies to the host's own)
 //	   tcp dport L; udp|tcp dport D         accept   (redirected, checked above)
 //	   udp dport {67,547}                   accept   (DHCPv4, DHCPv6)
 //	   icmpv6 type {nd-router-solicit,nd-neighbor-solicit,nd-neighbor-advert}  accept
@@ -87,6 +87,8 @@
 //	   fib saddr . mark . iif oif missing   drop
 //	 refuse      the only place packets are refused; its counters total the refusals
 //	   meta pkttype != host                 drop     (broadcast, multicast)
+//	   ip6 saddr fe80::/10                  reject with icmpx admin-prohibited (a reset
+//	                                                  to a link-local address finds no route)
 //	   tcp                                  reject with tcp reset
 //	                                        reject with icmpx admin-prohibited
 //

@@ -175,6 +175,10 @@ func (b *builder) addChains(s Spec) {
 func (b *builder) refuseAndAntispoof() {
 	// refuse: the one place packets are refused, so its counters total the refusals.
 	b.rule(chainRefuse, metaNe(expr.MetaKeyPKTTYPE, []byte{unix.PACKET_HOST}), counter(), verdict(expr.VerdictDrop))
+	// A TCP reset to a link-local source finds no route (the kernel looks it up without the
+	// interface), so the client would wait for its timeout: ICMPv6 names the interface.
+	b.rule(chainRefuse, nfproto(unix.NFPROTO_IPV6), saddr(true), b.anonPrefixSet(true, []netip.Prefix{linkLocal6}), counter(),
+		&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED})
 	b.rule(chainRefuse, l4proto(unix.IPPROTO_TCP), counter(), &expr.Reject{Type: unix.NFT_REJECT_TCP_RST})
 	b.rule(chainRefuse, counter(), &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED})
 
@@ -289,8 +293,10 @@ func (b *builder) input(s Spec, vm vmSets) {
 		b.rule(chainInput, ifname(expr.MetaKeyIIFNAME, i), goTo(chainVMInput))
 	}
 
-	// vm_input: the host is off limits to VM sources.
-	b.rule(chainVMInput, ctStateIn(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
+	// vm_input: the host is off limits to VM sources. Of established flows only the
+	// replies of connections this host opened pass: a guest's own connection to the host
+	// that was established before the guard (or before its interface was caged) is cut.
+	b.rule(chainVMInput, ctStateIn(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), ctDirection(ctDirReply), verdict(expr.VerdictAccept))
 	b.rule(chainVMInput, l4proto(unix.IPPROTO_TCP), thDport(s.ListenerPort), verdict(expr.VerdictAccept))
 	if s.DNSPort != 0 {
 		b.rule(chainVMInput, b.l4protoIn(unix.IPPROTO_TCP, unix.IPPROTO_UDP), thDport(s.DNSPort), verdict(expr.VerdictAccept))
@@ -349,6 +355,9 @@ func ifname(key expr.MetaKey, name string) []expr.Any {
 func iifLo() []expr.Any { return metaEq(expr.MetaKeyIIF, native32(loopbackIfindex)) }
 
 func forwardChain(i int) string { return fmt.Sprintf("forward_%d", i) }
+
+// linkLocal6 is the IPv6 link-local unicast prefix (RFC 4291 section 2.5.6).
+var linkLocal6 = netip.MustParsePrefix("fe80::/10")
 
 // loopbackIfindex is the index of lo, the first interface of every network namespace.
 const loopbackIfindex = 1
@@ -607,6 +616,14 @@ func ctStatusDNAT(set bool) []expr.Any {
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: native32(ipsDstNAT), Xor: native32(0)},
 		&expr.Cmp{Op: op, Register: 1, Data: native32(0)},
 	}
+}
+
+// Conntrack directions (enum ip_conntrack_dir): the flow's first packet went ORIGINAL.
+const ctDirReply = 1
+
+// ctDirection matches packets that travel in direction dir of their connection.
+func ctDirection(dir byte) []expr.Any {
+	return []expr.Any{&expr.Ct{Key: expr.CtKeyDIRECTION, Register: 1}, cmpEq([]byte{dir})}
 }
 
 func ctStateIn(bits uint32) []expr.Any {
