@@ -3,10 +3,10 @@ package control
 import (
 	"context"
 	"net"
-	"os"
-	"syscall"
 	"net/netip"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
