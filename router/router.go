@@ -100,7 +100,7 @@ type compiled struct {
 	Policy
 	ups   map[string]*upstream
 	hits  []atomic.Uint64 // [i] rule i
-	steps [policy.StepDoT + 1]atomic.Uint64
+	steps [policy.NumSteps]atomic.Uint64
 }
 
 type upstream struct {
@@ -124,6 +124,8 @@ type Router struct {
 
 	mu      sync.Mutex // guards proxyIP
 	proxyIP map[string][]netip.Addr
+
+	names *resolvedNames // what flows' names resolve to, for policy.StepHostName; nil without Names
 }
 
 // maxSetups bounds the flows Serve sets up at once (deciding, connecting, the SOCKS
@@ -161,6 +163,9 @@ func New(p Policy, opts Options) (*Router, error) {
 		r.opts.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
 			return res.LookupNetIP(ctx, "ip", host)
 		}
+	}
+	if opts.Names != nil {
+		r.names = newResolvedNames(opts.Names.ResolveViaProxy)
 	}
 	if err := r.SetPolicy(p); err != nil {
 		return nil, err

@@ -107,7 +107,7 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 			r.flows.Done()
 		}
 	}()
-	pf, release, err := r.classify(c, f, p)
+	pf, release, err := r.classify(ctx, c, f, p)
 	if err != nil {
 		f.Err = err
 		reset(c)
@@ -123,7 +123,7 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 		reset(c)
 		return
 	}
-	out, err := r.dial(ctx, p, f, c, d, p.Decision.InPool(pf.Dst))
+	out, err := r.dial(ctx, p, f, c, d, &pf)
 	if err != nil {
 		f.Err = err
 		reset(c) // fail closed: the client sees a reset, never a direct fallback
@@ -150,9 +150,12 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 }
 
 // classify finds what the policy decides on: the flow's original addresses, whether it
-// came from a VM, its owner when the policy needs it, and the name behind its destination.
-// A fake IP's name is held until release is called (nil when nothing is held).
-func (r *Router) classify(c *net.TCPConn, f *Flow, p *compiled) (pf policy.Flow, release func(), err error) {
+// came from a VM, its owner when the policy needs it, the name behind its destination, and
+// what that name resolves to when the policy asks (policy.Policy.NeedsResolve: a caged flow
+// that would leave from this machine by its name), looked up through the proxy's resolver
+// and remembered per name. A fake IP's name is held until release is called (nil when
+// nothing is held).
+func (r *Router) classify(ctx context.Context, c *net.TCPConn, f *Flow, p *compiled) (pf policy.Flow, release func(), err error) {
 	src, dst, err := r.opts.Original(c)
 	if err != nil {
 		return pf, nil, fmt.Errorf("original destination: %w", err)
@@ -184,16 +187,21 @@ func (r *Router) classify(c *net.TCPConn, f *Flow, p *compiled) (pf policy.Flow,
 		}
 	}
 	f.Host = pf.Host
+	if r.names != nil && p.Decision.NeedsResolve(&pf) {
+		rctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
+		pf.Resolved = r.names.lookup(rctx, pf.Host)
+		cancel()
+	}
 	return pf, release, nil
 }
 
 // dial connects the decided flow f: direct or through its upstream. A proxied flow takes
 // the client's first bytes along with the request when the upstream pipelines.
-func (r *Router) dial(ctx context.Context, p *compiled, f *Flow, c *net.TCPConn, d policy.Decision, fake bool) (*net.TCPConn, error) {
+func (r *Router) dial(ctx context.Context, p *compiled, f *Flow, c *net.TCPConn, d policy.Decision, pf *policy.Flow) (*net.TCPConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
 	defer cancel()
 	if d.Action == rules.Direct {
-		return r.dialDirect(dctx, f.Dst, f.Host, fake)
+		return r.dialDirect(dctx, f.Dst, f.Host, p.Decision.InPool(pf.Dst), pf.Resolved)
 	}
 	sd := socks5.Addr{IP: f.Dst.Addr(), Port: f.Dst.Port()}
 	if f.Host != "" {
@@ -212,10 +220,14 @@ func (r *Router) dial(ctx context.Context, p *compiled, f *Flow, c *net.TCPConn,
 }
 
 // dialDirect connects to dst with the router's own dialer. A fake IP is first resolved
-// through the proxy (the name never goes to the local resolver).
-func (r *Router) dialDirect(ctx context.Context, dst netip.AddrPort, host string, fake bool) (*net.TCPConn, error) {
+// through the proxy (the name never goes to the local resolver); when classify resolved it
+// already (resolved), those addresses, which the policy checked, are the ones dialed.
+func (r *Router) dialDirect(ctx context.Context, dst netip.AddrPort, host string, fake bool, resolved []netip.Addr) (*net.TCPConn, error) {
 	targets := []netip.Addr{dst.Addr()}
-	if fake {
+	switch {
+	case fake && len(resolved) > 0:
+		targets = resolved
+	case fake:
 		addrs, err := r.opts.Names.ResolveViaProxy(ctx, host)
 		if err != nil {
 			return nil, fmt.Errorf("resolve %s via proxy: %w", host, err)
