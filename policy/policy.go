@@ -53,15 +53,15 @@ import (
 type Step uint8
 
 const (
-	StepRule    Step = iota // a rule matched
-	StepNoMatch             // no rule matched a flow that is not caged: direct
-	StepDNS                 // port 53: answered by the router's DNS server
-	StepLocal               // a local destination: never captured, direct
-	StepHost                // a caged flow to this host: a forward's port, DHCP, or refused
-	StepNoName              // a fake-IP pool address nobody was given: refused
-	StepCaged               // a caged flow that no rule decides: refused
-	StepDoT                 // DNS over TLS/QUIC not through a proxy: refused
-	StepHostName            // a caged flow whose name leads to this host from this host: refused
+	StepRule     Step = iota // a rule matched
+	StepNoMatch              // no rule matched a flow that is not caged: direct
+	StepDNS                  // port 53: answered by the router's DNS server
+	StepLocal                // a local destination: never captured, direct
+	StepHost                 // a caged flow to this host: a forward's port, DHCP, or refused
+	StepNoName               // a fake-IP pool address nobody was given: refused
+	StepCaged                // a caged flow that no rule decides: refused
+	StepDoT                  // DNS over TLS/QUIC not through a proxy: refused
+	StepHostName             // a caged flow whose name leads to this host from this host: refused
 
 	// NumSteps is the number of steps, for tables indexed by Step.
 	NumSteps = iota

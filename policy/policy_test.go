@@ -255,9 +255,9 @@ func TestResolvedCases(t *testing.T) {
 func TestProxyOnHost(t *testing.T) {
 	for addr, want := range map[string]bool{
 		"127.0.0.1:1080": true, "[::1]:1080": true, "0.0.0.0:1080": true, "localhost:1080": true, "tor.localhost:9050": true,
-		"192.168.1.10:1080": true, // one of the host's addresses (policytest.Env)
+		"192.168.1.10:1080":   true, // one of the host's addresses (policytest.Env)
 		"[fe80::1%eth0]:1080": true,
-		"192.0.2.1:1080": false, "proxy.example.net:1080": false, "localhost.example:1080": false,
+		"192.0.2.1:1080":      false, "proxy.example.net:1080": false, "localhost.example:1080": false,
 	} {
 		p := compile(t, "[proxy.up]\naddress = \""+strings.ReplaceAll(addr, "%eth0", "")+"\"\n")
 		if got := p.ProxyOnHost("up"); got != want {
