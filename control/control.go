@@ -39,11 +39,12 @@ type Status struct {
 	Started time.Time `json:"started"`
 	Config  string    `json:"config"`
 	// PID is the daemon's process id: `router cleanup --force` stops it by this number.
-	PID   int        `json:"pid"`
-	Guard GuardStat  `json:"guard"`
-	Rules []RuleStat `json:"rules"`
-	Flows []FlowStat `json:"flows"`
-	DNS   DNSStat    `json:"dns"`
+	PID     int        `json:"pid"`
+	Guard   GuardStat  `json:"guard"`
+	Budgets BudgetStat `json:"budgets"`
+	Rules   []RuleStat `json:"rules"`
+	Flows   []FlowStat `json:"flows"`
+	DNS     DNSStat    `json:"dns"`
 }
 
 // GuardStat is the health of the fail-closed guard while the daemon runs.
@@ -56,6 +57,18 @@ type GuardStat struct {
 	Restores    int       `json:"restores"`
 	LastRestore time.Time `json:"last_restore,omitzero"`
 	LastDamage  string    `json:"last_damage,omitempty"`
+}
+
+// BudgetStat is what the flows hold of the daemon's budgets: transparent flows alive (being
+// set up or relayed) and their budget, set-up slots in use and flows waiting for one,
+// forward flows and their budget.
+type BudgetStat struct {
+	Flows         int `json:"flows"`
+	FlowBudget    int `json:"flow_budget"`
+	Setups        int `json:"setups"`
+	SetupWaiting  int `json:"setup_waiting"`
+	Forwards      int `json:"forwards"`
+	ForwardBudget int `json:"forward_budget"`
 }
 
 // RuleStat is a rule and how many flows it decided since the daemon started (or the rule

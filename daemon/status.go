@@ -38,6 +38,9 @@ func (h *statusHandler) Status() control.Status {
 		gs := g.GuardStatus()
 		st.Guard = control.GuardStat{Watched: true, Restores: gs.Restores, LastRestore: gs.LastRestore, LastDamage: gs.LastDamage}
 	}
+	b := h.d.r.Budgets()
+	st.Budgets = control.BudgetStat{Flows: b.Flows, FlowBudget: b.FlowBudget, Setups: b.Setups, SetupWaiting: b.SetupWaiting,
+		Forwards: b.Forwards, ForwardBudget: b.ForwardBudget}
 	hits, flows := h.d.r.Status()
 	for _, rh := range hits {
 		rs := control.RuleStat{Index: rh.Index + 1, Name: rh.Rule.Name, Action: rh.Rule.Action.String(), Hits: rh.Hits}

@@ -47,11 +47,22 @@ func (r *Router) ListenForward(ctx context.Context, f Forward) (*net.TCPListener
 // the router), so the events of a streamed completion reach the guest as the model sends
 // them.
 func (r *Router) ServeForward(ctx context.Context, ln *net.TCPListener, current func() *Forward) error {
-	return r.acceptLoop(ctx, ln, "forward "+current().Name+": accept", nil, func(c *net.TCPConn) {
+	return r.acceptLoop(ctx, ln, "forward "+current().Name+": accept", func(c *net.TCPConn) {
 		f := current()
+		src := netaddr.AddrPort(c.RemoteAddr()).Addr().String()
+		if !r.adm.forwards.tryAcquire(src) {
+			// The forwards' budget of descriptors is their own: a source flooding one cannot
+			// take the transparent flows' nor the DNS server's.
+			reset(c)
+			if r.refuse.note("forward "+f.Name+": over its budget", src) {
+				r.log.Warn("forward refused: its source holds its share of the forwards' flows", "forward", f.Name, "src", src)
+			}
+			return
+		}
 		r.flows.Add(1)
 		go func() {
 			defer r.flows.Done()
+			defer r.adm.forwards.release(src)
 			r.forward(ctx, c, *f)
 		}()
 	})
@@ -62,8 +73,10 @@ func (r *Router) forward(ctx context.Context, c *net.TCPConn, f Forward) {
 	src := netaddr.AddrPort(c.RemoteAddr())
 	log := r.log.With("forward", f.Name, "src", src, "connect", f.Connect)
 	if !f.allowed(src.Addr()) {
-		log.Warn("forward refused: source not allowed")
 		reset(c)
+		if r.refuse.note("forward "+f.Name+": source not allowed", src.Addr().String()) {
+			log.Warn("forward refused: source not allowed")
+		}
 		return
 	}
 	p := r.pol.Load()
@@ -71,8 +84,10 @@ func (r *Router) forward(ctx context.Context, c *net.TCPConn, f Forward) {
 	out, err := r.dialer.DialContext(dctx, "tcp", f.Connect.String())
 	cancel()
 	if err != nil {
-		log.Warn("forward failed", "err", err)
 		reset(c)
+		if r.refuse.note("forward "+f.Name+": connect failed", src.Addr().String()) {
+			log.Warn("forward failed", "err", err)
+		}
 		return
 	}
 	rl := r.relayFor(p)

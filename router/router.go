@@ -14,6 +14,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -72,6 +73,12 @@ type Options struct {
 	// Resolve looks up a proxy's host name. It must not go through capture; the default is
 	// Go's resolver dialing with Control.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Descriptors is the file descriptors the flow budgets are cut from (see admission);
+	// 0: this process's limit (RLIMIT_NOFILE).
+	Descriptors int
+	// SummaryEvery is the interval of the summary line of refused and failed flows; 0:
+	// one minute.
+	SummaryEvery time.Duration
 }
 
 // Upstream is one [proxy.NAME].
@@ -115,9 +122,10 @@ type Router struct {
 	opts   Options
 	dialer *net.Dialer
 	pol    atomic.Pointer[compiled]
-	engine *engine       // relays the flows
-	setups chan struct{} // one token per flow being set up in Serve (maxSetups)
-	early  sync.Pool     // *[earlyMax]byte: a client's first bytes while its flow is set up
+	engine *engine    // relays the flows
+	adm    *admission // what flows may hold: set-up slots and descriptors, by source
+	refuse *refusals  // refused and failed flows: a few logged, the rest summed up
+	early  sync.Pool  // *[earlyMax]byte: a client's first bytes while its flow is set up
 	flows  sync.WaitGroup
 	live   liveFlows
 	nextID atomic.Uint64
@@ -130,7 +138,7 @@ type Router struct {
 
 // maxSetups bounds the flows Serve sets up at once (deciding, connecting, the SOCKS
 // handshake, which waits for the proxy's own connect: up to a few hundred milliseconds over
-// the internet). Relayed flows do not count. Measured on the lab with 2,000 idle flows
+// the internet), shared between sources by admission. Relayed flows do not count. Measured on the lab with 2,000 idle flows
 // opened in a burst: unbounded, the setup goroutines' stacks and garbage left 7.5-10 KiB of
 // RSS per flow; 256 leaves 3.6-4.6 and still sets up about 1,000 flows a second through a
 // 250 ms proxy; 64 leaves 2.8 but would queue a browser's burst.
@@ -149,7 +157,8 @@ func New(p Policy, opts Options) (*Router, error) {
 		opts:    opts,
 		dialer:  &net.Dialer{Control: opts.Control, KeepAlive: 30 * time.Second},
 		engine:  newEngine(),
-		setups:  make(chan struct{}, maxSetups),
+		adm:     newAdmission(cmp.Or(opts.Descriptors, descriptorLimit())),
+		refuse:  newRefusals(opts.Log, opts.SummaryEvery),
 		early:   sync.Pool{New: func() any { return new([earlyMax]byte) }},
 		proxyIP: map[string][]netip.Addr{},
 	}
@@ -350,4 +359,7 @@ func (r *Router) Wait() { r.flows.Wait() }
 // Close releases the relay's resources; call it after the listeners are closed. Flows still
 // running are ended (their log records say "router closed"); Wait then returns once their
 // records are written.
-func (r *Router) Close() { r.engine.Close() }
+func (r *Router) Close() {
+	r.engine.Close()
+	r.refuse.flush()
+}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"syscall"
 	"time"
 
 	"github.com/agentcage/router/internal/netaddr"
@@ -16,54 +15,79 @@ import (
 	"github.com/agentcage/router/socks5"
 )
 
-// Serve accepts redirected connections on ln until ctx is done or ln fails; each flow is
-// set up (decided, connected) on a goroutine of its own, then relayed by the engine. At most
-// maxSetups flows are set up at once: a burst waits in the listen backlog instead of growing
-// goroutine stacks and garbage. Closing ln (or cancelling ctx) stops accepting; flows already
+// Serve accepts redirected connections on ln until ctx is done or ln is closed; each flow is
+// set up (decided, connected) on a goroutine of its own, then relayed by the engine. What
+// flows may hold is budgeted by source (see admission): a flow over the descriptor budget
+// is refused at accept, and set-up slots are shared fairly, so a guest flooding the
+// listener cannot hold back another's flows. Accept errors (out of descriptors) pause
+// accepting and never end it. Closing ln (or cancelling ctx) stops accepting; flows already
 // running go on (Wait waits for them).
 func (r *Router) Serve(ctx context.Context, ln *net.TCPListener) error {
-	return r.acceptLoop(ctx, ln, "accept", r.setups, func(c *net.TCPConn) {
+	return r.acceptLoop(ctx, ln, "accept", func(c *net.TCPConn) {
+		if !r.adm.enter() {
+			r.refuseAtAccept(c, errOverBudget)
+			return
+		}
 		r.flows.Add(1)
-		go func() {
-			r.handle(ctx, c) // marks r.flows done when the flow ends
-			<-r.setups
-		}()
+		go r.handle(ctx, c) // leaves the budget and marks r.flows done when the flow ends
 	})
 }
 
+// errOverBudget and errOverShare are flows refused for descriptors: the router's whole
+// budget of flows is in use, or their source holds its share of it.
+var (
+	errOverBudget = errors.New("the router's budget of flows is in use")
+	errOverShare  = errors.New("its source holds its share of the router's flows")
+	errDstBusy    = errors.New("too many flows being set up to this destination")
+	errNoSlot     = errors.New("no set-up slot of its source's share came free in time")
+)
+
+// admissionVerdict is the verdict logged for a flow the budgets refused before the policy
+// could decide it.
+var admissionVerdict = rules.Verdict{Action: rules.Block, Index: -1, Name: "(over its source's budget)"}
+
+// refuseAtAccept resets a connection refused before any work, and counts the refusal.
+func (r *Router) refuseAtAccept(c *net.TCPConn, why error) {
+	src := netaddr.AddrPort(c.RemoteAddr())
+	reset(c)
+	if r.refuse.note(why.Error(), src.Addr().String()) {
+		r.log.Warn("flow refused", "src", src, "err", why.Error())
+	}
+}
+
+// Accept errors other than a closed listener pause accepting from acceptMinPause, doubling
+// up to acceptMaxPause: out of descriptors, a listener must wait for some to free, and it
+// must never end (the forwards and the control channel would be gone for good).
+const (
+	acceptMinPause = 5 * time.Millisecond
+	acceptMaxPause = time.Second
+)
+
 // acceptLoop accepts on ln until ctx is done or ln is closed (then it returns nil) and
-// gives each connection to serve. With tokens, one token is taken before each accept (serve's
-// goroutine returns it). Running out of descriptors or memory pauses accepting briefly
-// instead of ending the loop; other accept errors end it, named with what.
-func (r *Router) acceptLoop(ctx context.Context, ln *net.TCPListener, what string, tokens chan struct{}, serve func(*net.TCPConn)) error {
+// gives each connection to serve. Other accept errors pause it (see acceptMinPause) and
+// are counted in the refusal summary, named with what; it never returns them.
+func (r *Router) acceptLoop(ctx context.Context, ln *net.TCPListener, what string, serve func(*net.TCPConn)) error {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
+	var pause time.Duration
 	for {
-		if tokens != nil {
-			select {
-			case tokens <- struct{}{}:
-			case <-ctx.Done():
-				return nil
-			}
-		}
 		c, err := ln.AcceptTCP()
 		if err == nil {
+			pause = 0
 			serve(c)
 			continue
 		}
-		if tokens != nil {
-			<-tokens
-		}
-		var ne net.Error
-		switch {
-		case ctx.Err() != nil || errors.Is(err, net.ErrClosed):
+		if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 			return nil
-		case errors.As(err, &ne) && ne.Timeout():
-		case errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM):
-			r.log.Warn(what+": out of resources, pausing", "err", err)
-			time.Sleep(50 * time.Millisecond)
-		default:
-			return fmt.Errorf("%s: %w", what, err)
+		}
+		pause = min(max(2*pause, acceptMinPause), acceptMaxPause)
+		if r.refuse.note(what+" failed", ln.Addr().String()) {
+			r.log.Warn(what+" failed; pausing", "err", err, "pause", pause)
+		}
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return nil
 		}
 	}
 }
@@ -85,6 +109,8 @@ type Flow struct {
 	Down    int64
 	Start   time.Time
 	Err     error
+
+	relayed bool // the flow reached the relay; set before the relay starts
 }
 
 // handle sets up one flow: classify (where it came from and was going, who owns it, the
@@ -92,28 +118,60 @@ type Flow struct {
 // then it hands both connections to the relay and returns: the relay logs the flow and
 // marks it done (r.flows) when it ends. A flow refused or failed before the relay is logged
 // and marked done here.
+//
+// Admission (see admission): the flow entered the descriptor budget at accept; once its
+// source is known (classify) it takes its share of that budget, then, unless the policy
+// refuses it outright, one of its destination's set-up slots and one of its source's
+// (waiting for a fair turn, up to the connect timeout). Both set-up slots are given back
+// when the flow is relayed or fails; its budget when it ends.
 func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 	p := r.pol.Load()
 	f := &Flow{ID: r.nextID.Add(1), Start: time.Now(), Src: netaddr.AddrPort(c.RemoteAddr())}
 	relayed := false
-	var release func()
+	var release func()  // the fake-IP name's hold
+	var unshare func()  // the source's share of the budget
+	var endSetup func() // the set-up slots
 	defer func() {
+		if endSetup != nil {
+			endSetup()
+		}
 		if !relayed {
 			r.live.remove(f.ID)
 			if release != nil {
 				release()
 			}
+			if unshare != nil {
+				unshare()
+			}
+			r.adm.leave()
 			r.logFlow(f)
 			r.flows.Done()
 		}
 	}()
-	pf, release, err := r.classify(ctx, c, f, p)
+	pf, release, err := r.classify(c, f, p)
 	if err != nil {
 		f.Err = err
 		reset(c)
 		return
 	}
+	key := sourceKey(&pf, p)
+	if !r.adm.flows.tryAcquire(key) {
+		f.Err, f.Verdict = errOverShare, admissionVerdict
+		reset(c)
+		return
+	}
+	unshare = func() { r.adm.flows.release(key) }
 	d := p.Decision.Decide(&pf)
+	if d.Action != rules.Block && d.Step != policy.StepDNS {
+		if endSetup, err = r.setup(ctx, p, key, &pf); err != nil {
+			f.Err, f.Verdict = err, admissionVerdict
+			reset(c)
+			return
+		}
+		if pf.Resolved != nil {
+			d = p.Decision.Decide(&pf) // with what the name resolves to
+		}
+	}
 	f.Verdict, f.Step = d.Verdict, d.Step
 	p.count(d)
 	r.live.add(f) // removed when the flow ends: by the relay's callback, or the defer above
@@ -129,8 +187,10 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 		reset(c) // fail closed: the client sees a reset, never a direct fallback
 		return
 	}
+	endSetup()
+	endSetup = nil
 	rl := r.relayFor(p)
-	relayed = true
+	relayed, f.relayed = true, true
 	rl.start(c, out, func(res result) {
 		// On the relay's goroutine: nothing here may block.
 		r.live.remove(f.ID)
@@ -138,6 +198,8 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 		if release != nil {
 			release()
 		}
+		unshare()
+		r.adm.leave()
 		if !r.log.Enabled(context.Background(), flowLevel(f)) {
 			r.flows.Done()
 			return
@@ -149,13 +211,55 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 	})
 }
 
+// sourceKey names the source a flow is budgeted under: a VM's address, the app of a local
+// flow when its owner is known, else the local address.
+func sourceKey(pf *policy.Flow, p *compiled) string {
+	switch {
+	case pf.FromVM || p.Decision.FromVMNetwork(pf.Src):
+		return "vm " + pf.Src.String()
+	case pf.AppPath != "":
+		return "app " + pf.AppPath
+	case pf.App != "":
+		return "app " + pf.App
+	}
+	return "host " + pf.Src.String()
+}
+
+// setup takes the flow's set-up slots, its destination's and its source's (waiting up to
+// the connect timeout for a fair turn), then looks its name up when the policy asks
+// (policy.Policy.NeedsResolve: a caged flow that would leave from this machine by its
+// name), through the proxy's resolver, remembered per name. done gives the slots back.
+func (r *Router) setup(ctx context.Context, p *compiled, key string, pf *policy.Flow) (done func(), err error) {
+	dst := pf.Host
+	if dst == "" {
+		dst = pf.Dst.String()
+	}
+	if !r.adm.dstAcquire(dst) {
+		return nil, errDstBusy
+	}
+	wctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
+	defer cancel()
+	if err := r.adm.setups.acquire(wctx, key); err != nil {
+		r.adm.dstRelease(dst)
+		if !errors.Is(err, errBusy) {
+			err = fmt.Errorf("%w (waited %v): %w", errNoSlot, p.ConnectTimeout, err)
+		}
+		return nil, err
+	}
+	if r.names != nil && p.Decision.NeedsResolve(pf) {
+		pf.Resolved = r.names.lookup(wctx, pf.Host)
+	}
+	return func() {
+		r.adm.setups.release(key)
+		r.adm.dstRelease(dst)
+	}, nil
+}
+
 // classify finds what the policy decides on: the flow's original addresses, whether it
-// came from a VM, its owner when the policy needs it, the name behind its destination, and
-// what that name resolves to when the policy asks (policy.Policy.NeedsResolve: a caged flow
-// that would leave from this machine by its name), looked up through the proxy's resolver
-// and remembered per name. A fake IP's name is held until release is called (nil when
-// nothing is held).
-func (r *Router) classify(ctx context.Context, c *net.TCPConn, f *Flow, p *compiled) (pf policy.Flow, release func(), err error) {
+// came from a VM, its owner when the policy needs it, and the name behind its destination
+// (what the name resolves to is looked up later, in a set-up slot). A fake IP's name is
+// held until release is called (nil when nothing is held).
+func (r *Router) classify(c *net.TCPConn, f *Flow, p *compiled) (pf policy.Flow, release func(), err error) {
 	src, dst, err := r.opts.Original(c)
 	if err != nil {
 		return pf, nil, fmt.Errorf("original destination: %w", err)
@@ -187,11 +291,6 @@ func (r *Router) classify(ctx context.Context, c *net.TCPConn, f *Flow, p *compi
 		}
 	}
 	f.Host = pf.Host
-	if r.names != nil && p.Decision.NeedsResolve(&pf) {
-		rctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
-		pf.Resolved = r.names.lookup(rctx, pf.Host)
-		cancel()
-	}
 	return pf, release, nil
 }
 
@@ -262,7 +361,31 @@ func flowLevel(f *Flow) slog.Level {
 	return slog.LevelInfo
 }
 
+// refusal names why f was refused or failed before the relay, for the summary of refusals;
+// "" for a flow that was relayed (its end is logged one by one).
+func refusal(f *Flow) string {
+	switch {
+	case f.relayed:
+		return ""
+	case f.Err == nil && f.Verdict.Action == rules.Block:
+		return "refused by " + f.Verdict.Name
+	case f.Err == nil:
+		return ""
+	}
+	for _, e := range []error{errOverShare, errOverBudget, errDstBusy, errBusy, errNoSlot} {
+		if errors.Is(f.Err, e) {
+			return e.Error()
+		}
+	}
+	return "failed before the relay"
+}
+
+// logFlow logs f when it ends. Refused and failed flows go through the refusal summary:
+// only the first few of each reason in an interval are logged one by one.
 func (r *Router) logFlow(f *Flow) {
+	if reason := refusal(f); reason != "" && !r.refuse.note(reason, f.Src.Addr().String()) {
+		return
+	}
 	if !r.log.Enabled(context.Background(), flowLevel(f)) {
 		return // the record's attributes cost more than the rest of a short flow's end
 	}

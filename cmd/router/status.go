@@ -51,6 +51,9 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	case g.Watched:
 		fmt.Fprintln(stdout, "guard: watched, never restored")
 	}
+	b := st.Budgets
+	fmt.Fprintf(stdout, "flows: %d of a budget of %d; set-up: %d in progress, %d waiting; forwards: %d of %d\n",
+		b.Flows, b.FlowBudget, b.Setups, b.SetupWaiting, b.Forwards, b.ForwardBudget)
 	fmt.Fprintf(stdout, "dns: %s", st.DNS.Mode)
 	if st.DNS.Pool != "" {
 		fmt.Fprintf(stdout, ", pool %s: %d of %d addresses given out, %d in use", st.DNS.Pool, st.DNS.Mapped, st.DNS.PoolSize, st.DNS.InUse)
