@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -73,6 +72,3 @@ func runningDaemon(path string) (*control.Status, bool) {
 	}
 	return resp.Status, true
 }
-
-// errNoPID is a daemon that did not say its process id (an older one).
-var errNoPID = errors.New("it did not report its process id: stop it with its service manager")

@@ -16,7 +16,7 @@ import (
 // waiting for its parent counts as ended: it runs no code).
 func stopDaemon(pid int, wait time.Duration) error {
 	if pid <= 0 {
-		return errNoPID
+		return errors.New("it did not report its process id: stop it with its service manager")
 	}
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		if errors.Is(err, syscall.ESRCH) {
