@@ -247,7 +247,11 @@ func (r *Router) setup(ctx context.Context, p *compiled, key string, pf *policy.
 		return nil, err
 	}
 	if r.names != nil && p.Decision.NeedsResolve(pf) {
-		pf.Resolved = r.names.lookup(wctx, pf.Host)
+		// A time of its own: the wait for the slot must not leave the lookup none (the
+		// flow would be refused as not verifiable).
+		lctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
+		pf.Resolved = r.names.lookup(lctx, pf.Host)
+		cancel()
 	}
 	return func() {
 		r.adm.setups.release(key)
