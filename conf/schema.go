@@ -135,7 +135,11 @@ func (d *decoder) decodeProxies(c *Config, v any) {
 		}
 		if v, ok := pm["address"]; !ok {
 			d.fail(a, "missing key \"address\" (host:port of the proxy)")
-		} else if s, ok := d.str(a.key("address"), v); ok {
+		} else if s, ok := d.str(a.key("address"), v); ok && strings.Contains(s, "@") {
+			// user:password@host:port (or a URL with credentials): the value is never
+			// repeated, since it would show the password wherever errors go.
+			d.fail(a.key("address"), "credentials inside the address are refused (the address is shown in logs and explain): write host:port, the user in username and the password in password_env or password_file")
+		} else if ok {
 			host, port, err := net.SplitHostPort(s)
 			n, perr := strconv.ParseUint(port, 10, 16)
 			switch {

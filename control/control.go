@@ -1,10 +1,11 @@
 // Package control is the local channel between the running daemon and the `router status`
 // and `router explain` commands: one JSON request per line, one JSON answer per line.
 //
-// Only an administrator can open it: on Linux a unix socket in a directory only root can
-// enter (mode 0700), on Windows a named pipe under \\.\pipe\ProtectedPrefix\Administrators
-// whose security descriptor lets only SYSTEM and elevated Administrators in. Nothing secret
-// crosses it (no password is ever part of an answer), but flows and names are private.
+// Only an administrator can open it: on Linux a unix socket of root's with mode 0600 (see
+// Listen; a shared directory such as /tmp is left as it is), on Windows a named pipe under
+// \\.\pipe\ProtectedPrefix\Administrators whose security descriptor lets only SYSTEM and
+// elevated Administrators in. Nothing secret crosses it (no password is ever part of an
+// answer), but flows and names are private.
 package control
 
 import (
@@ -36,8 +37,12 @@ type Response struct {
 // Status is what `router status` shows. Counts run from the daemon's start, except the
 // rules' (from the last reload that changed the rule list).
 type Status struct {
-	Started   time.Time      `json:"started"`
-	Config    string         `json:"config"`
+	Started time.Time `json:"started"`
+	Config  string    `json:"config"`
+	// PID is the daemon's process id: `router cleanup --force` stops it by this number.
+	PID       int            `json:"pid"`
+	Guard     GuardStat      `json:"guard"`
+	Budgets   BudgetStat     `json:"budgets"`
 	Totals    Totals         `json:"totals"`
 	Rules     []RuleStat     `json:"rules"`
 	Refusals  []RefusalStat  `json:"refusals"`
@@ -55,8 +60,33 @@ type Totals struct {
 	Refused uint64 `json:"refused"` // refusals of every reason, the kernel's included
 }
 
+// GuardStat is the health of the fail-closed guard while the daemon runs.
+type GuardStat struct {
+	// Watched is set when the daemon watches its guard and restores it when something
+	// else changes or removes it (Linux).
+	Watched bool `json:"watched"`
+	// Restores counts the restores; LastRestore is the time of the last one and LastDamage
+	// what was found then.
+	Restores    int       `json:"restores"`
+	LastRestore time.Time `json:"last_restore,omitzero"`
+	LastDamage  string    `json:"last_damage,omitempty"`
+}
+
+// BudgetStat is what the flows hold of the daemon's budgets: transparent flows alive (being
+// set up or relayed) and their budget, set-up slots in use and flows waiting for one,
+// forward flows and their budget.
+type BudgetStat struct {
+	Flows         int `json:"flows"`
+	FlowBudget    int `json:"flow_budget"`
+	Setups        int `json:"setups"`
+	SetupWaiting  int `json:"setup_waiting"`
+	Forwards      int `json:"forwards"`
+	ForwardBudget int `json:"forward_budget"`
+}
+
 // RuleStat is a rule (or an implicit step, Index 0) and the flows it decided since the
-// daemon started or the rule list was reloaded, with their bytes (ended and live flows).
+// daemon started or the last reload (every reload starts the counts again), with their
+// bytes (ended and live flows).
 type RuleStat struct {
 	Index  int    `json:"index"` // 1-based; 0 for an implicit step (Name says which)
 	Name   string `json:"name"`
@@ -132,21 +162,44 @@ type Handler interface {
 // maxLine bounds a request.
 const maxLine = 4096
 
-// Serve answers connections on ln until ctx is done; it closes ln.
+// Accept errors other than a closed listener (out of descriptors, a connection aborted
+// before it was accepted) pause accepting from acceptMinPause, doubling up to acceptMaxPause,
+// and never end Serve: the channel must outlive a descriptor flood.
+const (
+	acceptMinPause = 5 * time.Millisecond
+	acceptMaxPause = time.Second
+)
+
+// Serve answers connections on ln until ctx is done or ln is closed; it closes ln. It
+// returns nil then: an accept error is retried after a pause (logged once per pause, at
+// most once a second), never returned.
 func Serve(ctx context.Context, ln net.Listener, h Handler, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
+	var pause time.Duration
+	var logged time.Time
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			return fmt.Errorf("control accept: %w", err)
+			pause = min(max(2*pause, acceptMinPause), acceptMaxPause)
+			if time.Since(logged) >= time.Second {
+				log.Warn("control accept failed; retrying", "err", err, "pause", pause)
+				logged = time.Now()
+			}
+			select {
+			case <-time.After(pause):
+			case <-ctx.Done():
+				return nil
+			}
+			continue
 		}
+		pause = 0
 		go serveConn(c, h, log)
 	}
 }

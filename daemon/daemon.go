@@ -5,7 +5,9 @@
 // Start order: listeners first (transparent, DNS, forwards, inbounds), capture last, so the
 // capture never redirects to a port nobody listens on. Stop: listeners close, running flows
 // get a short grace period, and the capture is left in place: it is the guard that keeps VM
-// traffic blocked until a router runs again (only `router cleanup` removes it).
+// traffic blocked until a router runs again (only `router cleanup` removes it). While the
+// daemon runs, the platform keeps the guard whole: on Linux a table that something else
+// removes or changes is restored within milliseconds (see healer).
 //
 // Reload (a value on Options.Reload) applies a new file atomically: it is parsed and
 // checked whole, new forward and inbound listeners are opened and the new capture installed

@@ -25,12 +25,12 @@ type linuxPlatform struct {
 	log    *slog.Logger
 	finder *proc.LinuxFinder
 	host   hostAddrs
-
 	mu     sync.Mutex // guards the fields below
 	table  string     // the table installed last
 	base   map[refusal.Reason]uint64
 	events refusal.Book // the refused packets NFLOG gave, for their rings only
 	log4   *nflog.Reader
+	heal   *healer // keeps the table in place while the daemon runs
 }
 
 // nflogGroup is the NFLOG group the table logs its refusals to (see nftcap.Spec.LogGroup).
@@ -42,7 +42,11 @@ func NewPlatform(log *slog.Logger) Platform {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &linuxPlatform{log: log, finder: proc.NewLinuxFinder(proc.LinuxFinderConfig{Logger: log})}
+	p := &linuxPlatform{log: log, finder: proc.NewLinuxFinder(proc.LinuxFinderConfig{Logger: log})}
+	ops := nftOps()
+	ops.install = p.installKeepingCounts
+	p.heal = newHealer(log, ops)
+	return p
 }
 
 // Spec is the nftables capture a config asks for, with the interfaces that face its VM
@@ -72,37 +76,25 @@ func Spec(cfg *conf.Config) nftcap.Spec {
 // this host's own flows only with local = true (Scoped).
 func (p *linuxPlatform) Env() policy.Env { return policy.Env{HostAddr: p.host.Has, Scoped: true} }
 
-// Install replaces the nftables table; the kernel decides what it captures and the router
-// decides the rest, and DNS reaches the daemon's DNS server through its redirect, so neither
-// the compiled policy nor the server is needed here.
+// Install replaces the nftables table and keeps it in place from then on (see healer); the
+// kernel decides what it captures and the router decides the rest, and DNS reaches the
+// daemon's DNS server through its redirect, so neither the compiled policy nor the server is
+// needed here.
 func (p *linuxPlatform) Install(cfg *conf.Config, _ *policy.Policy, _ *dns.Server) error {
-	s := Spec(cfg)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	// An install starts the table's counters over: what they counted so far (the boot
-	// guard's, the last install's) is kept first.
-	before, err := nftcap.Refusals(s.Table)
-	if err := nftcap.Install(s); err != nil {
+	// The healer installs (through installKeepingCounts, which carries the refusal counts
+	// over) and keeps the table in place.
+	if err := p.heal.install(cfg); err != nil {
 		return err
 	}
-	if err != nil {
-		p.log.Debug("refusal counters not read before the install", "err", err)
-	}
-	if p.base == nil {
-		p.base = map[refusal.Reason]uint64{}
-	}
-	for r, n := range before {
-		p.base[r] += n
-	}
-	p.table = s.Table
+	p.mu.Lock()
+	p.table = cfg.Capture.Table
 	p.listenLog()
-	// The table is in place; a state directory that cannot be written costs the boot unit
-	// its fallback, not the running guard.
-	if err := saveGuard(cfg.File, s); err != nil {
-		p.log.Warn("the last good guard was not saved: a boot whose config cannot be read will not find it", "err", err)
-	}
+	p.mu.Unlock()
 	return nil
 }
+
+// GuardStatus reports how often the table was restored.
+func (p *linuxPlatform) GuardStatus() GuardStatus { return p.heal.status() }
 
 // FromVM: a redirected connection whose source is not an address of this machine was
 // forwarded, and only VM networks and VM-facing interfaces are redirected from the
@@ -112,16 +104,41 @@ func (p *linuxPlatform) FromVM() func(netip.Addr) bool {
 }
 
 // Failed is nil: the kernel's capture cannot fail while the daemon runs (a table that goes
-// away is the watcher's business).
+// away is restored by the healer).
 func (p *linuxPlatform) Failed() <-chan error { return nil }
 
-// Close stops reading the refusal log; the table is the guard and stays.
+// Close stops watching the table and reading the refusal log; the table is the guard and
+// stays.
 func (p *linuxPlatform) Close() error {
+	p.heal.close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.log4 != nil {
 		p.log4.Close()
 		p.log4 = nil
+	}
+	return nil
+}
+
+// installKeepingCounts installs s; an install starts the table's refusal counters over, so
+// what they counted so far (the boot guard's, the last install's, a damaged table's) is
+// added to the base first. Between the read and the install a few refusals may go
+// uncounted.
+func (p *linuxPlatform) installKeepingCounts(s nftcap.Spec) error {
+	before, rerr := nftcap.Refusals(s.Table)
+	if err := nftcap.Install(s); err != nil {
+		return err
+	}
+	if rerr != nil {
+		p.log.Debug("refusal counters not read before the install", "err", rerr)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.base == nil {
+		p.base = map[refusal.Reason]uint64{}
+	}
+	for r, n := range before {
+		p.base[r] += n
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/agentcage/router/control"
@@ -10,6 +11,18 @@ import (
 	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/rules"
 )
+
+// GuardStatus is what a platform knows of its guard's health while the daemon runs.
+type GuardStatus struct {
+	// Restores counts the times the guard was found changed by someone else and restored;
+	// LastRestore is when the last one happened and LastDamage what was found.
+	Restores    int
+	LastRestore time.Time
+	LastDamage  string
+}
+
+// guardReporter is a Platform that watches its guard (Linux).
+type guardReporter interface{ GuardStatus() GuardStatus }
 
 // statusHandler answers the control channel from the running daemon.
 type statusHandler struct {
@@ -23,8 +36,17 @@ func (h *statusHandler) Status() control.Status {
 	h.d.mu.Lock()
 	cfg := h.d.cfg
 	h.d.mu.Unlock()
-	return buildStatus(h.started, cfg.File, h.d.r, h.d.dns,
+	st := buildStatus(h.started, cfg.File, h.d.r, h.d.dns,
 		refusal.Merge(h.d.book.Snapshot(), h.d.opts.Platform.Refusals()))
+	st.PID = os.Getpid()
+	if g, ok := h.d.opts.Platform.(guardReporter); ok {
+		gs := g.GuardStatus()
+		st.Guard = control.GuardStat{Watched: true, Restores: gs.Restores, LastRestore: gs.LastRestore, LastDamage: gs.LastDamage}
+	}
+	b := h.d.r.Budgets()
+	st.Budgets = control.BudgetStat{Flows: b.Flows, FlowBudget: b.FlowBudget, Setups: b.Setups, SetupWaiting: b.SetupWaiting,
+		Forwards: b.Forwards, ForwardBudget: b.ForwardBudget}
+	return st
 }
 
 // buildStatus puts the router's counters, the refusals and the DNS side into the control

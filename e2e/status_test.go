@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"io"
 	"strings"
 	"testing"
@@ -12,17 +11,6 @@ import (
 	"github.com/agentcage/router/control"
 	"github.com/agentcage/router/internal/lab"
 )
-
-// status runs `router status --json` in the host namespace.
-func (s *scene) status() control.Status {
-	s.t.Helper()
-	out, code := run(s.ctx, s.lab.Host(), routerBin, "status", "--json", "--config", s.cfg)
-	var st control.Status
-	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
-		s.t.Fatalf("router status --json: exit %d, %v\n%s", code, err, out)
-	}
-	return st
-}
 
 func refusalCount(st control.Status, reason string) (uint64, []control.Refused) {
 	for _, r := range st.Refusals {

@@ -312,7 +312,7 @@ func newTUNScene(t *testing.T) *tunScene {
 	vmNets := []netip.Prefix{netip.MustParsePrefix(lab.GuestNetwork)}
 	// One decision for the engine and the router, with the DNS server's (default) pool.
 	dec := policy.New(&conf.Config{Rules: rs, Capture: conf.Capture{VMNetworks: vmNets},
-		DNS: conf.DNS{Mode: conf.DNSFakeIP, Pool: conf.DefaultPool()}}, policy.Env{})
+		DNS: conf.DNS{Mode: conf.DNSFakeIP, Capture: conf.DNSCaptureAll, Pool: conf.DefaultPool()}}, policy.Env{})
 
 	// The router and the DNS server, with their sockets in the host namespace.
 	var r *router.Router

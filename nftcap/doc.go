@@ -13,6 +13,12 @@
 // (ICMP port unreachable / RST), forwarded VM traffic is refused. Only Remove (`router
 // cleanup`) takes the guard away. Callers serialise Install and Remove on one table.
 //
+// Anyone with CAP_NET_ADMIN can still delete the table (`nft flush ruleset`, which a reload
+// of the nftables service or of firewalld runs). Watch reports every kernel transaction that
+// touches the table, with the process that made it, and Check compares the table in the
+// kernel with what Install(spec) puts there (chains, their rule counts, the VM network
+// sets), so that a running router finds the damage at once and installs the table again.
+//
 // # Chain layout
 //
 // For a Spec with VM networks 192.168.122.0/24 and fd00:122::/64, Local, ListenerPort L,
@@ -69,7 +75,7 @@
 //	   ip saddr {allow4} / ip6 saddr {allow6}  accept
 //	   goto refuse_forward_source
 //	 vm_input    "the host is off limits"
-//	   ct state established,related         accept
+//	   ct state established,related ct direction reply  accept  (replies to the host's own)
 //	   tcp dport L; udp|tcp dport D         accept   (redirected, checked above)
 //	   udp dport {67,547}                   accept   (DHCPv4, DHCPv6)
 //	   icmpv6 type {nd-router-solicit,nd-neighbor-solicit,nd-neighbor-advert}  accept
@@ -95,6 +101,8 @@
 //	   counter name "refused_<reason>"      goto refuse  (spoofed_source, to_guest: drop)
 //	 refuse      the only place packets are refused; its counters total the refusals
 //	   meta pkttype != host                 drop     (broadcast, multicast)
+//	   ip6 saddr fe80::/10                  reject with icmpx admin-prohibited (a reset
+//	                                                  to a link-local address finds no route)
 //	   tcp                                  reject with tcp reset
 //	                                        reject with icmpx admin-prohibited
 //

@@ -141,6 +141,9 @@ type builder struct {
 	setID  uint32
 	chains map[string]*nftables.Chain
 	err    error
+	// rules and elems, when not nil, count the rules queued per chain and the elements
+	// queued per named set (expectedLayout).
+	rules, elems map[string]int
 }
 
 // replace queues: add table (create if absent), delete table, then the whole new table.
@@ -184,6 +187,13 @@ func (b *builder) addChains(s Spec) {
 	regular := func(name string) {
 		b.chains[name] = b.c.AddChain(&nftables.Chain{Name: name, Table: b.t})
 	}
+	defer func() {
+		if b.rules != nil {
+			for name := range b.chains {
+				b.rules[name] = 0
+			}
+		}
+	}()
 	regular(chainRefuse)
 	for _, r := range kernelReasons {
 		regular(reasonChain(r))
@@ -240,6 +250,10 @@ func (b *builder) refuseAndAntispoof(s Spec) {
 
 	// refuse: the one place packets are refused, so its counters total the refusals.
 	b.rule(chainRefuse, metaNe(expr.MetaKeyPKTTYPE, []byte{unix.PACKET_HOST}), counter(), verdict(expr.VerdictDrop))
+	// A TCP reset to a link-local source finds no route (the kernel looks it up without the
+	// interface), so the client would wait for its timeout: ICMPv6 names the interface.
+	b.rule(chainRefuse, nfproto(unix.NFPROTO_IPV6), saddr(true), b.anonPrefixSet(true, []netip.Prefix{linkLocal6}), counter(),
+		&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED})
 	b.rule(chainRefuse, l4proto(unix.IPPROTO_TCP), counter(), &expr.Reject{Type: unix.NFT_REJECT_TCP_RST})
 	b.rule(chainRefuse, counter(), &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED})
 
@@ -351,8 +365,10 @@ func (b *builder) input(s Spec, vm vmSets) {
 		b.rule(chainInput, ifname(expr.MetaKeyIIFNAME, i), goTo(chainVMInput))
 	}
 
-	// vm_input: the host is off limits to VM sources.
-	b.rule(chainVMInput, ctStateIn(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
+	// vm_input: the host is off limits to VM sources. Of established flows only the
+	// replies of connections this host opened pass: a guest's own connection to the host
+	// that was established before the guard (or before its interface was caged) is cut.
+	b.rule(chainVMInput, ctStateIn(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), ctDirection(ctDirReply), verdict(expr.VerdictAccept))
 	b.rule(chainVMInput, l4proto(unix.IPPROTO_TCP), thDport(s.ListenerPort), verdict(expr.VerdictAccept))
 	if s.DNSPort != 0 {
 		b.rule(chainVMInput, b.l4protoIn(unix.IPPROTO_TCP, unix.IPPROTO_UDP), thDport(s.DNSPort), verdict(expr.VerdictAccept))
@@ -462,6 +478,9 @@ const (
 
 func inboundChain(i int) string { return fmt.Sprintf("inbound_%d", i) }
 
+// linkLocal6 is the IPv6 link-local unicast prefix (RFC 4291 section 2.5.6).
+var linkLocal6 = netip.MustParsePrefix("fe80::/10")
+
 // loopbackIfindex is the index of lo, the first interface of every network namespace.
 const loopbackIfindex = 1
 
@@ -519,6 +538,9 @@ func (b *builder) rule(chain string, parts ...any) {
 		}
 	}
 	b.c.AddRule(&nftables.Rule{Table: b.t, Chain: b.chains[chain], Exprs: exprs})
+	if b.rules != nil {
+		b.rules[chain]++
+	}
 }
 
 // addSet queues set with its elements. IDs are allocated here, per batch, rather than by the
@@ -533,6 +555,9 @@ func (b *builder) addSet(s *nftables.Set, elems []nftables.SetElement) *nftables
 	}
 	if err := b.c.AddSet(s, elems); err != nil && b.err == nil {
 		b.err = fmt.Errorf("add set: %w", err)
+	}
+	if b.elems != nil && !s.Anonymous {
+		b.elems[s.Name] = len(elems)
 	}
 	return s
 }
@@ -713,6 +738,14 @@ func ctStatusDNAT(set bool) []expr.Any {
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: native32(ipsDstNAT), Xor: native32(0)},
 		&expr.Cmp{Op: op, Register: 1, Data: native32(0)},
 	}
+}
+
+// Conntrack directions (enum ip_conntrack_dir): the flow's first packet went ORIGINAL.
+const ctDirReply = 1
+
+// ctDirection matches packets that travel in direction dir of their connection.
+func ctDirection(dir byte) []expr.Any {
+	return []expr.Any{&expr.Ct{Key: expr.CtKeyDIRECTION, Register: 1}, cmpEq([]byte{dir})}
 }
 
 func ctStateIn(bits uint32) []expr.Any {

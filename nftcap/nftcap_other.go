@@ -47,3 +47,25 @@ func SetMark(c syscall.RawConn, mark uint32) error { return errUnsupported("set 
 func Refusals(table string, opts ...Option) (map[refusal.Reason]uint64, error) {
 	return nil, errUnsupported("refusals")
 }
+
+// Check is Linux only; elsewhere it returns an error wrapping errors.ErrUnsupported.
+func Check(spec Spec, opts ...Option) (string, error) { return "", errUnsupported("check") }
+
+// Change is one kernel transaction that touched the watched table (Linux only).
+type Change struct {
+	PID  int
+	Comm string
+	Err  error
+}
+
+// Watcher delivers the kernel's nftables changes (Linux only).
+type Watcher struct{}
+
+// Watch is Linux only; elsewhere it returns an error wrapping errors.ErrUnsupported.
+func Watch(table string, opts ...Option) (*Watcher, error) { return nil, errUnsupported("watch") }
+
+// Changes returns nil off Linux.
+func (w *Watcher) Changes() <-chan Change { return nil }
+
+// Close does nothing off Linux.
+func (w *Watcher) Close() error { return nil }

@@ -22,7 +22,15 @@
 //     this host's own traffic only. StepRule.
 //  6. When no rule decides: a caged flow is refused (StepCaged), any other goes direct
 //     (StepNoMatch).
-//  7. DNS over TLS or QUIC (port 853) leaves only through a proxy; a direct verdict is
+//  7. A caged flow whose name resolves to this machine (loopback, link-local or one of its
+//     addresses) is refused when its way out would connect from this machine: a direct
+//     verdict for a fake IP (the router resolves the name and connects itself), or a proxy
+//     that runs on this machine (an `ssh -D`, tor or sing-box on 127.0.0.1, which resolves
+//     the name and connects from here). A forward's or inbound's port stays open, as for
+//     StepHost. The
+//     capture resolves the name only when NeedsResolve says so (Flow.Resolved); a name that
+//     could not be resolved is refused too: StepHostName.
+//  8. DNS over TLS or QUIC (port 853) leaves only through a proxy; a direct verdict is
 //     turned into a refusal: StepDoT.
 //
 // ICMP is decided apart (DecideICMP): the router cannot carry it, so an echo request
@@ -41,9 +49,11 @@
 package policy
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/rules"
@@ -63,8 +73,11 @@ const (
 	StepDNSUncaged             // DNS of a process that is not caged, with [dns] capture = "caged": passed
 	StepUncaptured             // local = false and the flow is not caged: this host's own, direct
 	StepICMP                   // an ICMP echo request (DecideICMP)
-	// StepDoT stays the last step: counters sized StepDoT+1 cover every step.
-	StepDoT // DNS over TLS/QUIC not through a proxy: refused
+	StepDoT                    // DNS over TLS/QUIC not through a proxy: refused
+	StepHostName               // a caged flow whose name leads to this host from this host: refused
+
+	// NumSteps is the number of steps, for tables indexed by Step.
+	NumSteps = iota
 )
 
 // String is the step's name in verdicts (Decision.Name) and logs.
@@ -92,6 +105,8 @@ func (s Step) String() string {
 		return "(not caged: this host's own)"
 	case StepICMP:
 		return "(icmp)"
+	case StepHostName:
+		return "(name resolves to this host)"
 	}
 	return "step(" + strconv.Itoa(int(s)) + ")"
 }
@@ -113,6 +128,10 @@ type Flow struct {
 	// FromVM says the capture saw the flow enter from a VM network or a VM-facing
 	// interface, whatever its source address. A source inside vm_networks counts without it.
 	FromVM bool
+	// Resolved are the addresses Host resolves to through the proxy's resolver, when the
+	// capture looked them up because NeedsResolve asked for it; nil when it did not look,
+	// empty (not nil) when the lookup failed or found no address.
+	Resolved []netip.Addr
 }
 
 // Decision is the outcome for one flow.
@@ -172,6 +191,8 @@ type Policy struct {
 	// on another machine).
 	hostPorts    []uint16
 	forwardAddrs []netip.Addr
+	// proxyHosts are the upstreams' hosts (IP or name) by proxy name.
+	proxyHosts map[string]string
 	// firstName and namedFirstName are the positions (in rules) of the first rule with a
 	// host-name entry in each table, -1 for none.
 	firstName, namedFirstName int
@@ -218,6 +239,10 @@ func New(cfg *conf.Config, env Env) *Policy {
 	p.local = cfg.Capture.Local
 	// A config built in code without the scope is judged as conf would default it.
 	p.dnsAll = cfg.DNS.Capture == conf.DNSCaptureAll || cfg.DNS.Capture == "" && cfg.Capture.Local
+	p.proxyHosts = map[string]string{}
+	for _, px := range cfg.Proxies {
+		p.proxyHosts[px.Name] = px.Host
+	}
 	for _, f := range cfg.Forwards {
 		p.hostPorts = append(p.hostPorts, f.Listen.Port(), f.Connect.Port())
 		if a := f.Listen.Addr(); !a.IsUnspecified() {
@@ -377,6 +402,10 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 			d.Verdict = rules.Verdict{Action: rules.Block, Index: -1, Name: StepCaged.String()}
 		}
 	}
+	if caged && f.Resolved != nil && p.connectsHere(f, d) && !p.hostPort(f) && p.resolvesToHost(f) {
+		d.Step = StepHostName
+		d.Verdict = rules.Verdict{Action: rules.Block, Index: -1, Name: StepHostName.String()}
+	}
 	if f.Port == 853 && d.Action == rules.Direct {
 		d.Step = StepDoT
 		d.Verdict = rules.Verdict{Action: rules.Block, Index: -1, Name: StepDoT.String()}
@@ -423,6 +452,51 @@ func (p *Policy) DecideICMP(f *Flow) Decision {
 		return implicit(StepICMP, rules.Block, caged)
 	}
 	return implicit(StepICMP, rules.Direct, caged)
+}
+
+// NeedsResolve reports whether the decision for f depends on what its name resolves to: f
+// is caged, has a name that was not looked up yet (Resolved is nil), and the rules send it
+// out from this machine (see StepHostName). The capture then resolves Host through the
+// proxy's resolver, fills Resolved and decides again.
+func (p *Policy) NeedsResolve(f *Flow) bool {
+	if f.Host == "" || f.Resolved != nil || !p.Caged(f) {
+		return false
+	}
+	d, _ := p.decide(f, false)
+	return d.Step != StepHost && d.Step != StepLocal && d.Step != StepDNS && p.connectsHere(f, d)
+}
+
+// connectsHere reports whether d sends f out from this machine by its name: direct to a
+// fake IP (the router resolves the name and connects), or through a proxy on this machine.
+func (p *Policy) connectsHere(f *Flow, d Decision) bool {
+	switch d.Action {
+	case rules.Direct:
+		return p.InPool(f.Dst)
+	case rules.Proxy:
+		return p.ProxyOnHost(d.Proxy)
+	}
+	return false
+}
+
+// ProxyOnHost reports whether the named upstream runs on this machine: its address is
+// local (loopback, link-local, unspecified) or one of this machine's, or its host name is
+// localhost. An upstream given by another name is taken for a remote one.
+func (p *Policy) ProxyOnHost(name string) bool {
+	h, ok := p.proxyHosts[name]
+	if !ok {
+		return false
+	}
+	if a, err := netip.ParseAddr(h); err == nil {
+		return p.Local(a)
+	}
+	h = strings.TrimSuffix(strings.ToLower(h), ".")
+	return h == "localhost" || strings.HasSuffix(h, ".localhost")
+}
+
+// resolvesToHost reports whether f's name leads to this machine, or could not be resolved
+// to tell.
+func (p *Policy) resolvesToHost(f *Flow) bool {
+	return len(f.Resolved) == 0 || slices.ContainsFunc(f.Resolved, p.Local)
 }
 
 // hostPort reports whether a caged flow to this host may pass: a forward's or an inbound's
@@ -497,6 +571,15 @@ func (p *Policy) Why(f *Flow, d Decision) string {
 		return dst + " is in the fake-IP pool but no DNS answer gave it out: only its name could route it, so it is refused"
 	case StepCaged:
 		return caged + " and no rule that names it or its destination decides it: refused (caged traffic never goes direct by falling off the end of the rule list)"
+	case StepHostName:
+		way := "direct: the router resolves the name and connects from this machine"
+		if d.Rule.Action == rules.Proxy {
+			way = "through the proxy " + strconv.Quote(d.Rule.Proxy) + ", which runs on this machine and connects from here"
+		}
+		if len(f.Resolved) == 0 {
+			return caged + ", the rules send it " + way + ", and its name " + strconv.Quote(f.Host) + " could not be resolved to check that it does not lead to this machine: refused"
+		}
+		return caged + ", the rules send it " + way + ", and its name " + strconv.Quote(f.Host) + " resolves to " + fmt.Sprint(f.Resolved) + ", this machine or its link: only a forward's ports are open to caged traffic, so it is refused"
 	case StepDoT:
 		said := "direct, as no rule matched"
 		if d.Rule.Index >= 0 {

@@ -274,3 +274,52 @@ func TestDecideICMP(t *testing.T) {
 		}
 	}
 }
+
+// TestResolvedCases: a caged flow whose name leads back to this machine is refused when its
+// way out connects from here, and the policy asks for the name's addresses exactly then.
+func TestResolvedCases(t *testing.T) {
+	p := compile(t, policytest.LocalProxyConfig)
+	for _, c := range policytest.ResolvedCases() {
+		t.Run(c.Name, func(t *testing.T) {
+			d := p.Decide(&c.Flow)
+			if d.Step != c.Step || d.Action != c.Action || d.Proxy != c.Proxy || d.Name != c.Rule {
+				t.Errorf("got %v %v %q by %q, want %v %v %q by %q", d.Step, d.Action, d.Proxy, d.Name, c.Step, c.Action, c.Proxy, c.Rule)
+			}
+			if e, _ := p.Explain(&c.Flow); e != d {
+				t.Errorf("Explain decided %+v, Decide %+v", e, d)
+			}
+			if d.Step == policy.StepHostName && !strings.Contains(p.Why(&c.Flow, d), c.Flow.Host) {
+				t.Errorf("Why does not name the host: %s", p.Why(&c.Flow, d))
+			}
+			unresolved := c.Flow
+			unresolved.Resolved = nil
+			if got := p.NeedsResolve(&unresolved); got != c.NeedsResolve {
+				t.Errorf("NeedsResolve = %v, want %v", got, c.NeedsResolve)
+			}
+			if p.NeedsResolve(&c.Flow) {
+				t.Error("NeedsResolve asks again for a flow already resolved")
+			}
+			// Without the addresses the step never applies: what the rules say stands.
+			if d := p.Decide(&unresolved); d.Step == policy.StepHostName {
+				t.Errorf("unresolved flow refused by %v", d.Step)
+			}
+		})
+	}
+}
+
+func TestProxyOnHost(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:1080": true, "[::1]:1080": true, "0.0.0.0:1080": true, "localhost:1080": true, "tor.localhost:9050": true,
+		"192.168.1.10:1080":   true, // one of the host's addresses (policytest.Env)
+		"[fe80::1%eth0]:1080": true,
+		"192.0.2.1:1080":      false, "proxy.example.net:1080": false, "localhost.example:1080": false,
+	} {
+		p := compile(t, "[proxy.up]\naddress = \""+strings.ReplaceAll(addr, "%eth0", "")+"\"\n")
+		if got := p.ProxyOnHost("up"); got != want {
+			t.Errorf("ProxyOnHost(%s) = %v, want %v", addr, got, want)
+		}
+	}
+	if compile(t, policytest.LocalProxyConfig).ProxyOnHost("nope") {
+		t.Error("an unknown proxy is on this host")
+	}
+}

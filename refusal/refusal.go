@@ -91,7 +91,7 @@ func All() []Reason {
 // reached the router's listener instead of its DNS server).
 func ForStep(s policy.Step) Reason {
 	switch s {
-	case policy.StepHost:
+	case policy.StepHost, policy.StepHostName:
 		return Host
 	case policy.StepNoName:
 		return NoName

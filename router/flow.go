@@ -62,7 +62,8 @@ func (r *Router) names(pf *policy.Flow) (release func()) {
 	return release
 }
 
-// open decides the flow pf under p and, unless the decision refuses it, connects it. f is the
+// open decides the flow pf under p and, unless the decision refuses it, takes its set-up
+// slots (admission: refused when none comes free in time) and connects it. f is the
 // flow's record: its verdict, proxy, bytes sent up and error are filled in, and it is shown by
 // status from the decision on (endFlow or the relay takes it out). It returns the decision and
 // the connection to the destination; for a refused flow the connection and the error are nil;
@@ -70,6 +71,20 @@ func (r *Router) names(pf *policy.Flow) (release func()) {
 // because a proxy failed.
 func (r *Router) open(ctx context.Context, p *compiled, f *Flow, pf *policy.Flow, e early) (policy.Decision, net.Conn, error) {
 	d := p.Decision.Decide(pf)
+	if d.Action != rules.Block && d.Step != policy.StepDNS {
+		// Set-up slots, shared fairly by source, and what the name resolves to when the
+		// policy asks (a caged flow that would leave from this machine by its name).
+		endSetup, err := r.setup(ctx, p, sourceKey(pf, p), pf)
+		if err != nil {
+			f.Err, f.Verdict = err, admissionVerdict
+			r.refused(refusal.Limit, f)
+			return d, nil, err
+		}
+		defer endSetup()
+		if pf.Resolved != nil {
+			d = p.Decision.Decide(pf) // with what the name resolves to
+		}
+	}
 	f.Verdict, f.Step, f.pol, f.index = d.Verdict, d.Step, p, d.Index
 	p.count(d)
 	if d.Action == rules.Block || d.Step == policy.StepDNS {
@@ -79,7 +94,7 @@ func (r *Router) open(ctx context.Context, p *compiled, f *Flow, pf *policy.Flow
 		return d, nil, nil
 	}
 	r.live.add(f)
-	out, err := r.dial(ctx, p, f, d, e)
+	out, err := r.dial(ctx, p, f, d, pf, e)
 	if err != nil {
 		f.Err = err
 		if d.Action == rules.Proxy && upstreamDown(err) {
@@ -96,6 +111,7 @@ func (r *Router) open(ctx context.Context, p *compiled, f *Flow, pf *policy.Flow
 // held), logs it and marks it done (r.flows), without ever blocking the relay.
 func (r *Router) relayFlow(p *compiled, f *Flow, client *net.TCPConn, out net.Conn, release func()) {
 	rl := r.relayFor(p)
+	f.relayed = true
 	rl.start(client, out, &f.bytes, func(res result) {
 		// On the relay's goroutine: nothing here may block.
 		r.live.remove(f.ID)

@@ -49,11 +49,23 @@ func (r *Router) ListenForward(ctx context.Context, f Forward) (*net.TCPListener
 // the router), so the events of a streamed completion reach the guest as the model sends
 // them.
 func (r *Router) ServeForward(ctx context.Context, ln *net.TCPListener, current func() *Forward) error {
-	return r.acceptLoop(ctx, ln, "forward "+current().Name+": accept", nil, func(c *net.TCPConn) {
+	return r.acceptLoop(ctx, ln, "forward "+current().Name+": accept", func(c *net.TCPConn) {
 		f := current()
+		src := netaddr.AddrPort(c.RemoteAddr()).Addr().String()
+		if !r.adm.forwards.tryAcquire(src) {
+			// The forwards' budget of descriptors is their own: a source flooding one cannot
+			// take the transparent flows' nor the DNS server's.
+			reset(c)
+			r.book.Add(refusal.Limit, refusal.Event{Src: netaddr.AddrPort(c.RemoteAddr()), Dst: f.Connect, Rule: "forward " + f.Name})
+			if r.refuse.note("forward "+f.Name+": over its budget", src) {
+				r.log.Warn("forward refused: its source holds its share of the forwards' flows", "forward", f.Name, "src", src)
+			}
+			return
+		}
 		r.flows.Add(1)
 		go func() {
 			defer r.flows.Done()
+			defer r.adm.forwards.release(src)
 			r.forward(ctx, c, *f)
 		}()
 	})
@@ -65,9 +77,11 @@ func (r *Router) forward(ctx context.Context, c *net.TCPConn, fw Forward) {
 	r.count.flows.Add(1)
 	log := r.log.With("forward", fw.Name, "src", f.Src, "connect", fw.Connect)
 	if !fw.allowed(f.Src.Addr()) {
-		log.Warn("forward refused: source not allowed")
-		r.refused(refusal.ForwardSource, f)
 		reset(c)
+		r.refused(refusal.ForwardSource, f)
+		if r.refuse.note("forward "+fw.Name+": source not allowed", f.Src.Addr().String()) {
+			log.Warn("forward refused: source not allowed")
+		}
 		return
 	}
 	p := r.pol.Load()
@@ -75,8 +89,10 @@ func (r *Router) forward(ctx context.Context, c *net.TCPConn, fw Forward) {
 	out, err := r.dialer.DialContext(dctx, "tcp", fw.Connect.String())
 	cancel()
 	if err != nil {
-		log.Warn("forward failed", "err", err)
 		reset(c)
+		if r.refuse.note("forward "+fw.Name+": connect failed", f.Src.Addr().String()) {
+			log.Warn("forward failed", "err", err)
+		}
 		return
 	}
 	r.live.add(f)

@@ -99,9 +99,9 @@ func (r *Router) ListenInbound(ctx context.Context, in Inbound) (*net.TCPListene
 // over its share, is reset at once. Requests still being read end with ctx; tunnels opened go
 // on (Wait waits for them).
 func (r *Router) ServeInbound(ctx context.Context, ln *net.TCPListener, current func() *Inbound) error {
-	s := &inboundServer{r: r, ctx: ctx, adm: admission{perSource: inboundPerSource, total: inboundTotal}}
+	s := &inboundServer{r: r, ctx: ctx, adm: inboundAdmission{perSource: inboundPerSource, total: inboundTotal}}
 	s.socks = r.newSOCKSServer()
-	return r.acceptLoop(ctx, ln, "inbound "+current().Name+": accept", nil, func(c *net.TCPConn) {
+	return r.acceptLoop(ctx, ln, "inbound "+current().Name+": accept", func(c *net.TCPConn) {
 		in := current()
 		src := netaddr.AddrPort(c.RemoteAddr())
 		a := src.Addr().WithZone("")
@@ -125,7 +125,7 @@ type inboundServer struct {
 	r     *Router
 	ctx   context.Context
 	socks socksServer
-	adm   admission
+	adm   inboundAdmission
 	// lastLimitLog is when a refusal over the limits was last logged (unix nanoseconds):
 	// one record a second at most, so a flood cannot flood the log too.
 	lastLimitLog atomic.Int64
@@ -319,9 +319,9 @@ func hostName(s string) bool {
 	return true
 }
 
-// admission counts an inbound's connections, per source and in all. It is safe for
+// inboundAdmission counts an inbound's connections, per source and in all. It is safe for
 // concurrent use; mu guards n and all.
-type admission struct {
+type inboundAdmission struct {
 	perSource, total int
 
 	mu  sync.Mutex
@@ -331,7 +331,7 @@ type admission struct {
 
 // take admits a connection from src, or reports false when src or the inbound is at its
 // limit. Each admitted connection is given back once with give.
-func (a *admission) take(src netip.Addr) bool {
+func (a *inboundAdmission) take(src netip.Addr) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.all >= a.total || a.n[src] >= a.perSource {
@@ -345,7 +345,7 @@ func (a *admission) take(src netip.Addr) bool {
 	return true
 }
 
-func (a *admission) give(src netip.Addr) {
+func (a *inboundAdmission) give(src netip.Addr) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.n[src]--; a.n[src] <= 0 {

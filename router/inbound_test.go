@@ -94,16 +94,16 @@ func (e *env) httpConnect(addr netip.AddrPort, target, extra string) (net.Conn, 
 	return c, br, resp.StatusCode
 }
 
-// resolvingNames is the DNS side for direct names: it resolves through "the proxy" from a
+// proxyResolvedNames is the DNS side for direct names: it resolves through "the proxy" from a
 // table and records what it was asked.
-type resolvingNames struct {
+type proxyResolvedNames struct {
 	fakeNames
 	mu    sync.Mutex
 	hosts map[string]netip.Addr
 	asked []string
 }
 
-func (n *resolvingNames) ResolveViaProxy(_ context.Context, name string) ([]netip.Addr, error) {
+func (n *proxyResolvedNames) ResolveViaProxy(_ context.Context, name string) ([]netip.Addr, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.asked = append(n.asked, name)
@@ -181,7 +181,7 @@ func TestInboundHandsTheNameToTheProxy(t *testing.T) {
 // DNS side (through the proxy), and the address an inbound was asked for is dialed as it is.
 func TestInboundDirectResolvesThroughTheProxy(t *testing.T) {
 	target := startTarget(t, "direct\n")
-	names := &resolvingNames{hosts: map[string]netip.Addr{"model.lab.test": target.Addr()}}
+	names := &proxyResolvedNames{hosts: map[string]netip.Addr{"model.lab.test": target.Addr()}}
 	e := newEnv(t, Policy{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{Names: names, Resolve: noLocalResolve(t)})
 	addr := e.startInbound(Inbound{Type: InboundSOCKS5})
 	c, code := e.socksConnect(addr, socks5.Addr{Name: "model.lab.test", Port: target.Port()})
@@ -403,7 +403,7 @@ func TestInboundRequestCutAtStop(t *testing.T) {
 }
 
 func TestAdmission(t *testing.T) {
-	a := admission{perSource: 2, total: 3}
+	a := inboundAdmission{perSource: 2, total: 3}
 	x, y := netip.MustParseAddr("10.0.2.15"), netip.MustParseAddr("10.0.2.16")
 	for i, tc := range []struct {
 		take bool // else give

@@ -15,6 +15,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -74,6 +75,12 @@ type Options struct {
 	// Refusals counts what the router refuses; the daemon shares one Book with the DNS
 	// server and the capture. Nil: the Router keeps its own.
 	Refusals *refusal.Book
+	// Descriptors is the file descriptors the flow budgets are cut from (see admission);
+	// 0: this process's limit (RLIMIT_NOFILE).
+	Descriptors int
+	// SummaryEvery is the interval of the summary line of refused and failed flows; 0:
+	// one minute.
+	SummaryEvery time.Duration
 }
 
 // Policy is what a reload replaces: the decision, the upstreams and the limits.
@@ -98,8 +105,8 @@ type compiled struct {
 	// steps and stepBytes count the flows each implicit step decided, by the action it took
 	// (a step such as StepHost lets some flows through and refuses others), and the bytes
 	// of those that ended.
-	steps     [policy.StepDoT + 1][rules.Block + 1]atomic.Uint64
-	stepBytes [policy.StepDoT + 1][rules.Block + 1]atomic.Uint64
+	steps     [policy.NumSteps][rules.Block + 1]atomic.Uint64
+	stepBytes [policy.NumSteps][rules.Block + 1]atomic.Uint64
 }
 
 // Router runs the transparent listener and forwards. Its methods are safe for concurrent
@@ -109,9 +116,10 @@ type Router struct {
 	opts   Options
 	dialer *net.Dialer
 	pol    atomic.Pointer[compiled]
-	engine *engine       // relays the flows
-	setups chan struct{} // one token per flow being set up in Serve (maxSetups)
-	early  sync.Pool     // *[earlyMax]byte: a client's first bytes while its flow is set up
+	engine *engine    // relays the flows
+	adm    *admission // what flows may hold: set-up slots and descriptors, by source
+	refuse *refusals  // refused and failed flows: a few logged, the rest summed up
+	early  sync.Pool  // *[earlyMax]byte: a client's first bytes while its flow is set up
 	flows  sync.WaitGroup
 	live   liveFlows
 	nextID atomic.Uint64
@@ -120,11 +128,13 @@ type Router struct {
 
 	mu      sync.Mutex            // guards tracked
 	tracked map[string]*trackedUp // the proxies in use, their health probes running
+
+	resolved *resolvedNames // what flows' names resolve to, for policy.StepHostName; nil without Names
 }
 
 // maxSetups bounds the flows Serve sets up at once (deciding, connecting, the SOCKS
 // handshake, which waits for the proxy's own connect: up to a few hundred milliseconds over
-// the internet). Relayed flows do not count. Measured on the lab with 2,000 idle flows
+// the internet), shared between sources by admission. Relayed flows do not count. Measured on the lab with 2,000 idle flows
 // opened in a burst: unbounded, the setup goroutines' stacks and garbage left 7.5-10 KiB of
 // RSS per flow; 256 leaves 3.6-4.6 and still sets up about 1,000 flows a second through a
 // 250 ms proxy; 64 leaves 2.8 but would queue a browser's burst.
@@ -143,7 +153,8 @@ func New(p Policy, opts Options) (*Router, error) {
 		opts:    opts,
 		dialer:  &net.Dialer{Control: opts.Control, KeepAlive: 30 * time.Second},
 		engine:  newEngine(),
-		setups:  make(chan struct{}, maxSetups),
+		adm:     newAdmission(cmp.Or(opts.Descriptors, descriptorLimit())),
+		refuse:  newRefusals(opts.Log, opts.SummaryEvery),
 		early:   sync.Pool{New: func() any { return new([earlyMax]byte) }},
 		tracked: map[string]*trackedUp{},
 		book:    opts.Refusals,
@@ -161,6 +172,9 @@ func New(p Policy, opts Options) (*Router, error) {
 		r.opts.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
 			return res.LookupNetIP(ctx, "ip", host)
 		}
+	}
+	if opts.Names != nil {
+		r.resolved = newResolvedNames(opts.Names.ResolveViaProxy)
 	}
 	if err := r.SetPolicy(p); err != nil {
 		return nil, err
@@ -226,4 +240,5 @@ func (r *Router) Wait() { r.flows.Wait() }
 func (r *Router) Close() {
 	r.stopUpstreams()
 	r.engine.Close()
+	r.refuse.flush()
 }

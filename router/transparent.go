@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/agentcage/router/internal/netaddr"
@@ -19,54 +18,80 @@ import (
 	"github.com/agentcage/router/upstream"
 )
 
-// Serve accepts redirected connections on ln until ctx is done or ln fails; each flow is
-// set up (decided, connected) on a goroutine of its own, then relayed by the engine. At most
-// maxSetups flows are set up at once: a burst waits in the listen backlog instead of growing
-// goroutine stacks and garbage. Closing ln (or cancelling ctx) stops accepting; flows already
+// Serve accepts redirected connections on ln until ctx is done or ln is closed; each flow is
+// set up (decided, connected) on a goroutine of its own, then relayed by the engine. What
+// flows may hold is budgeted by source (see admission): a flow over the descriptor budget
+// is refused at accept, and set-up slots are shared fairly, so a guest flooding the
+// listener cannot hold back another's flows. Accept errors (out of descriptors) pause
+// accepting and never end it. Closing ln (or cancelling ctx) stops accepting; flows already
 // running go on (Wait waits for them).
 func (r *Router) Serve(ctx context.Context, ln *net.TCPListener) error {
-	return r.acceptLoop(ctx, ln, "accept", r.setups, func(c *net.TCPConn) {
+	return r.acceptLoop(ctx, ln, "accept", func(c *net.TCPConn) {
+		if !r.adm.enter() {
+			r.refuseAtAccept(c, errOverBudget)
+			return
+		}
 		r.flows.Add(1)
-		go func() {
-			r.handle(ctx, c) // marks r.flows done when the flow ends
-			<-r.setups
-		}()
+		go r.handle(ctx, c) // leaves the budget and marks r.flows done when the flow ends
 	})
 }
 
+// errOverBudget and errOverShare are flows refused for descriptors: the router's whole
+// budget of flows is in use, or their source holds its share of it.
+var (
+	errOverBudget = errors.New("the router's budget of flows is in use")
+	errOverShare  = errors.New("its source holds its share of the router's flows")
+	errDstBusy    = errors.New("too many flows being set up to this destination")
+	errNoSlot     = errors.New("no set-up slot of its source's share came free in time")
+)
+
+// admissionVerdict is the verdict logged for a flow the budgets refused before the policy
+// could decide it.
+var admissionVerdict = rules.Verdict{Action: rules.Block, Index: -1, Name: "(over its source's budget)"}
+
+// refuseAtAccept resets a connection refused before any work, and counts the refusal.
+func (r *Router) refuseAtAccept(c *net.TCPConn, why error) {
+	src := netaddr.AddrPort(c.RemoteAddr())
+	reset(c)
+	r.book.Add(refusal.Limit, refusal.Event{Src: src})
+	if r.refuse.note(why.Error(), src.Addr().String()) {
+		r.log.Warn("flow refused", "src", src, "err", why.Error())
+	}
+}
+
+// Accept errors other than a closed listener pause accepting from acceptMinPause, doubling
+// up to acceptMaxPause: out of descriptors, a listener must wait for some to free, and it
+// must never end (the forwards and the control channel would be gone for good).
+const (
+	acceptMinPause = 5 * time.Millisecond
+	acceptMaxPause = time.Second
+)
+
 // acceptLoop accepts on ln until ctx is done or ln is closed (then it returns nil) and
-// gives each connection to serve. With tokens, one token is taken before each accept (serve's
-// goroutine returns it). Running out of descriptors or memory pauses accepting briefly
-// instead of ending the loop; other accept errors end it, named with what.
-func (r *Router) acceptLoop(ctx context.Context, ln *net.TCPListener, what string, tokens chan struct{}, serve func(*net.TCPConn)) error {
+// gives each connection to serve. Other accept errors pause it (see acceptMinPause) and
+// are counted in the refusal summary, named with what; it never returns them.
+func (r *Router) acceptLoop(ctx context.Context, ln *net.TCPListener, what string, serve func(*net.TCPConn)) error {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
+	var pause time.Duration
 	for {
-		if tokens != nil {
-			select {
-			case tokens <- struct{}{}:
-			case <-ctx.Done():
-				return nil
-			}
-		}
 		c, err := ln.AcceptTCP()
 		if err == nil {
+			pause = 0
 			serve(c)
 			continue
 		}
-		if tokens != nil {
-			<-tokens
-		}
-		var ne net.Error
-		switch {
-		case ctx.Err() != nil || errors.Is(err, net.ErrClosed):
+		if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 			return nil
-		case errors.As(err, &ne) && ne.Timeout():
-		case errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM):
-			r.log.Warn(what+": out of resources, pausing", "err", err)
-			time.Sleep(50 * time.Millisecond)
-		default:
-			return fmt.Errorf("%s: %w", what, err)
+		}
+		pause = min(max(2*pause, acceptMinPause), acceptMaxPause)
+		if r.refuse.note(what+" failed", ln.Addr().String()) {
+			r.log.Warn(what+" failed; pausing", "err", err, "pause", pause)
+		}
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return nil
 		}
 	}
 }
@@ -92,16 +117,21 @@ type Flow struct {
 	Start   time.Time
 	Err     error
 
-	bytes meter     // live, as the relay moves them
-	rate  sample    // guarded by Router.live.mu
-	pol   *compiled // the policy that decided it (nil: a forward, or not decided)
-	index int       // the rule that decided it, -1 for an implicit step
+	bytes   meter     // live, as the relay moves them
+	rate    sample    // guarded by Router.live.mu
+	pol     *compiled // the policy that decided it (nil: a forward, or not decided)
+	index   int       // the rule that decided it, -1 for an implicit step
+	relayed bool      // the flow reached the relay; set before the relay starts
 }
 
 // handle sets up one redirected flow: classify (where it came from and was going, who owns
 // it, the name behind its address), then the steps every listener shares (flow.go): decide,
 // dial, and the relay, which logs the flow and marks it done (r.flows) when it ends. A flow
 // refused or failed before the relay gets a reset and is logged and marked done here.
+//
+// Admission (see admission): the flow entered the descriptor budget at accept; once its
+// source is known (classify) it takes its share of that budget, then open takes its set-up
+// slots. Its share and its place in the budget are given back when it ends.
 func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 	p := r.pol.Load()
 	f := r.newFlow(netaddr.AddrPort(c.RemoteAddr()))
@@ -110,21 +140,95 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 		f.Err = err
 		r.refused(refusal.Capture, f)
 		reset(c)
-		r.endFlow(f, nil)
+		r.endFlow(f, func() {
+			if release != nil {
+				release()
+			}
+			r.adm.leave()
+		})
 		return
+	}
+	key := sourceKey(&pf, p)
+	if !r.adm.flows.tryAcquire(key) {
+		f.Err, f.Verdict = errOverShare, admissionVerdict
+		r.refused(refusal.Limit, f)
+		reset(c)
+		r.endFlow(f, func() {
+			if release != nil {
+				release()
+			}
+			r.adm.leave()
+		})
+		return
+	}
+	done := func() {
+		if release != nil {
+			release()
+		}
+		r.adm.flows.release(key)
+		r.adm.leave()
 	}
 	_, out, _ := r.open(ctx, p, f, &pf, early{sock: c})
 	if out == nil {
 		reset(c) // refused or failed (fail closed): a reset, never a direct fallback
-		r.endFlow(f, release)
+		r.endFlow(f, done)
 		return
 	}
-	r.relayFlow(p, f, c, out, release)
+	r.relayFlow(p, f, c, out, done)
+}
+
+// sourceKey names the source a flow is budgeted under: a VM's address, the app of a local
+// flow when its owner is known, else the local address.
+func sourceKey(pf *policy.Flow, p *compiled) string {
+	switch {
+	case pf.FromVM || p.Decision.FromVMNetwork(pf.Src):
+		return "vm " + pf.Src.String()
+	case pf.AppPath != "":
+		return "app " + pf.AppPath
+	case pf.App != "":
+		return "app " + pf.App
+	}
+	return "host " + pf.Src.String()
+}
+
+// setup takes the flow's set-up slots, its destination's and its source's (waiting up to
+// the connect timeout for a fair turn), then looks its name up when the policy asks
+// (policy.Policy.NeedsResolve: a caged flow that would leave from this machine by its
+// name), through the proxy's resolver, remembered per name. done gives the slots back.
+func (r *Router) setup(ctx context.Context, p *compiled, key string, pf *policy.Flow) (done func(), err error) {
+	dst := pf.Host
+	if dst == "" {
+		dst = pf.Dst.String()
+	}
+	if !r.adm.dstAcquire(dst) {
+		return nil, errDstBusy
+	}
+	wctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
+	defer cancel()
+	if err := r.adm.setups.acquire(wctx, key); err != nil {
+		r.adm.dstRelease(dst)
+		if !errors.Is(err, errBusy) {
+			err = fmt.Errorf("%w (waited %v): %w", errNoSlot, p.ConnectTimeout, err)
+		}
+		return nil, err
+	}
+	if r.resolved != nil && p.Decision.NeedsResolve(pf) {
+		// A time of its own: the wait for the slot must not leave the lookup none (the
+		// flow would be refused as not verifiable).
+		lctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
+		pf.Resolved = r.resolved.lookup(lctx, pf.Host)
+		cancel()
+	}
+	return func() {
+		r.adm.setups.release(key)
+		r.adm.dstRelease(dst)
+	}, nil
 }
 
 // classify finds what the policy decides on: the flow's original addresses, whether it
-// came from a VM, its owner when the policy needs it, and the name behind its destination.
-// A fake IP's name is held until release is called (nil when nothing is held).
+// came from a VM, its owner when the policy needs it, and the name behind its destination
+// (what the name resolves to is looked up later, in a set-up slot). A fake IP's name is
+// held until release is called (nil when nothing is held).
 func (r *Router) classify(c *net.TCPConn, f *Flow, p *compiled) (pf policy.Flow, release func(), err error) {
 	src, dst, err := r.opts.Original(c)
 	if err != nil {
@@ -157,13 +261,14 @@ func (r *Router) classify(c *net.TCPConn, f *Flow, p *compiled) (pf policy.Flow,
 // upstream sends them with the request when it pipelines, right after its answer otherwise. A
 // direct one delivers the bytes a listener already read, and leaves those still in the
 // client's socket to the relay. A destination known by its name only (an inbound's client
-// asked for a name) or by a fake IP is resolved through the proxy when it goes direct.
-func (r *Router) dial(ctx context.Context, p *compiled, f *Flow, d policy.Decision, e early) (net.Conn, error) {
+// asked for a name) or by a fake IP is resolved through the proxy when it goes direct
+// (unless setup resolved it already: pf.Resolved, the addresses the policy checked).
+func (r *Router) dial(ctx context.Context, p *compiled, f *Flow, d policy.Decision, pf *policy.Flow, e early) (net.Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
 	defer cancel()
 	if d.Action == rules.Direct {
 		byName := !f.Dst.Addr().IsValid() || p.Decision.InPool(f.Dst.Addr())
-		out, err := r.dialDirect(dctx, f.Dst, f.Host, byName)
+		out, err := r.dialDirect(dctx, f.Dst, f.Host, byName, pf.Resolved)
 		if err != nil {
 			return nil, err
 		}
@@ -209,10 +314,14 @@ func (r *Router) dial(ctx context.Context, p *compiled, f *Flow, d policy.Decisi
 
 // dialDirect connects to dst with the router's own dialer. With byName, dst's address is a
 // fake IP or none at all: host is first resolved through the proxy (a name never goes to the
-// local resolver).
-func (r *Router) dialDirect(ctx context.Context, dst netip.AddrPort, host string, byName bool) (*net.TCPConn, error) {
+// local resolver); when setup resolved it already (resolved), those addresses, which the
+// policy checked, are the ones dialed.
+func (r *Router) dialDirect(ctx context.Context, dst netip.AddrPort, host string, byName bool, resolved []netip.Addr) (*net.TCPConn, error) {
 	targets := []netip.Addr{dst.Addr()}
-	if byName {
+	switch {
+	case byName && len(resolved) > 0:
+		targets = resolved
+	case byName:
 		if r.opts.Names == nil {
 			return nil, fmt.Errorf("resolve %s via proxy: no DNS side to ask", host)
 		}
@@ -295,8 +404,32 @@ func (r *Router) logOpen(f *Flow) {
 	}
 }
 
-// logFlow records a flow's end: its decision, bytes each way, duration and error.
+// summaryReason names why f was refused or failed before the relay, for the summary of refusals;
+// "" for a flow that was relayed (its end is logged one by one).
+func summaryReason(f *Flow) string {
+	switch {
+	case f.relayed:
+		return ""
+	case f.Err == nil && f.Verdict.Action == rules.Block:
+		return "refused by " + f.Verdict.Name
+	case f.Err == nil:
+		return ""
+	}
+	for _, e := range []error{errOverShare, errOverBudget, errDstBusy, errBusy, errNoSlot} {
+		if errors.Is(f.Err, e) {
+			return e.Error()
+		}
+	}
+	return "failed before the relay"
+}
+
+// logFlow records a flow's end: its decision, bytes each way, duration and error. Refused
+// and failed flows go through the refusal summary: only the first few of each reason in an
+// interval are logged one by one.
 func (r *Router) logFlow(f *Flow) {
+	if reason := summaryReason(f); reason != "" && !r.refuse.note(reason, f.Src.Addr().String()) {
+		return
+	}
 	if !r.log.Enabled(context.Background(), flowLevel(f)) {
 		return // the record's attributes cost more than the rest of a short flow's end
 	}

@@ -172,3 +172,29 @@ func TestAdapters(t *testing.T) {
 		t.Errorf("json: exit %d\n%s", code, out.String())
 	}
 }
+
+// TestAddressCredentialsNeverEchoed: a password written inside a proxy's address is refused
+// by every command that reads the config, and none of them repeats it.
+func TestAddressCredentialsNeverEchoed(t *testing.T) {
+	for _, cfg := range []string{"../../testdata/conf/bad/54-address-credentials.toml", "../../testdata/conf/bad/55-address-url-credentials.toml"} {
+		for _, args := range [][]string{
+			{"lint", "--config", cfg},
+			{"lint", "--config", cfg, "--json"},
+			{"explain", "--config", cfg, "--dst", "203.0.113.10:80"},
+			{"run", "--config", cfg, "--log-format", "json"},
+			{"status", "--config", cfg},
+			{"cleanup", "--config", cfg},
+		} {
+			out, errOut, code := run(t, args...)
+			if code == exitOK {
+				t.Errorf("%v: exit 0, want the config refused", args)
+			}
+			if strings.Contains(out+errOut, "hunter2") {
+				t.Errorf("%v echoed the password:\n%s%s", args, out, errOut)
+			}
+			if !strings.Contains(errOut, "credentials inside the address are refused") {
+				t.Errorf("%v: stderr lacks the reason:\n%s", args, errOut)
+			}
+		}
+	}
+}

@@ -40,7 +40,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if serviceMode() {
 		err := runService(level, func(log *slog.Logger, ctx contextT, reload <-chan struct{}, ready chan<- struct{}) error {
 			return daemon.Run(ctx, daemon.Options{
-				ConfigPath: *cfgPath, Platform: daemon.NewPlatform(log.With("component", "proc")),
+				ConfigPath: *cfgPath, Platform: daemon.NewPlatform(log.With("component", "capture")),
 				Log: log, Level: level, Reload: reload, Ready: ready,
 			})
 		})
@@ -71,7 +71,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}()
 	err := daemon.Run(ctx, daemon.Options{
 		ConfigPath: *cfgPath,
-		Platform:   daemon.NewPlatform(log.With("component", "proc")),
+		Platform:   daemon.NewPlatform(log.With("component", "capture")),
 		Log:        log,
 		Level:      level,
 		Reload:     reload,

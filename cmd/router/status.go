@@ -51,8 +51,18 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 // writeStatus prints st as `router status` shows it; now is the time ages are taken from.
 func writeStatus(w io.Writer, st *control.Status, now time.Time) {
 	t := st.Totals
-	fmt.Fprintf(w, "router running since %s (%s), config %s\n", st.Started.Format(time.RFC3339), now.Sub(st.Started).Round(time.Second), st.Config)
+	fmt.Fprintf(w, "router running since %s (%s), pid %d, config %s\n", st.Started.Format(time.RFC3339), now.Sub(st.Started).Round(time.Second), st.PID, st.Config)
+	switch g := st.Guard; {
+	case g.Restores > 0:
+		fmt.Fprintf(w, "guard: restored %d times; last at %s: %s\n", g.Restores, g.LastRestore.Format(time.RFC3339), g.LastDamage)
+	case g.Watched:
+		fmt.Fprintln(w, "guard: watched, never restored")
+	}
 	fmt.Fprintf(w, "flows: %d (%d live), up %s, down %s; refused: %d\n", t.Flows, t.Live, humanBytes(t.Up), humanBytes(t.Down), t.Refused)
+	if b := st.Budgets; b.FlowBudget > 0 {
+		fmt.Fprintf(w, "budgets: flows %d of %d; set-up: %d in progress, %d waiting; forwards: %d of %d\n",
+			b.Flows, b.FlowBudget, b.Setups, b.SetupWaiting, b.Forwards, b.ForwardBudget)
+	}
 	fmt.Fprintf(w, "dns: %s", st.DNS.Mode)
 	if st.DNS.Pool != "" {
 		fmt.Fprintf(w, ", pool %s: %d of %d addresses given out, %d in use", st.DNS.Pool, st.DNS.Mapped, st.DNS.PoolSize, st.DNS.InUse)

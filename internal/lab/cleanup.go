@@ -15,7 +15,7 @@ import (
 // Names the lab creates: namespaces and /etc/netns directories "rl<pid>-<4 hex>-<role>",
 // temporary directories "rl<pid>-<4 hex>-dante-*" and "rl<pid>-<4 hex>-state-*".
 const (
-	nsNamePattern  = `^rl([0-9]+)-[0-9a-f]{4}-(inet|host|guest)$`
+	nsNamePattern  = `^rl([0-9]+)-[0-9a-f]{4}-(inet|host|guest|guest2)$`
 	tmpDirPattern  = `^rl([0-9]+)-[0-9a-f]{4}-(dante|state)-`
 	etcNetnsDir    = "/etc/netns"
 	cleanupTimeout = 10 * time.Second

@@ -154,6 +154,11 @@ func dnsHandler(rec *record[DNSQuery]) dns.Handler {
 			_ = w.WriteMsg(m)
 			return
 		}
+		if rr := loopAnswer(q); rr != nil {
+			m.Answer = append(m.Answer, rr)
+			_ = w.WriteMsg(m)
+			return
+		}
 		hdr := func(t uint16) dns.RR_Header {
 			return dns.RR_Header{Name: q.Name, Rrtype: t, Class: dns.ClassINET, Ttl: zoneTTL}
 		}

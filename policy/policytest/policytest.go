@@ -201,3 +201,94 @@ func ScopeCases(local bool, dnsCapture string) []Case {
 		{"host app, loopback", flow(tcp, Chrome, "127.0.0.1", "127.0.0.1:8080"), policy.StepLocal, rules.Direct, "", policy.StepLocal.String()},
 	}
 }
+
+// LocalProxyConfig is the config of ResolvedCases: the VM's upstream runs on this host (an
+// `ssh -D`, tor or sing-box on 127.0.0.1), a second VM network goes through a remote one,
+// and a name rule sends some fake-IP names direct.
+const LocalProxyConfig = `
+[proxy.local]
+address = "127.0.0.1:1080"
+
+[proxy.remote]
+address = "192.0.2.1:1080"
+
+[capture]
+vm_networks = ["10.0.2.0/24", "10.0.3.0/24"]
+
+[[forward]]
+listen = "192.168.56.1:47831"
+connect = "127.0.0.1:47831"
+allow = ["10.0.2.0/24"]
+
+[dns]
+mode = "fake-ip"
+proxy = "local"
+
+[[rule]]
+name = "named-direct"
+hosts = ["*.direct.test"]
+action = "direct"
+
+[[rule]]
+name = "vm-remote"
+sources = ["10.0.3.0/24"]
+action = "proxy"
+proxy = "remote"
+
+[[rule]]
+name = "vm"
+sources = ["10.0.2.0/24"]
+action = "proxy"
+proxy = "local"
+
+[[rule]]
+name = "hypervisor"
+apps = ["VBoxHeadless.exe"]
+action = "proxy"
+proxy = "local"
+
+[[rule]]
+name = "default"
+action = "direct"
+`
+
+// ResolvedCases are flows to a fake IP whose name was resolved through the proxy's
+// resolver (Flow.Resolved), decided under LocalProxyConfig. The relay resolves such names
+// before it decides (policy.Policy.NeedsResolve); the Windows engine leaves these flows to
+// the relay, and explain cannot resolve, so only the policy and the relay run them.
+// NeedsResolve is whether the policy asks for the name's addresses (with Resolved nil).
+func ResolvedCases() []ResolvedCase {
+	tcp := rules.TCP
+	named := func(app, src, dst, name string, resolved ...string) policy.Flow {
+		f := flow(tcp, app, src, dst)
+		f.Host = name
+		f.Resolved = []netip.Addr{}
+		for _, a := range resolved {
+			f.Resolved = append(f.Resolved, netip.MustParseAddr(a))
+		}
+		return f
+	}
+	fake := PoolAddr.String()
+	refused, step := policy.StepHostName.String(), policy.StepHostName
+	return []ResolvedCase{
+		{Case{"local proxy, name to loopback", named("", "10.0.2.15", fake+":8080", "loop.example", "127.0.0.1"), step, rules.Block, "", refused}, true},
+		{Case{"local proxy, name to loopback v6", named("", "10.0.2.15", fake+":22", "loop.example", "::1"), step, rules.Block, "", refused}, true},
+		{Case{"local proxy, name to the host's address", named("", "10.0.2.15", fake+":445", "smb.example", "203.0.113.5", "192.168.1.10"), step, rules.Block, "", refused}, true},
+		{Case{"local proxy, name to link-local", named("", "10.0.2.15", fake+":80", "ll.example", "fe80::1"), step, rules.Block, "", refused}, true},
+		{Case{"local proxy, name that does not resolve", named("", "10.0.2.15", fake+":443", "nx.example"), step, rules.Block, "", refused}, true},
+		{Case{"local proxy, public name", named("", "10.0.2.15", fake+":443", "example.com", "203.0.113.5"), policy.StepRule, rules.Proxy, "local", "vm"}, true},
+		{Case{"local proxy, name to the model's port", named("", "10.0.2.15", fake+":47831", "model.example", "127.0.0.1"), policy.StepRule, rules.Proxy, "local", "vm"}, true},
+		{Case{"hypervisor through the local proxy, name to loopback", named(Hypervisor, "192.168.1.10", fake+":8080", "loop.example", "127.0.0.1"), step, rules.Block, "", refused}, true},
+		{Case{"direct fake IP, name to loopback", named("", "10.0.2.15", fake+":80", "a.direct.test", "127.0.0.1"), step, rules.Block, "", refused}, true},
+		{Case{"direct fake IP, public name", named("", "10.0.2.15", fake+":80", "a.direct.test", "203.0.113.5"), policy.StepRule, rules.Direct, "", "named-direct"}, true},
+		{Case{"remote proxy, name to loopback", named("", "10.0.3.15", fake+":8080", "loop.example", "127.0.0.1"), policy.StepRule, rules.Proxy, "remote", "vm-remote"}, false},
+		{Case{"host app, name to loopback", named(Chrome, "192.168.1.10", fake+":8080", "loop.example", "127.0.0.1"), policy.StepRule, rules.Direct, "", "default"}, false},
+	}
+}
+
+// ResolvedCase is a Case whose flow's name was resolved, and whether the policy asks for
+// that (NeedsResolve of the flow without Resolved).
+type ResolvedCase struct {
+	Case
+	NeedsResolve bool
+}

@@ -1,0 +1,130 @@
+package router
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// admission is what the router lets flows hold, so that one source (a guest, an app) cannot
+// starve the others nor the router itself:
+//
+//   - setups: the flows being set up at once (deciding, resolving, connecting, the SOCKS
+//     handshake, which waits for the proxy's own connect), maxSetups in all, shared fairly
+//     between sources (see shares; a quarter is kept for a source not yet seen): a guest
+//     holding hundreds of connections to a silent destination takes its share, and the
+//     next source's flow is set up at once. A flow
+//     beyond its source's share waits, up to the connect timeout; beyond maxSetups waiting
+//     per source it is refused at once.
+//   - dst: at most perDestination flows being set up to one destination (name or address)
+//     at once; more are refused at once. A silent destination costs one connect timeout
+//     per flow, so this bounds what one can hold.
+//   - flows and total: the transparent flows alive (being set up or relayed), each holding
+//     up to two descriptors. total is checked at accept, before any work; flows shares the
+//     same budget fairly between sources once the source is known. Beyond either the flow is
+//     refused at once: descriptors are never exhausted by relayed flows. A lone source may
+//     take all but a 64th of the budget (9,000 idle flows under a limit of 20,000); with
+//     others, its fair share.
+//   - forwards: the forwards' flows, a budget of their own, shared fairly between sources.
+//
+// What stays outside every budget is the reserve: the DNS server (its own limits), the
+// control channel, the listeners, the relay's pipes and the process's other descriptors.
+type admission struct {
+	setups   *shares
+	flows    *shares
+	forwards *shares
+	total    atomic.Int64
+	maxTotal int64
+	perDst   int
+
+	mu  sync.Mutex     // guards dst
+	dst map[string]int // flows being set up, by destination
+}
+
+// Budget figures. maxSetups (router.go) is the set-up slots in all.
+const (
+	// minSetupShare is the least share of set-up slots a source gets however many sources
+	// there are.
+	minSetupShare = 16
+	// perDestination is the flows set up to one destination at once.
+	perDestination = 32
+	// reserveDescriptors are kept out of the flow budgets: the relay's pipe pool (64 pipes,
+	// 128 descriptors), the DNS server's TCP connections (256), its sockets, the listeners,
+	// the control channel, netlink, logs (64), and the forwards' budget (256).
+	reserveDescriptors = 128 + 256 + 64 + 256
+	// defaultDescriptors is the budget's base when the limit is unknown (Windows).
+	defaultDescriptors = 65536
+)
+
+// budgetFor splits a descriptor limit: transparent flows and forward flows, two descriptors
+// each, after the reserve (at most half of a small limit).
+func budgetFor(descriptors int) (flows, forwards int) {
+	if descriptors <= 0 {
+		descriptors = defaultDescriptors
+	}
+	reserve := min(reserveDescriptors, descriptors/2)
+	flows = max((descriptors-reserve)/2, 16)
+	forwards = max(reserve/8, 8)
+	return flows, forwards
+}
+
+func newAdmission(descriptors int) *admission {
+	flows, forwards := budgetFor(descriptors)
+	return &admission{
+		setups:   newShares(maxSetups, maxSetups/4, minSetupShare, maxSetups),
+		flows:    newShares(flows, max(flows/64, 16), 16, 0),
+		forwards: newShares(forwards, max(forwards/8, 2), 2, 0),
+		maxTotal: int64(flows),
+		perDst:   perDestination,
+		dst:      map[string]int{},
+	}
+}
+
+// enter counts an accepted transparent flow against the budget; false: over it (the
+// flow must be refused and leave is not called).
+func (a *admission) enter() bool {
+	if a.total.Add(1) > a.maxTotal {
+		a.total.Add(-1)
+		return false
+	}
+	return true
+}
+
+// leave uncounts a flow enter counted.
+func (a *admission) leave() { a.total.Add(-1) }
+
+// dstAcquire takes one of key's set-up slots; false: key has perDst flows being set up.
+func (a *admission) dstAcquire(key string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.dst[key] >= a.perDst {
+		return false
+	}
+	a.dst[key]++
+	return true
+}
+
+func (a *admission) dstRelease(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.dst[key]--; a.dst[key] <= 0 {
+		delete(a.dst, key)
+	}
+}
+
+// Budgets is what the flows hold of the router's budgets now.
+type Budgets struct {
+	Flows, FlowBudget       int // transparent flows alive (being set up or relayed), and their budget
+	Setups, SetupWaiting    int // set-up slots in use, and flows waiting for one
+	Forwards, ForwardBudget int // forward flows alive, and their budget
+}
+
+// Budgets reports the budgets' use (see admission).
+func (r *Router) Budgets() Budgets {
+	setups, _, waiting := r.adm.setups.stats()
+	fwd, _, _ := r.adm.forwards.stats()
+	return Budgets{
+		Flows: int(r.adm.total.Load()), FlowBudget: int(r.adm.maxTotal),
+		Setups: setups, SetupWaiting: waiting,
+		Forwards: fwd, ForwardBudget: r.adm.forwards.capacity,
+	}
+}

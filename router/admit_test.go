@@ -1,0 +1,395 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/upstream"
+)
+
+func TestSharesAlone(t *testing.T) {
+	s := newShares(100, 25, 4, 0)
+	n := 0
+	for s.tryAcquire("a") {
+		n++
+	}
+	if n != 75 {
+		t.Errorf("a lone source took %d slots, want 75 (all but the headroom)", n)
+	}
+	// A newcomer finds the headroom, up to its own share.
+	m := 0
+	for s.tryAcquire("b") {
+		m++
+	}
+	if m != 25 {
+		t.Errorf("the second source took %d slots, want the 25 left", m)
+	}
+	if used, sources, _ := s.stats(); used != 100 || sources != 2 {
+		t.Errorf("stats = %d used, %d sources", used, sources)
+	}
+	// a is over its share now (75 > 37): a slot it gives back goes to nobody but b.
+	s.release("a")
+	if s.tryAcquire("a") {
+		t.Error("a source over its share got a slot back")
+	}
+	if !s.tryAcquire("c") {
+		t.Error("a third source got nothing from a free slot")
+	}
+	for range 75 - 1 {
+		s.release("a")
+	}
+	for range 25 {
+		s.release("b")
+	}
+	s.release("c")
+	if used, sources, waiting := s.stats(); used != 0 || sources != 0 || waiting != 0 {
+		t.Errorf("after every release: %d used, %d sources, %d waiting", used, sources, waiting)
+	}
+}
+
+// TestSharesWaitFairly: a source that holds its share and has flows waiting does not hold
+// back another source's flow, which is granted at once, and freed slots go to the sources
+// under their share first.
+func TestSharesWaitFairly(t *testing.T) {
+	s := newShares(10, 2, 1, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range 8 {
+		if err := s.acquire(ctx, "flood"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The flood's further flows wait.
+	var granted atomic.Int32
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			if s.acquire(ctx, "flood") == nil {
+				granted.Add(1)
+			}
+		})
+	}
+	waitUntil(t, func() bool { _, _, w := s.stats(); return w == 20 })
+	start := time.Now()
+	if err := s.acquire(ctx, "guest2"); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 10*time.Millisecond {
+		t.Errorf("the second source waited %v", d)
+	}
+	// A slot the flood gives back goes to the guest, not to the flood's older waiters (the
+	// flood is over its share of 4 now).
+	s.release("flood")
+	if err := s.acquire(ctx, "guest2"); err != nil {
+		t.Fatal(err)
+	}
+	if n := granted.Load(); n != 0 {
+		t.Errorf("%d waiting flood flows were granted while over the share", n)
+	}
+	// Once the guest is gone, the flood is alone again: its oldest waiter gets back to its
+	// share of 8, no further.
+	s.release("guest2")
+	s.release("guest2")
+	waitUntil(t, func() bool { return granted.Load() == 1 })
+	time.Sleep(10 * time.Millisecond)
+	if n := granted.Load(); n != 1 {
+		t.Errorf("%d waiters granted, want 1 (up to the lone share)", n)
+	}
+	cancel()
+	wg.Wait()
+	for used, _, _ := s.stats(); used > 0; used, _, _ = s.stats() {
+		s.release("flood")
+	}
+	if used, sources, waiting := s.stats(); used != 0 || sources != 0 || waiting != 0 {
+		t.Errorf("at the end: %d used, %d sources, %d waiting", used, sources, waiting)
+	}
+}
+
+func TestSharesRefuseTooManyWaiting(t *testing.T) {
+	s := newShares(2, 0, 1, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.acquire(ctx, "a")
+	s.acquire(ctx, "a")
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() { errs <- s.acquire(ctx, "a") }()
+	}
+	waitUntil(t, func() bool { _, _, w := s.stats(); return w == 3 })
+	if err := s.acquire(ctx, "a"); !errors.Is(err, errBusy) {
+		t.Errorf("the fourth waiter: %v, want errBusy", err)
+	}
+	cancel()
+	for range 3 {
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled waiter: %v", err)
+		}
+	}
+	s.release("a")
+	s.release("a")
+	if used, sources, waiting := s.stats(); used != 0 || sources != 0 || waiting != 0 {
+		t.Errorf("at the end: %d used, %d sources, %d waiting", used, sources, waiting)
+	}
+}
+
+// TestSharesRandom: many sources acquiring, timing out and releasing at random never
+// exceed the capacity, and leave nothing behind.
+func TestSharesRandom(t *testing.T) {
+	s := newShares(20, 5, 2, 10)
+	var inUse atomic.Int32
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			key := fmt.Sprint("s", g%5)
+			for range 200 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(3))*time.Millisecond)
+				err := s.acquire(ctx, key)
+				cancel()
+				if err != nil {
+					continue
+				}
+				if n := inUse.Add(1); n > 20 {
+					t.Errorf("%d slots in use, capacity 20", n)
+				}
+				time.Sleep(time.Duration(rand.IntN(100)) * time.Microsecond)
+				inUse.Add(-1)
+				s.release(key)
+			}
+		})
+	}
+	wg.Wait()
+	if used, sources, waiting := s.stats(); used != 0 || sources != 0 || waiting != 0 {
+		t.Errorf("at the end: %d used, %d sources, %d waiting", used, sources, waiting)
+	}
+}
+
+func TestBudgetFor(t *testing.T) {
+	for _, c := range []struct{ limit, flows, forwards int }{
+		{20000, (20000 - reserveDescriptors) / 2, reserveDescriptors / 8},
+		{1024, (1024 - 512) / 2, 512 / 8},
+		{0, (defaultDescriptors - reserveDescriptors) / 2, reserveDescriptors / 8},
+		{10, 16, 8},
+	} {
+		flows, forwards := budgetFor(c.limit)
+		if flows != c.flows || forwards != c.forwards {
+			t.Errorf("budgetFor(%d) = %d, %d; want %d, %d", c.limit, flows, forwards, c.flows, c.forwards)
+		}
+	}
+	// Under the lab's limit a lone source may hold 9,000 idle flows (the memory benchmark).
+	a := newAdmission(20000)
+	n := 0
+	for a.flows.tryAcquire("vm 10.0.2.15") {
+		n++
+	}
+	if n < 9000 {
+		t.Errorf("a lone source may hold %d flows under 20,000 descriptors, want at least 9,000", n)
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// twoSources is a router test env whose flows come from the source the test names (a
+// guest or a second one), not from the loopback client.
+type twoSources struct {
+	*env
+	mu   sync.Mutex
+	from map[netip.AddrPort][2]netip.AddrPort // client address -> source, destination
+}
+
+func newTwoSources(t *testing.T, pol Policy, opts Options) *twoSources {
+	ts := &twoSources{from: map[netip.AddrPort][2]netip.AddrPort{}}
+	opts.Original = func(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
+		// The router may accept before dialFrom recorded the client: wait for it.
+		for range 1000 {
+			ts.mu.Lock()
+			m, ok := ts.from[netaddr.AddrPort(c.RemoteAddr())]
+			ts.mu.Unlock()
+			if ok {
+				return m[0], m[1], nil
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return netip.AddrPort{}, netip.AddrPort{}, errors.New("unknown client")
+	}
+	ts.env = newEnv(t, pol, opts)
+	return ts
+}
+
+func (ts *twoSources) dialFrom(src string, dst netip.AddrPort) *net.TCPConn {
+	ts.t.Helper()
+	c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(ts.ln.Addr())))
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	ts.mu.Lock()
+	ts.from[netaddr.AddrPort(c.LocalAddr())] = [2]netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr(src), 40000), dst}
+	ts.mu.Unlock()
+	c.SetDeadline(time.Now().Add(waitFor))
+	ts.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// silentProxy accepts connections and never answers: a SOCKS CONNECT to a destination that
+// does not answer either.
+func silentProxy(t *testing.T) netip.AddrPort {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return ln.Addr().(*net.TCPAddr).AddrPort()
+}
+
+// silentPolicy sends 203.0.113.0/24 to a proxy that never answers and the rest direct.
+func silentPolicy(t *testing.T, connectTimeout time.Duration) Policy {
+	silent := silentProxy(t)
+	return Policy{
+		Decision: mustRules(t,
+			hostRule("silent", rules.Proxy, "silent", "203.0.113.0/24"),
+			rules.Rule{Name: "rest", Action: rules.Direct}),
+		Upstreams:      []UpstreamConfig{{Config: upstream.Config{Name: "silent", Host: "127.0.0.1", Port: silent.Port()}}},
+		ConnectTimeout: connectTimeout,
+	}
+}
+
+// TestFloodDoesNotHoldBackOthers: one source holds 300 flows to silent destinations; a flow
+// of another source is set up at once, and the flood gets its share of set-up slots, not
+// all of them.
+func TestFloodDoesNotHoldBackOthers(t *testing.T) {
+	target := startTarget(t, "hello\n")
+	ts := newTwoSources(t, silentPolicy(t, 2*time.Second), Options{})
+	for i := range 300 {
+		// Ten silent destinations: the per-destination cap (32) is not what stops them.
+		ts.dialFrom("10.0.2.15", netip.MustParseAddrPort(fmt.Sprintf("203.0.113.%d:80", 1+i%10)))
+	}
+	waitUntil(t, func() bool { used, _, _ := ts.r.adm.setups.stats(); return used == maxSetups-maxSetups/4 })
+	start := time.Now()
+	c := ts.dialFrom("10.0.2.16", target)
+	if got := readN(t, c, 6); got != "hello\n" {
+		t.Fatalf("second source: %q", got)
+	}
+	took := time.Since(start)
+	t.Logf("second source's flow answered after %v with the flood holding %d set-up slots", took, maxSetups-maxSetups/4)
+	if took > 100*time.Millisecond {
+		t.Errorf("second source waited %v, want under 100 ms", took)
+	}
+	used, sources, waiting := ts.r.adm.setups.stats()
+	t.Logf("set-up slots: %d used, %d sources, %d waiting", used, sources, waiting)
+	if used > maxSetups-maxSetups/4 {
+		t.Errorf("the flood holds %d set-up slots, more than a lone source's share", used)
+	}
+}
+
+// TestSilentDestinationCapped: flows to one silent destination beyond perDestination are
+// refused at once rather than held.
+func TestSilentDestinationCapped(t *testing.T) {
+	ts := newTwoSources(t, silentPolicy(t, 2*time.Second), Options{})
+	var cs []*net.TCPConn
+	for range perDestination + 8 {
+		cs = append(cs, ts.dialFrom("10.0.2.15", netip.MustParseAddrPort("203.0.113.9:80")))
+	}
+	time.Sleep(300 * time.Millisecond) // the refusals are immediate; the held flows wait 2 s
+	refused := 0
+	for _, c := range cs {
+		c.SetReadDeadline(time.Now().Add(time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); err != nil && !isTimeoutErr(err) {
+			refused++
+		}
+	}
+	if refused != 8 {
+		t.Errorf("%d flows to one silent destination refused at once, want 8 (beyond %d)", refused, perDestination)
+	}
+}
+
+func isTimeoutErr(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// TestDescriptorBudget: relayed flows take their source's share of the budget; beyond it
+// they are refused at once, and another source still gets flows.
+func TestDescriptorBudget(t *testing.T) {
+	target := startTarget(t, "hello\n")
+	// 200 descriptors: 100 reserved, 50 flows; a lone source may hold 50-16 = 34.
+	ts := newTwoSources(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{Descriptors: 200})
+	ok := 0
+	for range 50 {
+		c := ts.dialFrom("10.0.2.15", target)
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		b := make([]byte, 6)
+		if n, _ := c.Read(b); n > 0 {
+			ok++
+		}
+	}
+	if ok != 34 {
+		t.Errorf("a lone source relayed %d flows, want 34 of a budget of 50", ok)
+	}
+	c := ts.dialFrom("10.0.2.16", target)
+	if got := readN(t, c, 6); got != "hello\n" {
+		t.Errorf("second source: %q", got)
+	}
+	ts.waitLog(errOverShare.Error())
+}
+
+// TestRefusalsSummarized: a flood of refused flows logs a few records and one summary line.
+func TestRefusalsSummarized(t *testing.T) {
+	target := startTarget(t, "hello\n")
+	pol := Policy{Decision: mustRules(t, hostRule("no", rules.Block, "", target.Addr().String()))}
+	e := newEnv(t, pol, Options{SummaryEvery: 100 * time.Millisecond})
+	for range 50 {
+		c := e.dial(target)
+		if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil {
+			t.Fatalf("read = %d, %v; want the flow refused", n, err)
+		}
+	}
+	e.waitLog("refused or failed flows (summary)")
+	logs := e.logs.String()
+	if n := strings.Count(logs, "msg=flow "); n != perReasonLogged {
+		t.Errorf("%d flow records, want %d", n, perReasonLogged)
+	}
+	if !strings.Contains(logs, `"refused by no"=50`) || !strings.Contains(logs, "not_logged_one_by_one=45") {
+		t.Errorf("summary lacks the counts:\n%s", logs)
+	}
+	_ = policy.StepRule
+}

@@ -1,0 +1,180 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/policy/policytest"
+	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/upstream"
+)
+
+// resolvingNames is fakeNames whose ResolveViaProxy answers from a table (a name with no
+// addresses fails) and counts the lookups.
+type resolvingNames struct {
+	*fakeNames
+	mu      sync.Mutex
+	answers map[string][]netip.Addr
+	lookups atomic.Int32
+	delay   time.Duration
+}
+
+func (f *resolvingNames) ResolveViaProxy(ctx context.Context, name string) ([]netip.Addr, error) {
+	f.lookups.Add(1)
+	time.Sleep(f.delay)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if a := f.answers[name]; len(a) > 0 {
+		return a, nil
+	}
+	return nil, fmt.Errorf("resolve %s via proxy: no address", name)
+}
+
+// TestResolvedCases: the relay looks a caged flow's name up when the policy asks, and
+// decides the shared resolved cases as the policy does.
+func TestResolvedCases(t *testing.T) {
+	cfg, err := conf.Parse("local-proxy.toml", []byte(policytest.LocalProxyConfig), conf.Options{SkipSecrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := policytest.Env()
+	env.Scoped = false // the rules decide every flow handed over (local = false leaves the host's own out)
+	dec := policy.New(cfg, env)
+	target := startTarget(t, "ok\n")
+	hosts := map[string]netip.Addr{}
+	for _, c := range policytest.ResolvedCases() {
+		hosts[c.Flow.Host] = target.Addr()
+	}
+	p := startProxy(t, hosts, nil) // it dials loopback only: no case's traffic leaves
+	record := regexp.MustCompile(`msg=flow .*rule=("[^"]*"|\S+) action=(\S+)`)
+	for _, c := range policytest.ResolvedCases() {
+		t.Run(c.Name, func(t *testing.T) {
+			fl := c.Flow
+			names := &resolvingNames{
+				fakeNames: &fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"), m: map[netip.Addr]string{fl.Dst: fl.Host}},
+				answers:   map[string][]netip.Addr{fl.Host: fl.Resolved},
+			}
+			opts := Options{
+				Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
+					return netip.AddrPortFrom(fl.Src, 40000), netip.AddrPortFrom(fl.Dst, fl.Port), nil
+				},
+				Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (proc.Info, error) {
+					if fl.App == "" {
+						return proc.Info{}, fmt.Errorf("no process")
+					}
+					return proc.Info{PID: 7, Name: fl.App}, nil
+				},
+				Names: names,
+			}
+			pol := Policy{Decision: dec, Upstreams: []UpstreamConfig{
+				{Config: upstream.Config{Name: "local", Host: "127.0.0.1", Port: p.addr.Port()}},
+				{Config: upstream.Config{Name: "remote", Host: "127.0.0.1", Port: p.addr.Port()}},
+			}}
+			e := newEnv(t, pol, opts)
+			c2, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
+			switch {
+			case errors.Is(err, syscall.ECONNRESET):
+			case err != nil:
+				t.Fatal(err)
+			default:
+				defer c2.Close()
+			}
+			e.waitLog("msg=flow")
+			m := record.FindStringSubmatch(e.logs.String())
+			if m == nil {
+				t.Fatalf("no flow record in\n%s", e.logs.String())
+			}
+			name := m[1]
+			if u, err := strconv.Unquote(name); err == nil {
+				name = u
+			}
+			if name != c.Rule || m[2] != c.Action.String() {
+				t.Errorf("relay decided %s by %q, want %s by %q", m[2], name, c.Action, c.Rule)
+			}
+			// A caged flow's name is looked up once, in classify (dialDirect reuses the
+			// checked addresses); a host app's direct fake IP is resolved by dialDirect.
+			want := int32(0)
+			if c.NeedsResolve || c.Action == rules.Direct {
+				want = 1
+			}
+			if n := names.lookups.Load(); n != want {
+				t.Errorf("%d lookups of the name, want %d", n, want)
+			}
+		})
+	}
+}
+
+// TestNameLookedUpOncePerName: many flows to one name at once cost one lookup, and the
+// answer is kept for the next flows.
+func TestNameLookedUpOncePerName(t *testing.T) {
+	c := newResolvedNames(nil)
+	var calls atomic.Int32
+	c.resolve = func(ctx context.Context, name string) ([]netip.Addr, error) {
+		calls.Add(1)
+		time.Sleep(50 * time.Millisecond)
+		if name == "bad.example" {
+			return nil, errors.New("refused")
+		}
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	}
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			if got := c.lookup(context.Background(), "loop.example"); len(got) != 1 {
+				t.Errorf("lookup = %v", got)
+			}
+		})
+	}
+	wg.Wait()
+	c.lookup(context.Background(), "loop.example")
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d lookups for one name, want 1", n)
+	}
+	if got := c.lookup(context.Background(), "bad.example"); got == nil || len(got) != 0 {
+		t.Errorf("failed lookup = %#v, want empty and not nil", got)
+	}
+	// An asker whose time runs out gets nothing, and the lookup goes on for the others.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if got := c.lookup(ctx, "slow.example"); len(got) != 0 {
+		t.Errorf("lookup past its deadline = %v", got)
+	}
+	if got := c.lookup(context.Background(), "slow.example"); len(got) != 1 {
+		t.Errorf("lookup after another asker gave up = %v", got)
+	}
+	// Expiry: a minute later the name is looked up again.
+	base := time.Now()
+	c.now = func() time.Time { return base.Add(2 * nameTTL) }
+	c.lookup(context.Background(), "loop.example")
+	if n := calls.Load(); n != 4 {
+		t.Errorf("%d lookups after expiry, want 4", n)
+	}
+}
+
+func TestResolvedNamesBounded(t *testing.T) {
+	c := newResolvedNames(func(context.Context, string) ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("203.0.113.5")}, nil
+	})
+	for i := range maxNames + 100 {
+		c.lookup(context.Background(), fmt.Sprintf("n%d.example", i))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) > maxNames {
+		t.Errorf("%d names kept, want at most %d", len(c.m), maxNames)
+	}
+}
