@@ -403,6 +403,9 @@ func restartNeeded(old, cur *conf.Config) error {
 	if old.Capture.DNSPort != cur.Capture.DNSPort {
 		keys = append(keys, "capture.dns_port")
 	}
+	if old.Capture.UDPPort != cur.Capture.UDPPort {
+		keys = append(keys, "capture.udp_port")
+	}
 	if old.Capture.Mark != cur.Capture.Mark {
 		keys = append(keys, "capture.mark")
 	}
