@@ -7,7 +7,9 @@ require (
 	github.com/Microsoft/go-winio v0.6.4
 	github.com/google/nftables v0.3.0
 	github.com/google/uuid v1.6.0
+	github.com/jsimonetti/rtnetlink/v2 v2.3.0
 	github.com/lysShub/divert-go v0.0.0-20250418062248-28e4462def61
+	github.com/mdlayher/netlink v1.9.0
 	github.com/miekg/dns v1.1.73
 	github.com/tailscale/wf v0.0.0-20240214030419-6fbb0a674ee6
 	github.com/things-go/go-socks5 v0.1.0
@@ -17,8 +19,6 @@ require (
 
 require (
 	github.com/google/go-cmp v0.7.0 // indirect
-	github.com/jsimonetti/rtnetlink/v2 v2.3.0 // indirect
-	github.com/mdlayher/netlink v1.9.0 // indirect
 	github.com/mdlayher/socket v0.5.1 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	go4.org/netipx v0.0.0-20220725152314-7e7bdc8411bf // indirect

@@ -48,7 +48,13 @@ func Install(spec Spec, opts ...Option) error {
 	if err := spec.Validate(); err != nil {
 		return fmt.Errorf("nftcap install: invalid spec: %w", err)
 	}
-	c, err := nftables.New(nftables.WithNetNSFd(collect(opts).netNS))
+	o := collect(opts)
+	// The routes first: without them the table's UDP capture refuses what it marks; without
+	// the table they route nothing.
+	if err := installUDPRoutes(spec, o); err != nil {
+		return fmt.Errorf("nftcap install udp routing: %w", err)
+	}
+	c, err := nftables.New(nftables.WithNetNSFd(o.netNS))
 	if err != nil {
 		return fmt.Errorf("nftcap install: open netlink: %w", err)
 	}
@@ -77,6 +83,9 @@ func Remove(table string, opts ...Option) error {
 	c.DelTable(t)
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftcap remove table inet %s: %w", table, err)
+	}
+	if err := removeUDPRoutes(collect(opts)); err != nil {
+		return fmt.Errorf("nftcap remove udp routing: %w", err)
 	}
 	return nil
 }
@@ -125,6 +134,7 @@ func (b *builder) replace(s Spec) error {
 	b.capture(s, vm)
 	b.input(s, vm)
 	b.forward(s, vm)
+	b.udpCapture(s, vm)
 	return b.err
 }
 
@@ -160,6 +170,7 @@ func (b *builder) addChains(s Spec) {
 	}
 	base(chainInput, nftables.ChainTypeFilter, nftables.ChainHookInput, prioFilter)
 	base(chainForward, nftables.ChainTypeFilter, nftables.ChainHookForward, prioFilter)
+	b.addUDPChains(s)
 }
 
 func (b *builder) refuseAndAntispoof() {
@@ -226,6 +237,7 @@ func (b *builder) capture(s Spec, vm vmSets) {
 	g := chainOutputGuard
 	b.rule(g, mark, verdict(expr.VerdictReturn))
 	b.rule(g, oifLo, verdict(expr.VerdictReturn))
+	b.udpOutputGuard(s)
 	if s.DNSPort == 0 {
 		b.rule(g, b.dnsMatch(), goTo(chainRefuse))
 	}
@@ -248,6 +260,7 @@ func (b *builder) capture(s Spec, vm vmSets) {
 
 // input queues the guard of the host: listener ports, forwards, VM sources.
 func (b *builder) input(s Spec, vm vmSets) {
+	b.udpInput(s)
 	b.rule(chainInput, jump(chainAntispoof))
 	// The listener ports take only redirected connections, from anywhere.
 	b.rule(chainInput, l4proto(unix.IPPROTO_TCP), thDport(s.ListenerPort), ctStatusDNAT(false), goTo(chainRefuse))
