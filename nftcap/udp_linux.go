@@ -57,6 +57,9 @@ func (b *builder) addUDPChains(s Spec) {
 //	  meta nfproto ipv4 tproxy ip to :UDPPort meta mark set UDPMark accept
 //	  meta nfproto ipv6 tproxy ip6 to :UDPPort meta mark set UDPMark accept
 //	  (no socket listens: the rule does not match, the datagram goes on and is refused)
+//	input (first rules)
+//	  meta mark UDPMark                    accept   (handed to the router's socket)
+//	  udp dport UDPPort                    goto refuse  (anything else sent to it)
 //	udp_output      route, hook output, priority mangle (Local)
 //	  not udp / meta mark M / oif lo       return
 //	  udp dport {53, 67, 68, 546, 547, LocalUDPAllow}  return
@@ -114,12 +117,14 @@ func (b *builder) notLocalDst(chain string) {
 
 // udpInput queues, first in the input chain, the acceptance of the datagrams TPROXY handed
 // to the router's socket: they carry UDPMark, which only udp_tproxy sets (after the
-// antispoof check), and go to that socket only.
+// antispoof check), and go to that socket only. Any other datagram to UDPPort, from
+// anywhere, is refused: the socket takes only what TPROXY hands it.
 func (b *builder) udpInput(s Spec) {
 	if s.UDPPort == 0 {
 		return
 	}
 	b.rule(chainInput, metaEq(expr.MetaKeyMARK, native32(s.UDPMark)), verdict(expr.VerdictAccept))
+	b.rule(chainInput, l4proto(unix.IPPROTO_UDP), thDport(s.UDPPort), goTo(chainRefuse))
 }
 
 // udpOutputGuard queues, in output_guard, the return of this host's UDP that udp_output

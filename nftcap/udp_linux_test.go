@@ -133,6 +133,22 @@ func TestUDPCapture(t *testing.T) {
 		}
 	})
 
+	t.Run("the socket takes only what tproxy hands it", func(t *testing.T) {
+		for _, dst := range []string{hostPort(hostVM4, udpPort), hostPort(hostVM6, udpPort)} {
+			if _, _, err := udpExchange(t, s.vm, dst, 300*time.Millisecond); err == nil {
+				t.Errorf("udp to the router's socket %s answered", dst)
+			}
+		}
+		if _, _, err := udpExchange(t, s.net, hostPort(hostNet4, udpPort), 300*time.Millisecond); err == nil {
+			t.Error("udp from the network to the router's socket answered")
+		}
+		select {
+		case sd := <-seen:
+			t.Errorf("router saw %v -> %v", sd[0], sd[1])
+		default:
+		}
+	})
+
 	rules := func() string { return s.host.ip(t, "rule", "show") + s.host.ip(t, "-6", "rule", "show") }
 	routes := func() string {
 		return s.host.ip(t, "route", "show", "table", "4242") + s.host.ip(t, "-6", "route", "show", "table", "4242")
