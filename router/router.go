@@ -57,6 +57,10 @@ type Options struct {
 	// address and dst where it was going. It is only asked when the policy needs it
 	// (policy.Policy.NeedsOwner).
 	Owner func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error)
+	// OwnerUDP finds the process of a local UDP flow from its addresses (the datagram's
+	// source and original destination), when the capture does not say (Datagram.Owner). A
+	// UDP flow whose owner the policy needs and nobody finds is refused.
+	OwnerUDP func(src, dst netip.AddrPort) (proc.Info, error)
 	// FromVM reports whether a connection from src entered from a VM network or a
 	// VM-facing interface (policy.Flow.FromVM), whatever its address. Nil: only sources
 	// inside the configured VM networks are.
@@ -104,6 +108,7 @@ type Router struct {
 	flows  sync.WaitGroup
 	live   liveFlows
 	nextID atomic.Uint64
+	udp    udpTable // the UDP flows and their associations (udp.go)
 
 	mu      sync.Mutex            // guards tracked
 	tracked map[string]*trackedUp // the proxies in use, their health probes running
@@ -207,5 +212,6 @@ func (r *Router) Wait() { r.flows.Wait() }
 // closed"); Wait then returns once their records are written.
 func (r *Router) Close() {
 	r.stopUpstreams()
+	r.closeUDP()
 	r.engine.Close()
 }
