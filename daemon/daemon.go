@@ -228,6 +228,7 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		Original: pf.Original,
 		Control:  control,
 		Owner:    pf.Owner(),
+		OwnerUDP: ownerUDP(pf),
 		FromVM:   pf.FromVM(),
 	}
 	// The DNS server dials through the router (d.r, set below before anything is served)
@@ -255,6 +256,9 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 			d.log.Error("transparent listener", "err", err)
 		}
 	})
+	if err := d.startUDP(sctx, cfg); err != nil {
+		return err
+	}
 	if cfg.Capture.DNSPort != 0 {
 		addr := net.JoinHostPort("::", strconv.Itoa(int(cfg.Capture.DNSPort)))
 		if d.dnsUDP, err = lc.ListenPacket(ctx, "udp", addr); err != nil {

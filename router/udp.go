@@ -397,7 +397,8 @@ func (r *Router) openSession(p *compiled, s *udpSession, host string, fake bool)
 			a.Close()
 		}
 		if !errors.Is(err, errClosed) {
-			r.log.Debug("udp association", "src", s.key.src, "via", s.key.via, "err", err)
+			r.log.Warn("udp association failed: the flows' datagrams are dropped", "src", s.key.src, "via", s.key.via,
+				"retry_after", udpRetry, "err", err)
 		}
 		return
 	}
