@@ -149,4 +149,3 @@ func TestGuestUDPGuardAlone(t *testing.T) {
 	}
 	s.wantNoLeak("guard alone, UDP")
 }
-

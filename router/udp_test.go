@@ -21,12 +21,12 @@ import (
 // (upstreamtest.Association) and a return path that records what it would send back.
 
 var (
-	guest   = netip.MustParseAddrPort("10.0.2.15:40000")
-	guest2  = netip.MustParseAddrPort("10.0.2.16:40000")
-	echo    = netip.MustParseAddrPort("203.0.113.10:7")
-	echo2   = netip.MustParseAddrPort("203.0.113.11:7")
-	fakeIP  = netip.MustParseAddrPort("198.18.0.7:7")
-	vmNet   = netip.MustParsePrefix("10.0.2.0/24")
+	guest  = netip.MustParseAddrPort("10.0.2.15:40000")
+	guest2 = netip.MustParseAddrPort("10.0.2.16:40000")
+	echo   = netip.MustParseAddrPort("203.0.113.10:7")
+	echo2  = netip.MustParseAddrPort("203.0.113.11:7")
+	fakeIP = netip.MustParseAddrPort("198.18.0.7:7")
+	vmNet  = netip.MustParsePrefix("10.0.2.0/24")
 )
 
 // reply is one answer the return path was asked to send.
@@ -109,7 +109,7 @@ func newUDPEnv(t *testing.T, names Names, associate func() (upstream.Association
 		return a, nil
 	}}
 	pol := Policy{
-		Decision:       decision(rs, vmNet),
+		Decision: decision(rs, vmNet),
 		Upstreams: []UpstreamConfig{
 			{Config: upstream.Config{Name: "exit", Host: "192.0.2.1", Port: 1080}},
 			{Config: upstream.Config{Name: "dead", Host: "192.0.2.2", Port: 1080}},
