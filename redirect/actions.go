@@ -21,6 +21,8 @@ func (e *Engine) apply(o outcome, p packet.Packet, m Meta) {
 		e.st.dropped.Add(1)
 	case actDNS:
 		e.answer(p, m, o.app)
+	case actRelay:
+		e.relay(o, p)
 	}
 }
 

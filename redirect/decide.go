@@ -5,6 +5,7 @@ import (
 
 	"github.com/agentcage/router/packet"
 	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/rules"
 )
 
@@ -12,9 +13,11 @@ import (
 // actReflect, the peer the listener sees and the listener's address. The zero outcome
 // (actNone) does nothing: the packet is held, or was already handled.
 type outcome struct {
-	act      action
-	peer, to netip.AddrPort
-	app      string // actDNS: the process that asks, when known
+	act        action
+	peer, to   netip.AddrPort
+	app        string // actDNS: the process that asks, when known
+	owner      proc.Info
+	ownerKnown bool // actRelay: the owner, for the router's decision
 }
 
 // decideLocked decides flow f (pending) from what is known of it and sets its state:
@@ -49,12 +52,14 @@ func (e *Engine) decideLocked(pol *policy.Policy, f *flow, now int64) outcome {
 	case actDrop:
 		f.state = stateDrop
 		e.st.droppedFlows.Add(1)
+	case actRelay:
+		f.state = stateRelay
 	case actRefuse:
 		e.removeLocked(f, now)
 		e.st.refused.Add(1)
 	}
 	f.last = now
-	return outcome{act: act, peer: f.peer, to: f.to, app: f.owner.Name}
+	return outcome{act: act, peer: f.peer, to: f.to, app: f.owner.Name, owner: f.owner, ownerKnown: f.ownerKnown}
 }
 
 // verdictLocked asks the policy about f (with its owner and the name behind its
@@ -68,10 +73,11 @@ func (e *Engine) decideLocked(pol *policy.Policy, f *flow, now int64) outcome {
 //     not proxied, a caged flow no rule decides) refuses TCP with a RST and drops UDP,
 //     once final;
 //   - a fake-IP pool address is reflected for TCP (only the router can resolve or hand on
-//     its name) and dropped for UDP;
+//     its name) and relayed for UDP (Options.UDP; dropped without it);
 //   - direct passes (or is reflected with Options.ReflectDirect), once final;
 //   - anything else, or a decision a host-name rule could still change (not Final),
-//     reflects TCP (the router decides with the name) and drops UDP (it cannot be proxied).
+//     reflects TCP (the router decides with the name) and relays UDP (the router decides
+//     again and sends it through an association; dropped without Options.UDP).
 func (e *Engine) verdictLocked(pol *policy.Policy, f *flow) action {
 	k := f.key
 	tcp := k.proto == packet.ProtoTCP
@@ -111,6 +117,9 @@ func (e *Engine) verdictLocked(pol *policy.Policy, f *flow) action {
 	case !tcp:
 		if d.Action == rules.Direct && d.Final && !pol.InPool(pf.Dst) {
 			return actPass
+		}
+		if e.opts.UDP != nil {
+			return actRelay
 		}
 		return actDrop
 	case d.Action == rules.Direct && d.Final && !e.opts.ReflectDirect && !pol.InPool(pf.Dst):

@@ -120,8 +120,15 @@ func (e *Engine) udp(p packet.Packet, m Meta, src, dst netip.AddrPort, now int64
 	if st == statePending {
 		f.hold(p, m)
 	}
+	var o outcome
+	if st == stateRelay {
+		f.inMeta = inbound(m)
+		o = outcome{act: actRelay, owner: f.owner, ownerKnown: f.ownerKnown}
+	}
 	e.mu.Unlock()
 	switch st {
+	case stateRelay:
+		e.relay(o, p)
 	case statePass:
 		e.pass(p.Bytes(), m)
 	case stateDNS:
@@ -165,6 +172,10 @@ func (e *Engine) newFlowLocked(key flowKey, p packet.Packet, m Meta, now int64) 
 		return outcome{}
 	default:
 		e.flows[key] = f
-		return e.decideLocked(pol, f, now)
+		o := e.decideLocked(pol, f, now)
+		if o.act == actRelay {
+			f.inMeta = inbound(m)
+		}
+		return o
 	}
 }

@@ -33,7 +33,7 @@ import (
 //   - direct (a rule that sends it direct): the router's own socket (marked: never
 //     captured), one per flow; a fake IP is resolved through the proxy first.
 //   - anything else (block, DNS that reached the relay, a local destination, an owner that
-//     the policy needs and nobody could find): dropped.
+//     the policy needs and Options.OwnerUDP could not find): dropped.
 //
 // Answers: a datagram that comes back through an association carries the address it came
 // from. It goes back to the client of the association, as if from the original destination
@@ -69,7 +69,9 @@ type Datagram struct {
 	// Payload is the caller's; the router copies what it keeps.
 	Payload []byte
 	// Owner is the sending process when the capture knows it (OwnerKnown; the Windows
-	// engine). Otherwise it is looked up with Options.OwnerUDP when the policy needs it.
+	// engine, which decided with the same knowledge). Otherwise it is looked up with
+	// Options.OwnerUDP when the policy needs it; a lookup that fails refuses the flow (the
+	// socket may be gone, and a caged app's datagram must not go direct for that).
 	Owner      proc.Info
 	OwnerKnown bool
 }
@@ -261,8 +263,6 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 		}
 		if known {
 			pf.App, pf.AppPath, pf.Services, f.App, f.PID = info.Name, info.Path, info.Services, info.Name, info.PID
-		} else if ownerErr == nil {
-			ownerErr = errors.New("no owner lookup for udp")
 		}
 	}
 	if n := r.opts.Names; n != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/upstream"
 	"github.com/agentcage/router/upstream/upstreamtest"
@@ -442,5 +443,29 @@ func TestSocketReturn(t *testing.T) {
 	s.Release(other, from)
 	if s.Len() != 0 {
 		t.Error("open after the last flow")
+	}
+}
+
+// TestUDPOwner: a local flow whose owner the policy needs is decided with the owner
+// OwnerUDP finds; when it finds none (the socket is gone), the flow is refused, not sent.
+func TestUDPOwner(t *testing.T) {
+	app := netip.MustParseAddrPort("192.0.2.10:5000")
+	gone := netip.MustParseAddrPort("192.0.2.10:5001")
+	e := newUDPEnv(t, nil, nil,
+		rules.Rule{Name: "vbox", Apps: []rules.App{rules.MustApp("VBoxHeadless")}, Action: rules.Proxy, Proxy: "exit"},
+		rules.Rule{Name: "default", Action: rules.Direct})
+	e.r.opts.OwnerUDP = func(src, dst netip.AddrPort) (proc.Info, error) {
+		if src == app {
+			return proc.Info{PID: 7, Name: "VBoxHeadless"}, nil
+		}
+		return proc.Info{}, errors.New("no such socket")
+	}
+	e.send(app, echo, "caged")
+	sent(t, e.association(0), ipAddr(echo), "caged")
+	e.send(gone, echo, "unknown owner")
+	e.r.Close()
+	e.waitLog("owner unknown")
+	if n := e.up.Associates(); n != 1 {
+		t.Errorf("%d associations, want 1", n)
 	}
 }
