@@ -158,15 +158,24 @@ func TestAppRule(t *testing.T) {
 	if code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
 		t.Fatalf("VBoxHeadless: exit %d, %q; want %s", code, out, lab.ExitAddr)
 	}
-	// Its UDP (the guest's QUIC, in VirtualBox NAT) cannot be proxied: refused, not sent.
-	if got := udpProbe(t, s, s.lab.Host()); got != "" {
-		t.Errorf("host UDP got out: %q", got)
+	// Its UDP (the guest's QUIC, in VirtualBox NAT) goes to its proxy, which refuses UDP
+	// ASSOCIATE here: refused, not sent. (dig under the hypervisor's name sends one
+	// datagram to the UDP echo's port.)
+	vboxUDP := s.hypervisorCopy("dig", "VBoxHeadless")
+	run(s.ctx, s.lab.Host(), vboxUDP, "+time=1", "+tries=1", "-p", "7", "@"+lab.ServiceAddr, "probe.example")
+	s.waitLog("udp association failed", 5*time.Second)
+	if n := len(s.lab.UDPLog()); n != 0 {
+		t.Errorf("the hypervisor's UDP reached the echo: %v", s.lab.UDPLog())
 	}
 	s.wantNoLeak("hypervisor process")
 	s.waitLog("app=VBoxHeadless", 5*time.Second)
 	out, code = s.curl(s.lab.Host(), lab.EchoURL)
 	if code != 0 || strings.TrimSpace(out) != lab.HostUplinkAddr {
 		t.Fatalf("plain curl: exit %d, %q; want the default rule (direct, %s)", code, out, lab.HostUplinkAddr)
+	}
+	// The host's other UDP follows the default rule too: direct, from the host's address.
+	if got := udpProbe(t, s, s.lab.Host()); !strings.HasPrefix(got, lab.HostUplinkAddr+":") {
+		t.Errorf("host UDP: %q; want the default rule (direct, %s)", got, lab.HostUplinkAddr)
 	}
 }
 

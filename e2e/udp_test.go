@@ -6,6 +6,7 @@ import (
 	"context"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -148,4 +149,29 @@ func TestGuestUDPGuardAlone(t *testing.T) {
 		t.Errorf("the udp echo heard %d datagrams", n)
 	}
 	s.wantNoLeak("guard alone, UDP")
+}
+
+// TestHypervisorUDPThroughTheProxy: with local = true, the hypervisor process's own UDP (the
+// guest's QUIC in VirtualBox NAT) is captured on the host and leaves through the proxy's UDP
+// association.
+func TestHypervisorUDPThroughTheProxy(t *testing.T) {
+	s := udpScene(t, config(lab.GoSocksUDPAddr, ""))
+	vbox := s.hypervisorCopy("dig", "VBoxHeadless")
+	// dig sends one datagram to the UDP echo's port; the echo's answer is no DNS, which
+	// does not matter: the echo's log says who sent it.
+	run(s.ctx, s.lab.Host(), vbox, "+time=1", "+tries=1", "-p", "7", "@"+lab.ServiceAddr, "probe.example")
+	log := s.lab.UDPLog()
+	if len(log) == 0 {
+		t.Fatalf("the hypervisor's UDP did not reach the echo\n%s", s.log())
+	}
+	for _, p := range log {
+		if p.Source.Addr().String() != lab.ExitAddr {
+			t.Errorf("the udp echo saw %v, want the proxy's exit %s", p, lab.ExitAddr)
+		}
+	}
+	s.wantNoLeak("hypervisor UDP")
+	s.stopRouter(syscall.SIGTERM)
+	if !strings.Contains(s.log(), `msg="udp flow"`) || !strings.Contains(s.log(), "app=VBoxHeadless") {
+		t.Errorf("no udp flow record of the hypervisor:\n%s", s.log())
+	}
 }
