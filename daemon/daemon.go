@@ -326,6 +326,11 @@ func (d *daemon) startDNS(cfg *conf.Config) error {
 			}
 			return d.r.DialUpstream(ctx, proxy, addr)
 		}
+		if cfg.DNS.Transport == conf.DNSOverUDP {
+			dl.ProxyPacket = func(ctx context.Context, addr string) (net.Conn, error) {
+				return d.r.DialUpstreamUDP(ctx, proxy, addr)
+			}
+		}
 	}
 	if len(dc.DirectNames) > 0 {
 		dl.Direct = func(ctx context.Context, network, addr string) (net.Conn, error) {

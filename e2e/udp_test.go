@@ -175,3 +175,28 @@ func TestHypervisorUDPThroughTheProxy(t *testing.T) {
 		t.Errorf("no udp flow record of the hypervisor:\n%s", s.log())
 	}
 }
+
+// TestDNSOverUDPThroughTheProxy: [dns] mode = "proxy" with transport = "udp": the router
+// relays the guest's queries as datagrams through the proxy's UDP association; the lab DNS
+// hears them over UDP from the proxy's exit address.
+func TestDNSOverUDPThroughTheProxy(t *testing.T) {
+	for _, up := range []struct{ name, addr string }{{"go-socks5", lab.GoSocksUDPAddr}, {"dante", lab.DanteAddr}} {
+		t.Run(up.name, func(t *testing.T) {
+			s := udpScene(t, config(up.addr, "mode = \"proxy\"\ntransport = \"udp\"\n"))
+			out, code := run(s.ctx, s.lab.Guest(), "dig", "+short", "+time=3", "+tries=2", "@"+lab.ServiceAddr, lab.EchoName, "A")
+			if code != 0 || strings.TrimSpace(out) != lab.ServiceAddr {
+				t.Fatalf("dig %s from the guest: exit %d, %q; want %s", lab.EchoName, code, out, lab.ServiceAddr)
+			}
+			qs := s.lab.DNSLog()
+			if len(qs) == 0 {
+				t.Fatal("the lab DNS heard nothing")
+			}
+			for _, q := range qs {
+				if q.Transport != "udp" || q.Source.Addr().String() != lab.ExitAddr {
+					t.Errorf("the lab DNS heard %v; want udp from the proxy's exit %s", q, lab.ExitAddr)
+				}
+			}
+			s.wantNoLeak("DNS over UDP through the proxy")
+		})
+	}
+}

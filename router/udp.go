@@ -163,6 +163,7 @@ type udpTable struct {
 	closed   bool
 	stop     chan struct{} // closes the expiry goroutine; nil until the first datagram
 	sweeper  sync.WaitGroup
+	ending   sync.WaitGroup // flows ending: their release and log record
 }
 
 type udpFlowKey struct{ src, dst netip.AddrPort }
@@ -531,9 +532,9 @@ func (r *Router) endFlowLocked(fl *udpFlow) {
 		delete(s.flows, fl.to)
 	}
 	r.live.remove(fl.rec.ID)
-	r.flows.Add(1)
+	t.ending.Add(1)
 	go func() {
-		defer r.flows.Done()
+		defer t.ending.Done()
 		fl.releaseName()
 		if !fl.drop {
 			fl.ret.Release(fl.key.src, fl.key.dst)
@@ -584,7 +585,8 @@ func (r *Router) sweepUDP(now time.Time) {
 	}
 }
 
-// closeUDP ends every UDP flow and association (Router.Close).
+// closeUDP ends every UDP flow and association (Router.Close) and returns once their
+// records are written.
 func (r *Router) closeUDP() {
 	t := &r.udp
 	t.mu.Lock()
@@ -605,6 +607,7 @@ func (r *Router) closeUDP() {
 		close(stop)
 		t.sweeper.Wait()
 	}
+	t.ending.Wait()
 }
 
 // logUDPFlow writes f's record, like logFlow for TCP: warn for a flow that failed.

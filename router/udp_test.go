@@ -469,3 +469,30 @@ func TestUDPOwner(t *testing.T) {
 		t.Errorf("%d associations, want 1", n)
 	}
 }
+
+// TestDialUpstreamUDP: a datagram connection through an association: writes go to the
+// address (a name unresolved), reads return only what comes from it.
+func TestDialUpstreamUDP(t *testing.T) {
+	e := newUDPEnv(t, nil, nil, proxyAll)
+	c, err := e.r.DialUpstreamUDP(context.Background(), "exit", "dns.example:53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("query")); err != nil {
+		t.Fatal(err)
+	}
+	a := e.association(0)
+	sent(t, a, upstream.Addr{Name: "dns.example", Port: 53}, "query")
+	a.Deliver(ipAddr(echo), []byte("not from the resolver"))
+	a.Deliver(upstream.Addr{IP: netip.MustParseAddr("192.0.2.53"), Port: 53}, []byte("answer"))
+	buf := make([]byte, 64)
+	n, err := c.Read(buf)
+	if err != nil || string(buf[:n]) != "answer" {
+		t.Errorf("read %q, %v; want the resolver's answer", buf[:n], err)
+	}
+	c.Close()
+	if _, err := c.Read(buf); err == nil {
+		t.Error("read after close succeeded")
+	}
+}
