@@ -79,6 +79,10 @@
 //	 antispoof   first packet of a flow must route back via its input interface
 //	   ct state established,related / iif lo / ip saddr 0.0.0.0 / ip6 saddr ::  return
 //	   fib saddr . mark . iif oif missing   drop
+//	 udp_prerouting  filter, hook prerouting, priority mangle   only with UDPPort
+//	   see udp_linux.go: VM UDP but DNS (and, with Local, the host's own, marked by the
+//	   route chain udp_output and rerouted to lo) → tproxy to :UDPPort, mark UDPMark;
+//	   input accepts that mark first and refuses any other datagram to UDPPort
 //	 refuse      the only place packets are refused; its counters total the refusals
 //	   meta pkttype != host                 drop     (broadcast, multicast)
 //	   tcp                                  reject with tcp reset
@@ -93,6 +97,12 @@
 //     is redirected to 127.0.0.1 / ::1: the DNS server must answer from the address a query
 //     was sent to (IP_PKTINFO / IPV6_PKTINFO, as miekg/dns does), or conntrack cannot map
 //     the answer back.
+//   - With UDPPort, VM UDP other than DNS to anything but a local destination reaches the
+//     transparent sockets on UDPPort (ListenUDP) unchanged, with its original destination;
+//     answers sent from a socket bound to that destination (ListenReply) reach the VM. The
+//     policy routing this needs (a rule on UDPMark, a table with one local route per family)
+//     is installed and removed with the table (rtnetlink). Nobody listening: refused as
+//     below.
 //   - Everything else from a VM network or a VM interface is refused: forwarded traffic of
 //     any protocol and family, the host's services (only the forwards, DHCP, neighbour
 //     discovery and the listeners), and spoofed sources outside the VM networks
@@ -105,9 +115,10 @@
 //   - Forward listen addresses take only their Allow sources, from anywhere (a LAN host or
 //     the host itself included); others are refused.
 //   - With Local, the host's own TCP and DNS are captured like a VM's, except sockets
-//     carrying Mark (exact match), loopback and the host's own addresses; the host's other
-//     UDP (multicast and broadcast included) and ICMP are refused, but for DHCP,
-//     LocalUDPAllow and the link's control messages (neighbour discovery, MLD, IGMP).
+//     carrying Mark (exact match), loopback and the host's own addresses; with UDPPort its
+//     UDP too (but DHCP and LocalUDPAllow); the host's other UDP (multicast and broadcast
+//     included) and ICMP are refused, but for DHCP, LocalUDPAllow and the link's control
+//     messages (neighbour discovery, MLD, IGMP).
 //   - Other tables are untouched; traffic that involves no VM network and no listener port
 //     passes (policies accept), except spoofed first packets (antispoof).
 //

@@ -1,7 +1,9 @@
 // Package router is the data path. It takes the TCP connections that capture redirected to
 // its transparent listener, asks the rules what to do with each, and then connects direct,
 // connects through an upstream SOCKS5 proxy (giving it the host name when one is known), or
-// refuses; then it relays both ways. It also serves the model forwards (the replacement for
+// refuses; then it relays both ways. Captured UDP datagrams take the same decision per flow
+// and go through the upstream's UDP association, the router's own socket, or nowhere
+// (udp.go). It also serves the model forwards (the replacement for
 // `netsh interface portproxy`).
 //
 // Own traffic versus user traffic: every connection the router opens itself (to a proxy, to a
