@@ -173,8 +173,10 @@ type Capture struct {
 	LocalUDPAllow []uint16
 	ListenerPort  uint16
 	DNSPort       uint16
-	Mark          uint32
-	Table         string
+	// UDPPort is the transparent UDP socket that captured UDP reaches (Linux, TPROXY).
+	UDPPort uint16
+	Mark    uint32
+	Table   string
 }
 
 // Forward is one [[forward]]: the portproxy replacement.

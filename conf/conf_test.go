@@ -120,7 +120,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Config{
 		File:    "empty.toml",
-		Capture: Capture{ListenerPort: DefaultListenerPort, DNSPort: DefaultDNSPort, Mark: DefaultMark, Table: DefaultTable},
+		Capture: Capture{ListenerPort: DefaultListenerPort, DNSPort: DefaultDNSPort, UDPPort: DefaultUDPPort, Mark: DefaultMark, Table: DefaultTable},
 		DNS:     DNS{Mode: DNSFakeIP, Capture: DNSCaptureCaged, Resolver: DefaultResolver, Pool: DefaultPool(), TTL: DefaultFakeTTL, Transport: DNSOverTCP},
 		Relay:   Relay{IdleTimeout: 15 * time.Minute, ConnectTimeout: 10 * time.Second},
 		Log:     Log{Level: "info", Format: "text"},

@@ -12,6 +12,7 @@ import (
 const (
 	DefaultListenerPort   = 47100 // [capture] listener_port: the transparent TCP listener
 	DefaultDNSPort        = 47153 // [capture] dns_port: where captured DNS is answered
+	DefaultUDPPort        = 47101 // [capture] udp_port: the transparent UDP socket (Linux)
 	DefaultMark           = 0x524f5554
 	DefaultTable          = "router"
 	DefaultDNSMode        = DNSFakeIP
@@ -23,6 +24,15 @@ const (
 	DefaultConnectTimeout = 10 * time.Second
 	DefaultLogLevel       = "info"
 	DefaultLogFormat      = "text"
+)
+
+// The Linux UDP capture's policy routing (not keys): TPROXY marks the UDP it hands to the
+// router with UDPCaptureMark, and a rule "fwmark UDPCaptureMark lookup UDPRouteTable" delivers
+// it locally through the one route of that table, "local default dev lo". The mark must differ
+// from [capture] mark (conf refuses a mark equal to it).
+const (
+	UDPCaptureMark = 0x524f5550 // "ROUP"
+	UDPRouteTable  = 0x524f     // 21071
 )
 
 // DefaultPool is the fake-IP pool (RFC 2544 benchmarking space, never routed).

@@ -17,7 +17,7 @@ import (
 var (
 	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "rule"}
 	proxyKeys   = []string{"type", "address", "username", "password_env", "password_file", "pipeline", "ca_file", "health_check", "health_target"}
-	captureKeys = []string{"vm_networks", "vm_interfaces", "hypervisors", "cage_subnets", "local", "local_udp_allow", "listener_port", "dns_port", "mark", "table"}
+	captureKeys = []string{"vm_networks", "vm_interfaces", "hypervisors", "cage_subnets", "local", "local_udp_allow", "listener_port", "dns_port", "udp_port", "mark", "table"}
 	forwardKeys = []string{"name", "listen", "connect", "allow", "unsafe_any_address"}
 	inboundKeys = []string{"name", "type", "listen", "allow", "unsafe_any_address"}
 	dnsKeys     = []string{"mode", "resolver", "proxy", "transport", "pool", "ttl", "direct_names", "capture"}
@@ -33,6 +33,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 		Capture: Capture{
 			ListenerPort: DefaultListenerPort,
 			DNSPort:      DefaultDNSPort,
+			UDPPort:      DefaultUDPPort,
 			Mark:         DefaultMark,
 			Table:        DefaultTable,
 		},
@@ -323,12 +324,21 @@ func (d *decoder) capture(c *Config, v any) {
 	if c.Capture.ListenerPort == c.Capture.DNSPort {
 		d.fail(a.key("dns_port"), "listener_port and dns_port must differ")
 	}
+	if v, ok := m["udp_port"]; ok {
+		c.Capture.UDPPort, _ = d.port(a.key("udp_port"), v)
+	}
+	if c.Capture.UDPPort == c.Capture.DNSPort {
+		d.fail(a.key("udp_port"), "udp_port and dns_port must differ (both take UDP)")
+	}
 	if v, ok := m["mark"]; ok {
 		n, ok := v.(int64)
 		if !ok || n <= 0 || n > 0xffffffff {
 			d.fail(a.key("mark"), "must be a socket mark between 1 and 0xffffffff")
 		} else {
 			c.Capture.Mark = uint32(n)
+			if n == UDPCaptureMark {
+				d.fail(a.key("mark"), "%#x is the mark of captured UDP; pick another", n)
+			}
 		}
 	}
 	if v, ok := m["table"]; ok {

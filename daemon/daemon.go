@@ -246,6 +246,7 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		Original: pf.Original,
 		Control:  control,
 		Owner:    pf.Owner(),
+		OwnerUDP: ownerUDP(pf),
 		FromVM:   pf.FromVM(),
 		Refusals: &d.book,
 	}
@@ -274,6 +275,9 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 			d.log.Error("transparent listener", "err", err)
 		}
 	})
+	if err := d.startUDP(sctx, cfg); err != nil {
+		return err
+	}
 	if cfg.Capture.DNSPort != 0 {
 		port := strconv.Itoa(int(cfg.Capture.DNSPort))
 		addr := net.JoinHostPort("::", port)
@@ -348,6 +352,11 @@ func (d *daemon) startDNS(cfg *conf.Config) error {
 				return nil, fmt.Errorf("dns via proxy: %s is not carried", network)
 			}
 			return d.r.DialUpstream(ctx, proxy, addr)
+		}
+		if cfg.DNS.Transport == conf.DNSOverUDP {
+			dl.ProxyPacket = func(ctx context.Context, addr string) (net.Conn, error) {
+				return d.r.DialUpstreamUDP(ctx, proxy, addr)
+			}
 		}
 	}
 	if len(dc.DirectNames) > 0 {
@@ -430,6 +439,9 @@ func restartNeeded(old, cur *conf.Config) error {
 	}
 	if old.Capture.DNSPort != cur.Capture.DNSPort {
 		keys = append(keys, "capture.dns_port")
+	}
+	if old.Capture.UDPPort != cur.Capture.UDPPort {
+		keys = append(keys, "capture.udp_port")
 	}
 	if old.Capture.Mark != cur.Capture.Mark {
 		keys = append(keys, "capture.mark")

@@ -19,6 +19,7 @@ import (
 	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/redirect"
 	"github.com/agentcage/router/refusal"
+	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/wfp"
 	"github.com/agentcage/router/wfp/guard"
@@ -57,6 +58,7 @@ type enginePlatform struct {
 	stopped chan struct{} // closed when the engine's Run returned
 	ups     []netip.AddrPort
 	udp     []windivert.PortRange // the UDP ports the filter takes (nil: all)
+	router  *router.Router        // carries the engine's relayed UDP (UseRouter); nil: such UDP is dropped
 	closing bool
 	failed  chan error // one failure, buffered
 }
@@ -354,11 +356,19 @@ func (p *enginePlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv *
 	if srv != nil {
 		opts.DNS, opts.Names = srv, srv
 	}
+	var udp *engineUDP
+	if p.router != nil {
+		udp = &engineUDP{r: p.router}
+		opts.UDP = udp
+	}
 	eng, err := redirect.New(dev, pol, opts)
 	if err != nil {
 		dev.Close()
 		release()
 		return err
+	}
+	if udp != nil {
+		udp.eng = eng
 	}
 	p.adoptConnections(eng, pol)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -62,6 +62,9 @@ func Spec(cfg *conf.Config) nftcap.Spec {
 		DNSPort:       cfg.Capture.DNSPort,
 		Mark:          cfg.Capture.Mark,
 		LogGroup:      nflogGroup,
+		UDPPort:       cfg.Capture.UDPPort,
+		UDPMark:       conf.UDPCaptureMark,
+		UDPTable:      conf.UDPRouteTable,
 	}
 	for _, f := range cfg.Forwards {
 		s.Forwards = append(s.Forwards, nftcap.Forward{Listen: f.Listen, Allow: f.Allow})

@@ -164,6 +164,11 @@ type Dialers struct {
 	// Proxy connects to addr through the SOCKS5 upstream (TCP only). Required in ModeProxy;
 	// nil in ModeFakeIP means types other than A are answered NODATA and ResolveViaProxy fails.
 	Proxy DialFunc
+	// ProxyPacket, when not nil, carries the relayed queries instead of Proxy: as datagrams
+	// through a UDP association of the upstream ([dns] transport = "udp"), one association
+	// for all queries; a truncated answer is asked again over Proxy. Proxy is still required
+	// in ModeProxy.
+	ProxyPacket PacketDialFunc
 	// Direct is the router's own dialer, whose traffic is never captured. It is used for
 	// DirectNames only, "udp" first then "tcp" for truncated replies. Required when
 	// Config.DirectNames is not empty, otherwise never called.
@@ -187,7 +192,7 @@ type Server struct {
 	local  []netip.Prefix
 	direct nameSet
 
-	proxy      *tcpUpstream // nil when Dialers.Proxy is nil
+	proxy      exchanger // nil when Dialers.Proxy is nil: a tcpUpstream, or a udpUpstream with ProxyPacket
 	dialDirect DialFunc
 	directAddr string
 	book       *refusal.Book // nil: refusals are only summed up in the log
@@ -294,7 +299,11 @@ func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("dns mode %v: unknown", cfg.Mode)
 	}
 	if d.Proxy != nil {
-		s.proxy = newTCPUpstream(d.Proxy, cfg.Resolver, cfg.Now)
+		tcp := newTCPUpstream(d.Proxy, cfg.Resolver, cfg.Now)
+		s.proxy = tcp
+		if d.ProxyPacket != nil {
+			s.proxy = newUDPUpstream(d.ProxyPacket, cfg.Resolver, tcp)
+		}
 	}
 	s.book = d.Refusals
 	return s, nil

@@ -41,7 +41,7 @@ func Check(spec Spec, opts ...Option) (damage string, err error) {
 	if err != nil {
 		return "", fmt.Errorf("nftcap check: %w", err)
 	}
-	c, err := nftables.New(nftables.AsLasting(), nftables.WithNetNSFd(collect(opts).netNS))
+	c, err := nftables.New(nftables.AsLasting(), nftables.WithNetNSFd(collect(opts).netNS), nftables.WithSockOptions(bigReceiveBuffer))
 	if err != nil {
 		return "", fmt.Errorf("nftcap check: open netlink: %w", err)
 	}

@@ -99,6 +99,10 @@
 //	                   not_carried, local_udp, spoofed_source, to_guest)
 //	   limit rate 20/second log group G prefix "<reason>" snaplen 80   (with LogGroup)
 //	   counter name "refused_<reason>"      goto refuse  (spoofed_source, to_guest: drop)
+//	 udp_prerouting  filter, hook prerouting, priority mangle   only with UDPPort
+//	   see udp_linux.go: VM UDP but DNS (and, with Local, the host's own, marked by the
+//	   route chain udp_output and rerouted to lo) → tproxy to :UDPPort, mark UDPMark;
+//	   input accepts that mark first and refuses any other datagram to UDPPort
 //	 refuse      the only place packets are refused; its counters total the refusals
 //	   meta pkttype != host                 drop     (broadcast, multicast)
 //	   ip6 saddr fe80::/10                  reject with icmpx admin-prohibited (a reset
@@ -115,6 +119,12 @@
 //     is redirected to 127.0.0.1 / ::1: the DNS server must answer from the address a query
 //     was sent to (IP_PKTINFO / IPV6_PKTINFO, as miekg/dns does), or conntrack cannot map
 //     the answer back.
+//   - With UDPPort, VM UDP other than DNS to anything but a local destination reaches the
+//     transparent sockets on UDPPort (ListenUDP) unchanged, with its original destination;
+//     answers sent from a socket bound to that destination (ListenReply) reach the VM. The
+//     policy routing this needs (a rule on UDPMark, a table with one local route per family)
+//     is installed and removed with the table (rtnetlink). Nobody listening: refused as
+//     below.
 //   - Everything else from a VM network or a VM interface is refused: forwarded traffic of
 //     any protocol and family, the host's services (only the forwards, DHCP, neighbour
 //     discovery and the listeners), and spoofed sources outside the VM networks
@@ -127,9 +137,10 @@
 //   - Forward and inbound listen addresses take only their Allow sources, from anywhere (a
 //     LAN host or the host itself included); others are refused.
 //   - With Local, the host's own TCP and DNS are captured like a VM's, except sockets
-//     carrying Mark (exact match), loopback and the host's own addresses; the host's other
-//     UDP (multicast and broadcast included) and ICMP are refused, but for DHCP,
-//     LocalUDPAllow and the link's control messages (neighbour discovery, MLD, IGMP).
+//     carrying Mark (exact match), loopback and the host's own addresses; with UDPPort its
+//     UDP too (but DHCP and LocalUDPAllow); the host's other UDP (multicast and broadcast
+//     included) and ICMP are refused, but for DHCP, LocalUDPAllow and the link's control
+//     messages (neighbour discovery, MLD, IGMP).
 //   - Other tables are untouched; traffic that involves no VM network and no listener port
 //     passes (policies accept), except spoofed first packets (antispoof).
 //

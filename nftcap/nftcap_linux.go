@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentcage/router/internal/netaddr"
@@ -52,7 +53,13 @@ func Install(spec Spec, opts ...Option) error {
 	if err := spec.Validate(); err != nil {
 		return fmt.Errorf("nftcap install: invalid spec: %w", err)
 	}
-	c, err := nftables.New(nftables.WithNetNSFd(collect(opts).netNS))
+	o := collect(opts)
+	// The routes first: without them the table's UDP capture refuses what it marks; without
+	// the table they route nothing.
+	if err := installUDPRoutes(spec, o); err != nil {
+		return fmt.Errorf("nftcap install udp routing: %w", err)
+	}
+	c, err := nftables.New(nftables.WithNetNSFd(o.netNS), nftables.WithSockOptions(bigReceiveBuffer))
 	if err != nil {
 		return fmt.Errorf("nftcap install: open netlink: %w", err)
 	}
@@ -72,7 +79,7 @@ func Remove(table string, opts ...Option) error {
 	if err := validTableName(table); err != nil {
 		return fmt.Errorf("nftcap remove: %w", err)
 	}
-	c, err := nftables.New(nftables.WithNetNSFd(collect(opts).netNS))
+	c, err := nftables.New(nftables.WithNetNSFd(collect(opts).netNS), nftables.WithSockOptions(bigReceiveBuffer))
 	if err != nil {
 		return fmt.Errorf("nftcap remove: open netlink: %w", err)
 	}
@@ -82,13 +89,16 @@ func Remove(table string, opts ...Option) error {
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftcap remove table inet %s: %w", table, err)
 	}
+	if err := removeUDPRoutes(collect(opts)); err != nil {
+		return fmt.Errorf("nftcap remove udp routing: %w", err)
+	}
 	return nil
 }
 
 // Installed reports whether the table named table exists. It
 // does not check the table's content.
 func Installed(table string, opts ...Option) (bool, error) {
-	c, err := nftables.New(nftables.WithNetNSFd(collect(opts).netNS))
+	c, err := nftables.New(nftables.WithNetNSFd(collect(opts).netNS), nftables.WithSockOptions(bigReceiveBuffer))
 	if err != nil {
 		return false, fmt.Errorf("nftcap installed: open netlink: %w", err)
 	}
@@ -106,7 +116,7 @@ func Refusals(table string, opts ...Option) (map[refusal.Reason]uint64, error) {
 	if err := validTableName(table); err != nil {
 		return nil, fmt.Errorf("nftcap refusals: %w", err)
 	}
-	c, err := nftables.New(nftables.WithNetNSFd(collect(opts).netNS))
+	c, err := nftables.New(nftables.WithNetNSFd(collect(opts).netNS), nftables.WithSockOptions(bigReceiveBuffer))
 	if err != nil {
 		return nil, fmt.Errorf("nftcap refusals: open netlink: %w", err)
 	}
@@ -132,6 +142,31 @@ func Refusals(table string, opts ...Option) (map[refusal.Reason]uint64, error) {
 		}
 	}
 	return out, nil
+}
+
+// receiveBuffer is the netlink socket's receive buffer: the kernel acknowledges each
+// message of a batch, and a whole table is hundreds of messages; acknowledgements that do
+// not fit in the default buffer (rmem_default, about 200 KiB, some 280 of them) fail the
+// batch with ENOBUFS.
+const receiveBuffer = 8 << 20
+
+// bigReceiveBuffer sets the receive buffer of c to receiveBuffer, past net.core.rmem_max
+// with SO_RCVBUFFORCE (the router runs with CAP_NET_ADMIN), within it otherwise.
+func bigReceiveBuffer(c *netlink.Conn) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, receiveBuffer)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return c.SetReadBuffer(receiveBuffer)
+	}
+	return nil
 }
 
 // builder queues the messages of one Install batch on c.
@@ -167,6 +202,7 @@ func (b *builder) replace(s Spec) error {
 	b.capture(s, vm)
 	b.input(s, vm)
 	b.forward(s, vm)
+	b.udpCapture(s, vm)
 	return b.err
 }
 
@@ -218,6 +254,7 @@ func (b *builder) addChains(s Spec) {
 	}
 	base(chainInput, nftables.ChainTypeFilter, nftables.ChainHookInput, prioFilter)
 	base(chainForward, nftables.ChainTypeFilter, nftables.ChainHookForward, prioFilter)
+	b.addUDPChains(s)
 }
 
 func (b *builder) refuseAndAntispoof(s Spec) {
@@ -315,6 +352,7 @@ func (b *builder) capture(s Spec, vm vmSets) {
 	g := chainOutputGuard
 	b.rule(g, mark, verdict(expr.VerdictReturn))
 	b.rule(g, oifLo, verdict(expr.VerdictReturn))
+	b.udpOutputGuard(s)
 	if s.DNSPort == 0 {
 		b.rule(g, b.dnsMatch(), goTo(reasonChain(refusal.DNS)))
 	}
@@ -346,6 +384,7 @@ func (b *builder) capture(s Spec, vm vmSets) {
 
 // input queues the guard of the host: listener ports, forwards, VM sources.
 func (b *builder) input(s Spec, vm vmSets) {
+	b.udpInput(s)
 	b.rule(chainInput, jump(chainAntispoof))
 	// The listener ports take only redirected connections, from anywhere.
 	b.rule(chainInput, l4proto(unix.IPPROTO_TCP), thDport(s.ListenerPort), ctStatusDNAT(false), goTo(reasonChain(refusal.Host)))

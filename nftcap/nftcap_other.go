@@ -69,3 +69,27 @@ func (w *Watcher) Changes() <-chan Change { return nil }
 
 // Close does nothing off Linux.
 func (w *Watcher) Close() error { return nil }
+
+// UDPConn is Linux only.
+type UDPConn struct{}
+
+// ListenUDP is Linux only; elsewhere it returns an error wrapping errors.ErrUnsupported.
+func ListenUDP(network string, port uint16, mark uint32) (*UDPConn, error) {
+	return nil, errUnsupported("listen udp")
+}
+
+// ReadFrom is Linux only.
+func (u *UDPConn) ReadFrom(b []byte) (n int, src, dst netip.AddrPort, err error) {
+	return 0, netip.AddrPort{}, netip.AddrPort{}, errUnsupported("read udp")
+}
+
+// LocalAddr is Linux only.
+func (u *UDPConn) LocalAddr() net.Addr { return nil }
+
+// Close is Linux only.
+func (u *UDPConn) Close() error { return nil }
+
+// ListenReply is Linux only; elsewhere it returns an error wrapping errors.ErrUnsupported.
+func ListenReply(from netip.AddrPort, mark uint32) (*net.UDPConn, error) {
+	return nil, errUnsupported("listen reply")
+}

@@ -54,6 +54,18 @@ type Spec struct {
 	// reason, with their headers; see package nflog). The named counters count every
 	// refusal either way.
 	LogGroup uint16
+	// UDPPort is the router's transparent UDP socket (see ListenUDP): VM UDP other than
+	// DNS, and with Local this host's own UDP, is handed to it by TPROXY with its original
+	// destination, instead of being refused. 0: no UDP capture (refused as the package doc
+	// says). Nobody listening (the guard alone) means refused as well.
+	UDPPort uint16
+	// UDPMark is the packet mark TPROXY puts on the UDP it hands over, and UDPTable the
+	// routing table that a policy routing rule "fwmark UDPMark lookup UDPTable" sends such
+	// packets to: it holds only "local default dev lo" for each family. Install puts the rule
+	// and routes in place, Remove takes them away. Both are required with UDPPort; UDPMark
+	// differs from Mark.
+	UDPMark  uint32
+	UDPTable uint32
 }
 
 // Forward is one host service reachable from the VM networks: a forward or an inbound.
@@ -85,6 +97,7 @@ func (s Spec) Validate() error {
 	if s.Local && s.Mark == 0 {
 		add("local capture needs a non-zero mark (the router's own sockets would be captured)")
 	}
+	errs = append(errs, s.validateUDP()...)
 	for _, p := range s.VMNetworks {
 		if err := validPrefix(p); err != nil {
 			add("vm network %v: %w", p, err)

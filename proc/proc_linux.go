@@ -85,17 +85,33 @@ func NewLinuxFinder(cfg LinuxFinderConfig) *LinuxFinder {
 // process holds that 4-tuple (a forwarded VM flow, a socket already closed, an owner that
 // exited) the error wraps fs.ErrNotExist.
 func (f *LinuxFinder) LookupTCP(local, remote netip.AddrPort) (Info, error) {
-	inode, _, err := diagTCP(local, remote)
+	return f.lookup(unix.IPPROTO_TCP, local, remote)
+}
+
+// LookupUDP returns the process owning the UDP socket that sent a datagram from local to
+// remote: the socket the kernel would deliver an answer from remote to, connected or not
+// (bound to local's port, on local's address or on any). The error wraps fs.ErrNotExist when
+// no socket or process holds it (the socket was closed after sending).
+func (f *LinuxFinder) LookupUDP(local, remote netip.AddrPort) (Info, error) {
+	return f.lookup(unix.IPPROTO_UDP, local, remote)
+}
+
+func (f *LinuxFinder) lookup(proto byte, local, remote netip.AddrPort) (Info, error) {
+	name := "tcp"
+	if proto == unix.IPPROTO_UDP {
+		name = "udp"
+	}
+	inode, _, err := diag(proto, local, remote)
 	if err != nil {
-		return Info{}, fmt.Errorf("proc lookup tcp %v -> %v: %w", local, remote, err)
+		return Info{}, fmt.Errorf("proc lookup %s %v -> %v: %w", name, local, remote, err)
 	}
 	pid, err := f.pidOf(inode)
 	if err != nil {
-		return Info{}, fmt.Errorf("proc lookup tcp %v -> %v: %w", local, remote, err)
+		return Info{}, fmt.Errorf("proc lookup %s %v -> %v: %w", name, local, remote, err)
 	}
 	info, err := f.info(pid)
 	if err != nil {
-		return Info{}, fmt.Errorf("proc lookup tcp %v -> %v: %w", local, remote, err)
+		return Info{}, fmt.Errorf("proc lookup %s %v -> %v: %w", name, local, remote, err)
 	}
 	return info, nil
 }
@@ -292,9 +308,24 @@ const (
 // diagTCP asks the kernel, for the calling thread's network namespace, which TCP socket
 // has exactly this 4-tuple; it returns its inode and owner uid.
 func diagTCP(local, remote netip.AddrPort) (inode, uid uint32, err error) {
+	return diag(unix.IPPROTO_TCP, local, remote)
+}
+
+// diag asks the kernel which socket of proto (TCP: exactly this 4-tuple; UDP: the one that
+// would receive a datagram from remote to local) it is; it returns its inode and owner uid.
+func diag(proto byte, local, remote netip.AddrPort) (inode, uid uint32, err error) {
 	req, err := diagRequest(local, remote)
 	if err != nil {
 		return 0, 0, err
+	}
+	if proto == unix.IPPROTO_UDP {
+		// udp_dump_one looks the socket up as for a datagram arriving from idiag_src to
+		// idiag_dst (net/ipv4/udp_diag.c): the peer goes first.
+		req, err = diagRequest(remote, local)
+		if err != nil {
+			return 0, 0, err
+		}
+		req[unix.NLMSG_HDRLEN+1] = unix.IPPROTO_UDP
 	}
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
 	if err != nil {
@@ -374,7 +405,7 @@ func parseDiagReply(b []byte, seq uint32) (inode, uid uint32, err error) {
 				continue // an ack
 			}
 			if errno == unix.ENOENT {
-				return 0, 0, fmt.Errorf("no such tcp socket: %w", fs.ErrNotExist)
+				return 0, 0, fmt.Errorf("no such socket: %w", fs.ErrNotExist)
 			}
 			return 0, 0, fmt.Errorf("sock_diag: %w", errno)
 		case unix.SOCK_DIAG_BY_FAMILY:
@@ -383,11 +414,11 @@ func parseDiagReply(b []byte, seq uint32) (inode, uid uint32, err error) {
 			}
 			uid, inode = ne.Uint32(data[64:]), ne.Uint32(data[68:])
 			if inode == 0 { // time-wait or orphaned: no process holds it
-				return 0, uid, fmt.Errorf("tcp socket without inode: %w", fs.ErrNotExist)
+				return 0, uid, fmt.Errorf("socket without inode: %w", fs.ErrNotExist)
 			}
 			return inode, uid, nil
 		case unix.NLMSG_DONE:
-			return 0, 0, fmt.Errorf("no such tcp socket: %w", fs.ErrNotExist)
+			return 0, 0, fmt.Errorf("no such socket: %w", fs.ErrNotExist)
 		}
 	}
 	return 0, 0, errors.New("sock_diag: no answer in reply")

@@ -22,6 +22,8 @@ func (e *Engine) apply(ob *outbox, o outcome, p packet.Packet, m Meta) {
 		e.st.dropped.Add(1)
 	case actDNS:
 		e.answer(p, m, o.app)
+	case actRelay:
+		e.relay(o, p)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/agentcage/router/packet"
 	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/proc"
 	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/rules"
 )
@@ -13,9 +14,11 @@ import (
 // actReflect, the peer the listener sees and the listener's address. The zero outcome
 // (actNone) does nothing: the packet is held, or was already handled.
 type outcome struct {
-	act      action
-	peer, to netip.AddrPort
-	app      string // actDNS: the process that asks, when known
+	act        action
+	peer, to   netip.AddrPort
+	app        string // actDNS: the process that asks, when known
+	owner      proc.Info
+	ownerKnown bool // actRelay: the owner, for the router's decision
 }
 
 // decideLocked decides flow f (pending) from what is known of it and sets its state:
@@ -70,13 +73,15 @@ func (e *Engine) decideLocked(pol *policy.Policy, f *flow, now int64) outcome {
 		f.state = stateDrop
 		e.st.droppedFlows.Add(1)
 		e.refusedLocked(f)
+	case actRelay:
+		f.state = stateRelay
 	case actRefuse:
 		e.removeLocked(f, now)
 		e.st.refused.Add(1)
 		e.refusedLocked(f)
 	}
 	f.last = now
-	return outcome{act: act, peer: f.peer, to: f.to, app: f.owner.Name}
+	return outcome{act: act, peer: f.peer, to: f.to, app: f.owner.Name, owner: f.owner, ownerKnown: f.ownerKnown}
 }
 
 // refusedLocked counts f, refused or dropped, under its reason.
@@ -95,10 +100,11 @@ func (e *Engine) refusedLocked(f *flow) {
 //     not proxied, a caged flow no rule decides) refuses TCP with a RST and drops UDP,
 //     once final;
 //   - a fake-IP pool address is reflected for TCP (only the router can resolve or hand on
-//     its name) and dropped for UDP;
+//     its name) and relayed for UDP (Options.UDP; dropped without it);
 //   - direct passes (or is reflected with Options.ReflectDirect), once final;
 //   - anything else, or a decision a host-name rule could still change (not Final),
-//     reflects TCP (the router decides with the name) and drops UDP (it cannot be proxied).
+//     reflects TCP (the router decides with the name) and relays UDP (the router decides
+//     again and sends it through an association; dropped without Options.UDP).
 func (e *Engine) verdictLocked(pol *policy.Policy, f *flow) action {
 	k := f.key
 	tcp := k.proto == packet.ProtoTCP
@@ -152,7 +158,10 @@ func (e *Engine) verdictLocked(pol *policy.Policy, f *flow) action {
 		if d.Action == rules.Direct && d.Final && !pol.InPool(pf.Dst) {
 			return actPass
 		}
-		// UDP the engine cannot carry: proxied, to a fake IP, or not yet final.
+		if e.opts.UDP != nil {
+			return actRelay
+		}
+		// UDP the engine cannot carry without a relay: proxied, to a fake IP, or not yet final.
 		f.why = refusal.GuestUDP
 		if !d.Caged {
 			f.why = refusal.LocalUDP

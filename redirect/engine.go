@@ -36,6 +36,9 @@ type Options struct {
 	// DNSWorkers bounds the DNS queries answered at once; more are dropped (the client
 	// retries). Default 64.
 	DNSWorkers int
+	// UDP relays the UDP flows that need the router (a proxy verdict, a fake IP, a decision
+	// a host-name rule could change). Nil drops them (fail closed).
+	UDP UDPRelay
 	// Names tells fake-IP pool addresses (always reflected) and, when it knows them, the
 	// names of destinations for host-name rules. Nil: no pool, no names.
 	Names Names
@@ -99,7 +102,8 @@ type Stats struct {
 	Reflected     uint64 // flows reflected to a listener
 	Passed        uint64 // flows passed (direct, own, served by the host, allowed to exist)
 	Refused       uint64 // TCP flows refused with a RST (block, DoT, no room, unknown tuple)
-	DroppedFlows  uint64 // UDP flows dropped (proxy or block verdicts, pool addresses)
+	DroppedFlows  uint64 // UDP flows dropped (block verdicts; proxy verdicts and pool addresses without Options.UDP)
+	UDPRelayed    uint64 // datagrams handed to Options.UDP
 	Dropped       uint64 // packets dropped
 	CannotPass    uint64 // packets to pass that the device could not send (a TUN)
 	Unknown       uint64 // outbound TCP packets of no known flow (refused)
@@ -117,7 +121,7 @@ type Stats struct {
 
 type counters struct {
 	packets, reflected, passed, refused, droppedFlows, dropped, cannotPass, unknown,
-	dnsAnswered, events, eventTimeouts, lookupErrors, writeErrors, tableFull, evicted atomic.Uint64
+	dnsAnswered, events, eventTimeouts, lookupErrors, writeErrors, tableFull, evicted, udpRelayed atomic.Uint64
 }
 
 // Engine is the redirect engine; see the package documentation. Create it with New, start
@@ -468,7 +472,7 @@ func (e *Engine) Stats() Stats {
 		Refused: c.refused.Load(), DroppedFlows: c.droppedFlows.Load(), Dropped: c.dropped.Load(),
 		CannotPass: c.cannotPass.Load(), Unknown: c.unknown.Load(), DNSAnswered: c.dnsAnswered.Load(),
 		Events: c.events.Load(), EventTimeouts: c.eventTimeouts.Load(), LookupErrors: c.lookupErrors.Load(),
-		WriteErrors: c.writeErrors.Load(), TableFull: c.tableFull.Load(), Evicted: c.evicted.Load(),
+		WriteErrors: c.writeErrors.Load(), TableFull: c.tableFull.Load(), Evicted: c.evicted.Load(), UDPRelayed: c.udpRelayed.Load(),
 		Active: active, HostFlows: host, Pending: pending,
 	}
 }

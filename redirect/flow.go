@@ -36,7 +36,7 @@ type evEntry struct {
 
 // flowState is what the packets of a flow get.
 //
-//	pending ──decide──► pass | reflect | dns | drop      (refuse: the entry is removed)
+//	pending ──decide──► pass | reflect | dns | drop | relay   (refuse: the entry is removed)
 //	   │                  │
 //	   └──expire──►(gone)◄┘ (Idle, UDPIdle, or Linger after RST / FIN both ways)
 type flowState uint8
@@ -47,6 +47,7 @@ const (
 	stateReflect                  // rewritten to and from the listener
 	stateDNS                      // UDP: every datagram answered in process
 	stateDrop                     // UDP: every datagram dropped
+	stateRelay                    // UDP: every datagram handed to Options.UDP
 )
 
 // maxHeld bounds the packets held per pending flow (SYN retransmissions, a burst of UDP).
@@ -60,6 +61,8 @@ type flow struct {
 	// stateReflect: peer is the source the listener sees (D:pr), to the listener's
 	// address the reflected packets go to (X:L).
 	peer, to netip.AddrPort
+	// stateRelay: the metadata of the flow's last datagram, for the answers injected back.
+	inMeta Meta
 
 	pid        uint32 // from a connect event or the lookup
 	pidKnown   bool
@@ -102,6 +105,7 @@ const (
 	actRefuse  // TCP: drop, and a RST to the app
 	actDrop
 	actDNS
+	actRelay // UDP: to Options.UDP
 )
 
 // track notes the flags of a TCP packet of f; fromApp is the app's direction.

@@ -75,6 +75,9 @@ func (e *Engine) finish(f *flow, now int64) {
 	hs := f.held // before deciding: a refused flow leaves the table, with what it holds
 	f.held = nil
 	o := e.decideLocked(e.pol.Load(), f, now)
+	if o.act == actRelay && len(hs) > 0 {
+		f.inMeta = inbound(hs[len(hs)-1].m)
+	}
 	e.mu.Unlock()
 	for _, h := range hs {
 		p, err := packet.Parse(h.b)

@@ -139,8 +139,15 @@ func (e *Engine) datagram(ob *outbox, p packet.Packet, m Meta, key flowKey, now 
 	if st == statePending {
 		f.hold(p, m)
 	}
+	var o outcome
+	if st == stateRelay {
+		f.inMeta = inbound(m)
+		o = outcome{act: actRelay, owner: f.owner, ownerKnown: f.ownerKnown}
+	}
 	e.mu.Unlock()
 	switch st {
+	case stateRelay:
+		e.relay(o, p)
 	case statePass:
 		e.pass(ob, p.Bytes(), m)
 	case stateDNS:
@@ -198,6 +205,10 @@ func (e *Engine) newFlowLocked(key flowKey, p packet.Packet, m Meta, now int64) 
 		return outcome{}
 	default:
 		e.flows[key] = f
-		return e.decideLocked(pol, f, now)
+		o := e.decideLocked(pol, f, now)
+		if o.act == actRelay {
+			f.inMeta = inbound(m)
+		}
+		return o
 	}
 }

@@ -2,7 +2,9 @@
 // its transparent listener, and the tunnels guests ask of its explicit proxies (inbounds:
 // SOCKS5 and HTTP CONNECT), asks the rules what to do with each, and then connects direct,
 // connects through an upstream proxy (giving it the host name when one is known), or
-// refuses; then it relays both ways. It also serves the model forwards (the replacement for
+// refuses; then it relays both ways. Captured UDP datagrams take the same decision per flow
+// and go through the upstream's UDP association, the router's own socket, or nowhere
+// (udp.go). It also serves the model forwards (the replacement for
 // `netsh interface portproxy`).
 //
 // Own traffic versus user traffic: every connection the router opens itself (to a proxy, to a
@@ -61,6 +63,10 @@ type Options struct {
 	// address and dst where it was going. It is only asked when the policy needs it
 	// (policy.Policy.NeedsOwner).
 	Owner func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error)
+	// OwnerUDP finds the process of a local UDP flow from its addresses (the datagram's
+	// source and original destination), when the capture does not say (Datagram.Owner). A
+	// UDP flow whose owner the policy needs and nobody finds is refused.
+	OwnerUDP func(src, dst netip.AddrPort) (proc.Info, error)
 	// FromVM reports whether a connection from src entered from a VM network or a
 	// VM-facing interface (policy.Flow.FromVM), whatever its address. Nil: only sources
 	// inside the configured VM networks are.
@@ -125,6 +131,7 @@ type Router struct {
 	nextID atomic.Uint64
 	count  counters
 	book   *refusal.Book
+	udp    udpTable // the UDP flows and their associations (udp.go)
 
 	mu      sync.Mutex            // guards tracked
 	tracked map[string]*trackedUp // the proxies in use, their health probes running
@@ -239,6 +246,7 @@ func (r *Router) Wait() { r.flows.Wait() }
 // closed"); Wait then returns once their records are written.
 func (r *Router) Close() {
 	r.stopUpstreams()
+	r.closeUDP()
 	r.engine.Close()
 	r.refuse.flush()
 }

@@ -1,0 +1,26 @@
+package nftcap
+
+import "fmt"
+
+// validateUDP checks the UDP capture's fields of s.
+func (s Spec) validateUDP() []error {
+	if s.UDPPort == 0 {
+		return nil
+	}
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch s.UDPPort {
+	case s.DNSPort:
+		add("udp port %d equals the dns port", s.UDPPort)
+	}
+	if s.UDPMark == 0 {
+		add("udp capture needs a non-zero udp mark")
+	} else if s.UDPMark == s.Mark {
+		add("udp mark %#x equals the mark of the router's own sockets", s.UDPMark)
+	}
+	// 253-255 are the kernel's default, main and local tables; 0 is unspecified.
+	if s.UDPTable == 0 || s.UDPTable >= 253 && s.UDPTable <= 255 {
+		add("udp routing table %d: want a table of our own (not 0, 253, 254 or 255)", s.UDPTable)
+	}
+	return errs
+}

@@ -1,0 +1,87 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+
+	"github.com/agentcage/router/upstream"
+)
+
+// dialUDPDirect opens the router's own socket (marked: never captured) to dst for a flow a
+// rule sends direct, as an upstream.Association whose answers report dst (the flow's
+// original destination). A fake IP is first resolved through the proxy, never locally.
+func (r *Router) dialUDPDirect(ctx context.Context, dst netip.AddrPort, host string, fake bool) (upstream.Association, error) {
+	target := dst.Addr()
+	if fake {
+		addrs, err := r.opts.Names.ResolveViaProxy(ctx, host)
+		if err == nil && len(addrs) == 0 {
+			err = errors.New("no address")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("resolve %s via proxy: %w", host, err)
+		}
+		target = addrs[0]
+	}
+	c, err := r.dialer.DialContext(ctx, "udp", netip.AddrPortFrom(target, dst.Port()).String())
+	if err != nil {
+		return nil, fmt.Errorf("udp direct: %w", err)
+	}
+	return &directAssoc{c: c, as: upstream.Addr{IP: dst.Addr(), Port: dst.Port()}, done: make(chan struct{})}, nil
+}
+
+// directAssoc is a connected UDP socket seen as an association with one destination: what
+// it sends goes to its peer, whatever address WriteTo is given, and what it reads is
+// reported as coming from as.
+type directAssoc struct {
+	c    net.Conn
+	as   upstream.Addr
+	done chan struct{}
+	once sync.Once
+}
+
+func (d *directAssoc) WriteTo(p []byte, _ upstream.Addr) (int, error) { return d.c.Write(p) }
+
+func (d *directAssoc) ReadFrom(p []byte) (int, upstream.Addr, error) {
+	for {
+		n, err := d.c.Read(p)
+		if err == nil {
+			return n, d.as, nil
+		}
+		select {
+		case <-d.done:
+			return 0, upstream.Addr{}, d.Err()
+		default:
+		}
+		// An ICMP error for an earlier datagram (port unreachable) is reported on the next
+		// read of a connected socket: the socket is still good.
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
+			continue
+		}
+		d.Close()
+		return 0, upstream.Addr{}, fmt.Errorf("udp direct: %w", err)
+	}
+}
+
+func (d *directAssoc) Done() <-chan struct{} { return d.done }
+
+func (d *directAssoc) Err() error {
+	select {
+	case <-d.done:
+		return fmt.Errorf("udp direct: %w", net.ErrClosed)
+	default:
+		return nil
+	}
+}
+
+func (d *directAssoc) Close() error {
+	d.once.Do(func() {
+		close(d.done)
+		d.c.Close()
+	})
+	return nil
+}
