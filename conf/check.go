@@ -39,9 +39,9 @@ func (d *decoder) check(c *Config) {
 	}
 }
 
-// checkForwards: a forward or an inbound may not take the transparent listener's or the
-// DNS server's port (they listen on every address), nor share its address and port with
-// another forward or inbound.
+// checkForwards: a forward, an inbound or the metrics server may not take the transparent
+// listener's or the DNS server's port (they listen on every address), nor share its address
+// and port with another of them.
 func (d *decoder) checkForwards(c *Config) {
 	type listener struct {
 		listen netip.AddrPort
@@ -54,6 +54,9 @@ func (d *decoder) checkForwards(c *Config) {
 	}
 	for i, in := range c.Inbounds {
 		ls = append(ls, listener{in.Listen, at{path: "inbound[" + strconv.Itoa(i+1) + "].listen", where: "inbound #" + strconv.Itoa(i+1) + ", listen"}, "inbound #" + strconv.Itoa(i+1)})
+	}
+	if c.Metrics.Listen.IsValid() {
+		ls = append(ls, listener{c.Metrics.Listen, at{path: "metrics.listen"}, "[metrics]"})
 	}
 	seen := map[netip.AddrPort]string{}
 	for _, l := range ls {

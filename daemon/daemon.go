@@ -2,14 +2,15 @@
 // transparent listener, the forwards and the platform's capture. It is what `router run`
 // runs; cmd/router only turns signals into a context and a reload channel.
 //
-// Start order: listeners first (transparent, DNS, forwards), capture last, so the capture
-// never redirects to a port nobody listens on. Stop: listeners close, running flows get a
+// Start order: listeners first (transparent, DNS, forwards, the metrics endpoint), capture
+// last, so the capture never redirects to a port nobody listens on. Stop: listeners close, running flows get a
 // short grace period, and the capture is left in place: it is the guard that keeps VM
 // traffic blocked until a router runs again (only `router cleanup` removes it).
 //
 // Reload (a value on Options.Reload) applies a new file atomically: it is parsed and
-// checked whole, new forward listeners are opened and the new capture installed before the
-// new rules take effect; any failure leaves the running config untouched and is logged.
+// checked whole, new forward listeners (and the metrics socket, when [metrics] listen
+// changed) are opened and the new capture installed before the new rules take effect; any
+// failure leaves the running config untouched and is logged.
 // Keys that need new sockets of the daemon itself (listener_port, dns_port, mark, table)
 // and the [dns] table need a restart; a reload that changes them is refused.
 package daemon
@@ -156,6 +157,8 @@ type daemon struct {
 	cancel  context.CancelFunc // stops the serving goroutines
 
 	forwards map[string]*forwardRun // by listen address
+	status   *statusHandler         // what the control channel and the metrics show
+	metrics  *metricsRun            // the [metrics] endpoint; nil when off
 }
 
 // forwardRun is one forward's socket and serving goroutine. Its settings are swapped on a
@@ -228,6 +231,7 @@ func forwardOf(f conf.Forward) router.Forward {
 
 func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	pf := d.opts.Platform
+	d.status = &statusHandler{d: d, started: time.Now()}
 	l := d.compile(cfg)
 	control := pf.Control(cfg.Capture.Mark)
 	ropts := router.Options{
@@ -286,6 +290,13 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		}
 		d.runForward(fr)
 	}
+	if cfg.Metrics.Listen.IsValid() {
+		m, err := d.openMetrics(ctx, cfg.Metrics.Listen, control)
+		if err != nil {
+			return err
+		}
+		d.runMetrics(m)
+	}
 	if err := d.startControl(cfg, sctx); err != nil {
 		return err
 	}
@@ -303,9 +314,8 @@ func (d *daemon) startControl(cfg *conf.Config, ctx context.Context) error {
 		d.log.Warn("no control channel: router status will not reach this daemon", "err", err)
 		return nil
 	}
-	h := &statusHandler{d: d, started: time.Now()}
 	d.serving.Go(func() {
-		if err := control.Serve(ctx, ln, h, d.log.With("component", "control")); err != nil {
+		if err := control.Serve(ctx, ln, d.status, d.log.With("component", "control")); err != nil {
 			d.log.Error("control", "err", err)
 		}
 	})
@@ -383,6 +393,7 @@ func (d *daemon) stop() {
 		}
 		fr.ln.Close()
 	}
+	stopMetrics(d.metrics)
 	for _, c := range d.closers {
 		c.Close()
 	}
@@ -400,6 +411,14 @@ func (d *daemon) stop() {
 	if d.dns != nil {
 		d.dns.Close()
 	}
+}
+
+// metricsAddr is where the metrics are served now; invalid when they are not.
+func (d *daemon) metricsAddr() netip.AddrPort {
+	if d.metrics == nil {
+		return netip.AddrPort{}
+	}
+	return d.metrics.addr
 }
 
 // restartKeys are what a reload may not change.
@@ -430,9 +449,10 @@ func restartNeeded(old, cur *conf.Config) error {
 }
 
 // reload applies the config file anew, all or nothing: the file is parsed and checked, the
-// router's policy prepared, forwards on new addresses opened, and the capture installed;
-// only then do the new rules, forward settings and log level take effect and the forwards
-// that are gone close. Any failure closes what was opened for the new config and leaves the
+// router's policy prepared, forwards on new addresses and the metrics socket on a new
+// address opened, and the capture installed; only then do the new rules, forward settings
+// and log level take effect, the metrics move (or start, or stop) and the forwards that are
+// gone close. Any failure closes what was opened for the new config and leaves the
 // running one untouched. A forward whose address stays keeps its socket: a changed allow
 // list, target or name is swapped in for the connections accepted after the reload.
 func (d *daemon) reload(ctx context.Context) error {
@@ -450,10 +470,12 @@ func (d *daemon) reload(ctx context.Context) error {
 	}
 	want := map[string]router.Forward{}
 	var opened []*forwardRun
+	var newMetrics *metricsRun // opened for a changed [metrics] listen
 	closeOpened := func() {
 		for _, o := range opened {
 			o.ln.Close()
 		}
+		stopMetrics(newMetrics)
 	}
 	for _, f := range cfg.Forwards {
 		rf := forwardOf(f)
@@ -467,6 +489,13 @@ func (d *daemon) reload(ctx context.Context) error {
 			return err
 		}
 		opened = append(opened, fr)
+	}
+	metricsMoved := cfg.Metrics.Listen != d.metricsAddr()
+	if metricsMoved && cfg.Metrics.Listen.IsValid() {
+		if newMetrics, err = d.openMetrics(ctx, cfg.Metrics.Listen, d.opts.Platform.Control(cfg.Capture.Mark)); err != nil {
+			closeOpened()
+			return err
+		}
 	}
 	if err := d.opts.Platform.Install(cfg, l.dec, d.dns); err != nil {
 		closeOpened()
@@ -486,6 +515,13 @@ func (d *daemon) reload(ctx context.Context) error {
 	}
 	for _, fr := range opened {
 		d.runForward(fr)
+	}
+	if metricsMoved {
+		stopMetrics(d.metrics)
+		d.metrics = nil
+		if newMetrics != nil {
+			d.runMetrics(newMetrics)
+		}
 	}
 	d.mu.Lock()
 	d.cfg = cfg
