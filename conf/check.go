@@ -32,6 +32,7 @@ const (
 
 func (d *decoder) check(c *Config) {
 	d.checkForwards(c)
+	d.checkMetrics(c)
 	d.checkDNS(c)
 	d.checkUDP(c)
 	if len(c.Capture.Table) > 255 {
@@ -39,9 +40,9 @@ func (d *decoder) check(c *Config) {
 	}
 }
 
-// checkForwards: a forward, an inbound or the metrics server may not take the transparent
-// listener's or the DNS server's port (they listen on every address), nor share its address
-// and port with another of them.
+// checkForwards: a forward or an inbound may not take the transparent listener's or the
+// DNS server's port (they listen on every address), nor share its address and port with
+// another forward or inbound.
 func (d *decoder) checkForwards(c *Config) {
 	type listener struct {
 		listen netip.AddrPort
@@ -54,9 +55,6 @@ func (d *decoder) checkForwards(c *Config) {
 	}
 	for i, in := range c.Inbounds {
 		ls = append(ls, listener{in.Listen, at{path: "inbound[" + strconv.Itoa(i+1) + "].listen", where: "inbound #" + strconv.Itoa(i+1) + ", listen"}, "inbound #" + strconv.Itoa(i+1)})
-	}
-	if c.Metrics.Listen.IsValid() {
-		ls = append(ls, listener{c.Metrics.Listen, at{path: "metrics.listen"}, "[metrics]"})
 	}
 	seen := map[netip.AddrPort]string{}
 	for _, l := range ls {
@@ -76,6 +74,38 @@ func (d *decoder) checkForwards(c *Config) {
 			}
 		}
 		seen[l.listen] = l.what
+	}
+}
+
+// checkMetrics: the metrics port is none of the router's other ports, whatever the
+// addresses. The listener and DNS ports are taken on every address; and the Windows guard
+// lets the caged apps reach a forward's listen port, and a loopback connect port, on every
+// address of this machine, by port: metrics on such a port would be open to the guests.
+func (d *decoder) checkMetrics(c *Config) {
+	m := c.Metrics.Listen
+	if !m.IsValid() {
+		return
+	}
+	a := at{path: "metrics.listen"}
+	port := m.Port()
+	switch port {
+	case c.Capture.ListenerPort:
+		d.fail(a, "port %d is [capture] listener_port, where the router listens on every address", port)
+	case c.Capture.DNSPort:
+		d.fail(a, "port %d is [capture] dns_port, where the router listens on every address", port)
+	}
+	for i, f := range c.Forwards {
+		switch {
+		case port == f.Listen.Port():
+			d.fail(a, "port %d is also the port of forward #%d (%s), which the guard opens to the VMs: give the metrics a port of their own", port, i+1, f.Listen)
+		case port == f.Connect.Port() && f.Connect.Addr().IsLoopback():
+			d.fail(a, "port %d is also the port forward #%d connects to (%s), which the guard opens to the VMs: give the metrics a port of their own", port, i+1, f.Connect)
+		}
+	}
+	for i, in := range c.Inbounds {
+		if port == in.Listen.Port() {
+			d.fail(a, "port %d is also the port of inbound #%d (%s): give the metrics a port of their own", port, i+1, in.Listen)
+		}
 	}
 }
 
