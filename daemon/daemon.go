@@ -3,9 +3,9 @@
 // runs; cmd/router only turns signals into a context and a reload channel.
 //
 // Start order: listeners first (transparent, DNS, forwards, the metrics endpoint), capture
-// last, so the capture never redirects to a port nobody listens on. Stop: listeners close, running flows get a
-// short grace period, and the capture is left in place: it is the guard that keeps VM
-// traffic blocked until a router runs again (only `router cleanup` removes it).
+// last, so the capture never redirects to a port nobody listens on. Stop: listeners close,
+// running flows get a short grace period, and the capture is left in place: it is the guard
+// that keeps VM traffic blocked until a router runs again (only `router cleanup` removes it).
 //
 // Reload (a value on Options.Reload) applies a new file atomically: it is parsed and
 // checked whole, new forward listeners (and the metrics socket, when [metrics] listen
@@ -158,7 +158,7 @@ type daemon struct {
 
 	forwards map[string]*forwardRun // by listen address
 	status   *statusHandler         // what the control channel and the metrics show
-	metrics  *metricsRun            // the [metrics] endpoint; nil when off
+	metrics  *metricsRun            // the [metrics] endpoint, nil when off; start, reload and stop only
 }
 
 // forwardRun is one forward's socket and serving goroutine. Its settings are swapped on a
