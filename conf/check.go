@@ -32,6 +32,7 @@ const (
 
 func (d *decoder) check(c *Config) {
 	d.checkForwards(c)
+	d.checkMetrics(c)
 	d.checkDNS(c)
 	d.checkUDP(c)
 	d.checkScope(c) // scope.go: what the capture of this OS can see
@@ -95,6 +96,38 @@ func (d *decoder) checkForwards(c *Config) {
 		}
 		if byAddr[l.listen] == 0 {
 			byAddr[l.listen] = i + 1
+		}
+	}
+}
+
+// checkMetrics: the metrics port is none of the router's other ports, whatever the
+// addresses. The listener and DNS ports are taken on every address; and the Windows guard
+// lets the caged apps reach a forward's listen port, and a loopback connect port, on every
+// address of this machine, by port: metrics on such a port would be open to the guests.
+func (d *decoder) checkMetrics(c *Config) {
+	m := c.Metrics.Listen
+	if !m.IsValid() {
+		return
+	}
+	a := at{path: "metrics.listen"}
+	port := m.Port()
+	switch port {
+	case c.Capture.ListenerPort:
+		d.fail(a, "port %d is [capture] listener_port, where the router listens on every address", port)
+	case c.Capture.DNSPort:
+		d.fail(a, "port %d is [capture] dns_port, where the router listens on every address", port)
+	}
+	for i, f := range c.Forwards {
+		switch {
+		case port == f.Listen.Port():
+			d.fail(a, "port %d is also the port of forward #%d (%s), which the guard opens to the VMs: give the metrics a port of their own", port, i+1, f.Listen)
+		case port == f.Connect.Port() && f.Connect.Addr().IsLoopback():
+			d.fail(a, "port %d is also the port forward #%d connects to (%s), which the guard opens to the VMs: give the metrics a port of their own", port, i+1, f.Connect)
+		}
+	}
+	for i, in := range c.Inbounds {
+		if port == in.Listen.Port() {
+			d.fail(a, "port %d is also the port of inbound #%d (%s): give the metrics a port of their own", port, i+1, in.Listen)
 		}
 	}
 }

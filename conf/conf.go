@@ -57,6 +57,7 @@ type Config struct {
 	Relay    Relay
 	Log      Log
 	Control  Control
+	Metrics  Metrics
 	Rules    []rules.Rule
 	// RuleLines[i] is the line of the [[rule]] header of Rules[i].
 	RuleLines []int
@@ -248,6 +249,18 @@ type Relay struct {
 // explain`. Empty Socket means the platform's default (control.DefaultPath).
 type Control struct {
 	Socket string
+}
+
+// Metrics is the [metrics] table: where the daemon serves Prometheus metrics over HTTP.
+// The zero value serves none.
+type Metrics struct {
+	// Listen is the IP:port of the HTTP server (GET /metrics); invalid (the zero AddrPort)
+	// when the key is absent or empty. conf accepts an address other than loopback only
+	// with UnsafeListen.
+	Listen netip.AddrPort
+	// UnsafeListen allows Listen on an address other than loopback (a LAN address, 0.0.0.0).
+	// The guard still keeps VM networks off every port of the host but the forwards'.
+	UnsafeListen bool
 }
 
 // Log is the [log] table.

@@ -341,3 +341,42 @@ func TestScope(t *testing.T) {
 		t.Errorf("VM networks %v, want the cage subnet", cfg.Capture.VMNetworks)
 	}
 }
+
+func TestMetricsKeys(t *testing.T) {
+	for _, c := range []struct {
+		name, src string
+		want      Metrics
+	}{
+		{"absent", "", Metrics{}},
+		{"empty is off", "[metrics]\nlisten = \"\"\n", Metrics{}},
+		{"loopback", "[metrics]\nlisten = \"127.0.0.1:9477\"\n", Metrics{Listen: netip.MustParseAddrPort("127.0.0.1:9477")}},
+		{"loopback v6", "[metrics]\nlisten = \"[::1]:9477\"\n", Metrics{Listen: netip.MustParseAddrPort("[::1]:9477")}},
+		{"mapped v4 is unmapped", "[metrics]\nlisten = \"[::ffff:127.0.0.1]:9477\"\n", Metrics{Listen: netip.MustParseAddrPort("127.0.0.1:9477")}},
+		{"LAN with unsafe", "[metrics]\nlisten = \"192.168.56.1:9477\"\nunsafe_listen = true\n", Metrics{Listen: netip.MustParseAddrPort("192.168.56.1:9477"), UnsafeListen: true}},
+		{"any with unsafe", "[metrics]\nunsafe_listen = true\nlisten = \"0.0.0.0:9477\"\n", Metrics{Listen: netip.MustParseAddrPort("0.0.0.0:9477"), UnsafeListen: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := Parse("m.toml", []byte(c.src), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Metrics != c.want {
+				t.Errorf("got %+v, want %+v", cfg.Metrics, c.want)
+			}
+		})
+	}
+	// The metrics port is none of a forward's ports, whatever the address: the Windows
+	// guard opens those to the caged apps by port.
+	_, err := Parse("clash.toml", []byte(`
+[[forward]]
+listen = "192.168.56.1:9477"
+connect = "127.0.0.1:47831"
+allow = ["192.168.56.0/24"]
+
+[metrics]
+listen = "127.0.0.1:9477"
+`), Options{})
+	if want := `clash.toml:8: metrics.listen: port 9477 is also the port of forward #1 (192.168.56.1:9477), which the guard opens to the VMs: give the metrics a port of their own`; err == nil || err.Error() != want {
+		t.Errorf("got %v, want %s", err, want)
+	}
+}

@@ -15,7 +15,7 @@ import (
 
 // The keys of each table, in the order docs/config.md documents them.
 var (
-	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "rule"}
+	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "metrics", "rule"}
 	proxyKeys   = []string{"type", "address", "username", "password_env", "password_file", "pipeline", "ca_file", "health_check", "health_target"}
 	captureKeys = []string{"vm_networks", "vm_interfaces", "hypervisors", "cage_subnets", "local", "local_udp_allow", "listener_port", "dns_port", "udp_port", "mark", "table"}
 	forwardKeys = []string{"name", "listen", "connect", "allow", "unsafe_any_address"}
@@ -23,6 +23,7 @@ var (
 	dnsKeys     = []string{"mode", "resolver", "proxy", "transport", "pool", "ttl", "direct_names", "capture"}
 	relayKeys   = []string{"idle_timeout", "connect_timeout"}
 	logKeys     = []string{"level", "format"}
+	metricsKeys = []string{"listen", "unsafe_listen"}
 	ruleKeys    = []string{"name", "apps", "services", "sources", "caged", "hosts", "ports", "network", "action", "proxy"}
 )
 
@@ -76,6 +77,9 @@ func (d *decoder) config(raw map[string]any) *Config {
 				}
 			}
 		}
+	}
+	if v, ok := raw["metrics"]; ok {
+		d.metrics(c, v)
 	}
 	if v, ok := raw["dns"]; ok {
 		d.dns(c, v)
@@ -501,6 +505,35 @@ func (d *decoder) log(c *Config, v any) {
 			c.Log.Format = s
 		}
 	}
+}
+
+// metrics decodes [metrics]: where the daemon serves Prometheus metrics. An empty or absent
+// listen serves none; an address other than loopback needs unsafe_listen = true.
+func (d *decoder) metrics(c *Config, v any) {
+	a := at{path: "metrics"}
+	m, ok := d.table(a, v)
+	if !ok {
+		return
+	}
+	d.checkKeys(a, m, metricsKeys)
+	if v, ok := m["unsafe_listen"]; ok {
+		c.Metrics.UnsafeListen, _ = d.boolean(a.key("unsafe_listen"), v)
+	}
+	v, ok = m["listen"]
+	if !ok {
+		return
+	}
+	if s, isStr := v.(string); isStr && s == "" {
+		return // off, as when the key is absent
+	}
+	ap, ok := d.addrPort(a.key("listen"), v, "(where to serve /metrics, e.g. 127.0.0.1:9477)")
+	if !ok {
+		return
+	}
+	if !ap.Addr().IsLoopback() && !c.Metrics.UnsafeListen {
+		d.fail(a.key("listen"), "%s is not a loopback address: whoever reaches it reads the flows, rules and upstreams the router counts; listen on 127.0.0.1 or ::1 (or set unsafe_listen = true)", ap)
+	}
+	c.Metrics.Listen = ap
 }
 
 func (d *decoder) dns(c *Config, v any) {

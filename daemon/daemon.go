@@ -2,18 +2,19 @@
 // transparent listener, the forwards, the inbounds and the platform's capture. It is what
 // `router run` runs; cmd/router only turns signals into a context and a reload channel.
 //
-// Start order: listeners first (transparent, DNS, forwards, inbounds), capture last, so the
-// capture never redirects to a port nobody listens on. Stop: listeners close, running flows
-// get a short grace period, and the capture is left in place: it is the guard that keeps VM
-// traffic blocked until a router runs again (only `router cleanup` removes it). While the
-// daemon runs, the platform keeps the guard whole: on Linux a table that something else
-// removes or changes is restored within milliseconds (see healer).
+// Start order: listeners first (transparent, DNS, forwards, inbounds, the metrics endpoint),
+// capture last, so the capture never redirects to a port nobody listens on. Stop: listeners
+// close, running flows get a short grace period, and the capture is left in place: it is the
+// guard that keeps VM traffic blocked until a router runs again (only `router cleanup`
+// removes it). While the daemon runs, the platform keeps the guard whole: on Linux a table
+// that something else removes or changes is restored within milliseconds (see healer).
 //
 // Reload (a value on Options.Reload) applies a new file atomically: it is parsed and
-// checked whole, new forward and inbound listeners are opened and the new capture installed
-// before the new rules take effect; any failure leaves the running config untouched and is
-// logged. Keys that need new sockets of the daemon itself (listener_port, dns_port, mark,
-// table) and the [dns] table need a restart; a reload that changes them is refused.
+// checked whole, new forward and inbound listeners (and the metrics socket, when [metrics]
+// listen changed) are opened and the new capture installed before the new rules take
+// effect; any failure leaves the running config untouched and is logged. Keys that need new
+// sockets of the daemon itself (listener_port, dns_port, mark, table) and the [dns] table
+// need a restart; a reload that changes them is refused.
 package daemon
 
 import (
@@ -167,6 +168,8 @@ type daemon struct {
 
 	forwards map[string]*forwardRun // by listen address
 	inbounds map[string]*inboundRun // by listen address (inbound.go)
+	status   *statusHandler         // what the control channel and the metrics show
+	metrics  *metricsRun            // the [metrics] endpoint, nil when off; start, reload and stop only
 }
 
 // forwardRun is one forward's socket and serving goroutine. Its settings are swapped on a
@@ -239,6 +242,7 @@ func forwardOf(f conf.Forward) router.Forward {
 
 func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	pf := d.opts.Platform
+	d.status = &statusHandler{d: d, started: time.Now()}
 	l := d.compile(cfg)
 	control := pf.Control(cfg.Capture.Mark)
 	ropts := router.Options{
@@ -309,6 +313,13 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	if err := d.startInbounds(ctx, cfg); err != nil {
 		return err
 	}
+	if cfg.Metrics.Listen.IsValid() {
+		m, err := d.openMetrics(ctx, cfg.Metrics.Listen, control)
+		if err != nil {
+			return err
+		}
+		d.runMetrics(m)
+	}
 	if err := d.startControl(cfg, sctx); err != nil {
 		return err
 	}
@@ -326,9 +337,8 @@ func (d *daemon) startControl(cfg *conf.Config, ctx context.Context) error {
 		d.log.Warn("no control channel: router status will not reach this daemon", "err", err)
 		return nil
 	}
-	h := &statusHandler{d: d, started: time.Now()}
 	d.serving.Go(func() {
-		if err := control.Serve(ctx, ln, h, d.log.With("component", "control")); err != nil {
+		if err := control.Serve(ctx, ln, d.status, d.log.With("component", "control")); err != nil {
 			d.log.Error("control", "err", err)
 		}
 	})
@@ -412,6 +422,7 @@ func (d *daemon) stop() {
 		fr.ln.Close()
 	}
 	d.stopInbounds()
+	stopMetrics(d.metrics)
 	for _, c := range d.closers {
 		c.Close()
 	}
@@ -429,6 +440,14 @@ func (d *daemon) stop() {
 	if d.dns != nil {
 		d.dns.Close()
 	}
+}
+
+// metricsAddr is where the metrics are served now; invalid when they are not.
+func (d *daemon) metricsAddr() netip.AddrPort {
+	if d.metrics == nil {
+		return netip.AddrPort{}
+	}
+	return d.metrics.addr
 }
 
 // restartKeys are what a reload may not change.
@@ -462,9 +481,10 @@ func restartNeeded(old, cur *conf.Config) error {
 }
 
 // reload applies the config file anew, all or nothing: the file is parsed and checked, the
-// router's policy prepared, forwards on new addresses opened, and the capture installed;
-// only then do the new rules, forward settings and log level take effect and the forwards
-// that are gone close. Any failure closes what was opened for the new config and leaves the
+// router's policy prepared, forwards on new addresses and the metrics socket on a new
+// address opened, and the capture installed; only then do the new rules, forward settings
+// and log level take effect, the metrics move (or start, or stop) and the forwards that are
+// gone close. Any failure closes what was opened for the new config and leaves the
 // running one untouched. A forward whose address stays keeps its socket: a changed allow
 // list, target or name is swapped in for the connections accepted after the reload.
 func (d *daemon) reload(ctx context.Context) error {
@@ -482,10 +502,12 @@ func (d *daemon) reload(ctx context.Context) error {
 	}
 	want := map[string]router.Forward{}
 	var opened []*forwardRun
+	var newMetrics *metricsRun // opened for a changed [metrics] listen
 	closeOpened := func() {
 		for _, o := range opened {
 			o.ln.Close()
 		}
+		stopMetrics(newMetrics)
 	}
 	for _, f := range cfg.Forwards {
 		rf := forwardOf(f)
@@ -504,6 +526,14 @@ func (d *daemon) reload(ctx context.Context) error {
 	if err != nil {
 		closeOpened()
 		return err
+	}
+	metricsMoved := cfg.Metrics.Listen != d.metricsAddr()
+	if metricsMoved && cfg.Metrics.Listen.IsValid() {
+		if newMetrics, err = d.openMetrics(ctx, cfg.Metrics.Listen, d.opts.Platform.Control(cfg.Capture.Mark)); err != nil {
+			closeOpened()
+			inb.abort()
+			return err
+		}
 	}
 	if err := d.opts.Platform.Install(cfg, l.dec, d.dns); err != nil {
 		closeOpened()
@@ -526,6 +556,13 @@ func (d *daemon) reload(ctx context.Context) error {
 		d.runForward(fr)
 	}
 	d.commitInbounds(inb)
+	if metricsMoved {
+		stopMetrics(d.metrics)
+		d.metrics = nil
+		if newMetrics != nil {
+			d.runMetrics(newMetrics)
+		}
+	}
 	d.mu.Lock()
 	d.cfg = cfg
 	d.mu.Unlock()

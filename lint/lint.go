@@ -35,6 +35,7 @@ const (
 	CheckShadowed      = "partly-shadowed"  // an earlier rule with another verdict takes part
 	CheckForwardAny    = "forward-any"      // a forward listens on 0.0.0.0 or ::
 	CheckInboundAny    = "inbound-any"      // an inbound listens on 0.0.0.0 or ::
+	CheckMetricsOpen   = "metrics-open"     // the metrics endpoint listens off loopback
 	CheckUnusedProxy   = "unused-proxy"     // a [proxy.X] nothing refers to
 	CheckNoCatchAll    = "no-catch-all"     // flows no rule matches go direct implicitly
 	CheckNothingCaught = "nothing-captured" // no vm_networks and local = false
@@ -88,6 +89,7 @@ func check(cfg *conf.Config, h Host, every bool) []Finding {
 	l.rules()
 	l.forwards()
 	l.inbounds()
+	l.metrics()
 	l.proxies()
 	l.capture()
 	l.cage()
@@ -436,6 +438,17 @@ func (l *linter) forwards() {
 				Fix:     "listen on the VM-facing address only (e.g. the host-only adapter's 192.168.56.1)"})
 		}
 	}
+}
+
+// metrics reports a metrics endpoint off loopback (conf takes it only with unsafe_listen).
+func (l *linter) metrics() {
+	m := l.cfg.Metrics.Listen
+	if !m.IsValid() || m.Addr().IsLoopback() {
+		return
+	}
+	l.add(Finding{Severity: Warning, Check: CheckMetricsOpen, Line: l.line("metrics.listen"),
+		Message: fmt.Sprintf("the metrics endpoint listens on %s: whoever reaches that address reads the rules, refusals and upstreams the router counts", m),
+		Fix:     "listen on 127.0.0.1 and scrape from this host, or restrict who reaches the address"})
 }
 
 func (l *linter) proxies() {

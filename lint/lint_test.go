@@ -249,6 +249,9 @@ listen = "0.0.0.0:47831"
 connect = "127.0.0.1:47831"
 allow = ["10.0.2.0/24"]
 unsafe_any_address = true
+[metrics]
+listen = "0.0.0.0:9477"
+unsafe_listen = true
 [[rule]]
 name = "to-host"
 hosts = ["192.168.1.20"]
@@ -259,7 +262,7 @@ name = "default"
 action = "direct"
 `
 	got := short(Check(parse(t, src), Host{Addrs: []netip.Addr{netip.MustParseAddr("192.168.1.20")}}))
-	want := []string{"error local-via-proxy to-host", "error forward-any model", "error unused-proxy b", "warning nothing-captured "}
+	want := []string{"error local-via-proxy to-host", "error forward-any model", "warning metrics-open ", "error unused-proxy b", "warning nothing-captured "}
 	if !slices.Equal(got, want) {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}

@@ -15,6 +15,8 @@ import (
 const (
 	P = wfp.Permit
 	B = wfp.Block
+
+	curlExe = `C:\Windows\System32\curl.exe` // a scraper of the metrics endpoint
 )
 
 var (
@@ -55,6 +57,8 @@ func probes(local bool) []probe {
 		{"vbox ping", out(vboxVM, wfp.ProtoICMP, ap("8.8.8.8:0")), B, B, B, P},
 		{"vbox to the model 127.0.0.1:47831", out(vboxVM, wfp.ProtoTCP, ap("127.0.0.1:47831")), P, B, P, P},
 		{"vbox to 127.0.0.1:22", out(vboxVM, wfp.ProtoTCP, ap("127.0.0.1:22")), B, B, B, P},
+		{"vbox to the metrics 127.0.0.1:9477", out(vboxVM, wfp.ProtoTCP, ap("127.0.0.1:9477")), B, B, B, P},
+		{"a local scraper to the metrics 127.0.0.1:9477", out(curlExe, wfp.ProtoTCP, ap("127.0.0.1:9477")), P, P, P, P},
 		{"vbox to the host's LAN address :445", out(vboxVM, wfp.ProtoTCP, netip.AddrPortFrom(hostLAN, 445)), B, B, B, P},
 		{"vbox to the host-only address :3389", out(vboxVM, wfp.ProtoTCP, netip.AddrPortFrom(hostOnly, 3389)), B, B, B, P},
 		{"vbox to [::1]:445", out(vboxVM, wfp.ProtoTCP, ap("[::1]:445")), B, B, B, P},
