@@ -107,7 +107,7 @@ func TestWriteStatus(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	st := &control.Status{
 		Started: now.Add(-time.Hour), Config: "/etc/router/config.toml",
-		Totals:  control.Totals{Flows: 12, Live: 1, Up: 2048, Down: 3 << 20, Refused: 4},
+		Totals: control.Totals{Flows: 12, Live: 1, Up: 2048, Down: 3 << 20, Refused: 4},
 		Rules: []control.RuleStat{
 			{Index: 1, Name: "cage", Action: "proxy", Proxy: "exit", Hits: 11, Bytes: 3<<20 + 2048},
 			{Index: 0, Name: "(host off limits)", Action: "block", Hits: 1},
