@@ -13,6 +13,7 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/lysShub/divert-go v0.0.0-20250418062248-28e4462def61
 	github.com/miekg/dns v1.1.73
+	github.com/muesli/termenv v0.16.0
 	github.com/tailscale/wf v0.0.0-20240214030419-6fbb0a674ee6
 	github.com/things-go/go-socks5 v0.1.0
 	golang.org/x/net v0.59.0
@@ -33,7 +34,6 @@ require (
 	github.com/mdlayher/socket v0.5.0 // indirect
 	github.com/muesli/ansi v0.0.0-20230316100256-276c6243b2f6 // indirect
 	github.com/muesli/cancelreader v0.2.2 // indirect
-	github.com/muesli/termenv v0.16.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/xo/terminfo v0.0.0-20220910002029-abceb7e1c41e // indirect

@@ -10,6 +10,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/term"
+	"github.com/muesli/termenv"
 
 	"github.com/agentcage/router/control"
 )
@@ -44,11 +45,19 @@ func cmdWatch(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
-	m := newWatchModel(controlSource(path, 5*time.Second), *interval, path, newWatchStyles(lipgloss.NewRenderer(stdout)))
+	r := lipgloss.NewRenderer(stdout) // colours as stdout takes them: none in a pipe or with NO_COLOR
+	m := newWatchModel(controlSource(path, 5*time.Second), *interval, path, newWatchStyles(r))
 	m.sort = key
 	tty, width, height := terminal(stdout)
 
 	if *once {
+		// A Windows console shows colours only with its escape sequences on (the full screen
+		// view has bubbletea turn them on); elsewhere this does nothing.
+		if restore, err := termenv.EnableVirtualTerminalProcessing(r.Output()); err != nil {
+			r.SetColorProfile(termenv.Ascii)
+		} else {
+			defer restore()
+		}
 		st, err := m.src()
 		if err != nil {
 			fmt.Fprintf(stderr, "router watch: %v (is the router running?)\n", err)

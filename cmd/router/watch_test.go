@@ -239,6 +239,13 @@ func TestWatchFilter(t *testing.T) {
 	if next, _ := m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("q"), Paste: true}); next.(watchModel).editing || m.filter != "" {
 		t.Error("a paste outside the filter did something")
 	}
+	// Esc then p, read together, come as Alt+p: the filter is cleared and the view paused.
+	m = keys(t, m, "/", "x")
+	m = update(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("p"), Alt: true})
+	if m.filter != "" || m.editing || !m.paused {
+		t.Errorf("Esc p read together: filter %q, editing %v, paused %v", m.filter, m.editing, m.paused)
+	}
+	m = keys(t, m, "p")
 	if _, cmd := m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("sq")}); cmd == nil {
 		t.Error("q after s in one message does not quit")
 	}

@@ -170,11 +170,18 @@ func (m watchModel) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 	if k.Type == tea.KeyCtrlC {
 		return m, tea.Quit
 	}
+	if k.Alt && !k.Paste {
+		// A terminal sends Alt+x as Esc and x, so Esc typed just before x reads as Alt+x.
+		// No key here is bound with Alt: it is Esc, then x.
+		next, _ := m.key(tea.KeyMsg{Type: tea.KeyEsc})
+		k.Alt = false
+		return next.(watchModel).key(k)
+	}
 	if k.Type == tea.KeyRunes && !k.Paste && len(k.Runes) > 1 {
 		// Keys typed faster than they are read (or sent in one write, as tmux does) arrive
 		// as one message: each is a key of its own.
 		for _, r := range k.Runes {
-			next, cmd := m.key(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}, Alt: k.Alt})
+			next, cmd := m.key(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}})
 			if m = next.(watchModel); cmd != nil {
 				return m, cmd // quit: the rest does not matter
 			}
@@ -202,7 +209,7 @@ func (m watchModel) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 	case k.Type == tea.KeyEsc:
 		m.filter = ""
 		return m, nil
-	case k.Type != tea.KeyRunes || k.Paste || k.Alt:
+	case k.Type != tea.KeyRunes || k.Paste:
 		return m, nil
 	}
 	switch string(k.Runes) {
@@ -511,7 +518,7 @@ func (m watchModel) sections() []section {
 		title = fmt.Sprintf("LIVE FLOWS %d of %d match %q", len(flows), len(st.Flows), m.filter)
 	}
 	title = sty.head.Render(title) + sty.dim.Render(", by "+m.sort.String())
-	cols := []column{{title: "ID", right: true, drop: 5}, {title: "SOURCE", flex: true, min: 15}, {title: "DESTINATION", flex: true, min: 22},
+	cols := []column{{title: "ID", right: true, spare: true}, {title: "SOURCE", flex: true, min: 15}, {title: "DESTINATION", flex: true, min: 22},
 		{title: "RULE", flex: true, min: 10}, {title: "ACTION", flex: true, min: 10, drop: 2}, {title: "AGE", right: true, drop: 4},
 		{title: "UP", right: true, drop: 3}, {title: "DOWN", right: true, drop: 3}, {title: "UP/s", right: true, drop: 1}, {title: "DOWN/s", right: true, drop: 1}}
 	switch m.sort { // the columns the flows are sorted by stay
@@ -606,6 +613,7 @@ type column struct {
 	min   int  // the narrowest a flex column is cut to (defaultMin when 0; never below its title)
 	right bool // aligned right (numbers)
 	drop  int  // when even cut columns do not fit, those of the highest drop go first; 0 stays
+	spare bool // dropped as soon as anything would be cut
 }
 
 // colGap is the space between two columns.
@@ -627,8 +635,8 @@ func tableWidth(widths []int) int {
 }
 
 // table lays rows out under cols and returns the header line and one line per row. It fits
-// the width by dropping the droppable columns and then cutting the flexible ones, widest
-// first, so numbers stay whole. lipgloss/table draws it; it does not choose the widths itself
+// the width by dropping the spare columns, then the droppable ones as long as even cut
+// columns would not fit, then cutting the flexible ones, widest first, so numbers stay whole. lipgloss/table draws it; it does not choose the widths itself
 // because it shrinks every column alike, which cuts byte counts in half. style colours a
 // cell (nil: plain).
 func (m watchModel) table(cols []column, rows [][]string, style func(row, col int) lipgloss.Style) []string {
@@ -701,6 +709,13 @@ func fitColumns(cols []column, rows [][]string, width int) []int {
 			}
 		}
 		return f
+	}
+	if tableWidth(widths) > width {
+		for c, col := range cols {
+			if col.spare {
+				widths[c] = 0
+			}
+		}
 	}
 	for tableWidth(floors()) > width {
 		drop := 0
