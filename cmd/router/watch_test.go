@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -453,7 +455,9 @@ func TestWatchFlags(t *testing.T) {
 			t.Errorf("%q: exit %d, want %d", args, code, exitUsage)
 		}
 	}
-	sock := t.TempDir() + "/none.sock"
+	// No daemon at a path in a directory that does not exist (not t.TempDir: Wine cannot
+	// remove one).
+	sock := filepath.Join(os.TempDir(), fmt.Sprintf("router-watch-test-%d-none", os.Getpid()), "control.sock")
 	if _, errOut, code := run(t, "watch", "--once", "--socket", sock); code != exitFindings || !strings.Contains(errOut, "is the router running?") {
 		t.Errorf("no daemon: exit %d, %s", code, errOut)
 	}
