@@ -222,8 +222,8 @@ func (m watchModel) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 		}
 	case "s":
 		m.sort = (m.sort + 1) % sortKeys
-	case "/":
-		m.editing = true
+	case "/": // a new filter; it applies as it is typed
+		m.editing, m.filter = true, ""
 	case "?":
 		m.help = !m.help
 	}
