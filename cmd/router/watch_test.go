@@ -465,3 +465,25 @@ func TestWatchFlags(t *testing.T) {
 		t.Errorf("not a terminal: exit %d, %s", code, errOut)
 	}
 }
+
+// TestWatchManyRows: thousands of rules and flows are counted, and only what fits is drawn.
+func TestWatchManyRows(t *testing.T) {
+	st := sampleStatus()
+	for i := range 10000 {
+		st.Rules = append(st.Rules, control.RuleStat{Index: 5 + i, Name: fmt.Sprintf("rule-%d", i), Action: "direct"})
+	}
+	for i := range 5000 {
+		st.Flows = append(st.Flows, control.FlowStat{ID: uint64(100 + i), Src: "10.0.2.15:1", Dst: "192.0.2.1:443", Rule: "hypervisor", Action: "proxy"})
+	}
+	m := newTestWatch(t, &fakeDaemon{st: st}, 120, 40)
+	v := m.View()
+	shown := len(flowLines(v))
+	for _, want := range []string{fmt.Sprintf("… %d more flows", 5003-shown), "… 10003 more rules"} {
+		if !strings.Contains(v, want) {
+			t.Errorf("no %q in:\n%s", want, v)
+		}
+	}
+	if n := strings.Count(v, "\n") + 1; n != 40 {
+		t.Errorf("%d lines, want 40", n)
+	}
+}

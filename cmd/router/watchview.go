@@ -432,10 +432,11 @@ func (m watchModel) footerLines() []string {
 // section is one block of the body: head lines always shown with it, rows as many as fit.
 // more is the text of the last row when some do not fit, given how many are left out.
 type section struct {
-	head []string
-	rows []string
-	min  int // rows it gets before any section gets more
-	more func(n int) string
+	head  []string
+	rows  []string
+	extra int // rows left out before drawing (more than the screen holds), counted in more
+	min   int // rows it gets before any section gets more
+	more  func(n int) string
 }
 
 // fitSections gives each section its head and rows within avail lines (<0: no limit): first
@@ -478,9 +479,9 @@ func fitSections(secs []section, avail int) [][]string {
 	for i, s := range secs {
 		lines := slices.Clone(s.head)
 		n := give[i]
-		if n < len(s.rows) && n > 0 && s.more != nil {
+		if n < len(s.rows)+s.extra && n > 0 && s.more != nil {
 			lines = append(lines, s.rows[:n-1]...)
-			lines = append(lines, s.more(len(s.rows)-(n-1)))
+			lines = append(lines, s.more(len(s.rows)+s.extra-(n-1)))
 		} else {
 			lines = append(lines, s.rows[:max(n, 0)]...)
 		}
@@ -498,18 +499,19 @@ func (m watchModel) sections() []section {
 	var secs []section
 
 	if len(st.Upstreams) > 0 {
-		rows := make([][]string, len(st.Upstreams))
-		for i, u := range st.Upstreams {
+		ups := drawable(m, st.Upstreams)
+		rows := make([][]string, len(ups))
+		for i, u := range ups {
 			rows[i] = []string{u.Name, u.State, ago(u.Since, now), latency(u.Latency), u.LastError}
 		}
 		lines := m.table([]column{{title: "UPSTREAM", flex: true}, {title: "STATE"}, {title: "SINCE", right: true}, {title: "LATENCY", right: true}, {title: "LAST ERROR", flex: true}},
 			rows, func(row, col int) lipgloss.Style {
 				if col == 1 {
-					return sty.state(st.Upstreams[row].State)
+					return sty.state(ups[row].State)
 				}
 				return sty.plain
 			})
-		secs = append(secs, section{head: []string{"", lines[0]}, rows: lines[1:], min: 2, more: more("upstreams")})
+		secs = append(secs, section{head: []string{"", lines[0]}, rows: lines[1:], extra: len(st.Upstreams) - len(ups), min: 2, more: more("upstreams")})
 	}
 
 	flows := m.visibleFlows()
@@ -529,9 +531,10 @@ func (m watchModel) sections() []section {
 	case sortRate:
 		cols[8].drop, cols[9].drop = 0, 0
 	}
+	drawn := drawable(m, flows)
 	flowRows := func(compact bool) [][]string {
-		rows := make([][]string, len(flows))
-		for i, f := range flows {
+		rows := make([][]string, len(drawn))
+		for i, f := range drawn {
 			src, dst := flowSource(f), flowDest(f)
 			if compact {
 				src, dst = compactSource(f), compactDest(f)
@@ -547,11 +550,11 @@ func (m watchModel) sections() []section {
 	}
 	lines := m.table(cols, rows, func(row, col int) lipgloss.Style {
 		if col == 3 || col == 4 {
-			return sty.action(flows[row].Action)
+			return sty.action(drawn[row].Action)
 		}
 		return sty.plain
 	})
-	fs := section{head: []string{"", title, lines[0]}, rows: lines[1:], min: 3, more: more("flows")}
+	fs := section{head: []string{"", title, lines[0]}, rows: lines[1:], extra: len(flows) - len(drawn), min: 3, more: more("flows")}
 	if len(flows) == 0 {
 		empty := "no live flows"
 		if m.filter != "" {
@@ -562,8 +565,9 @@ func (m watchModel) sections() []section {
 	secs = append(secs, fs)
 
 	if len(st.Refusals) > 0 {
-		rows := make([][]string, len(st.Refusals))
-		for i, r := range st.Refusals {
+		refs := drawable(m, st.Refusals)
+		rows := make([][]string, len(refs))
+		for i, r := range refs {
 			latest := ""
 			if len(r.Recent) > 0 {
 				latest = refusedText(r.Recent[0]) + ", " + ago(r.Recent[0].At, now) + " ago"
@@ -571,24 +575,35 @@ func (m watchModel) sections() []section {
 			rows[i] = []string{r.Reason, fmt.Sprint(r.Count), latest}
 		}
 		lines := m.table([]column{{title: "REFUSED", flex: true}, {title: "COUNT", right: true}, {title: "LATEST", flex: true}}, rows, nil)
-		secs = append(secs, section{head: []string{"", lines[0]}, rows: lines[1:], min: 2, more: more("reasons")})
+		secs = append(secs, section{head: []string{"", lines[0]}, rows: lines[1:], extra: len(st.Refusals) - len(refs), min: 2, more: more("reasons")})
 	}
 
 	if len(st.Rules) > 0 {
-		rows := make([][]string, len(st.Rules))
-		for i, r := range st.Rules {
+		rules := drawable(m, st.Rules)
+		rows := make([][]string, len(rules))
+		for i, r := range rules {
 			rows[i] = []string{statusRule(r.Index, r.Name), actionText(r.Action, r.Proxy), fmt.Sprint(r.Hits), humanBytes(r.Bytes)}
 		}
 		lines := m.table([]column{{title: "RULE", flex: true}, {title: "ACTION", flex: true}, {title: "FLOWS", right: true}, {title: "BYTES", right: true}},
 			rows, func(row, col int) lipgloss.Style {
 				if col <= 1 {
-					return sty.action(st.Rules[row].Action)
+					return sty.action(rules[row].Action)
 				}
 				return sty.plain
 			})
-		secs = append(secs, section{head: []string{"", lines[0]}, rows: lines[1:], min: 2, more: more("rules")})
+		secs = append(secs, section{head: []string{"", lines[0]}, rows: lines[1:], extra: len(st.Rules) - len(rules), min: 2, more: more("rules")})
 	}
 	return secs
+}
+
+// drawable is the start of rows that a screen can show: at most its height (all when the
+// height is unknown). The rest are only counted: drawing costs about 0.1 ms a row, and a
+// config may have thousands of rules, a busy host thousands of flows.
+func drawable[T any](m watchModel, rows []T) []T {
+	if m.height > 0 && len(rows) > m.height {
+		return rows[:m.height]
+	}
+	return rows
 }
 
 // compactSource is the flow's app when it has one, else its source address: what tells flows
