@@ -1,5 +1,5 @@
-// Package control is the local channel between the running daemon and the `router status`
-// and `router explain` commands: one JSON request per line, one JSON answer per line.
+// Package control is the local channel between the running daemon and the `router status`,
+// `router watch` and `router explain` commands: one JSON request per line, one JSON answer per line.
 //
 // Only an administrator can open it: on Linux a unix socket of root's with mode 0600 (see
 // Listen; a shared directory such as /tmp is left as it is), on Windows a named pipe under
