@@ -116,6 +116,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	phases := fs.String("phases", "get,rate,seq,idle", "which measurements, comma separated")
 	fs.DurationVar(&o.idleWait, "idle-wait", 2*time.Second, "how long the idle flows are held before the proxy's memory is read")
 	fs.StringVar(&o.jsonOut, "json", "", "write every per-round figure to this `file`")
+	fromJSON := fs.String("from-json", "", "measure nothing: print the report of a run saved with -json to this `file`")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -143,6 +144,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.rounds < 1 || o.size < 1 || o.conns < 1 || o.par < 1 || o.seq < 1 {
 		fmt.Fprintln(stderr, "routerbench: rounds, size, conns, par and seq must be positive")
 		return 2
+	}
+	if *fromJSON != "" {
+		if err := reprint(*fromJSON, stdout); err != nil {
+			fmt.Fprintf(stderr, "routerbench: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	if o.baseBin != "" && o.baseRev != "" {
 		fmt.Fprintln(stderr, "routerbench: -base and -base-rev: give one")
@@ -228,11 +236,7 @@ func runBench(o options, stdout, stderr io.Writer) (err error) {
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "routerbench: %d round(s) in %s, %s per download, rows paired within each round (order reversed every other round).\n",
-		o.rounds, m.Duration, sizeString(o.size))
-	for _, b := range m.Builds {
-		fmt.Fprintf(stdout, "  %-11s %s\n", b.Row, b.What)
-	}
+	header(stdout, m)
 	report(stdout, o, names, res)
 	if o.micro {
 		micro(ctx, stdout, stderr)
@@ -317,4 +321,32 @@ func redsocksVersion(ctx context.Context) string {
 		return "redsocks"
 	}
 	return line
+}
+
+// header says what was run: the rounds, the download size and each row's build.
+func header(out io.Writer, m meta) {
+	fmt.Fprintf(out, "routerbench: %d round(s) in %s, %s per download, rows paired within each round (order reversed every other round).\n",
+		m.Rounds, m.Duration, sizeString(m.Size))
+	for _, b := range m.Builds {
+		fmt.Fprintf(out, "  %-11s %s\n", b.Row, b.What)
+	}
+}
+
+// reprint prints the report of a run saved with -json.
+func reprint(file string, out io.Writer) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	var d jsonDump
+	if err := json.Unmarshal(b, &d); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	o, res, err := d.results()
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	header(out, d.Meta)
+	report(out, o, d.Meta.Rows, res)
+	return nil
 }

@@ -3,6 +3,8 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -127,6 +129,29 @@ func dump(m meta, names []string, res *results) jsonDump {
 		}
 	}
 	return d
+}
+
+// results is the inverse of dump: the settings the report needs and every figure.
+func (d jsonDump) results() (options, *results, error) {
+	m := d.Meta
+	if m.Rounds < 1 || len(m.Rows) == 0 {
+		return options{}, nil, errors.New("not a routerbench -json dump (no rounds or rows)")
+	}
+	o := options{rounds: m.Rounds, size: m.Size, conns: m.Conns, par: m.Par, seq: m.Seq, idle: m.Idle}
+	res := newResults(m.Rounds)
+	for row, metrics := range d.Figures {
+		for metric, v := range metrics {
+			if len(v) != m.Rounds {
+				return options{}, nil, fmt.Errorf("%s %s: %d rounds, want %d", row, metric, len(v), m.Rounds)
+			}
+			for i, x := range v {
+				if x != nil {
+					res.set(row, metric, i, *x)
+				}
+			}
+		}
+	}
+	return o, res, nil
 }
 
 func isLatency(metric string) bool {
