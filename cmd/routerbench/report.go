@@ -158,6 +158,9 @@ func reportBase(out io.Writer, o options, res *results) {
 	fmt.Fprintln(tw, "figure\trouter ÷ router-base\trounds\t")
 	// signed: a difference, every figure with its sign.
 	line := func(label string, v []float64, prec int, signed bool) {
+		if bench.SpreadOf(v).N == 0 {
+			return // a figure of a phase that did not run
+		}
 		rounds := make([]string, len(v))
 		for i, x := range v {
 			rounds[i] = spreadString(bench.SpreadOf([]float64{x}), prec, signed)
