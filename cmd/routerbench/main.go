@@ -1,28 +1,44 @@
 //go:build linux
 
 // Command routerbench measures the router's data path on the lab topology (package lab) beside
-// the hypervisor's NAT alone, the upstream SOCKS5 server alone and redsocks, the way the
-// project's performance study measured the peers: go-socks5 v0.1.0 as the upstream (its own
-// process, connecting out from the lab's exit address), a lean sink, every server and every
-// load run a process of its own (this binary re-executed), all rows back to back in each
-// round, and ratios taken within a round before the median over rounds. The machine may be
-// shared with other work: the paired ratios are the figures to read, the absolute ones drift.
+// the hypervisor's NAT alone, the upstream SOCKS5 server alone, redsocks and sing-box, the way
+// the project's performance study measured the peers: go-socks5 v0.1.0 as the upstream (its
+// own process, connecting out from the lab's exit address), a lean sink, every server and
+// every load run a process of its own (this binary re-executed), all rows back to back in
+// each round (in reverse order every other round), and ratios taken within a round before
+// the median over rounds, printed with their smallest and largest. The machine may be shared
+// with other work: the paired ratios are the figures to read, the absolute ones drift.
 //
-//	sudo go run ./cmd/routerbench            # 5 rounds, about 3 minutes
-//	sudo go run ./cmd/routerbench -quick     # 1 short round, to try the setup
+//	sudo go run ./cmd/routerbench                          # 5 rounds, about 5 minutes
+//	sudo go run ./cmd/routerbench -quick                   # 1 short round, to try the setup
+//	sudo go run ./cmd/routerbench -base-rev a498d1d        # adds row router-base: that commit
+//	sudo go run ./cmd/routerbench -base-rev HEAD~1 -rows router,router-base,redsocks
 //
-// Per round and row: a 1 GiB download (MiB/s; CPU seconds per GiB of the proxy, of the whole
-// lab and of the machine), 5,000 connections of 1 KiB 32 at a time (conn/s, proxy CPU per
-// connection), 2,000 sequential ones (p50/p99 from connect to EOF), then for each proxy a
-// fresh process holding 2,000 and 9,000 idle flows (RSS growth divided by the flows the
-// proxy really holds, counted from its sockets). Redsocks holds two splice pipes per flow,
-// so it is measured at 2,000 only (6 fds a flow under the 20,000-fd cap); the memory rows go
-// through a second go-socks5 with splice off, because go-socks5 itself holds pipes for idle
-// flows and could not carry 9,000 of them.
+// Per round and row: a 1 GiB download (MiB/s; CPU seconds per GiB of the proxy process, of
+// the whole machine, of the lab), 5,000 connections of 1 KiB 32 at a time and 2,000 one at a
+// time (conn/s, p50/p99 from connect to EOF, CPU µs per connection of the proxy and of the
+// machine), then for each proxy a fresh process holding 2,000 and 9,000 idle flows (RSS
+// growth divided by the flows the proxy really holds, counted from its sockets). Redsocks and
+// sing-box hold two splice pipes per flow, so they are measured at 2,000 only (6 fds a flow
+// under the 20,000-fd cap); the memory rows go through a second go-socks5 with splice off,
+// because go-socks5 itself holds pipes for idle flows and could not carry 9,000 of them.
 //
-// It builds ./cmd/router (or takes -router), needs root, ip, nft, danted (the lab) and
-// redsocks, sends nothing outside its own namespaces, stops every process it started by PID
-// and removes the namespaces, also on failure and on Ctrl-C.
+// CPU: a process's figure is utime+stime (+ waited-for children) from /proc/PID/stat; the
+// machine's is the busy time of the "cpu" line of /proc/stat (user, nice, system, irq,
+// softirq, steal, summed over every CPU), so kernel work no process is billed for (softirq
+// receive, a sockmap's redirects) counts, and so does other work on a shared machine. Both
+// are read before and after each load run.
+//
+// Rows: direct (NAT), upstream (the guest speaks SOCKS itself), redsocks (Debian's), singbox
+// (sing-box -singbox-version, built with `go install` from its module into the user's cache
+// directory the first time; -singbox=false leaves it out), router (./cmd/router of this tree,
+// or -router BIN) and, with -base BIN or -base-rev REV (git archive of that commit, built in
+// a scratch directory), router-base: a second build measured exactly like router, for
+// router ÷ router-base. The report ends with the performance targets as a checklist.
+//
+// It needs root, ip, nft, danted (the lab), redsocks and go, sends nothing outside its own
+// namespaces, stops every process it started by PID and removes the namespaces, also on
+// failure and on Ctrl-C.
 package main
 
 import (
@@ -58,6 +74,10 @@ type options struct {
 	seq       int
 	idle      []int
 	routerBin string
+	baseBin   string // -base: a second router build, measured as row router-base
+	baseRev   string // -base-rev: the git revision to build it from
+	singbox   bool
+	singboxV  string
 	routerLog string
 	routerEnv []string
 	micro     bool
@@ -69,6 +89,7 @@ type options struct {
 }
 
 func (o options) want(row string) bool { return o.rows == nil || slices.Contains(o.rows, row) }
+func (o options) hasBase() bool        { return o.baseBin != "" || o.baseRev != "" }
 func (o options) phase(p string) bool  { return slices.Contains(o.phases, p) }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -83,14 +104,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.seq, "seq", 2000, "sequential connections of the latency row")
 	idle := fs.String("idle", "2000,9000", "idle flows held per memory row, comma separated (redsocks only up to 2500: its splice pipes need 6 fds a flow)")
 	fs.StringVar(&o.routerBin, "router", "", "router binary to measure (default: build ./cmd/router)")
+	fs.StringVar(&o.baseBin, "base", "", "a second router `binary`, measured as row router-base exactly like router in every round; the report adds router ÷ router-base")
+	fs.StringVar(&o.baseRev, "base-rev", "", "like -base, built from ./cmd/router at this git `revision` (git archive into a scratch directory)")
+	fs.BoolVar(&o.singbox, "singbox", true, "measure sing-box (built with go install from its module into the user's cache directory the first time) as row singbox")
+	fs.StringVar(&o.singboxV, "singbox-version", "v1.14.1", "the sing-box module version to build")
 	fs.StringVar(&o.routerLog, "router-log", "warn", "the router's [log] level (info logs one line per flow; redsocks runs with log_info = off)")
-	routerEnv := fs.String("router-env", "", "extra environment of the router, comma separated (e.g. GODEBUG=gctrace=1); with -v its output is shown after each idle row")
+	routerEnv := fs.String("router-env", "", "extra environment of both router builds, comma separated (e.g. GODEBUG=gctrace=1); with -v its output is shown after each idle row")
 	fs.BoolVar(&o.micro, "micro", true, "also run BenchmarkDecide (10,000 rules) and BenchmarkFakeIPAnswer")
 	fs.BoolVar(&o.verbose, "v", false, "log the setup steps")
-	only := fs.String("rows", "", "measure only these rows, comma separated (default all: direct,upstream,redsocks,router); ratios need redsocks")
+	only := fs.String("rows", "", "measure only these rows, comma separated (default all: direct,upstream,redsocks,singbox,router-base,router); ratios need their base row")
 	phases := fs.String("phases", "get,rate,seq,idle", "which measurements, comma separated")
 	fs.DurationVar(&o.idleWait, "idle-wait", 2*time.Second, "how long the idle flows are held before the proxy's memory is read")
 	fs.StringVar(&o.jsonOut, "json", "", "write every per-round figure to this `file`")
+	fromJSON := fs.String("from-json", "", "measure nothing: print the report of a run saved with -json to this `file`")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -119,6 +145,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "routerbench: rounds, size, conns, par and seq must be positive")
 		return 2
 	}
+	if *fromJSON != "" {
+		if err := reprint(*fromJSON, stdout); err != nil {
+			fmt.Fprintf(stderr, "routerbench: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	if o.baseBin != "" && o.baseRev != "" {
+		fmt.Fprintln(stderr, "routerbench: -base and -base-rev: give one")
+		return 2
+	}
 	if err := runBench(o, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "routerbench: %v\n", err)
 		return 1
@@ -129,6 +166,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 func runBench(o options, stdout, stderr io.Writer) (err error) {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (network namespaces, nftables): run it with sudo")
+	}
+	rs, err := selectRows(o)
+	if err != nil {
+		return err
 	}
 	for _, tool := range []string{"ip", "nft", "danted", "redsocks"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -153,20 +194,16 @@ func runBench(o options, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if o.routerBin == "" {
-		o.routerBin = filepath.Join(dir, "router")
-		fmt.Fprintln(stderr, "building ./cmd/router ...")
-		build := exec.CommandContext(ctx, "go", "build", "-o", o.routerBin, "github.com/agentcage/router/cmd/router")
-		if out, err := build.CombinedOutput(); err != nil {
-			return fmt.Errorf("build router: %w\n%s", err, out)
-		}
+	m, bins, err := prepareBinaries(ctx, o, rs, dir, stderr)
+	if err != nil {
+		return err
 	}
 	logf := func(string, ...any) {}
 	if o.verbose {
 		logf = func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
 	}
 	start := time.Now()
-	w, err := newWorld(ctx, exe, dir, o.routerBin, o.routerLog, o.routerEnv, logf)
+	w, err := newWorld(ctx, exe, dir, rs, bins, o.routerLog, o.routerEnv, logf)
 	if err != nil {
 		return err
 	}
@@ -180,25 +217,136 @@ func runBench(o options, stdout, stderr io.Writer) (err error) {
 		w.debugMem = func(pid int) { printMappings(stderr, pid) }
 	}
 	res := newResults(o.rounds)
-	if err := w.warmUp(ctx); err != nil {
+	if err := w.warmUp(ctx, rs); err != nil {
 		return err
 	}
 	for round := range o.rounds {
-		if err := w.round(ctx, o, res, round, stderr); err != nil {
+		if err := w.round(ctx, o, rs, res, round, stderr); err != nil {
 			return fmt.Errorf("round %d: %w", round+1, err)
 		}
 	}
+	m.Duration = time.Since(start).Round(time.Second).String()
+	names := rowNames(rs)
 	if o.jsonOut != "" {
-		b, _ := json.MarshalIndent(res.v, "", " ")
+		b, err := json.MarshalIndent(dump(m, names, res), "", " ")
+		if err != nil {
+			return fmt.Errorf("json: %w", err)
+		}
 		if err := os.WriteFile(o.jsonOut, b, 0o644); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "routerbench: %d round(s) in %v, %s per download, rows paired within each round; medians of per-round ratios.\n",
-		o.rounds, time.Since(start).Round(time.Second), sizeString(o.size))
-	report(stdout, o, res)
+	header(stdout, m)
+	report(stdout, o, names, res)
 	if o.micro {
 		micro(ctx, stdout, stderr)
 	}
+	return nil
+}
+
+// prepareBinaries builds (or takes) the binaries the rows need: the router, the second
+// router build, sing-box; it returns them by row and describes each build.
+func prepareBinaries(ctx context.Context, o options, rs []row, dir string, log io.Writer) (meta, map[string]string, error) {
+	m := meta{Rounds: o.rounds, Size: o.size, Conns: o.conns, Par: o.par, Seq: o.seq, Idle: o.idle, Rows: rowNames(rs)}
+	bins := map[string]string{}
+	var root string
+	needRoot := func() error {
+		if root != "" {
+			return nil
+		}
+		var err error
+		root, err = moduleRoot(ctx)
+		return err
+	}
+	has := func(name string) bool { return slices.ContainsFunc(rs, func(r row) bool { return r.name == name }) }
+	if has(rowRouter) {
+		if o.routerBin != "" {
+			bins[rowRouter] = o.routerBin
+			m.Builds = append(m.Builds, build{Row: rowRouter, What: "binary " + o.routerBin})
+		} else {
+			if err := needRoot(); err != nil {
+				return m, nil, fmt.Errorf("build router: %w", err)
+			}
+			fmt.Fprintln(log, "building ./cmd/router ...")
+			bins[rowRouter] = filepath.Join(dir, "router")
+			if err := buildRouter(ctx, root, bins[rowRouter]); err != nil {
+				return m, nil, err
+			}
+			what := "./cmd/router of " + root
+			if d := describeTree(ctx, root); d != "" {
+				what += " at " + d
+			}
+			m.Builds = append(m.Builds, build{Row: rowRouter, What: what})
+		}
+	}
+	if has(rowRouterBase) {
+		switch {
+		case o.baseBin != "":
+			bins[rowRouterBase] = o.baseBin
+			m.Builds = append(m.Builds, build{Row: rowRouterBase, What: "binary " + o.baseBin})
+		default:
+			if err := needRoot(); err != nil {
+				return m, nil, fmt.Errorf("-base-rev: %w", err)
+			}
+			bin, commit, err := buildRevision(ctx, root, o.baseRev, dir, log)
+			if err != nil {
+				return m, nil, err
+			}
+			bins[rowRouterBase] = bin
+			m.Builds = append(m.Builds, build{Row: rowRouterBase, What: fmt.Sprintf("./cmd/router at %s (%s)", o.baseRev, commit)})
+		}
+	}
+	if has(rowSingbox) {
+		bin, err := singboxBinary(ctx, o.singboxV, log)
+		if err != nil {
+			return m, nil, err
+		}
+		if err := singboxCheck(ctx, bin, dir); err != nil {
+			return m, nil, fmt.Errorf("%w (leave the row out with -singbox=false)", err)
+		}
+		bins[rowSingbox] = bin
+		m.Builds = append(m.Builds, build{Row: rowSingbox, What: fmt.Sprintf("sing-box %s (%s, default build tags), %s", o.singboxV, singboxModule, bin)})
+	}
+	if has(rowRedsocks) {
+		m.Builds = append(m.Builds, build{Row: rowRedsocks, What: redsocksVersion(ctx)})
+	}
+	return m, bins, nil
+}
+
+// redsocksVersion is the first line of `redsocks -v`.
+func redsocksVersion(ctx context.Context) string {
+	out, _ := exec.CommandContext(ctx, "redsocks", "-v").CombinedOutput()
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	if line == "" {
+		return "redsocks"
+	}
+	return line
+}
+
+// header says what was run: the rounds, the download size and each row's build.
+func header(out io.Writer, m meta) {
+	fmt.Fprintf(out, "routerbench: %d round(s) in %s, %s per download, rows paired within each round (order reversed every other round).\n",
+		m.Rounds, m.Duration, sizeString(m.Size))
+	for _, b := range m.Builds {
+		fmt.Fprintf(out, "  %-11s %s\n", b.Row, b.What)
+	}
+}
+
+// reprint prints the report of a run saved with -json.
+func reprint(file string, out io.Writer) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	var d jsonDump
+	if err := json.Unmarshal(b, &d); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	o, res, err := d.results()
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	header(out, d.Meta)
+	report(out, o, d.Meta.Rows, res)
 	return nil
 }

@@ -16,11 +16,13 @@ import (
 	"github.com/agentcage/router/internal/lab"
 )
 
-// usage is CPU time spent so far: by the row's proxy, by the upstream, by the machine, and
-// by the lab (every process of the benchmark and the kernel threads; unlike the machine
-// figure it leaves out other work sharing the machine, except the interrupts that happen to
-// hit that work).
-type usage struct{ proxy, up, machine, lab time.Duration }
+// usage is CPU time spent so far: by the row's proxy, by the upstream, by the machine (busy
+// time of /proc/stat over all CPUs: user, nice, system, irq, softirq, steal; so the kernel's
+// work that no process is billed for counts, and so does other work sharing the machine),
+// the machine's irq+softirq part of it, and by the lab (every process of the benchmark and
+// the kernel threads; unlike the machine figure it leaves out other work sharing the
+// machine, except the interrupts that happen to hit that work).
+type usage struct{ proxy, up, machine, irq, lab time.Duration }
 
 func (w *world) usage(p *lab.Process) (usage, error) {
 	var pfs bench.ProcFS
@@ -34,9 +36,11 @@ func (w *world) usage(p *lab.Process) (usage, error) {
 	if u.up, err = pfs.CPU(w.socks.PID()); err != nil {
 		return u, err
 	}
-	if u.machine, err = pfs.MachineBusy(); err != nil {
+	mc, err := pfs.Machine()
+	if err != nil {
 		return u, err
 	}
+	u.machine, u.irq = mc.Busy(), mc.IRQ+mc.SoftIRQ
 	sink, err := pfs.CPU(w.sink.PID())
 	if err != nil {
 		return u, err
@@ -52,7 +56,7 @@ func (w *world) usage(p *lab.Process) (usage, error) {
 }
 
 func (u usage) sub(v usage) usage {
-	return usage{proxy: u.proxy - v.proxy, up: u.up - v.up, machine: u.machine - v.machine, lab: u.lab - v.lab}
+	return usage{proxy: u.proxy - v.proxy, up: u.up - v.up, machine: u.machine - v.machine, irq: u.irq - v.irq, lab: u.lab - v.lab}
 }
 
 // load runs one load helper in the guest for row r and decodes its JSON answer into out;
@@ -93,8 +97,8 @@ func (w *world) load(ctx context.Context, r row, out any, mode string, args ...s
 }
 
 // warmUp sends a little through every row, so that no row pays for first use.
-func (w *world) warmUp(ctx context.Context) error {
-	for _, r := range rows() {
+func (w *world) warmUp(ctx context.Context, rs []row) error {
+	for _, r := range rs {
 		var g bench.GetResult
 		if _, err := w.load(ctx, r, &g, "get", "-size", strconv.Itoa(64<<20), sinkBulk); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
@@ -112,11 +116,12 @@ func (w *world) warmUp(ctx context.Context) error {
 
 // round measures every row once, phase by phase (download, connection rate, sequential
 // connections, idle flows), and records the figures under round in res.
-func (w *world) round(ctx context.Context, o options, res *results, round int, log io.Writer) error {
+func (w *world) round(ctx context.Context, o options, rs []row, res *results, round int, log io.Writer) error {
 	gib := float64(o.size) / (1 << 30)
-	for _, r := range rows() {
-		if !o.want(r.name) || !o.phase("get") {
-			continue
+	order := roundOrder(rs, round)
+	for _, r := range order {
+		if !o.phase("get") {
+			break
 		}
 		var g bench.GetResult
 		u, err := w.load(ctx, r, &g, "get", "-size", strconv.FormatInt(o.size, 10), sinkBulk)
@@ -127,28 +132,36 @@ func (w *world) round(ctx context.Context, o options, res *results, round int, l
 		res.set(r.name, "tput", round, mibs)
 		res.set(r.name, "up_gib", round, u.up.Seconds()/gib)
 		res.set(r.name, "mach_gib", round, u.machine.Seconds()/gib)
+		res.set(r.name, "mach_irq_gib", round, u.irq.Seconds()/gib)
 		res.set(r.name, "lab_gib", round, u.lab.Seconds()/gib)
-		line := fmt.Sprintf("round %d  %-8s get   %6.0f MiB/s  lab %.2f s/GiB  machine %.2f s/GiB  upstream %.2f s/GiB",
-			round+1, r.name, mibs, u.lab.Seconds()/gib, u.machine.Seconds()/gib, u.up.Seconds()/gib)
+		line := fmt.Sprintf("round %d  %-11s get   %6.0f MiB/s  machine %.2f s/GiB (irq+softirq %.2f)  lab %.2f  upstream %.2f",
+			round+1, r.name, mibs, u.machine.Seconds()/gib, u.irq.Seconds()/gib, u.lab.Seconds()/gib, u.up.Seconds()/gib)
 		if r.proxy != nil {
 			res.set(r.name, "cpu_gib", round, u.proxy.Seconds()/gib)
 			line += fmt.Sprintf("  proxy %.2f s/GiB", u.proxy.Seconds()/gib)
+			var pfs bench.ProcFS
+			n, err := pfs.SockMaps(r.proxy(w).PID())
+			if err != nil {
+				return err
+			}
+			res.set(r.name, "sockmaps", round, float64(n))
+			if n > 0 {
+				line += fmt.Sprintf("  %d sockmap(s)", n)
+			}
 		}
 		fmt.Fprintln(log, line)
 	}
 	for _, kind := range []struct {
-		name     string
-		n, par   int
-		prefix   string
-		describe string
+		name   string
+		n, par int
 	}{
-		{"rate", o.conns, o.par, "rate", "conns"},
-		{"seq", o.seq, 1, "seq", "sequential"},
+		{"rate", o.conns, o.par},
+		{"seq", o.seq, 1},
 	} {
-		for _, r := range rows() {
-			if !o.want(r.name) || !o.phase(kind.name) {
-				continue
-			}
+		if !o.phase(kind.name) {
+			continue
+		}
+		for _, r := range order {
 			var rr bench.RateResult
 			u, err := w.load(ctx, r, &rr, "rate", "-n", strconv.Itoa(kind.n), "-par", strconv.Itoa(kind.par), "-size", "1024", sinkConns)
 			if err != nil {
@@ -157,29 +170,31 @@ func (w *world) round(ctx context.Context, o options, res *results, round int, l
 			if rr.Errors > 0 {
 				return fmt.Errorf("%s %s: %d of %d connections failed: %s", kind.name, r.name, rr.Errors, kind.n, rr.FirstError)
 			}
-			cps := float64(rr.Count) / rr.Seconds
-			res.set(r.name, kind.prefix+"_cps", round, cps)
-			res.set(r.name, kind.prefix+"_p50", round, rr.P50)
-			res.set(r.name, kind.prefix+"_p99", round, rr.P99)
-			res.set(r.name, kind.prefix+"_up_us", round, float64(u.up.Microseconds())/float64(rr.Count))
-			res.set(r.name, kind.prefix+"_lab_us", round, float64(u.lab.Microseconds())/float64(rr.Count))
-			line := fmt.Sprintf("round %d  %-8s %-5s %6.0f conn/s  p50 %5.0f µs  p99 %6.0f µs  lab %4.0f µs/conn",
-				round+1, r.name, kind.name, cps, rr.P50, rr.P99, float64(u.lab.Microseconds())/float64(rr.Count))
+			n := float64(rr.Count)
+			perConn := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / n }
+			cps := n / rr.Seconds
+			res.set(r.name, kind.name+"_cps", round, cps)
+			res.set(r.name, kind.name+"_p50", round, rr.P50)
+			res.set(r.name, kind.name+"_p99", round, rr.P99)
+			res.set(r.name, kind.name+"_up_us", round, perConn(u.up))
+			res.set(r.name, kind.name+"_mach_us", round, perConn(u.machine))
+			res.set(r.name, kind.name+"_lab_us", round, perConn(u.lab))
+			line := fmt.Sprintf("round %d  %-11s %-5s %6.0f conn/s  p50 %5.0f µs  p99 %6.0f µs  machine %4.0f µs/conn  lab %4.0f",
+				round+1, r.name, kind.name, cps, rr.P50, rr.P99, perConn(u.machine), perConn(u.lab))
 			if r.proxy != nil {
-				us := float64(u.proxy.Microseconds()) / float64(rr.Count)
-				res.set(r.name, kind.prefix+"_cpu_us", round, us)
-				line += fmt.Sprintf("  proxy %4.0f µs/conn", us)
+				res.set(r.name, kind.name+"_cpu_us", round, perConn(u.proxy))
+				line += fmt.Sprintf("  proxy %4.0f µs/conn", perConn(u.proxy))
 			}
 			fmt.Fprintln(log, line)
 		}
 	}
-	for _, r := range rows() {
-		if r.proxy == nil || !o.want(r.name) || !o.phase("idle") {
+	for _, r := range order {
+		if r.proxy == nil || !o.phase("idle") {
 			continue
 		}
 		for _, n := range o.idle {
-			if r.name == "redsocks" && n > 2500 {
-				continue // conn_max 2500 at 20,000 fds: splice pipes need 6 fds a flow
+			if r.maxIdle > 0 && n > r.maxIdle {
+				continue
 			}
 			before, during, err := w.idleMem(ctx, r, n)
 			if err != nil {
@@ -188,7 +203,7 @@ func (w *world) round(ctx context.Context, o options, res *results, round int, l
 			key := "idle" + strconv.Itoa(n)
 			held := (during.Sockets - before.Sockets) / 2
 			if held != n {
-				fmt.Fprintf(log, "round %d  %-8s idle: %d flows held, not %d\n", round+1, r.name, held, n)
+				fmt.Fprintf(log, "round %d  %-11s idle: %d flows held, not %d\n", round+1, r.name, held, n)
 			}
 			per := float64(during.RSSKiB-before.RSSKiB) / float64(max(held, 1))
 			res.set(r.name, key+"_kib", round, per)
@@ -197,7 +212,7 @@ func (w *world) round(ctx context.Context, o options, res *results, round int, l
 			res.set(r.name, key+"_fds", round, float64(during.FDs))
 			res.set(r.name, key+"_pipes", round, float64(during.Pipes))
 			res.set(r.name, key+"_threads", round, float64(during.Threads))
-			fmt.Fprintf(log, "round %d  %-8s idle  %d flows: RSS %d -> %d KiB (%.1f KiB/flow), %d fds (%d pipes), %d threads\n",
+			fmt.Fprintf(log, "round %d  %-11s idle  %d flows: RSS %d -> %d KiB (%.1f KiB/flow), %d fds (%d pipes), %d threads\n",
 				round+1, r.name, n, before.RSSKiB, during.RSSKiB, per, during.FDs, during.Pipes, during.Threads)
 		}
 	}

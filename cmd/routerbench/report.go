@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -13,81 +14,101 @@ import (
 	"github.com/agentcage/router/internal/bench"
 )
 
-// report prints one table: a line per figure, a column per row, then the targets.
-func report(out io.Writer, o options, res *results) {
-	names := make([]string, 0, 4)
-	for _, r := range rows() {
-		names = append(names, r.name)
-	}
+// report prints the table (a line per figure, a column per row in names), then router ÷
+// router-base when both were measured, then the targets as a checklist. Every ratio and
+// difference is taken within a round; the table gives the median over rounds with the
+// smallest and largest in brackets.
+func report(out io.Writer, o options, names []string, res *results) {
+	has := func(row string) bool { return slices.Contains(names, row) }
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	header := "figure\t" + strings.Join(names, "\t") + "\t"
-	fmt.Fprintln(tw, header)
+	fmt.Fprintln(tw, "figure\t"+strings.Join(names, "\t")+"\t")
 	line := func(label string, cell func(row string) string) {
 		cells := make([]string, len(names))
+		empty := true
 		for i, n := range names {
 			cells[i] = cell(n)
+			empty = empty && cells[i] == "–"
+		}
+		if empty {
+			return // a figure of a phase that did not run
 		}
 		fmt.Fprintln(tw, label+"\t"+strings.Join(cells, "\t")+"\t")
 	}
-	medRange := func(metric string, prec int) func(string) string {
-		return func(row string) string {
-			v := res.get(row, metric)
-			m := bench.Median(v)
-			if math.IsNaN(m) {
-				return "–"
-			}
-			if o.rounds == 1 {
-				return num(m, prec)
-			}
-			lo, hi := bench.Range(v)
-			return fmt.Sprintf("%s (%s–%s)", num(m, prec), num(lo, prec), num(hi, prec))
-		}
+	abs := func(metric string, prec int) func(string) string {
+		return func(row string) string { return spreadString(bench.SpreadOf(res.get(row, metric)), prec, false) }
 	}
 	med := func(metric string, prec int) func(string) string {
 		return func(row string) string { return num(bench.Median(res.get(row, metric)), prec) }
 	}
 	ratio := func(metric, base string) func(string) string {
 		return func(row string) string {
-			return num(bench.PairedRatio(res.get(row, metric), res.get(base, metric)), 2)
+			if row == base {
+				return unit(res.get(row, metric), "1")
+			}
+			return spreadString(bench.SpreadOf(bench.PairedRatios(res.get(row, metric), res.get(base, metric))), 2, false)
 		}
 	}
 	diff := func(metric, base string) func(string) string {
 		return func(row string) string {
-			d := bench.PairedDiff(res.get(row, metric), res.get(base, metric))
-			if math.IsNaN(d) {
-				return "–"
+			if row == base {
+				return unit(res.get(row, metric), "0")
 			}
-			return fmt.Sprintf("%+.0f", d)
+			return spreadString(bench.SpreadOf(bench.PairedDiffs(res.get(row, metric), res.get(base, metric))), 0, true)
 		}
 	}
-	size := sizeString(o.size)
-	line("download MiB/s, "+size, medRange("tput", 0))
-	line("  ÷ redsocks (paired)", ratio("tput", "redsocks"))
-	line("  ÷ upstream alone (paired)", ratio("tput", "upstream"))
-	line("proxy CPU s/GiB", medRange("cpu_gib", 2))
-	line("  ÷ redsocks (paired)", ratio("cpu_gib", "redsocks"))
-	line("lab CPU s/GiB (its processes and kthreads)", medRange("lab_gib", 2))
-	line("  ÷ redsocks (paired)", ratio("lab_gib", "redsocks"))
-	line("whole-machine CPU s/GiB (other work too)", medRange("mach_gib", 2))
+	pair := func(a, b string) func(string) string {
+		return func(row string) string {
+			x, y := bench.Median(res.get(row, a)), bench.Median(res.get(row, b))
+			if math.IsNaN(x) && math.IsNaN(y) {
+				return "–"
+			}
+			return num(x, 0) + " / " + num(y, 0)
+		}
+	}
+	// Ratio lines only against a reference that was measured.
+	ratios := func(metric string, bases ...string) {
+		for _, b := range bases {
+			if has(b) {
+				line("  ÷ "+refName(b)+" (paired)", ratio(metric, b))
+			}
+		}
+	}
+
+	line("download MiB/s, "+sizeString(o.size), abs("tput", 0))
+	ratios("tput", rowRedsocks, rowUpstream)
+	line("proxy CPU s/GiB (its process)", abs("cpu_gib", 2))
+	ratios("cpu_gib", rowRedsocks)
+	line("machine CPU s/GiB (all CPUs, all work)", abs("mach_gib", 2))
+	ratios("mach_gib", rowRedsocks)
+	line("  of which irq+softirq s/GiB", med("mach_irq_gib", 2))
+	line("lab CPU s/GiB (its processes, kthreads)", abs("lab_gib", 2))
 	line("upstream (go-socks5) CPU s/GiB", med("up_gib", 2))
-	line(fmt.Sprintf("conn/s, %d × 1 KiB, %d parallel", o.conns, o.par), medRange("rate_cps", 0))
-	line("  ÷ redsocks (paired)", ratio("rate_cps", "redsocks"))
-	line("  p50 / p99 µs", func(row string) string {
-		return num(bench.Median(res.get(row, "rate_p50")), 0) + " / " + num(bench.Median(res.get(row, "rate_p99")), 0)
-	})
-	line("proxy CPU µs/conn, parallel", medRange("rate_cpu_us", 0))
-	line("  ÷ redsocks (paired)", ratio("rate_cpu_us", "redsocks"))
-	line("lab CPU µs/conn, parallel", med("rate_lab_us", 0))
-	line(fmt.Sprintf("latency p50 / p99 µs, %d sequential", o.seq), func(row string) string {
-		return num(bench.Median(res.get(row, "seq_p50")), 0) + " / " + num(bench.Median(res.get(row, "seq_p99")), 0)
-	})
-	line("  p50 added vs upstream alone (paired)", diff("seq_p50", "upstream"))
-	line("  p50 added vs direct (paired)", diff("seq_p50", "direct"))
-	line("proxy CPU µs/conn, sequential", medRange("seq_cpu_us", 0))
-	line("  ÷ redsocks (paired)", ratio("seq_cpu_us", "redsocks"))
+	if slices.ContainsFunc(names, func(row string) bool { return bench.Median(res.get(row, "sockmaps")) > 0 }) {
+		line("eBPF socket maps held", med("sockmaps", 0))
+	}
+	for _, k := range []struct{ kind, what string }{
+		{"rate", fmt.Sprintf("%d × 1 KiB, %d parallel", o.conns, o.par)},
+		{"seq", fmt.Sprintf("%d × 1 KiB, sequential", o.seq)},
+	} {
+		line("conn/s, "+k.what, abs(k.kind+"_cps", 0))
+		ratios(k.kind+"_cps", rowRedsocks, rowUpstream)
+		line("  latency p50 / p99 µs", pair(k.kind+"_p50", k.kind+"_p99"))
+		if k.kind == "seq" {
+			for _, b := range []string{rowUpstream, rowDirect} {
+				if has(b) {
+					line("  p50 added vs "+refName(b)+" µs (paired)", diff("seq_p50", b))
+				}
+			}
+		}
+		line("  proxy CPU µs/conn", abs(k.kind+"_cpu_us", 0))
+		ratios(k.kind+"_cpu_us", rowRedsocks)
+		line("  machine CPU µs/conn", abs(k.kind+"_mach_us", 0))
+		ratios(k.kind+"_mach_us", rowRedsocks)
+		line("  lab CPU µs/conn", med(k.kind+"_lab_us", 0))
+	}
 	for _, n := range o.idle {
 		key := "idle" + strconv.Itoa(n)
-		line(fmt.Sprintf("RSS KiB per idle flow, %d flows", n), medRange(key+"_kib", 1))
+		line(fmt.Sprintf("RSS KiB per idle flow, %d flows", n), abs(key+"_kib", 1))
 		line("  RSS KiB at rest → holding", func(row string) string {
 			a, b := bench.Median(res.get(row, key+"_rss0")), bench.Median(res.get(row, key+"_rss"))
 			if math.IsNaN(a) {
@@ -104,40 +125,173 @@ func report(out io.Writer, o options, res *results) {
 		})
 	}
 	tw.Flush()
+	if has(rowRouter) && has(rowRouterBase) {
+		reportBase(out, o, res)
+	}
+	checklist(out, o, names, res)
+}
 
-	fmt.Fprintln(out, "\nTargets, router against redsocks (paired medians; figures, not a pass/fail test):")
-	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "target\twant\tmeasured\tmet\t")
-	target := func(name, want string, got float64, ok bool, prec int) {
-		met := "no"
-		switch {
-		case math.IsNaN(got) || want == "–":
-			met = "–"
-		case ok:
-			met = "yes"
+// unit is what a row paired with itself shows: one, when it was measured.
+func unit(v []float64, one string) string {
+	if math.IsNaN(bench.Median(v)) {
+		return "–"
+	}
+	return one
+}
+
+// refName is how a reference row is named in a ratio line.
+func refName(row string) string {
+	switch row {
+	case rowUpstream:
+		return "upstream alone"
+	case rowDirect:
+		return "direct NAT"
+	}
+	return row
+}
+
+// reportBase prints router ÷ router-base, figure by figure: the median of the per-round
+// ratios, their range, and each round's.
+func reportBase(out io.Writer, o options, res *results) {
+	fmt.Fprintf(out, "\nrouter ÷ router-base (paired within each round; median (min–max), then each round):\n")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.Debug)
+	fmt.Fprintln(tw, "figure\trouter ÷ router-base\trounds\t")
+	// signed: a difference, every figure with its sign.
+	line := func(label string, v []float64, prec int, signed bool) {
+		if bench.SpreadOf(v).N == 0 {
+			return // a figure of a phase that did not run
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", name, want, num(got, prec), met)
+		rounds := make([]string, len(v))
+		for i, x := range v {
+			rounds[i] = spreadString(bench.SpreadOf([]float64{x}), prec, signed)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", label, spreadString(bench.SpreadOf(v), prec, signed), strings.Join(rounds, " "))
 	}
-	r := func(metric, base string) float64 {
-		return bench.PairedRatio(res.get("router", metric), res.get(base, metric))
+	row := func(label string, v []float64, prec int) { line(label, v, prec, false) }
+	r := func(metric string) []float64 {
+		return bench.PairedRatios(res.get(rowRouter, metric), res.get(rowRouterBase, metric))
 	}
-	t := r("tput", "redsocks")
-	target("throughput ÷ redsocks", "≥ 1.25", t, t >= 1.25, 2)
-	t = r("tput", "upstream")
-	target("throughput ÷ upstream alone (stretch)", "≥ 0.90", t, t >= 0.9, 2)
-	t = r("cpu_gib", "redsocks")
-	target("proxy CPU per GiB ÷ redsocks", "≤ 0.50", t, t <= 0.5, 2)
-	t = r("lab_gib", "redsocks")
-	target("lab CPU per GiB ÷ redsocks (context)", "–", t, false, 2)
-	t = r("rate_cps", "redsocks")
-	target("conn/s ÷ redsocks", "≥ 1.20", t, t >= 1.2, 2)
-	t = bench.PairedDiff(res.get("router", "seq_p50"), res.get("redsocks", "seq_p50"))
-	target("added p50 minus redsocks' added p50 (µs)", "≤ 0", t, t <= 0, 0)
+	row("download MiB/s", r("tput"), 3)
+	row("proxy CPU s/GiB", r("cpu_gib"), 3)
+	row("machine CPU s/GiB", r("mach_gib"), 3)
+	for _, k := range []struct{ kind, what string }{{"rate", fmt.Sprintf("%d parallel", o.par)}, {"seq", "sequential"}} {
+		row("conn/s, "+k.what, r(k.kind+"_cps"), 3)
+		row("  proxy CPU µs/conn", r(k.kind+"_cpu_us"), 3)
+		row("  machine CPU µs/conn", r(k.kind+"_mach_us"), 3)
+	}
+	// The added latency is a difference of a few hundred µs between noisy latencies; a ratio
+	// of two such differences runs wild when one comes near zero, so the latencies are
+	// compared as ratios and the added part as router's minus router-base's, in µs (the
+	// upstream alone cancels out of it).
+	for _, p := range []string{"p50", "p99"} {
+		row("latency "+p+", sequential", r("seq_"+p), 3)
+	}
+	for _, p := range []string{"p50", "p99"} {
+		line("  "+p+" added, router − router-base (µs)", bench.PairedDiffs(res.get(rowRouter, "seq_"+p), res.get(rowRouterBase, "seq_"+p)), 0, true)
+	}
 	for _, n := range o.idle {
-		t = bench.Median(res.get("router", "idle"+strconv.Itoa(n)+"_kib"))
-		target(fmt.Sprintf("RSS per idle flow at %d flows (KiB)", n), "≤ 8", t, t <= 8, 1)
+		row(fmt.Sprintf("RSS KiB per idle flow, %d flows", n), r("idle"+strconv.Itoa(n)+"_kib"), 3)
 	}
 	tw.Flush()
+}
+
+// checklist prints the performance targets with ✓ (met by the median), ✗ (missed) or n/a
+// (not measured, or not applicable).
+func checklist(out io.Writer, o options, names []string, res *results) {
+	has := func(row string) bool { return slices.Contains(names, row) }
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	// item judges the median; when the rounds disagree with it, it says how many rounds met
+	// the target, so a verdict that noise could flip shows as one.
+	item := func(target string, v []float64, prec int, signed bool, ok func(float64) bool, na string) {
+		s := bench.SpreadOf(v)
+		mark := "✗"
+		switch {
+		case na != "":
+			mark = "n/a"
+		case math.IsNaN(s.Median):
+			mark, na = "n/a", "not measured"
+		case ok(s.Median):
+			mark = "✓"
+		}
+		value := spreadString(s, prec, signed)
+		if na != "" {
+			value += "  (" + na + ")"
+		} else if met := countMet(v, ok); met != 0 && met != s.N {
+			value += fmt.Sprintf("  (%d of %d rounds meet it)", met, s.N)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", mark, target, value)
+	}
+	r := func(metric, base string) []float64 {
+		return bench.PairedRatios(res.get(rowRouter, metric), res.get(base, metric))
+	}
+	fmt.Fprintln(out, "\nTargets: the router against the peers (medians of per-round ratios, min–max; machine-wide CPU):")
+	noRouter := ""
+	if !has(rowRouter) {
+		noRouter = "no router row"
+	}
+	item("throughput ≥ 1.25 × redsocks", r("tput", rowRedsocks), 2, false, func(x float64) bool { return x >= 1.25 }, noRouter)
+	sockmap := noRouter
+	if sockmap == "" && !(bench.Median(res.get(rowRouter, "sockmaps")) > 0) {
+		sockmap = "the router holds no eBPF sockmap"
+	}
+	item("throughput ≥ 0.90 × the upstream alone, with the sockmap", r("tput", rowUpstream), 2, false, func(x float64) bool { return x >= 0.9 }, sockmap)
+	item("machine CPU per GiB ≤ 0.50 × redsocks", r("mach_gib", rowRedsocks), 2, false, func(x float64) bool { return x <= 0.5 }, noRouter)
+	item("conn/s (32 parallel) ≥ 1.20 × redsocks", r("rate_cps", rowRedsocks), 2, false, func(x float64) bool { return x >= 1.2 }, noRouter)
+	item("added p50 latency ≤ redsocks' (router − redsocks, µs)",
+		bench.PairedDiffs(res.get(rowRouter, "seq_p50"), res.get(rowRedsocks, "seq_p50")), 0, true, func(x float64) bool { return x <= 0 }, noRouter)
+	for _, n := range o.idle {
+		item(fmt.Sprintf("≤ 8 KiB per idle flow, %d flows", n), res.get(rowRouter, "idle"+strconv.Itoa(n)+"_kib"), 1, false, func(x float64) bool { return x <= 8 }, noRouter)
+	}
+	tw.Flush()
+	if !has(rowRouter) || !has(rowRouterBase) {
+		return
+	}
+	fmt.Fprintln(out, "\nThe change costs ≤ 2 % (router ÷ router-base, medians of per-round ratios, min–max):")
+	b := func(metric string) []float64 { return r(metric, rowRouterBase) }
+	item("throughput ≥ 0.98 × router-base", b("tput"), 3, false, func(x float64) bool { return x >= 0.98 }, "")
+	item("proxy CPU per GiB ≤ 1.02 × router-base", b("cpu_gib"), 3, false, func(x float64) bool { return x <= 1.02 }, "")
+	item("machine CPU per GiB ≤ 1.02 × router-base", b("mach_gib"), 3, false, func(x float64) bool { return x <= 1.02 }, "")
+	tw.Flush()
+}
+
+// countMet is how many of the measured values in v ok accepts.
+func countMet(v []float64, ok func(float64) bool) int {
+	n := 0
+	for _, x := range v {
+		if !math.IsNaN(x) && ok(x) {
+			n++
+		}
+	}
+	return n
+}
+
+// spreadString is "median (min–max)", or the median alone when it was taken over one value;
+// "–" when there is none. signed puts a sign on every figure.
+func spreadString(s bench.Spread, prec int, signed bool) string {
+	f := func(x float64) string {
+		if signed && !math.IsNaN(x) {
+			return signedNum(x, prec)
+		}
+		return num(x, prec)
+	}
+	switch {
+	case s.N == 0:
+		return "–"
+	case s.N == 1:
+		return f(s.Median)
+	}
+	return fmt.Sprintf("%s (%s–%s)", f(s.Median), f(s.Min), f(s.Max))
+}
+
+func signedNum(x float64, prec int) string {
+	s := strconv.FormatFloat(x, 'f', prec, 64)
+	if strings.Trim(s, "-0.") == "" {
+		return strings.TrimPrefix(s, "-") // zero has no sign: -0.00 → 0.00
+	}
+	if !strings.HasPrefix(s, "-") {
+		s = "+" + s
+	}
+	return s
 }
 
 func num(x float64, prec int) string {

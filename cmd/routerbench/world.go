@@ -23,7 +23,15 @@ import (
 //
 //	direct, upstream  10.0.2.15  the lab's guest address: the hypervisor's NAT
 //	redsocks          10.0.2.16  nft redirect (table ip rbredir) to redsocks on :12345
+//	singbox           10.0.2.17  nft redirect (table ip rbredir) to sing-box on :12346
 //	router            10.0.3.15  the router's own capture (vm_networks = 10.0.3.0/24)
+//	router-base       10.0.4.15  the second build's own capture (10.0.4.0/24, its own table,
+//	                             ports and mark)
+//
+// A router cages every interface that carries an address of its VM networks whole, so each
+// router row has a veth pair of its own between guest and host (host side vmr3/vmr4 with the
+// gateway address, guest side eth3/eth4), and the guest routes the row's source address
+// through it (ip rule from SRC lookup 103/104). The other rows share the lab's vmnet.
 const (
 	sinkBulk  = lab.ServiceAddr + ":9000" // throughput
 	sinkConns = lab.ServiceAddr + ":9001" // connections, latency, idle flows
@@ -35,58 +43,103 @@ const (
 
 	srcNAT      = lab.GuestAddr
 	srcRedsocks = "10.0.2.16"
-	srcRouter   = "10.0.3.15"
-	routerNet   = "10.0.3.0/24"
-	routerGW    = "10.0.3.2"
+	srcSingbox  = "10.0.2.17"
 
 	redsocksPort = 12345
-	routerPort   = 47100 // the config's default listener_port, written out
+	singboxPort  = 12346
 )
+
+// routerSpec is where one router build runs: its guest source network and the keys that two
+// routers in one namespace must not share (nftables table, listener and DNS ports, socket
+// mark, control socket, state directory).
+type routerSpec struct {
+	name    string // the row
+	net, gw string // the VM network it captures and the host's address on it
+	src     string // the guest's address in net
+	port    int    // listener_port
+	dnsPort int    // dns_port
+	mark    uint32
+	table   string
+	// The row's veth pair, host and guest side, and the guest's routing table for src.
+	hostDev, guestDev string
+	routeTable        int
+}
+
+// routerSpecOf is the spec of row router or router-base.
+func routerSpecOf(name string) routerSpec {
+	if name == rowRouterBase {
+		return routerSpec{name: rowRouterBase, net: "10.0.4.0/24", gw: "10.0.4.2", src: "10.0.4.15",
+			port: 47200, dnsPort: 47253, mark: 0x524f5555, table: "router_base",
+			hostDev: "vmr4", guestDev: "eth4", routeTable: 104}
+	}
+	return routerSpec{name: rowRouter, net: "10.0.3.0/24", gw: "10.0.3.2", src: "10.0.3.15",
+		port: 47100, dnsPort: 47153, mark: 0x524f5554, table: "router",
+		hostDev: "vmr3", guestDev: "eth3", routeTable: 103}
+}
 
 // world is the lab plus the benchmark's own servers, each a process of its own.
 type world struct {
 	lab       *lab.Lab
-	exe       string // this binary, re-executed for the helpers
-	dir       string // configs
-	routerBin string
+	exe       string            // this binary, re-executed for the helpers
+	dir       string            // configs
+	bins      map[string]string // row name -> binary of its proxy (router, router-base, singbox)
 	routerLog string
-	routerEnv []string // extra environment of the router (GOGC=..., GODEBUG=...)
+	routerEnv []string // extra environment of the routers (GOGC=..., GODEBUG=...)
 	logf      func(format string, args ...any)
 	idleWait  time.Duration
 	debugMem  func(pid int) // with -v: prints the largest mappings of a proxy holding idle flows
 
-	sink, socks, socksIdle, redsocks, router *lab.Process
+	sink, socks, socksIdle *lab.Process
+	procs                  map[string]*lab.Process // row name -> its proxy
 }
 
-func newWorld(ctx context.Context, exe, dir, routerBin, routerLog string, routerEnv []string, logf func(string, ...any)) (w *world, err error) {
+func newWorld(ctx context.Context, exe, dir string, rs []row, bins map[string]string, routerLog string, routerEnv []string, logf func(string, ...any)) (w *world, err error) {
 	l, err := lab.New(ctx, lab.Options{Logf: logf})
 	if err != nil {
 		return nil, err
 	}
-	w = &world{lab: l, exe: exe, dir: dir, routerBin: routerBin, routerLog: routerLog, routerEnv: routerEnv, logf: logf}
+	w = &world{lab: l, exe: exe, dir: dir, bins: bins, routerLog: routerLog, routerEnv: routerEnv, logf: logf, procs: map[string]*lab.Process{}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, w.close())
 		}
 	}()
 	host, guest, inet := l.Host().Name(), l.Guest().Name(), l.Inet().Name()
-	steps := []struct {
+	type step struct {
 		ns    string
 		stdin string
 		args  []string
-	}{
-		{guest, "", []string{"ip", "addr", "add", srcRedsocks + "/24", "dev", lab.GuestDev}},
-		{guest, "", []string{"ip", "addr", "add", srcRouter + "/24", "dev", lab.GuestDev}},
-		{host, "", []string{"ip", "addr", "add", routerGW + "/24", "dev", lab.HostVMDev}},
+	}
+	steps := []step{
 		// The leak counter would count every packet of the direct and proxied rows.
 		{inet, "", []string{"nft", "delete", "table", "inet", lab.LeakTable}},
-		{host, fmt.Sprintf(`table ip rbredir {
-	chain pre {
-		type nat hook prerouting priority dstnat; policy accept;
-		iifname %q ip saddr %s tcp dport { 9000, 9001 } redirect to :%d
 	}
-}
-`, lab.HostVMDev, srcRedsocks, redsocksPort), []string{"nft", "-f", "-"}},
+	var redirects strings.Builder
+	for _, r := range rs {
+		switch r.name {
+		case rowRedsocks, rowSingbox:
+			port := redsocksPort
+			if r.name == rowSingbox {
+				port = singboxPort
+			}
+			steps = append(steps, step{guest, "", []string{"ip", "addr", "add", r.src + "/24", "dev", lab.GuestDev}})
+			fmt.Fprintf(&redirects, "\t\tiifname %q ip saddr %s tcp dport { 9000, 9001 } redirect to :%d\n", lab.HostVMDev, r.src, port)
+		case rowRouter, rowRouterBase:
+			spec := routerSpecOf(r.name)
+			table := strconv.Itoa(spec.routeTable)
+			steps = append(steps,
+				step{host, "", []string{"ip", "link", "add", spec.hostDev, "type", "veth", "peer", "name", spec.guestDev, "netns", guest}},
+				step{host, "", []string{"ip", "addr", "add", spec.gw + "/24", "dev", spec.hostDev}},
+				step{host, "", []string{"ip", "link", "set", spec.hostDev, "up"}},
+				step{guest, "", []string{"ip", "addr", "add", spec.src + "/24", "dev", spec.guestDev}},
+				step{guest, "", []string{"ip", "link", "set", spec.guestDev, "up"}},
+				step{guest, "", []string{"ip", "route", "add", "default", "via", spec.gw, "dev", spec.guestDev, "table", table}},
+				step{guest, "", []string{"ip", "rule", "add", "from", spec.src, "lookup", table}})
+		}
+	}
+	if redirects.Len() > 0 {
+		steps = append(steps, step{host, "table ip rbredir {\n\tchain pre {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n" +
+			redirects.String() + "\t}\n}\n", []string{"nft", "-f", "-"}})
 	}
 	for _, s := range steps {
 		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", s.ns}, s.args...)...)
@@ -97,29 +150,32 @@ func newWorld(ctx context.Context, exe, dir, routerBin, routerLog string, router
 			return w, fmt.Errorf("%s in %s: %w: %s", strings.Join(s.args, " "), s.ns, err, out)
 		}
 	}
-	if w.sink, err = w.start(ctx, "sink", inet, 9001, w.exe, cmdSink, sinkBulk, sinkConns); err != nil {
+	if w.sink, err = w.start(ctx, "sink", inet, 9001, nil, w.exe, cmdSink, sinkBulk, sinkConns); err != nil {
 		return w, err
 	}
-	if w.socks, err = w.start(ctx, "go-socks5", inet, 1082, w.exe, cmdSocks, upstream, lab.ExitAddr); err != nil {
+	if w.socks, err = w.start(ctx, "go-socks5", inet, 1082, nil, w.exe, cmdSocks, upstream, lab.ExitAddr); err != nil {
 		return w, err
 	}
-	if w.socksIdle, err = w.start(ctx, "go-socks5 (no splice)", inet, 1083, w.exe, cmdSocks, "-nosplice", upstreamIdle, lab.ExitAddr); err != nil {
+	if w.socksIdle, err = w.start(ctx, "go-socks5 (no splice)", inet, 1083, nil, w.exe, cmdSocks, "-nosplice", upstreamIdle, lab.ExitAddr); err != nil {
 		return w, err
 	}
-	if err := w.startRedsocks(ctx, upstream); err != nil {
-		return w, err
-	}
-	if err := w.startRouter(ctx, upstream); err != nil {
-		return w, err
+	for _, r := range rs {
+		if r.proxy == nil {
+			continue
+		}
+		if err := w.startProxy(ctx, r.name, upstream); err != nil {
+			return w, err
+		}
 	}
 	return w, nil
 }
 
 // start runs name with args in namespace ns and waits until it listens on port.
-func (w *world) start(ctx context.Context, what, ns string, port int, name string, args ...string) (*lab.Process, error) {
+// env, when not nil, is added to this process's environment.
+func (w *world) start(ctx context.Context, what, ns string, port int, env []string, name string, args ...string) (*lab.Process, error) {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)
-	if what == "router" && len(w.routerEnv) > 0 {
-		cmd.Env = append(os.Environ(), w.routerEnv...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
 	}
 	p, err := lab.StartProcess(what, cmd)
 	if err != nil {
@@ -132,23 +188,53 @@ func (w *world) start(ctx context.Context, what, ns string, port int, name strin
 	return p, nil
 }
 
-func (w *world) startRedsocks(ctx context.Context, up string) error {
+// startProxy starts the proxy of row name, going through upstream up, and records it.
+func (w *world) startProxy(ctx context.Context, name, up string) error {
+	var p *lab.Process
+	var err error
+	switch name {
+	case rowRedsocks:
+		p, err = w.startRedsocks(ctx, up)
+	case rowSingbox:
+		p, err = w.startSingbox(ctx, up)
+	case rowRouter, rowRouterBase:
+		p, err = w.startRouter(ctx, routerSpecOf(name), up)
+	default:
+		return fmt.Errorf("start %s: not a proxy", name)
+	}
+	if p != nil {
+		w.procs[name] = p
+	}
+	return err
+}
+
+func (w *world) startRedsocks(ctx context.Context, up string) (*lab.Process, error) {
 	conf := filepath.Join(w.dir, "redsocks.conf")
 	host, port, _ := strings.Cut(up, ":")
 	text := fmt.Sprintf(`base { log_debug = off; log_info = off; log = stderr; daemon = off; redirector = iptables; }
 redsocks { local_ip = 0.0.0.0; local_port = %d; ip = %s; port = %s; type = socks5; }
 `, redsocksPort, host, port)
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
-		return err
+		return nil, err
 	}
-	p, err := w.start(ctx, "redsocks", w.lab.Host().Name(), redsocksPort, "redsocks", "-c", conf)
-	w.redsocks = p
-	return err
+	return w.start(ctx, "redsocks", w.lab.Host().Name(), redsocksPort, nil, "redsocks", "-c", conf)
 }
 
-func (w *world) startRouter(ctx context.Context, up string) error {
-	conf := filepath.Join(w.dir, "router.toml")
-	text := fmt.Sprintf(`# routerbench: the router captures only the guest's 10.0.3.0/24 address.
+func (w *world) startSingbox(ctx context.Context, up string) (*lab.Process, error) {
+	text, err := singboxConfig(singboxPort, up)
+	if err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(w.dir, "sing-box.json")
+	if err := os.WriteFile(conf, text, 0o644); err != nil {
+		return nil, err
+	}
+	return w.start(ctx, "sing-box", w.lab.Host().Name(), singboxPort, nil, w.bins[rowSingbox], "run", "-c", conf)
+}
+
+// routerConfig is the config of a router build: it captures only its own guest network.
+func routerConfig(s routerSpec, up, logLevel, controlSocket string) string {
+	return fmt.Sprintf(`# routerbench: the %s row captures only the guest's %s.
 [proxy.up]
 address = %q
 
@@ -156,6 +242,9 @@ address = %q
 vm_networks = [%q]
 local = false
 listener_port = %d
+dns_port = %d
+mark = 0x%x
+table = %q
 
 [dns]
 resolver = "%s:53"
@@ -175,39 +264,44 @@ name = "vm"
 sources = [%q]
 action = "proxy"
 proxy = "up"
-`, up, routerNet, routerPort, lab.ServiceAddr, w.routerLog, filepath.Join(w.dir, "control.sock"), routerNet)
-	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-		return err
-	}
-	p, err := w.start(ctx, "router", w.lab.Host().Name(), routerPort, w.routerBin, "run", "--config", conf)
-	w.router = p
-	return err
+`, s.name, s.net, up, s.net, s.port, s.dnsPort, s.mark, s.table, lab.ServiceAddr, logLevel, controlSocket, s.net)
 }
 
-// restart replaces a proxy with a fresh process going through upstream up.
-func (w *world) restart(ctx context.Context, which, up string) (*lab.Process, error) {
-	switch which {
-	case "redsocks":
-		if err := w.redsocks.Stop(3 * time.Second); err != nil {
-			return nil, err
-		}
-		err := w.startRedsocks(ctx, up)
-		return w.redsocks, err
-	case "router":
-		if err := w.router.Stop(5 * time.Second); err != nil {
-			return nil, err
-		}
-		err := w.startRouter(ctx, up)
-		return w.router, err
+func (w *world) startRouter(ctx context.Context, s routerSpec, up string) (*lab.Process, error) {
+	conf := filepath.Join(w.dir, s.name+".toml")
+	if err := os.WriteFile(conf, []byte(routerConfig(s, up, w.routerLog, filepath.Join(w.dir, s.name+".sock"))), 0o600); err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("restart %s: not a proxy", which)
+	// The router keeps its last good guard in its state directory: the run's own, not the
+	// machine's /var/lib/router.
+	state := filepath.Join(w.dir, s.name+"-state")
+	env := append([]string{"STATE_DIRECTORY=" + state}, w.routerEnv...)
+	return w.start(ctx, s.name, w.lab.Host().Name(), s.port, env, w.bins[s.name], "run", "--config", conf)
+}
+
+// restart replaces the proxy of row name with a fresh process going through upstream up.
+func (w *world) restart(ctx context.Context, name, up string) (*lab.Process, error) {
+	p := w.procs[name]
+	if p == nil {
+		return nil, fmt.Errorf("restart %s: not a proxy", name)
+	}
+	if err := p.Stop(5 * time.Second); err != nil {
+		return nil, err
+	}
+	delete(w.procs, name)
+	err := w.startProxy(ctx, name, up)
+	return w.procs[name], err
 }
 
 // close stops every process by PID, then the lab (which also ends whatever is left in its
 // namespaces and removes them).
 func (w *world) close() error {
 	var errs []error
-	for _, p := range []*lab.Process{w.router, w.redsocks, w.socksIdle, w.socks, w.sink} {
+	var ps []*lab.Process
+	for _, name := range []string{rowRouter, rowRouterBase, rowSingbox, rowRedsocks} {
+		ps = append(ps, w.procs[name])
+	}
+	for _, p := range append(ps, w.socksIdle, w.socks, w.sink) {
 		if p != nil {
 			if err := p.Stop(3 * time.Second); err != nil {
 				errs = append(errs, err)

@@ -138,10 +138,50 @@ func TestParseStatCPU(t *testing.T) {
 	}
 }
 
-func TestParseMachineBusy(t *testing.T) {
-	got, err := parseMachineBusy([]byte("cpu  100 5 20 999 7 1 2 3 0 0\ncpu0 1 2 3\n"))
-	if want := 131 * clockTick; err != nil || got != want {
-		t.Errorf("got %v, %v; want %v", got, err, want)
+func TestParseMachineCPU(t *testing.T) {
+	// user nice system idle iowait irq softirq steal guest guest_nice
+	got, err := parseMachineCPU([]byte("cpu  100 5 20 999 7 1 2 3 4 0\ncpu0 1 2 3\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := MachineCPU{User: 100 * clockTick, Nice: 5 * clockTick, System: 20 * clockTick, Idle: 999 * clockTick,
+		IOWait: 7 * clockTick, IRQ: 1 * clockTick, SoftIRQ: 2 * clockTick, Steal: 3 * clockTick}
+	if got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	// Busy leaves out idle and iowait; guest is inside user already.
+	if b := got.Busy(); b != 131*clockTick {
+		t.Errorf("Busy = %v, want %v", b, 131*clockTick)
+	}
+	// An old kernel's line without steal is refused rather than read short.
+	for _, bad := range []string{"", "cpu 1 2 3", "cpu0 1 2 3 4 5 6 7 8", "cpu 1 2 3 4 5 6 7 x", "cpu 1 2 3 4 5 6 7 -1", "cpu 1 2 3 4 5 6 7 99999999999999999"} {
+		if _, err := parseMachineCPU([]byte(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+func TestMachineCPUDelta(t *testing.T) {
+	before := MachineCPU{User: 10, Nice: 1, System: 5, Idle: 100, IOWait: 9, IRQ: 1, SoftIRQ: 2, Steal: 0}
+	after := MachineCPU{User: 40, Nice: 1, System: 25, Idle: 150, IOWait: 8, IRQ: 2, SoftIRQ: 12, Steal: 1}
+	d := after.Sub(before)
+	want := MachineCPU{User: 30, System: 20, Idle: 50, IOWait: -1, IRQ: 1, SoftIRQ: 10, Steal: 1}
+	if d != want {
+		t.Errorf("Sub = %+v, want %+v", d, want)
+	}
+	// The busy delta is the delta of busy: softirq and steal count, iowait running back does not.
+	if got := d.Busy(); got != 62 || got != after.Busy()-before.Busy() {
+		t.Errorf("Busy of the delta = %v, want 62", got)
+	}
+}
+
+func TestParseMapType(t *testing.T) {
+	fdinfo := "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\nmap_type:\t15\nkey_size:\t4\nvalue_size:\t4\nmax_entries:\t65535\n"
+	if typ, ok := parseMapType([]byte(fdinfo)); !ok || typ != 15 {
+		t.Errorf("got %d, %v; want 15", typ, ok)
+	}
+	if _, ok := parseMapType([]byte("pos:\t0\nflags:\t02\n")); ok {
+		t.Error("no map_type line: ok")
 	}
 }
 
@@ -159,16 +199,27 @@ func TestProcFSOnAFakeTree(t *testing.T) {
 	must(os.Symlink("socket:[2]", filepath.Join(root, "7", "fd", "1")))
 	must(os.Symlink("/dev/null", filepath.Join(root, "7", "fd", "2")))
 	must(os.WriteFile(filepath.Join(root, "stat"), []byte("cpu  1 0 1 0 0 0 3 0 0 0\n"), 0o644))
+	// Two eBPF maps, one of them a sockhash; a bpf program is not a map.
+	must(os.MkdirAll(filepath.Join(root, "7", "fdinfo"), 0o755))
+	must(os.Symlink("anon_inode:bpf-map", filepath.Join(root, "7", "fd", "3")))
+	must(os.Symlink("anon_inode:bpf-map", filepath.Join(root, "7", "fd", "4")))
+	must(os.Symlink("anon_inode:bpf-prog", filepath.Join(root, "7", "fd", "5")))
+	must(os.WriteFile(filepath.Join(root, "7", "fdinfo", "3"), []byte("pos:\t0\nmap_type:\t18\n"), 0o644))
+	must(os.WriteFile(filepath.Join(root, "7", "fdinfo", "4"), []byte("pos:\t0\nmap_type:\t2\n"), 0o644))
+	must(os.WriteFile(filepath.Join(root, "7", "fdinfo", "5"), []byte("pos:\t0\nprog_type:\t15\n"), 0o644))
 	p := ProcFS{Root: root}
 	m, err := p.Mem(7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Mem{RSSKiB: 800, HWMKiB: 900, Threads: 3, FDs: 3, Pipes: 1, Sockets: 1}); m != want {
+	if want := (Mem{RSSKiB: 800, HWMKiB: 900, Threads: 3, FDs: 6, Pipes: 1, Sockets: 1}); m != want {
 		t.Errorf("Mem = %+v, want %+v", m, want)
 	}
-	if got, err := p.MachineIRQ(); err != nil || got != 3*clockTick {
-		t.Errorf("MachineIRQ = %v, %v", got, err)
+	if got, err := p.Machine(); err != nil || got.SoftIRQ != 3*clockTick || got.Busy() != 5*clockTick {
+		t.Errorf("Machine = %+v, %v", got, err)
+	}
+	if n, err := p.SockMaps(7); err != nil || n != 1 {
+		t.Errorf("SockMaps = %d, %v; want 1", n, err)
 	}
 }
 
@@ -198,5 +249,20 @@ func TestStats(t *testing.T) {
 	}
 	if lo, hi := Range([]float64{3, nan, 1, 2}); lo != 1 || hi != 3 {
 		t.Errorf("Range = %v, %v", lo, hi)
+	}
+	if got, want := SpreadOf([]float64{1.2, nan, 1.0, 1.5}), (Spread{Median: 1.2, Min: 1.0, Max: 1.5, N: 3}); got != want {
+		t.Errorf("SpreadOf = %+v, want %+v", got, want)
+	}
+	if s := SpreadOf([]float64{nan}); s.N != 0 || !math.IsNaN(s.Median) || !math.IsNaN(s.Min) || !math.IsNaN(s.Max) {
+		t.Errorf("SpreadOf(NaN) = %+v", s)
+	}
+	// Per-round ratios keep the rounds in place; a missing side or a zero base is NaN.
+	r := PairedRatios([]float64{2, nan, 6, 3}, []float64{1, 1, 0, 2, 9})
+	if len(r) != 4 || r[0] != 2 || !math.IsNaN(r[1]) || !math.IsNaN(r[2]) || r[3] != 1.5 {
+		t.Errorf("PairedRatios = %v", r)
+	}
+	d := PairedDiffs([]float64{10, nan, 30}, []float64{1, 2, 3})
+	if len(d) != 3 || d[0] != 9 || !math.IsNaN(d[1]) || d[2] != 27 {
+		t.Errorf("PairedDiffs = %v", d)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -62,56 +63,58 @@ func parseStatCPU(b []byte) (time.Duration, error) {
 	return time.Duration(ticks) * clockTick, nil
 }
 
-// MachineBusy is the machine's busy CPU time since boot, summed over CPUs: user, nice,
-// system, irq, softirq and steal of the "cpu" line of /proc/stat. It includes kernel work no
-// process is billed for (softirq, kworkers).
-func (p ProcFS) MachineBusy() (time.Duration, error) {
-	b, err := os.ReadFile(p.path("stat"))
-	if err != nil {
-		return 0, fmt.Errorf("machine cpu: %w", err)
-	}
-	return parseMachineBusy(b)
+// MachineCPU is the "cpu" line of /proc/stat: the time all CPUs together spent in each state
+// since boot (guest time is already inside User and Nice, so it is not kept apart).
+type MachineCPU struct {
+	User, Nice, System, Idle, IOWait, IRQ, SoftIRQ, Steal time.Duration
 }
 
-func parseMachineBusy(b []byte) (time.Duration, error) {
+// Busy is the time the CPUs were not idle: user, nice, system, irq, softirq and steal. It
+// holds the kernel work no process is billed for (softirq network receive, kworkers, a
+// sockmap's redirects) as well as every process's, other work on the machine included.
+func (m MachineCPU) Busy() time.Duration {
+	return m.User + m.Nice + m.System + m.IRQ + m.SoftIRQ + m.Steal
+}
+
+// Sub is the time spent in each state between prev and m (m read later). It does not clamp:
+// the kernel lets iowait run backwards, which Busy leaves out.
+func (m MachineCPU) Sub(prev MachineCPU) MachineCPU {
+	return MachineCPU{
+		User: m.User - prev.User, Nice: m.Nice - prev.Nice, System: m.System - prev.System,
+		Idle: m.Idle - prev.Idle, IOWait: m.IOWait - prev.IOWait, IRQ: m.IRQ - prev.IRQ,
+		SoftIRQ: m.SoftIRQ - prev.SoftIRQ, Steal: m.Steal - prev.Steal,
+	}
+}
+
+// Machine reads the "cpu" line of /proc/stat.
+func (p ProcFS) Machine() (MachineCPU, error) {
+	b, err := os.ReadFile(p.path("stat"))
+	if err != nil {
+		return MachineCPU{}, fmt.Errorf("machine cpu: %w", err)
+	}
+	return parseMachineCPU(b)
+}
+
+// parseMachineCPU reads the first line of /proc/stat, "cpu user nice system idle iowait irq
+// softirq steal [guest guest_nice]", in USER_HZ ticks.
+func parseMachineCPU(b []byte) (MachineCPU, error) {
 	line, _, _ := bytes.Cut(b, []byte{'\n'})
 	f := strings.Fields(string(line))
 	if len(f) < 9 || f[0] != "cpu" {
-		return 0, fmt.Errorf("parse /proc/stat: first line %q", line)
+		return MachineCPU{}, fmt.Errorf("parse /proc/stat: first line %q", line)
 	}
-	var ticks int64
-	// user nice system idle iowait irq softirq steal
-	for _, i := range []int{1, 2, 3, 6, 7, 8} {
-		v, err := strconv.ParseInt(f[i], 10, 64)
+	var v [8]time.Duration
+	for i := range v {
+		t, err := strconv.ParseUint(f[i+1], 10, 63)
 		if err != nil {
-			return 0, fmt.Errorf("parse /proc/stat: %w", err)
+			return MachineCPU{}, fmt.Errorf("parse /proc/stat: %w", err)
 		}
-		ticks += v
-	}
-	return time.Duration(ticks) * clockTick, nil
-}
-
-// MachineIRQ is the machine's time in hard and soft interrupts since boot (irq and softirq
-// of /proc/stat): network receive work that no process is billed for.
-func (p ProcFS) MachineIRQ() (time.Duration, error) {
-	b, err := os.ReadFile(p.path("stat"))
-	if err != nil {
-		return 0, fmt.Errorf("machine irq: %w", err)
-	}
-	line, _, _ := bytes.Cut(b, []byte{'\n'})
-	f := strings.Fields(string(line))
-	if len(f) < 8 || f[0] != "cpu" {
-		return 0, fmt.Errorf("parse /proc/stat: first line %q", line)
-	}
-	var ticks int64
-	for _, i := range []int{6, 7} {
-		v, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("parse /proc/stat: %w", err)
+		if t > uint64(math.MaxInt64/clockTick) {
+			return MachineCPU{}, fmt.Errorf("parse /proc/stat: %d ticks out of range", t)
 		}
-		ticks += v
+		v[i] = time.Duration(t) * clockTick
 	}
-	return time.Duration(ticks) * clockTick, nil
+	return MachineCPU{User: v[0], Nice: v[1], System: v[2], Idle: v[3], IOWait: v[4], IRQ: v[5], SoftIRQ: v[6], Steal: v[7]}, nil
 }
 
 // KernelThreads is the CPU time of every kernel thread (kthreadd and its children:
@@ -225,4 +228,49 @@ func parseStatus(b []byte) (Mem, error) {
 		return Mem{}, errors.New("no VmRSS in status")
 	}
 	return m, nil
+}
+
+// The eBPF map types that redirect socket to socket in the kernel (BPF_MAP_TYPE_SOCKMAP and
+// BPF_MAP_TYPE_SOCKHASH of linux/bpf.h).
+const (
+	bpfMapTypeSockmap  = 15
+	bpfMapTypeSockhash = 18
+)
+
+// SockMaps is the number of eBPF socket maps (sockmap or sockhash) process pid holds open:
+// how the benchmark tells, from outside, that a proxy moves bytes in the kernel.
+func (p ProcFS) SockMaps(pid int) (int, error) {
+	dir := p.path(strconv.Itoa(pid), "fd")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("descriptors of %d: %w", pid, err)
+	}
+	n := 0
+	for _, e := range entries {
+		t, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil || t != "anon_inode:bpf-map" {
+			continue
+		}
+		b, err := os.ReadFile(p.path(strconv.Itoa(pid), "fdinfo", e.Name()))
+		if err != nil {
+			continue // closed meanwhile
+		}
+		if typ, ok := parseMapType(b); ok && (typ == bpfMapTypeSockmap || typ == bpfMapTypeSockhash) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// parseMapType reads the "map_type:" line of an eBPF map's /proc/PID/fdinfo/FD.
+func parseMapType(b []byte) (int, bool) {
+	for line := range bytes.Lines(b) {
+		key, val, ok := bytes.Cut(line, []byte{':'})
+		if !ok || string(key) != "map_type" {
+			continue
+		}
+		v, err := strconv.Atoi(strings.TrimSpace(string(val)))
+		return v, err == nil
+	}
+	return 0, false
 }
