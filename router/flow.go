@@ -114,9 +114,8 @@ func (r *Router) relayFlow(p *compiled, f *Flow, client *net.TCPConn, out net.Co
 	f.relayed = true
 	rl.start(client, out, &f.bytes, func(res result) {
 		// On the relay's goroutine: nothing here may block.
-		r.live.remove(f.ID)
 		f.Up, f.Down, f.Err = f.Up+res.up, res.down, res.err
-		r.ended(f)
+		r.finish(f)
 		if release != nil {
 			release()
 		}
@@ -135,8 +134,7 @@ func (r *Router) relayFlow(p *compiled, f *Flow, client *net.TCPConn, out net.Co
 // calls release (nil: nothing held), logs it and marks it done (r.flows). The listener has
 // told the client already.
 func (r *Router) endFlow(f *Flow, release func()) {
-	r.live.remove(f.ID)
-	r.ended(f)
+	r.finish(f)
 	if release != nil {
 		release()
 	}

@@ -98,9 +98,8 @@ func (r *Router) forward(ctx context.Context, c *net.TCPConn, fw Forward) {
 	r.live.add(f)
 	rl := r.relayFor(p)
 	up, down, err := rl.run(c, out.(*net.TCPConn), &f.bytes)
-	r.live.remove(f.ID)
 	f.Up, f.Down = up, down
-	r.ended(f)
+	r.finish(f)
 	if errors.Is(err, errIdle) {
 		err = nil
 	}

@@ -321,3 +321,38 @@ func TestUpstreamDownIsARefusal(t *testing.T) {
 		t.Errorf("refusals = %+v, want one upstream-down", ref)
 	}
 }
+
+// TestStatusBytesNeverGoBack: while flows end on other goroutines, the byte totals and each
+// rule's bytes that Status reports only grow (a flow ending between two reads must not
+// vanish from both the live and the ended counts, nor be counted twice).
+func TestStatusBytesNeverGoBack(t *testing.T) {
+	target := startTarget(t, "")
+	e := newEnv(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 50 {
+				c := e.dial(target)
+				io.WriteString(c, "0123456789")
+				readN(t, c, 10)
+				c.Close()
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	var lastTotal, lastRule uint64
+	for polls := 0; ; polls++ {
+		st := e.r.Status()
+		total, rule := st.Totals.Up+st.Totals.Down, st.Rules[0].Bytes
+		if total < lastTotal || rule < lastRule {
+			t.Fatalf("poll %d: totals %d after %d, rule bytes %d after %d", polls, total, lastTotal, rule, lastRule)
+		}
+		lastTotal, lastRule = total, rule
+		select {
+		case <-done:
+			return
+		default:
+		}
+	}
+}

@@ -74,12 +74,6 @@ func (l *liveFlows) add(f *Flow) {
 	l.mu.Unlock()
 }
 
-func (l *liveFlows) remove(id uint64) {
-	l.mu.Lock()
-	delete(l.m, id)
-	l.mu.Unlock()
-}
-
 // sample is a flow's bytes at the last rate measurement; guarded by liveFlows.mu.
 type sample struct {
 	at       time.Time
@@ -99,11 +93,14 @@ type counters struct {
 // now, oldest first.
 func (r *Router) Status() Stats {
 	p := r.pol.Load()
-	st := Stats{Totals: Totals{Flows: r.count.flows.Load(), Up: r.count.up.Load(), Down: r.count.down.Load()}}
-
 	now := time.Now()
 	live := map[ruleKey]uint64{}
+	// Under live.mu the ended flows' bytes and the live ones are one snapshot: a flow ends
+	// (finish) under the same lock, so no flow is missed or counted twice, and the byte
+	// counters never go back between two calls.
 	r.live.mu.Lock()
+	defer r.live.mu.Unlock()
+	st := Stats{Totals: Totals{Flows: r.count.flows.Load(), Up: r.count.up.Load(), Down: r.count.down.Load()}}
 	st.Flows = make([]LiveFlow, 0, len(r.live.m))
 	for _, f := range r.live.m {
 		up, down := f.bytes.up.Load(), f.bytes.down.Load()
@@ -128,7 +125,6 @@ func (r *Router) Status() Stats {
 			live[f.key()] += uint64(up + down)
 		}
 	}
-	r.live.mu.Unlock()
 	st.Totals.Live = len(st.Flows)
 	slices.SortFunc(st.Flows, func(a, b LiveFlow) int { return int(b.Age - a.Age) })
 
@@ -176,7 +172,17 @@ func (p *compiled) count(d policy.Decision) {
 	p.steps[d.Step][d.Action].Add(1)
 }
 
-// ended adds an ended flow's bytes to the totals and to what decided it.
+// finish takes f out of the live flows and adds its bytes (f.Up, f.Down, final by now) to
+// the totals and to what decided it, in one step under live.mu: Status never sees a flow
+// in neither or in both.
+func (r *Router) finish(f *Flow) {
+	r.live.mu.Lock()
+	delete(r.live.m, f.ID)
+	r.ended(f)
+	r.live.mu.Unlock()
+}
+
+// ended adds an ended flow's bytes to the totals and to what decided it; live.mu is held.
 func (r *Router) ended(f *Flow) {
 	n := uint64(f.Up + f.Down)
 	r.count.up.Add(uint64(f.Up))

@@ -281,6 +281,7 @@ func (r *Router) dial(ctx context.Context, p *compiled, f *Flow, d policy.Decisi
 		n, err := out.Write(e.read)
 		out.SetWriteDeadline(time.Time{})
 		f.Up = int64(n)
+		f.bytes.up.Store(f.Up)
 		if err != nil {
 			out.Close()
 			return nil, fmt.Errorf("connect direct: send the first bytes: %w", err)

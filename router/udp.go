@@ -548,7 +548,9 @@ func (r *Router) endFlowLocked(fl *udpFlow) {
 	if s := fl.sess; s != nil && s.flows[fl.to] == fl {
 		delete(s.flows, fl.to)
 	}
-	r.live.remove(fl.rec.ID)
+	f := fl.rec
+	f.Up, f.Down = f.bytes.up.Load(), f.bytes.down.Load()
+	r.finish(f)
 	t.ending.Add(1)
 	go func() {
 		defer t.ending.Done()
@@ -556,9 +558,6 @@ func (r *Router) endFlowLocked(fl *udpFlow) {
 		if !fl.drop {
 			fl.ret.Release(fl.key.src, fl.key.dst)
 		}
-		f := fl.rec
-		f.Up, f.Down = f.bytes.up.Load(), f.bytes.down.Load()
-		r.ended(f)
 		r.logUDPFlow(f)
 	}()
 }
