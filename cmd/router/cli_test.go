@@ -176,7 +176,7 @@ func TestAdapters(t *testing.T) {
 // TestAddressCredentialsNeverEchoed: a password written inside a proxy's address is refused
 // by every command that reads the config, and none of them repeats it.
 func TestAddressCredentialsNeverEchoed(t *testing.T) {
-	for _, cfg := range []string{"../../testdata/conf/bad/54-address-credentials.toml", "../../testdata/conf/bad/55-address-url-credentials.toml"} {
+	for _, cfg := range []string{"../../testdata/conf/bad/54-address-credentials.toml", "../../testdata/conf/bad/57-address-url-credentials.toml"} {
 		for _, args := range [][]string{
 			{"lint", "--config", cfg},
 			{"lint", "--config", cfg, "--json"},
