@@ -128,7 +128,7 @@ func OpenWinDivert(d windivert.Driver, c WinDivertConfig) (*WinDivertDevice, err
 	if dev.net, err = windivert.Open(d, c.NetworkFilter().String(), windivert.LayerNetwork, c.Priority, 0); err != nil {
 		return fail("packets", err)
 	}
-	// A deep queue: user mode sees every packet of every captured flow (windows.md §2.3).
+	// A deep queue: user mode sees every packet of every flow the filter takes.
 	for _, p := range []struct {
 		p windivert.Param
 		v uint64

@@ -23,7 +23,7 @@ const (
 	svchost      = `C:\Windows\System32\svchost.exe`
 )
 
-// baseEnv is the SPEC's example: VirtualBox, the model forwarded to the host-only network.
+// baseEnv is the README's worked example: VirtualBox, the model forwarded to the host-only network.
 func baseEnv() Env {
 	return Env{
 		CagedApps: []string{vboxVM, vboxHeadless, vboxNetNAT, strings.ToUpper(vboxVM)},
