@@ -1,7 +1,6 @@
 package socks5
 
 import (
-	"fmt"
 	"io"
 	"net/netip"
 )
@@ -87,75 +86,49 @@ func (c *Client) Associate(conn io.ReadWriter, from Addr) (relay Addr, err error
 	return c.request(conn, CmdUDPAssociate, "socks5 associate", from)
 }
 
-// request runs a whole handshake: greeting, credentials, the request cmd for
-// dst, the reply. step names the request in errors.
+// request runs a whole handshake over conn with an [Exchange]: greeting, credentials, the
+// request cmd for dst, the reply. step names the request in errors. It reads exactly the
+// bytes each message still needs (Exchange.Need), so never past the reply.
 func (c *Client) request(conn io.ReadWriter, cmd byte, step string, dst Addr) (bound Addr, err error) {
-	if err := dst.check(); err != nil {
-		return Addr{}, fmt.Errorf("%s: invalid destination: %w", step, err)
-	}
-	method := MethodNoAuth
-	authLen := 0
-	if c.Auth != nil {
-		if err := c.Auth.check(); err != nil {
-			return Addr{}, fmt.Errorf("socks5 auth: %w", err)
-		}
-		method = MethodUserPass
-		authLen = 3 + len(c.Auth.Username) + len(c.Auth.Password)
-	}
-
-	// One buffer for every message: written ones first, read ones after.
-	// greetingLen + authLen + MaxReplyLen bounds both the pipelined write and
-	// each message in lock step (a request is no longer than MaxReplyLen).
+	// One buffer for every message: what is written first, what is read after it. The
+	// written part bounds the pipelined write and each message in lock step (a request is
+	// no longer than MaxReplyLen); the read part holds one reply.
 	const greetingLen = 3
-	buf := make([]byte, 0, greetingLen+authLen+MaxReplyLen)
-
-	if c.Pipeline {
-		buf = append(buf, Version, 1, method)
-		if c.Auth != nil {
-			buf = appendUserPass(buf, c.Auth)
-		}
-		buf = append(buf, Version, cmd, 0x00)
-		buf = appendAddr(buf, dst)
-		if _, err := conn.Write(buf); err != nil {
-			return Addr{}, fmt.Errorf("socks5 greeting: write: %w", err)
-		}
-		if err := readMethod(conn, buf[:2], method); err != nil {
-			return Addr{}, err
-		}
-		if c.Auth != nil {
-			if err := readAuthStatus(conn, buf[:2], c.Auth.Username); err != nil {
-				return Addr{}, err
-			}
-		}
-	} else {
-		buf = append(buf, Version, 1, method)
-		if _, err := conn.Write(buf); err != nil {
-			return Addr{}, fmt.Errorf("socks5 greeting: write: %w", err)
-		}
-		if err := readMethod(conn, buf[:2], method); err != nil {
-			return Addr{}, err
-		}
-		if c.Auth != nil {
-			buf = appendUserPass(buf[:0], c.Auth)
-			if _, err := conn.Write(buf); err != nil {
-				return Addr{}, fmt.Errorf("socks5 auth: write: %w", err)
-			}
-			if err := readAuthStatus(conn, buf[:2], c.Auth.Username); err != nil {
-				return Addr{}, err
-			}
-		}
-		buf = append(buf[:0], Version, cmd, 0x00)
-		buf = appendAddr(buf, dst)
-		if _, err := conn.Write(buf); err != nil {
-			return Addr{}, fmt.Errorf("%s: write: %w", step, err)
-		}
+	out := greetingLen + MaxReplyLen
+	if c.Auth != nil {
+		out += 3 + len(c.Auth.Username) + len(c.Auth.Password)
 	}
-
-	rep, err := readReply(conn, buf[:MaxReplyLen])
+	buf := make([]byte, out+MaxReplyLen)
+	var x Exchange
+	first, err := x.start(c, cmd, step, dst, buf[:0:out])
 	if err != nil {
-		return Addr{}, fmt.Errorf("%s: %w", step, err)
+		return Addr{}, err
 	}
-	return rep.Bound, nil
+	if _, err := conn.Write(first); err != nil {
+		return Addr{}, x.WriteFailed(err)
+	}
+	in, have := buf[out:], 0
+	for !x.Done() {
+		if need := x.Need(in[:have]); need > 0 {
+			n, err := io.ReadFull(conn, in[have:have+need])
+			have += n
+			if err != nil {
+				return Addr{}, x.Cut(in[:have], err)
+			}
+			continue
+		}
+		n, next, err := x.Feed(in[:have], buf[:0:out])
+		if err != nil {
+			return Addr{}, err
+		}
+		have = copy(in, in[n:have])
+		if len(next) > 0 {
+			if _, err := conn.Write(next); err != nil {
+				return Addr{}, x.WriteFailed(err)
+			}
+		}
+	}
+	return x.Bound(), nil
 }
 
 // methodName names the methods Handshake offers, for errors.
@@ -164,39 +137,4 @@ func methodName(m byte) string {
 		return "username/password"
 	}
 	return "no authentication"
-}
-
-// readMethod reads the server's METHOD selection (RFC 1928 §3) into b
-// (2 bytes) and checks that it is the offered method.
-func readMethod(r io.Reader, b []byte, offered byte) error {
-	if _, err := io.ReadFull(r, b); err != nil {
-		return fmt.Errorf("socks5 greeting: read method selection: %w", err)
-	}
-	if b[0] != Version {
-		return fmt.Errorf("socks5 greeting: server version 0x%02x, want 0x%02x", b[0], Version)
-	}
-	switch b[1] {
-	case offered:
-		return nil
-	case MethodNoAcceptable:
-		return fmt.Errorf("socks5 greeting: %w (offered only %s)", ErrNoAcceptableMethods, methodName(offered))
-	default:
-		return fmt.Errorf("socks5 greeting: server chose method 0x%02x, but only %s (0x%02x) was offered",
-			b[1], methodName(offered), offered)
-	}
-}
-
-// readAuthStatus reads the RFC 1929 §2 response (VER, STATUS) into b
-// (2 bytes). The error names the user, never the password.
-func readAuthStatus(r io.Reader, b []byte, user string) error {
-	if _, err := io.ReadFull(r, b); err != nil {
-		return fmt.Errorf("socks5 auth: read status: %w", err)
-	}
-	if b[0] != UserPassVersion {
-		return fmt.Errorf("socks5 auth: reply version 0x%02x, want 0x%02x", b[0], UserPassVersion)
-	}
-	if b[1] != UserPassSuccess {
-		return fmt.Errorf("socks5 auth: %w for user %q (status 0x%02x)", ErrAuthFailed, user, b[1])
-	}
-	return nil
 }

@@ -11,6 +11,11 @@
 // never a byte more, so data the target sends at once (an SSH or SMTP banner)
 // stays in the connection.
 //
+// The same handshake without I/O is an [Exchange]: the caller moves the bytes (an event loop
+// on a non-blocking socket), the Exchange says what to send and parses what came back, with
+// Handshake's rules and errors; Handshake and Associate are built on it. [ParseReply] is
+// [ReadReply] on bytes already received.
+//
 // For UDP, [Client.Associate] asks for an association on the control
 // connection, and [AppendUDPHeader] and [ParseUDPHeader] write and read the
 // header that every relayed datagram carries (RFC 1928 §7). Fragmented
