@@ -99,11 +99,6 @@ func (x *Exchange) Done() bool { return x.state == xDone }
 // Bound is the reply's BND.ADDR and BND.PORT, once Done.
 func (x *Exchange) Bound() Addr { return x.bound }
 
-// Answered reports whether the server's answers before the reply (the method selection and
-// the credentials' status) are in: a server that got that far has read the request, and
-// with a pipelined request whatever followed it.
-func (x *Exchange) Answered() bool { return x.state >= xReply }
-
 // Need returns how many more bytes the next server message needs, given in, the bytes not yet
 // consumed: 0 when in holds a whole message (or enough for Feed to report an error), or when
 // the Exchange waits for nothing. Reading exactly that many never reads past the reply.

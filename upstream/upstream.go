@@ -26,6 +26,10 @@
 // whose own uplink is dead; the periodic probe can, because its target is
 // known to work, so a probe counts every failure against the upstream.
 //
+// A caller with an event loop of its own drives a SOCKS5 CONNECT itself, on
+// a non-blocking socket, with a [Handshake] from [Tracked.Begin]: the same
+// wire rules, errors and health as Connect, with no goroutine held.
+//
 // The package keeps no global state: two routers can live in one process.
 package upstream
 
