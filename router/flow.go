@@ -2,8 +2,10 @@ package router
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/agentcage/router/policy"
@@ -69,15 +71,17 @@ func (r *Router) names(pf *policy.Flow) (release func()) {
 // the connection to the destination; for a refused flow the connection and the error are nil;
 // for a failed one the error is returned and kept in f.Err. Nothing is ever sent direct
 // because a proxy failed.
+//
+// The Linux event loop sets most transparent flows up itself, with the same steps: Decide,
+// admits, trySetup in place of setup, decided, its own connect, failed.
 func (r *Router) open(ctx context.Context, p *compiled, f *Flow, pf *policy.Flow, e early) (policy.Decision, net.Conn, error) {
 	d := p.Decision.Decide(pf)
-	if d.Action != rules.Block && d.Step != policy.StepDNS {
+	if admits(d) {
 		// Set-up slots, shared fairly by source, and what the name resolves to when the
 		// policy asks (a caged flow that would leave from this machine by its name).
 		endSetup, err := r.setup(ctx, p, sourceKey(pf, p), pf)
 		if err != nil {
-			f.Err, f.Verdict = err, admissionVerdict
-			r.refused(refusal.Limit, f)
+			r.notAdmitted(f, err)
 			return d, nil, err
 		}
 		defer endSetup()
@@ -85,25 +89,49 @@ func (r *Router) open(ctx context.Context, p *compiled, f *Flow, pf *policy.Flow
 			d = p.Decision.Decide(pf) // with what the name resolves to
 		}
 	}
-	f.Verdict, f.Step, f.pol, f.index = d.Verdict, d.Step, p, d.Index
-	p.count(d)
-	if d.Action == rules.Block || d.Step == policy.StepDNS {
-		// A DNS flow belongs to the DNS server: one that reaches a listener (a capture
-		// fault, or a client asking an inbound for port 53) is refused, never sent anywhere.
-		r.refused(refusal.ForStep(d.Step), f)
+	if !r.decided(p, f, d) {
 		return d, nil, nil
 	}
-	r.live.add(f)
 	out, err := r.dial(ctx, p, f, d, pf, e)
 	if err != nil {
-		f.Err = err
-		if d.Action == rules.Proxy && upstreamDown(err) {
-			r.refused(refusal.UpstreamDown, f)
-		}
+		r.failed(f, d, err)
 		return d, nil, err
 	}
 	r.logOpen(f)
 	return d, out, nil
+}
+
+// admits reports whether d lets a flow be set up: neither refused nor a DNS flow (which
+// belongs to the DNS server: one that reaches a listener, a capture fault or a client asking
+// an inbound for port 53, is refused, never sent anywhere).
+func admits(d policy.Decision) bool { return d.Action != rules.Block && d.Step != policy.StepDNS }
+
+// notAdmitted records a flow the set-up admission refused (no slot, its destination busy).
+func (r *Router) notAdmitted(f *Flow, err error) {
+	f.Err, f.Verdict = err, admissionVerdict
+	r.refused(refusal.Limit, f)
+}
+
+// decided records d as f's decision, counted under its rule or step. A flow d refuses is
+// counted among the refusals (false); one it admits is shown by status from now on (true).
+func (r *Router) decided(p *compiled, f *Flow, d policy.Decision) bool {
+	f.Verdict, f.Step, f.pol, f.index = d.Verdict, d.Step, p, d.Index
+	p.count(d)
+	if !admits(d) {
+		r.refused(refusal.ForStep(d.Step), f)
+		return false
+	}
+	r.live.add(f)
+	return true
+}
+
+// failed records why an admitted flow could not be connected: a proxied flow that no
+// upstream carried counts as refused for its upstream being down.
+func (r *Router) failed(f *Flow, d policy.Decision, err error) {
+	f.Err = err
+	if d.Action == rules.Proxy && upstreamDown(err) {
+		r.refused(refusal.UpstreamDown, f)
+	}
 }
 
 // relayFlow hands a connected flow to the relay, which owns client and out from then on. When
@@ -112,22 +140,20 @@ func (r *Router) open(ctx context.Context, p *compiled, f *Flow, pf *policy.Flow
 func (r *Router) relayFlow(p *compiled, f *Flow, client *net.TCPConn, out net.Conn, release func()) {
 	rl := r.relayFor(p)
 	f.relayed = true
-	rl.start(client, out, &f.bytes, func(res result) {
-		// On the relay's goroutine: nothing here may block.
+	rl.start(client, out, &f.bytes, r.relayed(f, release))
+}
+
+// relayed is the relay's callback for f: it ends the flow (see relayFlow). It runs on the
+// relay's goroutine (an epoll loop): nothing in it may block.
+func (r *Router) relayed(f *Flow, release func()) func(result) {
+	return func(res result) {
 		f.Up, f.Down, f.Err = f.Up+res.up, res.down, res.err
 		r.finish(f)
 		if release != nil {
 			release()
 		}
-		if !r.log.Enabled(context.Background(), flowLevel(f)) {
-			r.flows.Done()
-			return
-		}
-		go func() {
-			r.logFlow(f) // a slow log writer must not stall the relay
-			r.flows.Done()
-		}()
-	})
+		r.logLater(f, false)
+	}
 }
 
 // endFlow ends a flow that was refused or failed before the relay: it takes it out of status,
@@ -140,4 +166,76 @@ func (r *Router) endFlow(f *Flow, release func()) {
 	}
 	r.logFlow(f)
 	r.flows.Done()
+}
+
+// endFlowLater is endFlow for a caller that must not wait for the log's writer (an event
+// loop): the record is written in order on the log's goroutine.
+func (r *Router) endFlowLater(f *Flow, release func()) {
+	r.finish(f)
+	if release != nil {
+		release()
+	}
+	r.logLater(f, false)
+}
+
+// flowLog writes flow records on a goroutine of its own, in the order they were queued, so
+// that neither the relay nor an event loop ever waits for the log's writer, and a flow's
+// "flow open" always comes before its "flow". The goroutine runs while records are queued
+// and ends when none are. mu guards every field.
+type flowLog struct {
+	mu      sync.Mutex
+	queue   []flowRecord
+	running bool
+}
+
+type flowRecord struct {
+	f    *Flow
+	open bool // "flow open"; otherwise the flow's end, after which it is marked done
+}
+
+// logLater queues f's "flow open" record (open) or its end's, when it is to be written at
+// all; a flow's end marks it done (r.flows) once its record is written, or at once without
+// one.
+func (r *Router) logLater(f *Flow, open bool) {
+	if open && !r.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
+	if !open && !r.flowLogged(f) {
+		r.flows.Done()
+		return
+	}
+	l := &r.flowLog
+	l.mu.Lock()
+	l.queue = append(l.queue, flowRecord{f: f, open: open})
+	start := !l.running
+	l.running = true
+	l.mu.Unlock()
+	if start {
+		go r.writeFlowLog()
+	}
+}
+
+// writeFlowLog writes the queued records until none are left.
+func (r *Router) writeFlowLog() {
+	l := &r.flowLog
+	var batch []flowRecord
+	for {
+		l.mu.Lock()
+		if len(l.queue) == 0 {
+			l.running = false
+			l.mu.Unlock()
+			return
+		}
+		batch, l.queue = l.queue, batch[:0]
+		l.mu.Unlock()
+		for i, rec := range batch {
+			if rec.open {
+				r.log.Info("flow open", flowAttrs(rec.f, false)...)
+			} else {
+				r.writeFlow(rec.f)
+				r.flows.Done()
+			}
+			batch[i] = flowRecord{}
+		}
+	}
 }

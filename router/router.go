@@ -118,20 +118,21 @@ type compiled struct {
 // Router runs the transparent listener and forwards. Its methods are safe for concurrent
 // use; SetPolicy may be called at any time (a reload) and affects new flows only.
 type Router struct {
-	log    *slog.Logger
-	opts   Options
-	dialer *net.Dialer
-	pol    atomic.Pointer[compiled]
-	engine *engine    // relays the flows
-	adm    *admission // what flows may hold: set-up slots and descriptors, by source
-	refuse *refusals  // refused and failed flows: a few logged, the rest summed up
-	early  sync.Pool  // *[earlyMax]byte: a client's first bytes while its flow is set up
-	flows  sync.WaitGroup
-	live   liveFlows
-	nextID atomic.Uint64
-	count  counters
-	book   *refusal.Book
-	udp    udpTable // the UDP flows and their associations (udp.go)
+	log     *slog.Logger
+	opts    Options
+	dialer  *net.Dialer
+	pol     atomic.Pointer[compiled]
+	engine  *engine    // relays the flows
+	adm     *admission // what flows may hold: set-up slots and descriptors, by source
+	refuse  *refusals  // refused and failed flows: a few logged, the rest summed up
+	early   sync.Pool  // *[earlyMax]byte: a client's first bytes while its flow is set up
+	flows   sync.WaitGroup
+	live    liveFlows
+	flowLog flowLog // flow records written off the relay's and the loops' goroutines
+	nextID  atomic.Uint64
+	count   counters
+	book    *refusal.Book
+	udp     udpTable // the UDP flows and their associations (udp.go)
 
 	mu      sync.Mutex            // guards tracked
 	tracked map[string]*trackedUp // the proxies in use, their health probes running

@@ -132,43 +132,68 @@ type Flow struct {
 // Admission (see admission): the flow entered the descriptor budget at accept; once its
 // source is known (classify) it takes its share of that budget, then open takes its set-up
 // slots. Its share and its place in the budget are given back when it ends.
+//
+// The Linux event loop runs the same steps for most flows on its own thread (setup_linux.go)
+// and hands a flow that needs a slow step to classified or admitted, on a goroutine.
 func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 	p := r.pol.Load()
 	f := r.newFlow(netaddr.AddrPort(c.RemoteAddr()))
-	pf, release, err := r.classify(c, f, p)
+	var pf policy.Flow
+	src, dst, err := r.opts.Original(c)
+	if err == nil {
+		err = r.addresses(f, &pf, src, dst, netaddr.AddrPort(c.LocalAddr()))
+	}
+	r.classified(ctx, p, f, c, &pf, err)
+}
+
+// held is what a transparent flow holds besides its place in the descriptor budget (which
+// every one holds from accept): the name behind its fake IP, and its source's share of the
+// budget (key; "" until taken).
+type held struct {
+	names func() // nil: no name held
+	key   string
+}
+
+// release gives back what h holds and the flow's place in the budget.
+func (r *Router) release(h held) {
+	if h.names != nil {
+		h.names()
+	}
+	if h.key != "" {
+		r.adm.flows.release(h.key)
+	}
+	r.adm.leave()
+}
+
+// classified goes on with a flow whose addresses are known (err: they are not): its owner
+// when the policy needs it and the name behind its address (classify), its source's share of
+// the budget, then admitted.
+func (r *Router) classified(ctx context.Context, p *compiled, f *Flow, c *net.TCPConn, pf *policy.Flow, err error) {
 	if err != nil {
 		f.Err = err
 		r.refused(refusal.Capture, f)
 		reset(c)
-		r.endFlow(f, func() {
-			if release != nil {
-				release()
-			}
-			r.adm.leave()
-		})
+		r.endFlow(f, func() { r.release(held{}) })
 		return
 	}
-	key := sourceKey(&pf, p)
+	h := held{names: r.classify(c, f, pf, p)}
+	key := sourceKey(pf, p)
 	if !r.adm.flows.tryAcquire(key) {
 		f.Err, f.Verdict = errOverShare, admissionVerdict
 		r.refused(refusal.Limit, f)
 		reset(c)
-		r.endFlow(f, func() {
-			if release != nil {
-				release()
-			}
-			r.adm.leave()
-		})
+		r.endFlow(f, func() { r.release(h) })
 		return
 	}
-	done := func() {
-		if release != nil {
-			release()
-		}
-		r.adm.flows.release(key)
-		r.adm.leave()
-	}
-	_, out, _ := r.open(ctx, p, f, &pf, early{sock: c})
+	h.key = key
+	r.admitted(ctx, p, f, c, pf, h)
+}
+
+// admitted goes on with a flow that holds its share: open (decide, set-up slots, dial), then
+// the relay, or a reset.
+func (r *Router) admitted(ctx context.Context, p *compiled, f *Flow, c *net.TCPConn, pf *policy.Flow, h held) {
+	done := func() { r.release(h) }
+	_, out, _ := r.open(ctx, p, f, pf, early{sock: c})
 	if out == nil {
 		reset(c) // refused or failed (fail closed): a reset, never a direct fallback
 		r.endFlow(f, done)
@@ -225,25 +250,28 @@ func (r *Router) setup(ctx context.Context, p *compiled, key string, pf *policy.
 	}, nil
 }
 
-// classify finds what the policy decides on: the flow's original addresses, whether it
-// came from a VM, its owner when the policy needs it, and the name behind its destination
-// (what the name resolves to is looked up later, in a set-up slot). A fake IP's name is
-// held until release is called (nil when nothing is held).
-func (r *Router) classify(c *net.TCPConn, f *Flow, p *compiled) (pf policy.Flow, release func(), err error) {
-	src, dst, err := r.opts.Original(c)
-	if err != nil {
-		return pf, nil, fmt.Errorf("original destination: %w", err)
-	}
+// addresses fills in a flow's original addresses (src, dst, as the capture reports them;
+// local is the accepted connection's own address) and whether it came from a VM. A
+// connection made to the listener itself, not redirected, is an error.
+func (r *Router) addresses(f *Flow, pf *policy.Flow, src, dst, local netip.AddrPort) error {
 	f.Src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
 	f.Dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
-	if f.Dst == netaddr.AddrPort(c.LocalAddr()) || f.Dst.Addr().IsUnspecified() {
-		return pf, nil, errors.New("connection made to the listener itself, not redirected")
+	if f.Dst == local || f.Dst.Addr().IsUnspecified() {
+		return errors.New("connection made to the listener itself, not redirected")
 	}
-	pf = policy.Flow{Network: rules.TCP, Src: f.Src.Addr(), Dst: f.Dst.Addr(), Port: f.Dst.Port()}
+	*pf = policy.Flow{Network: rules.TCP, Src: f.Src.Addr(), Dst: f.Dst.Addr(), Port: f.Dst.Port()}
 	if r.opts.FromVM != nil {
 		pf.FromVM = r.opts.FromVM(pf.Src)
 	}
-	if r.opts.Owner != nil && p.Decision.NeedsOwner(&pf) {
+	return nil
+}
+
+// classify finds the rest of what the policy decides on, once the addresses are known: the
+// flow's owner when the policy needs it, and the name behind its destination (what the name
+// resolves to is looked up later, in a set-up slot). A fake IP's name is held until release
+// is called (nil when nothing is held).
+func (r *Router) classify(c *net.TCPConn, f *Flow, pf *policy.Flow, p *compiled) (release func()) {
+	if r.opts.Owner != nil && p.Decision.NeedsOwner(pf) {
 		if info, err := r.opts.Owner(c, f.Src, f.Dst); err == nil {
 			pf.App, pf.AppPath, pf.Services, f.App, f.PID = info.Name, info.Path, info.Services, info.Name, info.PID
 			f.Service = strings.Join(info.Services, ",")
@@ -251,9 +279,9 @@ func (r *Router) classify(c *net.TCPConn, f *Flow, p *compiled) (pf policy.Flow,
 			r.log.Debug("owner lookup", "src", f.Src, "dst", f.Dst, "err", err)
 		}
 	}
-	release = r.names(&pf)
+	release = r.names(pf)
 	f.Host = pf.Host
-	return pf, release, nil
+	return release
 }
 
 // dial connects the decided flow f: direct or through its upstream (the first healthy
@@ -428,12 +456,24 @@ func summaryReason(f *Flow) string {
 // and failed flows go through the refusal summary: only the first few of each reason in an
 // interval are logged one by one.
 func (r *Router) logFlow(f *Flow) {
+	if r.flowLogged(f) {
+		r.writeFlow(f)
+	}
+}
+
+// flowLogged counts f in the refusal summary when it was refused or failed, and reports
+// whether its end is to be logged one by one (and the log takes records of its level). It is
+// called once per flow.
+func (r *Router) flowLogged(f *Flow) bool {
 	if reason := summaryReason(f); reason != "" && !r.refuse.note(reason, f.Src.Addr().String()) {
-		return
+		return false
 	}
-	if !r.log.Enabled(context.Background(), flowLevel(f)) {
-		return // the record's attributes cost more than the rest of a short flow's end
-	}
+	// The record's attributes cost more than the rest of a short flow's end.
+	return r.log.Enabled(context.Background(), flowLevel(f))
+}
+
+// writeFlow writes the record of f's end.
+func (r *Router) writeFlow(f *Flow) {
 	attrs := flowAttrs(f, true)
 	if f.Err != nil && !errors.Is(f.Err, errIdle) {
 		attrs = append(attrs, "err", f.Err.Error())
