@@ -1,8 +1,11 @@
 package router
 
 import (
+	"net/netip"
 	"sync"
 	"sync/atomic"
+
+	"github.com/agentcage/router/policy"
 )
 
 // admission is what the router lets flows hold, so that one source (a guest, an app) cannot
@@ -37,7 +40,22 @@ type admission struct {
 	perDst   int
 
 	mu  sync.Mutex     // guards dst
-	dst map[string]int // flows being set up, by destination
+	dst map[dstKey]int // flows being set up, by destination
+}
+
+// dstKey is a destination for the per-destination cap: its name when known, else its
+// address (any port).
+type dstKey struct {
+	host string
+	addr netip.Addr
+}
+
+// dstOf is pf's destination for the per-destination cap.
+func dstOf(pf *policy.Flow) dstKey {
+	if pf.Host != "" {
+		return dstKey{host: pf.Host}
+	}
+	return dstKey{addr: pf.Dst}
 }
 
 // Budget figures. maxSetups (router.go) is the set-up slots in all.
@@ -75,7 +93,7 @@ func newAdmission(descriptors int) *admission {
 		forwards: newShares(forwards, max(forwards/8, 2), 2, 0),
 		maxTotal: int64(flows),
 		perDst:   perDestination,
-		dst:      map[string]int{},
+		dst:      map[dstKey]int{},
 	}
 }
 
@@ -93,7 +111,7 @@ func (a *admission) enter() bool {
 func (a *admission) leave() { a.total.Add(-1) }
 
 // dstAcquire takes one of key's set-up slots; false: key has perDst flows being set up.
-func (a *admission) dstAcquire(key string) bool {
+func (a *admission) dstAcquire(key dstKey) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.dst[key] >= a.perDst {
@@ -103,12 +121,32 @@ func (a *admission) dstAcquire(key string) bool {
 	return true
 }
 
-func (a *admission) dstRelease(key string) {
+func (a *admission) dstRelease(key dstKey) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.dst[key]--; a.dst[key] <= 0 {
 		delete(a.dst, key)
 	}
+}
+
+// trySetup takes a set-up slot of source key and one of destination dst, if both are free
+// now and nobody waits for a slot (waiters are served first); false: nothing is taken, and
+// the flow must wait (setup) on a goroutine of its own. endSetup gives them back.
+func (a *admission) trySetup(key string, dst dstKey) bool {
+	if !a.dstAcquire(dst) {
+		return false
+	}
+	if !a.setups.tryAcquireNow(key) {
+		a.dstRelease(dst)
+		return false
+	}
+	return true
+}
+
+// endSetup gives back what setup or trySetup took.
+func (a *admission) endSetup(key string, dst dstKey) {
+	a.setups.release(key)
+	a.dstRelease(dst)
 }
 
 // Budgets is what the flows hold of the router's budgets now.

@@ -30,8 +30,17 @@ type loop struct {
 	free     []int32
 	failed   []*eflow // flows whose registration failed: the loop ends them
 	tick     time.Duration
-	stopping bool // stop was called: the loop ends every flow and returns
-	closed   bool // epfd and evfd are closed
+	stopping bool      // stop was called: the loop ends every flow and returns
+	closed   bool      // epfd and evfd are closed
+	lents    []*lentry // the listeners the loop accepts on, by index (setup_linux.go)
+	gone     []*lentry // listeners taken off, whose set-ups the loop ends
+
+	// The loop goroutine's own: buffers for set-ups and accept, never held across events.
+	snap []*eflow
+	sa   unix.RawSockaddrAny
+	raw  rawFD
+	buf  [handshakeRoom + earlyMax]byte // a handshake and the client's first bytes; answers
+	out  [handshakeRoom]byte            // a lock-step handshake's next message
 }
 
 func newLoop(pipes *pipePool) (*loop, error) {
@@ -106,10 +115,7 @@ func (l *loop) add(f *eflow) {
 		f.slot = int32(len(l.slots))
 		l.slots = append(l.slots, f)
 	}
-	if tick := min(max(f.idle/4, minTick), maxTick); tick < l.tick {
-		l.tick = tick
-		l.file.SetReadDeadline(time.Now().Add(tick))
-	}
+	l.setTickLocked(f.idle)
 	for side, fd := range f.fd {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: f.slot, Pad: int32(side)}
 		if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
@@ -121,6 +127,20 @@ func (l *loop) add(f *eflow) {
 	}
 }
 
+// setTick makes the idle sweep run at least every quarter of d (within minTick, maxTick).
+func (l *loop) setTick(d time.Duration) {
+	l.mu.Lock()
+	l.setTickLocked(d)
+	l.mu.Unlock()
+}
+
+func (l *loop) setTickLocked(d time.Duration) {
+	if tick := min(max(d/4, minTick), maxTick); tick < l.tick {
+		l.tick = tick
+		l.file.SetReadDeadline(time.Now().Add(tick))
+	}
+}
+
 // run waits for the loop's epoll descriptor in Go's own poller (the descriptor is readable
 // while it has events), so the loop holds no thread while it waits and its wake-ups are
 // scheduled like any goroutine's; the read deadline paces the idle sweep.
@@ -128,6 +148,7 @@ func (l *loop) run() {
 	defer close(l.done)
 	var events [maxEvents]unix.EpollEvent
 	var flows [maxEvents]*eflow
+	var lents [maxEvents]*lentry
 	var again, cur, sweep []*eflow
 	var n int
 	var werr error
@@ -156,13 +177,16 @@ func (l *loop) run() {
 		now := l.now()
 		l.mu.Lock()
 		for i := range n {
-			flows[i] = nil
-			if s := events[i].Fd; s != wakeSlot && int(s) < len(l.slots) {
+			flows[i], lents[i] = nil, nil
+			switch s := events[i].Fd; {
+			case s >= 0 && int(s) < len(l.slots):
 				flows[i] = l.slots[s]
+			case s == listenSlot && int(events[i].Pad) < len(l.lents):
+				lents[i] = l.lents[events[i].Pad]
 			}
 		}
-		failed := l.failed
-		l.failed = nil
+		failed, gone := l.failed, l.gone
+		l.failed, l.gone = nil, nil
 		stopping := l.stopping
 		l.mu.Unlock()
 		if stopping {
@@ -185,13 +209,22 @@ func (l *loop) run() {
 			f := flows[i]
 			flows[i] = nil
 			if f == nil {
-				if events[i].Fd == wakeSlot {
+				switch {
+				case lents[i] != nil:
+					l.acceptReady(lents[i], now)
+					lents[i] = nil
+				case events[i].Fd == wakeSlot:
 					var buf [8]byte
 					unix.Read(l.evfd, buf[:])
 				}
 				continue
 			}
-			if !f.closed {
+			switch {
+			case f.closed:
+			case f.setup != nil:
+				l.setupEvent(f.setup, int(events[i].Pad), events[i].Events)
+				again = l.requeue(f, again)
+			default:
 				l.event(f, int(events[i].Pad), events[i].Events, now)
 				again = l.requeue(f, again)
 			}
@@ -199,9 +232,13 @@ func (l *loop) run() {
 		for _, f := range failed {
 			l.finish(f, errors.New("relay loop: epoll add failed"))
 		}
+		if gone != nil {
+			l.goneListeners(gone)
+		}
 		if tick := l.currentTick(); now-lastSweep >= tick || isTimeout(err) {
 			lastSweep = now
 			sweep = l.sweep(now, sweep[:0])
+			l.resumeListeners(now)
 			l.file.SetReadDeadline(time.Now().Add(tick))
 		}
 	}
@@ -355,6 +392,12 @@ func (l *loop) sweep(now time.Duration, buf []*eflow) []*eflow {
 		if f == nil || f.closed {
 			continue
 		}
+		if s := f.setup; s != nil {
+			if now >= s.deadline {
+				l.expire(s)
+			}
+			continue
+		}
 		if now-f.last >= f.idle {
 			l.finish(f, errIdle)
 			continue
@@ -377,9 +420,25 @@ func (l *loop) finishAll() {
 	l.failed = nil
 	l.mu.Unlock()
 	for _, f := range all {
-		if f != nil {
+		switch {
+		case f == nil:
+		case f.setup != nil:
+			l.abort(f.setup, errClosed)
+		default:
 			l.finish(f, errClosed)
 		}
+	}
+	l.mu.Lock()
+	gone := l.gone
+	l.gone = nil
+	for _, e := range l.lents {
+		if e != nil {
+			l.deregisterLocked(e)
+		}
+	}
+	l.mu.Unlock()
+	for _, e := range gone {
+		close(e.done)
 	}
 	l.mu.Lock()
 	l.closed = true

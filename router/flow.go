@@ -41,8 +41,15 @@ type early struct {
 
 // newFlow starts the record of a flow from src.
 func (r *Router) newFlow(src netip.AddrPort) *Flow {
+	f := new(Flow)
+	r.startFlow(f, src)
+	return f
+}
+
+// startFlow starts the record f (zero) of a flow from src, counted in the totals.
+func (r *Router) startFlow(f *Flow, src netip.AddrPort) {
 	r.count.flows.Add(1)
-	return &Flow{ID: r.nextID.Add(1), Start: time.Now(), Src: src, index: -1}
+	f.ID, f.Start, f.Src, f.index = r.nextID.Add(1), time.Now(), src, -1
 }
 
 // names fills pf.Host from the DNS side when pf has an address and no name: the name behind a

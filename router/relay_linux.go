@@ -77,6 +77,19 @@ func (e *engine) loop() (*loop, error) {
 	return e.loops[int(e.next.Add(1))%len(e.loops)], nil
 }
 
+// all returns every loop, starting them on first use.
+func (e *engine) all() ([]*loop, error) {
+	if _, err := e.loop(); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, errClosed
+	}
+	return e.loops, nil
+}
+
 // Close ends the flows still running (with errClosed), stops the loops and releases the
 // pipes. Flows started afterwards fail at once.
 func (e *engine) Close() {
@@ -111,21 +124,40 @@ func (r *relay) start(a *net.TCPConn, bc net.Conn, m *meter, done func(result)) 
 		done(result{err: err})
 		return
 	}
-	f := &eflow{fd: [2]int{fa, fb}, idle: r.idle, done: done}
+	r.begin(l, &eflow{fd: [2]int{fa, fb}}, m, done, false)
+}
+
+// begin relays f, whose descriptors are set (fd[0] the client side, fd[1] the upstream
+// side), on l: the engine's one entry for a flow's descriptors, whoever set the flow up. own
+// is true when l set the flow up itself: f is then registered on l already and begin runs on
+// l's goroutine; otherwise l.add registers it. done is as for start.
+func (r *relay) begin(l *loop, f *eflow, m *meter, done func(result), own bool) {
+	f.idle, f.done = r.idle, done
 	f.dir[0].live, f.dir[1].live = &m.up, &m.down
-	// Move what is already there (the client's request, typically) on this goroutine, before
-	// the loop owns the flow: one wake-up less on the way of the first bytes.
+	end := func(err error) {
+		if own {
+			l.finish(f, err)
+			return
+		}
+		f.release(l.pipes)
+		done(result{up: f.dir[0].n, down: f.dir[1].n, err: err})
+	}
+	// Move what is already there (the client's request, typically) at once, before waiting
+	// for the loop: one wake-up less on the way of the first bytes.
 	now := l.now()
 	for s := range f.dir {
 		if err := l.pump(f, &f.dir[s], f.fd[s], f.fd[1-s], now); err != nil {
-			f.release(l.pipes)
-			done(result{up: f.dir[0].n, down: f.dir[1].n, err: err})
+			end(err)
 			return
 		}
 	}
 	if f.dir[0].finished && f.dir[1].finished {
-		f.release(l.pipes)
-		done(result{up: f.dir[0].n, down: f.dir[1].n})
+		end(nil)
+		return
+	}
+	if own {
+		f.last = now
+		l.setTick(f.idle)
 		return
 	}
 	l.add(f)
@@ -195,7 +227,8 @@ type eflow struct {
 	last   time.Duration // loop clock of the last byte moved either way
 	done   func(result)
 	closed bool
-	again  bool // queued to go on after the batch
+	again  bool   // queued to go on after the batch
+	setup  *sflow // the loop is setting the flow up (setup_linux.go); nil once it relays
 }
 
 // edir is one direction of a flow.

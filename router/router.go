@@ -74,7 +74,21 @@ type Options struct {
 	// DialTCP opens the router's own connections (direct destinations, upstream proxies).
 	// The default dials with Control applied; tests map addresses here.
 	DialTCP func(ctx context.Context, dst netip.AddrPort) (*net.TCPConn, error)
-	Names   Names
+	// OriginalFD is Original for the connections the Linux event loops accept themselves,
+	// for which no *net.TCPConn exists: fd is the accepted socket (leave it open and as it
+	// is) and peer its remote address. It must not block. Nil: the loops set no flow up,
+	// every flow takes a goroutine of its own (Original), as on other platforms.
+	OriginalFD func(fd int, peer netip.AddrPort) (src, dst netip.AddrPort, err error)
+	// ConnectFD opens one of the router's own sockets and starts a non-blocking connect to
+	// dst, for the event loops: what DialTCP does for a goroutine. It returns the
+	// descriptor, which the caller owns, with the connect in progress or done. Nil: a socket
+	// of dst's family with Control applied, unless DialTCP is set (then the loops leave
+	// every flow that connects to a goroutine, which uses DialTCP).
+	ConnectFD func(dst netip.AddrPort) (fd int, err error)
+	// GoroutineSetup sets every transparent flow up on a goroutine of its own, as on other
+	// platforms, even where the event loops could: the fallback, tested on its own.
+	GoroutineSetup bool
+	Names          Names
 	// Resolve looks up a proxy's host name. It must not go through capture; the default is
 	// Go's resolver dialing with Control.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
@@ -138,6 +152,8 @@ type Router struct {
 	tracked map[string]*trackedUp // the proxies in use, their health probes running
 
 	resolved *resolvedNames // what flows' names resolve to, for policy.StepHostName; nil without Names
+
+	customDial bool // Options.DialTCP was given
 }
 
 // maxSetups bounds the flows Serve sets up at once (deciding, connecting, the SOCKS
@@ -170,6 +186,7 @@ func New(p Policy, opts Options) (*Router, error) {
 	if r.book == nil {
 		r.book = new(refusal.Book)
 	}
+	r.customDial = opts.DialTCP != nil
 	if r.opts.DialTCP == nil {
 		r.opts.DialTCP = func(ctx context.Context, dst netip.AddrPort) (*net.TCPConn, error) {
 			return r.dialer.DialTCP(ctx, "tcp", netip.AddrPort{}, dst)

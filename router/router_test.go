@@ -254,6 +254,7 @@ func newEnv(t *testing.T, pol Policy, opts Options) *env {
 		d := net.Dialer{Control: e.marked.control}
 		return d.DialTCP(ctx, "tcp", netip.AddrPort{}, private(dst))
 	}
+	withLoop(&opts, e.marked.control)
 	opts.Log = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if pol.IdleTimeout == 0 {
 		pol.IdleTimeout = time.Minute

@@ -25,7 +25,13 @@ import (
 // listener cannot hold back another's flows. Accept errors (out of descriptors) pause
 // accepting and never end it. Closing ln (or cancelling ctx) stops accepting; flows already
 // running go on (Wait waits for them).
+//
+// On Linux the epoll loops accept instead, and set most flows up themselves (setup_linux.go);
+// the rest take the same goroutine path.
 func (r *Router) Serve(ctx context.Context, ln *net.TCPListener) error {
+	if ok, err := r.serveLoops(ctx, ln); ok {
+		return err
+	}
 	return r.acceptLoop(ctx, ln, "accept", func(c *net.TCPConn) {
 		if !r.adm.enter() {
 			r.refuseAtAccept(c, errOverBudget)
@@ -221,10 +227,7 @@ func sourceKey(pf *policy.Flow, p *compiled) string {
 // (policy.Policy.NeedsResolve: a caged flow that would leave from this machine by its
 // name), through the proxy's resolver, remembered per name. done gives the slots back.
 func (r *Router) setup(ctx context.Context, p *compiled, key string, pf *policy.Flow) (done func(), err error) {
-	dst := pf.Host
-	if dst == "" {
-		dst = pf.Dst.String()
-	}
+	dst := dstOf(pf)
 	if !r.adm.dstAcquire(dst) {
 		return nil, errDstBusy
 	}
@@ -244,10 +247,7 @@ func (r *Router) setup(ctx context.Context, p *compiled, key string, pf *policy.
 		pf.Resolved = r.resolved.lookup(lctx, pf.Host)
 		cancel()
 	}
-	return func() {
-		r.adm.setups.release(key)
-		r.adm.dstRelease(dst)
-	}, nil
+	return func() { r.adm.endSetup(key, dst) }, nil
 }
 
 // addresses fills in a flow's original addresses (src, dst, as the capture reports them;

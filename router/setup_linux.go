@@ -1,0 +1,890 @@
+package router
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/refusal"
+	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/socks5"
+	"github.com/agentcage/router/upstream"
+)
+
+// The transparent flows' set-up on the epoll loops, the way redsocks does it on libevent: the
+// listener is polled by every loop, and the loop that accepts a connection takes it through
+// every step on its own goroutine, one small state machine per flow, with no goroutine and no
+// hand-off on the way:
+//
+//	accept       non-blocking, a batch per readiness; the descriptor budget (enter)
+//	addresses    Options.OriginalFD (SO_ORIGINAL_DST), the local address, FromVM
+//	classify     the name behind the address (Names), the source's share of the budget
+//	decide       policy.Decide; a refusal is a reset, counted and logged as on any path
+//	set-up slots trySetup: taken only when free now and nobody waits
+//	connect      a socket of the router's own (Control: the mark), non-blocking
+//	   direct    connected: the relay
+//	   proxy     connected: the client's first bytes (earlyMax), the SOCKS5 greeting, the
+//	             credentials and the request (upstream.Handshake) in one write when the
+//	             proxy pipelines; the answers parsed as they come (socks5.Exchange), never
+//	             a byte past the reply; success: the relay
+//	relay        relay.begin on the same loop: the descriptors stay registered, nothing moves
+//
+// A failure at any step resets the client (fail closed: never a direct fallback), and the
+// upstream's health counts it as Connect would. The connect timeout is the loop's: the sweep
+// ends set-ups older than it.
+//
+// What the loop does not do itself it hands to the goroutine path, the one other platforms
+// use for every flow, with the same steps (transparent.go): a flow whose owner the policy
+// needs (sock_diag or /proc: classified), and, once its share is taken, one that needs a
+// name resolved, goes direct by name, goes through an upstream that is not a single SOCKS5
+// proxy with a known address (HTTP, HTTPS, a failover list, a name to look up), or finds no
+// set-up slot free (admitted, which waits). The decision itself is policy.Decide on both
+// paths; decided, failed and the flow's record are shared.
+//
+// Logs never block a loop: records go through the flow log's goroutine (logLater).
+
+const (
+	// listenSlot marks a listener in the epoll data; Pad is its index in loop.lents.
+	listenSlot = -2
+	// acceptBatch bounds the connections a loop accepts per readiness, so that a flood of
+	// connections does not starve the flows it relays.
+	acceptBatch = 32
+	// handshakeRoom holds the longest greeting, credentials and request.
+	handshakeRoom = 3 + 3 + 2*socks5.MaxCredentialLen + socks5.MaxReplyLen
+	// answersRoom holds every answer a proxy sends before the destination's bytes.
+	answersRoom = 2 + 2 + socks5.MaxReplyLen
+)
+
+// lsock is a listener Serve gave the loops, while Serve runs.
+type lsock struct {
+	r   *Router
+	ctx context.Context // Serve's: flows handed to a goroutine run under it
+	rc  syscall.RawConn // the listener's; its descriptor is only used inside rc.Control
+}
+
+// lentry is a listener on one loop. The loop's goroutine uses it; on, gone and resume are
+// guarded by loop.mu.
+type lentry struct {
+	ls     *lsock
+	l      *loop
+	index  int32
+	on     bool          // registered in the loop's epoll
+	gone   bool          // Serve returned: never registered again
+	pause  time.Duration // the last pause after an accept error
+	resume time.Duration // loop clock at which a paused listener is registered again
+	err    error         // the last batch's accept error
+	accept func(fd uintptr)
+	done   chan struct{} // closed by the loop once the listener is gone from it
+}
+
+// sstate is where a flow's set-up stands.
+type sstate uint8
+
+const (
+	sConnecting sstate = iota // waiting for the connect
+	sSending                  // part of the handshake waits to be sent (pending)
+	sAnswers                  // waiting for the proxy's answers
+)
+
+// sflow is a transparent flow the loop sets up: its record, its relay state (registered on
+// the loop from the connect on, kept as it is for the relay), and the set-up's. It is the
+// one allocation of a flow on this path. Only its loop's goroutine touches it, until the
+// flow is handed to a goroutine or ends.
+type sflow struct {
+	eflow
+	f        Flow
+	ls       *lsock
+	p        *compiled
+	h        held   // names and share, given back when the flow ends
+	dst      dstKey // the destination's set-up slot
+	slots    bool   // holds set-up slots
+	proxied  bool
+	state    sstate
+	target   netip.AddrPort // what the loop connects to: the destination or the proxy
+	deadline time.Duration  // loop clock: the connect timeout
+	hs       upstream.Handshake
+	pending  []byte // handshake bytes not yet sent (a short write; rare)
+}
+
+// loopOK reports whether the loops may set flows up: the capture tells a descriptor's
+// original destination, and the router opens its sockets itself (DialTCP left to the
+// default) or is told how (ConnectFD).
+func (r *Router) loopOK() bool {
+	return !r.opts.GoroutineSetup && r.opts.OriginalFD != nil && (r.opts.ConnectFD != nil || !r.customDial)
+}
+
+// serveLoops accepts on ln with the loops until ctx is done or ln is closed; false when the
+// loops cannot (the caller then accepts on a goroutine).
+func (r *Router) serveLoops(ctx context.Context, ln *net.TCPListener) (bool, error) {
+	if !r.loopOK() {
+		return false, nil
+	}
+	rc, err := ln.SyscallConn()
+	if err != nil {
+		return false, nil
+	}
+	loops, err := r.engine.all()
+	if err != nil {
+		return false, nil
+	}
+	ls := &lsock{r: r, ctx: ctx, rc: rc}
+	var ents []*lentry
+	for _, l := range loops {
+		e, err := l.listen(ls)
+		if err != nil {
+			for _, e := range ents {
+				e.l.unlisten(e)
+			}
+			if ctx.Err() != nil || isClosed(rc) {
+				return true, nil
+			}
+			return false, nil
+		}
+		ents = append(ents, e)
+	}
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	// Closing ln takes its descriptor out of every epoll; Serve notices it here.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for !isClosed(rc) {
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+			continue
+		}
+		break
+	}
+	for _, e := range ents {
+		e.l.unlisten(e)
+	}
+	return true, nil
+}
+
+// isClosed reports whether the listener behind rc was closed.
+func isClosed(rc syscall.RawConn) bool { return rc.Control(func(uintptr) {}) != nil }
+
+// listen registers ls on l.
+func (l *loop) listen(ls *lsock) (*lentry, error) {
+	e := &lentry{ls: ls, l: l, done: make(chan struct{})}
+	e.accept = func(fd uintptr) { e.err = l.acceptBatch(e, int(fd)) }
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopping {
+		return nil, errClosed
+	}
+	e.index = int32(len(l.lents))
+	for i, x := range l.lents {
+		if x == nil {
+			e.index = int32(i)
+			break
+		}
+	}
+	if int(e.index) == len(l.lents) {
+		l.lents = append(l.lents, e)
+	} else {
+		l.lents[e.index] = e
+	}
+	if err := l.registerLocked(e); err != nil {
+		l.lents[e.index] = nil
+		return nil, err
+	}
+	return e, nil
+}
+
+// registerLocked adds e's listener to l's epoll: level-triggered, and exclusive, so that a
+// connection wakes one loop, not all; l.mu is held.
+func (l *loop) registerLocked(e *lentry) error {
+	var err error
+	cerr := e.ls.rc.Control(func(fd uintptr) {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: listenSlot, Pad: e.index}
+		err = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+	})
+	if err = errors.Join(cerr, err); err != nil {
+		return fmt.Errorf("event loop: listen: %w", err)
+	}
+	e.on = true
+	return nil
+}
+
+// deregisterLocked takes e's listener out of l's epoll (a closed one is out already); l.mu
+// is held.
+func (l *loop) deregisterLocked(e *lentry) {
+	if !e.on {
+		return
+	}
+	e.on = false
+	e.ls.rc.Control(func(fd uintptr) { unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, int(fd), nil) })
+}
+
+// unlisten takes e off l and waits until l ended the set-ups of its flows that were still
+// running (as the goroutine path's end with Serve's context).
+func (l *loop) unlisten(e *lentry) {
+	l.mu.Lock()
+	e.gone = true
+	l.deregisterLocked(e)
+	if l.lents[e.index] == e {
+		l.lents[e.index] = nil
+	}
+	l.gone = append(l.gone, e)
+	l.wake()
+	l.mu.Unlock()
+	select {
+	case <-e.done:
+	case <-l.done:
+	}
+}
+
+// goneListeners ends the set-ups of the flows of listeners Serve stopped; l.mu is not held.
+func (l *loop) goneListeners(gone []*lentry) {
+	for _, e := range gone {
+		for _, f := range l.snapshot() {
+			if f != nil && !f.closed && f.setup != nil && f.setup.ls == e.ls {
+				l.abort(f.setup, fmt.Errorf("connect: %w", context.Canceled))
+			}
+		}
+		close(e.done)
+	}
+}
+
+// snapshot copies l's flows (into a buffer reused between calls).
+func (l *loop) snapshot() []*eflow {
+	l.mu.Lock()
+	l.snap = append(l.snap[:0], l.slots...)
+	l.mu.Unlock()
+	return l.snap
+}
+
+// acceptReady accepts on e's listener.
+func (l *loop) acceptReady(e *lentry, now time.Duration) {
+	e.err = nil
+	if err := e.ls.rc.Control(e.accept); err != nil {
+		return // closed: Serve takes it off
+	}
+	if e.err == nil {
+		e.pause = 0
+		return
+	}
+	// Out of descriptors (or memory): stop polling the listener for a pause, doubling up to
+	// acceptMaxPause, so that the loop neither spins on it nor stops for good.
+	e.pause = min(max(2*e.pause, acceptMinPause), acceptMaxPause)
+	l.mu.Lock()
+	l.deregisterLocked(e)
+	e.resume = now + e.pause
+	l.setTickLocked(4 * acceptMinPause)
+	l.mu.Unlock()
+	r, err, pause := e.ls.r, e.err, e.pause
+	if r.refuse.note("accept failed", "event loop") {
+		go r.log.Warn("accept failed; pausing", "err", err, "pause", pause)
+	}
+}
+
+// resumeListeners registers the listeners whose pause is over.
+func (l *loop) resumeListeners(now time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.lents {
+		if e != nil && !e.on && !e.gone && e.resume != 0 && now >= e.resume {
+			e.resume = 0
+			if err := l.registerLocked(e); err != nil {
+				e.resume = now + acceptMaxPause
+			}
+		}
+	}
+}
+
+// acceptBatch accepts up to acceptBatch connections on lfd (inside rc.Control) and sets each
+// up. It returns the error that should pause the listener, or nil.
+func (l *loop) acceptBatch(e *lentry, lfd int) error {
+	for range acceptBatch {
+		fd, peer, err := accept(lfd, &l.sa)
+		switch err {
+		case nil:
+			e.ls.r.loopAccepted(l, e.ls, fd, peer)
+			continue
+		case unix.EAGAIN:
+			return nil
+		case unix.EINTR, unix.ECONNABORTED, unix.EPERM, unix.EPROTO:
+			continue // that connection only
+		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
+			return fmt.Errorf("accept: %w", err)
+		default:
+			return fmt.Errorf("accept: %w", err)
+		}
+	}
+	return nil
+}
+
+// loopAccepted sets up the connection fd from peer, accepted on ls: the steps of handle, on
+// the loop (see the top of this file).
+func (r *Router) loopAccepted(l *loop, ls *lsock, fd int, peer netip.AddrPort) {
+	if !r.adm.enter() {
+		r.refuseFD(fd, peer, errOverBudget)
+		return
+	}
+	r.flows.Add(1)
+	p := r.pol.Load()
+	s := &sflow{ls: ls, p: p}
+	s.fd, s.slot = [2]int{fd, -1}, -1
+	f := &s.f
+	r.startFlow(f, peer)
+	var pf policy.Flow
+	src, dst, err := r.opts.OriginalFD(fd, peer)
+	if err == nil {
+		var local netip.AddrPort
+		if local, err = sockname(fd, &l.sa); err == nil {
+			err = r.addresses(f, &pf, src, dst, local)
+		}
+	}
+	if err != nil {
+		f.Err = err
+		r.refused(refusal.Capture, f)
+		l.endEarly(s)
+		return
+	}
+	if r.opts.Owner != nil && p.Decision.NeedsOwner(&pf) {
+		l.handOff(s, &pf, false)
+		return
+	}
+	s.h.names = r.names(&pf)
+	f.Host = pf.Host
+	key := sourceKey(&pf, p)
+	if !r.adm.flows.tryAcquire(key) {
+		f.Err, f.Verdict = errOverShare, admissionVerdict
+		r.refused(refusal.Limit, f)
+		l.endEarly(s)
+		return
+	}
+	s.h.key = key
+	d := p.Decision.Decide(&pf)
+	if !admits(d) {
+		r.decided(p, f, d)
+		l.endEarly(s)
+		return
+	}
+	// The slow steps: a name to resolve, a direct flow by name, an upstream the loop cannot
+	// speak to; and no set-up slot free now.
+	var up *upstream.Tracked
+	switch {
+	case r.resolved != nil && p.Decision.NeedsResolve(&pf):
+	case d.Action == rules.Direct && (!f.Dst.Addr().IsValid() || p.Decision.InPool(f.Dst.Addr())):
+	case d.Action == rules.Proxy && !loopUpstream(p, d.Proxy, &up):
+	default:
+		s.dst = dstOf(&pf)
+		s.slots = r.adm.trySetup(key, s.dst)
+	}
+	if s.slots && up != nil {
+		sd := upstream.Addr{IP: f.Dst.Addr(), Port: f.Dst.Port()}
+		if f.Host != "" {
+			sd = upstream.Addr{Name: f.Host, Port: f.Dst.Port()}
+		}
+		if s.target, s.slots = up.Begin(&s.hs, sd); !s.slots {
+			r.adm.endSetup(key, s.dst)
+		}
+		s.proxied, f.Via = true, d.Proxy
+	}
+	if !s.slots {
+		l.handOff(s, &pf, true)
+		return
+	}
+	if !s.proxied {
+		s.target = f.Dst
+	}
+	r.decided(p, f, d)
+	l.connect(s)
+}
+
+// loopUpstream finds the upstream the loop can speak to itself for proxy name: one SOCKS5
+// proxy (a failover list takes the goroutine path).
+func loopUpstream(p *compiled, name string, up **upstream.Tracked) bool {
+	u, err := p.upstream(name)
+	if err != nil {
+		return false
+	}
+	t, ok := u.(*upstream.Tracked)
+	*up = t
+	return ok
+}
+
+// handOff gives s's flow to the goroutine path: from classified (its owner to find), or,
+// once it holds its share, from admitted.
+func (l *loop) handOff(s *sflow, pf *policy.Flow, shared bool) {
+	r, f := s.ls.r, &s.f
+	c, err := fileConn(s.fd[0])
+	s.fd[0] = -1
+	if err != nil {
+		f.Err = fmt.Errorf("hand the flow to a goroutine: %w", err)
+		r.endFlowLater(f, func() { r.release(s.h) })
+		return
+	}
+	own := *pf
+	if shared {
+		go r.admitted(s.ls.ctx, s.p, f, c, &own, s.h)
+	} else {
+		go r.classified(s.ls.ctx, s.p, f, c, &own, nil)
+	}
+}
+
+// connect starts s's connection to its target and registers the flow on l.
+func (l *loop) connect(s *sflow) {
+	r := s.ls.r
+	s.setup, s.state = s, sConnecting
+	s.deadline = l.now() + s.p.ConnectTimeout
+	tcpOptions(s.fd[0], 15*time.Second) // as Go's listener sets them on what it accepts
+	fd, done, err := r.connectFD(&l.raw, s.target)
+	if err != nil {
+		l.fail(s, l.dialError(s, err))
+		return
+	}
+	s.fd[1] = fd
+	if err := l.own(&s.eflow); err != nil {
+		l.fail(s, l.dialError(s, err))
+		return
+	}
+	l.setTick(s.p.ConnectTimeout / 2)
+	if done {
+		l.connected(s)
+	}
+}
+
+// own registers f, set up by l itself, on l: both descriptors, edge-triggered, for the
+// set-up and then the relay.
+func (l *loop) own(f *eflow) error {
+	f.last = l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.free); n > 0 {
+		f.slot = l.free[n-1]
+		l.free = l.free[:n-1]
+		l.slots[f.slot] = f
+	} else {
+		f.slot = int32(len(l.slots))
+		l.slots = append(l.slots, f)
+	}
+	for side, fd := range f.fd {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: f.slot, Pad: int32(side)}
+		if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			l.slots[f.slot] = nil
+			l.free = append(l.free, f.slot)
+			f.slot = -1
+			return fmt.Errorf("epoll add: %w", err)
+		}
+	}
+	return nil
+}
+
+// setupEvent moves s's set-up on an event of its descriptor side.
+func (l *loop) setupEvent(s *sflow, side int, ev uint32) {
+	if side == 0 {
+		return // the client's bytes wait for the relay, which finds its end or its error too
+	}
+	switch s.state {
+	case sConnecting:
+		if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+			l.connected(s)
+		}
+	case sSending:
+		if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+			l.send(s, s.pending)
+		}
+	case sAnswers:
+		l.answers(s, ev)
+	}
+}
+
+// connected goes on once the connect ended: a direct flow is relayed; a proxied one sends
+// its handshake, with the client's first bytes when the proxy pipelines.
+func (l *loop) connected(s *sflow) {
+	if e, err := unix.GetsockoptInt(s.fd[1], unix.SOL_SOCKET, unix.SO_ERROR); err != nil || e != 0 {
+		if err == nil {
+			err = unix.Errno(e)
+		}
+		l.fail(s, l.dialError(s, err))
+		return
+	}
+	if !s.proxied {
+		l.ready(s)
+		return
+	}
+	buf := l.buf[:]
+	early := 0
+	if s.hs.Pipelined() {
+		early = recvNow(s.fd[0], buf[handshakeRoom:handshakeRoom+earlyMax])
+	}
+	out, err := s.hs.Start(buf[:0:handshakeRoom], early)
+	if err != nil {
+		l.fail(s, s.hs.End(err))
+		return
+	}
+	n := copy(buf[len(out):], buf[handshakeRoom:handshakeRoom+early])
+	s.f.Up = int64(early)
+	s.f.bytes.up.Store(s.f.Up)
+	l.send(s, buf[:len(out)+n])
+}
+
+// send writes b (the handshake's next bytes) to the proxy; what the socket does not take now
+// waits in s.pending for EPOLLOUT.
+func (l *loop) send(s *sflow, b []byte) {
+	n, err := writeNow(s.fd[1], b)
+	if err != nil {
+		l.fail(s, s.hs.End(s.hs.WriteFailed(err)))
+		return
+	}
+	if n < len(b) {
+		s.pending, s.state = append(s.pending[:0], b[n:]...), sSending
+		return
+	}
+	s.pending, s.state = nil, sAnswers
+}
+
+// answers takes the proxy's answers that are in: it looks at them without taking them
+// (MSG_PEEK), lets the handshake consume whole messages, and takes exactly those, so the
+// destination's first bytes stay in the socket for the relay.
+func (l *loop) answers(s *sflow, ev uint32) {
+	ended := ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
+	for {
+		n, err := recvPeek(s.fd[1], l.buf[:answersRoom])
+		switch {
+		case err == unix.EAGAIN:
+			if ended {
+				l.fail(s, s.hs.End(s.hs.Cut(nil, l.sockErr(s.fd[1], io.EOF))))
+			}
+			return
+		case err != nil:
+			l.fail(s, s.hs.End(s.hs.Cut(nil, err)))
+			return
+		case n == 0:
+			l.fail(s, s.hs.End(s.hs.Cut(nil, io.EOF)))
+			return
+		}
+		in := l.buf[:n]
+		m, next, err := s.hs.Feed(in, l.out[:0])
+		if m > 0 {
+			recvNow(s.fd[1], l.buf[:m]) // what was looked at: it is in the socket
+		}
+		if err != nil {
+			l.fail(s, s.hs.End(err))
+			return
+		}
+		if len(next) > 0 {
+			l.send(s, next)
+			if s.closed {
+				return
+			}
+		}
+		if s.hs.Done() {
+			l.ready(s)
+			return
+		}
+		if m == 0 {
+			if ended {
+				l.fail(s, s.hs.End(s.hs.Cut(in, io.EOF)))
+			}
+			return
+		}
+	}
+}
+
+// sockErr is the socket's pending error, or def when it has none.
+func (l *loop) sockErr(fd int, def error) error {
+	if e, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err == nil && e != 0 {
+		return unix.Errno(e)
+	}
+	return def
+}
+
+// ready hands a connected flow to the relay, on l: it is open.
+func (l *loop) ready(s *sflow) {
+	r, f := s.ls.r, &s.f
+	if s.proxied {
+		s.hs.End(nil)
+	}
+	l.endSlots(s)
+	r.logLater(f, true)
+	f.relayed = true
+	s.setup = nil
+	rl := r.relayFor(s.p)
+	rl.begin(l, &s.eflow, &f.bytes, r.relayed(f, func() { r.release(s.h) }), true)
+}
+
+// dialError is the error of s's failed connect, worded as the goroutine path's.
+func (l *loop) dialError(s *sflow, err error) error {
+	cause := fmt.Errorf("dial tcp %s: connect: %w", s.target, err)
+	if s.proxied {
+		return s.hs.End(s.hs.DialFailed(cause))
+	}
+	return fmt.Errorf("connect direct: %w", cause)
+}
+
+// expire ends a set-up that ran out of time.
+func (l *loop) expire(s *sflow) {
+	if s.proxied {
+		l.fail(s, s.hs.End(s.hs.Expired(s.state != sConnecting, nil)))
+		return
+	}
+	l.fail(s, fmt.Errorf("connect direct: dial tcp %s: %w (%w)", s.target, os.ErrDeadlineExceeded, context.DeadlineExceeded))
+}
+
+// fail ends a flow whose connect or handshake failed: the client gets a reset.
+func (l *loop) fail(s *sflow, err error) {
+	r, f := s.ls.r, &s.f
+	f.Err = err
+	if s.proxied && upstreamDown(err) {
+		r.refused(refusal.UpstreamDown, f)
+	}
+	l.drop(s)
+}
+
+// abort ends a set-up the loop gives up on (the router or Serve stopping): the upstream's
+// health counts nothing.
+func (l *loop) abort(s *sflow, err error) {
+	if s.proxied {
+		s.hs.Abandon()
+	}
+	s.f.Err = err
+	l.drop(s)
+}
+
+// drop ends a set-up flow that failed: its slots, its descriptors (the client's with a
+// reset), its place on l, then the record.
+func (l *loop) drop(s *sflow) {
+	r := s.ls.r
+	l.endSlots(s)
+	s.closed = true
+	if s.slot >= 0 {
+		l.mu.Lock()
+		if int(s.slot) < len(l.slots) && l.slots[s.slot] == &s.eflow {
+			l.slots[s.slot] = nil
+			l.free = append(l.free, s.slot)
+		}
+		l.mu.Unlock()
+	}
+	s.setup = nil
+	if s.fd[1] >= 0 {
+		closeFD(s.fd[1])
+	}
+	resetFD(s.fd[0])
+	r.endFlowLater(&s.f, func() { r.release(s.h) })
+}
+
+// endEarly ends a flow refused before its connect: a reset, and the record.
+func (l *loop) endEarly(s *sflow) {
+	r := s.ls.r
+	s.closed = true
+	resetFD(s.fd[0])
+	r.endFlowLater(&s.f, func() { r.release(s.h) })
+}
+
+// endSlots gives back s's set-up slots, once.
+func (l *loop) endSlots(s *sflow) {
+	if s.slots {
+		s.slots = false
+		s.ls.r.adm.endSetup(s.h.key, s.dst)
+	}
+}
+
+// refuseFD resets a connection refused at accept, and counts the refusal.
+func (r *Router) refuseFD(fd int, src netip.AddrPort, why error) {
+	resetFD(fd)
+	r.book.Add(refusal.Limit, refusal.Event{Src: src})
+	if r.refuse.note(why.Error(), src.Addr().String()) {
+		go r.log.Warn("flow refused", "src", src, "err", why.Error())
+	}
+}
+
+// connectFD opens one of the router's own sockets to dst (Options.ConnectFD, or a socket of
+// dst's family with Control applied) and starts a non-blocking connect; done is true when it
+// connected at once. raw is the loop's holder for Control's RawConn.
+func (r *Router) connectFD(raw *rawFD, dst netip.AddrPort) (fd int, done bool, err error) {
+	if r.opts.ConnectFD != nil {
+		fd, err := r.opts.ConnectFD(dst)
+		return fd, false, err
+	}
+	return dialFD(raw, r.opts.Control, dst)
+}
+
+// dialFD is the default ConnectFD: a non-blocking TCP socket of dst's family, with control
+// applied (the mark), Go's keep-alive (30 s, as the router's dialer) and no delay, connecting
+// to dst.
+func dialFD(raw *rawFD, control func(network, address string, c syscall.RawConn) error, dst netip.AddrPort) (int, bool, error) {
+	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+	family, network := unix.AF_INET6, "tcp6"
+	if dst.Addr().Is4() {
+		family, network = unix.AF_INET, "tcp4"
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, false, fmt.Errorf("socket: %w", err)
+	}
+	if control != nil {
+		raw.fd = fd
+		if err := control(network, dst.String(), raw); err != nil {
+			unix.Close(fd)
+			return -1, false, err
+		}
+	}
+	tcpOptions(fd, 30*time.Second)
+	var sa unix.RawSockaddrAny
+	n := putSockaddr(&sa, dst)
+	_, _, e := unix.RawSyscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), uintptr(n))
+	switch e {
+	case 0:
+		return fd, true, nil
+	case unix.EINPROGRESS, unix.EINTR:
+		return fd, false, nil
+	}
+	unix.Close(fd)
+	return -1, false, e
+}
+
+// tcpOptions sets what Go sets on every TCP connection it makes or accepts: no delay, and
+// keep-alive probes after idle, every 15 s, 9 of them.
+func tcpOptions(fd int, idle time.Duration) {
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, int(idle/time.Second))
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 15)
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 9)
+}
+
+// rawFD is a syscall.RawConn over a bare descriptor, for Control functions: Control runs its
+// function on it; Read and Write are not supported.
+type rawFD struct{ fd int }
+
+func (c *rawFD) Control(f func(fd uintptr)) error  { f(uintptr(c.fd)); return nil }
+func (c *rawFD) Read(func(fd uintptr) bool) error  { return errors.ErrUnsupported }
+func (c *rawFD) Write(func(fd uintptr) bool) error { return errors.ErrUnsupported }
+
+// fileConn makes a *net.TCPConn of fd for the goroutine path, and closes fd (the connection
+// has a descriptor of its own, with Go's options set).
+func fileConn(fd int) (*net.TCPConn, error) {
+	f := os.NewFile(uintptr(fd), "")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		c.Close()
+		return nil, errors.New("not a TCP connection")
+	}
+	return tc, nil
+}
+
+// accept accepts one connection on lfd, non-blocking, with its peer address (sa is the
+// loop's buffer).
+func accept(lfd int, sa *unix.RawSockaddrAny) (int, netip.AddrPort, error) {
+	n := uint32(unsafe.Sizeof(*sa))
+	fd, _, e := unix.RawSyscall6(unix.SYS_ACCEPT4, uintptr(lfd), uintptr(unsafe.Pointer(sa)), uintptr(unsafe.Pointer(&n)),
+		unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
+	if e != 0 {
+		return -1, netip.AddrPort{}, e
+	}
+	return int(fd), parseSockaddr(sa), nil
+}
+
+// sockname is fd's local address.
+func sockname(fd int, sa *unix.RawSockaddrAny) (netip.AddrPort, error) {
+	n := uint32(unsafe.Sizeof(*sa))
+	_, _, e := unix.RawSyscall(unix.SYS_GETSOCKNAME, uintptr(fd), uintptr(unsafe.Pointer(sa)), uintptr(unsafe.Pointer(&n)))
+	if e != 0 {
+		return netip.AddrPort{}, fmt.Errorf("local address: %w", e)
+	}
+	return parseSockaddr(sa), nil
+}
+
+// parseSockaddr reads an AF_INET or AF_INET6 address (an IPv4-mapped one unmapped).
+func parseSockaddr(sa *unix.RawSockaddrAny) netip.AddrPort {
+	switch sa.Addr.Family {
+	case unix.AF_INET:
+		a := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&a.Port))[:]))
+	case unix.AF_INET6:
+		a := (*unix.RawSockaddrInet6)(unsafe.Pointer(sa))
+		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&a.Port))[:]))
+	}
+	return netip.AddrPort{}
+}
+
+// putSockaddr writes dst into sa and returns its length.
+func putSockaddr(sa *unix.RawSockaddrAny, dst netip.AddrPort) int {
+	*sa = unix.RawSockaddrAny{}
+	if dst.Addr().Is4() {
+		a := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		a.Family = unix.AF_INET
+		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&a.Port))[:], dst.Port())
+		a.Addr = dst.Addr().As4()
+		return unix.SizeofSockaddrInet4
+	}
+	a := (*unix.RawSockaddrInet6)(unsafe.Pointer(sa))
+	a.Family = unix.AF_INET6
+	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&a.Port))[:], dst.Port())
+	a.Addr = dst.Addr().As16()
+	return unix.SizeofSockaddrInet6
+}
+
+// recvNow reads what fd has (0 when nothing, at EOF or on an error).
+func recvNow(fd int, b []byte) int {
+	for {
+		n, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_DONTWAIT, 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0
+		}
+		return int(n)
+	}
+}
+
+// recvPeek looks at what fd has without taking it.
+func recvPeek(fd int, b []byte) (int, error) {
+	for {
+		n, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_DONTWAIT|unix.MSG_PEEK, 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(n), nil
+	}
+}
+
+// writeNow writes what fd takes of b now (EAGAIN is 0 written, not an error).
+func writeNow(fd int, b []byte) (int, error) {
+	for {
+		n, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+			return int(n), nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return 0, nil
+		}
+		return 0, e
+	}
+}
+
+// resetFD closes fd with an RST (SO_LINGER 0), so the client learns at once that the flow is
+// refused.
+func resetFD(fd int) {
+	if fd < 0 {
+		return
+	}
+	unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+	closeFD(fd)
+}
