@@ -72,6 +72,13 @@ type Platform interface {
 	Refusals() []refusal.Stat
 }
 
+// FDOriginal is a Platform that tells a redirected connection's original destination from
+// its bare descriptor (router.Options.OriginalFD), without blocking: the router's event loops
+// then set flows up themselves (Linux). Without it every flow takes a goroutine.
+type FDOriginal interface {
+	OriginalFD(fd int, peer netip.AddrPort) (src, dst netip.AddrPort, err error)
+}
+
 // DNSBinder is a Platform that chooses the address of the daemon's UDP DNS socket. Without
 // it the socket listens on every address ([::]): the Linux capture redirects the queries of
 // VM-facing interfaces to it. The TCP DNS socket always listens on every address (the
@@ -253,6 +260,9 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		OwnerUDP: ownerUDP(pf),
 		FromVM:   pf.FromVM(),
 		Refusals: &d.book,
+	}
+	if o, ok := pf.(FDOriginal); ok {
+		ropts.OriginalFD = o.OriginalFD
 	}
 	// The DNS server dials through the router (d.r, set below before anything is served)
 	// and the router asks the DNS server for the names behind addresses.

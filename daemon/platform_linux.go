@@ -179,6 +179,12 @@ func (p *linuxPlatform) Original(c *net.TCPConn) (netip.AddrPort, netip.AddrPort
 	return c.RemoteAddr().(*net.TCPAddr).AddrPort(), dst, err
 }
 
+// OriginalFD is Original for a descriptor the router's event loops accepted.
+func (p *linuxPlatform) OriginalFD(fd int, peer netip.AddrPort) (netip.AddrPort, netip.AddrPort, error) {
+	dst, err := nftcap.OriginalDstFD(fd, peer)
+	return peer, dst, err
+}
+
 func (p *linuxPlatform) Control(mark uint32) func(network, address string, c syscall.RawConn) error {
 	return nftcap.MarkControl(mark)
 }

@@ -171,6 +171,17 @@ func expectRedirected(t *testing.T, ns *netns, d net.Dialer, ln net.Listener, ds
 	if want := netip.MustParseAddrPort(dst); got != want {
 		t.Errorf("OriginalDst = %v, want %v", got, want)
 	}
+	// The event loops' way, on the bare descriptor, says the same.
+	rc, err := ac.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var byFD netip.AddrPort
+	var fdErr error
+	rc.Control(func(fd uintptr) { byFD, fdErr = OriginalDstFD(int(fd), ac.RemoteAddr().(*net.TCPAddr).AddrPort()) })
+	if fdErr != nil || byFD != got {
+		t.Errorf("OriginalDstFD = %v, %v; want %v", byFD, fdErr, got)
+	}
 	if from != "" {
 		if got := ac.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap().String(); got != from {
 			t.Errorf("accepted connection from %s, want %s", got, from)

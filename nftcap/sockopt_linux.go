@@ -43,6 +43,16 @@ func OriginalDst(c *net.TCPConn) (netip.AddrPort, error) {
 	return dst, nil
 }
 
+// OriginalDstFD is OriginalDst for a bare descriptor fd (an event loop's accepted socket),
+// whose remote address is peer. It neither blocks nor changes fd.
+func OriginalDstFD(fd int, peer netip.AddrPort) (netip.AddrPort, error) {
+	dst, err := originalDst(fd, peer.Addr().Unmap().Is4())
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("original dst: %w", err)
+	}
+	return dst, nil
+}
+
 func originalDst(fd int, v4 bool) (netip.AddrPort, error) {
 	// Room for a sockaddr_in6 (28 bytes), the larger of the two answers.
 	var buf [unix.SizeofSockaddrInet6]byte
