@@ -153,7 +153,8 @@ type Router struct {
 
 	resolved *resolvedNames // what flows' names resolve to, for policy.StepHostName; nil without Names
 
-	customDial bool // Options.DialTCP was given
+	customDial bool          // Options.DialTCP was given
+	loopFlows  atomic.Uint64 // flows the event loops set up themselves (to a connect)
 }
 
 // maxSetups bounds the flows Serve sets up at once (deciding, connecting, the SOCKS

@@ -402,6 +402,7 @@ func (r *Router) loopAccepted(l *loop, ls *lsock, fd int, peer netip.AddrPort) {
 		s.target = f.Dst
 	}
 	r.decided(p, f, d)
+	r.loopFlows.Add(1)
 	l.connect(s)
 }
 

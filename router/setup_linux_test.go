@@ -1,0 +1,464 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/refusal"
+	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/socks5"
+	"github.com/agentcage/router/upstream"
+)
+
+// The event loops' set-up (setup_linux.go), driven from outside: a scripted SOCKS5 proxy on
+// loopback answers in pieces, wrongly, late or not at all, and the tests judge by what the
+// client gets, the router's log, its refusals and the upstream's health.
+
+// wantLoopFlows checks that the loops set n flows up so far (none when the suite runs with
+// ROUTER_TEST_SLOW_SETUP=1: the same tests then judge the goroutine path).
+func wantLoopFlows(t *testing.T, r *Router, n uint64) {
+	t.Helper()
+	if slowSetup {
+		n = 0
+	}
+	if got := r.loopFlows.Load(); got != n {
+		t.Errorf("the loops set %d flows up, want %d", got, n)
+	}
+}
+
+// script is one proxy's part in a conversation: what it answers, in pieces with a pause
+// between them, then whether it becomes the destination (a banner, then an echo) or closes.
+type script struct {
+	pieces []string
+	pause  time.Duration
+	target string // "" : close after the pieces
+	silent bool   // answer nothing, hold the connection
+}
+
+// scriptedProxy accepts connections on loopback and plays sc on each; it records the first
+// read of each connection (what the router sent in one segment) and everything it read.
+type scriptedProxy struct {
+	addr  netip.AddrPort
+	mu    sync.Mutex
+	first []string
+	all   []string
+}
+
+func startScripted(t *testing.T, sc script) *scriptedProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &scriptedProxy{addr: ln.Addr().(*net.TCPAddr).AddrPort()}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { p.play(c, sc) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	return p
+}
+
+func (p *scriptedProxy) play(c net.Conn, sc script) {
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(waitFor))
+	var read strings.Builder
+	buf := make([]byte, 4096)
+	n, err := c.Read(buf)
+	read.Write(buf[:n])
+	p.mu.Lock()
+	p.first = append(p.first, string(buf[:n]))
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.all = append(p.all, read.String())
+		p.mu.Unlock()
+	}()
+	if err != nil {
+		return
+	}
+	if sc.silent {
+		io.Copy(io.Discard, c)
+		return
+	}
+	for _, piece := range sc.pieces {
+		// In lock step the router sends its next message after an answer: take it.
+		c.SetReadDeadline(time.Now().Add(sc.pause))
+		if n, _ := c.Read(buf); n > 0 {
+			read.Write(buf[:n])
+		}
+		c.SetDeadline(time.Now().Add(waitFor))
+		if _, err := io.WriteString(c, piece); err != nil {
+			return
+		}
+	}
+	if sc.target == "" {
+		return
+	}
+	io.WriteString(c, sc.target)
+	io.Copy(c, c)
+}
+
+func (p *scriptedProxy) reads() (first, all []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.first...), append([]string(nil), p.all...)
+}
+
+// bytesOf splits s into one-byte pieces.
+func bytesOf(s string) []string {
+	var out []string
+	for i := range len(s) {
+		out = append(out, s[i:i+1])
+	}
+	return out
+}
+
+const (
+	methodNoAuth = "\x05\x00"
+	methodPass   = "\x05\x02"
+	authOK       = "\x01\x00"
+	replyOK      = "\x05\x00\x00\x01\xcb\x00\x71\x05\x9c\x40"
+	replyRefused = "\x05\x05\x00\x01\x00\x00\x00\x00\x00\x00"
+)
+
+// proxied is a policy that sends everything through proxy "exit" at p.
+func proxied(p netip.AddrPort, pipeline bool, user, pass string) Policy {
+	return Policy{
+		Decision: decision([]rules.Rule{{Name: "all", Action: rules.Proxy, Proxy: "exit"}}),
+		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Port(),
+			Pipeline: pipeline, Username: user, Password: pass}}},
+	}
+}
+
+// TestLoopSetsUpFlows: a direct flow and flows through go-socks5 (with credentials,
+// pipelined or not) are set up by the loops, relayed both ways, shown live and logged.
+func TestLoopSetsUpFlows(t *testing.T) {
+	target := startTarget(t, "hello\n")
+	gs := startProxy(t, nil, map[string]string{"agent": "pw-42"})
+	for _, tc := range []struct {
+		name string
+		pol  Policy
+	}{
+		{"direct", Policy{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}},
+		{"socks5-pipelined", proxied(gs.addr, true, "agent", "pw-42")},
+		{"socks5-lockstep", proxied(gs.addr, false, "agent", "pw-42")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.pol, Options{})
+			for i := range 3 {
+				c := e.dial(target)
+				if got := readN(t, c, 6); got != "hello\n" {
+					t.Fatalf("flow %d: banner %q", i, got)
+				}
+				io.WriteString(c, "ping")
+				if got := readN(t, c, 4); got != "ping" {
+					t.Fatalf("flow %d: echo %q", i, got)
+				}
+				if st := e.r.Status(); st.Totals.Live < 1 {
+					t.Errorf("flow %d: %d flows live while one relays", i, st.Totals.Live)
+				}
+				c.Close()
+			}
+			wantLoopFlows(t, e.r, 3)
+			e.waitLog("msg=\"flow open\"")
+			e.waitLog("msg=flow ")
+			if st := e.r.Status(); st.Rules[0].Hits != 3 {
+				t.Errorf("rule counted %d flows, want 3", st.Rules[0].Hits)
+			}
+		})
+	}
+}
+
+// earlyOriginal is an OriginalFD that answers only once the client's first bytes are in its
+// socket, so that they are there when the loop sends the request: a test of what goes out in
+// one write.
+func earlyOriginal(dst netip.AddrPort) func(int, netip.AddrPort) (netip.AddrPort, netip.AddrPort, error) {
+	return func(fd int, peer netip.AddrPort) (netip.AddrPort, netip.AddrPort, error) {
+		var b [1]byte
+		for range 1000 {
+			if n, _, _ := unix.Recvfrom(fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT); n > 0 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return peer, dst, nil
+	}
+}
+
+// TestLoopAnswersInPieces: the proxy's answers come a byte at a time, with pauses; the flow
+// is set up all the same, pipelined or in lock step, with credentials or not, and the
+// request carries the client's first bytes in the same segment when pipelined.
+func TestLoopAnswersInPieces(t *testing.T) {
+	dst := netip.MustParseAddrPort("203.0.113.7:443")
+	for _, tc := range []struct {
+		name     string
+		pipeline bool
+		creds    bool
+	}{
+		{"pipelined", true, false},
+		{"pipelined-creds", true, true},
+		{"lockstep", false, false},
+		{"lockstep-creds", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			answers := methodNoAuth + replyOK
+			user, pass := "", ""
+			if tc.creds {
+				answers, user, pass = methodPass+authOK+replyOK, "agent", "pw-42"
+			}
+			p := startScripted(t, script{pieces: bytesOf(answers), pause: 2 * time.Millisecond, target: "banner\n"})
+			e := newEnv(t, proxied(p.addr, tc.pipeline, user, pass), Options{OriginalFD: earlyOriginal(dst)})
+			c := e.dial(dst)
+			io.WriteString(c, "GET / HTTP/1.1\r\n\r\n")
+			if got := readN(t, c, 7); got != "banner\n" {
+				t.Fatalf("banner %q", got)
+			}
+			// Pipelined, the first bytes went with the request (read by the script as
+			// such); in lock step the relay sends them after the reply, and they echo.
+			echo := "ping"
+			if !tc.pipeline {
+				echo = "GET / HTTP/1.1\r\n\r\n" + echo
+			}
+			io.WriteString(c, "ping")
+			if got := readN(t, c, len(echo)); got != echo {
+				t.Fatalf("echo %q, want %q", got, echo)
+			}
+			c.Close()
+			first, _ := p.reads()
+			req, _ := socks5.AppendRequest(nil, socks5.CmdConnect, socks5.Addr{IP: dst.Addr(), Port: dst.Port()})
+			want := "\x05\x01\x00"
+			if tc.creds {
+				want = "\x05\x01\x02"
+			}
+			if tc.pipeline {
+				if tc.creds {
+					want += "\x01\x05agent\x05pw-42"
+				}
+				want += string(req) + "GET / HTTP/1.1\r\n\r\n"
+			}
+			if len(first) != 1 || first[0] != want {
+				t.Errorf("the proxy's first read\n%q\nwant\n%q", first, want)
+			}
+			wantLoopFlows(t, e.r, 1)
+		})
+	}
+}
+
+// TestLoopHandshakeFailures: every way a proxy can fail the handshake resets the client
+// (never a direct connection), is logged, counted among the refusals as the goroutine path
+// counts it, and feeds the upstream's health.
+func TestLoopHandshakeFailures(t *testing.T) {
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedAddr := closed.Addr().(*net.TCPAddr).AddrPort()
+	closed.Close()
+	for _, tc := range []struct {
+		name     string
+		sc       *script // nil: nothing listens
+		creds    bool
+		wantLog  string
+		wantDown bool // the upstream is down afterwards; otherwise up (it answered)
+	}{
+		{"refused", &script{pieces: []string{methodNoAuth, replyRefused}}, false, "connection refused (reply 0x05)", false},
+		{"refused-in-pieces", &script{pieces: bytesOf(methodNoAuth + replyRefused), pause: time.Millisecond}, false, "connection refused (reply 0x05)", false},
+		{"auth-refused", &script{pieces: []string{methodPass, "\x01\x01"}}, true, "credentials rejected", true},
+		{"no-acceptable-method", &script{pieces: []string{"\x05\xff"}}, true, "no acceptable authentication methods", true},
+		{"closes-after-method", &script{pieces: []string{methodNoAuth}}, false, "read reply: EOF", true},
+		{"closes-mid-reply", &script{pieces: []string{methodNoAuth, replyOK[:4]}}, false, "read reply: unexpected EOF", true},
+		{"closes-at-once", &script{}, false, "read method selection: EOF", true},
+		{"not-socks", &script{pieces: []string{"HTTP/1.1 400 Bad Request\r\n\r\n"}}, false, "server version 0x48", true},
+		{"silent", &script{silent: true}, false, "i/o timeout", true},
+		{"nothing-listens", nil, false, "connection refused", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := closedAddr
+			if tc.sc != nil {
+				addr = startScripted(t, *tc.sc).addr
+			}
+			user, pass := "", ""
+			if tc.creds {
+				user, pass = "agent", "pw-42"
+			}
+			pol := proxied(addr, true, user, pass)
+			pol.ConnectTimeout = 300 * time.Millisecond
+			e := newEnv(t, pol, Options{})
+			start := time.Now()
+			wantReset(t, e.dial(netip.MustParseAddrPort("203.0.113.7:443")))
+			if took := time.Since(start); took > 2*time.Second {
+				t.Errorf("the reset came after %v", took)
+			}
+			e.waitLog(tc.wantLog)
+			e.waitLog("msg=flow ")
+			down := 0
+			for _, st := range e.r.Refusals() {
+				if st.Reason == refusal.UpstreamDown {
+					down += int(st.Count)
+				}
+			}
+			if (down > 0) != tc.wantDown {
+				t.Errorf("refusals for the upstream down: %d, want any: %v", down, tc.wantDown)
+			}
+			ups := e.r.UpstreamStatus()
+			if len(ups) != 1 || (ups[0].State == upstream.Down) != tc.wantDown {
+				t.Errorf("upstream %+v, want down: %v", ups, tc.wantDown)
+			}
+			wantLoopFlows(t, e.r, 1)
+			if strings.Contains(e.logs.String(), "pw-42") {
+				t.Errorf("password in the log:\n%s", e.logs.String())
+			}
+		})
+	}
+}
+
+// TestLoopCloseEndsSetups: flows being set up when the router closes end with a reset, and
+// Wait returns: the loops end them at once (their records say the router closed, and the
+// upstream's health counts nothing); the goroutine path at their connect timeout.
+func TestLoopCloseEndsSetups(t *testing.T) {
+	p := startScripted(t, script{silent: true})
+	pol := proxied(p.addr, true, "", "")
+	pol.ConnectTimeout = time.Second
+	e := newEnv(t, pol, Options{})
+	var cs []*net.TCPConn
+	for range 5 {
+		cs = append(cs, e.dial(netip.MustParseAddrPort("203.0.113.7:443")))
+	}
+	waitUntil(t, func() bool { used, _, _ := e.r.adm.setups.stats(); return used == 5 })
+	start := time.Now()
+	e.r.Close()
+	for _, c := range cs {
+		wantReset(t, c)
+	}
+	if took := time.Since(start); !slowSetup && took > 500*time.Millisecond {
+		t.Errorf("the resets came %v after Close", took)
+	}
+	done := make(chan struct{})
+	go func() { e.r.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(waitFor):
+		t.Fatal("Wait did not return after Close")
+	}
+	wantLoopFlows(t, e.r, 5)
+	if slowSetup {
+		return
+	}
+	if ups := e.r.UpstreamStatus(); ups[0].State != upstream.Unknown {
+		t.Errorf("closing counted against the upstream: %+v", ups[0])
+	}
+	e.waitLog("router closed")
+}
+
+// TestLoopServeEnds: Serve returns when its listener is closed, and when its context ends
+// while a flow is being set up (which then ends like a cancelled one).
+func TestLoopServeEnds(t *testing.T) {
+	e := newEnv(t, Policy{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{})
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.r.Serve(context.Background(), ln) }()
+	time.Sleep(50 * time.Millisecond)
+	ln.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("Serve did not return after its listener was closed")
+	}
+
+	p := startScripted(t, script{silent: true})
+	pol := proxied(p.addr, true, "", "")
+	pol.ConnectTimeout, pol.IdleTimeout = time.Minute, time.Minute
+	if err := e.r.SetPolicy(pol); err != nil {
+		t.Fatal(err)
+	}
+	ln, err = net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { done <- e.r.Serve(ctx, ln) }()
+	c, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	e.orig.set(netaddr.AddrPort(c.LocalAddr()), netip.MustParseAddrPort("203.0.113.7:443"))
+	waitUntil(t, func() bool { used, _, _ := e.r.adm.setups.stats(); return used == 1 })
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(waitFor):
+		t.Fatal("Serve did not return after its context ended")
+	}
+	wantReset(t, c)
+	e.waitLog("context canceled")
+}
+
+// TestLoopHandsOffSlowSteps: flows that need a slow step (their owner, a failover list) are
+// set up on the goroutine path, with the same outcome.
+func TestLoopHandsOffSlowSteps(t *testing.T) {
+	target := startTarget(t, "hello\n")
+	gs := startProxy(t, nil, nil)
+	pol := proxied(gs.addr, true, "", "")
+	pol.Upstreams = append(pol.Upstreams, UpstreamConfig{Config: upstream.Config{Name: "backup", Host: "127.0.0.1", Port: gs.addr.Port()}})
+	pol.Decision = decision([]rules.Rule{{Name: "all", Action: rules.Proxy, Proxy: "exit,backup"}})
+	e := newEnv(t, pol, Options{})
+	c := e.dial(target)
+	if got := readN(t, c, 6); got != "hello\n" {
+		t.Fatalf("through a failover list: %q", got)
+	}
+	wantLoopFlows(t, e.r, 0)
+}
+
+// TestLoopDirectFailures: a direct flow whose destination refuses, or does not answer in
+// time, gets a reset and a record of why.
+func TestLoopDirectFailures(t *testing.T) {
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := public(closed.Addr().(*net.TCPAddr).AddrPort())
+	closed.Close()
+	e := newEnv(t, Policy{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{})
+	wantReset(t, e.dial(dst))
+	e.waitLog("connect direct: dial tcp ")
+	e.waitLog("connection refused")
+	wantLoopFlows(t, e.r, 1)
+	var gotErr error
+	for _, st := range e.r.Refusals() {
+		if st.Reason == refusal.UpstreamDown {
+			gotErr = fmt.Errorf("a direct flow counted as upstream down: %+v", st)
+		}
+	}
+	if gotErr != nil {
+		t.Error(gotErr)
+	}
+	_ = errors.New
+}
