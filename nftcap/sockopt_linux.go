@@ -73,7 +73,9 @@ func originalDst(fd int, v4 bool) (netip.AddrPort, error) {
 // getsockopt is getsockopt(2) into buf; it returns the length the kernel wrote.
 func getsockopt(fd, level, name int, buf []byte) (int, error) {
 	n := uint32(len(buf))
-	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(name),
+	// Raw: it never blocks, and the router's event loops call it (a call the runtime is told
+	// of would wake its sysmon thread).
+	_, _, errno := unix.RawSyscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(name),
 		uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
 	if errno != 0 {
 		return 0, errno
@@ -115,7 +117,12 @@ func MarkControl(mark uint32) func(network, address string, c syscall.RawConn) e
 func SetMark(c syscall.RawConn, mark uint32) error {
 	var serr error
 	if err := c.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, int(mark))
+		// Raw, like getsockopt: it never blocks, and the router's event loops mark sockets.
+		v := int32(mark)
+		if _, _, e := unix.RawSyscall6(unix.SYS_SETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_MARK,
+			uintptr(unsafe.Pointer(&v)), 4, 0); e != 0 {
+			serr = e
+		}
 	}); err != nil {
 		return fmt.Errorf("set mark: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -118,7 +119,7 @@ func (l *loop) add(f *eflow) {
 	l.setTickLocked(f.idle)
 	for side, fd := range f.fd {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: f.slot, Pad: int32(side)}
-		if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		if err := rawEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 			// The other descriptor may already have events on the loop: the loop ends it.
 			l.failed = append(l.failed, f)
 			l.wake()
@@ -215,7 +216,7 @@ func (l *loop) run() {
 					lents[i] = nil
 				case events[i].Fd == wakeSlot:
 					var buf [8]byte
-					unix.Read(l.evfd, buf[:])
+					unix.RawSyscall(unix.SYS_READ, uintptr(l.evfd), uintptr(unsafe.Pointer(&buf[0])), 8)
 				}
 				continue
 			}
@@ -278,7 +279,7 @@ func (l *loop) event(f *eflow, side int, ev uint32, now time.Duration) {
 	}
 	if ev&unix.EPOLLERR != 0 {
 		// A reset on a side whose reading already ended shows only here.
-		if e, err := unix.GetsockoptInt(f.fd[side], unix.SOL_SOCKET, unix.SO_ERROR); err == nil && e != 0 {
+		if e, err := rawGetsockoptInt(f.fd[side], unix.SOL_SOCKET, unix.SO_ERROR); err == nil && e != 0 {
 			l.finish(f, fmt.Errorf("relay: %w", unix.Errno(e)))
 		}
 	}
@@ -332,7 +333,7 @@ func (l *loop) pump(f *eflow, d *edir, src, dst int, now time.Duration) error {
 				d.p = nil
 			}
 			d.finished = true
-			if err := unix.Shutdown(dst, unix.SHUT_WR); err != nil && err != unix.ENOTCONN {
+			if err := rawShutdownWrite(dst); err != nil && err != unix.ENOTCONN {
 				return fmt.Errorf("half-close: %w", err)
 			}
 			return nil

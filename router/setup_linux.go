@@ -209,7 +209,7 @@ func (l *loop) registerLocked(e *lentry) error {
 	var err error
 	cerr := e.ls.rc.Control(func(fd uintptr) {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: listenSlot, Pad: e.index}
-		err = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+		err = rawEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
 	})
 	if err = errors.Join(cerr, err); err != nil {
 		return fmt.Errorf("event loop: listen: %w", err)
@@ -225,7 +225,7 @@ func (l *loop) deregisterLocked(e *lentry) {
 		return
 	}
 	e.on = false
-	e.ls.rc.Control(func(fd uintptr) { unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, int(fd), nil) })
+	e.ls.rc.Control(func(fd uintptr) { rawEpollCtl(l.epfd, unix.EPOLL_CTL_DEL, int(fd), &unix.EpollEvent{}) })
 }
 
 // unlisten takes e off l and waits until l ended the set-ups of its flows that were still
@@ -475,7 +475,7 @@ func (l *loop) own(f *eflow) error {
 	}
 	for side, fd := range f.fd {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: f.slot, Pad: int32(side)}
-		if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		if err := rawEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 			l.slots[f.slot] = nil
 			l.free = append(l.free, f.slot)
 			f.slot = -1
@@ -507,7 +507,7 @@ func (l *loop) setupEvent(s *sflow, side int, ev uint32) {
 // connected goes on once the connect ended: a direct flow is relayed; a proxied one sends
 // its handshake, with the client's first bytes when the proxy pipelines.
 func (l *loop) connected(s *sflow) {
-	if e, err := unix.GetsockoptInt(s.fd[1], unix.SOL_SOCKET, unix.SO_ERROR); err != nil || e != 0 {
+	if e, err := rawGetsockoptInt(s.fd[1], unix.SOL_SOCKET, unix.SO_ERROR); err != nil || e != 0 {
 		if err == nil {
 			err = unix.Errno(e)
 		}
@@ -599,7 +599,7 @@ func (l *loop) answers(s *sflow, ev uint32) {
 
 // sockErr is the socket's pending error, or def when it has none.
 func (l *loop) sockErr(fd int, def error) error {
-	if e, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err == nil && e != 0 {
+	if e, err := rawGetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err == nil && e != 0 {
 		return unix.Errno(e)
 	}
 	return def
@@ -724,14 +724,14 @@ func dialFD(raw *rawFD, control func(network, address string, c syscall.RawConn)
 	if dst.Addr().Is4() {
 		family, network = unix.AF_INET, "tcp4"
 	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	fd, err := rawSocket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 	if err != nil {
 		return -1, false, fmt.Errorf("socket: %w", err)
 	}
 	if control != nil {
 		raw.fd = fd
 		if err := control(network, dst.String(), raw); err != nil {
-			unix.Close(fd)
+			closeFD(fd)
 			return -1, false, err
 		}
 	}
@@ -745,18 +745,18 @@ func dialFD(raw *rawFD, control func(network, address string, c syscall.RawConn)
 	case unix.EINPROGRESS, unix.EINTR:
 		return fd, false, nil
 	}
-	unix.Close(fd)
+	closeFD(fd)
 	return -1, false, e
 }
 
 // tcpOptions sets what Go sets on every TCP connection it makes or accepts: no delay, and
 // keep-alive probes after idle, every 15 s, 9 of them.
 func tcpOptions(fd int, idle time.Duration) {
-	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
-	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, int(idle/time.Second))
-	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 15)
-	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 9)
+	rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	rawSetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
+	rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, int(idle/time.Second))
+	rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 15)
+	rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 9)
 }
 
 // rawFD is a syscall.RawConn over a bare descriptor, for Control functions: Control runs its
@@ -886,6 +886,6 @@ func resetFD(fd int) {
 	if fd < 0 {
 		return
 	}
-	unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+	rawSetLinger0(fd)
 	closeFD(fd)
 }

@@ -29,3 +29,56 @@ func epollPoll(epfd int, events []unix.EpollEvent) (int, error) {
 func closeFD(fd int) {
 	unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
 }
+
+// The set-up's system calls (setup_linux.go) are raw too, for the same reason, and one more:
+// a call the runtime is told of (entersyscall) wakes sysmon from its deep sleep when every P
+// was idle, and a woken sysmon polls every 20 µs for a millisecond: on a machine that waits
+// between connections, tens of context switches per connection. None of these blocks.
+
+func rawSocket(family, typ int) (int, error) {
+	r, _, e := unix.RawSyscall(unix.SYS_SOCKET, uintptr(family), uintptr(typ), 0)
+	if e != 0 {
+		return -1, e
+	}
+	return int(r), nil
+}
+
+func rawSetsockoptInt(fd, level, opt, v int) error {
+	val := int32(v)
+	_, _, e := unix.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&val)), 4, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func rawGetsockoptInt(fd, level, opt int) (int, error) {
+	var val int32
+	n := uint32(4)
+	_, _, e := unix.RawSyscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&val)), uintptr(unsafe.Pointer(&n)), 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(val), nil
+}
+
+func rawSetLinger0(fd int) {
+	l := unix.Linger{Onoff: 1, Linger: 0}
+	unix.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_LINGER, uintptr(unsafe.Pointer(&l)), unsafe.Sizeof(l), 0)
+}
+
+func rawEpollCtl(epfd, op, fd int, ev *unix.EpollEvent) error {
+	_, _, e := unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(epfd), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(ev)), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func rawShutdownWrite(fd int) error {
+	_, _, e := unix.RawSyscall(unix.SYS_SHUTDOWN, uintptr(fd), unix.SHUT_WR, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
