@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -461,4 +462,68 @@ func TestLoopDirectFailures(t *testing.T) {
 		t.Error(gotErr)
 	}
 	_ = errors.New
+}
+
+// TestAcceptPausesOutOfDescriptors: out of descriptors, accepting pauses (logged once) and
+// never ends: once descriptors are free again, the connection that waited is served.
+func TestAcceptPausesOutOfDescriptors(t *testing.T) {
+	target := startTarget(t, "hello\n")
+	e := newEnv(t, Policy{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{})
+	if got := readN(t, e.dial(target), 6); got != "hello\n" { // the loops and their pipes are up
+		t.Fatalf("first flow: %q", got)
+	}
+	// The client's socket is made first; then the limit goes below what is open, so the
+	// router's accept fails, and the client connects (no descriptor needed).
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := os.NewFile(uintptr(fd), "client")
+	defer client.Close()
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	low := lim
+	low.Cur = uint64(len(fds)) - 4
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	defer restore()
+	ln := netaddr.AddrPort(e.ln.Addr())
+	if err := unix.Connect(fd, &unix.SockaddrInet4{Addr: ln.Addr().As4(), Port: int(ln.Port())}); err != nil {
+		restore()
+		t.Fatalf("connect under the low limit: %v", err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		restore()
+		t.Fatal(err)
+	}
+	local := sa.(*unix.SockaddrInet4)
+	e.orig.set(netip.AddrPortFrom(netip.AddrFrom4(local.Addr), uint16(local.Port)), target)
+	e.waitLog("accept failed; pausing")
+	restore()
+	c, err := net.FileConn(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(waitFor))
+	if got := readN(t, c, 6); got != "hello\n" {
+		t.Fatalf("the flow that waited: %q", got)
+	}
 }
