@@ -23,9 +23,9 @@ import (
 )
 
 // The transparent flows' set-up on the epoll loops, the way redsocks does it on libevent: the
-// listener is polled by every loop, and the loop that accepts a connection takes it through
-// every step on its own goroutine, one small state machine per flow, with no goroutine and no
-// hand-off on the way:
+// listener is polled by the accepting loops (see acceptors; exclusively: a connection wakes
+// one), and the loop that accepts a connection takes it through every step on its own
+// goroutine, one small state machine per flow, with no goroutine and no hand-off on the way:
 //
 //	accept       non-blocking, a batch per readiness; the descriptor budget (enter)
 //	addresses    Options.OriginalFD (SO_ORIGINAL_DST), the local address, FromVM
@@ -140,6 +140,7 @@ func (r *Router) serveLoops(ctx context.Context, ln *net.TCPListener) (bool, err
 	}
 	ls := &lsock{r: r, ctx: ctx, rc: rc}
 	var ents []*lentry
+	loops = loops[:acceptors(len(loops))]
 	for _, l := range loops {
 		e, err := l.listen(ls)
 		if err != nil {
@@ -171,6 +172,14 @@ func (r *Router) serveLoops(ctx context.Context, ln *net.TCPListener) (bool, err
 	}
 	return true, nil
 }
+
+// acceptors is how many of n loops accept: one per two, at least one. A loop that accepts a
+// connection sets it up and relays it, so the loops that accept share the new flows; the
+// others relay the flows the goroutine path hands them. Fewer loops accepting batch more
+// events per wake-up: on the 2-core lab, one loop accepting took 10-20 % less CPU per
+// connection than two, at the same rate (the kernel's work dominates a set-up, and every
+// goroutine woken is a thread switch on a machine that runs the clients and the proxy too).
+func acceptors(n int) int { return max(1, n/2) }
 
 // isClosed reports whether the listener behind rc was closed.
 func isClosed(rc syscall.RawConn) bool { return rc.Control(func(uintptr) {}) != nil }
