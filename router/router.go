@@ -82,8 +82,8 @@ type Options struct {
 	// ConnectFD opens one of the router's own sockets and starts a non-blocking connect to
 	// dst, for the event loops: what DialTCP does for a goroutine. It returns the
 	// descriptor, which the caller owns, with the connect in progress or done. Nil: a socket
-	// of dst's family with Control applied, unless DialTCP is set (then the loops leave
-	// every flow that connects to a goroutine, which uses DialTCP).
+	// of dst's family with Control applied, unless DialTCP is set (then the loops set no
+	// flow up: every flow takes a goroutine, which uses DialTCP).
 	ConnectFD func(dst netip.AddrPort) (fd int, err error)
 	// GoroutineSetup sets every transparent flow up on a goroutine of its own, as on other
 	// platforms, even where the event loops could: the fallback, tested on its own.
