@@ -35,6 +35,8 @@ type loop struct {
 	closed   bool      // epfd and evfd are closed
 	lents    []*lentry // the listeners the loop accepts on, by index (setup_linux.go)
 	gone     []*lentry // listeners taken off, whose set-ups the loop ends
+	// resumeDue: a paused listener's pause is over
+	resumeDue bool
 
 	// The loop goroutine's own: buffers for set-ups and accept, never held across events.
 	snap []*eflow
@@ -186,8 +188,8 @@ func (l *loop) run() {
 				lents[i] = l.lents[events[i].Pad]
 			}
 		}
-		failed, gone := l.failed, l.gone
-		l.failed, l.gone = nil, nil
+		failed, gone, resume := l.failed, l.gone, l.resumeDue
+		l.failed, l.gone, l.resumeDue = nil, nil, false
 		stopping := l.stopping
 		l.mu.Unlock()
 		if stopping {
@@ -235,6 +237,9 @@ func (l *loop) run() {
 		}
 		if gone != nil {
 			l.goneListeners(gone)
+		}
+		if resume {
+			l.resumeListeners(now)
 		}
 		if tick := l.currentTick(); now-lastSweep >= tick || isTimeout(err) {
 			lastSweep = now

@@ -291,15 +291,21 @@ func (l *loop) acceptReady(e *lentry, now time.Duration) {
 	l.mu.Lock()
 	l.deregisterLocked(e)
 	e.resume = now + e.pause
-	l.setTickLocked(4 * acceptMinPause)
 	l.mu.Unlock()
+	time.AfterFunc(e.pause, func() {
+		l.mu.Lock()
+		l.resumeDue = true
+		l.wake()
+		l.mu.Unlock()
+	})
 	r, err, pause := e.ls.r, e.err, e.pause
 	if r.refuse.note("accept failed", "event loop") {
 		go r.log.Warn("accept failed; pausing", "err", err, "pause", pause)
 	}
 }
 
-// resumeListeners registers the listeners whose pause is over.
+// resumeListeners registers the listeners whose pause is over (when the pause's timer woke
+// the loop, or at the sweep).
 func (l *loop) resumeListeners(now time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
