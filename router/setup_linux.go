@@ -457,13 +457,15 @@ func (l *loop) connect(s *sflow) {
 	r := s.ls.r
 	s.setup, s.state = s, sConnecting
 	s.deadline = l.now() + s.p.ConnectTimeout
-	tcpOptions(s.fd[0], 15*time.Second) // as Go's listener sets them on what it accepts
 	fd, done, err := r.connectFD(&l.raw, s.target)
 	if err != nil {
 		l.fail(s, l.dialError(s, err))
 		return
 	}
 	s.fd[1] = fd
+	// After the connect, which is what waits: the SYN is out first.
+	tcpOptions(s.fd[0], 15*time.Second) // as Go's listener sets them on what it accepts
+	tcpOptions(fd, 30*time.Second)      // as the router's dialer
 	if err := l.own(&s.eflow); err != nil {
 		l.fail(s, l.dialError(s, err))
 		return
@@ -731,8 +733,7 @@ func (r *Router) connectFD(raw *rawFD, dst netip.AddrPort) (fd int, done bool, e
 }
 
 // dialFD is the default ConnectFD: a non-blocking TCP socket of dst's family, with control
-// applied (the mark), Go's keep-alive (30 s, as the router's dialer) and no delay, connecting
-// to dst.
+// applied (the mark), connecting to dst. (The loop sets Go's options once it connects.)
 func dialFD(raw *rawFD, control func(network, address string, c syscall.RawConn) error, dst netip.AddrPort) (int, bool, error) {
 	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
 	family, network := unix.AF_INET6, "tcp6"
@@ -750,7 +751,6 @@ func dialFD(raw *rawFD, control func(network, address string, c syscall.RawConn)
 			return -1, false, err
 		}
 	}
-	tcpOptions(fd, 30*time.Second)
 	var sa unix.RawSockaddrAny
 	n := putSockaddr(&sa, dst)
 	_, _, e := unix.RawSyscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), uintptr(n))
