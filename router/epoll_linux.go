@@ -408,6 +408,7 @@ func (l *loop) sweep(now time.Duration, buf []*eflow) []*eflow {
 			l.finish(f, errIdle)
 			continue
 		}
+		f.keepAliveDue(now)
 		for s := range f.dir {
 			if b := f.dir[s].blocked; b != 0 && now-b >= f.idle {
 				l.finish(f, errors.Join(errIdle, errors.New("the receiver took nothing")))

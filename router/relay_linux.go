@@ -227,8 +227,9 @@ type eflow struct {
 	last   time.Duration // loop clock of the last byte moved either way
 	done   func(result)
 	closed bool
-	again  bool   // queued to go on after the batch
-	setup  *sflow // the loop is setting the flow up (setup_linux.go); nil once it relays
+	again  bool          // queued to go on after the batch
+	setup  *sflow        // the loop is setting the flow up (setup_linux.go); nil once it relays
+	keep   time.Duration // loop clock at which the sweep sets keep-alive (keepAfter); 0: set
 }
 
 // edir is one direction of a flow.

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/rules"
@@ -68,9 +69,10 @@ const (
 
 // lsock is a listener Serve gave the loops, while Serve runs.
 type lsock struct {
-	r   *Router
-	ctx context.Context // Serve's: flows handed to a goroutine run under it
-	rc  syscall.RawConn // the listener's; its descriptor is only used inside rc.Control
+	r    *Router
+	ctx  context.Context // Serve's: flows handed to a goroutine run under it
+	rc   syscall.RawConn // the listener's; its descriptor is only used inside rc.Control
+	port uint16          // the listener's
 }
 
 // lentry is a listener on one loop. The loop's goroutine uses it; on, gone and resume are
@@ -138,7 +140,7 @@ func (r *Router) serveLoops(ctx context.Context, ln *net.TCPListener) (bool, err
 	if err != nil {
 		return false, nil
 	}
-	ls := &lsock{r: r, ctx: ctx, rc: rc}
+	ls := &lsock{r: r, ctx: ctx, rc: rc, port: netaddr.AddrPort(ln.Addr()).Port()}
 	var ents []*lentry
 	loops = loops[:acceptors(len(loops))]
 	for _, l := range loops {
@@ -357,8 +359,13 @@ func (r *Router) loopAccepted(l *loop, ls *lsock, fd int, peer netip.AddrPort) {
 	var pf policy.Flow
 	src, dst, err := r.opts.OriginalFD(fd, peer)
 	if err == nil {
+		// A connection to the listener itself has its own address as original destination;
+		// only one to the listener's port can be.
 		var local netip.AddrPort
-		if local, err = sockname(fd, &l.sa); err == nil {
+		if dst.Port() == ls.port {
+			local, err = sockname(fd, &l.sa)
+		}
+		if err == nil {
 			err = r.addresses(f, &pf, src, dst, local)
 		}
 	}
@@ -463,9 +470,10 @@ func (l *loop) connect(s *sflow) {
 		return
 	}
 	s.fd[1] = fd
-	// After the connect, which is what waits: the SYN is out first.
-	tcpOptions(s.fd[0], 15*time.Second) // as Go's listener sets them on what it accepts
-	tcpOptions(fd, 30*time.Second)      // as the router's dialer
+	// After the connect, which is what waits: the SYN is out first. No delay, as Go sets it
+	// on every TCP connection; its keep-alive comes later (keepAfter).
+	rawSetsockoptInt(s.fd[0], unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	if err := l.own(&s.eflow); err != nil {
 		l.fail(s, l.dialError(s, err))
 		return
@@ -632,6 +640,7 @@ func (l *loop) ready(s *sflow) {
 	r.logLater(f, true)
 	f.relayed = true
 	s.setup = nil
+	s.keep = l.now() + keepAfter
 	rl := r.relayFor(s.p)
 	rl.begin(l, &s.eflow, &f.bytes, r.relayed(f, func() { r.release(s.h) }), true)
 }
@@ -764,10 +773,24 @@ func dialFD(raw *rawFD, control func(network, address string, c syscall.RawConn)
 	return -1, false, e
 }
 
-// tcpOptions sets what Go sets on every TCP connection it makes or accepts: no delay, and
-// keep-alive probes after idle, every 15 s, 9 of them.
-func tcpOptions(fd int, idle time.Duration) {
-	rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+// keepAfter is the age at which a flow the loop set up gets Go's keep-alive probes: short
+// flows, most of them, never pay its four system calls a socket, and a flow idle from the
+// start is probed at most keepAfter later than a goroutine's.
+const keepAfter = 5 * time.Second
+
+// keepAliveDue sets keep-alive on f's sockets once its time came (f.keep).
+func (f *eflow) keepAliveDue(now time.Duration) {
+	if f.keep != 0 && now >= f.keep {
+		f.keep = 0
+		keepAlive(f.fd[0], 15*time.Second)
+		keepAlive(f.fd[1], 30*time.Second)
+	}
+}
+
+// keepAlive sets what Go sets on every TCP connection it makes or accepts: keep-alive probes
+// after idle, every 15 s, 9 of them (idle: 15 s for the listener's, 30 s for the router's
+// dialer).
+func keepAlive(fd int, idle time.Duration) {
 	rawSetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
 	rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, int(idle/time.Second))
 	rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 15)

@@ -525,3 +525,54 @@ func TestAcceptPausesOutOfDescriptors(t *testing.T) {
 		t.Fatalf("the flow that waited: %q", got)
 	}
 }
+
+// TestKeepAliveLater: a flow the loop set up gets Go's keep-alive on both sockets once it is
+// keepAfter old (its sweep), not before.
+func TestKeepAliveLater(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var fds [2]int
+	for i := range fds {
+		fd, done, err := dialFD(&rawFD{}, nil, ln.Addr().(*net.TCPAddr).AddrPort())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeFD(fd)
+		if !done {
+			time.Sleep(10 * time.Millisecond) // loopback: connected by now
+		}
+		fds[i] = fd
+	}
+	keep := func() [2]int {
+		var got [2]int
+		for i, fd := range fds {
+			got[i], _ = rawGetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE)
+		}
+		return got
+	}
+	f := &eflow{fd: fds, keep: 10 * time.Second}
+	f.keepAliveDue(9 * time.Second)
+	if got := keep(); got != [2]int{0, 0} {
+		t.Fatalf("keep-alive %v before its time", got)
+	}
+	f.keepAliveDue(10 * time.Second)
+	if got := keep(); got != [2]int{1, 1} || f.keep != 0 {
+		t.Fatalf("keep-alive %v (keep %v) at its time, want set on both", got, f.keep)
+	}
+	idle, _ := rawGetsockoptInt(fds[1], unix.IPPROTO_TCP, unix.TCP_KEEPIDLE)
+	if idle != 30 {
+		t.Errorf("upstream side: idle %d s before the first probe, want 30 (the router's dialer)", idle)
+	}
+}
+
+// TestListenerItself: a connection whose original destination is the listener itself (made
+// to it, not redirected) is refused.
+func TestListenerItself(t *testing.T) {
+	e := newEnv(t, Policy{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{})
+	wantReset(t, e.dial(netaddr.AddrPort(e.ln.Addr())))
+	e.waitLog("connection made to the listener itself")
+	wantLoopFlows(t, e.r, 0)
+}
