@@ -117,6 +117,7 @@ type sflow struct {
 	deadline time.Duration  // loop clock: the connect timeout
 	hs       upstream.Handshake
 	pending  []byte // handshake bytes not yet sent (a short write; rare)
+	lowat    bool   // SO_RCVLOWAT is raised on fd[1] until the reply
 }
 
 // loopOK reports whether the loops may set flows up: the capture tells a descriptor's
@@ -557,6 +558,12 @@ func (l *loop) connected(s *sflow) {
 	s.f.Up = int64(early)
 	s.f.bytes.up.Store(s.f.Up)
 	l.send(s, buf[:len(out)+n])
+	if !s.closed && s.hs.Pipelined() {
+		// The proxy's answers come in pieces (go-socks5 writes the method selection at once,
+		// the reply once it connected): wake for the reply only. Every valid conversation
+		// sends that much; the end of the stream or an error wakes the loop regardless.
+		s.lowat = rawSetsockoptInt(s.fd[1], unix.SOL_SOCKET, unix.SO_RCVLOWAT, s.hs.LeastAnswer()) == nil
+	}
 }
 
 // send writes b (the handshake's next bytes) to the proxy; what the socket does not take now
@@ -613,6 +620,10 @@ func (l *loop) answers(s *sflow, ev uint32) {
 			l.ready(s)
 			return
 		}
+		if m > 0 && s.lowat {
+			// What is still to come may be fewer bytes than the mark: wake for any.
+			s.lowat = rawSetsockoptInt(s.fd[1], unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1) != nil
+		}
 		if m == 0 {
 			if ended {
 				l.fail(s, s.hs.End(s.hs.Cut(in, io.EOF)))
@@ -635,6 +646,9 @@ func (l *loop) ready(s *sflow) {
 	r, f := s.ls.r, &s.f
 	if s.proxied {
 		s.hs.End(nil)
+	}
+	if s.lowat {
+		rawSetsockoptInt(s.fd[1], unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1) // the relay takes any byte
 	}
 	l.endSlots(s)
 	r.logLater(f, true)

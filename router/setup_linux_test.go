@@ -43,7 +43,8 @@ func wantLoopFlows(t *testing.T, r *Router, n uint64) {
 type script struct {
 	pieces []string
 	pause  time.Duration
-	target string // "" : close after the pieces
+	target string // "" : close after the pieces (unless echo)
+	echo   bool   // after the pieces (and the target's banner), echo what comes
 	silent bool   // answer nothing, hold the connection
 }
 
@@ -113,7 +114,7 @@ func (p *scriptedProxy) play(c net.Conn, sc script) {
 			return
 		}
 	}
-	if sc.target == "" {
+	if sc.target == "" && !sc.echo {
 		return
 	}
 	io.WriteString(c, sc.target)
@@ -264,6 +265,22 @@ func TestLoopAnswersInPieces(t *testing.T) {
 			wantLoopFlows(t, e.r, 1)
 		})
 	}
+}
+
+// TestLoopShortReplyLate: the proxy's reply binds a two-letter name (9 bytes, shorter than
+// the answers the loop waits for at once), its last byte comes late, after the rest, and the
+// destination then waits for the client: the loop wakes for that byte all the same.
+func TestLoopShortReplyLate(t *testing.T) {
+	reply := "\x05\x00\x00\x03\x02ab\x00\x50"
+	p := startScripted(t, script{pieces: []string{methodNoAuth + reply[:8], reply[8:]}, pause: 50 * time.Millisecond, echo: true})
+	e := newEnv(t, proxied(p.addr, true, "", ""), Options{})
+	c := e.dial(netip.MustParseAddrPort("203.0.113.7:443"))
+	time.Sleep(300 * time.Millisecond) // the client speaks once the flow is relayed
+	io.WriteString(c, "ping")
+	if got := readN(t, c, 4); got != "ping" {
+		t.Fatalf("echo %q", got)
+	}
+	wantLoopFlows(t, e.r, 1)
 }
 
 // TestLoopHandshakeFailures: every way a proxy can fail the handshake resets the client

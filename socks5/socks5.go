@@ -105,6 +105,9 @@ const (
 	// MaxReplyLen is the longest reply (or request) on the wire: VER, REP,
 	// RSV, ATYP, a length octet, a 255-byte name, and the port (RFC 1928 §6).
 	MaxReplyLen = 4 + 1 + MaxNameLen + 2
+	// MinReplyLen is the shortest reply: VER, REP, RSV, ATYP, a one-byte name with its length
+	// octet, and the port.
+	MinReplyLen = 4 + 1 + 1 + 2
 )
 
 // Sentinel errors, for errors.Is. They are never modified.

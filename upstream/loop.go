@@ -74,6 +74,11 @@ func (t *Tracked) Begin(h *Handshake, dst Addr) (proxy netip.AddrPort, ok bool) 
 // bytes right after it in the same write.
 func (h *Handshake) Pipelined() bool { return h.su.pipeline }
 
+// LeastAnswer is the fewest bytes the proxy sends before its reply is complete, when
+// Pipelined: its answers before the reply and the shortest reply. A caller may wait for that
+// many (SO_RCVLOWAT) instead of waking for each answer.
+func (h *Handshake) LeastAnswer() int { return h.su.answerLen() + socks5.MinReplyLen }
+
 // Start appends the first bytes to send to out. early is how many of the client's bytes the
 // caller sends right after them, in the same write (0 unless Pipelined).
 func (h *Handshake) Start(out []byte, early int) ([]byte, error) {
