@@ -481,7 +481,7 @@ func (l *loop) connect(s *sflow) {
 	}
 	l.setTick(s.p.ConnectTimeout / 2)
 	if done {
-		l.connected(s)
+		l.connected(s, unix.EPOLLOUT)
 	}
 }
 
@@ -519,7 +519,7 @@ func (l *loop) setupEvent(s *sflow, side int, ev uint32) {
 	switch s.state {
 	case sConnecting:
 		if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
-			l.connected(s)
+			l.connected(s, ev)
 		}
 	case sSending:
 		if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
@@ -530,13 +530,13 @@ func (l *loop) setupEvent(s *sflow, side int, ev uint32) {
 	}
 }
 
-// connected goes on once the connect ended: a direct flow is relayed; a proxied one sends
-// its handshake, with the client's first bytes when the proxy pipelines.
-func (l *loop) connected(s *sflow) {
-	if e, err := rawGetsockoptInt(s.fd[1], unix.SOL_SOCKET, unix.SO_ERROR); err != nil || e != 0 {
-		if err == nil {
-			err = unix.Errno(e)
-		}
+// connected goes on once the connect ended (ev: the readiness that said so): a direct flow
+// is relayed; a proxied one sends its handshake, with the client's first bytes when the
+// proxy pipelines.
+func (l *loop) connected(s *sflow, ev uint32) {
+	// A connect that failed says so with EPOLLERR (or EPOLLHUP); writable alone is success.
+	if ev&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+		err := l.sockErr(s.fd[1], unix.ECONNRESET)
 		l.fail(s, l.dialError(s, err))
 		return
 	}
