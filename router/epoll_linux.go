@@ -15,13 +15,16 @@ import (
 
 // loop is one epoll instance and the goroutine that waits on it.
 type loop struct {
-	pipes *pipePool
-	epfd  int
-	file  *os.File        // epfd, registered in Go's poller
-	rc    syscall.RawConn // file's
-	evfd  int             // eventfd: wakes the loop (stop, failed adds, shorter tick)
-	base  time.Time
-	done  chan struct{} // closed when the goroutine returned
+	pipes  *pipePool
+	kernel *kernel
+	index  int // among nloops: the loop owns the sockmap pairs of its index
+	nloops int
+	epfd   int
+	file   *os.File        // epfd, registered in Go's poller
+	rc     syscall.RawConn // file's
+	evfd   int             // eventfd: wakes the loop (stop, failed adds, shorter tick)
+	base   time.Time
+	done   chan struct{} // closed when the goroutine returned
 
 	// mu guards the fields below. add holds it across its epoll_ctl calls, so the
 	// descriptors are never closed under a registration.
@@ -30,11 +33,19 @@ type loop struct {
 	free     []int32
 	failed   []*eflow // flows whose registration failed: the loop ends them
 	tick     time.Duration
-	stopping bool // stop was called: the loop ends every flow and returns
-	closed   bool // epfd and evfd are closed
+	stopping bool       // stop was called: the loop ends every flow and returns
+	closed   bool       // epfd and evfd are closed
+	notes    []passNote // directions the sockmap program stopped redirecting
+	kflows   []*eflow   // the kernel flows by pair - pairBase; nil until the first
+	pairBase int
+	pfree    []int32 // the free pairs of the loop's range
+
+	// Of the loop's goroutine only.
+	waiting, spare []*eflow // kernel flows waiting for a psock to drain (await)
+	buf            []byte   // copies of passed bytes (kpump)
 }
 
-func newLoop(pipes *pipePool) (*loop, error) {
+func newLoop(pipes *pipePool, k *kernel, index, nloops int) (*loop, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("relay loop: epoll: %w", err)
@@ -63,7 +74,7 @@ func newLoop(pipes *pipePool) (*loop, error) {
 		unix.Close(evfd)
 		return nil, fmt.Errorf("relay loop: %w", err)
 	}
-	l := &loop{pipes: pipes, epfd: epfd, file: file, rc: rc, evfd: evfd, base: time.Now(), done: make(chan struct{}), tick: maxTick}
+	l := &loop{pipes: pipes, kernel: k, index: index, nloops: nloops, epfd: epfd, file: file, rc: rc, evfd: evfd, base: time.Now(), done: make(chan struct{}), tick: maxTick}
 	go l.run()
 	return l, nil
 }
@@ -92,12 +103,13 @@ func (l *loop) stop() {
 func (l *loop) add(f *eflow) {
 	f.last = l.now()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.stopping {
+		l.mu.Unlock()
 		f.release(l.pipes)
-		f.done(result{up: f.dir[0].n, down: f.dir[1].n, err: errClosed})
+		l.report(f, errClosed)
 		return
 	}
+	defer l.mu.Unlock()
 	if n := len(l.free); n > 0 {
 		f.slot = l.free[n-1]
 		l.free = l.free[:n-1]
@@ -106,12 +118,15 @@ func (l *loop) add(f *eflow) {
 		f.slot = int32(len(l.slots))
 		l.slots = append(l.slots, f)
 	}
+	if f.kern != nil {
+		l.addKernel(f)
+	}
 	if tick := min(max(f.idle/4, minTick), maxTick); tick < l.tick {
 		l.tick = tick
 		l.file.SetReadDeadline(time.Now().Add(tick))
 	}
 	for side, fd := range f.fd {
-		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: f.slot, Pad: int32(side)}
+		ev := unix.EpollEvent{Events: f.interest(side), Fd: f.slot, Pad: int32(side)}
 		if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 			// The other descriptor may already have events on the loop: the loop ends it.
 			l.failed = append(l.failed, f)
@@ -129,7 +144,9 @@ func (l *loop) run() {
 	var events [maxEvents]unix.EpollEvent
 	var flows [maxEvents]*eflow
 	var again, cur, sweep []*eflow
+	var notes []passNote
 	var n int
+	polling := false // the read deadline is kernelPoll away, for the waiting kernel flows
 	var werr error
 	wait := func(fd uintptr) bool {
 		for {
@@ -164,6 +181,7 @@ func (l *loop) run() {
 		failed := l.failed
 		l.failed = nil
 		stopping := l.stopping
+		notes, l.notes = l.notes, notes[:0]
 		l.mu.Unlock()
 		if stopping {
 			l.finishAll()
@@ -199,10 +217,28 @@ func (l *loop) run() {
 		for _, f := range failed {
 			l.finish(f, errors.New("relay loop: epoll add failed"))
 		}
-		if tick := l.currentTick(); now-lastSweep >= tick || isTimeout(err) {
+		for _, pn := range notes {
+			if f := l.kflow(int(pn.pair)); f != nil && !f.closed {
+				if err := l.enterPass(f, int(pn.side), now); err != nil {
+					l.finish(f, err)
+				}
+			}
+		}
+		if len(l.waiting) > 0 {
+			l.recheck(now)
+		}
+		if tick := l.currentTick(); now-lastSweep >= tick || isTimeout(err) && !polling {
 			lastSweep = now
 			sweep = l.sweep(now, sweep[:0])
+			polling = false
 			l.file.SetReadDeadline(time.Now().Add(tick))
+		}
+		if len(l.waiting) > 0 {
+			polling = true
+			l.file.SetReadDeadline(time.Now().Add(kernelPoll))
+		} else if polling {
+			polling = false
+			l.file.SetReadDeadline(time.Now().Add(max(l.currentTick()-(now-lastSweep), 0)))
 		}
 	}
 }
@@ -225,6 +261,21 @@ func (l *loop) requeue(f *eflow, again []*eflow) []*eflow {
 // event moves what an edge on fd[side] allows: the direction it is the source of, and the
 // direction it is the blocked receiver of.
 func (l *loop) event(f *eflow, side int, ev uint32, now time.Duration) {
+	if f.kern != nil {
+		l.kevent(f, side, ev, now)
+	} else {
+		l.spliceEvent(f, side, ev, now)
+	}
+	if ev&unix.EPOLLERR != 0 && !f.closed {
+		// A reset on a side whose reading already ended shows only here.
+		if e, err := unix.GetsockoptInt(f.fd[side], unix.SOL_SOCKET, unix.SO_ERROR); err == nil && e != 0 {
+			l.finish(f, fmt.Errorf("relay: %w", unix.Errno(e)))
+		}
+	}
+}
+
+// spliceEvent moves what an edge on fd[side] of a spliced flow allows.
+func (l *loop) spliceEvent(f *eflow, side int, ev uint32, now time.Duration) {
 	if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		l.step(f, side, now)
 		if f.closed {
@@ -234,15 +285,6 @@ func (l *loop) event(f *eflow, side int, ev uint32, now time.Duration) {
 	if ev&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		if d := &f.dir[1-side]; d.p != nil && d.p.buffered > 0 {
 			l.step(f, 1-side, now)
-			if f.closed {
-				return
-			}
-		}
-	}
-	if ev&unix.EPOLLERR != 0 {
-		// A reset on a side whose reading already ended shows only here.
-		if e, err := unix.GetsockoptInt(f.fd[side], unix.SOL_SOCKET, unix.SO_ERROR); err == nil && e != 0 {
-			l.finish(f, fmt.Errorf("relay: %w", unix.Errno(e)))
 		}
 	}
 }
@@ -250,7 +292,13 @@ func (l *loop) event(f *eflow, side int, ev uint32, now time.Duration) {
 // step moves direction s of f and ends the flow on an error or when both directions are
 // done.
 func (l *loop) step(f *eflow, s int, now time.Duration) {
-	if err := l.pump(f, &f.dir[s], f.fd[s], f.fd[1-s], now); err != nil {
+	var err error
+	if f.kern != nil {
+		err = l.kstep(f, s, now)
+	} else {
+		err = l.pump(f, &f.dir[s], f.fd[s], f.fd[1-s], now)
+	}
+	if err != nil {
 		l.finish(f, err)
 		return
 	}
@@ -341,7 +389,18 @@ func (l *loop) finish(f *eflow, err error) {
 	l.slots[f.slot] = nil
 	l.free = append(l.free, f.slot)
 	l.mu.Unlock()
-	f.done(result{up: f.dir[0].n, down: f.dir[1].n, err: err})
+	l.report(f, err)
+}
+
+// report calls f's done with its result, then gives back what a kernel flow held (its
+// counters are read until done returned).
+func (l *loop) report(f *eflow, err error) {
+	if f.kern == nil {
+		f.done(result{up: f.dir[0].n, down: f.dir[1].n, err: err})
+		return
+	}
+	f.done(f.kernelResult(err))
+	l.kernelDone(f)
 }
 
 // sweep ends the flows that were quiet for their idle timeout, and those whose receiver took
@@ -354,6 +413,22 @@ func (l *loop) sweep(now time.Duration, buf []*eflow) []*eflow {
 		buf[i] = nil
 		if f == nil || f.closed {
 			continue
+		}
+		if f.kern != nil {
+			if f.kernelActive() {
+				f.last = now
+			}
+			for s := range f.dir {
+				if !f.dir[s].passing && !f.dir[s].finished && f.kern.Passing(s) {
+					if err := l.enterPass(f, s, now); err != nil {
+						l.finish(f, err)
+						break
+					}
+				}
+			}
+			if f.closed {
+				continue
+			}
 		}
 		if now-f.last >= f.idle {
 			l.finish(f, errIdle)
