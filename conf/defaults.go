@@ -22,8 +22,10 @@ const (
 	DefaultFakeTTL        = 10 * time.Second
 	DefaultIdleTimeout    = 15 * time.Minute // long enough for a model that thinks for minutes
 	DefaultConnectTimeout = 10 * time.Second
-	DefaultLogLevel       = "info"
-	DefaultLogFormat      = "text"
+	// DefaultSockmap: relayed TCP flows move in the kernel where it allows (see Relay.Sockmap).
+	DefaultSockmap   = true
+	DefaultLogLevel  = "info"
+	DefaultLogFormat = "text"
 )
 
 // The Linux UDP capture's policy routing (not keys): TPROXY marks the UDP it hands to the
