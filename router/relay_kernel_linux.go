@@ -44,8 +44,9 @@ const (
 // kernel is the engine's sockmap, loaded on first use. Its methods are safe for concurrent
 // use.
 type kernel struct {
-	log  *slog.Logger
-	once sync.Once
+	log    *slog.Logger
+	budget uint32 // sockmap.Config.Budget: 0 is its default; set before the first get
+	once   sync.Once
 	m    *sockmap.Map // nil until loaded, and when the kernel refused it
 	e    *engine
 }
@@ -54,7 +55,7 @@ type kernel struct {
 // (logged once: the flows are spliced instead).
 func (k *kernel) get() *sockmap.Map {
 	k.once.Do(func() {
-		m, err := sockmap.Load(sockmap.Config{Pairs: kernelPairs})
+		m, err := sockmap.Load(sockmap.Config{Pairs: kernelPairs, Budget: k.budget})
 		if err != nil {
 			k.log.Warn("relay: the eBPF sockmap is not available, relaying with splice", "err", err)
 			return

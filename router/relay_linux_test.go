@@ -67,8 +67,15 @@ func TestIdleFlowsHoldNoGoroutineNorPipe(t *testing.T) {
 // and fails when the sockmap cannot be loaded.
 func kernelRelay(t *testing.T, idle time.Duration) *relay {
 	t.Helper()
+	return kernelRelayBudget(t, idle, 0)
+}
+
+// kernelRelayBudget is kernelRelay with the sockmap's budget (0: its default).
+func kernelRelayBudget(t *testing.T, idle time.Duration, budget uint32) *relay {
+	t.Helper()
 	roottest.Require(t)
 	e := newEngine(nil)
+	e.kernel.budget = budget
 	t.Cleanup(e.Close)
 	if e.kernel.get() == nil {
 		t.Fatal("the sockmap could not be loaded")

@@ -291,6 +291,16 @@ func (f *Flow) Drained(side int, sent uint64) (bool, error) {
 	return w == f.base[1-side]+f.Redirected(side)+sent, nil
 }
 
+// Taken is how many bytes the other socket, fd[1-side], was given to send since Add: the
+// redirected ones it took from its psock and the caller's (0 when it cannot be read).
+func (f *Flow) Taken(side int) uint64 {
+	w, err := Written(f.fd[1-side])
+	if err != nil {
+		return 0
+	}
+	return w - f.base[1-side]
+}
+
 // Event waits for the next direction to stop redirecting and returns its pair and side. It
 // returns an error once the Map is closed.
 func (m *Map) Event() (pair, side int, err error) {
