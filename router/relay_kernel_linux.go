@@ -47,8 +47,8 @@ type kernel struct {
 	log    *slog.Logger
 	budget uint32 // sockmap.Config.Budget: 0 is its default; set before the first get
 	once   sync.Once
-	m    *sockmap.Map // nil until loaded, and when the kernel refused it
-	e    *engine
+	m      *sockmap.Map // nil until loaded, and when the kernel refused it
+	e      *engine
 }
 
 // get returns the sockmap, loading it on the first call; nil when the kernel refused it
