@@ -254,7 +254,9 @@ func (l *loop) kstep(f *eflow, s int, now time.Duration) error {
 		return l.enterPass(f, s, now)
 	}
 	if d.passing {
-		return l.kpump(f, s, now)
+		if err := l.kpump(f, s, now); err != nil || d.passing || d.finished {
+			return err
+		}
 	}
 	if d.hup {
 		return l.kclose(f, s, now)
@@ -268,12 +270,27 @@ func (l *loop) enterPass(f *eflow, s int, now time.Duration) error {
 	if d.passing || d.finished {
 		return nil
 	}
-	d.passing = true
+	d.passing, d.drained = true, false
+	return l.setInterest(f, s, now)
+}
+
+// leavePass stops copying direction s: the program redirects it again.
+func (l *loop) leavePass(f *eflow, s int, now time.Duration) error {
+	f.dir[s].passing = false
+	return l.setInterest(f, s, now)
+}
+
+// setInterest registers f's descriptors for what they wait for now (interest), and moves
+// direction s if it is copied.
+func (l *loop) setInterest(f *eflow, s int, now time.Duration) error {
 	for side, fd := range f.fd {
 		ev := unix.EpollEvent{Events: f.interest(side), Fd: f.slot, Pad: int32(side)}
 		if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, fd, &ev); err != nil {
 			return fmt.Errorf("relay: epoll: %w", err)
 		}
+	}
+	if !f.dir[s].passing {
+		return nil
 	}
 	return l.kpump(f, s, now)
 }
@@ -284,13 +301,20 @@ func (l *loop) enterPass(f *eflow, s int, now time.Duration) error {
 // the verdicts of every segment up to the FIN are done when it returns (the kernel reports
 // the FIN before it runs the verdict of the segment that carried it).
 func (l *loop) kclose(f *eflow, s int, now time.Duration) error {
-	d := &f.dir[s]
 	if _, err := sockmap.Kick(f.fd[s]); err != nil {
 		return err
 	}
 	if f.kern.Passing(s) {
 		return l.enterPass(f, s, now)
 	}
+	return l.endDir(f, s, now)
+}
+
+// endDir half-closes the destination of direction s, whose source sent its last byte and
+// its FIN, once the destination took every byte redirected to it; until then the flow
+// waits (await).
+func (l *loop) endDir(f *eflow, s int, now time.Duration) error {
+	d := &f.dir[s]
 	ok, err := f.kern.Drained(s, d.sent)
 	if err != nil {
 		return err
@@ -340,29 +364,35 @@ func (l *loop) recheck(now time.Duration) {
 }
 
 // kpump copies direction s, which the program passes to its source's receive queue, once
-// the destination took every byte redirected before: from the source's receive queue
-// through a pipe to the destination, like pump.
+// the destination took every byte redirected before (Drained, again after each new trip of
+// the program): from the source's receive queue through a pipe to the destination, like
+// pump. It reports every byte sent to the program (SetSent), which redirects again once
+// the loop sent all it passed; the loop then stops copying (leavePass).
 func (l *loop) kpump(f *eflow, s int, now time.Duration) error {
 	d := &f.dir[s]
 	d.more = false
 	if d.finished {
 		return nil
 	}
-	if !d.drained {
-		ok, err := f.kern.Drained(s, d.sent)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			l.await(f, d, now)
-			return nil
-		}
-		d.drained = true
-	}
 	src, dst := f.fd[s], f.fd[1-s]
 	moved := 0
 	for {
 		if d.p != nil && d.p.buffered > 0 {
+			// While the loop holds passed bytes the program cannot redirect again (it waits
+			// for SetSent to reach Passed), so no new trip can start under them; but the
+			// bytes read since the last check may belong to one that started before.
+			if t := f.kern.Trips(s); t != d.trip || !d.drained {
+				d.trip, d.drained = t, false
+				ok, err := f.kern.Drained(s, d.sent)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					l.await(f, d, now)
+					return nil
+				}
+				d.drained = true
+			}
 			n, err := splice(d.p.r, dst, d.p.buffered)
 			switch {
 			case err == unix.EINTR:
@@ -378,18 +408,12 @@ func (l *loop) kpump(f *eflow, s int, now time.Duration) error {
 			d.p.buffered -= int(n)
 			d.n += n
 			d.sent += uint64(n)
+			f.kern.SetSent(s, d.sent)
 			d.live.Add(n)
 			f.last = now
 			continue
 		}
 		d.blocked = 0
-		if d.eof {
-			if d.p != nil {
-				l.pipes.put(d.p)
-				d.p = nil
-			}
-			return l.halfClose(d, dst)
-		}
 		if moved >= budget {
 			d.more = true
 			return nil
@@ -408,24 +432,28 @@ func (l *loop) kpump(f *eflow, s int, now time.Duration) error {
 		switch {
 		case err == unix.EINTR:
 			continue
-		case err == unix.EAGAIN:
+		case err == unix.EAGAIN, err == nil && n == 0:
 			l.pipes.put(d.p) // empty: drained above
 			d.p = nil
-			return nil
-		case err != nil:
-			return fmt.Errorf("receive: %w", err)
-		case n == 0:
-			if d.read < f.kern.Passed(s) {
+			if err == nil && d.read < f.kern.Passed(s) {
 				// The FIN came, but passed bytes are still on their way to the receive
 				// queue (behind the segments the socket's psock sends, on its work
 				// queue): they come, and wake the loop, later.
-				l.pipes.put(d.p)
-				d.p = nil
 				l.await(f, d, now)
 				return nil
 			}
-			d.eof = true
-			continue
+			if err == nil {
+				// EOF, and every passed byte sent: what is left is the redirected ones.
+				d.hup = true
+				d.passing = false
+				return l.endDir(f, s, now)
+			}
+			if d.read == f.kern.Passed(s) && !f.kern.Passing(s) {
+				return l.leavePass(f, s, now)
+			}
+			return nil
+		case err != nil:
+			return fmt.Errorf("receive: %w", err)
 		}
 		d.read += uint64(n)
 		if err := writeAll(d.p.w, l.buf[:n]); err != nil {

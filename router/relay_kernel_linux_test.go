@@ -172,7 +172,7 @@ func slowRead(c *net.TCPConn, chunk int) ([]byte, error) {
 // does not grow the router's memory: the bytes queued toward the reader on the kernel's
 // psock stay within the budget, the rest waits in the relay's own socket buffers, whose
 // window closes on the sender (its writes stop being taken). Then the reader takes it all,
-// whole and in order.
+// whole and in order, and as it keeps up the kernel redirects again.
 func TestKernelRelaySlowReaderIsBounded(t *testing.T) {
 	rl := kernelRelay(t, time.Minute)
 	app, peer, m, res := relayedMeter(t, rl)
@@ -214,12 +214,18 @@ func TestKernelRelaySlowReaderIsBounded(t *testing.T) {
 		t.Errorf("the sender's writes were still taken while nobody read (%d bytes by the middle, %d by the end of %d)", plateau[len(plateau)/2], last, len(data))
 	}
 	t.Logf("psock queue at worst %d KiB; the sender got %d KiB in before its window closed", worstQueue>>10, plateau[len(plateau)-1]>>10)
-	got, err := slowRead(peer, 1<<20)
+	redPaused := kf.Redirected(0)
+	peer.SetReadDeadline(time.Now().Add(30 * time.Second))
+	got, err := io.ReadAll(peer)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != len(data) || sha256.Sum256(got) != sha256.Sum256(data) {
 		t.Fatalf("the reader got %d of %d bytes, or changed ones", len(got), len(data))
+	}
+	// Once the reader reads again and the loop caught up, the program redirects again.
+	if red := kf.Redirected(0); red == redPaused {
+		t.Errorf("after the pause the kernel redirected %d bytes of %d (trips %d)", red-redPaused, len(data)-int(redPaused), kf.Trips(0))
 	}
 	peer.CloseWrite()
 	if r := waitResult(t, res, 10*time.Second); r.err != nil || r.up != int64(len(data)) {

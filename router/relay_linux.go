@@ -233,7 +233,8 @@ type edir struct {
 	// Of a kernel flow's direction.
 	hup     bool   // the source reported EOF (EPOLLRDHUP), to pass on once drained
 	passing bool   // the program passes this direction: the loop copies it
-	drained bool   // passing, and dst took every byte redirected before
+	drained bool   // passing, and dst took every byte redirected before trip
+	trip    uint32 // the program's trip count drained is about
 	sent    uint64 // bytes the loop wrote to dst since the flow entered the sockmap
-	read    uint64 // passing: bytes the loop read from src
+	read    uint64 // bytes the loop read from src since then (passed ones)
 }

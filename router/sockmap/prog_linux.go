@@ -25,13 +25,17 @@ const (
 //	if (skb->len == 0) return SK_DROP;           // a bare FIN: the relay sees it itself
 //	slot = cookies[cookie(skb)]; if none: return SK_PASS;
 //	st = &state[slot]
-//	if (st->passing) goto pass
+//	if (st->passing) {
+//		if (st->sent != st->passed) goto pass    // the relay still holds passed bytes
+//		st->passing = 0                          // it sent them all: redirect again
+//	}
 //	peer = socks[slot ^ 1]; if none: goto stop
 //	seq = tcp_sk(peer)->write_seq; release(peer)
 //	if (!st->seq_set) { st->seq = seq; st->seq_set = 1 }
-//	if ((u32)st->redirected - (seq - st->seq) > budget) goto stop   // the peer's psock queue
+//	// what the peer's psock still queues: all that went to the peer minus what it took
+//	if ((u32)(st->redirected + st->sent) - (seq - st->seq) > budget) goto stop
 //	st->redirected += len; return sk_redirect_map(skb, socks, slot ^ 1, 0)
-//	stop: st->passing = 1; ringbuf_output(slot)
+//	stop: st->passing = 1; st->trips++; ringbuf_output(slot)
 //	pass: st->passed += len; return SK_PASS
 //
 // The verdicts of one socket never run at once (the socket's lock), so the counters need
@@ -65,10 +69,14 @@ func program(m maps, seqOff, budget uint32) asm.Instructions {
 		asm.JEq.Imm(asm.R0, 0, "unknown"),
 		asm.Mov.Reg(rState, asm.R0),
 		asm.LoadMem(asm.R1, rState, offPassing, asm.Word),
-		asm.JNE.Imm(asm.R1, 0, "pass"),
+		asm.JEq.Imm(asm.R1, 0, "peer"),
+		asm.LoadMem(asm.R1, rState, offSent, asm.DWord),
+		asm.LoadMem(asm.R2, rState, offPassed, asm.DWord),
+		asm.JNE.Reg(asm.R1, asm.R2, "pass"),
+		asm.StoreImm(rState, offPassing, 0, asm.Word),
 
 		// The peer and how far it is behind.
-		asm.Mov.Reg(asm.R1, rSock),
+		asm.Mov.Reg(asm.R1, rSock).WithSymbol("peer"),
 		asm.Xor.Imm(asm.R1, 1),
 		asm.StoreMem(asm.RFP, stPeer, asm.R1, asm.Word),
 		asm.LoadMapPtr(asm.R1, m.socks),
@@ -92,7 +100,9 @@ func program(m maps, seqOff, budget uint32) asm.Instructions {
 		asm.LoadMem(asm.R2, rState, offSeq, asm.Word).WithSymbol("have_seq"),
 		asm.Sub.Reg32(asm.R1, asm.R2),                         // how far the peer's write_seq advanced
 		asm.LoadMem(asm.R3, rState, offRedirected, asm.DWord), // redirected (its low 32 bits below)
-		asm.Sub.Reg32(asm.R3, asm.R1),                         // queued on the peer's psock
+		asm.LoadMem(asm.R2, rState, offSent, asm.DWord),
+		asm.Add.Reg32(asm.R3, asm.R2), // plus what the relay sent
+		asm.Sub.Reg32(asm.R3, asm.R1), // queued on the peer's psock
 		asm.JGT.Imm32(asm.R3, int32(budget), "stop"),
 
 		asm.LoadMem(asm.R1, rState, offRedirected, asm.DWord),
@@ -108,6 +118,9 @@ func program(m maps, seqOff, budget uint32) asm.Instructions {
 		asm.Mov.Reg(asm.R1, rSock).WithSymbol("release_stop"),
 		asm.FnSkRelease.Call(),
 		asm.StoreImm(rState, offPassing, 1, asm.Word).WithSymbol("stop"),
+		asm.LoadMem(asm.R1, rState, offTrips, asm.Word),
+		asm.Add.Imm32(asm.R1, 1),
+		asm.StoreMem(rState, offTrips, asm.R1, asm.Word),
 		asm.LoadMem(asm.R1, asm.RFP, stSlot, asm.Word),
 		asm.StoreMem(asm.RFP, stEvent, asm.R1, asm.Word),
 		asm.StoreImm(asm.RFP, stEvent+4, 0, asm.Word),

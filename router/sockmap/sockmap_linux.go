@@ -33,10 +33,12 @@ const DefaultBudget = 1 << 20
 const (
 	offRedirected = 0  // u64: bytes redirected to the peer
 	offPassed     = 8  // u64: bytes passed to the socket's own receive queue
-	offPassing    = 16 // u32: 1 once the program stopped redirecting (sticky)
-	offSeqSet     = 20 // u32: 1 once offSeq holds the peer's write_seq
-	offSeq        = 24 // u32: the peer's write_seq when the program first ran
-	stateSize     = 32
+	offSent       = 16 // u64: bytes the caller wrote to the peer since Add (SetSent)
+	offPassing    = 24 // u32: 1 while the program passes instead of redirecting
+	offTrips      = 28 // u32: how many times the program stopped redirecting
+	offSeqSet     = 32 // u32: 1 once offSeq holds the peer's write_seq
+	offSeq        = 36 // u32: the peer's write_seq when the program first ran
+	stateSize     = 40
 )
 
 // Map is the loaded program, its maps and the shared counters. Its methods are safe for
@@ -276,9 +278,20 @@ func (f *Flow) Redirected(side int) uint64 { return f.m.u64(f.slot(side), offRed
 // receive queue, for the caller to read.
 func (f *Flow) Passed(side int) uint64 { return f.m.u64(f.slot(side), offPassed).Load() }
 
-// Passing reports whether the program stopped redirecting what fd[side] receives: the
-// caller relays that direction from then on (after Drained).
+// Passing reports whether the program passes what fd[side] receives to fd[side]'s receive
+// queue instead of redirecting it: the caller copies that direction (after Drained) until
+// the program redirects again, which it does on the next segment once the caller sent
+// every passed byte (SetSent reaches Passed).
 func (f *Flow) Passing(side int) bool { return f.m.u32(f.slot(side), offPassing).Load() != 0 }
+
+// Trips counts the times the program stopped redirecting what fd[side] receives: a change
+// means the caller must wait for Drained again before it copies more.
+func (f *Flow) Trips(side int) uint32 { return f.m.u32(f.slot(side), offTrips).Load() }
+
+// SetSent tells the program how many bytes the caller wrote to fd[1-side] since Add (all of
+// them passed bytes of this direction, in order): when it reaches Passed, the program
+// redirects again.
+func (f *Flow) SetSent(side int, n uint64) { f.m.u64(f.slot(side), offSent).Store(n) }
 
 // Drained reports whether the other socket, fd[1-side], has taken into its send queue every
 // byte redirected from fd[side] plus the sent bytes the caller wrote to it since Add: its
