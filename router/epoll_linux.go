@@ -41,6 +41,7 @@ type loop struct {
 	pfree    []int32 // the free pairs of the loop's range
 
 	// Of the loop's goroutine only.
+	again          []*eflow // flows with a direction stopped at its budget (requeue)
 	waiting, spare []*eflow // kernel flows waiting for a psock to drain (await)
 	buf            []byte   // copies of passed bytes (kpump)
 }
@@ -143,7 +144,7 @@ func (l *loop) run() {
 	defer close(l.done)
 	var events [maxEvents]unix.EpollEvent
 	var flows [maxEvents]*eflow
-	var again, cur, sweep []*eflow
+	var cur, sweep []*eflow
 	var notes []passNote
 	var n int
 	polling := false // the read deadline is kernelPoll away, for the waiting kernel flows
@@ -155,7 +156,7 @@ func (l *loop) run() {
 				break
 			}
 		}
-		return n != 0 || werr != nil || len(again) > 0
+		return n != 0 || werr != nil || len(l.again) > 0
 	}
 	lastSweep := l.now()
 	l.file.SetReadDeadline(time.Now().Add(l.currentTick()))
@@ -188,7 +189,7 @@ func (l *loop) run() {
 			return
 		}
 		// Directions that stopped at their budget last time go on first.
-		cur, again = again, cur[:0]
+		cur, l.again = l.again, cur[:0]
 		for i, f := range cur {
 			cur[i] = nil
 			f.again = false
@@ -197,7 +198,7 @@ func (l *loop) run() {
 					l.step(f, s, now)
 				}
 			}
-			again = l.requeue(f, again)
+			l.requeue(f)
 		}
 		for i := range n {
 			f := flows[i]
@@ -211,7 +212,7 @@ func (l *loop) run() {
 			}
 			if !f.closed {
 				l.event(f, int(events[i].Pad), events[i].Events, now)
-				again = l.requeue(f, again)
+				l.requeue(f)
 			}
 		}
 		for _, f := range failed {
@@ -249,13 +250,12 @@ func (l *loop) currentTick() time.Duration {
 	return l.tick
 }
 
-// requeue appends f to again when a direction of it stopped at its budget.
-func (l *loop) requeue(f *eflow, again []*eflow) []*eflow {
+// requeue queues f to go on after the batch when a direction of it stopped at its budget.
+func (l *loop) requeue(f *eflow) {
 	if !f.closed && !f.again && (f.dir[0].more || f.dir[1].more) {
 		f.again = true
-		again = append(again, f)
+		l.again = append(l.again, f)
 	}
-	return again
 }
 
 // event moves what an edge on fd[side] allows: the direction it is the source of, and the
@@ -297,6 +297,9 @@ func (l *loop) step(f *eflow, s int, now time.Duration) {
 		err = l.kstep(f, s, now)
 	} else {
 		err = l.pump(f, &f.dir[s], f.fd[s], f.fd[1-s], now)
+	}
+	if err == nil && f.wantKernel {
+		err = l.promote(f)
 	}
 	if err != nil {
 		l.finish(f, err)
@@ -360,6 +363,7 @@ func (l *loop) pump(f *eflow, d *edir, src, dst int, now time.Duration) error {
 			d.p = p
 		}
 		n, err := splice(src, d.p.w, pipeSize)
+		d.dry = err == unix.EAGAIN
 		switch {
 		case err == unix.EINTR:
 			continue

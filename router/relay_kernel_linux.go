@@ -39,6 +39,11 @@ const (
 	kernelPoll = time.Millisecond
 	// copyBuf is the buffer of a loop copying a direction the program passed.
 	copyBuf = 64 << 10
+	// kernelAfter is how many bytes a flow moves by splice before it enters the sockmap:
+	// putting a flow in (a psock for each socket, a dozen system calls) costs about as much
+	// as splicing a few hundred KiB, so short flows (most requests) never pay it, and a
+	// bulk transfer enters within its first milliseconds.
+	kernelAfter = 1 << 20
 )
 
 // kernel is the engine's sockmap, loaded on first use. Its methods are safe for concurrent
@@ -46,6 +51,7 @@ const (
 type kernel struct {
 	log    *slog.Logger
 	budget uint32 // sockmap.Config.Budget: 0 is its default; set before the first get
+	after  int64  // kernelAfter; 0 (tests): a flow enters at its start
 	once   sync.Once
 	m      *sockmap.Map // nil until loaded, and when the kernel refused it
 	e      *engine
@@ -119,9 +125,37 @@ func (k *kernelBytes) bytes() (up, down int64) {
 	return int64(k.f.Redirected(0)), int64(k.f.Redirected(1))
 }
 
-// toKernel puts f into the sockmap: on the caller's goroutine before the loop owns f
-// (start), with both directions' pipes empty. It returns false when f stays spliced (the
-// sockmap is off or full, or the kernel refused the flow).
+// promote puts f, a spliced flow that asked for the sockmap, into it once it moved
+// kernelAfter bytes and each direction is between segments (idle), and registers its
+// descriptors anew. A flow the sockmap cannot take stays spliced and is not asked again.
+func (l *loop) promote(f *eflow) error {
+	if f.dir[0].n+f.dir[1].n < l.kernel.after || !f.dir[0].idle() || !f.dir[1].idle() {
+		return nil
+	}
+	f.wantKernel = false
+	if !l.toKernel(f, f.meter) {
+		return nil
+	}
+	l.mu.Lock()
+	l.addKernel(f)
+	l.mu.Unlock()
+	for side, fd := range f.fd {
+		ev := unix.EpollEvent{Events: f.interest(side), Fd: f.slot, Pad: int32(side)}
+		if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, fd, &ev); err != nil {
+			return fmt.Errorf("relay: epoll: %w", err)
+		}
+	}
+	return nil
+}
+
+// idle reports whether d can enter the sockmap now: its last read from the source ended
+// with EAGAIN (no segment is half read: the program would take the whole of it again), its
+// pipe is empty, and it did not reach EOF (a socket that received or sent a FIN cannot
+// join a sockmap).
+func (d *edir) idle() bool { return d.dry && d.p == nil && !d.eof && !d.finished }
+
+// toKernel puts f into the sockmap, both directions idle. It returns false
+// when f stays spliced (the sockmap is off or full, or the kernel refused the flow).
 func (l *loop) toKernel(f *eflow, m *meter) bool {
 	sm := l.kernel.get()
 	if sm == nil {
@@ -416,6 +450,7 @@ func (l *loop) kpump(f *eflow, s int, now time.Duration) error {
 		d.blocked = 0
 		if moved >= budget {
 			d.more = true
+			l.requeue(f) // whoever called (an event, a note, a recheck)
 			return nil
 		}
 		if d.p == nil {

@@ -322,3 +322,84 @@ func TestStatusCountsKernelBytes(t *testing.T) {
 	c.Close()
 	e.waitLog("up=1048576 down=1048581")
 }
+
+// TestKernelRelayPromotes: with the engine's default, a flow starts spliced and enters the
+// sockmap once it moved kernelAfter bytes; the bytes before, during and after arrive whole.
+func TestKernelRelayPromotes(t *testing.T) {
+	rl := kernelRelay(t, time.Minute)
+	rl.engine.kernel.after = kernelAfter
+	rl.sockmap = false // relayed: not in the sockmap at its start
+	app, peer, m, res := func() (*net.TCPConn, *net.TCPConn, *meter, <-chan result) {
+		app, a := tcpPair(t)
+		b, peer := tcpPair(t)
+		ch := make(chan result, 1)
+		m := new(meter)
+		r := *rl
+		r.sockmap = true
+		r.start(a, b, m, func(r result) { ch <- r })
+		return app, peer, m, ch
+	}()
+	if m.kernel.Load() != nil {
+		t.Fatal("the flow entered the sockmap before it moved anything")
+	}
+	up, down := randomBytes(7, 16<<20), randomBytes(8, 3<<20)
+	seen := make(chan *kernelBytes, 1)
+	stop := make(chan struct{})
+	go func() {
+		defer close(seen)
+		for {
+			if k := m.kernel.Load(); k != nil {
+				seen <- k
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Microsecond):
+			}
+		}
+	}()
+	// Both directions stay open while the large one moves (a socket that sent or got a
+	// FIN cannot join a sockmap): the peer answers once it has the whole request.
+	server := make(chan error, 1)
+	go func() {
+		got := make([]byte, len(up))
+		peer.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := io.ReadFull(peer, got); err != nil {
+			server <- err
+			return
+		}
+		if sha256.Sum256(got) != sha256.Sum256(up) {
+			server <- errors.New("the request changed on the way")
+			return
+		}
+		_, err := peer.Write(down)
+		server <- errors.Join(err, peer.CloseWrite())
+	}()
+	if _, err := app.Write(up); err != nil {
+		t.Fatal(err)
+	}
+	app.SetDeadline(time.Now().Add(20 * time.Second))
+	got, err := io.ReadAll(app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-server; err != nil {
+		t.Fatal(err)
+	}
+	if sha256.Sum256(got) != sha256.Sum256(down) {
+		t.Fatal("the answer changed on the way")
+	}
+	app.CloseWrite()
+	close(stop)
+	k := <-seen
+	if k == nil {
+		t.Fatal("the flow never entered the sockmap")
+	}
+	if k.f.Redirected(0)+k.f.Redirected(1) == 0 {
+		t.Error("the kernel redirected nothing")
+	}
+	if r := waitResult(t, res, 10*time.Second); r.err != nil || r.up != int64(len(up)) || r.down != int64(len(down)) {
+		t.Errorf("result %+v", r)
+	}
+}

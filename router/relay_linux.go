@@ -61,7 +61,7 @@ func newEngine(log *slog.Logger) *engine {
 		log = slog.New(slog.DiscardHandler)
 	}
 	e := &engine{pipes: newPipePool(64)}
-	e.kernel = kernel{log: log, e: e}
+	e.kernel = kernel{log: log, e: e, after: kernelAfter}
 	return e
 }
 
@@ -141,8 +141,12 @@ func (r *relay) start(a *net.TCPConn, bc net.Conn, m *meter, done func(result)) 
 		done(result{up: f.dir[0].n, down: f.dir[1].n})
 		return
 	}
-	if r.sockmap && f.dir[0].p == nil && f.dir[1].p == nil && !f.dir[0].eof && !f.dir[1].eof {
-		l.toKernel(f, m)
+	if r.sockmap {
+		f.meter, f.wantKernel = m, true
+		if r.engine.kernel.after == 0 && f.dir[0].idle() && f.dir[1].idle() {
+			f.wantKernel = false
+			l.toKernel(f, m)
+		}
 	}
 	l.add(f)
 }
@@ -214,10 +218,11 @@ type eflow struct {
 	again  bool // queued to go on after the batch
 
 	// A flow in the sockmap (relay_kernel_linux.go); kern is nil for a spliced one.
-	kern    *sockmap.Flow
-	meter   *meter
-	waiting bool   // on the loop's list of flows waiting for a psock to drain
-	ksum    uint64 // the kernel's counters at the last sweep
+	kern       *sockmap.Flow
+	meter      *meter // the flow's, when wantKernel
+	wantKernel bool   // the relay asked for the sockmap: the flow goes in after kernelAfter bytes
+	waiting    bool   // on the loop's list of flows waiting for a psock to drain
+	ksum       uint64 // the kernel's counters at the last sweep
 }
 
 // edir is one direction of a flow.
@@ -229,6 +234,7 @@ type edir struct {
 	finished bool          // EOF passed on (dst half-closed)
 	blocked  time.Duration // loop clock when dst refused bytes; 0 when it takes them
 	more     bool          // stopped at the budget with the source maybe still readable
+	dry      bool          // the last read from the source ended with EAGAIN (no segment half read)
 
 	// Of a kernel flow's direction.
 	hup     bool   // the source reported EOF (EPOLLRDHUP), to pass on once drained

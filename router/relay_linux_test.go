@@ -75,7 +75,7 @@ func kernelRelayBudget(t *testing.T, idle time.Duration, budget uint32) *relay {
 	t.Helper()
 	roottest.Require(t)
 	e := newEngine(nil)
-	e.kernel.budget = budget
+	e.kernel.budget, e.kernel.after = budget, 0
 	t.Cleanup(e.Close)
 	if e.kernel.get() == nil {
 		t.Fatal("the sockmap could not be loaded")

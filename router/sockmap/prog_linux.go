@@ -31,7 +31,7 @@ const (
 //	}
 //	peer = socks[slot ^ 1]; if none: goto stop
 //	seq = tcp_sk(peer)->write_seq; release(peer)
-//	if (!st->seq_set) { st->seq = seq; st->seq_set = 1 }
+//	if (!st->seq_set) { st->seq = seq - st->sent; st->seq_set = 1 }  // nothing queued yet
 //	// what the peer's psock still queues: all that went to the peer minus what it took
 //	if ((u32)(st->redirected + st->sent) - (seq - st->seq) > budget) goto stop
 //	st->redirected += len; return sk_redirect_map(skb, socks, slot ^ 1, 0)
@@ -95,7 +95,10 @@ func program(m maps, seqOff, budget uint32) asm.Instructions {
 		asm.LoadMem(asm.R1, asm.RFP, stSeq, asm.Word),
 		asm.LoadMem(asm.R2, rState, offSeqSet, asm.Word),
 		asm.JNE.Imm(asm.R2, 0, "have_seq"),
-		asm.StoreMem(rState, offSeq, asm.R1, asm.Word),
+		asm.Mov.Reg32(asm.R2, asm.R1),
+		asm.LoadMem(asm.R3, rState, offSent, asm.DWord),
+		asm.Sub.Reg32(asm.R2, asm.R3),
+		asm.StoreMem(rState, offSeq, asm.R2, asm.Word),
 		asm.StoreImm(rState, offSeqSet, 1, asm.Word),
 		asm.LoadMem(asm.R2, rState, offSeq, asm.Word).WithSymbol("have_seq"),
 		asm.Sub.Reg32(asm.R1, asm.R2),                         // how far the peer's write_seq advanced

@@ -202,10 +202,13 @@ type Flow struct {
 
 // Add puts the connected TCP sockets a and b in the map as pair, so that what one receives
 // is sent by the other, and returns the flow. The caller must have written everything it
-// meant to a and b and must write nothing more to a side until that side is passing (see
-// Passing). Bytes a or b already hold unread are redirected when the program next runs on
-// the socket: Kick runs it. The caller keeps a and b and closes them when the flow ends
-// (which takes them out of the map); Release then forgets the flow.
+// read from either socket, and must write nothing more to a side until the program passes
+// its direction (see Passing). Bytes a or b hold unread are redirected (or passed) when the
+// program next runs on the socket: Kick runs it. The caller must not have read part of a
+// segment: the program takes whole segments off the receive queue, and would send the
+// part again (a read that ended with EAGAIN leaves none). The caller keeps a and b and
+// closes them when the flow ends (which takes them out of the map); Release then forgets
+// the flow.
 func (m *Map) Add(pair int, a, b int) (*Flow, error) {
 	if pair < 0 || pair >= m.pairs {
 		return nil, fmt.Errorf("sockmap: pair %d out of range", pair)
