@@ -122,7 +122,7 @@ func TestDefaults(t *testing.T) {
 		File:    "empty.toml",
 		Capture: Capture{ListenerPort: DefaultListenerPort, DNSPort: DefaultDNSPort, UDPPort: DefaultUDPPort, Mark: DefaultMark, Table: DefaultTable},
 		DNS:     DNS{Mode: DNSFakeIP, Capture: DNSCaptureCaged, Resolver: DefaultResolver, Pool: DefaultPool(), TTL: DefaultFakeTTL, Transport: DNSOverTCP},
-		Relay:   Relay{IdleTimeout: 15 * time.Minute, ConnectTimeout: 10 * time.Second, Sockmap: true},
+		Relay:   Relay{IdleTimeout: 15 * time.Minute, ConnectTimeout: 10 * time.Second},
 		Log:     Log{Level: "info", Format: "text"},
 		loc:     cfg.loc,
 	}
@@ -146,7 +146,7 @@ direct_names = ["*.local", "nas.home.arpa"]
 
 [relay]
 idle_timeout = "30m"
-sockmap = false
+sockmap = true
 
 [[rule]]
 ports = [443]
@@ -180,7 +180,7 @@ action = "block"
 	if cfg.DNS.Mode != DNSProxy || cfg.DNS.Resolver != "9.9.9.9:53" || cfg.DNS.TTL != 30*time.Second || len(cfg.DNS.DirectNames) != 2 || cfg.DNS.Proxy != "only" {
 		t.Errorf("dns = %+v", cfg.DNS)
 	}
-	if cfg.Relay.IdleTimeout != 30*time.Minute || cfg.Relay.Sockmap {
+	if cfg.Relay.IdleTimeout != 30*time.Minute || !cfg.Relay.Sockmap {
 		t.Errorf("relay = %+v", cfg.Relay)
 	}
 }

@@ -21,12 +21,13 @@ import (
 	"github.com/agentcage/router/internal/lab"
 )
 
-// TestSockmapCarriesTheBytes: with the default config (sockmap on), a proxied download's
+// TestSockmapCarriesTheBytes: with the sockmap on, a proxied download's
 // bytes move in the kernel: once it moved its first MiB, the router's eBPF cookie map holds
 // the flow's two sockets, and its shared counters count the redirected bytes; the guest
 // gets every byte in order, and nothing leaks.
 func TestSockmapCarriesTheBytes(t *testing.T) {
-	s := newScene(t, config(lab.GoSocksAddr, ""))
+	cfg := strings.Replace(config(lab.GoSocksAddr, ""), "[relay]\n", "[relay]\nsockmap = true\n", 1)
+	s := newScene(t, cfg)
 	ln, err := s.lab.Inet().Listen(s.ctx, "tcp", lab.ServiceAddr+":9050")
 	if err != nil {
 		t.Fatal(err)
