@@ -26,7 +26,7 @@ const (
 	// the sockmap was slower and cost more CPU than the splice relay (the kernel sends what
 	// it redirects from a work queue that retries a full socket a jiffy later, and a
 	// receiver that falls behind makes the router copy). See Relay.Sockmap.
-	DefaultSockmap = false
+	DefaultSockmap   = false
 	DefaultLogLevel  = "info"
 	DefaultLogFormat = "text"
 )
