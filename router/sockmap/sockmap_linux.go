@@ -112,8 +112,8 @@ func Load(cfg Config) (_ *Map, err error) {
 }
 
 // writeSeqOffset finds where struct tcp_sock keeps write_seq in this kernel (its BTF), for
-// the program's one read of the peer socket. The parsed BTF is dropped afterwards: it is
-// large and needed once.
+// the program's one read of the peer socket (CO-RE by hand: the program is built here, not
+// by a compiler). The parsed BTF is garbage once Load returns.
 func writeSeqOffset() (uint32, error) {
 	spec, err := btf.LoadKernelSpec()
 	if err != nil {
@@ -356,16 +356,6 @@ func Written(fd int) (uint64, error) {
 		}
 	}
 	return 0, errors.New("sockmap: send queue kept moving")
-}
-
-// Unread returns how many bytes fd received that nobody consumed yet: not yet run through
-// the program, or passed and not yet read (SIOCINQ).
-func Unread(fd int) (int, error) {
-	n, err := unix.IoctlGetInt(fd, unix.SIOCINQ)
-	if err != nil {
-		return 0, fmt.Errorf("sockmap: receive queue: %w", err)
-	}
-	return n, nil
 }
 
 // Kick runs the program on what fd received before it entered the map (a receive with
