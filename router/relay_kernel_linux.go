@@ -12,16 +12,18 @@ import (
 )
 
 // The kernel relay: a flow whose relay asks for it (relay.sockmap) and whose two sides are
-// TCP goes into the engine's eBPF sockmap once its first bytes are moved, and the kernel
-// then redirects each segment a side receives to the other side's egress, without waking
-// the loop. The loop keeps the flow (its slot, its descriptors, the idle sweep) and does
-// what the sockmap cannot (see package sockmap for the why):
+// TCP goes into the engine's eBPF sockmap once it moved kernelAfter bytes by splice
+// (promote), and the kernel then redirects each segment a side receives to the other
+// side's egress, without waking the loop. The loop keeps the flow (its slot, its
+// descriptors, the idle sweep) and does what the sockmap cannot (see package sockmap for
+// the why):
 //
-//	EOF        on EPOLLRDHUP of a side, it half-closes the other side once the source has
-//	           nothing unread and the other side took every redirected byte (kclose)
+//	EOF        on EPOLLRDHUP of a side, it half-closes the other side once the other side
+//	           took every redirected byte (kclose, endDir)
 //	budget     when the program stopped redirecting a direction (an event on the ring
 //	           buffer), it waits until the other side took every redirected byte, then
-//	           copies that direction itself, in order (kpump)
+//	           copies that direction itself, in order, until the program redirects again
+//	           (kpump)
 //	accounting the program's counters, shared memory, are the flow's live bytes (meter)
 //	           and its activity for the idle sweep
 //
@@ -32,8 +34,8 @@ import (
 
 const (
 	// kernelPairs bounds the flows the sockmap holds at once, shared equally by the loops;
-	// a flow started when its loop has no pair free is spliced. The shared counters cost 64
-	// bytes a flow of locked kernel memory, 2 MiB in all.
+	// a flow started when its loop has no pair free is spliced. The shared counters cost 80
+	// bytes a flow of kernel memory, 2.5 MiB in all.
 	kernelPairs = 1 << 15
 	// kernelPoll is how often a flow waiting for a psock to drain is looked at again.
 	kernelPoll = time.Millisecond
