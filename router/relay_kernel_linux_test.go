@@ -323,11 +323,12 @@ func TestStatusCountsKernelBytes(t *testing.T) {
 	e.waitLog("up=1048576 down=1048581")
 }
 
-// TestKernelRelayPromotes: with the engine's default, a flow starts spliced and enters the
-// sockmap once it moved kernelAfter bytes; the bytes before, during and after arrive whole.
+// TestKernelRelayPromotes: with a threshold (kernelAfter, 0 by default), a flow starts
+// spliced and enters the sockmap once it moved that many bytes; the bytes before, during
+// and after arrive whole.
 func TestKernelRelayPromotes(t *testing.T) {
 	rl := kernelRelay(t, time.Minute)
-	rl.engine.kernel.after = kernelAfter
+	rl.engine.kernel.after = 1 << 20
 	rl.sockmap = false // relayed: not in the sockmap at its start
 	app, peer, m, res := func() (*net.TCPConn, *net.TCPConn, *meter, <-chan result) {
 		app, a := tcpPair(t)

@@ -142,9 +142,9 @@ func (r *relay) start(a *net.TCPConn, bc net.Conn, m *meter, done func(result)) 
 		return
 	}
 	if r.sockmap {
-		f.meter, f.wantKernel = m, true
-		if r.engine.kernel.after == 0 && f.dir[0].idle() && f.dir[1].idle() {
-			f.wantKernel = false
+		if r.engine.kernel.after > 0 {
+			f.meter, f.wantKernel = m, true // promote
+		} else if f.dir[0].idle() && f.dir[1].idle() {
 			l.toKernel(f, m)
 		}
 	}
