@@ -22,7 +22,7 @@ import (
 )
 
 // TestSockmapCarriesTheBytes: with the sockmap on, a proxied download's
-// bytes move in the kernel: once it moved its first MiB, the router's eBPF cookie map holds
+// bytes move in the kernel: the router's eBPF cookie map holds
 // the flow's two sockets, and its shared counters count the redirected bytes; the guest
 // gets every byte in order, and nothing leaks.
 func TestSockmapCarriesTheBytes(t *testing.T) {
@@ -63,7 +63,7 @@ func TestSockmapCarriesTheBytes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The flow enters the sockmap after its first MiB: from then on, its two sockets
+		// The flow is in the sockmap: its two sockets
 		// are in the router's map (cookie -> slot).
 		if !inMap {
 			if maps = routerMaps(t, s.router.PID()); maps != nil && countEntries(t, maps["router_cookies"]) == 2 {
