@@ -200,11 +200,11 @@ func (r *Router) setup(ctx context.Context, p *compiled, key string, pf *policy.
 	if dst == "" {
 		dst = pf.Dst.String()
 	}
-	if !r.adm.dstAcquire(dst) {
-		return nil, errDstBusy
-	}
 	wctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
 	defer cancel()
+	if err := r.adm.dstAcquire(wctx, dst); err != nil {
+		return nil, err
+	}
 	if err := r.adm.setups.acquire(wctx, key); err != nil {
 		r.adm.dstRelease(dst)
 		if !errors.Is(err, errBusy) {
