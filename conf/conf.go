@@ -243,6 +243,10 @@ type DNS struct {
 type Relay struct {
 	IdleTimeout    time.Duration
 	ConnectTimeout time.Duration
+	// Sockmap moves relayed TCP flows' bytes socket to socket in the kernel (an eBPF
+	// sockmap) where the kernel allows it (Linux, with CAP_BPF); otherwise, and when
+	// false, the router relays them itself.
+	Sockmap bool
 }
 
 // Control is the [control] table: where the daemon answers `router status` and `router

@@ -146,6 +146,7 @@ direct_names = ["*.local", "nas.home.arpa"]
 
 [relay]
 idle_timeout = "30m"
+sockmap = true
 
 [[rule]]
 ports = [443]
@@ -179,7 +180,7 @@ action = "block"
 	if cfg.DNS.Mode != DNSProxy || cfg.DNS.Resolver != "9.9.9.9:53" || cfg.DNS.TTL != 30*time.Second || len(cfg.DNS.DirectNames) != 2 || cfg.DNS.Proxy != "only" {
 		t.Errorf("dns = %+v", cfg.DNS)
 	}
-	if cfg.Relay.IdleTimeout != 30*time.Minute {
+	if cfg.Relay.IdleTimeout != 30*time.Minute || !cfg.Relay.Sockmap {
 		t.Errorf("relay = %+v", cfg.Relay)
 	}
 }

@@ -22,8 +22,13 @@ const (
 	DefaultFakeTTL        = 10 * time.Second
 	DefaultIdleTimeout    = 15 * time.Minute // long enough for a model that thinks for minutes
 	DefaultConnectTimeout = 10 * time.Second
-	DefaultLogLevel       = "info"
-	DefaultLogFormat      = "text"
+	// DefaultSockmap is off: on this project's benchmark (a 6.18 kernel) a download through
+	// the sockmap was slower and cost more CPU than the splice relay (the kernel sends what
+	// it redirects from a work queue that retries a full socket a jiffy later, and a
+	// receiver that falls behind makes the router copy). See Relay.Sockmap.
+	DefaultSockmap   = false
+	DefaultLogLevel  = "info"
+	DefaultLogFormat = "text"
 )
 
 // The Linux UDP capture's policy routing (not keys): TPROXY marks the UDP it hands to the

@@ -21,7 +21,7 @@ var (
 	forwardKeys = []string{"name", "listen", "connect", "allow", "unsafe_any_address"}
 	inboundKeys = []string{"name", "type", "listen", "allow", "unsafe_any_address"}
 	dnsKeys     = []string{"mode", "resolver", "proxy", "transport", "pool", "ttl", "direct_names", "capture"}
-	relayKeys   = []string{"idle_timeout", "connect_timeout"}
+	relayKeys   = []string{"idle_timeout", "connect_timeout", "sockmap"}
 	logKeys     = []string{"level", "format"}
 	metricsKeys = []string{"listen", "unsafe_listen"}
 	ruleKeys    = []string{"name", "apps", "services", "sources", "caged", "hosts", "ports", "network", "action", "proxy"}
@@ -39,7 +39,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 			Table:        DefaultTable,
 		},
 		DNS:   DNS{Mode: DefaultDNSMode, Resolver: DefaultResolver, Pool: DefaultPool(), TTL: DefaultFakeTTL, Transport: DefaultDNSTransport},
-		Relay: Relay{IdleTimeout: DefaultIdleTimeout, ConnectTimeout: DefaultConnectTimeout},
+		Relay: Relay{IdleTimeout: DefaultIdleTimeout, ConnectTimeout: DefaultConnectTimeout, Sockmap: DefaultSockmap},
 		Log:   Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
 	}
 	d.checkKeys(at{}, raw, topKeys)
@@ -478,6 +478,11 @@ func (d *decoder) relay(c *Config, v any) {
 	if v, ok := m["connect_timeout"]; ok {
 		if t, ok := d.duration(a.key("connect_timeout"), v); ok {
 			c.Relay.ConnectTimeout = t
+		}
+	}
+	if v, ok := m["sockmap"]; ok {
+		if b, ok := d.boolean(a.key("sockmap"), v); ok {
+			c.Relay.Sockmap = b
 		}
 	}
 }

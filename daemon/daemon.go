@@ -216,6 +216,7 @@ func routerPolicy(cfg *conf.Config, dec *policy.Policy) router.Policy {
 		Decision:       dec,
 		IdleTimeout:    cfg.Relay.IdleTimeout,
 		ConnectTimeout: cfg.Relay.ConnectTimeout,
+		Sockmap:        cfg.Relay.Sockmap,
 	}
 	for _, px := range cfg.Proxies {
 		p.Upstreams = append(p.Upstreams, UpstreamConfig(px))

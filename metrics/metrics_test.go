@@ -82,7 +82,6 @@ router_refusals_total{reason="forward-source"} 0
 router_refusals_total{reason="guest-udp"} 2
 router_refusals_total{reason="host-off-limits"} 2
 router_refusals_total{reason="icmp"} 0
-router_refusals_total{reason="ipv6"} 0
 router_refusals_total{reason="limit"} 0
 router_refusals_total{reason="local-udp"} 0
 router_refusals_total{reason="not-carried"} 0

@@ -235,7 +235,7 @@ func echoTarget(echo []string) (target, error) {
 func exitAddr(ctx context.Context, up upstream.Upstream, opts Options) (exit, via string, err error) {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, address string) (net.Conn, error) {
-			dst, err := upstreamAddr(address)
+			dst, err := upstream.ParseAddr(address)
 			if err != nil {
 				return nil, err
 			}
@@ -281,27 +281,9 @@ func firstAddr(body string) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-func upstreamAddr(address string) (upstream.Addr, error) {
-	host, port, err := net.SplitHostPort(address)
-	if err != nil {
-		return upstream.Addr{}, err
-	}
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		return upstream.Addr{}, fmt.Errorf("%s: bad port", address)
-	}
-	dst := upstream.Addr{Port: uint16(p)}
-	if a, err := netip.ParseAddr(host); err == nil {
-		dst.IP = a
-	} else {
-		dst.Name = host
-	}
-	return dst, nil
-}
-
 // resolve asks resolver (host:port) for name's A records over TCP through up.
 func resolve(ctx context.Context, up upstream.Upstream, resolver, name string, timeout time.Duration) (string, error) {
-	dst, err := upstreamAddr(resolver)
+	dst, err := upstream.ParseAddr(resolver)
 	if err != nil {
 		return "", err
 	}

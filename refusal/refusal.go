@@ -31,7 +31,6 @@ const (
 	UpstreamDown                // the proxy the flow was decided for could not be reached
 	GuestUDP                    // UDP from the cage that is not DNS and is not proxied
 	ICMP                        // ICMP from the cage, or from this host with local capture (the router cannot carry it)
-	IPv6                        // IPv6 from the cage when IPv6 is not captured
 	ForwardSource               // a forward (or inbound proxy) connection from a source it does not allow
 	DNS                         // a DNS query refused (a name that is an IP literal, a refused type, over limits)
 	Capture                     // a capture fault: a connection that should never have reached the listener
@@ -52,7 +51,6 @@ var names = [numReasons]string{
 	UpstreamDown:  "upstream-down",
 	GuestUDP:      "guest-udp",
 	ICMP:          "icmp",
-	IPv6:          "ipv6",
 	ForwardSource: "forward-source",
 	DNS:           "dns",
 	Capture:       "capture-fault",

@@ -1,7 +1,10 @@
 package router
 
 import (
+	"context"
+	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -19,8 +22,11 @@ import (
 //     beyond its source's share waits, up to the connect timeout; beyond maxSetups waiting
 //     per source it is refused at once.
 //   - dst: at most perDestination flows being set up to one destination (name or address)
-//     at once; more are refused at once. A silent destination costs one connect timeout
-//     per flow, so this bounds what one can hold.
+//     at once. A silent destination costs one connect timeout per flow, so this bounds the
+//     set-up slots one can hold; a flow beyond the cap waits for its destination's turn (in
+//     order, up to the connect timeout, holding no set-up slot), so that a burst to one
+//     busy host (a package manager's parallel downloads) is only queued, never reset.
+//     Beyond maxSetups waiting for one destination a flow is refused at once.
 //   - flows and total: the transparent flows alive (being set up or relayed), each holding
 //     up to two descriptors. total is checked at accept, before any work; flows shares the
 //     same budget fairly between sources once the source is known. Beyond either the flow is
@@ -39,8 +45,15 @@ type admission struct {
 	maxTotal int64
 	perDst   int
 
-	mu  sync.Mutex     // guards dst
-	dst map[dstKey]int // flows being set up, by destination
+	mu  sync.Mutex           // guards dst
+	dst map[dstKey]*dstSlots // flows being set up and waiting, by destination
+}
+
+// dstSlots is one destination's set-up slots: held, and the flows waiting in order (each
+// channel is closed when the slot is handed to it).
+type dstSlots struct {
+	held    int
+	waiting []chan struct{}
 }
 
 // dstKey is a destination for the per-destination cap: its name when known, else its
@@ -93,7 +106,7 @@ func newAdmission(descriptors int) *admission {
 		forwards: newShares(forwards, max(forwards/8, 2), 2, 0),
 		maxTotal: int64(flows),
 		perDst:   perDestination,
-		dst:      map[dstKey]int{},
+		dst:      map[dstKey]*dstSlots{},
 	}
 }
 
@@ -110,21 +123,86 @@ func (a *admission) enter() bool {
 // leave uncounts a flow enter counted.
 func (a *admission) leave() { a.total.Add(-1) }
 
-// dstAcquire takes one of key's set-up slots; false: key has perDst flows being set up.
-func (a *admission) dstAcquire(key dstKey) bool {
+// dstTryAcquire takes one of key's set-up slots if dstAcquire would take one without
+// waiting (one is free and nobody waits for key); false: nothing is taken.
+func (a *admission) dstTryAcquire(key dstKey) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.dst[key] >= a.perDst {
-		return false
+	d := a.dst[key]
+	if d == nil {
+		a.dst[key] = &dstSlots{held: 1}
+		return true
 	}
-	a.dst[key]++
-	return true
+	if d.held < a.perDst && len(d.waiting) == 0 {
+		d.held++
+		return true
+	}
+	return false
 }
 
+// dstAcquire takes one of key's set-up slots, waiting in order while key has perDst
+// flows being set up, until ctx ends (its error is returned) or errDstBusy when maxSetups
+// flows already wait for key.
+func (a *admission) dstAcquire(ctx context.Context, key dstKey) error {
+	a.mu.Lock()
+	d := a.dst[key]
+	if d == nil {
+		d = &dstSlots{}
+		a.dst[key] = d
+	}
+	if d.held < a.perDst && len(d.waiting) == 0 {
+		d.held++
+		a.mu.Unlock()
+		return nil
+	}
+	if len(d.waiting) >= maxSetups {
+		a.mu.Unlock()
+		return errDstBusy
+	}
+	ready := make(chan struct{})
+	d.waiting = append(d.waiting, ready)
+	a.mu.Unlock()
+
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+	}
+	a.mu.Lock()
+	select {
+	case <-ready: // handed over meanwhile: give it back
+		a.mu.Unlock()
+		a.dstRelease(key)
+	default:
+		if i := slices.Index(d.waiting, ready); i >= 0 {
+			d.waiting = slices.Delete(d.waiting, i, i+1)
+		}
+		a.dropLocked(key, d)
+		a.mu.Unlock()
+	}
+	return fmt.Errorf("%w: %w", errDstBusy, ctx.Err())
+}
+
+// dstRelease gives back a slot dstAcquire took: to the first flow waiting for key, if any.
 func (a *admission) dstRelease(key dstKey) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.dst[key]--; a.dst[key] <= 0 {
+	d := a.dst[key]
+	if d == nil {
+		return
+	}
+	if len(d.waiting) > 0 {
+		close(d.waiting[0])
+		d.waiting = slices.Delete(d.waiting, 0, 1)
+		return
+	}
+	d.held--
+	a.dropLocked(key, d)
+}
+
+// dropLocked forgets key when nothing holds or waits for it; a.mu is held.
+func (a *admission) dropLocked(key dstKey, d *dstSlots) {
+	if d.held <= 0 && len(d.waiting) == 0 {
 		delete(a.dst, key)
 	}
 }
@@ -133,7 +211,7 @@ func (a *admission) dstRelease(key dstKey) {
 // now and nobody waits for a slot (waiters are served first); false: nothing is taken, and
 // the flow must wait (setup) on a goroutine of its own. endSetup gives them back.
 func (a *admission) trySetup(key string, dst dstKey) bool {
-	if !a.dstAcquire(dst) {
+	if !a.dstTryAcquire(dst) {
 		return false
 	}
 	if !a.setups.tryAcquireNow(key) {

@@ -321,15 +321,23 @@ func TestFloodDoesNotHoldBackOthers(t *testing.T) {
 	}
 }
 
-// TestSilentDestinationCapped: flows to one silent destination beyond perDestination are
-// refused at once rather than held.
+// TestSilentDestinationCapped: flows to one silent destination beyond perDestination wait
+// for its turn, holding no set-up slot, and are refused when the connect timeout ends.
 func TestSilentDestinationCapped(t *testing.T) {
 	ts := newTwoSources(t, silentPolicy(t, 2*time.Second), Options{})
 	var cs []*net.TCPConn
 	for range perDestination + 8 {
 		cs = append(cs, ts.dialFrom("10.0.2.15", netip.MustParseAddrPort("203.0.113.9:80")))
 	}
-	time.Sleep(300 * time.Millisecond) // the refusals are immediate; the held flows wait 2 s
+	waitUntil(t, func() bool {
+		ts.r.adm.mu.Lock()
+		defer ts.r.adm.mu.Unlock()
+		d := ts.r.adm.dst[dstKey{addr: netip.MustParseAddr("203.0.113.9")}]
+		return d != nil && d.held == perDestination && len(d.waiting) == 8
+	})
+	if used, _, _ := ts.r.adm.setups.stats(); used != perDestination {
+		t.Errorf("%d set-up slots used, want %d (the waiting flows hold none)", used, perDestination)
+	}
 	refused := 0
 	for _, c := range cs {
 		c.SetReadDeadline(time.Now().Add(time.Millisecond))
@@ -337,8 +345,77 @@ func TestSilentDestinationCapped(t *testing.T) {
 			refused++
 		}
 	}
-	if refused != 8 {
-		t.Errorf("%d flows to one silent destination refused at once, want 8 (beyond %d)", refused, perDestination)
+	if refused != 0 {
+		t.Errorf("%d flows to one silent destination refused at once, want none (they wait)", refused)
+	}
+	for _, c := range cs { // all refused once the connect timeout ends
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil || isTimeoutErr(err) {
+			t.Fatalf("a flow to a silent destination: %v, want a reset", err)
+		}
+	}
+}
+
+// TestDestinationTurns: beyond the per-destination cap flows wait in order; a slot given
+// back goes to the first waiting, one whose wait ends leaves the queue, and too many
+// waiting are refused at once.
+func TestDestinationTurns(t *testing.T) {
+	a := newAdmission(0)
+	a.perDst = 2
+	ctx := context.Background()
+	d, e := dstKey{host: "d"}, dstKey{addr: netip.MustParseAddr("192.0.2.1")}
+	for range 2 {
+		if err := a.dstAcquire(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make(chan int, 3)
+	short, cancel := context.WithCancel(ctx)
+	for i := range 3 {
+		c := ctx
+		if i == 1 {
+			c = short
+		}
+		go func() {
+			if err := a.dstAcquire(c, d); err != nil {
+				got <- -1 - i
+				return
+			}
+			got <- i
+		}()
+		waitUntil(t, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return len(a.dst[d].waiting) == i+1 })
+	}
+	if a.dstTryAcquire(d) {
+		t.Fatal("dstTryAcquire took a slot of a destination at its cap")
+	}
+	cancel()
+	if g := <-got; g != -2 {
+		t.Fatalf("got %d, want the second waiter's wait ended (-2)", g)
+	}
+	a.dstRelease(d)
+	if g := <-got; g != 0 {
+		t.Fatalf("slot went to waiter %d, want the first (0)", g)
+	}
+	a.dstRelease(d)
+	if g := <-got; g != 2 {
+		t.Fatalf("slot went to waiter %d, want the third (2)", g)
+	}
+	a.dstRelease(d) // its slots: 1 held, nobody waiting
+	if !a.dstTryAcquire(d) {
+		t.Fatal("dstTryAcquire found no slot free under the cap")
+	}
+	a.perDst = 0 // every flow waits
+	for range maxSetups {
+		go a.dstAcquire(short, e) // short is over: each returns at once
+	}
+	waitUntil(t, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.dst[e] == nil })
+	for _, key := range []dstKey{d, d} {
+		a.dstRelease(key)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.dst) != 0 {
+		t.Errorf("destinations left: %v", a.dst)
 	}
 }
 

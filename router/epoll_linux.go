@@ -16,13 +16,16 @@ import (
 
 // loop is one epoll instance and the goroutine that waits on it.
 type loop struct {
-	pipes *pipePool
-	epfd  int
-	file  *os.File        // epfd, registered in Go's poller
-	rc    syscall.RawConn // file's
-	evfd  int             // eventfd: wakes the loop (stop, failed adds, shorter tick)
-	base  time.Time
-	done  chan struct{} // closed when the goroutine returned
+	pipes  *pipePool
+	kernel *kernel
+	index  int // among nloops: the loop owns the sockmap pairs of its index
+	nloops int
+	epfd   int
+	file   *os.File        // epfd, registered in Go's poller
+	rc     syscall.RawConn // file's
+	evfd   int             // eventfd: wakes the loop (stop, failed adds, shorter tick)
+	base   time.Time
+	done   chan struct{} // closed when the goroutine returned
 
 	// mu guards the fields below. add holds it across its epoll_ctl calls, so the
 	// descriptors are never closed under a registration.
@@ -31,22 +34,30 @@ type loop struct {
 	free     []int32
 	failed   []*eflow // flows whose registration failed: the loop ends them
 	tick     time.Duration
-	stopping bool      // stop was called: the loop ends every flow and returns
-	closed   bool      // epfd and evfd are closed
-	lents    []*lentry // the listeners the loop accepts on, by index (setup_linux.go)
-	gone     []*lentry // listeners taken off, whose set-ups the loop ends
+	stopping bool       // stop was called: the loop ends every flow and returns
+	closed   bool       // epfd and evfd are closed
+	lents    []*lentry  // the listeners the loop accepts on, by index (setup_linux.go)
+	gone     []*lentry  // listeners taken off, whose set-ups the loop ends
+	notes    []passNote // directions the sockmap program stopped redirecting
+	kflows   []*eflow   // the kernel flows by pair - pairBase; nil until the first
+	pairBase int
+	pfree    []int32 // the free pairs of the loop's range
 	// resumeDue: a paused listener's pause is over
 	resumeDue bool
 
-	// The loop goroutine's own: buffers for set-ups and accept, never held across events.
-	snap []*eflow
-	sa   unix.RawSockaddrAny
-	raw  rawFD
-	buf  [handshakeRoom + earlyMax]byte // a handshake and the client's first bytes; answers
-	out  [handshakeRoom]byte            // a lock-step handshake's next message
+	// Of the loop's goroutine only: buffers for set-ups and accept, never held across
+	// events, and the kernel flows' state.
+	again          []*eflow // flows with a direction stopped at its budget (requeue)
+	waiting, spare []*eflow // kernel flows waiting for a psock to drain (await)
+	kbuf           []byte   // copies of passed bytes (kpump)
+	snap           []*eflow
+	sa             unix.RawSockaddrAny
+	raw            rawFD
+	buf            [handshakeRoom + earlyMax]byte // a handshake and the client's first bytes; answers
+	out            [handshakeRoom]byte            // a lock-step handshake's next message
 }
 
-func newLoop(pipes *pipePool) (*loop, error) {
+func newLoop(pipes *pipePool, k *kernel, index, nloops int) (*loop, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("relay loop: epoll: %w", err)
@@ -75,7 +86,7 @@ func newLoop(pipes *pipePool) (*loop, error) {
 		unix.Close(evfd)
 		return nil, fmt.Errorf("relay loop: %w", err)
 	}
-	l := &loop{pipes: pipes, epfd: epfd, file: file, rc: rc, evfd: evfd, base: time.Now(), done: make(chan struct{}), tick: maxTick}
+	l := &loop{pipes: pipes, kernel: k, index: index, nloops: nloops, epfd: epfd, file: file, rc: rc, evfd: evfd, base: time.Now(), done: make(chan struct{}), tick: maxTick}
 	go l.run()
 	return l, nil
 }
@@ -104,12 +115,13 @@ func (l *loop) stop() {
 func (l *loop) add(f *eflow) {
 	f.last = l.now()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.stopping {
+		l.mu.Unlock()
 		f.release(l.pipes)
-		f.done(result{up: f.dir[0].n, down: f.dir[1].n, err: errClosed})
+		l.report(f, errClosed)
 		return
 	}
+	defer l.mu.Unlock()
 	if n := len(l.free); n > 0 {
 		f.slot = l.free[n-1]
 		l.free = l.free[:n-1]
@@ -118,9 +130,12 @@ func (l *loop) add(f *eflow) {
 		f.slot = int32(len(l.slots))
 		l.slots = append(l.slots, f)
 	}
+	if f.kern != nil {
+		l.addKernel(f)
+	}
 	l.setTickLocked(f.idle)
 	for side, fd := range f.fd {
-		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: f.slot, Pad: int32(side)}
+		ev := unix.EpollEvent{Events: f.interest(side), Fd: f.slot, Pad: int32(side)}
 		if err := rawEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 			// The other descriptor may already have events on the loop: the loop ends it.
 			l.failed = append(l.failed, f)
@@ -152,8 +167,10 @@ func (l *loop) run() {
 	var events [maxEvents]unix.EpollEvent
 	var flows [maxEvents]*eflow
 	var lents [maxEvents]*lentry
-	var again, cur, sweep []*eflow
+	var cur, sweep []*eflow
+	var notes []passNote
 	var n int
+	polling := false // the read deadline is kernelPoll away, for the waiting kernel flows
 	var werr error
 	wait := func(fd uintptr) bool {
 		for {
@@ -162,7 +179,7 @@ func (l *loop) run() {
 				break
 			}
 		}
-		return n != 0 || werr != nil || len(again) > 0
+		return n != 0 || werr != nil || len(l.again) > 0
 	}
 	lastSweep := l.now()
 	l.file.SetReadDeadline(time.Now().Add(l.currentTick()))
@@ -191,13 +208,14 @@ func (l *loop) run() {
 		failed, gone, resume := l.failed, l.gone, l.resumeDue
 		l.failed, l.gone, l.resumeDue = nil, nil, false
 		stopping := l.stopping
+		notes, l.notes = l.notes, notes[:0]
 		l.mu.Unlock()
 		if stopping {
 			l.finishAll()
 			return
 		}
 		// Directions that stopped at their budget last time go on first.
-		cur, again = again, cur[:0]
+		cur, l.again = l.again, cur[:0]
 		for i, f := range cur {
 			cur[i] = nil
 			f.again = false
@@ -206,7 +224,7 @@ func (l *loop) run() {
 					l.step(f, s, now)
 				}
 			}
-			again = l.requeue(f, again)
+			l.requeue(f)
 		}
 		for i := range n {
 			f := flows[i]
@@ -226,10 +244,10 @@ func (l *loop) run() {
 			case f.closed:
 			case f.setup != nil:
 				l.setupEvent(f.setup, int(events[i].Pad), events[i].Events)
-				again = l.requeue(f, again)
+				l.requeue(f)
 			default:
 				l.event(f, int(events[i].Pad), events[i].Events, now)
-				again = l.requeue(f, again)
+				l.requeue(f)
 			}
 		}
 		for _, f := range failed {
@@ -241,11 +259,29 @@ func (l *loop) run() {
 		if resume {
 			l.resumeListeners(now)
 		}
-		if tick := l.currentTick(); now-lastSweep >= tick || isTimeout(err) {
+		for _, pn := range notes {
+			if f := l.kflow(int(pn.pair)); f != nil && !f.closed {
+				if err := l.enterPass(f, int(pn.side), now); err != nil {
+					l.finish(f, err)
+				}
+			}
+		}
+		if len(l.waiting) > 0 {
+			l.recheck(now)
+		}
+		if tick := l.currentTick(); now-lastSweep >= tick || isTimeout(err) && !polling {
 			lastSweep = now
 			sweep = l.sweep(now, sweep[:0])
 			l.resumeListeners(now)
+			polling = false
 			l.file.SetReadDeadline(time.Now().Add(tick))
+		}
+		if len(l.waiting) > 0 {
+			polling = true
+			l.file.SetReadDeadline(time.Now().Add(kernelPoll))
+		} else if polling {
+			polling = false
+			l.file.SetReadDeadline(time.Now().Add(max(l.currentTick()-(now-lastSweep), 0)))
 		}
 	}
 }
@@ -256,18 +292,32 @@ func (l *loop) currentTick() time.Duration {
 	return l.tick
 }
 
-// requeue appends f to again when a direction of it stopped at its budget.
-func (l *loop) requeue(f *eflow, again []*eflow) []*eflow {
+// requeue queues f to go on after the batch when a direction of it stopped at its budget.
+func (l *loop) requeue(f *eflow) {
 	if !f.closed && !f.again && (f.dir[0].more || f.dir[1].more) {
 		f.again = true
-		again = append(again, f)
+		l.again = append(l.again, f)
 	}
-	return again
 }
 
 // event moves what an edge on fd[side] allows: the direction it is the source of, and the
 // direction it is the blocked receiver of.
 func (l *loop) event(f *eflow, side int, ev uint32, now time.Duration) {
+	if f.kern != nil {
+		l.kevent(f, side, ev, now)
+	} else {
+		l.spliceEvent(f, side, ev, now)
+	}
+	if ev&unix.EPOLLERR != 0 && !f.closed {
+		// A reset on a side whose reading already ended shows only here.
+		if e, err := rawGetsockoptInt(f.fd[side], unix.SOL_SOCKET, unix.SO_ERROR); err == nil && e != 0 {
+			l.finish(f, fmt.Errorf("relay: %w", unix.Errno(e)))
+		}
+	}
+}
+
+// spliceEvent moves what an edge on fd[side] of a spliced flow allows.
+func (l *loop) spliceEvent(f *eflow, side int, ev uint32, now time.Duration) {
 	if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		l.step(f, side, now)
 		if f.closed {
@@ -277,15 +327,6 @@ func (l *loop) event(f *eflow, side int, ev uint32, now time.Duration) {
 	if ev&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		if d := &f.dir[1-side]; d.p != nil && d.p.buffered > 0 {
 			l.step(f, 1-side, now)
-			if f.closed {
-				return
-			}
-		}
-	}
-	if ev&unix.EPOLLERR != 0 {
-		// A reset on a side whose reading already ended shows only here.
-		if e, err := rawGetsockoptInt(f.fd[side], unix.SOL_SOCKET, unix.SO_ERROR); err == nil && e != 0 {
-			l.finish(f, fmt.Errorf("relay: %w", unix.Errno(e)))
 		}
 	}
 }
@@ -293,7 +334,16 @@ func (l *loop) event(f *eflow, side int, ev uint32, now time.Duration) {
 // step moves direction s of f and ends the flow on an error or when both directions are
 // done.
 func (l *loop) step(f *eflow, s int, now time.Duration) {
-	if err := l.pump(f, &f.dir[s], f.fd[s], f.fd[1-s], now); err != nil {
+	var err error
+	if f.kern != nil {
+		err = l.kstep(f, s, now)
+	} else {
+		err = l.pump(f, &f.dir[s], f.fd[s], f.fd[1-s], now)
+	}
+	if err == nil && f.wantKernel {
+		err = l.promote(f)
+	}
+	if err != nil {
 		l.finish(f, err)
 		return
 	}
@@ -355,6 +405,7 @@ func (l *loop) pump(f *eflow, d *edir, src, dst int, now time.Duration) error {
 			d.p = p
 		}
 		n, err := splice(src, d.p.w, pipeSize)
+		d.dry = err == unix.EAGAIN
 		switch {
 		case err == unix.EINTR:
 			continue
@@ -384,7 +435,18 @@ func (l *loop) finish(f *eflow, err error) {
 	l.slots[f.slot] = nil
 	l.free = append(l.free, f.slot)
 	l.mu.Unlock()
-	f.done(result{up: f.dir[0].n, down: f.dir[1].n, err: err})
+	l.report(f, err)
+}
+
+// report calls f's done with its result, then gives back what a kernel flow held (its
+// counters are read until done returned).
+func (l *loop) report(f *eflow, err error) {
+	if f.kern == nil {
+		f.done(result{up: f.dir[0].n, down: f.dir[1].n, err: err})
+		return
+	}
+	f.done(f.kernelResult(err))
+	l.kernelDone(f)
 }
 
 // sweep ends the flows that were quiet for their idle timeout, and those whose receiver took
@@ -403,6 +465,22 @@ func (l *loop) sweep(now time.Duration, buf []*eflow) []*eflow {
 				l.expire(s)
 			}
 			continue
+		}
+		if f.kern != nil {
+			if f.kernelActive() {
+				f.last = now
+			}
+			for s := range f.dir {
+				if !f.dir[s].passing && !f.dir[s].finished && f.kern.Passing(s) {
+					if err := l.enterPass(f, s, now); err != nil {
+						l.finish(f, err)
+						break
+					}
+				}
+			}
+			if f.closed {
+				continue
+			}
 		}
 		if now-f.last >= f.idle {
 			l.finish(f, errIdle)

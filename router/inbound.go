@@ -14,6 +14,7 @@ import (
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/rules"
 )
 
@@ -106,11 +107,15 @@ func (r *Router) ServeInbound(ctx context.Context, ln *net.TCPListener, current 
 		src := netaddr.AddrPort(c.RemoteAddr())
 		a := src.Addr().WithZone("")
 		if !in.allowed(a) {
-			r.log.Warn("inbound refused: source not allowed", "inbound", in.Name, "src", src)
+			r.book.Add(refusal.ForwardSource, refusal.Event{Src: src, Dst: in.Listen, Rule: "inbound " + in.Name})
+			if r.refuse.note("inbound "+in.Name+": source not allowed", a.String()) {
+				r.log.Warn("inbound refused: source not allowed", "inbound", in.Name, "src", src)
+			}
 			reset(c)
 			return
 		}
 		if !s.adm.take(a) {
+			r.book.Add(refusal.Limit, refusal.Event{Src: src, Dst: in.Listen, Rule: "inbound " + in.Name})
 			s.refusedOverLimit(in, src)
 			reset(c)
 			return

@@ -6,16 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"regexp"
-	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/policy/policytest"
 	"github.com/agentcage/router/proc"
@@ -60,7 +56,6 @@ func TestResolvedCases(t *testing.T) {
 		hosts[c.Flow.Host] = target.Addr()
 	}
 	p := startProxy(t, hosts, nil) // it dials loopback only: no case's traffic leaves
-	record := regexp.MustCompile(`msg=flow .*rule=("[^"]*"|\S+) action=(\S+)`)
 	for _, c := range policytest.ResolvedCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			fl := c.Flow
@@ -85,26 +80,7 @@ func TestResolvedCases(t *testing.T) {
 				{Config: upstream.Config{Name: "remote", Host: "127.0.0.1", Port: p.addr.Port()}},
 			}}
 			e := newEnv(t, pol, opts)
-			c2, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
-			switch {
-			case errors.Is(err, syscall.ECONNRESET):
-			case err != nil:
-				t.Fatal(err)
-			default:
-				defer c2.Close()
-			}
-			e.waitLog("msg=flow")
-			m := record.FindStringSubmatch(e.logs.String())
-			if m == nil {
-				t.Fatalf("no flow record in\n%s", e.logs.String())
-			}
-			name := m[1]
-			if u, err := strconv.Unquote(name); err == nil {
-				name = u
-			}
-			if name != c.Rule || m[2] != c.Action.String() {
-				t.Errorf("relay decided %s by %q, want %s by %q", m[2], name, c.Action, c.Rule)
-			}
+			e.wantDecided(c.Action, c.Rule)
 			// A caged flow's name is looked up once, in classify (dialDirect reuses the
 			// checked addresses); a host app's direct fake IP is resolved by dialDirect.
 			want := int32(0)

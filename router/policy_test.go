@@ -30,7 +30,6 @@ func TestSharedCases(t *testing.T) {
 	}
 	dec := policy.New(cfg, policytest.Env())
 	p := startProxy(t, nil, nil) // it dials loopback only: no case's traffic leaves
-	record := regexp.MustCompile(`msg=flow .*rule=("[^"]*"|\S+) action=(\S+)`)
 	for _, c := range policytest.Cases() {
 		if c.Flow.Network != rules.TCP {
 			continue
@@ -53,26 +52,7 @@ func TestSharedCases(t *testing.T) {
 			}
 			pol := Policy{Decision: dec, Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port()}}}}
 			e := newEnv(t, pol, opts)
-			c2, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
-			switch {
-			case errors.Is(err, syscall.ECONNRESET): // refused before the dial returned
-			case err != nil:
-				t.Fatal(err)
-			default:
-				defer c2.Close()
-			}
-			e.waitLog("msg=flow")
-			m := record.FindStringSubmatch(e.logs.String())
-			if m == nil {
-				t.Fatalf("no flow record in\n%s", e.logs.String())
-			}
-			name := m[1]
-			if u, err := strconv.Unquote(name); err == nil {
-				name = u
-			}
-			if name != c.Rule || m[2] != c.Action.String() {
-				t.Errorf("relay decided %s by %q, want %s by %q", m[2], name, c.Action, c.Rule)
-			}
+			e.wantDecided(c.Action, c.Rule)
 			// Status counts the flow under what decided it, with that step's action.
 			var row *RuleHits
 			st := e.r.Status()
@@ -92,5 +72,34 @@ func TestSharedCases(t *testing.T) {
 				t.Errorf("refusals = %+v, want one for %q", refused, c.Rule)
 			}
 		})
+	}
+}
+
+// flowEndRecord is a flow's end record: its rule (quoted when it has spaces) and action.
+var flowEndRecord = regexp.MustCompile(`msg=flow .*rule=("[^"]*"|\S+) action=(\S+)`)
+
+// wantDecided connects "through capture" (the case's Original says where from and to) and
+// checks that the relay's record of the flow names the action and rule the case wants.
+func (e *env) wantDecided(action rules.Action, rule string) {
+	e.t.Helper()
+	c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
+	switch {
+	case errors.Is(err, syscall.ECONNRESET): // refused before the dial returned
+	case err != nil:
+		e.t.Fatal(err)
+	default:
+		defer c.Close()
+	}
+	e.waitLog("msg=flow")
+	m := flowEndRecord.FindStringSubmatch(e.logs.String())
+	if m == nil {
+		e.t.Fatalf("no flow record in\n%s", e.logs.String())
+	}
+	name := m[1]
+	if u, err := strconv.Unquote(name); err == nil {
+		name = u
+	}
+	if name != rule || m[2] != action.String() {
+		e.t.Errorf("relay decided %s by %q, want %s by %q", m[2], name, action, rule)
 	}
 }

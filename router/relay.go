@@ -28,6 +28,10 @@ var errClosed = errors.New("router closed")
 type relay struct {
 	idle   time.Duration
 	engine *engine
+	// sockmap asks the engine to move the flow's bytes in the kernel (an eBPF sockmap, on
+	// Linux) when it can: both sides TCP, the sockmap loaded, a place free in it.
+	// Otherwise, and on other platforms, the flow is relayed as without it.
+	sockmap bool
 }
 
 // result is how a flow ended: bytes sent up (a→b) and down (b→a), and the cause (nil for a
@@ -40,7 +44,23 @@ type result struct {
 // meter is a flow's live byte counts, as the relay moves them: one atomic add per move (a
 // splice of up to a pipe's worth, or one buffer), read by Status at any time. It counts
 // what the relay moved, not the client's first bytes sent with the proxy request.
-type meter struct{ up, down atomic.Int64 }
+//
+// A flow whose bytes the kernel moves (the sockmap) adds the kernel's counters, kept in
+// memory shared with the kernel: load reads them without a system call.
+type meter struct {
+	up, down atomic.Int64
+	kernel   atomic.Pointer[kernelBytes] // nil unless the kernel moves the flow's bytes
+}
+
+// load returns the flow's bytes so far.
+func (m *meter) load() (up, down int64) {
+	up, down = m.up.Load(), m.down.Load()
+	if k := m.kernel.Load(); k != nil {
+		ku, kd := k.bytes()
+		up, down = up+ku, down+kd
+	}
+	return up, down
+}
 
 // start (per platform) relays a (the client side) and b (the upstream side), counting the
 // bytes in m as they move; it owns both from the call on and returns at once. done is called exactly once, after both connections

@@ -3,12 +3,14 @@ package router
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/agentcage/router/router/sockmap"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,15 +45,25 @@ const (
 
 // engine is the set of loops of one Router. Its methods are safe for concurrent use.
 type engine struct {
-	pipes *pipePool
-	next  atomic.Uint32
+	pipes  *pipePool
+	next   atomic.Uint32
+	kernel kernel // the sockmap, loaded when a flow first asks for it
 
 	mu     sync.Mutex // guards loops and closed
 	loops  []*loop    // started on first use
 	closed bool
 }
 
-func newEngine() *engine { return &engine{pipes: newPipePool(64)} }
+// newEngine returns an engine that logs to log (nil: nowhere) the one time the sockmap
+// cannot be loaded.
+func newEngine(log *slog.Logger) *engine {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	e := &engine{pipes: newPipePool(64)}
+	e.kernel = kernel{log: log, e: e, after: kernelAfter}
+	return e
+}
 
 // loop returns the loop for a new flow, starting the loops on first use.
 func (e *engine) loop() (*loop, error) {
@@ -62,8 +74,8 @@ func (e *engine) loop() (*loop, error) {
 	}
 	if e.loops == nil {
 		n := runtime.GOMAXPROCS(0)
-		for range n {
-			l, err := newLoop(e.pipes)
+		for i := range n {
+			l, err := newLoop(e.pipes, &e.kernel, i, n)
 			if err != nil {
 				for _, l := range e.loops {
 					l.stop()
@@ -100,6 +112,7 @@ func (e *engine) Close() {
 	for _, l := range loops {
 		l.stop()
 	}
+	e.kernel.close()
 	e.pipes.Close()
 }
 
@@ -159,6 +172,13 @@ func (r *relay) begin(l *loop, f *eflow, m *meter, done func(result), own bool) 
 		f.last = now
 		l.setTick(f.idle)
 		return
+	}
+	if r.sockmap {
+		if r.engine.kernel.after > 0 {
+			f.meter, f.wantKernel = m, true // promote
+		} else if f.dir[0].idle() && f.dir[1].idle() {
+			l.toKernel(f, m)
+		}
 	}
 	l.add(f)
 }
@@ -230,6 +250,13 @@ type eflow struct {
 	again  bool          // queued to go on after the batch
 	setup  *sflow        // the loop is setting the flow up (setup_linux.go); nil once it relays
 	keep   time.Duration // loop clock at which the sweep sets keep-alive (keepAfter); 0: set
+
+	// A flow in the sockmap (relay_kernel_linux.go); kern is nil for a spliced one.
+	kern       *sockmap.Flow
+	meter      *meter // the flow's, when wantKernel
+	wantKernel bool   // the relay asked for the sockmap: the flow goes in after kernelAfter bytes
+	waiting    bool   // on the loop's list of flows waiting for a psock to drain
+	ksum       uint64 // the kernel's counters at the last sweep
 }
 
 // edir is one direction of a flow.
@@ -241,4 +268,13 @@ type edir struct {
 	finished bool          // EOF passed on (dst half-closed)
 	blocked  time.Duration // loop clock when dst refused bytes; 0 when it takes them
 	more     bool          // stopped at the budget with the source maybe still readable
+	dry      bool          // the last read from the source ended with EAGAIN (no segment half read)
+
+	// Of a kernel flow's direction.
+	hup     bool   // the source reported EOF (EPOLLRDHUP), to pass on once drained
+	passing bool   // the program passes this direction: the loop copies it
+	drained bool   // passing, and dst took every byte redirected before trip
+	trip    uint32 // the program's trip count drained is about
+	sent    uint64 // bytes the loop wrote to dst since the flow entered the sockmap
+	read    uint64 // bytes the loop read from src since then (passed ones)
 }

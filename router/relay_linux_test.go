@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentcage/router/internal/roottest"
 )
 
 // countPipes counts this process's descriptors that are pipes.
@@ -59,4 +61,24 @@ func TestIdleFlowsHoldNoGoroutineNorPipe(t *testing.T) {
 	if got := countPipes(t) - pipes; got > 2*8 {
 		t.Errorf("%d idle flows hold %d more pipe descriptors, want at most a pooled few", flows, got)
 	}
+}
+
+// kernelRelay returns a relay that puts its flows into the sockmap; it needs root (ROUTER_E2E)
+// and fails when the sockmap cannot be loaded.
+func kernelRelay(t *testing.T, idle time.Duration) *relay {
+	t.Helper()
+	return kernelRelayBudget(t, idle, 0)
+}
+
+// kernelRelayBudget is kernelRelay with the sockmap's budget (0: its default).
+func kernelRelayBudget(t *testing.T, idle time.Duration, budget uint32) *relay {
+	t.Helper()
+	roottest.Require(t)
+	e := newEngine(nil)
+	e.kernel.budget, e.kernel.after = budget, 0
+	t.Cleanup(e.Close)
+	if e.kernel.get() == nil {
+		t.Fatal("the sockmap could not be loaded")
+	}
+	return &relay{idle: idle, engine: e, sockmap: true}
 }

@@ -2,12 +2,15 @@
 
 package router
 
-import "net"
+import (
+	"log/slog"
+	"net"
+)
 
 // engine has no state outside Linux: each flow runs on a goroutine per direction.
 type engine struct{}
 
-func newEngine() *engine { return &engine{} }
+func newEngine(*slog.Logger) *engine { return &engine{} }
 
 // Close does nothing.
 func (*engine) Close() {}
@@ -19,3 +22,8 @@ func pending(*net.TCPConn, []byte) int { return 0 }
 func (r *relay) start(a *net.TCPConn, b net.Conn, m *meter, done func(result)) {
 	r.copyRelay(a, asHalfCloser(b), m, done)
 }
+
+// kernelBytes is nothing outside Linux: no flow's bytes move in the kernel.
+type kernelBytes struct{}
+
+func (*kernelBytes) bytes() (up, down int64) { return 0, 0 }

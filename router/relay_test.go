@@ -50,9 +50,16 @@ func tcpPair(t *testing.T) (dialed, accepted *net.TCPConn) {
 
 func newTestRelay(t *testing.T, idle time.Duration) *relay {
 	t.Helper()
-	e := newEngine()
+	e := newEngine(nil)
 	t.Cleanup(e.Close)
 	return &relay{idle: idle, engine: e}
+}
+
+// eachRelay runs fn as subtests with the relay without the sockmap ("splice": splice on
+// Linux, copies elsewhere) and with it ("sockmap": Linux, as root; see kernelRelay).
+func eachRelay(t *testing.T, idle time.Duration, fn func(t *testing.T, rl *relay)) {
+	t.Run("splice", func(t *testing.T) { fn(t, newTestRelay(t, idle)) })
+	t.Run("sockmap", func(t *testing.T) { fn(t, kernelRelay(t, idle)) })
 }
 
 // relayed starts a flow on rl and returns the application's end, the peer's end and the
@@ -62,7 +69,16 @@ func relayed(t *testing.T, rl *relay) (app, peer *net.TCPConn, res <-chan result
 	app, a := tcpPair(t)
 	b, peer := tcpPair(t)
 	ch := make(chan result, 1)
-	rl.start(a, b, new(meter), func(r result) { ch <- r })
+	m := new(meter)
+	rl.start(a, b, m, func(r result) { ch <- r })
+	if rl.sockmap && m.kernel.Load() == nil {
+		select {
+		case r := <-ch:
+			t.Fatalf("the flow ended at once: %+v", r)
+		default:
+		}
+		t.Fatal("the flow is not in the sockmap")
+	}
 	return app, peer, ch
 }
 
@@ -95,127 +111,131 @@ func sendRecv(w, r *net.TCPConn, data []byte) (sent error, got [32]byte, n int64
 }
 
 func TestRelayMovesBothWaysIntact(t *testing.T) {
-	rl := newTestRelay(t, time.Minute)
-	const flows, size = 8, 4 << 20
-	var wg sync.WaitGroup
-	for i := range flows {
-		app, peer, res := relayed(t, rl)
-		up := make([]byte, size+i)
-		down := make([]byte, size/2+i)
-		rng := rand.New(rand.NewPCG(uint64(i), 1))
-		for j := range up {
-			up[j] = byte(rng.Uint32())
-		}
-		for j := range down {
-			down[j] = byte(rng.Uint32())
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var upGot, downGot [32]byte
-			var upErr, downErr error
-			var inner sync.WaitGroup
-			inner.Add(1)
+	eachRelay(t, time.Minute, func(t *testing.T, rl *relay) {
+		const flows, size = 8, 4 << 20
+		var wg sync.WaitGroup
+		for i := range flows {
+			app, peer, res := relayed(t, rl)
+			up := make([]byte, size+i)
+			down := make([]byte, size/2+i)
+			rng := rand.New(rand.NewPCG(uint64(i), 1))
+			for j := range up {
+				up[j] = byte(rng.Uint32())
+			}
+			for j := range down {
+				down[j] = byte(rng.Uint32())
+			}
+			wg.Add(1)
 			go func() {
-				defer inner.Done()
+				defer wg.Done()
+				var upGot, downGot [32]byte
+				var upErr, downErr error
+				var inner sync.WaitGroup
+				inner.Add(1)
+				go func() {
+					defer inner.Done()
+					var err error
+					err, upGot, _, upErr = sendRecv(app, peer, up)
+					upErr = errors.Join(err, upErr)
+				}()
 				var err error
-				err, upGot, _, upErr = sendRecv(app, peer, up)
-				upErr = errors.Join(err, upErr)
+				err, downGot, _, downErr = sendRecv(peer, app, down)
+				downErr = errors.Join(err, downErr)
+				inner.Wait()
+				if upErr != nil || downErr != nil {
+					t.Errorf("flow %d: up %v, down %v", i, upErr, downErr)
+					return
+				}
+				if upGot != sha256.Sum256(up) || downGot != sha256.Sum256(down) {
+					t.Errorf("flow %d: bytes changed on the way", i)
+				}
+				r := waitResult(t, res, 10*time.Second)
+				if r.up != int64(len(up)) || r.down != int64(len(down)) || r.err != nil {
+					t.Errorf("flow %d: result up=%d down=%d err=%v, want up=%d down=%d err=nil", i, r.up, r.down, r.err, len(up), len(down))
+				}
 			}()
-			var err error
-			err, downGot, _, downErr = sendRecv(peer, app, down)
-			downErr = errors.Join(err, downErr)
-			inner.Wait()
-			if upErr != nil || downErr != nil {
-				t.Errorf("flow %d: up %v, down %v", i, upErr, downErr)
-				return
-			}
-			if upGot != sha256.Sum256(up) || downGot != sha256.Sum256(down) {
-				t.Errorf("flow %d: bytes changed on the way", i)
-			}
-			r := waitResult(t, res, 10*time.Second)
-			if r.up != int64(len(up)) || r.down != int64(len(down)) || r.err != nil {
-				t.Errorf("flow %d: result up=%d down=%d err=%v, want up=%d down=%d err=nil", i, r.up, r.down, r.err, len(up), len(down))
-			}
-		}()
-	}
-	wg.Wait()
+		}
+		wg.Wait()
+	})
 }
 
 func TestRelaySlowReceiverGetsEverything(t *testing.T) {
-	rl := newTestRelay(t, time.Minute)
-	app, peer, res := relayed(t, rl)
-	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<20) // 16 MiB
-	go func() {
-		app.Write(data)
-		app.CloseWrite()
-	}()
-	h := sha256.New()
-	buf := make([]byte, 256<<10)
-	var n int64
-	for {
-		m, err := peer.Read(buf)
-		h.Write(buf[:m])
-		n += int64(m)
-		if err != nil {
-			break
+	eachRelay(t, time.Minute, func(t *testing.T, rl *relay) {
+		app, peer, res := relayed(t, rl)
+		data := bytes.Repeat([]byte("0123456789abcdef"), 1<<20) // 16 MiB
+		go func() {
+			app.Write(data)
+			app.CloseWrite()
+		}()
+		h := sha256.New()
+		buf := make([]byte, 256<<10)
+		var n int64
+		for {
+			m, err := peer.Read(buf)
+			h.Write(buf[:m])
+			n += int64(m)
+			if err != nil {
+				break
+			}
+			if n < 4<<20 {
+				time.Sleep(2 * time.Millisecond) // slow at first: the relay must hold back
+			}
 		}
-		if n < 4<<20 {
-			time.Sleep(2 * time.Millisecond) // slow at first: the relay must hold back
+		if got, want := n, int64(len(data)); got != want {
+			t.Fatalf("peer got %d bytes, want %d", got, want)
 		}
-	}
-	if got, want := n, int64(len(data)); got != want {
-		t.Fatalf("peer got %d bytes, want %d", got, want)
-	}
-	if !bytes.Equal(h.Sum(nil), func() []byte { s := sha256.Sum256(data); return s[:] }()) {
-		t.Fatal("bytes changed on the way")
-	}
-	peer.CloseWrite()
-	if r := waitResult(t, res, 5*time.Second); r.err != nil || r.up != int64(len(data)) {
-		t.Errorf("result %+v", r)
-	}
+		if !bytes.Equal(h.Sum(nil), func() []byte { s := sha256.Sum256(data); return s[:] }()) {
+			t.Fatal("bytes changed on the way")
+		}
+		peer.CloseWrite()
+		if r := waitResult(t, res, 5*time.Second); r.err != nil || r.up != int64(len(data)) {
+			t.Errorf("result %+v", r)
+		}
+	})
 }
 
 func TestRelayReceiverThatTakesNothingTimesOut(t *testing.T) {
-	rl := newTestRelay(t, 300*time.Millisecond)
-	app, _, res := relayed(t, rl)
-	go func() {
-		buf := make([]byte, 1<<20)
-		app.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		for {
-			if _, err := app.Write(buf); err != nil {
-				return
+	eachRelay(t, 300*time.Millisecond, func(t *testing.T, rl *relay) {
+		app, _, res := relayed(t, rl)
+		go func() {
+			buf := make([]byte, 1<<20)
+			app.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			for {
+				if _, err := app.Write(buf); err != nil {
+					return
+				}
 			}
+		}()
+		r := waitResult(t, res, 5*time.Second)
+		if !errors.Is(r.err, errIdle) {
+			t.Fatalf("err = %v, want the idle timeout", r.err)
 		}
-	}()
-	r := waitResult(t, res, 5*time.Second)
-	if !errors.Is(r.err, errIdle) {
-		t.Fatalf("err = %v, want the idle timeout", r.err)
-	}
+	})
 }
 
 func TestRelayPeerResetEndsFlow(t *testing.T) {
-	rl := newTestRelay(t, time.Minute)
-	app, peer, res := relayed(t, rl)
-	app.Write([]byte("hello"))
-	buf := make([]byte, 5)
-	peer.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadFull(peer, buf); err != nil {
-		t.Fatal(err)
-	}
-	peer.SetLinger(0)
-	peer.Close()
-	if r := waitResult(t, res, 5*time.Second); r.err == nil {
-		t.Errorf("a reset flow ended without error: %+v", r)
-	}
-	app.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := app.Read(buf); err == nil {
-		t.Error("the application's side is still open after the peer's reset")
-	}
+	eachRelay(t, time.Minute, func(t *testing.T, rl *relay) {
+		app, peer, res := relayed(t, rl)
+		app.Write([]byte("hello"))
+		buf := make([]byte, 5)
+		peer.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(peer, buf); err != nil {
+			t.Fatal(err)
+		}
+		peer.SetLinger(0)
+		peer.Close()
+		if r := waitResult(t, res, 5*time.Second); r.err == nil {
+			t.Errorf("a reset flow ended without error: %+v", r)
+		}
+		app.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := app.Read(buf); err == nil {
+			t.Error("the application's side is still open after the peer's reset")
+		}
+	})
 }
 
 func TestRelayCloseEndsRunningFlows(t *testing.T) {
-	e := newEngine()
+	e := newEngine(nil)
 	rl := &relay{idle: time.Minute, engine: e}
 	app, _, res := relayed(t, rl)
 	e.Close()

@@ -111,6 +111,10 @@ type Policy struct {
 	Upstreams      []UpstreamConfig
 	IdleTimeout    time.Duration
 	ConnectTimeout time.Duration
+	// Sockmap moves a relayed TCP flow's bytes socket to socket in the kernel (an eBPF
+	// sockmap) where the kernel allows it; false, or where it does not, the flows are
+	// relayed by splice (Linux) or copied.
+	Sockmap bool
 }
 
 // compiled is a Policy prepared for use.
@@ -177,7 +181,7 @@ func New(p Policy, opts Options) (*Router, error) {
 		log:     opts.Log,
 		opts:    opts,
 		dialer:  &net.Dialer{Control: opts.Control, KeepAlive: 30 * time.Second},
-		engine:  newEngine(),
+		engine:  newEngine(opts.Log),
 		adm:     newAdmission(cmp.Or(opts.Descriptors, descriptorLimit())),
 		refuse:  newRefusals(opts.Log, opts.SummaryEvery),
 		early:   sync.Pool{New: func() any { return new([earlyMax]byte) }},
@@ -254,7 +258,7 @@ func (r *Router) Dialer() *net.Dialer { return r.dialer }
 
 // relayFor returns the relay settings of the current policy.
 func (r *Router) relayFor(p *compiled) relay {
-	return relay{idle: p.IdleTimeout, engine: r.engine}
+	return relay{idle: p.IdleTimeout, engine: r.engine, sockmap: p.Sockmap}
 }
 
 // Wait blocks until every flow started so far has ended.

@@ -547,7 +547,7 @@ func (l *loop) connected(s *sflow, ev uint32) {
 	buf := l.buf[:]
 	early := 0
 	if s.hs.Pipelined() {
-		early = recvNow(s.fd[0], buf[handshakeRoom:handshakeRoom+earlyMax])
+		early, _ = recvNow(s.fd[0], buf[handshakeRoom:handshakeRoom+earlyMax]) // nothing on an error
 	}
 	out, err := s.hs.Start(buf[:0:handshakeRoom], early)
 	if err != nil {
@@ -886,20 +886,6 @@ func putSockaddr(sa *unix.RawSockaddrAny, dst netip.AddrPort) int {
 	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&a.Port))[:], dst.Port())
 	a.Addr = dst.Addr().As16()
 	return unix.SizeofSockaddrInet6
-}
-
-// recvNow reads what fd has (0 when nothing, at EOF or on an error).
-func recvNow(fd int, b []byte) int {
-	for {
-		n, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_DONTWAIT, 0, 0)
-		if e == unix.EINTR {
-			continue
-		}
-		if e != 0 {
-			return 0
-		}
-		return int(n)
-	}
 }
 
 // recvPeek looks at what fd has without taking it.

@@ -103,7 +103,7 @@ func (r *Router) Status() Stats {
 	st := Stats{Totals: Totals{Flows: r.count.flows.Load(), Up: r.count.up.Load(), Down: r.count.down.Load()}}
 	st.Flows = make([]LiveFlow, 0, len(r.live.m))
 	for _, f := range r.live.m {
-		up, down := f.bytes.up.Load(), f.bytes.down.Load()
+		up, down := f.bytes.load()
 		s := &f.rate
 		first := s.at.IsZero()
 		if first {

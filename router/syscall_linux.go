@@ -82,3 +82,31 @@ func rawShutdownWrite(fd int) error {
 	}
 	return nil
 }
+
+// recvNow reads what fd holds without waiting (recvfrom with MSG_DONTWAIT): a set-up's
+// client bytes and proxy answers, or for a socket in the sockmap the bytes the program
+// passed to it. It returns 0 with the error when nothing was read.
+func recvNow(fd int, buf []byte) (int, error) {
+	r, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), unix.MSG_DONTWAIT, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
+// writeAll writes b to the non-blocking fd, which must have room for it (an empty pipe).
+func writeAll(fd int, b []byte) error {
+	for len(b) > 0 {
+		r, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e != 0:
+			return e
+		case r == 0:
+			return errShortPipeWrite
+		}
+		b = b[r:]
+	}
+	return nil
+}

@@ -228,11 +228,11 @@ func sourceKey(pf *policy.Flow, p *compiled) string {
 // name), through the proxy's resolver, remembered per name. done gives the slots back.
 func (r *Router) setup(ctx context.Context, p *compiled, key string, pf *policy.Flow) (done func(), err error) {
 	dst := dstOf(pf)
-	if !r.adm.dstAcquire(dst) {
-		return nil, errDstBusy
-	}
 	wctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
 	defer cancel()
+	if err := r.adm.dstAcquire(wctx, dst); err != nil {
+		return nil, err
+	}
 	if err := r.adm.setups.acquire(wctx, key); err != nil {
 		r.adm.dstRelease(dst)
 		if !errors.Is(err, errBusy) {

@@ -18,7 +18,7 @@ import (
 // addresses are dropped). Deadlines are not supported; Close ends a blocked Read. The DNS
 // side uses it for [dns] transport = "udp".
 func (r *Router) DialUpstreamUDP(ctx context.Context, proxy, address string) (net.Conn, error) {
-	dst, err := upstreamAddr(address)
+	dst, err := upstream.ParseAddr(address)
 	if err != nil {
 		return nil, err
 	}

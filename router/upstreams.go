@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 
 	"github.com/agentcage/router/rules"
@@ -170,28 +169,9 @@ func (r *Router) DialUpstream(ctx context.Context, proxy, address string) (net.C
 	if err != nil {
 		return nil, fmt.Errorf("dial %s via %s: %w", address, proxy, err)
 	}
-	dst, err := upstreamAddr(address)
+	dst, err := upstream.ParseAddr(address)
 	if err != nil {
 		return nil, err
 	}
 	return up.Connect(ctx, dst, nil)
-}
-
-// upstreamAddr parses host:port into a destination: an IP, or a name for the proxy.
-func upstreamAddr(address string) (upstream.Addr, error) {
-	host, port, err := net.SplitHostPort(address)
-	if err != nil {
-		return upstream.Addr{}, err
-	}
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		return upstream.Addr{}, fmt.Errorf("dial %s: bad port", address)
-	}
-	dst := upstream.Addr{Port: uint16(p)}
-	if a, err := netip.ParseAddr(host); err == nil {
-		dst.IP = a
-	} else {
-		dst.Name = host
-	}
-	return dst, nil
 }

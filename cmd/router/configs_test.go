@@ -2,11 +2,23 @@ package main
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/policy"
 )
 
@@ -64,4 +76,59 @@ func TestShippedConfigs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDocumentedExamples: every TOML block in README.md and docs/config.md is a config that
+// parses (for Linux, or for Windows when Linux refuses it), so no example in the docs is out
+// of date. Files the examples name (passwords, CA certificates) are stood in for.
+func TestDocumentedExamples(t *testing.T) {
+	block := regexp.MustCompile("(?s)```toml\n(.*?)```")
+	caPEM := testCAPEM(t)
+	opts := conf.Options{
+		LookupEnv: func(string) (string, bool) { return "pw", true },
+		ReadFile: func(name string) ([]byte, error) {
+			if strings.HasSuffix(name, ".pem") {
+				return caPEM, nil
+			}
+			return []byte("pw\n"), nil
+		},
+	}
+	n := 0
+	for _, doc := range []string{"../../README.md", "../../docs/config.md"} {
+		data, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range block.FindAllSubmatch(data, -1) {
+			n++
+			name := fmt.Sprintf("%s#%d", filepath.Base(doc), i+1)
+			o := opts
+			o.OS = "linux"
+			if _, err := conf.Parse(name, m[1], o); err != nil {
+				o.OS = "windows"
+				if _, werr := conf.Parse(name, m[1], o); werr != nil {
+					t.Errorf("%s does not parse:\nlinux: %v\nwindows: %v\n%s", name, err, werr, m[1])
+				}
+			}
+		}
+	}
+	if n < 3 {
+		t.Errorf("found %d TOML examples; the docs have more", n)
+	}
+}
+
+// testCAPEM is a self-signed certificate, PEM encoded, for examples that name a CA file.
+func testCAPEM(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "example CA"},
+		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
