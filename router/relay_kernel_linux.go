@@ -137,7 +137,14 @@ func (l *loop) promote(f *eflow) error {
 		return nil
 	}
 	f.wantKernel = false
-	if !l.toKernel(f, f.meter) {
+	return l.intoKernel(f, f.meter)
+}
+
+// intoKernel puts f, a spliced flow registered on l, both directions idle, into the
+// sockmap and registers its descriptors anew for a kernel flow; one the sockmap cannot take
+// stays spliced (nil). An error ends the flow (it may be a kernel flow by then).
+func (l *loop) intoKernel(f *eflow, m *meter) error {
+	if !l.toKernel(f, m) {
 		return nil
 	}
 	l.mu.Lock()
@@ -145,7 +152,7 @@ func (l *loop) promote(f *eflow) error {
 	l.mu.Unlock()
 	for side, fd := range f.fd {
 		ev := unix.EpollEvent{Events: f.interest(side), Fd: f.slot, Pad: int32(side)}
-		if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, fd, &ev); err != nil {
+		if err := rawEpollCtl(l.epfd, unix.EPOLL_CTL_MOD, fd, &ev); err != nil {
 			return fmt.Errorf("relay: epoll: %w", err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/roottest"
 	"github.com/agentcage/router/router/sockmap"
 	"github.com/agentcage/router/rules"
 )
@@ -402,5 +403,57 @@ func TestKernelRelayPromotes(t *testing.T) {
 	}
 	if r := waitResult(t, res, 10*time.Second); r.err != nil || r.up != int64(len(up)) || r.down != int64(len(down)) {
 		t.Errorf("result %+v", r)
+	}
+}
+
+// TestLoopFlowsEnterSockmap: with the sockmap on, a flow the loops set up themselves, direct
+// or through a SOCKS5 proxy, enters it at its relay's start like a flow set up on a
+// goroutine (the same suite with ROUTER_TEST_SLOW_SETUP=1), and its bytes arrive whole.
+func TestLoopFlowsEnterSockmap(t *testing.T) {
+	roottest.Require(t)
+	target := startTarget(t, "hello\n")
+	gs := startProxy(t, nil, nil)
+	for _, tc := range []struct {
+		name string
+		pol  Policy
+	}{
+		{"direct", Policy{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}},
+		{"socks5", proxied(gs.addr, true, "", "")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.pol.Sockmap = true
+			e := newEnv(t, tc.pol, Options{})
+			if e.r.engine.kernel.get() == nil {
+				t.Fatal("the sockmap could not be loaded")
+			}
+			c := e.dial(target)
+			if got := readN(t, c, 6); got != "hello\n" {
+				t.Fatalf("banner %q", got)
+			}
+			var k *kernelBytes
+			waitUntil(t, func() bool {
+				e.r.live.mu.Lock()
+				defer e.r.live.mu.Unlock()
+				for _, f := range e.r.live.m {
+					k = f.bytes.kernel.Load()
+				}
+				return k != nil
+			})
+			data := randomBytes(9, 1<<20)
+			go c.Write(data)
+			got := make([]byte, len(data))
+			if _, err := io.ReadFull(c, got); err != nil {
+				t.Fatal(err)
+			}
+			if sha256.Sum256(got) != sha256.Sum256(data) {
+				t.Fatal("the echo changed on the way")
+			}
+			if k.f.Redirected(0) == 0 || k.f.Redirected(1) == 0 {
+				t.Errorf("the kernel redirected %d up, %d down; want both", k.f.Redirected(0), k.f.Redirected(1))
+			}
+			c.Close()
+			wantLoopFlows(t, e.r, 1)
+			e.waitLog("msg=flow ")
+		})
 	}
 }

@@ -168,17 +168,26 @@ func (r *relay) begin(l *loop, f *eflow, m *meter, done func(result), own bool) 
 		end(nil)
 		return
 	}
+	if r.sockmap {
+		// Same rule on both paths: the flow enters the sockmap at its start, both
+		// directions between segments, or after kernelAfter bytes (promote).
+		switch {
+		case r.engine.kernel.after > 0:
+			f.meter, f.wantKernel = m, true // promote
+		case !f.dir[0].idle() || !f.dir[1].idle():
+		case own:
+			if err := l.intoKernel(f, m); err != nil {
+				end(err)
+				return
+			}
+		default:
+			l.toKernel(f, m) // l.add registers it as a kernel flow
+		}
+	}
 	if own {
 		f.last = now
 		l.setTick(f.idle)
 		return
-	}
-	if r.sockmap {
-		if r.engine.kernel.after > 0 {
-			f.meter, f.wantKernel = m, true // promote
-		} else if f.dir[0].idle() && f.dir[1].idle() {
-			l.toKernel(f, m)
-		}
 	}
 	l.add(f)
 }
