@@ -50,8 +50,10 @@ import (
 // needs (sock_diag or /proc: classified), and, once its share is taken, one that needs a
 // name resolved, goes direct by name, goes through an upstream that is not a single SOCKS5
 // proxy with a known address (HTTP, HTTPS, a failover list, a name to look up), or finds no
-// set-up slot free (admitted, which waits). The decision itself is policy.Decide on both
-// paths; decided, failed and the flow's record are shared.
+// set-up slot free now, its source's or its destination's (admitted, which waits its turn
+// in setup: a burst beyond a destination's cap is queued there, never reset, and the loop
+// never waits). The decision itself is policy.Decide on both paths; decided, failed and
+// the flow's record are shared.
 //
 // Logs never block a loop: records go through the flow log's goroutine (logLater).
 

@@ -49,12 +49,15 @@ type script struct {
 }
 
 // scriptedProxy accepts connections on loopback and plays sc on each; it records the first
-// read of each connection (what the router sent in one segment) and everything it read.
+// read of each connection (what the router sent in one segment), everything it read, and
+// the most connections it held at once before their last answer (maxShaking).
 type scriptedProxy struct {
-	addr  netip.AddrPort
-	mu    sync.Mutex
-	first []string
-	all   []string
+	addr       netip.AddrPort
+	mu         sync.Mutex
+	first      []string
+	all        []string
+	shaking    int
+	maxShaking int
 }
 
 func startScripted(t *testing.T, sc script) *scriptedProxy {
@@ -83,6 +86,16 @@ func startScripted(t *testing.T, sc script) *scriptedProxy {
 
 func (p *scriptedProxy) play(c net.Conn, sc script) {
 	defer c.Close()
+	p.mu.Lock()
+	p.shaking++
+	p.maxShaking = max(p.maxShaking, p.shaking)
+	p.mu.Unlock()
+	shaken := sync.OnceFunc(func() {
+		p.mu.Lock()
+		p.shaking--
+		p.mu.Unlock()
+	})
+	defer shaken()
 	c.SetDeadline(time.Now().Add(waitFor))
 	var read strings.Builder
 	buf := make([]byte, 4096)
@@ -114,6 +127,7 @@ func (p *scriptedProxy) play(c net.Conn, sc script) {
 			return
 		}
 	}
+	shaken()
 	if sc.target == "" && !sc.echo {
 		return
 	}
@@ -453,6 +467,47 @@ func TestLoopHandsOffSlowSteps(t *testing.T) {
 		t.Fatalf("through a failover list: %q", got)
 	}
 	wantLoopFlows(t, e.r, 0)
+}
+
+// TestLoopBurstToOneDestination: more flows at once than the per-destination cap to one
+// destination whose proxy answers late are set up perDestination at a time and every one
+// gets through: the loop hands those beyond the cap to the goroutine path, which waits for
+// the destination's turn, rather than resetting them or blocking the loop.
+func TestLoopBurstToOneDestination(t *testing.T) {
+	const flows = perDestination + 16
+	dst := netip.MustParseAddrPort("203.0.113.8:443")
+	p := startScripted(t, script{pieces: []string{methodNoAuth + replyOK}, pause: 150 * time.Millisecond, target: "banner\n", echo: true})
+	e := newEnv(t, proxied(p.addr, true, "", ""), Options{})
+	cs := make([]*net.TCPConn, flows)
+	for i := range cs {
+		cs[i] = e.dial(dst)
+	}
+	for i, c := range cs {
+		b := make([]byte, 7)
+		if _, err := io.ReadFull(c, b); err != nil || string(b) != "banner\n" {
+			t.Fatalf("flow %d of %d to one destination: %q, %v; want its banner", i, flows, b, err)
+		}
+	}
+	for i, c := range cs {
+		io.WriteString(c, "ping")
+		if got := readN(t, c, 4); got != "ping" {
+			t.Fatalf("flow %d: echo %q", i, got)
+		}
+		c.Close()
+	}
+	p.mu.Lock()
+	most := p.maxShaking
+	p.mu.Unlock()
+	// The proxy holds each handshake 150 ms: the burst, dialled at once, fills the cap.
+	if most != perDestination {
+		t.Errorf("the proxy held %d handshakes at once, want the cap (%d)", most, perDestination)
+	}
+	if n := e.r.book.Count(refusal.Limit); n != 0 {
+		t.Errorf("%d flows refused for a limit, want none", n)
+	}
+	if got := e.r.loopFlows.Load(); !slowSetup && (got < perDestination/2 || got == flows) {
+		t.Errorf("the loops set %d of %d flows up, want those under the cap, not those beyond", got, flows)
+	}
 }
 
 // TestLoopDirectFailures: a direct flow whose destination refuses, or does not answer in
