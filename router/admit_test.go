@@ -405,10 +405,11 @@ func TestDestinationTurns(t *testing.T) {
 		t.Fatal("dstTryAcquire found no slot free under the cap")
 	}
 	a.perDst = 0 // every flow waits
+	var wg sync.WaitGroup
 	for range maxSetups {
-		go a.dstAcquire(short, e) // short is over: each returns at once
+		wg.Go(func() { a.dstAcquire(short, e) }) // short is over: each returns at once
 	}
-	waitUntil(t, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.dst[e] == nil })
+	wg.Wait() // (not a wait for a.dst[e] to be nil: it is before the first one starts)
 	for _, key := range []dstKey{d, d} {
 		a.dstRelease(key)
 	}
