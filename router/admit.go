@@ -207,20 +207,6 @@ func (a *admission) dropLocked(key dstKey, d *dstSlots) {
 	}
 }
 
-// trySetup takes a set-up slot of source key and one of destination dst, if both are free
-// now and nobody waits for a slot (waiters are served first); false: nothing is taken, and
-// the flow must wait (setup) on a goroutine of its own. endSetup gives them back.
-func (a *admission) trySetup(key string, dst dstKey) bool {
-	if !a.dstTryAcquire(dst) {
-		return false
-	}
-	if !a.setups.tryAcquireNow(key) {
-		a.dstRelease(dst)
-		return false
-	}
-	return true
-}
-
 // endSetup gives back what setup or trySetup took.
 func (a *admission) endSetup(key string, dst dstKey) {
 	a.setups.release(key)

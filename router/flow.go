@@ -175,16 +175,6 @@ func (r *Router) endFlow(f *Flow, release func()) {
 	r.flows.Done()
 }
 
-// endFlowLater is endFlow for a caller that must not wait for the log's writer (an event
-// loop): the record is written in order on the log's goroutine.
-func (r *Router) endFlowLater(f *Flow, release func()) {
-	r.finish(f)
-	if release != nil {
-		release()
-	}
-	r.logLater(f, false)
-}
-
 // flowLog writes flow records on a goroutine of its own, in the order they were queued, so
 // that neither the relay nor an event loop ever waits for the log's writer, and a flow's
 // "flow open" always comes before its "flow". The goroutine runs while records are queued

@@ -47,7 +47,8 @@ const (
 type engine struct {
 	pipes  *pipePool
 	next   atomic.Uint32
-	kernel kernel // the sockmap, loaded when a flow first asks for it
+	setups atomic.Uint64 // flows the loops set up themselves, to a connect (setup_linux.go)
+	kernel kernel        // the sockmap, loaded when a flow first asks for it
 
 	mu     sync.Mutex // guards loops and closed
 	loops  []*loop    // started on first use

@@ -157,8 +157,7 @@ type Router struct {
 
 	resolved *resolvedNames // what flows' names resolve to, for policy.StepHostName; nil without Names
 
-	customDial bool          // Options.DialTCP was given
-	loopFlows  atomic.Uint64 // flows the event loops set up themselves (to a connect)
+	customDial bool // Options.DialTCP was given
 }
 
 // maxSetups bounds the flows Serve sets up at once (deciding, connecting, the SOCKS

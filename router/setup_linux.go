@@ -427,7 +427,7 @@ func (r *Router) loopAccepted(l *loop, ls *lsock, fd int, peer netip.AddrPort) {
 		s.target = f.Dst
 	}
 	r.decided(p, f, d)
-	r.loopFlows.Add(1)
+	r.engine.setups.Add(1)
 	l.connect(s)
 }
 
@@ -719,6 +719,16 @@ func (l *loop) drop(s *sflow) {
 	}
 	resetFD(s.fd[0])
 	r.endFlowLater(&s.f, func() { r.release(s.h) })
+}
+
+// endFlowLater is endFlow for a caller that must not wait for the log's writer (an event
+// loop): the record is written in order on the log's goroutine.
+func (r *Router) endFlowLater(f *Flow, release func()) {
+	r.finish(f)
+	if release != nil {
+		release()
+	}
+	r.logLater(f, false)
 }
 
 // endEarly ends a flow refused before its connect: a reset, and the record.

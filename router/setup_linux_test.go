@@ -33,7 +33,7 @@ func wantLoopFlows(t *testing.T, r *Router, n uint64) {
 	if slowSetup {
 		n = 0
 	}
-	if got := r.loopFlows.Load(); got != n {
+	if got := r.engine.setups.Load(); got != n {
 		t.Errorf("the loops set %d flows up, want %d", got, n)
 	}
 }
@@ -505,7 +505,7 @@ func TestLoopBurstToOneDestination(t *testing.T) {
 	if n := e.r.book.Count(refusal.Limit); n != 0 {
 		t.Errorf("%d flows refused for a limit, want none", n)
 	}
-	if got := e.r.loopFlows.Load(); !slowSetup && (got < perDestination/2 || got == flows) {
+	if got := e.r.engine.setups.Load(); !slowSetup && (got < perDestination/2 || got == flows) {
 		t.Errorf("the loops set %d of %d flows up, want those under the cap, not those beyond", got, flows)
 	}
 }
