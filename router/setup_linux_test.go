@@ -50,7 +50,7 @@ type script struct {
 
 // scriptedProxy accepts connections on loopback and plays sc on each; it records the first
 // read of each connection (what the router sent in one segment), everything it read, and
-// the most connections it held at once before their last answer (maxShaking).
+// the most connections it held at once before it sent their last answer (maxShaking).
 type scriptedProxy struct {
 	addr       netip.AddrPort
 	mu         sync.Mutex
@@ -116,13 +116,19 @@ func (p *scriptedProxy) play(c net.Conn, sc script) {
 		io.Copy(io.Discard, c)
 		return
 	}
-	for _, piece := range sc.pieces {
+	for i, piece := range sc.pieces {
 		// In lock step the router sends its next message after an answer: take it.
 		c.SetReadDeadline(time.Now().Add(sc.pause))
 		if n, _ := c.Read(buf); n > 0 {
 			read.Write(buf[:n])
 		}
 		c.SetDeadline(time.Now().Add(waitFor))
+		if i == len(sc.pieces)-1 {
+			// Before the last answer, which the router may read (and then connect the next
+			// flow to the destination) before this goroutine runs again: counted after it,
+			// a handshake would overlap the next one's.
+			shaken()
+		}
 		if _, err := io.WriteString(c, piece); err != nil {
 			return
 		}
