@@ -19,14 +19,16 @@ import (
 //     between sources (see shares; a quarter is kept for a source not yet seen): a guest
 //     holding hundreds of connections to a silent destination takes its share, and the
 //     next source's flow is set up at once. A flow
-//     beyond its source's share waits, up to the connect timeout; beyond maxSetups waiting
-//     per source it is refused at once.
+//     beyond its source's share waits, up to the connect timeout, in order. Waiting flows
+//     are bounded by the flow budget they already hold (below), not by a count of their
+//     own: a client that opens flows faster than the proxy answers (it writes its request
+//     and goes on without waiting for a reply) is queued, not reset.
 //   - dst: at most perDestination flows being set up to one destination (name or address)
 //     at once. A silent destination costs one connect timeout per flow, so this bounds the
 //     set-up slots one can hold; a flow beyond the cap waits for its destination's turn (in
 //     order, up to the connect timeout, holding no set-up slot), so that a burst to one
-//     busy host (a package manager's parallel downloads) is only queued, never reset.
-//     Beyond maxSetups waiting for one destination a flow is refused at once.
+//     busy host (a package manager's parallel downloads) is only queued, never reset. The
+//     waiting are bounded by the flow budget, as above.
 //   - flows and total: the transparent flows alive (being set up or relayed), each holding
 //     up to two descriptors. total is checked at accept, before any work; flows shares the
 //     same budget fairly between sources once the source is known. Beyond either the flow is
@@ -101,7 +103,7 @@ func budgetFor(descriptors int) (flows, forwards int) {
 func newAdmission(descriptors int) *admission {
 	flows, forwards := budgetFor(descriptors)
 	return &admission{
-		setups:   newShares(maxSetups, maxSetups/4, minSetupShare, maxSetups),
+		setups:   newShares(maxSetups, maxSetups/4, minSetupShare, flows),
 		flows:    newShares(flows, max(flows/64, 16), 16, 0),
 		forwards: newShares(forwards, max(forwards/8, 2), 2, 0),
 		maxTotal: int64(flows),
@@ -141,8 +143,8 @@ func (a *admission) dstTryAcquire(key dstKey) bool {
 }
 
 // dstAcquire takes one of key's set-up slots, waiting in order while key has perDst
-// flows being set up, until ctx ends (its error is returned) or errDstBusy when maxSetups
-// flows already wait for key.
+// flows being set up, until ctx ends (errDstBusy wrapping its error), or errDstBusy at
+// once when as many flows as the flow budget already wait for key.
 func (a *admission) dstAcquire(ctx context.Context, key dstKey) error {
 	a.mu.Lock()
 	d := a.dst[key]
@@ -155,7 +157,7 @@ func (a *admission) dstAcquire(ctx context.Context, key dstKey) error {
 		a.mu.Unlock()
 		return nil
 	}
-	if len(d.waiting) >= maxSetups {
+	if int64(len(d.waiting)) >= a.maxTotal {
 		a.mu.Unlock()
 		return errDstBusy
 	}

@@ -78,7 +78,7 @@ func (w *world) idleMem(ctx context.Context, r row, n int) (before, during bench
 	select {
 	case err := <-opened:
 		if err != nil {
-			return before, during, fmt.Errorf("idle %s: %w: %s", r.name, err, stderr.String())
+			return before, during, fmt.Errorf("idle %s: %w: %s\n%s output:\n%s", r.name, err, stderr.String(), r.name, tail(p.Output(), 2000))
 		}
 	case <-time.After(3 * time.Minute):
 		return before, during, fmt.Errorf("idle %s: flows not open after 3 minutes: %s", r.name, stderr.String())
