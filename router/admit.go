@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/agentcage/router/policy"
 )
@@ -23,12 +24,15 @@ import (
 //     are bounded by the flow budget they already hold (below), not by a count of their
 //     own: a client that opens flows faster than the proxy answers (it writes its request
 //     and goes on without waiting for a reply) is queued, not reset.
-//   - dst: at most perDestination flows being set up to one destination (name or address)
-//     at once. A silent destination costs one connect timeout per flow, so this bounds the
-//     set-up slots one can hold; a flow beyond the cap waits for its destination's turn (in
-//     order, up to the connect timeout, holding no set-up slot), so that a burst to one
-//     busy host (a package manager's parallel downloads) is only queued, never reset. The
-//     waiting are bounded by the flow budget, as above.
+//   - dst: at most perDestination flows being set up at once to a destination (name or
+//     address) that has not answered lately (no set-up to it ended within quickSetup of
+//     its start in the last quickSetup). A silent destination costs one connect timeout
+//     per flow, so this bounds the set-up slots one can hold; a destination that answers is
+//     not capped (its flows have their source's share), so a burst to one busy host (a
+//     package manager's parallel downloads) goes at the pace the host answers. A flow beyond
+//     the cap waits for its destination's turn (in order, up to the connect timeout,
+//     holding no set-up slot), never reset; the first quick answer lets every waiting flow
+//     go. The waiting are bounded by the flow budget, as above.
 //   - flows and total: the transparent flows alive (being set up or relayed), each holding
 //     up to two descriptors. total is checked at accept, before any work; flows shares the
 //     same budget fairly between sources once the source is known. Beyond either the flow is
@@ -54,8 +58,18 @@ type admission struct {
 // dstSlots is one destination's set-up slots: held, and the flows waiting in order (each
 // channel is closed when the slot is handed to it).
 type dstSlots struct {
-	held    int
-	waiting []chan struct{}
+	held     int
+	waiting  []chan struct{}
+	answered time.Time // when a set-up to it last ended within quickSetup of its start
+}
+
+// quickSetup is how soon a set-up must end for its destination to count as answering, and
+// how long that lasts.
+const quickSetup = time.Second
+
+// capped reports whether d's flows beyond perDst must wait at now.
+func (a *admission) cappedLocked(d *dstSlots, now time.Time) bool {
+	return d.held >= a.perDst && now.Sub(d.answered) > quickSetup
 }
 
 // dstKey is a destination for the per-destination cap: its name when known, else its
@@ -135,7 +149,7 @@ func (a *admission) dstTryAcquire(key dstKey) bool {
 		a.dst[key] = &dstSlots{held: 1}
 		return true
 	}
-	if d.held < a.perDst && len(d.waiting) == 0 {
+	if len(d.waiting) == 0 && !a.cappedLocked(d, time.Now()) {
 		d.held++
 		return true
 	}
@@ -152,7 +166,7 @@ func (a *admission) dstAcquire(ctx context.Context, key dstKey) error {
 		d = &dstSlots{}
 		a.dst[key] = d
 	}
-	if d.held < a.perDst && len(d.waiting) == 0 {
+	if len(d.waiting) == 0 && !a.cappedLocked(d, time.Now()) {
 		d.held++
 		a.mu.Unlock()
 		return nil
@@ -174,7 +188,7 @@ func (a *admission) dstAcquire(ctx context.Context, key dstKey) error {
 	select {
 	case <-ready: // handed over meanwhile: give it back
 		a.mu.Unlock()
-		a.dstRelease(key)
+		a.dstRelease(key, time.Time{})
 	default:
 		if i := slices.Index(d.waiting, ready); i >= 0 {
 			d.waiting = slices.Delete(d.waiting, i, i+1)
@@ -185,13 +199,25 @@ func (a *admission) dstAcquire(ctx context.Context, key dstKey) error {
 	return fmt.Errorf("%w: %w", errDstBusy, ctx.Err())
 }
 
-// dstRelease gives back a slot dstAcquire took: to the first flow waiting for key, if any.
-func (a *admission) dstRelease(key dstKey) {
+// dstRelease gives back a slot dstAcquire or dstTryAcquire took at since (zero: no set-up
+// was tried with it): to the first flow waiting for key, if any, and to every one when
+// this set-up ended within quickSetup (the destination answers: it is not capped).
+func (a *admission) dstRelease(key dstKey, since time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	d := a.dst[key]
 	if d == nil {
 		return
+	}
+	if !since.IsZero() {
+		if now := time.Now(); now.Sub(since) <= quickSetup {
+			d.answered = now
+			for _, w := range d.waiting {
+				close(w)
+			}
+			d.held += len(d.waiting)
+			d.waiting = d.waiting[:0]
+		}
 	}
 	if len(d.waiting) > 0 {
 		close(d.waiting[0])
@@ -209,10 +235,10 @@ func (a *admission) dropLocked(key dstKey, d *dstSlots) {
 	}
 }
 
-// endSetup gives back what setup or trySetup took.
-func (a *admission) endSetup(key string, dst dstKey) {
+// endSetup gives back what setup or trySetup took at since.
+func (a *admission) endSetup(key string, dst dstKey, since time.Time) {
 	a.setups.release(key)
-	a.dstRelease(dst)
+	a.dstRelease(dst, since)
 }
 
 // Budgets is what the flows hold of the router's budgets now.

@@ -1,5 +1,7 @@
 package router
 
+import "time"
+
 // The loops' set-up (setup_linux.go) takes its slots without waiting; a flow that would
 // wait takes the goroutine path (setup).
 
@@ -11,7 +13,7 @@ func (a *admission) trySetup(key string, dst dstKey) bool {
 		return false
 	}
 	if !a.setups.tryAcquireNow(key) {
-		a.dstRelease(dst)
+		a.dstRelease(dst, time.Time{})
 		return false
 	}
 	return true

@@ -392,15 +392,15 @@ func TestDestinationTurns(t *testing.T) {
 	if g := <-got; g != -2 {
 		t.Fatalf("got %d, want the second waiter's wait ended (-2)", g)
 	}
-	a.dstRelease(d)
+	a.dstRelease(d, time.Time{})
 	if g := <-got; g != 0 {
 		t.Fatalf("slot went to waiter %d, want the first (0)", g)
 	}
-	a.dstRelease(d)
+	a.dstRelease(d, time.Time{})
 	if g := <-got; g != 2 {
 		t.Fatalf("slot went to waiter %d, want the third (2)", g)
 	}
-	a.dstRelease(d) // its slots: 1 held, nobody waiting
+	a.dstRelease(d, time.Time{}) // its slots: 1 held, nobody waiting
 	if !a.dstTryAcquire(d) {
 		t.Fatal("dstTryAcquire found no slot free under the cap")
 	}
@@ -411,7 +411,7 @@ func TestDestinationTurns(t *testing.T) {
 	}
 	wg.Wait() // (not a wait for a.dst[e] to be nil: it is before the first one starts)
 	for _, key := range []dstKey{d, d} {
-		a.dstRelease(key)
+		a.dstRelease(key, time.Time{})
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -470,4 +470,51 @@ func TestRefusalsSummarized(t *testing.T) {
 		t.Errorf("summary lacks the counts:\n%s", logs)
 	}
 	_ = policy.StepRule
+}
+
+// TestDestinationThatAnswersIsNotCapped: a set-up that ends quickly marks its destination
+// as answering: every flow waiting for it goes, and the next ones take no turn, for
+// quickSetup; a slow set-up lets one waiting flow go and leaves the cap in force.
+func TestDestinationThatAnswersIsNotCapped(t *testing.T) {
+	a := newAdmission(0)
+	a.perDst = 2
+	d := dstKey{host: "busy.example"}
+	ctx := context.Background()
+	for range 2 {
+		if !a.dstTryAcquire(d) {
+			t.Fatal("no slot under the cap")
+		}
+	}
+	if a.dstTryAcquire(d) {
+		t.Fatal("a slot beyond the cap of a destination that never answered")
+	}
+	got := make(chan error, 3)
+	for i := range 3 {
+		go func() { got <- a.dstAcquire(ctx, d) }()
+		waitUntil(t, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return len(a.dst[d].waiting) == i+1 })
+	}
+	a.dstRelease(d, time.Now().Add(-2*quickSetup)) // slow: one waiting flow goes
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		t.Fatalf("a second waiting flow went after a slow set-up (%v)", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	a.dstRelease(d, time.Now()) // quick: the other two go
+	for range 2 {
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !a.dstTryAcquire(d) {
+		t.Error("no slot at once for a destination that answered just now")
+	}
+	a.mu.Lock()
+	held := a.dst[d].held
+	a.mu.Unlock()
+	if held != 4 {
+		t.Errorf("%d slots held, want 4 (2 + 2 waiting that went - 1 quick + 1 taken)", held)
+	}
 }

@@ -110,9 +110,10 @@ type sflow struct {
 	f        Flow
 	ls       *lsock
 	p        *compiled
-	h        held   // names and share, given back when the flow ends
-	dst      dstKey // the destination's set-up slot
-	slots    bool   // holds set-up slots
+	h        held      // names and share, given back when the flow ends
+	dst      dstKey    // the destination's set-up slot
+	slots    bool      // holds set-up slots
+	slotsAt  time.Time // when they were taken (dstRelease: did the destination answer quickly)
 	proxied  bool
 	state    sstate
 	target   netip.AddrPort // what the loop connects to: the destination or the proxy
@@ -407,7 +408,9 @@ func (r *Router) loopAccepted(l *loop, ls *lsock, fd int, peer netip.AddrPort) {
 	case d.Action == rules.Proxy && !loopUpstream(p, d.Proxy, &up):
 	default:
 		s.dst = dstOf(&pf)
-		s.slots = r.adm.trySetup(key, s.dst)
+		if s.slots = r.adm.trySetup(key, s.dst); s.slots {
+			s.slotsAt = time.Now()
+		}
 	}
 	if s.slots && up != nil {
 		sd := upstream.Addr{IP: f.Dst.Addr(), Port: f.Dst.Port()}
@@ -415,7 +418,7 @@ func (r *Router) loopAccepted(l *loop, ls *lsock, fd int, peer netip.AddrPort) {
 			sd = upstream.Addr{Name: f.Host, Port: f.Dst.Port()}
 		}
 		if s.target, s.slots = up.Begin(&s.hs, sd); !s.slots {
-			r.adm.endSetup(key, s.dst)
+			r.adm.endSetup(key, s.dst, time.Time{})
 		}
 		s.proxied, f.Via = true, d.Proxy
 	}
@@ -743,7 +746,7 @@ func (l *loop) endEarly(s *sflow) {
 func (l *loop) endSlots(s *sflow) {
 	if s.slots {
 		s.slots = false
-		s.ls.r.adm.endSetup(s.h.key, s.dst)
+		s.ls.r.adm.endSetup(s.h.key, s.dst, s.slotsAt)
 	}
 }
 

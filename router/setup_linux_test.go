@@ -476,13 +476,14 @@ func TestLoopHandsOffSlowSteps(t *testing.T) {
 }
 
 // TestLoopBurstToOneDestination: more flows at once than the per-destination cap to one
-// destination whose proxy answers late are set up perDestination at a time and every one
-// gets through: the loop hands those beyond the cap to the goroutine path, which waits for
-// the destination's turn, rather than resetting them or blocking the loop.
+// destination whose proxy answers late (slower than quickSetup: the destination does not
+// count as answering) are set up perDestination at a time and every one gets through: the
+// loop hands those beyond the cap to the goroutine path, which waits for the destination's
+// turn, rather than resetting them or blocking the loop.
 func TestLoopBurstToOneDestination(t *testing.T) {
 	const flows = perDestination + 16
 	dst := netip.MustParseAddrPort("203.0.113.8:443")
-	p := startScripted(t, script{pieces: []string{methodNoAuth + replyOK}, pause: 500 * time.Millisecond, target: "banner\n", echo: true})
+	p := startScripted(t, script{pieces: []string{methodNoAuth + replyOK}, pause: quickSetup + 300*time.Millisecond, target: "banner\n", echo: true})
 	e := newEnv(t, proxied(p.addr, true, "", ""), Options{})
 	cs := make([]*net.TCPConn, flows)
 	for i := range cs {
@@ -504,7 +505,8 @@ func TestLoopBurstToOneDestination(t *testing.T) {
 	p.mu.Lock()
 	most := p.maxShaking
 	p.mu.Unlock()
-	// The proxy holds each handshake 500 ms (ample for 48 loopback dials, also under -race on a loaded machine): the burst, dialled at once, fills the cap.
+	// The proxy holds each handshake 1.3 s (ample for 48 loopback dials, also under -race
+	// on a loaded machine): the burst, dialled at once, fills the cap.
 	if most != perDestination {
 		t.Errorf("the proxy held %d handshakes at once, want the cap (%d)", most, perDestination)
 	}

@@ -234,12 +234,13 @@ func (r *Router) setup(ctx context.Context, p *compiled, key string, pf *policy.
 		return nil, err
 	}
 	if err := r.adm.setups.acquire(wctx, key); err != nil {
-		r.adm.dstRelease(dst)
+		r.adm.dstRelease(dst, time.Time{})
 		if !errors.Is(err, errBusy) {
 			err = fmt.Errorf("%w (waited %v): %w", errNoSlot, p.ConnectTimeout, err)
 		}
 		return nil, err
 	}
+	since := time.Now() // the set-up's own time, for the destination's cap (dstRelease)
 	if r.resolved != nil && p.Decision.NeedsResolve(pf) {
 		// A time of its own: the wait for the slot must not leave the lookup none (the
 		// flow would be refused as not verifiable).
@@ -247,7 +248,7 @@ func (r *Router) setup(ctx context.Context, p *compiled, key string, pf *policy.
 		pf.Resolved = r.resolved.lookup(lctx, pf.Host)
 		cancel()
 	}
-	return func() { r.adm.endSetup(key, dst) }, nil
+	return func() { r.adm.endSetup(key, dst, since) }, nil
 }
 
 // addresses fills in a flow's original addresses (src, dst, as the capture reports them;
