@@ -122,14 +122,7 @@ func (l *loop) add(f *eflow) {
 		return
 	}
 	defer l.mu.Unlock()
-	if n := len(l.free); n > 0 {
-		f.slot = l.free[n-1]
-		l.free = l.free[:n-1]
-		l.slots[f.slot] = f
-	} else {
-		f.slot = int32(len(l.slots))
-		l.slots = append(l.slots, f)
-	}
+	l.slotLocked(f)
 	if f.kern != nil {
 		l.addKernel(f)
 	}
@@ -530,4 +523,16 @@ func (l *loop) finishAll() {
 	l.file.Close()
 	unix.Close(l.evfd)
 	l.mu.Unlock()
+}
+
+// slotLocked gives f a slot of l (a free one first); l.mu is held.
+func (l *loop) slotLocked(f *eflow) {
+	if n := len(l.free); n > 0 {
+		f.slot = l.free[n-1]
+		l.free = l.free[:n-1]
+		l.slots[f.slot] = f
+		return
+	}
+	f.slot = int32(len(l.slots))
+	l.slots = append(l.slots, f)
 }

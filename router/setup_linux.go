@@ -496,14 +496,7 @@ func (l *loop) own(f *eflow) error {
 	f.last = l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if n := len(l.free); n > 0 {
-		f.slot = l.free[n-1]
-		l.free = l.free[:n-1]
-		l.slots[f.slot] = f
-	} else {
-		f.slot = int32(len(l.slots))
-		l.slots = append(l.slots, f)
-	}
+	l.slotLocked(f)
 	for side, fd := range f.fd {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: f.slot, Pad: int32(side)}
 		if err := rawEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {

@@ -161,18 +161,24 @@ func readReply(r io.Reader, b []byte) (Reply, error) {
 		return failed(fmt.Errorf("read reply: %w", err))
 	}
 	end := replyHeadLen + rest
-	rep := Reply{Code: code}
-	rep.Bound.Port = uint16(b[end-2])<<8 | uint16(b[end-1])
-	switch b[3] {
-	case AtypIPv4:
-		rep.Bound.IP = netip.AddrFrom4([4]byte(b[4:8]))
-	case AtypIPv6:
-		rep.Bound.IP = netip.AddrFrom16([16]byte(b[4:20]))
-	case AtypDomain:
-		rep.Bound.Name = string(b[5 : end-2])
-	}
+	rep := Reply{Code: code, Bound: boundAddr(b[:end])}
 	if code != RepSucceeded {
 		return rep, &ReplyError{Code: code}
 	}
 	return rep, nil
+}
+
+// boundAddr is the address of a whole reply b (VER REP RSV ATYP ADDR PORT) whose ATYP
+// and length were checked.
+func boundAddr(b []byte) Addr {
+	a := Addr{Port: uint16(b[len(b)-2])<<8 | uint16(b[len(b)-1])}
+	switch b[3] {
+	case AtypIPv4:
+		a.IP = netip.AddrFrom4([4]byte(b[4:8]))
+	case AtypIPv6:
+		a.IP = netip.AddrFrom16([16]byte(b[4:20]))
+	case AtypDomain:
+		a.Name = string(b[5 : len(b)-2])
+	}
+	return a
 }

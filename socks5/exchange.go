@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 )
 
 // Exchange is the client side of one handshake (the method selection, the credentials when
@@ -271,16 +270,7 @@ func ParseReply(b []byte) (rep Reply, n int, err error) {
 	if len(b) < end {
 		return Reply{}, 0, nil
 	}
-	rep = Reply{Code: b[1]}
-	rep.Bound.Port = uint16(b[end-2])<<8 | uint16(b[end-1])
-	switch b[3] {
-	case AtypIPv4:
-		rep.Bound.IP = netip.AddrFrom4([4]byte(b[4:8]))
-	case AtypIPv6:
-		rep.Bound.IP = netip.AddrFrom16([16]byte(b[4:20]))
-	case AtypDomain:
-		rep.Bound.Name = string(b[5 : end-2])
-	}
+	rep = Reply{Code: b[1], Bound: boundAddr(b[:end])}
 	if rep.Code != RepSucceeded {
 		return rep, end, &ReplyError{Code: rep.Code}
 	}
