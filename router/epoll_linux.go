@@ -345,6 +345,29 @@ func (l *loop) step(f *eflow, s int, now time.Duration) {
 	}
 }
 
+// spliceOut moves what d's pipe holds to dst, one splice: n bytes, counted as d's (its
+// total, its live meter, f's last activity). full: dst takes nothing now (EAGAIN; d.blocked
+// notes since when, EPOLLOUT on dst resumes). EINTR moves nothing and is neither.
+func (d *edir) spliceOut(f *eflow, dst int, now time.Duration) (n int64, full bool, err error) {
+	n, err = splice(d.p.r, dst, d.p.buffered)
+	switch {
+	case err == unix.EINTR:
+		return 0, false, nil
+	case err == unix.EAGAIN:
+		if d.blocked == 0 {
+			d.blocked = now
+		}
+		return 0, true, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("splice to socket: %w", err)
+	}
+	d.p.buffered -= int(n)
+	d.n += n
+	d.live.Add(n)
+	f.last = now
+	return n, false, nil
+}
+
 // pump moves d from src to dst until src has nothing more (EAGAIN), dst takes nothing more
 // (EAGAIN: the pipe is kept, EPOLLOUT on dst resumes), EOF (dst is half-closed), or the
 // budget is spent (d.more). It returns the error that ends the flow.
@@ -356,22 +379,9 @@ func (l *loop) pump(f *eflow, d *edir, src, dst int, now time.Duration) error {
 	moved := 0
 	for {
 		if d.p != nil && d.p.buffered > 0 {
-			n, err := splice(d.p.r, dst, d.p.buffered)
-			switch {
-			case err == unix.EINTR:
-				continue
-			case err == unix.EAGAIN:
-				if d.blocked == 0 {
-					d.blocked = now
-				}
-				return nil
-			case err != nil:
-				return fmt.Errorf("splice to socket: %w", err)
+			if _, full, err := d.spliceOut(f, dst, now); full || err != nil {
+				return err
 			}
-			d.p.buffered -= int(n)
-			d.n += n
-			d.live.Add(n)
-			f.last = now
 			continue
 		}
 		d.blocked = 0

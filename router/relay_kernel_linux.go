@@ -438,24 +438,14 @@ func (l *loop) kpump(f *eflow, s int, now time.Duration) error {
 				}
 				d.drained = true
 			}
-			n, err := splice(d.p.r, dst, d.p.buffered)
-			switch {
-			case err == unix.EINTR:
-				continue
-			case err == unix.EAGAIN:
-				if d.blocked == 0 {
-					d.blocked = now
-				}
-				return nil
-			case err != nil:
-				return fmt.Errorf("splice to socket: %w", err)
+			n, full, err := d.spliceOut(f, dst, now)
+			if full || err != nil {
+				return err
 			}
-			d.p.buffered -= int(n)
-			d.n += n
-			d.sent += uint64(n)
-			f.kern.SetSent(s, d.sent)
-			d.live.Add(n)
-			f.last = now
+			if n > 0 {
+				d.sent += uint64(n)
+				f.kern.SetSent(s, d.sent)
+			}
 			continue
 		}
 		d.blocked = 0
