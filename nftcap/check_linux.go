@@ -102,34 +102,28 @@ func readLayout(c *nftables.Conn, table string) (l layout, found bool, err error
 
 // diff describes how got differs from l ("" when it does not).
 func (l layout) diff(got layout) string {
-	var out []string
-	for _, name := range slices.Sorted(maps.Keys(l.chains)) {
-		n, ok := got.chains[name]
-		switch {
-		case !ok:
-			out = append(out, "chain "+name+" is missing")
-		case n != l.chains[name]:
-			out = append(out, fmt.Sprintf("chain %s has %d rules, want %d", name, n, l.chains[name]))
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(got.chains)) {
-		if _, ok := l.chains[name]; !ok {
-			out = append(out, "chain "+name+" is not the router's")
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(l.sets)) {
-		n, ok := got.sets[name]
-		switch {
-		case !ok:
-			out = append(out, "set "+name+" is missing")
-		case n != l.sets[name]:
-			out = append(out, fmt.Sprintf("set %s has %d elements, want %d", name, n, l.sets[name]))
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(got.sets)) {
-		if _, ok := l.sets[name]; !ok {
-			out = append(out, "set "+name+" is not the router's")
-		}
-	}
+	out := diffCounts("chain", "rules", l.chains, got.chains)
+	out = append(out, diffCounts("set", "elements", l.sets, got.sets)...)
 	return strings.Join(out, "; ")
+}
+
+// diffCounts names what of kind is missing from got, has another count of what (rules,
+// elements) than in want, or is in got only, in name order.
+func diffCounts(kind, what string, want, got map[string]int) []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		n, ok := got[name]
+		switch {
+		case !ok:
+			out = append(out, kind+" "+name+" is missing")
+		case n != want[name]:
+			out = append(out, fmt.Sprintf("%s %s has %d %s, want %d", kind, name, n, what, want[name]))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := want[name]; !ok {
+			out = append(out, kind+" "+name+" is not the router's")
+		}
+	}
+	return out
 }

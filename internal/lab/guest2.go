@@ -2,10 +2,8 @@ package lab
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -27,36 +25,10 @@ const (
 // once.
 func (l *Lab) AddSecondGuest(ctx context.Context) (*Netns, error) {
 	name := l.id + "-guest2"
-	l.addUndo(func() error {
-		if _, err := os.Stat(filepath.Join(netnsRunDir, name)); errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		var errs []error
-		if err := endProcessesIn(context.Background(), name, l.logf); err != nil {
-			errs = append(errs, err)
-		}
-		if _, err := runCmd(context.Background(), l.runTimeout, "", "ip", "netns", "del", name); err != nil {
-			errs = append(errs, fmt.Errorf("delete namespace: %w", err))
-		}
-		return errors.Join(errs...)
-	})
-	if err := l.run(ctx, "", "ip", "netns", "add", name); err != nil {
-		return nil, fmt.Errorf("second guest: create namespace: %w", err)
-	}
-	dir := filepath.Join(etcNetnsDir, name)
-	l.addUndo(func() error { return os.RemoveAll(dir) })
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("second guest: resolver directory: %w", err)
-	}
-	resolv := fmt.Sprintf("# written by the router lab\nnameserver %s\noptions timeout:2 attempts:2\n", ServiceAddr)
-	if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte(resolv), 0o644); err != nil {
-		return nil, fmt.Errorf("second guest: resolver file: %w", err)
-	}
-	ns, err := newNetns(name, l.runTimeout)
+	ns, err := l.addNamespace(ctx, name)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("second guest: %w", err)
 	}
-	l.addUndo(ns.close)
 	batches := []struct {
 		ns   string
 		cmds string

@@ -15,39 +15,10 @@ func (l *Lab) buildNetwork(ctx context.Context) error {
 	for _, role := range []string{"inet", "host", "guest"} {
 		name := l.id + "-" + role
 		names[role] = name
-		// Registered first: `ip netns add` may be interrupted after it created the namespace.
-		l.addUndo(func() error {
-			if _, err := os.Stat(filepath.Join(netnsRunDir, name)); errors.Is(err, os.ErrNotExist) {
-				return nil
-			}
-			var errs []error
-			// Whatever still runs inside (a router a test did not stop) would keep the
-			// namespace alive unseen.
-			if err := endProcessesIn(context.Background(), name, l.logf); err != nil {
-				errs = append(errs, err)
-			}
-			if _, err := runCmd(context.Background(), l.runTimeout, "", "ip", "netns", "del", name); err != nil {
-				errs = append(errs, fmt.Errorf("delete namespace: %w", err))
-			}
-			return errors.Join(errs...)
-		})
-		if err := l.run(ctx, "", "ip", "netns", "add", name); err != nil {
-			return fmt.Errorf("create namespace: %w", err)
-		}
-		dir := filepath.Join(etcNetnsDir, name)
-		l.addUndo(func() error { return os.RemoveAll(dir) })
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("resolver directory: %w", err)
-		}
-		resolv := fmt.Sprintf("# written by the router lab\nnameserver %s\noptions timeout:2 attempts:2\n", ServiceAddr)
-		if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte(resolv), 0o644); err != nil {
-			return fmt.Errorf("resolver file: %w", err)
-		}
-		ns, err := newNetns(name, l.runTimeout)
+		ns, err := l.addNamespace(ctx, name)
 		if err != nil {
 			return err
 		}
-		l.addUndo(ns.close)
 		switch role {
 		case "inet":
 			l.inet = ns
@@ -126,4 +97,43 @@ route add default via %s
 		return fmt.Errorf("hypervisor nat: %w", err)
 	}
 	return nil
+}
+
+// addNamespace makes namespace name with the lab's resolver file (/etc/netns/NAME) and
+// opens it; the lab's Close ends what still runs in it and removes both.
+func (l *Lab) addNamespace(ctx context.Context, name string) (*Netns, error) {
+	// Registered first: `ip netns add` may be interrupted after it created the namespace.
+	l.addUndo(func() error {
+		if _, err := os.Stat(filepath.Join(netnsRunDir, name)); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		var errs []error
+		// Whatever still runs inside (a router a test did not stop) would keep the
+		// namespace alive unseen.
+		if err := endProcessesIn(context.Background(), name, l.logf); err != nil {
+			errs = append(errs, err)
+		}
+		if _, err := runCmd(context.Background(), l.runTimeout, "", "ip", "netns", "del", name); err != nil {
+			errs = append(errs, fmt.Errorf("delete namespace: %w", err))
+		}
+		return errors.Join(errs...)
+	})
+	if err := l.run(ctx, "", "ip", "netns", "add", name); err != nil {
+		return nil, fmt.Errorf("create namespace: %w", err)
+	}
+	dir := filepath.Join(etcNetnsDir, name)
+	l.addUndo(func() error { return os.RemoveAll(dir) })
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("resolver directory: %w", err)
+	}
+	resolv := fmt.Sprintf("# written by the router lab\nnameserver %s\noptions timeout:2 attempts:2\n", ServiceAddr)
+	if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte(resolv), 0o644); err != nil {
+		return nil, fmt.Errorf("resolver file: %w", err)
+	}
+	ns, err := newNetns(name, l.runTimeout)
+	if err != nil {
+		return nil, err
+	}
+	l.addUndo(ns.close)
+	return ns, nil
 }
