@@ -5,7 +5,6 @@ package e2e
 import (
 	"net/netip"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,23 +24,7 @@ func TestNameToHostThroughLocalProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.startRouter()
-	svc, err := s.lab.Host().Listen(s.ctx, "tcp", "127.0.0.1:8081")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
-	var accepted atomic.Int32
-	go func() {
-		for {
-			c, err := svc.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Write([]byte("HTTP/1.0 200 OK\r\n\r\nhost loopback service\n"))
-			c.Close()
-		}
-	}()
+	accepted := s.hostService("127.0.0.1:8081", "HTTP/1.0 200 OK\r\n\r\nhost loopback service\n")
 
 	// The guest's resolver (the lab DNS, captured) hands out a fake IP for the name.
 	out, code := run(s.ctx, s.lab.Guest(), "dig", "+short", "+time=2", "+tries=1", "@"+lab.ServiceAddr, lab.LoopName)

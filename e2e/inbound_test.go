@@ -5,7 +5,6 @@ package e2e
 import (
 	"errors"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -78,23 +77,7 @@ func TestInbound(t *testing.T) {
 	}
 
 	// The host is off limits through the inbound as well: a service on its loopback.
-	ln, err := s.lab.Host().Listen(s.ctx, "tcp", "127.0.0.1:2222")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var reached atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			reached.Add(1)
-			c.Write([]byte("host service\n"))
-			c.Close()
-		}
-	}()
+	reached := s.hostService("127.0.0.1:2222", "host service\n")
 	for _, args := range [][]string{socks, web} {
 		for _, url := range []string{"http://localhost:2222/", "http://127.0.0.1:2222/"} {
 			if out, code := s.curl(s.lab.Guest(), url, args...); code == 0 || strings.Contains(out, "host service") {

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,23 +67,7 @@ func (hr *hostResolver) heard() []string {
 // resolver.
 func TestLinkLocalIsHost(t *testing.T) {
 	s := newScene(t, twoGuestConfig(lab.GoSocksAddr, ""))
-	svc, err := s.lab.Host().Listen(s.ctx, "tcp", "[::]:2222")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
-	var accepted atomic.Int32
-	go func() {
-		for {
-			c, err := svc.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Write([]byte("host service\n"))
-			c.Close()
-		}
-	}()
+	accepted := s.hostService("[::]:2222", "host service\n")
 	resolver := s.startHostResolver()
 
 	guest2, err := s.lab.AddSecondGuest(s.ctx)

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -260,4 +261,29 @@ func (s *scene) hypervisorCopy(bin, name string) string {
 		s.t.Fatal(err)
 	}
 	return dst
+}
+
+// hostService serves reply to every connection on address in the host namespace until the
+// test ends, and counts the connections it accepted: a service of the host that the
+// guests must never reach.
+func (s *scene) hostService(address, reply string) *atomic.Int32 {
+	s.t.Helper()
+	ln, err := s.lab.Host().Listen(s.ctx, "tcp", address)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { ln.Close() })
+	accepted := new(atomic.Int32)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Write([]byte(reply))
+			c.Close()
+		}
+	}()
+	return accepted
 }
