@@ -67,9 +67,20 @@ type dstSlots struct {
 // how long that lasts.
 const quickSetup = time.Second
 
-// capped reports whether d's flows beyond perDst must wait at now.
-func (a *admission) cappedLocked(d *dstSlots, now time.Time) bool {
-	return d.held >= a.perDst && now.Sub(d.answered) > quickSetup
+// takeLocked takes one of key's set-up slots when one is free now and nobody waits for
+// key: below perDst, or any number while key answers (see quickSetup). It returns key's
+// slots (made when key had none) and whether one was taken; a.mu is held.
+func (a *admission) takeLocked(key dstKey) (*dstSlots, bool) {
+	d := a.dst[key]
+	if d == nil {
+		d = &dstSlots{}
+		a.dst[key] = d
+	}
+	if len(d.waiting) != 0 || d.held >= a.perDst && time.Since(d.answered) > quickSetup {
+		return d, false
+	}
+	d.held++
+	return d, true
 }
 
 // dstKey is a destination for the per-destination cap: its name when known, else its
@@ -144,16 +155,11 @@ func (a *admission) leave() { a.total.Add(-1) }
 func (a *admission) dstTryAcquire(key dstKey) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	d := a.dst[key]
-	if d == nil {
-		a.dst[key] = &dstSlots{held: 1}
-		return true
+	d, ok := a.takeLocked(key)
+	if !ok {
+		a.dropLocked(key, d)
 	}
-	if len(d.waiting) == 0 && !a.cappedLocked(d, time.Now()) {
-		d.held++
-		return true
-	}
-	return false
+	return ok
 }
 
 // dstAcquire takes one of key's set-up slots, waiting in order while key has perDst
@@ -161,13 +167,8 @@ func (a *admission) dstTryAcquire(key dstKey) bool {
 // once when as many flows as the flow budget already wait for key.
 func (a *admission) dstAcquire(ctx context.Context, key dstKey) error {
 	a.mu.Lock()
-	d := a.dst[key]
-	if d == nil {
-		d = &dstSlots{}
-		a.dst[key] = d
-	}
-	if len(d.waiting) == 0 && !a.cappedLocked(d, time.Now()) {
-		d.held++
+	d, ok := a.takeLocked(key)
+	if ok {
 		a.mu.Unlock()
 		return nil
 	}
