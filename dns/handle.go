@@ -8,7 +8,7 @@ import (
 
 	mdns "github.com/miekg/dns"
 
-	"github.com/agentcage/router/refusal"
+	"github.com/agentcage/router/rules/refusal"
 )
 
 // Handle answers req from an unknown source: HandleFrom with the zero Source, so every such

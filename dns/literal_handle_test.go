@@ -8,7 +8,7 @@ import (
 
 	mdns "github.com/miekg/dns"
 
-	"github.com/agentcage/router/refusal"
+	"github.com/agentcage/router/rules/refusal"
 )
 
 // literalNames are address literals as a guest's resolver library could send them.

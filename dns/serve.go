@@ -9,7 +9,7 @@ import (
 
 	mdns "github.com/miekg/dns"
 
-	"github.com/agentcage/router/refusal"
+	"github.com/agentcage/router/rules/refusal"
 )
 
 // maxUDPReply is the largest reply req may get over UDP: 512 without EDNS0, else the

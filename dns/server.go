@@ -74,7 +74,7 @@ import (
 	mdns "github.com/miekg/dns"
 
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/refusal"
+	"github.com/agentcage/router/rules/refusal"
 )
 
 // Mode selects how queries are answered.

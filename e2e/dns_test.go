@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/lab"
-	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/rules/policy"
 )
 
 // TestDNSNoLeak plays the DNS-leak trap in both modes: the guest and a hypervisor process

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/control"
 	"github.com/agentcage/router/internal/lab"
-	"github.com/agentcage/router/nftcap"
+	"github.com/agentcage/router/router/control"
+	"github.com/agentcage/router/router/nftcap"
 )
 
 // tableBack polls (every 2 ms, up to limit) until the router's table exists in the host

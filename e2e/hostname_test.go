@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/lab"
-	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/rules/policy"
 )
 
 // TestNameToHostThroughLocalProxy: the upstream runs on the host (go-socks5 on 127.0.0.1, as

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/control"
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/router/control"
 )
 
 // metricsPort is where the scene serves metrics.

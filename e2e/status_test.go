@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/control"
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/router/control"
 )
 
 func refusalCount(st control.Status, reason string) (uint64, []control.Refused) {

@@ -25,13 +25,13 @@ import (
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/internal/lab"
 	"github.com/agentcage/router/internal/roottest"
-	"github.com/agentcage/router/packet"
-	"github.com/agentcage/router/policy"
-	"github.com/agentcage/router/proc"
-	"github.com/agentcage/router/redirect"
 	"github.com/agentcage/router/router"
+	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/upstream"
+	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/windivert/packet"
+	"github.com/agentcage/router/windivert/redirect"
 )
 
 // The TUN scene drives the Windows data path (package redirect: reflection, NAT table,

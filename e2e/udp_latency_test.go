@@ -15,8 +15,8 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/internal/lab"
-	"github.com/agentcage/router/nftcap"
-	"github.com/agentcage/router/upstream"
+	"github.com/agentcage/router/router/nftcap"
+	"github.com/agentcage/router/router/upstream"
 )
 
 // TestUDPLatency measures UDP round trips to the lab's echo, paired in one run: from the

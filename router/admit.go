@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/rules/policy"
 )
 
 // admission is what the router lets flows hold, so that one source (a guest, an app) cannot

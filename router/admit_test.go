@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/netaddr"
-	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/upstream"
+	"github.com/agentcage/router/rules/policy"
 )
 
 func TestSharesAlone(t *testing.T) {

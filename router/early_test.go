@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/upstream"
 )
 
 // TestEarlyBytesGoWithTheRequest: what a client sends before the proxy connected rides with

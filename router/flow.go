@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentcage/router/policy"
-	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/refusal"
 )
 
 // The set-up of a TCP flow, shared by the listeners that take flows: the transparent listener

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/netaddr"
-	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/rules/refusal"
 )
 
 // Forward is one [[forward]]: connections to Listen from an Allow source are relayed to

@@ -13,9 +13,9 @@ import (
 
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/internal/netaddr"
-	"github.com/agentcage/router/policy"
-	"github.com/agentcage/router/refusal"
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/refusal"
 )
 
 // An inbound ([[inbound]]) is an explicit proxy on a VM-facing address, for guests that are

@@ -13,7 +13,7 @@ import (
 	gosocks5 "github.com/things-go/go-socks5"
 	"github.com/things-go/go-socks5/statute"
 
-	"github.com/agentcage/router/upstream"
+	"github.com/agentcage/router/router/upstream"
 )
 
 // The SOCKS5 inbound is the server side of github.com/things-go/go-socks5 (RFC 1928): it

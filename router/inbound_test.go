@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/router/upstream"
+	"github.com/agentcage/router/router/upstream/socks5"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/socks5"
-	"github.com/agentcage/router/upstream"
 )
 
 // The inbound tests run an inbound on 127.0.0.1:0 beside the env's transparent listener;

@@ -12,11 +12,11 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/internal/netaddr"
-	"github.com/agentcage/router/policy"
-	"github.com/agentcage/router/policy/policytest"
-	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/upstream"
+	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/policy/policytest"
 )
 
 // TestSharedCases: the relay decides the shared flows as the policy, the Windows engine and

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/refusal"
+	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/upstream"
+	"github.com/agentcage/router/rules/refusal"
 )
 
 // Relay tests on loopback: app ⇄ [a | relay | b] ⇄ peer.

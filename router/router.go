@@ -28,11 +28,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentcage/router/policy"
-	"github.com/agentcage/router/proc"
-	"github.com/agentcage/router/refusal"
+	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/upstream"
+	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/refusal"
 )
 
 // Names is the DNS side's knowledge of host names: fake-IP pool addresses and, in proxy

@@ -20,10 +20,10 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/internal/netaddr"
-	"github.com/agentcage/router/policy"
-	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/upstream"
+	"github.com/agentcage/router/rules/policy"
 )
 
 // The tests run the router on loopback. A "redirected" connection is simply a connection to

@@ -16,11 +16,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentcage/router/internal/netaddr"
-	"github.com/agentcage/router/policy"
-	"github.com/agentcage/router/refusal"
+	"github.com/agentcage/router/router/upstream"
+	"github.com/agentcage/router/router/upstream/socks5"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/socks5"
-	"github.com/agentcage/router/upstream"
+	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/refusal"
 )
 
 // The transparent flows' set-up on the epoll loops, the way redsocks does it on libevent: the

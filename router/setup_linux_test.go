@@ -16,10 +16,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentcage/router/internal/netaddr"
-	"github.com/agentcage/router/refusal"
+	"github.com/agentcage/router/router/upstream"
+	"github.com/agentcage/router/router/upstream/socks5"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/socks5"
-	"github.com/agentcage/router/upstream"
+	"github.com/agentcage/router/rules/refusal"
 )
 
 // The event loops' set-up (setup_linux.go), driven from outside: a scripted SOCKS5 proxy on

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/netaddr"
-	"github.com/agentcage/router/policy"
-	"github.com/agentcage/router/refusal"
+	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/upstream"
+	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/refusal"
 )
 
 // Serve accepts redirected connections on ln until ctx is done or ln is closed; each flow is

@@ -10,11 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agentcage/router/policy"
-	"github.com/agentcage/router/proc"
-	"github.com/agentcage/router/refusal"
+	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/upstream"
+	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/refusal"
 )
 
 // UDP. A capture hands the router datagrams with their original destination (HandleUDP, or

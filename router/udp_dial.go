@@ -7,8 +7,8 @@ import (
 	"net"
 	"time"
 
-	"github.com/agentcage/router/socks5"
-	"github.com/agentcage/router/upstream"
+	"github.com/agentcage/router/router/upstream"
+	"github.com/agentcage/router/router/upstream/socks5"
 )
 
 // DialUpstreamUDP opens a UDP association through the named upstream (a proxy, or a

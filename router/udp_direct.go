@@ -9,7 +9,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/agentcage/router/upstream"
+	"github.com/agentcage/router/router/upstream"
 )
 
 // dialUDPDirect opens the router's own socket (marked: never captured) to dst for a flow a

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/proc"
-	"github.com/agentcage/router/refusal"
+	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/router/upstream"
+	"github.com/agentcage/router/router/upstream/upstreamtest"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/upstream"
-	"github.com/agentcage/router/upstream/upstreamtest"
+	"github.com/agentcage/router/rules/refusal"
 )
 
 // The UDP relay with fakes: an upstream whose associations are in memory

@@ -7,8 +7,8 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/upstream"
 )
 
 // UpstreamConfig is one [proxy.NAME]: how to reach it and how its health is kept.

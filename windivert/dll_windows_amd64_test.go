@@ -17,7 +17,7 @@ import (
 
 	divert "github.com/lysShub/divert-go"
 
-	"github.com/agentcage/router/packet"
+	"github.com/agentcage/router/windivert/packet"
 )
 
 // loadTestDLL installs the registry-supplied files into a temporary directory (through the

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/packet"
 	"github.com/agentcage/router/windivert"
+	"github.com/agentcage/router/windivert/packet"
 	"github.com/agentcage/router/windivert/windiverttest"
 )
 

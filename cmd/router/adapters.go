@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/agentcage/router/adapters"
+	"github.com/agentcage/router/windivert/adapters"
 )
 
 func cmdAdapters(args []string, stdout, stderr io.Writer) int {

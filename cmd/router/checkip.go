@@ -6,7 +6,7 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/agentcage/router/checkip"
+	"github.com/agentcage/router/cmd/router/checkip"
 )
 
 // cmdCheckIP runs `router check-ip` with the system's network (no seams replaced); Ctrl-C ends

@@ -7,10 +7,10 @@ import (
 	"net"
 	"time"
 
-	"github.com/agentcage/router/checkip"
+	"github.com/agentcage/router/cmd/router/checkip"
+	"github.com/agentcage/router/cmd/router/proxycheck"
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/daemon"
-	"github.com/agentcage/router/proxycheck"
+	"github.com/agentcage/router/router/daemon"
 )
 
 func cmdCheckProxy(args []string, stdout, stderr io.Writer) int {

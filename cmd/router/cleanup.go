@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/control"
-	"github.com/agentcage/router/daemon"
+	"github.com/agentcage/router/router/control"
+	"github.com/agentcage/router/router/daemon"
 )
 
 // stopWait bounds how long `cleanup --force` waits for the daemon to exit after SIGTERM (its

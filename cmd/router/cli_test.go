@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/adapters"
-	"github.com/agentcage/router/control"
+	"github.com/agentcage/router/router/control"
+	"github.com/agentcage/router/windivert/adapters"
 )
 
 func run(t *testing.T, args ...string) (string, string, int) {

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/policy"
+	"github.com/agentcage/router/rules/policy"
 )
 
 // TestShippedConfigs: every host setup the README points at lints clean on its OS, and

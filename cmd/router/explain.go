@@ -12,8 +12,8 @@ import (
 	"sync"
 
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/rules/policy"
 )
 
 // stringList is a repeatable flag.

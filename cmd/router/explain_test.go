@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/agentcage/router/policy"
-	"github.com/agentcage/router/policy/policytest"
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/policy/policytest"
 )
 
 // TestExplainSharedCases: explain decides the shared flows as the policy, the relay and the

@@ -4,8 +4,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/agentcage/router/adapters"
-	"github.com/agentcage/router/lint"
+	"github.com/agentcage/router/conf/lint"
+	"github.com/agentcage/router/windivert/adapters"
 )
 
 // windowsFacts gathers what lint checks a config against on this machine: its VM-facing

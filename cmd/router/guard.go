@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/daemon"
+	"github.com/agentcage/router/router/daemon"
 )
 
 func cmdGuard(args []string, stdout, stderr io.Writer) int {

@@ -9,7 +9,7 @@ import (
 	"strconv"
 
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/lint"
+	"github.com/agentcage/router/conf/lint"
 )
 
 func cmdLint(args []string, stdout, stderr io.Writer) int {

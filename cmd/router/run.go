@@ -10,7 +10,7 @@ import (
 	"syscall"
 
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/daemon"
+	"github.com/agentcage/router/router/daemon"
 )
 
 // contextT is context.Context, short for the service hooks' signatures.

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/daemon"
-	"github.com/agentcage/router/service"
+	"github.com/agentcage/router/router/daemon"
+	"github.com/agentcage/router/router/service"
 )
 
 func cmdService(args []string, stdout, stderr io.Writer) int {

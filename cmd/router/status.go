@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/control"
+	"github.com/agentcage/router/router/control"
 )
 
 func cmdStatus(args []string, stdout, stderr io.Writer) int {

@@ -12,7 +12,7 @@ import (
 	"github.com/charmbracelet/x/term"
 	"github.com/muesli/termenv"
 
-	"github.com/agentcage/router/control"
+	"github.com/agentcage/router/router/control"
 )
 
 func cmdWatch(args []string, stdout, stderr io.Writer) int {

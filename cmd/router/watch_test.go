@@ -15,7 +15,7 @@ import (
 	"github.com/charmbracelet/x/ansi"
 	"github.com/muesli/termenv"
 
-	"github.com/agentcage/router/control"
+	"github.com/agentcage/router/router/control"
 )
 
 // watchNow is the time of the fake daemon's answers.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentcage/router/control"
+	"github.com/agentcage/router/router/control"
 )
 
 // fakeHandler answers the control channel with the sample status.

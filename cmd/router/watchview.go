@@ -16,7 +16,7 @@ import (
 	"github.com/charmbracelet/lipgloss/table"
 	"github.com/charmbracelet/x/ansi"
 
-	"github.com/agentcage/router/control"
+	"github.com/agentcage/router/router/control"
 )
 
 // This file is `router watch`'s screen: a bubbletea model whose state, Update and View are

@@ -5,10 +5,10 @@ import (
 	"testing"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/conf/lint"
 	"github.com/agentcage/router/internal/lab"
-	"github.com/agentcage/router/lint"
-	"github.com/agentcage/router/policy"
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/rules/policy"
 )
 
 // parseLabConfig decodes labConfig as the router on the lab's Linux host does.

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agentcage/router/socks5"
+	"github.com/agentcage/router/router/upstream/socks5"
 )
 
 // Dialer opens the load's connections: from Src (when valid), directly or through the SOCKS5

@@ -26,10 +26,10 @@ import (
 
 	"golang.org/x/sys/windows"
 
-	"github.com/agentcage/router/packet"
-	"github.com/agentcage/router/proc"
+	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/windivert"
 	"github.com/agentcage/router/windivert/dist"
+	"github.com/agentcage/router/windivert/packet"
 )
 
 func main() {

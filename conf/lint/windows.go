@@ -1,0 +1,101 @@
+package lint
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/windivert/adapters"
+)
+
+// WindowsFacts is what lint can know of a Windows machine's VMs beyond the config: the
+// VM-facing adapters (package adapters) and the VirtualBox VMs whose NAT resolves names
+// through the host's resolver. Only `router lint` on Windows gathers them.
+type WindowsFacts struct {
+	Adapters []adapters.Adapter
+	// HostResolverVMs are the VirtualBox VMs with the NAT "host resolver" on
+	// (VBoxManage modifyvm VM --natdnshostresolver1 on): their guests' queries are made by
+	// the host's DNS Client service (the Dnscache svchost), not by VirtualBox's process.
+	HostResolverVMs []string
+}
+
+// windows checks the config against what is known of this Windows machine.
+func (l *linter) windows() {
+	if l.goos() != "windows" {
+		return
+	}
+	w := l.host.Windows
+	for _, a := range w.Adapters {
+		if !a.Uncageable() || coveredAll(l.cfg.Capture.CageSubnets, a.Subnets) {
+			continue
+		}
+		how := "Windows NATs its guests in the kernel"
+		if a.NAT != adapters.NATWinNAT && a.NAT != adapters.NATHNS {
+			how = "IP forwarding is on for it"
+		}
+		l.add(Finding{Severity: Warning, Check: CheckUncagedSwitch, Line: l.line("capture"),
+			Message: fmt.Sprintf("adapter %q (%s, %s): %s, where no capture sees them: a VM or WSL distribution on it is not caged", a.Name, a.Kind, subnetList(a.Subnets), how),
+			Fix:     "run the agent's VM on an Internal switch without NAT and put its subnet in [capture] cage_subnets (docs/hyperv.md); for WSL2 set the Hyper-V firewall's default outbound to Block"})
+	}
+	if len(w.HostResolverVMs) == 0 || l.cfg.DNS.Capture != conf.DNSCaptureCaged || l.dnscacheCaged() {
+		return
+	}
+	l.add(Finding{Severity: Warning, Check: CheckHostResolver, Line: l.line("dns"),
+		Message: fmt.Sprintf("VirtualBox VM %s resolves through the host (NAT host resolver on): its queries come from the Dnscache svchost, which [dns] capture = \"caged\" passes untouched, so its names leak to the host's resolver", strings.Join(quoteAll(w.HostResolverVMs), ", ")),
+		Fix:     "turn the host resolver off (VBoxManage modifyvm VM --natdnshostresolver1 off), or set [dns] capture = \"all\""})
+}
+
+// dnscacheCaged reports whether a proxy or block rule names the DNS Client service, which
+// cages every process's resolution.
+func (l *linter) dnscacheCaged() bool {
+	for _, r := range l.cfg.Rules {
+		if r.Action == rules.Direct {
+			continue
+		}
+		for _, s := range r.Services {
+			if strings.EqualFold(s, "Dnscache") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func coveredAll(cages, subnets []netip.Prefix) bool {
+	if len(subnets) == 0 {
+		return false
+	}
+	for _, s := range subnets {
+		ok := false
+		for _, c := range cages {
+			if c.Bits() <= s.Bits() && c.Contains(s.Addr()) {
+				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func subnetList(ps []netip.Prefix) string {
+	if len(ps) == 0 {
+		return "no address"
+	}
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return strings.Join(out, ", ")
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = fmt.Sprintf("%q", s)
+	}
+	return out
+}

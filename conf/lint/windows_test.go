@@ -1,0 +1,54 @@
+package lint
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/windivert/adapters"
+)
+
+func TestWindowsFacts(t *testing.T) {
+	on := true
+	defSwitch := adapters.Adapter{Interface: adapters.Interface{Name: "vEthernet (Default Switch)"}, Kind: adapters.KindDefaultSwitch, NAT: adapters.NATHNS,
+		Subnets: []netip.Prefix{netip.MustParsePrefix("172.22.64.0/20")}}
+	wsl := adapters.Adapter{Interface: adapters.Interface{Name: "vEthernet (WSL)"}, Kind: adapters.KindWSL, NAT: adapters.NATHNS,
+		Subnets: []netip.Prefix{netip.MustParsePrefix("172.29.160.0/20")}}
+	internal := adapters.Adapter{Interface: adapters.Interface{Name: "vEthernet (AgentCage)", Forwarding: new(bool)}, Kind: adapters.KindHyperV, NAT: adapters.NATNone,
+		Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.200.0/24")}}
+	routed := internal
+	routed.Forwarding = &on
+	base := "[proxy.exit]\naddress = \"192.0.2.1:1080\"\n[capture]\nhypervisors = [\"virtualbox\"]\ncage_subnets = [\"192.168.200.0/24\"]\n[[rule]]\nname = \"cage\"\ncaged = true\naction = \"proxy\"\n"
+	for _, tc := range []struct {
+		name  string
+		text  string
+		facts WindowsFacts
+		want  []string
+	}{
+		{"default switch and wsl", base, WindowsFacts{Adapters: []adapters.Adapter{defSwitch, wsl, internal}}, []string{CheckUncagedSwitch, CheckUncagedSwitch}},
+		{"internal switch forwarding", base, WindowsFacts{Adapters: []adapters.Adapter{routed}}, nil}, // its subnet is a cage subnet: the guard blocks forwarding
+		{"internal switch forwarding, not caged", "[capture]\nhypervisors = [\"virtualbox\"]\n", WindowsFacts{Adapters: []adapters.Adapter{routed}}, []string{CheckUncagedSwitch}},
+		{"host resolver, caged scope", base, WindowsFacts{HostResolverVMs: []string{"agent"}}, []string{CheckHostResolver}},
+		{"host resolver, all", base + "[dns]\ncapture = \"all\"\n", WindowsFacts{HostResolverVMs: []string{"agent"}}, nil},
+		{"host resolver, Dnscache caged", base + "[[rule]]\nname = \"dns\"\nservices = [\"Dnscache\"]\naction = \"proxy\"\n", WindowsFacts{HostResolverVMs: []string{"agent"}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := conf.Parse("w.toml", []byte(tc.text), conf.Options{SkipSecrets: true, OS: "windows"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, f := range Check(cfg, Host{OS: "windows", Windows: tc.facts}) {
+				if f.Check == CheckUncagedSwitch || f.Check == CheckHostResolver {
+					got = append(got, f.Check)
+					if f.Severity != Warning || f.Fix == "" {
+						t.Errorf("finding %+v", f)
+					}
+				}
+			}
+			if len(got) != len(tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

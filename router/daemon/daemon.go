@@ -1,0 +1,582 @@
+// Package daemon wires the router together and runs it: the config, the DNS server, the
+// transparent listener, the forwards, the inbounds and the platform's capture. It is what
+// `router run` runs; cmd/router only turns signals into a context and a reload channel.
+//
+// Start order: listeners first (transparent, DNS, forwards, inbounds, the metrics endpoint),
+// capture last, so the capture never redirects to a port nobody listens on. Stop: listeners
+// close, running flows get a short grace period, and the capture is left in place: it is the
+// guard that keeps VM traffic blocked until a router runs again (only `router cleanup`
+// removes it). While the daemon runs, the platform keeps the guard whole: on Linux a table
+// that something else removes or changes is restored within milliseconds (see healer).
+//
+// Reload (a value on Options.Reload) applies a new file atomically: it is parsed and
+// checked whole, new forward and inbound listeners (and the metrics socket, when [metrics]
+// listen changed) are opened and the new capture installed before the new rules take
+// effect; any failure leaves the running config untouched and is logged. Keys that need new
+// sockets of the daemon itself (listener_port, dns_port, mark, table) and the [dns] table
+// need a restart; a reload that changes them is refused.
+package daemon
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/dns"
+	"github.com/agentcage/router/router"
+	"github.com/agentcage/router/router/control"
+	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/router/upstream"
+	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/refusal"
+)
+
+// Platform is the operating system's part: capture and attribution.
+type Platform interface {
+	// Env is what the policy needs to know of this machine; it is asked once per load.
+	Env() policy.Env
+	// Install puts the capture for cfg in place, replacing any earlier one atomically. pol is
+	// cfg's compiled decision, for a capture that decides flows itself (Windows); dns is the
+	// daemon's DNS server, for a capture that answers DNS itself (Windows).
+	Install(cfg *conf.Config, pol *policy.Policy, dns *dns.Server) error
+	// Original returns where a redirected connection came from and was going.
+	Original(c *net.TCPConn) (src, dst netip.AddrPort, err error)
+	// Control returns the socket option function that marks the router's own sockets.
+	Control(mark uint32) func(network, address string, c syscall.RawConn) error
+	// Owner finds the process of a local flow; nil when the platform cannot.
+	Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error)
+	// FromVM tells whether a redirected connection's source entered from a VM network or a
+	// VM-facing interface (router.Options.FromVM); nil: only sources inside vm_networks do.
+	FromVM() func(src netip.Addr) bool
+	// Failed delivers a failure of the capture while it runs (nil: it cannot fail): the
+	// daemon then stops and Run returns the error, so a service manager restarts it.
+	Failed() <-chan error
+	// Close ends the capture's part that lives with the process, first thing at a stop; the
+	// guard stays (Linux: nothing to do; Windows: the guard's permits go, then WinDivert).
+	Close() error
+	// Resolver returns the host's own resolver (ip:port) for [dns] direct_names.
+	Resolver() (string, error)
+	// Refusals returns what the capture itself refused, by reason, since the process
+	// started (Linux: the guard's nftables counters; Windows: the engine's); nil when it
+	// counts nothing. The router's and the DNS server's refusals are counted apart.
+	Refusals() []refusal.Stat
+}
+
+// FDOriginal is a Platform that tells a redirected connection's original destination from
+// its bare descriptor (router.Options.OriginalFD), without blocking: the router's event loops
+// then set flows up themselves (Linux). Without it every flow takes a goroutine.
+type FDOriginal interface {
+	OriginalFD(fd int, peer netip.AddrPort) (src, dst netip.AddrPort, err error)
+}
+
+// DNSBinder is a Platform that chooses the address of the daemon's UDP DNS socket. Without
+// it the socket listens on every address ([::]): the Linux capture redirects the queries of
+// VM-facing interfaces to it. The TCP DNS socket always listens on every address (the
+// Windows engine reflects DNS over TCP to it with the original destination as source).
+type DNSBinder interface {
+	UDPDNSHost() string
+}
+
+// Options configure Run.
+type Options struct {
+	ConfigPath string
+	Platform   Platform
+	// Log receives the daemon's records; its level follows [log] level when Level is set.
+	Log   *slog.Logger
+	Level *slog.LevelVar
+	// Reload asks for the config file to be read again.
+	Reload <-chan struct{}
+	// Ready, when not nil, is closed once the capture is installed (tests wait on it).
+	Ready chan<- struct{}
+	// Grace is how long running flows may finish after a stop; default 2 s.
+	Grace time.Duration
+	// Reloaded, when not nil, receives the outcome of every reload (tests).
+	Reloaded chan<- error
+	// Load reads and validates the config file; nil: conf.Load with its secrets. Tests feed
+	// configs through it that conf would refuse, to check that the daemon holds anyway.
+	Load func(path string) (*conf.Config, error)
+}
+
+// Run runs the daemon until ctx is done. It returns an error when it cannot start; the
+// capture it installed stays in place when it returns.
+func Run(ctx context.Context, opts Options) error {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Grace == 0 {
+		opts.Grace = 2 * time.Second
+	}
+	if opts.Load == nil {
+		opts.Load = func(path string) (*conf.Config, error) { return conf.Load(path, conf.Options{}) }
+	}
+	cfg, err := opts.Load(opts.ConfigPath)
+	if err != nil {
+		return err
+	}
+	d := &daemon{opts: opts, log: opts.Log, forwards: map[string]*forwardRun{}}
+	d.setLevel(cfg)
+	if err := d.start(ctx, cfg); err != nil {
+		d.stop()
+		return err
+	}
+	d.log.Info("router running", "config", cfg.File, "listener", d.tcp.Addr().String(), "dns", d.cfg.Capture.DNSPort,
+		"vm_networks", fmt.Sprint(cfg.Capture.VMNetworks), "local", cfg.Capture.Local, "rules", len(cfg.Rules), "forwards", len(cfg.Forwards), "inbounds", len(cfg.Inbounds))
+	if opts.Ready != nil {
+		close(opts.Ready)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			d.stop()
+			d.log.Info("router stopped; the guard stays in place and keeps VM traffic blocked until a router runs again or `router cleanup` removes it")
+			return nil
+		case err := <-opts.Platform.Failed():
+			d.stop()
+			return fmt.Errorf("the capture failed, the router stops (the guard stays and keeps VM traffic blocked): %w", err)
+		case <-opts.Reload:
+			err := d.reload(ctx)
+			if err != nil {
+				d.log.Error("reload failed; the running config stays", "err", err)
+			} else {
+				d.log.Info("reloaded", "config", d.cfg.File, "rules", len(d.cfg.Rules), "forwards", len(d.cfg.Forwards))
+			}
+			if opts.Reloaded != nil {
+				opts.Reloaded <- err
+			}
+		}
+	}
+}
+
+type daemon struct {
+	opts Options
+	log  *slog.Logger
+	mu   sync.Mutex // guards cfg for the control channel; reload is the only writer
+	cfg  *conf.Config
+
+	r       *router.Router
+	book    refusal.Book // what the router (and DNS server) refused
+	dns     *dns.Server
+	tcp     *net.TCPListener
+	dnsUDP  net.PacketConn
+	dnsTCP  net.Listener
+	closers []io.Closer // the daemon's own listeners, closed by stop
+	serving sync.WaitGroup
+	cancel  context.CancelFunc // stops the serving goroutines
+
+	forwards map[string]*forwardRun // by listen address
+	inbounds map[string]*inboundRun // by listen address (inbound.go)
+	status   *statusHandler         // what the control channel and the metrics show
+	metrics  *metricsRun            // the [metrics] endpoint, nil when off; start, reload and stop only
+}
+
+// forwardRun is one forward's socket and serving goroutine. Its settings are swapped on a
+// reload that keeps the listen address, without closing the socket.
+type forwardRun struct {
+	f      atomic.Pointer[router.Forward]
+	ln     *net.TCPListener
+	cancel context.CancelFunc
+}
+
+func (d *daemon) setLevel(cfg *conf.Config) {
+	if d.opts.Level == nil {
+		return
+	}
+	lv := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+	d.opts.Level.Set(lv[cfg.Log.Level])
+}
+
+// load is one config and what it compiles to: the decision (once per load, shared by the
+// router and the capture) and the router's policy.
+type load struct {
+	cfg *conf.Config
+	dec *policy.Policy
+	pol router.Policy
+}
+
+// compile turns a config into everything a start or a reload applies.
+func (d *daemon) compile(cfg *conf.Config) *load {
+	l := &load{cfg: cfg, dec: policy.New(cfg, d.opts.Platform.Env())}
+	l.pol = routerPolicy(cfg, l.dec)
+	return l
+}
+
+// routerPolicy turns a config into the router's policy.
+func routerPolicy(cfg *conf.Config, dec *policy.Policy) router.Policy {
+	p := router.Policy{
+		Decision:       dec,
+		IdleTimeout:    cfg.Relay.IdleTimeout,
+		ConnectTimeout: cfg.Relay.ConnectTimeout,
+		Sockmap:        cfg.Relay.Sockmap,
+	}
+	for _, px := range cfg.Proxies {
+		p.Upstreams = append(p.Upstreams, UpstreamConfig(px))
+	}
+	return p
+}
+
+// UpstreamConfig is the router's view of one [proxy.NAME] (also what `router check-proxy`
+// tests).
+func UpstreamConfig(px conf.Proxy) router.UpstreamConfig {
+	u := router.UpstreamConfig{Config: upstream.Config{
+		Name: px.Name, Type: upstream.Type(px.Type), Host: px.Host, Port: px.Port,
+		Username: px.Username, Password: px.Password.Reveal(),
+		Pipeline: px.Pipeline, RootCAs: px.RootCAs,
+	}}
+	if px.HealthCheck > 0 {
+		// conf checked the target.
+		target, _ := upstream.ParseAddr(px.HealthTarget)
+		u.Health = upstream.HealthConfig{Every: px.HealthCheck, Target: target}
+	}
+	return u
+}
+
+func forwardOf(f conf.Forward) router.Forward {
+	name := f.Name
+	if name == "" {
+		name = f.Listen.String()
+	}
+	return router.Forward{Name: name, Listen: f.Listen, Connect: f.Connect, Allow: f.Allow}
+}
+
+func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
+	pf := d.opts.Platform
+	d.status = &statusHandler{d: d, started: time.Now()}
+	l := d.compile(cfg)
+	control := pf.Control(cfg.Capture.Mark)
+	ropts := router.Options{
+		Log:      d.log.With("component", "router"),
+		Original: pf.Original,
+		Control:  control,
+		Owner:    pf.Owner(),
+		OwnerUDP: ownerUDP(pf),
+		FromVM:   pf.FromVM(),
+		Refusals: &d.book,
+	}
+	if o, ok := pf.(FDOriginal); ok {
+		ropts.OriginalFD = o.OriginalFD
+	}
+	// The DNS server dials through the router (d.r, set below before anything is served)
+	// and the router asks the DNS server for the names behind addresses.
+	if err := d.startDNS(cfg); err != nil {
+		return err
+	}
+	ropts.Names = d.dns
+	r, err := router.New(l.pol, ropts)
+	if err != nil {
+		return err
+	}
+	d.r, d.cfg = r, cfg
+	sctx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	lc := net.ListenConfig{Control: control}
+	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort("::", strconv.Itoa(int(cfg.Capture.ListenerPort))))
+	if err != nil {
+		return fmt.Errorf("transparent listener: %w", err)
+	}
+	d.tcp = ln.(*net.TCPListener)
+	d.closers = append(d.closers, ln)
+	d.serving.Go(func() {
+		if err := r.Serve(sctx, d.tcp); err != nil {
+			d.log.Error("transparent listener", "err", err)
+		}
+	})
+	if err := d.startUDP(sctx, cfg); err != nil {
+		return err
+	}
+	if cfg.Capture.DNSPort != 0 {
+		port := strconv.Itoa(int(cfg.Capture.DNSPort))
+		addr := net.JoinHostPort("::", port)
+		udpHost := "::"
+		if b, ok := pf.(DNSBinder); ok {
+			udpHost = b.UDPDNSHost()
+		}
+		if d.dnsUDP, err = lc.ListenPacket(ctx, "udp", net.JoinHostPort(udpHost, port)); err != nil {
+			return fmt.Errorf("dns listener: %w", err)
+		}
+		d.closers = append(d.closers, d.dnsUDP)
+		if d.dnsTCP, err = lc.Listen(ctx, "tcp", addr); err != nil {
+			return fmt.Errorf("dns listener: %w", err)
+		}
+		d.closers = append(d.closers, d.dnsTCP)
+		d.serving.Go(func() {
+			if err := d.dns.Serve(sctx, d.dnsUDP, d.dnsTCP); err != nil {
+				d.log.Error("dns", "err", err)
+			}
+		})
+	}
+	for _, f := range cfg.Forwards {
+		fr, err := d.openForward(ctx, forwardOf(f))
+		if err != nil {
+			return err
+		}
+		d.runForward(fr)
+	}
+	if err := d.startInbounds(ctx, cfg); err != nil {
+		return err
+	}
+	if cfg.Metrics.Listen.IsValid() {
+		m, err := d.openMetrics(ctx, cfg.Metrics.Listen, control)
+		if err != nil {
+			return err
+		}
+		d.runMetrics(m)
+	}
+	if err := d.startControl(cfg, sctx); err != nil {
+		return err
+	}
+	if err := pf.Install(cfg, l.dec, d.dns); err != nil {
+		return fmt.Errorf("install capture: %w", err)
+	}
+	return nil
+}
+
+// startControl opens the channel `router status` and `router explain` use. A daemon that
+// cannot open it still runs (the data path matters more); the failure is logged.
+func (d *daemon) startControl(cfg *conf.Config, ctx context.Context) error {
+	ln, err := control.Listen(cmp.Or(cfg.Control.Socket, control.DefaultPath))
+	if err != nil {
+		d.log.Warn("no control channel: router status will not reach this daemon", "err", err)
+		return nil
+	}
+	d.serving.Go(func() {
+		if err := control.Serve(ctx, ln, d.status, d.log.With("component", "control")); err != nil {
+			d.log.Error("control", "err", err)
+		}
+	})
+	return nil
+}
+
+func (d *daemon) startDNS(cfg *conf.Config) error {
+	mode, err := dns.ParseMode(cfg.DNS.Mode)
+	if err != nil {
+		return err
+	}
+	dc := dns.Config{Mode: mode, Pool: cfg.DNS.Pool, TTL: cfg.DNS.TTL, Resolver: cfg.DNS.Resolver}
+	for _, h := range cfg.DNS.DirectNames {
+		dc.DirectNames = append(dc.DirectNames, h.String())
+	}
+	dl := dns.Dialers{Refusals: &d.book}
+	if cfg.DNS.Proxy != "" {
+		proxy := cfg.DNS.Proxy
+		dl.Proxy = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if network != "tcp" {
+				return nil, fmt.Errorf("dns via proxy: %s is not carried", network)
+			}
+			return d.r.DialUpstream(ctx, proxy, addr)
+		}
+		if cfg.DNS.Transport == conf.DNSOverUDP {
+			dl.ProxyPacket = func(ctx context.Context, addr string) (net.Conn, error) {
+				return d.r.DialUpstreamUDP(ctx, proxy, addr)
+			}
+		}
+	}
+	if len(dc.DirectNames) > 0 {
+		dl.Direct = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return d.r.Dialer().DialContext(ctx, network, addr)
+		}
+		if dl.DirectResolver, err = d.opts.Platform.Resolver(); err != nil {
+			return fmt.Errorf("dns direct_names: %w", err)
+		}
+	}
+	s, err := dns.New(dc, dl, d.log.With("component", "dns"))
+	if err != nil {
+		return err
+	}
+	d.dns = s
+	return nil
+}
+
+func (d *daemon) openForward(ctx context.Context, f router.Forward) (*forwardRun, error) {
+	ln, err := d.r.ListenForward(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	fr := &forwardRun{ln: ln}
+	fr.f.Store(&f)
+	return fr, nil
+}
+
+// runForward serves fr until stop or a reload that drops it.
+func (d *daemon) runForward(fr *forwardRun) {
+	ctx, cancel := context.WithCancel(context.Background())
+	fr.cancel = cancel
+	d.forwards[fr.f.Load().Listen.String()] = fr
+	d.serving.Go(func() {
+		if err := d.r.ServeForward(ctx, fr.ln, fr.f.Load); err != nil {
+			d.log.Error("forward", "name", fr.f.Load().Name, "err", err)
+		}
+	})
+}
+
+func (d *daemon) stop() {
+	// The capture first: on Windows the guard's permits must go before anything else.
+	if err := d.opts.Platform.Close(); err != nil {
+		d.log.Error("closing the capture", "err", err)
+	}
+	if d.cancel != nil {
+		d.cancel()
+	}
+	for _, fr := range d.forwards {
+		if fr.cancel != nil {
+			fr.cancel()
+		}
+		fr.ln.Close()
+	}
+	d.stopInbounds()
+	stopMetrics(d.metrics)
+	for _, c := range d.closers {
+		c.Close()
+	}
+	d.serving.Wait()
+	if d.r != nil {
+		done := make(chan struct{})
+		go func() { d.r.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(d.opts.Grace):
+			d.log.Info("stopping with flows still open")
+		}
+		d.r.Close()
+	}
+	if d.dns != nil {
+		d.dns.Close()
+	}
+}
+
+// metricsAddr is where the metrics are served now; invalid when they are not.
+func (d *daemon) metricsAddr() netip.AddrPort {
+	if d.metrics == nil {
+		return netip.AddrPort{}
+	}
+	return d.metrics.addr
+}
+
+// restartKeys are what a reload may not change.
+func restartNeeded(old, cur *conf.Config) error {
+	var keys []string
+	if old.Capture.ListenerPort != cur.Capture.ListenerPort {
+		keys = append(keys, "capture.listener_port")
+	}
+	if old.Capture.DNSPort != cur.Capture.DNSPort {
+		keys = append(keys, "capture.dns_port")
+	}
+	if old.Capture.UDPPort != cur.Capture.UDPPort {
+		keys = append(keys, "capture.udp_port")
+	}
+	if old.Capture.Mark != cur.Capture.Mark {
+		keys = append(keys, "capture.mark")
+	}
+	if old.Capture.Table != cur.Capture.Table {
+		keys = append(keys, "capture.table")
+	}
+	if fmt.Sprint(old.DNS) != fmt.Sprint(cur.DNS) {
+		keys = append(keys, "dns")
+	}
+	if old.Control != cur.Control {
+		keys = append(keys, "control")
+	}
+	if len(keys) > 0 {
+		return fmt.Errorf("%s changed: restart the router to apply that", keys)
+	}
+	return nil
+}
+
+// reload applies the config file anew, all or nothing: the file is parsed and checked, the
+// router's policy prepared, forwards on new addresses and the metrics socket on a new
+// address opened, and the capture installed; only then do the new rules, forward settings
+// and log level take effect, the metrics move (or start, or stop) and the forwards that are
+// gone close. Any failure closes what was opened for the new config and leaves the
+// running one untouched. A forward whose address stays keeps its socket: a changed allow
+// list, target or name is swapped in for the connections accepted after the reload.
+func (d *daemon) reload(ctx context.Context) error {
+	cfg, err := d.opts.Load(d.opts.ConfigPath)
+	if err != nil {
+		return err
+	}
+	if err := restartNeeded(d.cfg, cfg); err != nil {
+		return err
+	}
+	l := d.compile(cfg)
+	prepared, err := d.r.Prepare(l.pol)
+	if err != nil {
+		return err
+	}
+	want := map[string]router.Forward{}
+	var opened []*forwardRun
+	var newMetrics *metricsRun // opened for a changed [metrics] listen
+	closeOpened := func() {
+		for _, o := range opened {
+			o.ln.Close()
+		}
+		stopMetrics(newMetrics)
+	}
+	for _, f := range cfg.Forwards {
+		rf := forwardOf(f)
+		want[rf.Listen.String()] = rf
+		if _, ok := d.forwards[rf.Listen.String()]; ok {
+			continue // kept; its settings are swapped below
+		}
+		fr, err := d.openForward(ctx, rf)
+		if err != nil {
+			closeOpened()
+			return err
+		}
+		opened = append(opened, fr)
+	}
+	inb, err := d.prepareInbounds(ctx, cfg)
+	if err != nil {
+		closeOpened()
+		return err
+	}
+	metricsMoved := cfg.Metrics.Listen != d.metricsAddr()
+	if metricsMoved && cfg.Metrics.Listen.IsValid() {
+		if newMetrics, err = d.openMetrics(ctx, cfg.Metrics.Listen, d.opts.Platform.Control(cfg.Capture.Mark)); err != nil {
+			closeOpened()
+			inb.abort()
+			return err
+		}
+	}
+	if err := d.opts.Platform.Install(cfg, l.dec, d.dns); err != nil {
+		closeOpened()
+		inb.abort()
+		return fmt.Errorf("install capture: %w", err)
+	}
+	// Nothing below can fail.
+	d.r.Use(prepared)
+	for addr, fr := range d.forwards {
+		nf, keep := want[addr]
+		if keep {
+			fr.f.Store(&nf)
+			continue
+		}
+		fr.cancel()
+		fr.ln.Close()
+		delete(d.forwards, addr)
+	}
+	for _, fr := range opened {
+		d.runForward(fr)
+	}
+	d.commitInbounds(inb)
+	if metricsMoved {
+		stopMetrics(d.metrics)
+		d.metrics = nil
+		if newMetrics != nil {
+			d.runMetrics(newMetrics)
+		}
+	}
+	d.mu.Lock()
+	d.cfg = cfg
+	d.mu.Unlock()
+	d.setLevel(cfg)
+	return nil
+}

@@ -1,0 +1,402 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/dns"
+	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/refusal"
+)
+
+func parse(t *testing.T, src string) *conf.Config {
+	t.Helper()
+	// Judged for Linux wherever the test runs (the configs have VM networks, which Windows
+	// refuses); the Windows platform tests load theirs with loadForWindows.
+	cfg, err := conf.Parse("t.toml", []byte(src), conf.Options{OS: "linux", LookupEnv: func(string) (string, bool) { return "pw", true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+const base = `
+[proxy.exit]
+address = "198.51.100.1:1080"
+username = "u"
+password_env = "P"
+pipeline = false
+[capture]
+vm_networks = ["10.0.2.0/24"]
+[[forward]]
+listen = "10.0.2.2:47831"
+connect = "127.0.0.1:47831"
+allow = ["10.0.2.0/24"]
+[[rule]]
+name = "all"
+action = "proxy"
+`
+
+func TestRouterPolicy(t *testing.T) {
+	cfg := parse(t, base)
+	p := routerPolicy(cfg, policy.New(cfg, policy.Env{}))
+	if len(p.Upstreams) != 1 {
+		t.Fatalf("upstreams %+v", p.Upstreams)
+	}
+	u := p.Upstreams[0]
+	if u.Name != "exit" || u.Host != "198.51.100.1" || u.Port != 1080 || u.Username != "u" || u.Password != "pw" || u.Pipeline {
+		t.Errorf("upstream %+v", u)
+	}
+	f := policy.Flow{Src: netip.MustParseAddr("10.0.2.15"), Dst: netip.MustParseAddr("198.51.100.9"), Port: 443}
+	if d := p.Decision.Decide(&f); d.Name != "all" || len(p.Decision.VMNetworks()) != 1 || p.IdleTimeout != conf.DefaultIdleTimeout {
+		t.Errorf("policy %+v decides %+v", p, d)
+	}
+	if f := forwardOf(cfg.Forwards[0]); f.Name != "10.0.2.2:47831" {
+		t.Errorf("an unnamed forward is named %q, want its listen address", f.Name)
+	}
+}
+
+func TestRestartNeeded(t *testing.T) {
+	old := parse(t, base)
+	for _, tt := range []struct {
+		change string
+		want   string // "" when a reload may apply it
+	}{
+		{`[[rule]]` + "\nname = \"more\"\naction = \"block\"\n", ""},
+		{"[relay]\nidle_timeout = \"1h\"\n", ""},
+		{"[dns]\nmode = \"proxy\"\n", "dns"},
+		{"[control]\nsocket = \"/tmp/x.sock\"\n", "control"},
+	} {
+		err := restartNeeded(old, parse(t, base+tt.change))
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%q: %v", tt.change, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%q: got %v, want an error naming %s", tt.change, err, tt.want)
+		}
+	}
+	cur := parse(t, strings.Replace(base, "[capture]\n", "[capture]\nlistener_port = 4000\nmark = 7\n", 1))
+	if err := restartNeeded(old, cur); err == nil || !strings.Contains(err.Error(), "capture.listener_port") || !strings.Contains(err.Error(), "capture.mark") {
+		t.Errorf("got %v", err)
+	}
+}
+
+// fakePlatform records what the daemon asks of the capture; Install fails with failInstall.
+type fakePlatform struct {
+	mu          sync.Mutex
+	envs        int
+	installs    []*conf.Config
+	decisions   []*policy.Policy
+	failInstall error
+}
+
+func (p *fakePlatform) Env() policy.Env {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.envs++
+	return policy.Env{}
+}
+
+func (p *fakePlatform) Install(cfg *conf.Config, pol *policy.Policy, _ *dns.Server) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failInstall != nil {
+		return p.failInstall
+	}
+	p.installs = append(p.installs, cfg)
+	p.decisions = append(p.decisions, pol)
+	return nil
+}
+
+func (p *fakePlatform) Original(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
+	return netip.AddrPort{}, netip.AddrPort{}, errors.New("fake platform redirects nothing")
+}
+func (p *fakePlatform) Control(uint32) func(string, string, syscall.RawConn) error { return nil }
+func (p *fakePlatform) Owner() func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (proc.Info, error) {
+	return nil
+}
+func (p *fakePlatform) FromVM() func(netip.Addr) bool { return nil }
+func (p *fakePlatform) Failed() <-chan error          { return nil }
+func (p *fakePlatform) Close() error                  { return nil }
+func (p *fakePlatform) Resolver() (string, error)     { return "", errors.New("no resolver") }
+func (p *fakePlatform) Refusals() []refusal.Stat      { return nil }
+
+func (p *fakePlatform) count() (envs, installs int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.envs, len(p.installs)
+}
+
+// freePort returns a TCP and UDP port that was free on every address a moment ago.
+func freePort(t *testing.T) uint16 {
+	t.Helper()
+	for range 20 {
+		ln, err := net.Listen("tcp", "[::]:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		pc, err := net.ListenPacket("udp", fmt.Sprintf("[::]:%d", port))
+		if err != nil {
+			continue
+		}
+		pc.Close()
+		return uint16(port)
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+// scene is a config file for a daemon on loopback: its listener and DNS ports, its control
+// socket, a forward to an echo target, written anew by write.
+type scene struct {
+	t       *testing.T
+	dir     string
+	path    string
+	lport   uint16
+	dport   uint16
+	fwd     netip.AddrPort // the forward's listen address
+	target  netip.AddrPort // what the forward connects to
+	control string
+}
+
+func newScene(t *testing.T) *scene {
+	t.Helper()
+	dir := t.TempDir()
+	s := &scene{t: t, dir: dir, path: filepath.Join(dir, "router.toml"), lport: freePort(t), dport: freePort(t),
+		control: filepath.Join(dir, "ctl", "control.sock")}
+	s.fwd = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), freePort(t))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "model\n")
+			c.Close()
+		}
+	}()
+	s.target = ln.Addr().(*net.TCPAddr).AddrPort()
+	return s
+}
+
+// text is the scene's config with the forward allowing allow, plus extra.
+func (s *scene) text(allow, extra string) string {
+	return fmt.Sprintf(`
+[proxy.exit]
+address = "127.0.0.1:9"
+[capture]
+vm_networks = ["10.0.2.0/24"]
+listener_port = %d
+dns_port = %d
+[control]
+socket = %q
+[[forward]]
+name = "model"
+listen = %q
+connect = %q
+allow = [%q]
+[[rule]]
+name = "vm"
+sources = ["10.0.2.0/24"]
+action = "proxy"
+%s`, s.lport, s.dport, s.control, s.fwd, s.target, allow, extra)
+}
+
+func (s *scene) write(text string) {
+	s.t.Helper()
+	if err := os.WriteFile(s.path, []byte(text), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *scene) daemon(pf Platform, load func(string) (*conf.Config, error)) *daemon {
+	opts := Options{ConfigPath: s.path, Platform: pf, Log: slog.New(slog.DiscardHandler), Grace: time.Second, Load: load}
+	if opts.Load == nil {
+		opts.Load = func(path string) (*conf.Config, error) { return conf.Load(path, conf.Options{}) }
+	}
+	return &daemon{opts: opts, log: opts.Log, forwards: map[string]*forwardRun{}}
+}
+
+// start starts d on the scene's file; the daemon stops when the test ends.
+func (s *scene) start(d *daemon) {
+	s.t.Helper()
+	cfg, err := d.opts.Load(s.path)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := d.start(context.Background(), cfg); err != nil {
+		d.stop()
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(d.stop)
+}
+
+// banner connects to the forward and returns what it says ("" when refused).
+func banner(t *testing.T, addr netip.AddrPort) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr.String(), 2*time.Second)
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	b, _ := io.ReadAll(c)
+	return string(b)
+}
+
+// TestRunInstallsOnceAndStops: the daemon compiles one policy per load, hands the capture
+// that same decision, and leaves when its context ends.
+func TestRunInstallsOnceAndStops(t *testing.T) {
+	s := newScene(t)
+	s.write(s.text("127.0.0.0/8", ""))
+	pf := &fakePlatform{}
+	ready, reloaded := make(chan struct{}), make(chan error, 1)
+	reload := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{ConfigPath: s.path, Platform: pf, Log: slog.New(slog.DiscardHandler), Ready: ready,
+			Reload: reload, Reloaded: reloaded, Grace: time.Second})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready")
+	}
+	if got := banner(t, s.fwd); got != "model\n" {
+		t.Errorf("forward said %q", got)
+	}
+	reload <- struct{}{}
+	if err := <-reloaded; err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if envs, installs := pf.count(); envs != 2 || installs != 2 {
+		t.Errorf("after a start and a reload: %d compiles, %d installs; want 2 and 2", envs, installs)
+	}
+	if pf.decisions[1] == nil || len(pf.decisions[1].Rules()) != 1 {
+		t.Errorf("the capture got decision %v", pf.decisions[1])
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after stop: %v", err)
+	}
+}
+
+func TestRunReportsAFailedInstall(t *testing.T) {
+	s := newScene(t)
+	s.write(s.text("127.0.0.0/8", ""))
+	pf := &fakePlatform{failInstall: errors.New("nft refused")}
+	err := Run(context.Background(), Options{ConfigPath: s.path, Platform: pf, Grace: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "install capture: nft refused") {
+		t.Fatalf("Run = %v, want the install error", err)
+	}
+	// Everything the start opened is closed again.
+	if ln, err := net.Listen("tcp", s.fwd.String()); err != nil {
+		t.Errorf("the forward's address stayed taken: %v", err)
+	} else {
+		ln.Close()
+	}
+}
+
+// TestReloadSwapsForwardSettings: a forward whose listen address stays keeps its socket
+// through a reload (nothing to reopen, so nothing can fail to reopen) and serves new
+// connections with the new allow list.
+func TestReloadSwapsForwardSettings(t *testing.T) {
+	s := newScene(t)
+	s.write(s.text("10.0.0.0/8", ""))
+	d := s.daemon(&fakePlatform{}, nil)
+	s.start(d)
+	if got := banner(t, s.fwd); got != "" {
+		t.Fatalf("a source outside allow got %q", got)
+	}
+	before := d.forwards[s.fwd.String()]
+	s.write(s.text("127.0.0.0/8", ""))
+	if err := d.reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	after := d.forwards[s.fwd.String()]
+	if after == nil || after.ln != before.ln {
+		t.Fatalf("the forward's socket was replaced (%p → %p)", before, after)
+	}
+	if got := banner(t, s.fwd); got != "model\n" {
+		t.Errorf("after the reload, an allowed source got %q", got)
+	}
+}
+
+// TestReloadFailureChangesNothing: a reload that fails after it opened a new forward's
+// socket closes that socket and keeps the running config, whether the capture refuses the
+// new config or the router does (a config conf would refuse, fed past it).
+func TestReloadFailureChangesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fail  func(pf *fakePlatform)
+		load  func(cfg *conf.Config)
+		wants string
+	}{
+		{"capture refuses", func(pf *fakePlatform) { pf.failInstall = errors.New("nft refused") }, nil, "install capture"},
+		{"router refuses", nil, func(cfg *conf.Config) {
+			cfg.Rules = append(cfg.Rules, rules.Rule{Name: "ghost", Action: rules.Proxy, Proxy: "nowhere"})
+		}, "unknown proxy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScene(t)
+			s.write(s.text("127.0.0.0/8", ""))
+			pf := &fakePlatform{}
+			var tamper func(*conf.Config)
+			d := s.daemon(pf, func(path string) (*conf.Config, error) {
+				cfg, err := conf.Load(path, conf.Options{})
+				if err == nil && tamper != nil {
+					tamper(cfg)
+				}
+				return cfg, err
+			})
+			s.start(d)
+			old := d.cfg
+			extra := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), freePort(t))
+			s.write(s.text("127.0.0.0/8", fmt.Sprintf("[[forward]]\nlisten = %q\nconnect = %q\nallow = [\"127.0.0.0/8\"]\n", extra, s.target)))
+			if tc.fail != nil {
+				tc.fail(pf)
+			}
+			tamper = tc.load
+			err := d.reload(context.Background())
+			if err == nil || !strings.Contains(err.Error(), tc.wants) {
+				t.Fatalf("reload = %v, want an error naming %q", err, tc.wants)
+			}
+			if d.cfg != old || len(d.forwards) != 1 {
+				t.Errorf("the running config changed: %d forwards", len(d.forwards))
+			}
+			ln, err := net.Listen("tcp", extra.String())
+			if err != nil {
+				t.Fatalf("the new forward's socket leaked: %v", err)
+			}
+			ln.Close()
+			if got := banner(t, s.fwd); got != "model\n" {
+				t.Errorf("the running forward says %q", got)
+			}
+		})
+	}
+}

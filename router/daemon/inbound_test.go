@@ -1,0 +1,114 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/agentcage/router/router/upstream/socks5"
+)
+
+// inboundText is an [[inbound]] of type typ on addr, allowing loopback.
+func inboundText(typ string, addr netip.AddrPort) string {
+	return fmt.Sprintf("[[inbound]]\nname = \"guest\"\ntype = %q\nlisten = %q\nallow = [\"127.0.0.0/8\"]\n", typ, addr)
+}
+
+// viaSOCKS asks a SOCKS5 inbound for dst and returns what dst says ("" when refused).
+func viaSOCKS(t *testing.T, inbound, dst netip.AddrPort) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", inbound.String(), 2*time.Second)
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := (&socks5.Client{}).Handshake(c, socks5.Addr{IP: dst.Addr(), Port: dst.Port()}); err != nil {
+		return ""
+	}
+	b, _ := io.ReadAll(c)
+	return string(b)
+}
+
+// viaHTTP asks an HTTP CONNECT inbound for dst and returns what dst says ("" when refused).
+func viaHTTP(t *testing.T, inbound, dst netip.AddrPort) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", inbound.String(), 2*time.Second)
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %[1]s\r\n\r\n", dst)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return ""
+	}
+	b, _ := io.ReadAll(br)
+	return string(b)
+}
+
+// TestInboundLifecycle: an inbound serves from the start; a reload that keeps its address
+// keeps its socket and swaps its settings (here its protocol); one that drops it closes it;
+// one that fails closes the socket it opened for a new inbound and keeps the running ones.
+func TestInboundLifecycle(t *testing.T) {
+	s := newScene(t)
+	in := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), freePort(t))
+	s.write(s.text("127.0.0.0/8", inboundText("socks5", in)))
+	pf := &fakePlatform{}
+	d := s.daemon(pf, nil)
+	s.start(d)
+	// This machine's own client, to this machine: local, direct.
+	if got := viaSOCKS(t, in, s.target); got != "model\n" {
+		t.Fatalf("through the socks5 inbound: %q", got)
+	}
+
+	before := d.inbounds[in.String()]
+	s.write(s.text("127.0.0.0/8", inboundText("http", in)))
+	if err := d.reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if after := d.inbounds[in.String()]; after == nil || after.ln != before.ln {
+		t.Fatalf("the inbound's socket was replaced (%p → %p)", before, after)
+	}
+	if got := viaHTTP(t, in, s.target); got != "model\n" {
+		t.Errorf("after the reload to http: %q", got)
+	}
+
+	// A failed reload that adds a second inbound.
+	extra := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), freePort(t))
+	s.write(s.text("127.0.0.0/8", inboundText("http", in)+inboundText("socks5", extra)))
+	pf.failInstall = errors.New("nft refused")
+	if err := d.reload(context.Background()); err == nil {
+		t.Fatal("the reload did not fail")
+	}
+	if ln, err := net.Listen("tcp", extra.String()); err != nil {
+		t.Errorf("the new inbound's socket leaked: %v", err)
+	} else {
+		ln.Close()
+	}
+	if got := viaHTTP(t, in, s.target); got != "model\n" || len(d.inbounds) != 1 {
+		t.Errorf("after a failed reload: %d inbounds, %q", len(d.inbounds), got)
+	}
+
+	pf.failInstall = nil
+	s.write(s.text("127.0.0.0/8", ""))
+	if err := d.reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.inbounds) != 0 {
+		t.Errorf("%d inbounds after a reload that drops them", len(d.inbounds))
+	}
+	if ln, err := net.Listen("tcp", in.String()); err != nil {
+		t.Errorf("the dropped inbound's socket is still open: %v", err)
+	} else {
+		ln.Close()
+	}
+}

@@ -1,0 +1,238 @@
+// Package metrics serves the router's counters to Prometheus: a collector that turns one
+// status snapshot per scrape into metrics, and the HTTP server behind [metrics] listen.
+//
+// The numbers are those `router status` shows. On each scrape the collector calls its status
+// function once (the daemon's: the router's atomic counters, the refusal counts, upstream
+// health, the DNS pool) and converts what it returns, so the relay's hot path pays nothing
+// for metrics and a scrape costs what one `router status` costs. No label names a flow:
+// the series are bounded by the config (its rules and upstreams) and the fixed list of
+// refusal reasons.
+//
+// What the series mean over time:
+//   - router_flows_total, router_bytes_total and router_refusals_total count from the
+//     daemon's start (router_start_time_seconds) and never go down by design.
+//   - router_rule_flows_total and router_rule_bytes_total count under the rule list the
+//     last start or reload loaded; every reload starts them from zero. Prometheus reads
+//     the drop as a counter reset, so rate() and increase() stay right across a reload; a
+//     rule whose position or name changed is a new series.
+//   - router_upstream_up is absent while an upstream's state is unknown (nothing tried
+//     yet, which the router treats like up), so an alert on == 0 fires only on real
+//     failures and no NaN spoils an aggregation.
+//
+// The registry holds the router's collector and the Go runtime's and the process's
+// (collectors.NewGoCollector, collectors.NewProcessCollector); it is made per call, never
+// the library's global default one, so two daemons in one test process do not meet.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
+
+	"github.com/agentcage/router/router/control"
+	"github.com/agentcage/router/rules/refusal"
+)
+
+// Path is where the server answers.
+const Path = "/metrics"
+
+// Collector is a prometheus.Collector over the daemon's status. It keeps no state of its
+// own: every Collect asks the status function once. Safe for concurrent use when the
+// status function is.
+type Collector struct {
+	status func() control.Status
+
+	start, flows, live, bytes, refusals          *prometheus.Desc
+	ruleFlows, ruleBytes                         *prometheus.Desc
+	upstreamUp, upstreamLatency, upstreamFailure *prometheus.Desc
+	poolSize, poolMapped, poolInUse              *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*Collector)(nil)
+
+// NewCollector returns a collector that calls status once per scrape. status must not be
+// nil; it is called on the scraping goroutine and must be safe for concurrent use.
+func NewCollector(status func() control.Status) *Collector {
+	ruleLabels := []string{"index", "rule", "action"}
+	return &Collector{
+		status: status,
+		start: prometheus.NewDesc("router_start_time_seconds",
+			"When the daemon started, in seconds since the Unix epoch; the router_* counters other than the rules' count from then.", nil, nil),
+		flows: prometheus.NewDesc("router_flows_total",
+			"Flows since the daemon started: every flow decided (refused ones included) and every forward connection.", nil, nil),
+		live: prometheus.NewDesc("router_flows_live",
+			"Flows running now (relayed or being set up).", nil, nil),
+		bytes: prometheus.NewDesc("router_bytes_total",
+			"Bytes relayed since the daemon started, of ended and live flows: direction=\"up\" from the clients, \"down\" to them.", []string{"direction"}, nil),
+		refusals: prometheus.NewDesc("router_refusals_total",
+			"Refusals since the daemon started, by reason: the router's, the DNS server's and the capture's own (the kernel's or the Windows engine's).", []string{"reason"}, nil),
+		ruleFlows: prometheus.NewDesc("router_rule_flows_total",
+			"Flows each rule decided under the rule list of the last start or reload; every reload starts them from zero (a counter reset). index is the rule's 1-based position, 0 for an implicit step named by rule.", ruleLabels, nil),
+		ruleBytes: prometheus.NewDesc("router_rule_bytes_total",
+			"Bytes, both ways, of the flows each rule decided (ended and live) under the rule list of the last start or reload; every reload starts them from zero (a counter reset).", ruleLabels, nil),
+		upstreamUp: prometheus.NewDesc("router_upstream_up",
+			"1 when the upstream proxy's last connect or probe succeeded, 0 when it failed; absent while nothing was tried.", []string{"upstream"}, nil),
+		upstreamLatency: prometheus.NewDesc("router_upstream_latency_seconds",
+			"How long the upstream's last successful set-up took (dial, TLS, handshake, the proxy's own connect); absent before the first.", []string{"upstream"}, nil),
+		upstreamFailure: prometheus.NewDesc("router_upstream_failures",
+			"Failures in a row of the upstream proxy; 0 after a success.", []string{"upstream"}, nil),
+		poolSize: prometheus.NewDesc("router_dns_pool_size",
+			"Addresses the fake-IP pool can hand out (fake-ip mode only).", nil, nil),
+		poolMapped: prometheus.NewDesc("router_dns_pool_mapped",
+			"Fake-IP addresses that stand for a name now (fake-ip mode only).", nil, nil),
+		poolInUse: prometheus.NewDesc("router_dns_pool_in_use",
+			"Fake-IP addresses with at least one open flow (fake-ip mode only).", nil, nil),
+	}
+}
+
+// Describe sends every metric's description.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.start, c.flows, c.live, c.bytes, c.refusals, c.ruleFlows, c.ruleBytes,
+		c.upstreamUp, c.upstreamLatency, c.upstreamFailure, c.poolSize, c.poolMapped, c.poolInUse} {
+		ch <- d
+	}
+}
+
+// Collect takes one status snapshot and sends its metrics.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.status()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	if !st.Started.IsZero() {
+		gauge(c.start, float64(st.Started.UnixNano())/1e9)
+	}
+	counter(c.flows, st.Totals.Flows)
+	gauge(c.live, float64(st.Totals.Live))
+	counter(c.bytes, st.Totals.Up, "up")
+	counter(c.bytes, st.Totals.Down, "down")
+
+	// Every reason, seen or not: a series that exists from the start at 0 lets rate() and
+	// increase() see the first refusal.
+	reasons := refusal.All()
+	counts := make(map[string]uint64, len(reasons))
+	for _, r := range reasons {
+		counts[r.String()] = 0
+	}
+	for _, r := range st.Refusals {
+		counts[r.Reason] += r.Count
+	}
+	for _, r := range reasons {
+		counter(c.refusals, counts[r.String()], r.String())
+		delete(counts, r.String())
+	}
+	for reason, n := range counts { // a reason this build does not know (none today)
+		counter(c.refusals, n, reason)
+	}
+
+	for _, r := range st.Rules {
+		labels := []string{strconv.Itoa(r.Index), r.Name, r.Action}
+		counter(c.ruleFlows, r.Hits, labels...)
+		counter(c.ruleBytes, r.Bytes, labels...)
+	}
+	for _, u := range st.Upstreams {
+		switch u.State {
+		case "up":
+			gauge(c.upstreamUp, 1, u.Name)
+		case "down":
+			gauge(c.upstreamUp, 0, u.Name)
+		}
+		if u.Latency > 0 {
+			gauge(c.upstreamLatency, u.Latency.Seconds(), u.Name)
+		}
+		gauge(c.upstreamFailure, float64(u.Failures), u.Name)
+	}
+	if st.DNS.Pool != "" {
+		gauge(c.poolSize, float64(st.DNS.PoolSize))
+		gauge(c.poolMapped, float64(st.DNS.Mapped))
+		gauge(c.poolInUse, float64(st.DNS.InUse))
+	}
+}
+
+// NewRegistry returns a new registry (never the library's global one) holding the
+// router's collector over status and the Go runtime and process collectors.
+func NewRegistry(status func() control.Status) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(status), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Limits of the server: a scraper sends one small request and reads one answer; a client
+// that dawdles or sends a big header is cut off, and only so many connections are served
+// at once (the rest wait in the listen queue).
+const (
+	maxConns          = 16
+	maxInFlight       = 4
+	maxHeaderBytes    = 8 << 10
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	writeTimeout      = 30 * time.Second
+	idleTimeout       = 30 * time.Second
+	gatherTimeout     = 10 * time.Second
+)
+
+// Handler returns the HTTP handler of the server: GET (and HEAD) Path with g's metrics in
+// the format the client negotiates (text, or gzip when asked); 405 for another method on
+// Path, 404 elsewhere. A metric that fails to gather is logged to log (nil: not logged) and
+// left out; the others are served.
+func Handler(g prometheus.Gatherer, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET "+Path, promhttp.HandlerFor(g, promhttp.HandlerOpts{
+		ErrorLog:            errorLog{log},
+		ErrorHandling:       promhttp.ContinueOnError,
+		OfferedCompressions: []promhttp.Compression{promhttp.Identity, promhttp.Gzip},
+		MaxRequestsInFlight: maxInFlight,
+		Timeout:             gatherTimeout,
+	}))
+	return mux
+}
+
+// errorLog hands promhttp's errors to slog.
+type errorLog struct{ log *slog.Logger }
+
+func (l errorLog) Println(v ...any) {
+	l.log.Warn("metrics", "err", strings.TrimSpace(fmt.Sprintln(v...)))
+}
+
+// Serve answers HTTP with h on ln until ctx is done, then closes ln and every open
+// connection and returns nil; it returns an error when ln fails otherwise. It takes ln
+// over: ln is closed when Serve returns.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	stop := context.AfterFunc(ctx, func() { srv.Close() })
+	defer stop()
+	err := srv.Serve(netutil.LimitListener(ln, maxConns))
+	if errors.Is(err, http.ErrServerClosed) || ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("metrics server: %w", err)
+}

@@ -1,0 +1,110 @@
+package upstream
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/agentcage/router/router/upstream/httpconnect"
+)
+
+// httpUpstream is an HTTP CONNECT proxy, over TLS when tls is not nil.
+type httpUpstream struct {
+	name     string
+	ep       *endpoint
+	client   httpconnect.Client
+	pipeline bool
+	tls      *tls.Config // nil for plain TCP
+}
+
+func newHTTP(cfg Config, ep *endpoint) *httpUpstream {
+	u := &httpUpstream{name: cfg.Name, ep: ep, pipeline: cfg.Pipeline}
+	if cfg.Username != "" {
+		u.client.Auth = &httpconnect.Auth{Username: cfg.Username, Password: cfg.Password}
+	}
+	if cfg.Type == HTTPS {
+		u.tls = &tls.Config{
+			ServerName: cfg.Host, // a name, or an IP that the certificate must list
+			RootCAs:    cfg.RootCAs,
+			MinVersion: tls.VersionTLS12,
+			NextProtos: []string{"http/1.1"},
+			// Resumed sessions save a round trip on the next flows.
+			ClientSessionCache: tls.NewLRUClientSessionCache(64),
+		}
+	}
+	return u
+}
+
+func (u *httpUpstream) Name() string { return u.name }
+
+// Connect asks the proxy for a tunnel to dst.
+func (u *httpUpstream) Connect(ctx context.Context, dst Addr, early []byte) (net.Conn, error) {
+	fail := func(err error, refused, sent bool) (net.Conn, error) {
+		return nil, &Error{Upstream: u.name, Op: "connect", Dst: dst, Refused: refused, Sent: sent, Err: err}
+	}
+	host := dst.Name
+	if host == "" {
+		host = dst.IP.String()
+	}
+	c, err := u.ep.connect(ctx)
+	if err != nil {
+		return fail(err, false, false)
+	}
+	release := bind(ctx, c)
+	conn := c
+	if u.tls != nil {
+		tc := tls.Client(c, u.tls)
+		if err = tc.HandshakeContext(ctx); err != nil {
+			err = fmt.Errorf("tls with proxy %s: %w", u.ep, err)
+		}
+		conn = tc
+	}
+	sent := false
+	if err == nil {
+		hc := &handshakeConn{Conn: conn}
+		if u.pipeline {
+			hc.early = early
+		}
+		_, err = u.client.Handshake(hc, host, dst.Port)
+		var se *httpconnect.StatusError
+		if err != nil {
+			// A status answer means no tunnel: nothing was relayed.
+			sent = u.pipeline && len(early) > 0 && !errors.As(err, &se)
+		} else if !u.pipeline && len(early) > 0 {
+			sent = true
+			if _, werr := conn.Write(early); werr != nil {
+				err = fmt.Errorf("write early bytes: %w", werr)
+			}
+		}
+	}
+	if cerr := release(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		conn.Close()
+		return fail(withCtx(ctx, err), isRefusal(err), sent)
+	}
+	return conn, nil
+}
+
+// Associate fails: HTTP CONNECT carries TCP only.
+func (u *httpUpstream) Associate(context.Context) (Association, error) {
+	return nil, &Error{Upstream: u.name, Op: "associate", Err: ErrUDPUnsupported}
+}
+
+// isHTTPRefusal reports whether err is an HTTP answer that blames the
+// destination: 403 (the proxy's policy) or 502, 503, 504 (the proxy could
+// not reach it).
+func isHTTPRefusal(err error) bool {
+	var se *httpconnect.StatusError
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code {
+	case 403, 502, 503, 504:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,344 @@
+package guard
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"github.com/agentcage/router/windivert/wfp"
+)
+
+// Guard installs, arms, disarms and removes the guard's objects in a filtering engine.
+//
+// States and what is enforced in each (see the package doc for the why):
+//
+//	(nothing)  --Install-->  installed: persistent blocks; caged apps blocked
+//	installed  --Arm------>  armed: + dynamic permits; caged apps pass to the capture
+//	armed      --Disarm--->  installed (also: the process ends, however; Windows drops them)
+//	any        --Remove--->  (nothing): everything of the guard's provider deleted
+//
+// Install while armed (a reload) replaces the persistent objects in one transaction, then
+// the dynamic permits in a second one on the dynamic session (a dynamic session cannot
+// hold persistent objects, so one transaction cannot do both). Between the two, an app
+// the reload newly cages is blocked and an app it frees is passed: nothing the new config
+// cages is ever let through without the capture.
+//
+// A Guard is safe for concurrent use; mu serializes every method and guards the fields
+// below it. The Guard owns the dynamic session it opens; Disarm (or Remove) closes it.
+type Guard struct {
+	eng wfp.Engine
+	log *slog.Logger
+
+	mu   sync.Mutex
+	plan *Plan       // the plan last installed by this Guard, nil before
+	dyn  wfp.Session // the dynamic session while armed, nil otherwise
+}
+
+// New returns a Guard over eng that logs to log (nil: discard).
+func New(eng wfp.Engine, log *slog.Logger) *Guard {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Guard{eng: eng, log: log}
+}
+
+// Report says what Install changed.
+type Report struct {
+	Added, Deleted, Kept int
+	// Unresolvable are caged apps the engine could not turn into app IDs (the file or its
+	// volume is gone); the installed plan leaves them out, so they are not guarded.
+	Unresolvable []string
+}
+
+// Install reconciles the engine with p's persistent objects in one transaction: it adds
+// the provider and sublayer if missing (rebuilding the sublayer if its settings changed),
+// deletes the persistent and boot-time filters of the guard's provider that p does not
+// have or has in another form, and adds those missing. Unchanged filters are left alone
+// (re-adding would make Windows re-authorize every connection). Dynamic filters are not
+// touched, except by the re-arm that follows when the Guard is armed.
+//
+// On error nothing changed (the transaction is aborted): whatever guard was installed
+// before is still enforced.
+func (g *Guard) Install(p Plan) (Report, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var rep Report
+	for _, a := range p.Env.CagedApps {
+		if _, err := g.eng.AppID(a); err != nil {
+			g.log.Warn("guard: a caged app cannot be named in WFP, it is left out", "app", a, "err", err)
+			rep.Unresolvable = append(rep.Unresolvable, a)
+		}
+	}
+	if len(rep.Unresolvable) > 0 {
+		env := p.Env
+		env.CagedApps = slices.DeleteFunc(slices.Clone(env.CagedApps), func(a string) bool { return slices.Contains(rep.Unresolvable, a) })
+		var err error
+		if p, err = NewPlan(env); err != nil {
+			return rep, fmt.Errorf("install guard: %w", err)
+		}
+	}
+	s, err := g.eng.Open(wfp.SessionOptions{Name: "router guard install"})
+	if err != nil {
+		return rep, fmt.Errorf("install guard: %w", err)
+	}
+	defer s.Close()
+	if err := inTxn(s, func() error { return reconcile(s, p, &rep) }); err != nil {
+		return rep, fmt.Errorf("install guard: %w", err)
+	}
+	g.plan = &p
+	g.log.Info("guard: installed", "added", rep.Added, "deleted", rep.Deleted, "kept", rep.Kept, "caged_apps", len(p.Env.CagedApps))
+	if g.dyn != nil {
+		if err := g.arm(); err != nil {
+			return rep, fmt.Errorf("install guard: re-arm: %w", err)
+		}
+	}
+	return rep, nil
+}
+
+// inTxn runs f in a transaction on s: Commit when f succeeds, Abort otherwise.
+func inTxn(s wfp.Session, f func() error) error {
+	if err := s.Begin(); err != nil {
+		return err
+	}
+	if err := f(); err != nil {
+		if aerr := s.Abort(); aerr != nil {
+			return errors.Join(err, fmt.Errorf("abort: %w", aerr))
+		}
+		return err
+	}
+	return s.Commit()
+}
+
+func reconcile(s wfp.Session, p Plan, rep *Report) error {
+	if _, err := s.Provider(p.Provider.Key); errors.Is(err, wfp.ErrNotFound) {
+		if err := s.AddProvider(p.Provider); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	have, err := s.Filters(p.Provider.Key)
+	if err != nil {
+		return err
+	}
+	rebuild := false
+	switch sl, err := s.Sublayer(p.Sublayer.Key); {
+	case errors.Is(err, wfp.ErrNotFound):
+		rebuild = true
+	case err != nil:
+		return err
+	case sl != p.Sublayer:
+		// Its weight or name changed: a sublayer cannot be changed in place. Every
+		// filter in it goes (a running router's permits too; it re-arms on reload).
+		for _, f := range have {
+			if f.Sublayer == sl.Key {
+				if err := s.DeleteFilter(f.Key); err != nil {
+					return err
+				}
+				rep.Deleted++
+			}
+		}
+		if err := s.DeleteSublayer(sl.Key); err != nil {
+			return err
+		}
+		rebuild = true
+	}
+	if rebuild {
+		if err := s.AddSublayer(p.Sublayer); err != nil {
+			return err
+		}
+	}
+	want := map[wfp.Key]wfp.Filter{}
+	for _, f := range p.Persistent {
+		want[f.Key] = f
+	}
+	kept := map[wfp.Key]bool{}
+	for _, f := range have {
+		if !f.Persistent && !f.BootTime {
+			continue // a dynamic session's: Arm's business
+		}
+		if rebuild && f.Sublayer == p.Sublayer.Key {
+			continue // deleted with the old sublayer
+		}
+		if w, ok := want[f.Key]; ok && bytes.Equal(w.Digest, f.Digest) && f.Sublayer == w.Sublayer && !rebuild {
+			kept[f.Key] = true
+			rep.Kept++
+			continue
+		}
+		if err := s.DeleteFilter(f.Key); err != nil {
+			return err
+		}
+		rep.Deleted++
+	}
+	for _, f := range p.Persistent {
+		if kept[f.Key] {
+			continue
+		}
+		if err := s.AddFilter(f); err != nil {
+			return err
+		}
+		rep.Added++
+	}
+	return nil
+}
+
+// Arm adds the dynamic permits of the plan last installed, in one transaction of a
+// dynamic session the Guard keeps open: from then on caged apps reach the capture, and
+// the router's listeners, DNS and forwards are reachable. Call it only once the capture
+// runs (listeners open, WinDivert open, engine reading). Arming again replaces the
+// permits with the current plan's (a reload). On error no permit was added.
+//
+// Windows deletes the permits when the session closes or the process ends, however it
+// ends: a crash leaves the persistent blocks alone.
+func (g *Guard) Arm() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.plan == nil {
+		return errors.New("arm guard: install it first")
+	}
+	if err := g.arm(); err != nil {
+		return fmt.Errorf("arm guard: %w", err)
+	}
+	g.log.Info("guard: armed", "permits", len(g.plan.Dynamic))
+	return nil
+}
+
+func (g *Guard) arm() error {
+	fresh := g.dyn == nil
+	if fresh {
+		s, err := g.eng.Open(wfp.SessionOptions{Name: "router guard permits (while the router runs)", Dynamic: true})
+		if err != nil {
+			return err
+		}
+		g.dyn = s
+	}
+	err := inTxn(g.dyn, func() error {
+		have, err := g.dyn.Filters(ProviderKey)
+		if err != nil {
+			return err
+		}
+		want := map[wfp.Key]wfp.Filter{}
+		for _, f := range g.plan.Dynamic {
+			want[f.Key] = f
+		}
+		kept := map[wfp.Key]bool{}
+		for _, f := range have {
+			if f.Persistent || f.BootTime {
+				continue
+			}
+			if w, ok := want[f.Key]; ok && bytes.Equal(w.Digest, f.Digest) {
+				kept[f.Key] = true
+				continue
+			}
+			if err := g.dyn.DeleteFilter(f.Key); err != nil {
+				return err
+			}
+		}
+		for _, f := range g.plan.Dynamic {
+			if !kept[f.Key] {
+				if err := g.dyn.AddFilter(f); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil && fresh {
+		g.dyn.Close()
+		g.dyn = nil
+	}
+	return err
+}
+
+// Disarm drops the dynamic permits (in one transaction) and closes the dynamic session,
+// which drops them in any case: when Disarm returns, caged apps are blocked again even if
+// it reports an error. Call it first when stopping or when the capture fails, before
+// closing WinDivert. Disarming a disarmed Guard does nothing.
+func (g *Guard) Disarm() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.disarm()
+}
+
+func (g *Guard) disarm() error {
+	if g.dyn == nil {
+		return nil
+	}
+	s := g.dyn
+	g.dyn = nil
+	err := inTxn(s, func() error {
+		have, err := s.Filters(ProviderKey)
+		if err != nil {
+			return err
+		}
+		for _, f := range have {
+			if !f.Persistent && !f.BootTime {
+				if err := s.DeleteFilter(f.Key); err != nil && !errors.Is(err, wfp.ErrNotFound) {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if cerr := s.Close(); cerr != nil {
+		err = errors.Join(err, cerr)
+	}
+	if err != nil {
+		return fmt.Errorf("disarm guard: %w", err)
+	}
+	g.log.Info("guard: disarmed")
+	return nil
+}
+
+// Remove deletes everything of the guard's provider, whoever added it and whatever its
+// lifetime (a running router's permits too), then its sublayer and provider, in one
+// transaction: afterwards nothing of the guard is left, and caged apps are no longer
+// blocked. It disarms this Guard first. It returns the number of filters deleted; a
+// machine without the guard gives 0 and no error.
+func (g *Guard) Remove() (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	derr := g.disarm()
+	s, err := g.eng.Open(wfp.SessionOptions{Name: "router guard remove"})
+	if err != nil {
+		return 0, fmt.Errorf("remove guard: %w", errors.Join(derr, err))
+	}
+	defer s.Close()
+	n := 0
+	err = inTxn(s, func() error {
+		n = 0
+		have, err := s.Filters(ProviderKey)
+		if err != nil {
+			return err
+		}
+		for _, f := range have {
+			if err := s.DeleteFilter(f.Key); err != nil && !errors.Is(err, wfp.ErrNotFound) {
+				return err
+			}
+			n++
+		}
+		if err := s.DeleteSublayer(SublayerKey); err != nil && !errors.Is(err, wfp.ErrNotFound) {
+			return err
+		}
+		if err := s.DeleteProvider(ProviderKey); err != nil && !errors.Is(err, wfp.ErrNotFound) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("remove guard: %w", err)
+	}
+	g.plan = nil
+	g.log.Info("guard: removed", "filters", n)
+	return n, nil
+}
+
+// Armed reports whether the Guard holds its dynamic permits.
+func (g *Guard) Armed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.dyn != nil
+}
