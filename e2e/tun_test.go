@@ -351,7 +351,7 @@ func newTUNScene(t *testing.T) *tunScene {
 	}
 	s.eng = eng
 	gp, _ := netip.ParseAddrPort(lab.GoSocksAddr)
-	r, err = router.New(router.Policy{
+	r, err = router.New(router.Settings{
 		Decision:       dec,
 		Upstreams:      []router.UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: gp.Addr().String(), Port: gp.Port()}}},
 		IdleTimeout:    time.Minute,

@@ -217,7 +217,7 @@ type twoSources struct {
 	from map[netip.AddrPort][2]netip.AddrPort // client address -> source, destination
 }
 
-func newTwoSources(t *testing.T, pol Policy, opts Options) *twoSources {
+func newTwoSources(t *testing.T, pol Settings, opts Options) *twoSources {
 	ts := &twoSources{from: map[netip.AddrPort][2]netip.AddrPort{}}
 	opts.Original = func(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
 		// The router may accept before dialFrom recorded the client: wait for it.
@@ -282,9 +282,9 @@ func silentProxy(t *testing.T) netip.AddrPort {
 }
 
 // silentPolicy sends 203.0.113.0/24 to a proxy that never answers and the rest direct.
-func silentPolicy(t *testing.T, connectTimeout time.Duration) Policy {
+func silentPolicy(t *testing.T, connectTimeout time.Duration) Settings {
 	silent := silentProxy(t)
-	return Policy{
+	return Settings{
 		Decision: mustRules(t,
 			hostRule("silent", rules.Proxy, "silent", "203.0.113.0/24"),
 			rules.Rule{Name: "rest", Action: rules.Direct}),
@@ -430,7 +430,7 @@ func isTimeoutErr(err error) bool {
 func TestDescriptorBudget(t *testing.T) {
 	target := startTarget(t, "hello\n")
 	// 200 descriptors: 100 reserved, 50 flows; a lone source may hold 50-16 = 34.
-	ts := newTwoSources(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{Descriptors: 200})
+	ts := newTwoSources(t, Settings{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{Descriptors: 200})
 	ok := 0
 	for range 50 {
 		c := ts.dialFrom("10.0.2.15", target)
@@ -453,7 +453,7 @@ func TestDescriptorBudget(t *testing.T) {
 // TestRefusalsSummarized: a flood of refused flows logs a few records and one summary line.
 func TestRefusalsSummarized(t *testing.T) {
 	target := startTarget(t, "hello\n")
-	pol := Policy{Decision: mustRules(t, hostRule("no", rules.Block, "", target.Addr().String()))}
+	pol := Settings{Decision: mustRules(t, hostRule("no", rules.Block, "", target.Addr().String()))}
 	e := newEnv(t, pol, Options{SummaryEvery: 100 * time.Millisecond})
 	for range 50 {
 		c := e.dial(target)

@@ -29,7 +29,7 @@ func TestEarlyBytesGoWithTheRequest(t *testing.T) {
 			if tt.creds != nil {
 				up.Username, up.Password = "agent", "pw-42"
 			}
-			e := newEnv(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}), Upstreams: []UpstreamConfig{up}}, Options{})
+			e := newEnv(t, Settings{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}), Upstreams: []UpstreamConfig{up}}, Options{})
 			c := e.dial(target)
 			first := "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
 			more := strings.Repeat("y", 100<<10)

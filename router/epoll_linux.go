@@ -30,16 +30,16 @@ type loop struct {
 	// mu guards the fields below. add holds it across its epoll_ctl calls, so the
 	// descriptors are never closed under a registration.
 	mu       sync.Mutex
-	slots    []*eflow // by slot, the epoll data of both descriptors
+	slots    []*relayFlow // by slot, the epoll data of both descriptors
 	free     []int32
-	failed   []*eflow // flows whose registration failed: the loop ends them
+	failed   []*relayFlow // flows whose registration failed: the loop ends them
 	tick     time.Duration
-	stopping bool       // stop was called: the loop ends every flow and returns
-	closed   bool       // epfd and evfd are closed
-	lents    []*lentry  // the listeners the loop accepts on, by index (setup_linux.go)
-	gone     []*lentry  // listeners taken off, whose set-ups the loop ends
-	notes    []passNote // directions the sockmap program stopped redirecting
-	kflows   []*eflow   // the kernel flows by pair - pairBase; nil until the first
+	stopping bool            // stop was called: the loop ends every flow and returns
+	closed   bool            // epfd and evfd are closed
+	lents    []*loopListener // the listeners the loop accepts on, by index (setup_linux.go)
+	gone     []*loopListener // listeners taken off, whose set-ups the loop ends
+	notes    []passNote      // directions the sockmap program stopped redirecting
+	kflows   []*relayFlow    // the kernel flows by pair - pairBase; nil until the first
 	pairBase int
 	pfree    []int32 // the free pairs of the loop's range
 	// resumeDue: a paused listener's pause is over
@@ -47,10 +47,10 @@ type loop struct {
 
 	// Of the loop's goroutine only: buffers for set-ups and accept, never held across
 	// events, and the kernel flows' state.
-	again          []*eflow // flows with a direction stopped at its budget (requeue)
-	waiting, spare []*eflow // kernel flows waiting for a psock to drain (await)
-	kbuf           []byte   // copies of passed bytes (kpump)
-	snap           []*eflow
+	again          []*relayFlow // flows with a direction stopped at its budget (requeue)
+	waiting, spare []*relayFlow // kernel flows waiting for a psock to drain (await)
+	kbuf           []byte       // copies of passed bytes (kpump)
+	snap           []*relayFlow
 	sa             unix.RawSockaddrAny
 	raw            rawFD
 	buf            [handshakeRoom + earlyMax]byte // a handshake and the client's first bytes; answers
@@ -112,7 +112,7 @@ func (l *loop) stop() {
 }
 
 // add registers f; from then on the loop owns it.
-func (l *loop) add(f *eflow) {
+func (l *loop) add(f *relayFlow) {
 	f.last = l.now()
 	l.mu.Lock()
 	if l.stopping {
@@ -158,9 +158,9 @@ func (l *loop) setTickLocked(d time.Duration) {
 func (l *loop) run() {
 	defer close(l.done)
 	var events [maxEvents]unix.EpollEvent
-	var flows [maxEvents]*eflow
-	var lents [maxEvents]*lentry
-	var cur, sweep []*eflow
+	var flows [maxEvents]*relayFlow
+	var lents [maxEvents]*loopListener
+	var cur, sweep []*relayFlow
 	var notes []passNote
 	var n int
 	polling := false // the read deadline is kernelPoll away, for the waiting kernel flows
@@ -286,7 +286,7 @@ func (l *loop) currentTick() time.Duration {
 }
 
 // requeue queues f to go on after the batch when a direction of it stopped at its budget.
-func (l *loop) requeue(f *eflow) {
+func (l *loop) requeue(f *relayFlow) {
 	if !f.closed && !f.again && (f.dir[0].more || f.dir[1].more) {
 		f.again = true
 		l.again = append(l.again, f)
@@ -295,7 +295,7 @@ func (l *loop) requeue(f *eflow) {
 
 // event moves what an edge on fd[side] allows: the direction it is the source of, and the
 // direction it is the blocked receiver of.
-func (l *loop) event(f *eflow, side int, ev uint32, now time.Duration) {
+func (l *loop) event(f *relayFlow, side int, ev uint32, now time.Duration) {
 	if f.kern != nil {
 		l.kevent(f, side, ev, now)
 	} else {
@@ -310,7 +310,7 @@ func (l *loop) event(f *eflow, side int, ev uint32, now time.Duration) {
 }
 
 // spliceEvent moves what an edge on fd[side] of a spliced flow allows.
-func (l *loop) spliceEvent(f *eflow, side int, ev uint32, now time.Duration) {
+func (l *loop) spliceEvent(f *relayFlow, side int, ev uint32, now time.Duration) {
 	if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		l.step(f, side, now)
 		if f.closed {
@@ -326,7 +326,7 @@ func (l *loop) spliceEvent(f *eflow, side int, ev uint32, now time.Duration) {
 
 // step moves direction s of f and ends the flow on an error or when both directions are
 // done.
-func (l *loop) step(f *eflow, s int, now time.Duration) {
+func (l *loop) step(f *relayFlow, s int, now time.Duration) {
 	var err error
 	if f.kern != nil {
 		err = l.kstep(f, s, now)
@@ -348,7 +348,7 @@ func (l *loop) step(f *eflow, s int, now time.Duration) {
 // spliceOut moves what d's pipe holds to dst, one splice: n bytes, counted as d's (its
 // total, its live meter, f's last activity). full: dst takes nothing now (EAGAIN; d.blocked
 // notes since when, EPOLLOUT on dst resumes). EINTR moves nothing and is neither.
-func (d *edir) spliceOut(f *eflow, dst int, now time.Duration) (n int64, full bool, err error) {
+func (d *edir) spliceOut(f *relayFlow, dst int, now time.Duration) (n int64, full bool, err error) {
 	n, err = splice(d.p.r, dst, d.p.buffered)
 	switch {
 	case err == unix.EINTR:
@@ -371,7 +371,7 @@ func (d *edir) spliceOut(f *eflow, dst int, now time.Duration) (n int64, full bo
 // pump moves d from src to dst until src has nothing more (EAGAIN), dst takes nothing more
 // (EAGAIN: the pipe is kept, EPOLLOUT on dst resumes), EOF (dst is half-closed), or the
 // budget is spent (d.more). It returns the error that ends the flow.
-func (l *loop) pump(f *eflow, d *edir, src, dst int, now time.Duration) error {
+func (l *loop) pump(f *relayFlow, d *edir, src, dst int, now time.Duration) error {
 	d.more = false
 	if d.finished {
 		return nil
@@ -429,7 +429,7 @@ func (l *loop) pump(f *eflow, d *edir, src, dst int, now time.Duration) error {
 
 // finish closes f's descriptors (which takes them out of epoll), gives its pipes back and
 // reports the result (done does not block: see relay.start).
-func (l *loop) finish(f *eflow, err error) {
+func (l *loop) finish(f *relayFlow, err error) {
 	if f.closed {
 		return
 	}
@@ -443,7 +443,7 @@ func (l *loop) finish(f *eflow, err error) {
 
 // report calls f's done with its result, then gives back what a kernel flow held (its
 // counters are read until done returned).
-func (l *loop) report(f *eflow, err error) {
+func (l *loop) report(f *relayFlow, err error) {
 	if f.kern == nil {
 		f.done(result{up: f.dir[0].n, down: f.dir[1].n, err: err})
 		return
@@ -454,7 +454,7 @@ func (l *loop) report(f *eflow, err error) {
 
 // sweep ends the flows that were quiet for their idle timeout, and those whose receiver took
 // nothing for it. buf is reused between sweeps.
-func (l *loop) sweep(now time.Duration, buf []*eflow) []*eflow {
+func (l *loop) sweep(now time.Duration, buf []*relayFlow) []*relayFlow {
 	l.mu.Lock()
 	buf = append(buf, l.slots...)
 	l.mu.Unlock()
@@ -500,10 +500,10 @@ func (l *loop) sweep(now time.Duration, buf []*eflow) []*eflow {
 	return buf[:0]
 }
 
-// finishAll ends every flow (the engine is closing) and releases the loop.
+// finishAll ends every flow (the loop set is closing) and releases the loop.
 func (l *loop) finishAll() {
 	l.mu.Lock()
-	all := append([]*eflow(nil), l.slots...)
+	all := append([]*relayFlow(nil), l.slots...)
 	all = append(all, l.failed...)
 	l.failed = nil
 	l.mu.Unlock()
@@ -536,7 +536,7 @@ func (l *loop) finishAll() {
 }
 
 // slotLocked gives f a slot of l (a free one first); l.mu is held.
-func (l *loop) slotLocked(f *eflow) {
+func (l *loop) slotLocked(f *relayFlow) {
 	if n := len(l.free); n > 0 {
 		f.slot = l.free[n-1]
 		l.free = l.free[:n-1]

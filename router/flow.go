@@ -40,14 +40,14 @@ type early struct {
 }
 
 // newFlow starts the record of a flow from src.
-func (r *Router) newFlow(src netip.AddrPort) *Flow {
-	f := new(Flow)
+func (r *Router) newFlow(src netip.AddrPort) *FlowRecord {
+	f := new(FlowRecord)
 	r.startFlow(f, src)
 	return f
 }
 
 // startFlow starts the record f (zero) of a flow from src, counted in the totals.
-func (r *Router) startFlow(f *Flow, src netip.AddrPort) {
+func (r *Router) startFlow(f *FlowRecord, src netip.AddrPort) {
 	r.count.flows.Add(1)
 	f.ID, f.Start, f.Src, f.index = r.nextID.Add(1), time.Now(), src, -1
 }
@@ -81,7 +81,7 @@ func (r *Router) names(pf *policy.Flow) (release func()) {
 //
 // The Linux event loop sets most transparent flows up itself, with the same steps: Decide,
 // admits, trySetup in place of setup, decided, its own connect, failed.
-func (r *Router) open(ctx context.Context, p *compiled, f *Flow, pf *policy.Flow, e early) (policy.Decision, net.Conn, error) {
+func (r *Router) open(ctx context.Context, p *compiled, f *FlowRecord, pf *policy.Flow, e early) (policy.Decision, net.Conn, error) {
 	d := p.Decision.Decide(pf)
 	if admits(d) {
 		// Set-up slots, shared fairly by source, and what the name resolves to when the
@@ -114,14 +114,14 @@ func (r *Router) open(ctx context.Context, p *compiled, f *Flow, pf *policy.Flow
 func admits(d policy.Decision) bool { return d.Action != rules.Block && d.Step != policy.StepDNS }
 
 // notAdmitted records a flow the set-up admission refused (no slot, its destination busy).
-func (r *Router) notAdmitted(f *Flow, err error) {
+func (r *Router) notAdmitted(f *FlowRecord, err error) {
 	f.Err, f.Verdict = err, admissionVerdict
 	r.refused(refusal.Limit, f)
 }
 
 // decided records d as f's decision, counted under its rule or step. A flow d refuses is
 // counted among the refusals (false); one it admits is shown by status from now on (true).
-func (r *Router) decided(p *compiled, f *Flow, d policy.Decision) bool {
+func (r *Router) decided(p *compiled, f *FlowRecord, d policy.Decision) bool {
 	f.Verdict, f.Step, f.pol, f.index = d.Verdict, d.Step, p, d.Index
 	p.count(d)
 	if !admits(d) {
@@ -134,7 +134,7 @@ func (r *Router) decided(p *compiled, f *Flow, d policy.Decision) bool {
 
 // failed records why an admitted flow could not be connected: a proxied flow that no
 // upstream carried counts as refused for its upstream being down.
-func (r *Router) failed(f *Flow, d policy.Decision, err error) {
+func (r *Router) failed(f *FlowRecord, d policy.Decision, err error) {
 	f.Err = err
 	if d.Action == rules.Proxy && upstreamDown(err) {
 		r.refused(refusal.UpstreamDown, f)
@@ -144,7 +144,7 @@ func (r *Router) failed(f *Flow, d policy.Decision, err error) {
 // relayFlow hands a connected flow to the relay, which owns client and out from then on. When
 // the flow ends, the relay's callback takes it out of status, calls release (nil: nothing
 // held), logs it and marks it done (r.flows), without ever blocking the relay.
-func (r *Router) relayFlow(p *compiled, f *Flow, client *net.TCPConn, out net.Conn, release func()) {
+func (r *Router) relayFlow(p *compiled, f *FlowRecord, client *net.TCPConn, out net.Conn, release func()) {
 	rl := r.relayFor(p)
 	f.relayed = true
 	rl.start(client, out, &f.bytes, r.relayed(f, release))
@@ -152,7 +152,7 @@ func (r *Router) relayFlow(p *compiled, f *Flow, client *net.TCPConn, out net.Co
 
 // relayed is the relay's callback for f: it ends the flow (see relayFlow). It runs on the
 // relay's goroutine (an epoll loop): nothing in it may block.
-func (r *Router) relayed(f *Flow, release func()) func(result) {
+func (r *Router) relayed(f *FlowRecord, release func()) func(result) {
 	return func(res result) {
 		f.Up, f.Down, f.Err = f.Up+res.up, res.down, res.err
 		r.finish(f)
@@ -166,7 +166,7 @@ func (r *Router) relayed(f *Flow, release func()) func(result) {
 // endFlow ends a flow that was refused or failed before the relay: it takes it out of status,
 // calls release (nil: nothing held), logs it and marks it done (r.flows). The listener has
 // told the client already.
-func (r *Router) endFlow(f *Flow, release func()) {
+func (r *Router) endFlow(f *FlowRecord, release func()) {
 	r.finish(f)
 	if release != nil {
 		release()
@@ -186,14 +186,14 @@ type flowLog struct {
 }
 
 type flowRecord struct {
-	f    *Flow
+	f    *FlowRecord
 	open bool // "flow open"; otherwise the flow's end, after which it is marked done
 }
 
 // logLater queues f's "flow open" record (open) or its end's, when it is to be written at
 // all; a flow's end marks it done (r.flows) once its record is written, or at once without
 // one.
-func (r *Router) logLater(f *Flow, open bool) {
+func (r *Router) logLater(f *FlowRecord, open bool) {
 	if open && !r.log.Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}

@@ -72,7 +72,7 @@ func (r *Router) ServeForward(ctx context.Context, ln *net.TCPListener, current 
 }
 
 func (r *Router) forward(ctx context.Context, c *net.TCPConn, fw Forward) {
-	f := &Flow{ID: r.nextID.Add(1), Start: time.Now(), Src: netaddr.AddrPort(c.RemoteAddr()), Dst: fw.Connect, index: -1,
+	f := &FlowRecord{ID: r.nextID.Add(1), Start: time.Now(), Src: netaddr.AddrPort(c.RemoteAddr()), Dst: fw.Connect, index: -1,
 		Verdict: rules.Verdict{Name: "forward " + fw.Name, Action: rules.Direct}}
 	r.count.flows.Add(1)
 	log := r.log.With("forward", fw.Name, "src", f.Src, "connect", fw.Connect)

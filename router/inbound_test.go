@@ -121,11 +121,11 @@ func noLocalResolve(t *testing.T) func(context.Context, string) ([]netip.Addr, e
 	}
 }
 
-func proxyPolicy(p *proxyServer, rs ...rules.Rule) Policy {
+func proxyPolicy(p *proxyServer, rs ...rules.Rule) Settings {
 	if len(rs) == 0 {
 		rs = []rules.Rule{{Name: "all", Action: rules.Proxy, Proxy: "exit"}}
 	}
-	return Policy{
+	return Settings{
 		Decision:  decision(rs),
 		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port()}}},
 	}
@@ -182,7 +182,7 @@ func TestInboundHandsTheNameToTheProxy(t *testing.T) {
 func TestInboundDirectResolvesThroughTheProxy(t *testing.T) {
 	target := startTarget(t, "direct\n")
 	names := &proxyResolvedNames{hosts: map[string]netip.Addr{"model.lab.test": target.Addr()}}
-	e := newEnv(t, Policy{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{Names: names, Resolve: noLocalResolve(t)})
+	e := newEnv(t, Settings{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{Names: names, Resolve: noLocalResolve(t)})
 	addr := e.startInbound(Inbound{Type: InboundSOCKS5})
 	c, code := e.socksConnect(addr, socks5.Addr{Name: "model.lab.test", Port: target.Port()})
 	if code != 0 {
@@ -308,7 +308,7 @@ func TestInboundCagesGuests(t *testing.T) {
 		{"this machine", nil, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, Policy{Decision: decision([]rules.Rule{{Name: "default", Action: rules.Direct}}, tc.vmNets...)}, Options{})
+			e := newEnv(t, Settings{Decision: decision([]rules.Rule{{Name: "default", Action: rules.Direct}}, tc.vmNets...)}, Options{})
 			addr := e.startInbound(Inbound{Type: InboundSOCKS5})
 			for _, dst := range []socks5.Addr{{Name: "localhost", Port: host.Port()}, {IP: host.Addr(), Port: host.Port()}, {IP: target.Addr(), Port: target.Port()}} {
 				c, code := e.socksConnect(addr, dst)
@@ -333,7 +333,7 @@ func TestInboundCagesGuests(t *testing.T) {
 
 // TestInboundSourceNotAllowed: a source outside allow is reset at once, before any request.
 func TestInboundSourceNotAllowed(t *testing.T) {
-	e := newEnv(t, Policy{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{})
+	e := newEnv(t, Settings{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{})
 	for _, typ := range []InboundType{InboundSOCKS5, InboundHTTP} {
 		addr := e.startInbound(Inbound{Type: typ, Allow: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}})
 		c, err := net.Dial("tcp", addr.String())
@@ -370,7 +370,7 @@ func TestInboundProxyDownFailsClosed(t *testing.T) {
 // TestInboundRequestCutAtStop: a client that never finishes its request is cut when the
 // inbound stops, and its slot is given back.
 func TestInboundRequestCutAtStop(t *testing.T) {
-	e := newEnv(t, Policy{Decision: decision(nil)}, Options{})
+	e := newEnv(t, Settings{Decision: decision(nil)}, Options{})
 	in := Inbound{Name: "slow", Type: InboundHTTP, Listen: netip.MustParseAddrPort("127.0.0.1:0"), Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 	ln, err := e.r.ListenInbound(context.Background(), in)
 	if err != nil {

@@ -75,7 +75,7 @@ func TestResolvedCases(t *testing.T) {
 				},
 				Names: names,
 			}
-			pol := Policy{Decision: dec, Upstreams: []UpstreamConfig{
+			pol := Settings{Decision: dec, Upstreams: []UpstreamConfig{
 				{Config: upstream.Config{Name: "local", Host: "127.0.0.1", Port: p.addr.Port()}},
 				{Config: upstream.Config{Name: "remote", Host: "127.0.0.1", Port: p.addr.Port()}},
 			}}

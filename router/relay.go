@@ -21,14 +21,14 @@ var errClosed = errors.New("router closed")
 // moved a byte for idle (errIdle); a direction whose receiver takes nothing for idle also
 // ends the flow with errIdle.
 //
-// The engine (an epoll loop that splices, on Linux; a goroutine per direction elsewhere)
+// The loop set (an epoll loop that splices, on Linux; a goroutine per direction elsewhere)
 // waits for readability before it takes a pipe or buffer, so a quiet flow holds neither. On
 // Linux a relayed flow holds no goroutine either: the connections leave Go's poller for the
-// engine's.
+// loop set's.
 type relay struct {
-	idle   time.Duration
-	engine *engine
-	// sockmap asks the engine to move the flow's bytes in the kernel (an eBPF sockmap, on
+	idle  time.Duration
+	loops *loopSet
+	// sockmap asks the loops to move the flow's bytes in the kernel (an eBPF sockmap, on
 	// Linux) when it can: both sides TCP, the sockmap loaded, a place free in it.
 	// Otherwise, and on other platforms, the flow is relayed as without it.
 	sockmap bool
@@ -64,7 +64,7 @@ func (m *meter) load() (up, down int64) {
 
 // start (per platform) relays a (the client side) and b (the upstream side), counting the
 // bytes in m as they move; it owns both from the call on and returns at once. done is called exactly once, after both connections
-// are closed, on a goroutine of the engine (or the caller's, when the flow fails at once):
+// are closed, on a loop goroutine (or the caller's, when the flow fails at once):
 // it must not block, or it stalls every flow of its loop.
 
 // run relays a (the client side) and b (the upstream side) until the flow ends and returns

@@ -36,7 +36,7 @@ type stream struct {
 
 // copyRelay relays a and b on two goroutines, through a buffer, and calls done once when
 // both directions ended and both connections are closed: the relay of platforms without the
-// splice engine, and of connections it cannot take (TLS to an https proxy).
+// splice loops, and of connections it cannot take (TLS to an https proxy).
 func (r *relay) copyRelay(a, b halfCloser, m *meter, done func(result)) {
 	go func() {
 		now := time.Now().UnixNano()

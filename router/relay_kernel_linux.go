@@ -12,7 +12,7 @@ import (
 )
 
 // The kernel relay: a flow whose relay asks for it (relay.sockmap) and whose two sides are
-// TCP goes into the engine's eBPF sockmap once it moved kernelAfter bytes by splice
+// TCP goes into the loops' eBPF sockmap once it moved kernelAfter bytes by splice
 // (promote), and the kernel then redirects each segment a side receives to the other
 // side's egress, without waking the loop. The loop keeps the flow (its slot, its
 // descriptors, the idle sweep) and does what the sockmap cannot (see package sockmap for
@@ -50,7 +50,7 @@ const (
 	kernelAfter = 0
 )
 
-// kernel is the engine's sockmap, loaded on first use. Its methods are safe for concurrent
+// kernel is the loop set's sockmap, loaded on first use. Its methods are safe for concurrent
 // use.
 type kernel struct {
 	log    *slog.Logger
@@ -58,7 +58,7 @@ type kernel struct {
 	after  int64  // kernelAfter; 0 (tests): a flow enters at its start
 	once   sync.Once
 	m      *sockmap.Map // nil until loaded, and when the kernel refused it
-	e      *engine
+	e      *loopSet
 }
 
 // get returns the sockmap, loading it on the first call; nil when the kernel refused it
@@ -99,7 +99,7 @@ func (k *kernel) close() {
 func pairsPerLoop(loops int) int { return kernelPairs / loops }
 
 // passNote tells the loop owning pair that the program stopped redirecting its side.
-func (e *engine) passNote(pair, side int) {
+func (e *loopSet) passNote(pair, side int) {
 	e.mu.Lock()
 	loops := e.loops
 	e.mu.Unlock()
@@ -132,7 +132,7 @@ func (k *kernelBytes) bytes() (up, down int64) {
 // promote puts f, a spliced flow that asked for the sockmap, into it once it moved
 // kernelAfter bytes and each direction is between segments (idle), and registers its
 // descriptors anew. A flow the sockmap cannot take stays spliced and is not asked again.
-func (l *loop) promote(f *eflow) error {
+func (l *loop) promote(f *relayFlow) error {
 	if f.dir[0].n+f.dir[1].n < l.kernel.after || !f.dir[0].idle() || !f.dir[1].idle() {
 		return nil
 	}
@@ -143,7 +143,7 @@ func (l *loop) promote(f *eflow) error {
 // intoKernel puts f, a spliced flow registered on l, both directions idle, into the
 // sockmap and registers its descriptors anew for a kernel flow; one the sockmap cannot take
 // stays spliced (nil). An error ends the flow (it may be a kernel flow by then).
-func (l *loop) intoKernel(f *eflow, m *meter) error {
+func (l *loop) intoKernel(f *relayFlow, m *meter) error {
 	if !l.toKernel(f, m) {
 		return nil
 	}
@@ -167,7 +167,7 @@ func (d *edir) idle() bool { return d.dry && d.p == nil && !d.eof && !d.finished
 
 // toKernel puts f into the sockmap, both directions idle. It returns false
 // when f stays spliced (the sockmap is off or full, or the kernel refused the flow).
-func (l *loop) toKernel(f *eflow, m *meter) bool {
+func (l *loop) toKernel(f *relayFlow, m *meter) bool {
 	sm := l.kernel.get()
 	if sm == nil {
 		return false
@@ -200,7 +200,7 @@ func (l *loop) toKernel(f *eflow, m *meter) bool {
 // addKernel makes f, a kernel flow being added, known by its pair; l.mu is held. A
 // direction the program stopped redirecting before (its event found no flow) is noted
 // again.
-func (l *loop) addKernel(f *eflow) {
+func (l *loop) addKernel(f *relayFlow) {
 	l.kflows[f.kern.Pair()-l.pairBase] = f
 	for s := range f.dir {
 		if f.kern.Passing(s) {
@@ -211,7 +211,7 @@ func (l *loop) addKernel(f *eflow) {
 }
 
 // kflow returns the kernel flow of pair, nil if none (any more).
-func (l *loop) kflow(pair int) *eflow {
+func (l *loop) kflow(pair int) *relayFlow {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if i := pair - l.pairBase; l.kflows != nil && i >= 0 && i < len(l.kflows) {
@@ -226,7 +226,7 @@ func (l *loop) allocPair(sm *sockmap.Map) (int, bool) {
 	defer l.mu.Unlock()
 	if l.kflows == nil {
 		per := pairsPerLoop(l.nloops)
-		l.kflows = make([]*eflow, per)
+		l.kflows = make([]*relayFlow, per)
 		l.pairBase = l.index * per
 		l.pfree = make([]int32, per)
 		for i := range per {
@@ -252,14 +252,14 @@ func (l *loop) freePair(pair int) {
 }
 
 // kernelDone forgets a kernel flow after its done callback returned.
-func (l *loop) kernelDone(f *eflow) {
+func (l *loop) kernelDone(f *relayFlow) {
 	f.kern.Release()
 	f.meter.kernel.Store(nil)
 	l.freePair(f.kern.Pair())
 }
 
 // interest is what the loop waits for on f.fd[side].
-func (f *eflow) interest(side int) uint32 {
+func (f *relayFlow) interest(side int) uint32 {
 	if f.kern == nil {
 		return unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET
 	}
@@ -274,7 +274,7 @@ func (f *eflow) interest(side int) uint32 {
 }
 
 // kevent handles an edge on fd[side] of a kernel flow.
-func (l *loop) kevent(f *eflow, side int, ev uint32, now time.Duration) {
+func (l *loop) kevent(f *relayFlow, side int, ev uint32, now time.Duration) {
 	if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP) != 0 {
 		f.dir[side].hup = true
 	}
@@ -290,7 +290,7 @@ func (l *loop) kevent(f *eflow, side int, ev uint32, now time.Duration) {
 }
 
 // kstep moves direction s of a kernel flow as far as it can now.
-func (l *loop) kstep(f *eflow, s int, now time.Duration) error {
+func (l *loop) kstep(f *relayFlow, s int, now time.Duration) error {
 	d := &f.dir[s]
 	if d.finished {
 		return nil
@@ -310,7 +310,7 @@ func (l *loop) kstep(f *eflow, s int, now time.Duration) error {
 }
 
 // enterPass starts copying direction s, which the program stopped redirecting.
-func (l *loop) enterPass(f *eflow, s int, now time.Duration) error {
+func (l *loop) enterPass(f *relayFlow, s int, now time.Duration) error {
 	d := &f.dir[s]
 	if d.passing || d.finished {
 		return nil
@@ -320,14 +320,14 @@ func (l *loop) enterPass(f *eflow, s int, now time.Duration) error {
 }
 
 // leavePass stops copying direction s: the program redirects it again.
-func (l *loop) leavePass(f *eflow, s int, now time.Duration) error {
+func (l *loop) leavePass(f *relayFlow, s int, now time.Duration) error {
 	f.dir[s].passing = false
 	return l.setInterest(f, s, now)
 }
 
 // setInterest registers f's descriptors for what they wait for now (interest), and moves
 // direction s if it is copied.
-func (l *loop) setInterest(f *eflow, s int, now time.Duration) error {
+func (l *loop) setInterest(f *relayFlow, s int, now time.Duration) error {
 	for side, fd := range f.fd {
 		ev := unix.EpollEvent{Events: f.interest(side), Fd: f.slot, Pad: int32(side)}
 		if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, fd, &ev); err != nil {
@@ -345,7 +345,7 @@ func (l *loop) setInterest(f *eflow, s int, now time.Duration) error {
 // byte; until then the flow waits (await). The kick's receive takes the socket's lock, so
 // the verdicts of every segment up to the FIN are done when it returns (the kernel reports
 // the FIN before it runs the verdict of the segment that carried it).
-func (l *loop) kclose(f *eflow, s int, now time.Duration) error {
+func (l *loop) kclose(f *relayFlow, s int, now time.Duration) error {
 	if _, err := sockmap.Kick(f.fd[s]); err != nil {
 		return err
 	}
@@ -358,7 +358,7 @@ func (l *loop) kclose(f *eflow, s int, now time.Duration) error {
 // endDir half-closes the destination of direction s, whose source sent its last byte and
 // its FIN, once the destination took every byte redirected to it; until then the flow
 // waits (await).
-func (l *loop) endDir(f *eflow, s int, now time.Duration) error {
+func (l *loop) endDir(f *relayFlow, s int, now time.Duration) error {
 	d := &f.dir[s]
 	ok, err := f.kern.Drained(s, d.sent)
 	if err != nil {
@@ -382,7 +382,7 @@ func (l *loop) halfClose(d *edir, dst int) error {
 
 // await puts f on the list of flows looked at again every kernelPoll, d being the direction
 // that waits (blocked from now, for the idle sweep).
-func (l *loop) await(f *eflow, d *edir, now time.Duration) {
+func (l *loop) await(f *relayFlow, d *edir, now time.Duration) {
 	if d.blocked == 0 {
 		d.blocked = now
 	}
@@ -413,7 +413,7 @@ func (l *loop) recheck(now time.Duration) {
 // the program): from the source's receive queue through a pipe to the destination, like
 // pump. It reports every byte sent to the program (SetSent), which redirects again once
 // the loop sent all it passed; the loop then stops copying (leavePass).
-func (l *loop) kpump(f *eflow, s int, now time.Duration) error {
+func (l *loop) kpump(f *relayFlow, s int, now time.Duration) error {
 	d := &f.dir[s]
 	d.more = false
 	if d.finished {
@@ -501,7 +501,7 @@ func (l *loop) kpump(f *eflow, s int, now time.Duration) error {
 }
 
 // kernelActive reports whether the kernel moved bytes of f since the last sweep.
-func (f *eflow) kernelActive() bool {
+func (f *relayFlow) kernelActive() bool {
 	var sum uint64
 	for s := range f.dir {
 		sum += f.kern.Redirected(s) + f.kern.Passed(s)
@@ -515,7 +515,7 @@ func (f *eflow) kernelActive() bool {
 
 // kernelResult is the result of a kernel flow: what the loop moved plus what the kernel
 // redirected.
-func (f *eflow) kernelResult(err error) result {
+func (f *relayFlow) kernelResult(err error) result {
 	return result{up: f.dir[0].n + int64(f.kern.Redirected(0)), down: f.dir[1].n + int64(f.kern.Redirected(1)), err: err}
 }
 

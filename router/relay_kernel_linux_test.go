@@ -306,7 +306,7 @@ func TestKernelRelayCounters(t *testing.T) {
 func TestStatusCountsKernelBytes(t *testing.T) {
 	kernelRelay(t, time.Minute) // root, and the sockmap loads
 	target := startTarget(t, "hello")
-	e := newEnv(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct}), Sockmap: true}, Options{})
+	e := newEnv(t, Settings{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct}), Sockmap: true}, Options{})
 	c := e.dial(target)
 	if readN(t, c, 5) != "hello" {
 		t.Fatal("banner")
@@ -329,7 +329,7 @@ func TestStatusCountsKernelBytes(t *testing.T) {
 // and after arrive whole.
 func TestKernelRelayPromotes(t *testing.T) {
 	rl := kernelRelay(t, time.Minute)
-	rl.engine.kernel.after = 1 << 20
+	rl.loops.kernel.after = 1 << 20
 	rl.sockmap = false // relayed: not in the sockmap at its start
 	app, peer, m, res := func() (*net.TCPConn, *net.TCPConn, *meter, <-chan result) {
 		app, a := tcpPair(t)
@@ -415,15 +415,15 @@ func TestLoopFlowsEnterSockmap(t *testing.T) {
 	gs := startProxy(t, nil, nil)
 	for _, tc := range []struct {
 		name string
-		pol  Policy
+		pol  Settings
 	}{
-		{"direct", Policy{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}},
+		{"direct", Settings{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}},
 		{"socks5", proxied(gs.addr, true, "", "")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.pol.Sockmap = true
 			e := newEnv(t, tc.pol, Options{})
-			if e.r.engine.kernel.get() == nil {
+			if e.r.loops.kernel.get() == nil {
 				t.Fatal("the sockmap could not be loaded")
 			}
 			c := e.dial(target)

@@ -14,15 +14,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The Linux engine relays every flow on a few epoll loops (one per GOMAXPROCS), the way
+// The Linux loop set relays every flow on a few epoll loops (one per GOMAXPROCS), the way
 // redsocks does on libevent, and moves the bytes with splice: socket → pipe → socket inside
-// the kernel. A flow handed to the engine leaves Go's poller (its descriptors are duplicated
+// the kernel. A flow handed to the loops leaves Go's poller (its descriptors are duplicated
 // and the *net.TCPConn closed), so a relayed flow holds no goroutine, no stack and no
-// buffer: about the size of one eflow while it is quiet. A pipe is taken only once the
+// buffer: about the size of one relayFlow while it is quiet. A pipe is taken only once the
 // source has bytes and given back as soon as the source has nothing more to give and the
 // pipe is empty (a receiver that does not take its bytes keeps the pipe that holds them).
 //
-// Each loop owns its flows: only the loop's goroutine touches an eflow after add, so the
+// Each loop owns its flows: only the loop's goroutine touches an relayFlow after add, so the
 // per-event path takes no lock beyond one per epoll batch, allocates nothing, and reads the
 // clock once per batch. Sockets are registered edge-triggered for reading and writing once;
 // an event on one socket moves the direction it is the source of, and the direction it is
@@ -43,8 +43,8 @@ const (
 	minTick = 10 * time.Millisecond
 )
 
-// engine is the set of loops of one Router. Its methods are safe for concurrent use.
-type engine struct {
+// loopSet is the set of loops of one Router. Its methods are safe for concurrent use.
+type loopSet struct {
 	pipes  *pipePool
 	next   atomic.Uint32
 	setups atomic.Uint64 // flows the loops set up themselves, to a connect (setup_linux.go)
@@ -55,19 +55,19 @@ type engine struct {
 	closed bool
 }
 
-// newEngine returns an engine that logs to log (nil: nowhere) the one time the sockmap
+// newLoopSet returns a loop set that logs to log (nil: nowhere) the one time the sockmap
 // cannot be loaded.
-func newEngine(log *slog.Logger) *engine {
+func newLoopSet(log *slog.Logger) *loopSet {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &engine{pipes: newPipePool(64)}
+	e := &loopSet{pipes: newPipePool(64)}
 	e.kernel = kernel{log: log, e: e, after: kernelAfter}
 	return e
 }
 
 // loop returns the loop for a new flow, starting the loops on first use.
-func (e *engine) loop() (*loop, error) {
+func (e *loopSet) loop() (*loop, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -91,7 +91,7 @@ func (e *engine) loop() (*loop, error) {
 }
 
 // all returns every loop, starting them on first use.
-func (e *engine) all() ([]*loop, error) {
+func (e *loopSet) all() ([]*loop, error) {
 	if _, err := e.loop(); err != nil {
 		return nil, err
 	}
@@ -105,7 +105,7 @@ func (e *engine) all() ([]*loop, error) {
 
 // Close ends the flows still running (with errClosed), stops the loops and releases the
 // pipes. Flows started afterwards fail at once.
-func (e *engine) Close() {
+func (e *loopSet) Close() {
 	e.mu.Lock()
 	loops := e.loops
 	e.loops, e.closed = nil, true
@@ -128,7 +128,7 @@ func (r *relay) start(a *net.TCPConn, bc net.Conn, m *meter, done func(result)) 
 	}
 	fa, errA := detach(a)
 	fb, errB := detach(b)
-	l, err := r.engine.loop()
+	l, err := r.loops.loop()
 	if err = errors.Join(errA, errB, err); err != nil {
 		for _, fd := range []int{fa, fb} {
 			if fd >= 0 {
@@ -138,14 +138,14 @@ func (r *relay) start(a *net.TCPConn, bc net.Conn, m *meter, done func(result)) 
 		done(result{err: err})
 		return
 	}
-	r.begin(l, &eflow{fd: [2]int{fa, fb}}, m, done, false)
+	r.begin(l, &relayFlow{fd: [2]int{fa, fb}}, m, done, false)
 }
 
 // begin relays f, whose descriptors are set (fd[0] the client side, fd[1] the upstream
-// side), on l: the engine's one entry for a flow's descriptors, whoever set the flow up. own
+// side), on l: the loops' one entry for a flow's descriptors, whoever set the flow up. own
 // is true when l set the flow up itself: f is then registered on l already and begin runs on
 // l's goroutine; otherwise l.add registers it. done is as for start.
-func (r *relay) begin(l *loop, f *eflow, m *meter, done func(result), own bool) {
+func (r *relay) begin(l *loop, f *relayFlow, m *meter, done func(result), own bool) {
 	f.idle, f.done = r.idle, done
 	f.dir[0].live, f.dir[1].live = &m.up, &m.down
 	end := func(err error) {
@@ -173,7 +173,7 @@ func (r *relay) begin(l *loop, f *eflow, m *meter, done func(result), own bool) 
 		// Same rule on both paths: the flow enters the sockmap at its start, both
 		// directions between segments, or after kernelAfter bytes (promote).
 		switch {
-		case r.engine.kernel.after > 0:
+		case r.loops.kernel.after > 0:
 			f.meter, f.wantKernel = m, true // promote
 		case !f.dir[0].idle() || !f.dir[1].idle():
 		case own:
@@ -195,7 +195,7 @@ func (r *relay) begin(l *loop, f *eflow, m *meter, done func(result), own bool) 
 
 // release closes f's descriptors (which takes them out of any epoll) and gives its pipes
 // back.
-func (f *eflow) release(pipes *pipePool) {
+func (f *relayFlow) release(pipes *pipePool) {
 	f.closed = true
 	closeFD(f.fd[0])
 	closeFD(f.fd[1])
@@ -248,8 +248,8 @@ func detach(c *net.TCPConn) (int, error) {
 	return fd, nil
 }
 
-// eflow is one relayed flow. After add, only its loop's goroutine touches it.
-type eflow struct {
+// relayFlow is one relayed flow. After add, only its loop's goroutine touches it.
+type relayFlow struct {
 	slot   int32
 	fd     [2]int  // 0: client side (a), 1: upstream side (b)
 	dir    [2]edir // dir[s] is the direction whose source is fd[s]: 0 is up, 1 is down
@@ -258,7 +258,7 @@ type eflow struct {
 	done   func(result)
 	closed bool
 	again  bool          // queued to go on after the batch
-	setup  *sflow        // the loop is setting the flow up (setup_linux.go); nil once it relays
+	setup  *setupFlow    // the loop is setting the flow up (setup_linux.go); nil once it relays
 	keep   time.Duration // loop clock at which the sweep sets keep-alive (keepAfter); 0: set
 
 	// A flow in the sockmap (relay_kernel_linux.go); kern is nil for a spliced one.

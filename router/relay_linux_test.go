@@ -74,11 +74,11 @@ func kernelRelay(t *testing.T, idle time.Duration) *relay {
 func kernelRelayBudget(t *testing.T, idle time.Duration, budget uint32) *relay {
 	t.Helper()
 	roottest.Require(t)
-	e := newEngine(nil)
+	e := newLoopSet(nil)
 	e.kernel.budget, e.kernel.after = budget, 0
 	t.Cleanup(e.Close)
 	if e.kernel.get() == nil {
 		t.Fatal("the sockmap could not be loaded")
 	}
-	return &relay{idle: idle, engine: e, sockmap: true}
+	return &relay{idle: idle, loops: e, sockmap: true}
 }

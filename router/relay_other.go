@@ -7,13 +7,13 @@ import (
 	"net"
 )
 
-// engine has no state outside Linux: each flow runs on a goroutine per direction.
-type engine struct{}
+// loopSet has no state outside Linux: each flow runs on a goroutine per direction.
+type loopSet struct{}
 
-func newEngine(*slog.Logger) *engine { return &engine{} }
+func newLoopSet(*slog.Logger) *loopSet { return &loopSet{} }
 
 // Close does nothing.
-func (*engine) Close() {}
+func (*loopSet) Close() {}
 
 // pending reads nothing ahead outside Linux: the relay moves every byte.
 func pending(*net.TCPConn, []byte) int { return 0 }

@@ -50,9 +50,9 @@ func tcpPair(t *testing.T) (dialed, accepted *net.TCPConn) {
 
 func newTestRelay(t *testing.T, idle time.Duration) *relay {
 	t.Helper()
-	e := newEngine(nil)
+	e := newLoopSet(nil)
 	t.Cleanup(e.Close)
-	return &relay{idle: idle, engine: e}
+	return &relay{idle: idle, loops: e}
 }
 
 // eachRelay runs fn as subtests with the relay without the sockmap ("splice": splice on
@@ -235,8 +235,8 @@ func TestRelayPeerResetEndsFlow(t *testing.T) {
 }
 
 func TestRelayCloseEndsRunningFlows(t *testing.T) {
-	e := newEngine(nil)
-	rl := &relay{idle: time.Minute, engine: e}
+	e := newLoopSet(nil)
+	rl := &relay{idle: time.Minute, loops: e}
 	app, _, res := relayed(t, rl)
 	e.Close()
 	if r := waitResult(t, res, 5*time.Second); !errors.Is(r.err, errClosed) {
@@ -253,11 +253,11 @@ func TestRelayCloseEndsRunningFlows(t *testing.T) {
 	}
 }
 
-// TestStatusListsRelayedFlowsUntilTheyEnd: a flow handed to the relay engine stays among the
+// TestStatusListsRelayedFlowsUntilTheyEnd: a flow handed to the relay loops stays among the
 // live flows until it ends, though its setup goroutine is gone.
 func TestStatusListsRelayedFlowsUntilTheyEnd(t *testing.T) {
 	target := startTarget(t, "")
-	e := newEnv(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
+	e := newEnv(t, Settings{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
 	c := e.dial(target)
 	io.WriteString(c, "k")
 	if readN(t, c, 1) != "k" {
@@ -278,7 +278,7 @@ func TestStatusListsRelayedFlowsUntilTheyEnd(t *testing.T) {
 func TestStatusCountsBytes(t *testing.T) {
 	target := startTarget(t, "hello")
 	denied := public(netip.MustParseAddrPort("127.0.0.1:9"))
-	e := newEnv(t, Policy{Decision: mustRules(t,
+	e := newEnv(t, Settings{Decision: mustRules(t,
 		rules.Rule{Name: "deny", Action: rules.Block, Ports: []rules.PortRange{{Lo: 9, Hi: 9}}},
 		rules.Rule{Name: "all", Action: rules.Direct},
 	)}, Options{})
@@ -331,7 +331,7 @@ func TestUpstreamDownIsARefusal(t *testing.T) {
 	}
 	dead := ln.Addr().(*net.TCPAddr).AddrPort()
 	ln.Close()
-	e := newEnv(t, Policy{
+	e := newEnv(t, Settings{
 		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
 		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: dead.Port()}}},
 	}, Options{})
@@ -347,7 +347,7 @@ func TestUpstreamDownIsARefusal(t *testing.T) {
 // vanish from both the live and the ended counts, nor be counted twice).
 func TestStatusBytesNeverGoBack(t *testing.T) {
 	target := startTarget(t, "")
-	e := newEnv(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
+	e := newEnv(t, Settings{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {

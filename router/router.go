@@ -103,8 +103,8 @@ type Options struct {
 	SummaryEvery time.Duration
 }
 
-// Policy is what a reload replaces: the decision, the upstreams and the limits.
-type Policy struct {
+// Settings is what a reload replaces: the decision, the upstreams and the limits.
+type Settings struct {
 	// Decision decides every flow; nil decides as an empty config would (everything that is
 	// not caged goes direct).
 	Decision       *policy.Policy
@@ -119,7 +119,7 @@ type Policy struct {
 
 // compiled is a Policy prepared for use.
 type compiled struct {
-	Policy
+	Settings
 	// ups are the upstreams by the name a rule or DNS gives: one proxy's name, or a
 	// failover list's names joined by ",".
 	ups     map[string]upstream.Upstream
@@ -134,13 +134,13 @@ type compiled struct {
 }
 
 // Router runs the transparent listener and forwards. Its methods are safe for concurrent
-// use; SetPolicy may be called at any time (a reload) and affects new flows only.
+// use; Apply may be called at any time (a reload) and affects new flows only.
 type Router struct {
 	log     *slog.Logger
 	opts    Options
 	dialer  *net.Dialer
 	pol     atomic.Pointer[compiled]
-	engine  *engine    // relays the flows
+	loops   *loopSet   // relays the flows
 	adm     *admission // what flows may hold: set-up slots and descriptors, by source
 	refuse  *refusals  // refused and failed flows: a few logged, the rest summed up
 	early   sync.Pool  // *[earlyMax]byte: a client's first bytes while its flow is set up
@@ -169,7 +169,7 @@ type Router struct {
 const maxSetups = 256
 
 // New returns a Router with the given policy.
-func New(p Policy, opts Options) (*Router, error) {
+func New(p Settings, opts Options) (*Router, error) {
 	if opts.Original == nil {
 		return nil, errors.New("router: Original is required")
 	}
@@ -180,7 +180,7 @@ func New(p Policy, opts Options) (*Router, error) {
 		log:     opts.Log,
 		opts:    opts,
 		dialer:  &net.Dialer{Control: opts.Control, KeepAlive: 30 * time.Second},
-		engine:  newEngine(opts.Log),
+		loops:   newLoopSet(opts.Log),
 		adm:     newAdmission(cmp.Or(opts.Descriptors, descriptorLimit())),
 		refuse:  newRefusals(opts.Log, opts.SummaryEvery),
 		early:   sync.Pool{New: func() any { return new([earlyMax]byte) }},
@@ -205,7 +205,7 @@ func New(p Policy, opts Options) (*Router, error) {
 	if opts.Names != nil {
 		r.resolved = newResolvedNames(opts.Names.ResolveViaProxy)
 	}
-	if err := r.SetPolicy(p); err != nil {
+	if err := r.Apply(p); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -217,7 +217,7 @@ type Prepared struct{ c *compiled }
 
 // Prepare checks p and compiles it for Use, without changing anything: a reload prepares
 // first and applies only once everything else of the new config is in place.
-func (r *Router) Prepare(p Policy) (*Prepared, error) {
+func (r *Router) Prepare(p Settings) (*Prepared, error) {
 	if p.Decision == nil {
 		p.Decision = policy.New(nil, policy.Env{})
 	}
@@ -228,7 +228,7 @@ func (r *Router) Prepare(p Policy) (*Prepared, error) {
 		return nil, errors.New("router: connect timeout must be positive")
 	}
 	n := len(p.Decision.Rules())
-	np := &compiled{Policy: p, hits: make([]atomic.Uint64, n), bytes: make([]atomic.Uint64, n)}
+	np := &compiled{Settings: p, hits: make([]atomic.Uint64, n), bytes: make([]atomic.Uint64, n)}
 	if err := r.prepareUpstreams(np); err != nil {
 		return nil, err
 	}
@@ -242,8 +242,8 @@ func (r *Router) Use(pp *Prepared) {
 	r.pol.Store(pp.c)
 }
 
-// SetPolicy prepares p and uses it.
-func (r *Router) SetPolicy(p Policy) error {
+// Apply prepares p and uses it.
+func (r *Router) Apply(p Settings) error {
 	pp, err := r.Prepare(p)
 	if err != nil {
 		return err
@@ -257,7 +257,7 @@ func (r *Router) Dialer() *net.Dialer { return r.dialer }
 
 // relayFor returns the relay settings of the current policy.
 func (r *Router) relayFor(p *compiled) relay {
-	return relay{idle: p.IdleTimeout, engine: r.engine, sockmap: p.Sockmap}
+	return relay{idle: p.IdleTimeout, loops: r.loops, sockmap: p.Sockmap}
 }
 
 // Wait blocks until every flow started so far has ended.
@@ -269,6 +269,6 @@ func (r *Router) Wait() { r.flows.Wait() }
 func (r *Router) Close() {
 	r.stopUpstreams()
 	r.closeUDP()
-	r.engine.Close()
+	r.loops.Close()
 	r.refuse.flush()
 }

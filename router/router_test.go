@@ -237,7 +237,7 @@ func hostRule(name string, act rules.Action, proxy string, hosts ...string) rule
 	return r
 }
 
-func newEnv(t *testing.T, pol Policy, opts Options) *env {
+func newEnv(t *testing.T, pol Settings, opts Options) *env {
 	t.Helper()
 	e := &env{t: t, orig: &origTable{m: map[netip.AddrPort]netip.AddrPort{}}, logs: &syncBuffer{}, marked: &countingControl{}}
 	if opts.Original == nil {
@@ -337,7 +337,7 @@ func wantReset(t *testing.T, c net.Conn) {
 
 func TestDirect(t *testing.T) {
 	target := startTarget(t, "hello\n")
-	e := newEnv(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
+	e := newEnv(t, Settings{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
 	c := e.dial(target)
 	if got := readN(t, c, 6); got != "hello\n" {
 		t.Fatalf("banner = %q", got)
@@ -356,7 +356,7 @@ func TestProxyHandsTheNameToTheProxy(t *testing.T) {
 	target := startTarget(t, "via-proxy\n")
 	p := startProxy(t, map[string]netip.Addr{"echo.lab.test": target.Addr()}, map[string]string{"agent": "pw-42"})
 	names := &fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"), m: map[netip.Addr]string{netip.MustParseAddr("198.18.0.7"): "echo.lab.test"}}
-	pol := Policy{
+	pol := Settings{
 		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
 		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port(), Username: "agent", Password: "pw-42"}}},
 	}
@@ -381,7 +381,7 @@ func TestProxyDownFailsClosed(t *testing.T) {
 	target := startTarget(t, "x")
 	p := startProxy(t, nil, nil)
 	p.stop()
-	pol := Policy{
+	pol := Settings{
 		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
 		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port()}}},
 	}
@@ -394,7 +394,7 @@ func TestProxyDownFailsClosed(t *testing.T) {
 func TestWrongPasswordFailsClosedAndStaysSecret(t *testing.T) {
 	target := startTarget(t, "x")
 	p := startProxy(t, map[string]netip.Addr{}, map[string]string{"agent": "right"})
-	pol := Policy{
+	pol := Settings{
 		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
 		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port(), Username: "agent", Password: "wrong-secret-pw"}}},
 	}
@@ -408,7 +408,7 @@ func TestWrongPasswordFailsClosedAndStaysSecret(t *testing.T) {
 
 func TestBlockResets(t *testing.T) {
 	target := startTarget(t, "x")
-	e := newEnv(t, Policy{Decision: mustRules(t, hostRule("no", rules.Block, "", target.Addr().String()))}, Options{})
+	e := newEnv(t, Settings{Decision: mustRules(t, hostRule("no", rules.Block, "", target.Addr().String()))}, Options{})
 	wantReset(t, e.dial(target))
 	if e.marked.count() != 0 {
 		t.Error("a blocked flow opened a connection")
@@ -416,7 +416,7 @@ func TestBlockResets(t *testing.T) {
 }
 
 func TestDoTBlockedUnlessProxied(t *testing.T) {
-	e := newEnv(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
+	e := newEnv(t, Settings{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
 	wantReset(t, e.dial(netip.AddrPortFrom(alias, 853)))
 	e.waitLog("dns over tls")
 }
@@ -429,14 +429,14 @@ func TestAppRuleUsesOwner(t *testing.T) {
 		asked.Add(1)
 		return proc.Info{PID: 42, Name: "VBoxHeadless"}, nil
 	}
-	e := newEnv(t, Policy{Decision: mustRules(t, app, rules.Rule{Name: "default", Action: rules.Direct})}, Options{Owner: owner})
+	e := newEnv(t, Settings{Decision: mustRules(t, app, rules.Rule{Name: "default", Action: rules.Direct})}, Options{Owner: owner})
 	wantReset(t, e.dial(target))
 	e.waitLog("app=VBoxHeadless pid=42")
 	// Flows from a VM network have no local process: the owner is not asked. (A caged
 	// flow skips the bare catch-all, so a rule names the VM's sources.)
 	vmNet := netip.MustParsePrefix("127.0.0.0/8")
 	vm := rules.Rule{Name: "vm", Action: rules.Direct, Sources: []rules.IPRange{rules.RangeOfPrefix(vmNet)}}
-	e.r.SetPolicy(Policy{Decision: decision([]rules.Rule{app, vm, {Name: "default", Action: rules.Direct}}, vmNet), IdleTimeout: time.Minute, ConnectTimeout: time.Second})
+	e.r.Apply(Settings{Decision: decision([]rules.Rule{app, vm, {Name: "default", Action: rules.Direct}}, vmNet), IdleTimeout: time.Minute, ConnectTimeout: time.Second})
 	before := asked.Load()
 	c := e.dial(target)
 	if got := readN(t, c, 1); got != "x" {
@@ -447,7 +447,7 @@ func TestAppRuleUsesOwner(t *testing.T) {
 	}
 	// Without a rule that names them, VM flows are refused, not sent direct by the
 	// catch-all.
-	e.r.SetPolicy(Policy{Decision: decision([]rules.Rule{app, {Name: "default", Action: rules.Direct}}, vmNet), IdleTimeout: time.Minute, ConnectTimeout: time.Second})
+	e.r.Apply(Settings{Decision: decision([]rules.Rule{app, {Name: "default", Action: rules.Direct}}, vmNet), IdleTimeout: time.Minute, ConnectTimeout: time.Second})
 	wantReset(t, e.dial(target))
 	e.waitLog("rule=\"(caged: no rule decides)\"")
 }
@@ -469,7 +469,7 @@ func TestHalfCloseAndByteCounts(t *testing.T) {
 		req, _ := io.ReadAll(c)
 		fmt.Fprintf(c, "got %d bytes", len(req))
 	}()
-	e := newEnv(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
+	e := newEnv(t, Settings{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{})
 	c := e.dial(public(ln.Addr().(*net.TCPAddr).AddrPort()))
 	big := strings.Repeat("x", 3<<20)
 	if _, err := io.WriteString(c, big); err != nil {
@@ -486,7 +486,7 @@ func TestHalfCloseAndByteCounts(t *testing.T) {
 
 func TestIdleTimeout(t *testing.T) {
 	target := startTarget(t, "")
-	e := newEnv(t, Policy{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct}), IdleTimeout: 300 * time.Millisecond}, Options{})
+	e := newEnv(t, Settings{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct}), IdleTimeout: 300 * time.Millisecond}, Options{})
 	c := e.dial(target)
 	// Activity keeps the flow alive past the timeout.
 	var last time.Time
@@ -507,7 +507,7 @@ func TestIdleTimeout(t *testing.T) {
 
 func TestForward(t *testing.T) {
 	target := startTarget(t, "model\n")
-	e := newEnv(t, Policy{}, Options{})
+	e := newEnv(t, Settings{}, Options{})
 	f := Forward{Name: "model", Listen: netip.MustParseAddrPort("127.0.0.1:0"), Connect: private(target), Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -565,7 +565,7 @@ func TestForwardStreamsUnbuffered(t *testing.T) {
 			fmt.Fprintf(c, "data: {\"n\":%d}\n\n", i)
 		}
 	}()
-	e := newEnv(t, Policy{}, Options{})
+	e := newEnv(t, Settings{}, Options{})
 	f := Forward{Name: "model", Listen: netip.MustParseAddrPort("127.0.0.1:0"), Connect: ln.Addr().(*net.TCPAddr).AddrPort(), Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -622,7 +622,7 @@ func TestProxyNameResolvedAgainWhenItsAddressFails(t *testing.T) {
 		lookups++
 		return answers, nil
 	}
-	pol := Policy{
+	pol := Settings{
 		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
 		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "proxy.test", Port: p.addr.Port()}}},
 	}

@@ -69,18 +69,18 @@ const (
 	answersRoom = 2 + 2 + socks5.MaxReplyLen
 )
 
-// lsock is a listener Serve gave the loops, while Serve runs.
-type lsock struct {
+// servedListener is a listener Serve gave the loops, while Serve runs.
+type servedListener struct {
 	r    *Router
 	ctx  context.Context // Serve's: flows handed to a goroutine run under it
 	rc   syscall.RawConn // the listener's; its descriptor is only used inside rc.Control
 	port uint16          // the listener's
 }
 
-// lentry is a listener on one loop. The loop's goroutine uses it; on, gone and resume are
+// loopListener is a listener on one loop. The loop's goroutine uses it; on, gone and resume are
 // guarded by loop.mu.
-type lentry struct {
-	ls     *lsock
+type loopListener struct {
+	ls     *servedListener
 	l      *loop
 	index  int32
 	on     bool          // registered in the loop's epoll
@@ -101,14 +101,14 @@ const (
 	sAnswers                  // waiting for the proxy's answers
 )
 
-// sflow is a transparent flow the loop sets up: its record, its relay state (registered on
+// setupFlow is a transparent flow the loop sets up: its record, its relay state (registered on
 // the loop from the connect on, kept as it is for the relay), and the set-up's. It is the
 // one allocation of a flow on this path. Only its loop's goroutine touches it, until the
 // flow is handed to a goroutine or ends.
-type sflow struct {
-	eflow
-	f        Flow
-	ls       *lsock
+type setupFlow struct {
+	relayFlow
+	f        FlowRecord
+	ls       *servedListener
 	p        *compiled
 	h        held      // names and share, given back when the flow ends
 	dst      dstKey    // the destination's set-up slot
@@ -140,12 +140,12 @@ func (r *Router) serveLoops(ctx context.Context, ln *net.TCPListener) (bool, err
 	if err != nil {
 		return false, nil
 	}
-	loops, err := r.engine.all()
+	loops, err := r.loops.all()
 	if err != nil {
 		return false, nil
 	}
-	ls := &lsock{r: r, ctx: ctx, rc: rc, port: netaddr.AddrPort(ln.Addr()).Port()}
-	var ents []*lentry
+	ls := &servedListener{r: r, ctx: ctx, rc: rc, port: netaddr.AddrPort(ln.Addr()).Port()}
+	var ents []*loopListener
 	loops = loops[:acceptors(len(loops))]
 	for _, l := range loops {
 		e, err := l.listen(ls)
@@ -191,8 +191,8 @@ func acceptors(n int) int { return max(1, n/2) }
 func isClosed(rc syscall.RawConn) bool { return rc.Control(func(uintptr) {}) != nil }
 
 // listen registers ls on l.
-func (l *loop) listen(ls *lsock) (*lentry, error) {
-	e := &lentry{ls: ls, l: l, done: make(chan struct{})}
+func (l *loop) listen(ls *servedListener) (*loopListener, error) {
+	e := &loopListener{ls: ls, l: l, done: make(chan struct{})}
 	e.accept = func(fd uintptr) { e.err = l.acceptBatch(e, int(fd)) }
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -220,7 +220,7 @@ func (l *loop) listen(ls *lsock) (*lentry, error) {
 
 // registerLocked adds e's listener to l's epoll: level-triggered, and exclusive, so that a
 // connection wakes one loop, not all; l.mu is held.
-func (l *loop) registerLocked(e *lentry) error {
+func (l *loop) registerLocked(e *loopListener) error {
 	var err error
 	cerr := e.ls.rc.Control(func(fd uintptr) {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: listenSlot, Pad: e.index}
@@ -235,7 +235,7 @@ func (l *loop) registerLocked(e *lentry) error {
 
 // deregisterLocked takes e's listener out of l's epoll (a closed one is out already); l.mu
 // is held.
-func (l *loop) deregisterLocked(e *lentry) {
+func (l *loop) deregisterLocked(e *loopListener) {
 	if !e.on {
 		return
 	}
@@ -245,7 +245,7 @@ func (l *loop) deregisterLocked(e *lentry) {
 
 // unlisten takes e off l and waits until l ended the set-ups of its flows that were still
 // running (as the goroutine path's end with Serve's context).
-func (l *loop) unlisten(e *lentry) {
+func (l *loop) unlisten(e *loopListener) {
 	l.mu.Lock()
 	e.gone = true
 	l.deregisterLocked(e)
@@ -262,7 +262,7 @@ func (l *loop) unlisten(e *lentry) {
 }
 
 // goneListeners ends the set-ups of the flows of listeners Serve stopped; l.mu is not held.
-func (l *loop) goneListeners(gone []*lentry) {
+func (l *loop) goneListeners(gone []*loopListener) {
 	for _, e := range gone {
 		for _, f := range l.snapshot() {
 			if f != nil && !f.closed && f.setup != nil && f.setup.ls == e.ls {
@@ -274,7 +274,7 @@ func (l *loop) goneListeners(gone []*lentry) {
 }
 
 // snapshot copies l's flows (into a buffer reused between calls).
-func (l *loop) snapshot() []*eflow {
+func (l *loop) snapshot() []*relayFlow {
 	l.mu.Lock()
 	l.snap = append(l.snap[:0], l.slots...)
 	l.mu.Unlock()
@@ -282,7 +282,7 @@ func (l *loop) snapshot() []*eflow {
 }
 
 // acceptReady accepts on e's listener.
-func (l *loop) acceptReady(e *lentry, now time.Duration) {
+func (l *loop) acceptReady(e *loopListener, now time.Duration) {
 	e.err = nil
 	if err := e.ls.rc.Control(e.accept); err != nil {
 		return // closed: Serve takes it off
@@ -327,7 +327,7 @@ func (l *loop) resumeListeners(now time.Duration) {
 
 // acceptBatch accepts up to acceptBatch connections on lfd (inside rc.Control) and sets each
 // up. It returns the error that should pause the listener, or nil.
-func (l *loop) acceptBatch(e *lentry, lfd int) error {
+func (l *loop) acceptBatch(e *loopListener, lfd int) error {
 	for range acceptBatch {
 		fd, peer, err := accept(lfd, &l.sa)
 		switch err {
@@ -349,14 +349,14 @@ func (l *loop) acceptBatch(e *lentry, lfd int) error {
 
 // loopAccepted sets up the connection fd from peer, accepted on ls: the steps of handle, on
 // the loop (see the top of this file).
-func (r *Router) loopAccepted(l *loop, ls *lsock, fd int, peer netip.AddrPort) {
+func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.AddrPort) {
 	if !r.adm.enter() {
 		r.refuseFD(fd, peer, errOverBudget)
 		return
 	}
 	r.flows.Add(1)
 	p := r.pol.Load()
-	s := &sflow{ls: ls, p: p}
+	s := &setupFlow{ls: ls, p: p}
 	s.fd, s.slot = [2]int{fd, -1}, -1
 	f := &s.f
 	r.startFlow(f, peer)
@@ -430,7 +430,7 @@ func (r *Router) loopAccepted(l *loop, ls *lsock, fd int, peer netip.AddrPort) {
 		s.target = f.Dst
 	}
 	r.decided(p, f, d)
-	r.engine.setups.Add(1)
+	r.loops.setups.Add(1)
 	l.connect(s)
 }
 
@@ -448,7 +448,7 @@ func loopUpstream(p *compiled, name string, up **upstream.Tracked) bool {
 
 // handOff gives s's flow to the goroutine path: from classified (its owner to find), or,
 // once it holds its share, from admitted.
-func (l *loop) handOff(s *sflow, pf *policy.Flow, shared bool) {
+func (l *loop) handOff(s *setupFlow, pf *policy.Flow, shared bool) {
 	r, f := s.ls.r, &s.f
 	c, err := fileConn(s.fd[0])
 	s.fd[0] = -1
@@ -466,7 +466,7 @@ func (l *loop) handOff(s *sflow, pf *policy.Flow, shared bool) {
 }
 
 // connect starts s's connection to its target and registers the flow on l.
-func (l *loop) connect(s *sflow) {
+func (l *loop) connect(s *setupFlow) {
 	r := s.ls.r
 	s.setup, s.state = s, sConnecting
 	s.deadline = l.now() + s.p.ConnectTimeout
@@ -480,7 +480,7 @@ func (l *loop) connect(s *sflow) {
 	// on every TCP connection; its keep-alive comes later (keepAfter).
 	rawSetsockoptInt(s.fd[0], unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-	if err := l.own(&s.eflow); err != nil {
+	if err := l.own(&s.relayFlow); err != nil {
 		l.fail(s, l.dialError(s, err))
 		return
 	}
@@ -492,7 +492,7 @@ func (l *loop) connect(s *sflow) {
 
 // own registers f, set up by l itself, on l: both descriptors, edge-triggered, for the
 // set-up and then the relay.
-func (l *loop) own(f *eflow) error {
+func (l *loop) own(f *relayFlow) error {
 	f.last = l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -510,7 +510,7 @@ func (l *loop) own(f *eflow) error {
 }
 
 // setupEvent moves s's set-up on an event of its descriptor side.
-func (l *loop) setupEvent(s *sflow, side int, ev uint32) {
+func (l *loop) setupEvent(s *setupFlow, side int, ev uint32) {
 	if side == 0 {
 		return // the client's bytes wait for the relay, which finds its end or its error too
 	}
@@ -531,7 +531,7 @@ func (l *loop) setupEvent(s *sflow, side int, ev uint32) {
 // connected goes on once the connect ended (ev: the readiness that said so): a direct flow
 // is relayed; a proxied one sends its handshake, with the client's first bytes when the
 // proxy pipelines.
-func (l *loop) connected(s *sflow, ev uint32) {
+func (l *loop) connected(s *setupFlow, ev uint32) {
 	// A connect that failed says so with EPOLLERR (or EPOLLHUP); writable alone is success.
 	if ev&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 		err := l.sockErr(s.fd[1], unix.ECONNRESET)
@@ -566,7 +566,7 @@ func (l *loop) connected(s *sflow, ev uint32) {
 
 // send writes b (the handshake's next bytes) to the proxy; what the socket does not take now
 // waits in s.pending for EPOLLOUT.
-func (l *loop) send(s *sflow, b []byte) {
+func (l *loop) send(s *setupFlow, b []byte) {
 	n, err := writeNow(s.fd[1], b)
 	if err != nil {
 		l.fail(s, s.hs.End(s.hs.WriteFailed(err)))
@@ -582,7 +582,7 @@ func (l *loop) send(s *sflow, b []byte) {
 // answers takes the proxy's answers that are in: it looks at them without taking them
 // (MSG_PEEK), lets the handshake consume whole messages, and takes exactly those, so the
 // destination's first bytes stay in the socket for the relay.
-func (l *loop) answers(s *sflow, ev uint32) {
+func (l *loop) answers(s *setupFlow, ev uint32) {
 	ended := ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
 	for {
 		n, err := recvPeek(s.fd[1], l.buf[:answersRoom])
@@ -640,7 +640,7 @@ func (l *loop) sockErr(fd int, def error) error {
 }
 
 // ready hands a connected flow to the relay, on l: it is open.
-func (l *loop) ready(s *sflow) {
+func (l *loop) ready(s *setupFlow) {
 	r, f := s.ls.r, &s.f
 	if s.proxied {
 		s.hs.End(nil)
@@ -654,11 +654,11 @@ func (l *loop) ready(s *sflow) {
 	s.setup = nil
 	s.keep = l.now() + keepAfter
 	rl := r.relayFor(s.p)
-	rl.begin(l, &s.eflow, &f.bytes, r.relayed(f, func() { r.release(s.h) }), true)
+	rl.begin(l, &s.relayFlow, &f.bytes, r.relayed(f, func() { r.release(s.h) }), true)
 }
 
 // dialError is the error of s's failed connect, worded as the goroutine path's.
-func (l *loop) dialError(s *sflow, err error) error {
+func (l *loop) dialError(s *setupFlow, err error) error {
 	cause := fmt.Errorf("dial tcp %s: connect: %w", s.target, err)
 	if s.proxied {
 		return s.hs.End(s.hs.DialFailed(cause))
@@ -667,7 +667,7 @@ func (l *loop) dialError(s *sflow, err error) error {
 }
 
 // expire ends a set-up that ran out of time.
-func (l *loop) expire(s *sflow) {
+func (l *loop) expire(s *setupFlow) {
 	if s.proxied {
 		l.fail(s, s.hs.End(s.hs.Expired(s.state != sConnecting, nil)))
 		return
@@ -676,7 +676,7 @@ func (l *loop) expire(s *sflow) {
 }
 
 // fail ends a flow whose connect or handshake failed: the client gets a reset.
-func (l *loop) fail(s *sflow, err error) {
+func (l *loop) fail(s *setupFlow, err error) {
 	r, f := s.ls.r, &s.f
 	f.Err = err
 	if s.proxied && upstreamDown(err) {
@@ -687,7 +687,7 @@ func (l *loop) fail(s *sflow, err error) {
 
 // abort ends a set-up the loop gives up on (the router or Serve stopping): the upstream's
 // health counts nothing.
-func (l *loop) abort(s *sflow, err error) {
+func (l *loop) abort(s *setupFlow, err error) {
 	if s.proxied {
 		s.hs.Abandon()
 	}
@@ -697,13 +697,13 @@ func (l *loop) abort(s *sflow, err error) {
 
 // drop ends a set-up flow that failed: its slots, its descriptors (the client's with a
 // reset), its place on l, then the record.
-func (l *loop) drop(s *sflow) {
+func (l *loop) drop(s *setupFlow) {
 	r := s.ls.r
 	l.endSlots(s)
 	s.closed = true
 	if s.slot >= 0 {
 		l.mu.Lock()
-		if int(s.slot) < len(l.slots) && l.slots[s.slot] == &s.eflow {
+		if int(s.slot) < len(l.slots) && l.slots[s.slot] == &s.relayFlow {
 			l.slots[s.slot] = nil
 			l.free = append(l.free, s.slot)
 		}
@@ -719,7 +719,7 @@ func (l *loop) drop(s *sflow) {
 
 // endFlowLater is endFlow for a caller that must not wait for the log's writer (an event
 // loop): the record is written in order on the log's goroutine.
-func (r *Router) endFlowLater(f *Flow, release func()) {
+func (r *Router) endFlowLater(f *FlowRecord, release func()) {
 	r.finish(f)
 	if release != nil {
 		release()
@@ -728,7 +728,7 @@ func (r *Router) endFlowLater(f *Flow, release func()) {
 }
 
 // endEarly ends a flow refused before its connect: a reset, and the record.
-func (l *loop) endEarly(s *sflow) {
+func (l *loop) endEarly(s *setupFlow) {
 	r := s.ls.r
 	s.closed = true
 	resetFD(s.fd[0])
@@ -736,7 +736,7 @@ func (l *loop) endEarly(s *sflow) {
 }
 
 // endSlots gives back s's set-up slots, once.
-func (l *loop) endSlots(s *sflow) {
+func (l *loop) endSlots(s *setupFlow) {
 	if s.slots {
 		s.slots = false
 		s.ls.r.adm.endSetup(s.h.key, s.dst, s.slotsAt)
@@ -801,7 +801,7 @@ func dialFD(raw *rawFD, control func(network, address string, c syscall.RawConn)
 const keepAfter = 5 * time.Second
 
 // keepAliveDue sets keep-alive on f's sockets once its time came (f.keep).
-func (f *eflow) keepAliveDue(now time.Duration) {
+func (f *relayFlow) keepAliveDue(now time.Duration) {
 	if f.keep != 0 && now >= f.keep {
 		f.keep = 0
 		keepAlive(f.fd[0], 15*time.Second)

@@ -33,7 +33,7 @@ func wantLoopFlows(t *testing.T, r *Router, n uint64) {
 	if slowSetup {
 		n = 0
 	}
-	if got := r.engine.setups.Load(); got != n {
+	if got := r.loops.setups.Load(); got != n {
 		t.Errorf("the loops set %d flows up, want %d", got, n)
 	}
 }
@@ -165,8 +165,8 @@ const (
 )
 
 // proxied is a policy that sends everything through proxy "exit" at p.
-func proxied(p netip.AddrPort, pipeline bool, user, pass string) Policy {
-	return Policy{
+func proxied(p netip.AddrPort, pipeline bool, user, pass string) Settings {
+	return Settings{
 		Decision: decision([]rules.Rule{{Name: "all", Action: rules.Proxy, Proxy: "exit"}}),
 		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Port(),
 			Pipeline: pipeline, Username: user, Password: pass}}},
@@ -180,9 +180,9 @@ func TestLoopSetsUpFlows(t *testing.T) {
 	gs := startProxy(t, nil, map[string]string{"agent": "pw-42"})
 	for _, tc := range []struct {
 		name string
-		pol  Policy
+		pol  Settings
 	}{
-		{"direct", Policy{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}},
+		{"direct", Settings{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}},
 		{"socks5-pipelined", proxied(gs.addr, true, "agent", "pw-42")},
 		{"socks5-lockstep", proxied(gs.addr, false, "agent", "pw-42")},
 	} {
@@ -412,7 +412,7 @@ func TestLoopCloseEndsSetups(t *testing.T) {
 // TestLoopServeEnds: Serve returns when its listener is closed, and when its context ends
 // while a flow is being set up (which then ends like a cancelled one).
 func TestLoopServeEnds(t *testing.T) {
-	e := newEnv(t, Policy{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{})
+	e := newEnv(t, Settings{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{})
 	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
@@ -433,7 +433,7 @@ func TestLoopServeEnds(t *testing.T) {
 	p := startScripted(t, script{silent: true})
 	pol := proxied(p.addr, true, "", "")
 	pol.ConnectTimeout, pol.IdleTimeout = time.Minute, time.Minute
-	if err := e.r.SetPolicy(pol); err != nil {
+	if err := e.r.Apply(pol); err != nil {
 		t.Fatal(err)
 	}
 	ln, err = net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -513,7 +513,7 @@ func TestLoopBurstToOneDestination(t *testing.T) {
 	if n := e.r.book.Count(refusal.Limit); n != 0 {
 		t.Errorf("%d flows refused for a limit, want none", n)
 	}
-	if got := e.r.engine.setups.Load(); !slowSetup && (got < perDestination/2 || got == flows) {
+	if got := e.r.loops.setups.Load(); !slowSetup && (got < perDestination/2 || got == flows) {
 		t.Errorf("the loops set %d of %d flows up, want those under the cap, not those beyond", got, flows)
 	}
 }
@@ -527,7 +527,7 @@ func TestLoopDirectFailures(t *testing.T) {
 	}
 	dst := public(closed.Addr().(*net.TCPAddr).AddrPort())
 	closed.Close()
-	e := newEnv(t, Policy{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{})
+	e := newEnv(t, Settings{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{})
 	wantReset(t, e.dial(dst))
 	e.waitLog("connect direct: dial tcp ")
 	e.waitLog("connection refused")
@@ -548,7 +548,7 @@ func TestLoopDirectFailures(t *testing.T) {
 // never ends: once descriptors are free again, the connection that waited is served.
 func TestAcceptPausesOutOfDescriptors(t *testing.T) {
 	target := startTarget(t, "hello\n")
-	e := newEnv(t, Policy{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{})
+	e := newEnv(t, Settings{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{})
 	if got := readN(t, e.dial(target), 6); got != "hello\n" { // the loops and their pipes are up
 		t.Fatalf("first flow: %q", got)
 	}
@@ -633,7 +633,7 @@ func TestKeepAliveLater(t *testing.T) {
 		}
 		return got
 	}
-	f := &eflow{fd: fds, keep: 10 * time.Second}
+	f := &relayFlow{fd: fds, keep: 10 * time.Second}
 	f.keepAliveDue(9 * time.Second)
 	if got := keep(); got != [2]int{0, 0} {
 		t.Fatalf("keep-alive %v before its time", got)
@@ -651,7 +651,7 @@ func TestKeepAliveLater(t *testing.T) {
 // TestListenerItself: a connection whose original destination is the listener itself (made
 // to it, not redirected) is refused.
 func TestListenerItself(t *testing.T) {
-	e := newEnv(t, Policy{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{})
+	e := newEnv(t, Settings{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{})
 	wantReset(t, e.dial(netaddr.AddrPort(e.ln.Addr())))
 	e.waitLog("connection made to the listener itself")
 	wantLoopFlows(t, e.r, 0)

@@ -62,13 +62,13 @@ const rateWindow = 900 * time.Millisecond
 // liveFlows is the set of flows between decision and end, for status.
 type liveFlows struct {
 	mu sync.Mutex
-	m  map[uint64]*Flow // guarded by mu; a Flow's fields are written before it is added
+	m  map[uint64]*FlowRecord // guarded by mu; a Flow's fields are written before it is added
 }
 
-func (l *liveFlows) add(f *Flow) {
+func (l *liveFlows) add(f *FlowRecord) {
 	l.mu.Lock()
 	if l.m == nil {
-		l.m = map[uint64]*Flow{}
+		l.m = map[uint64]*FlowRecord{}
 	}
 	l.m[f.ID] = f
 	l.mu.Unlock()
@@ -153,7 +153,7 @@ type ruleKey struct {
 	act   rules.Action
 }
 
-func (f *Flow) key() ruleKey {
+func (f *FlowRecord) key() ruleKey {
 	if f.index >= 0 {
 		return ruleKey{index: f.index}
 	}
@@ -175,7 +175,7 @@ func (p *compiled) count(d policy.Decision) {
 // finish takes f out of the live flows and adds its bytes (f.Up, f.Down, final by now) to
 // the totals and to what decided it, in one step under live.mu: Status never sees a flow
 // in neither or in both.
-func (r *Router) finish(f *Flow) {
+func (r *Router) finish(f *FlowRecord) {
 	r.live.mu.Lock()
 	delete(r.live.m, f.ID)
 	r.ended(f)
@@ -183,7 +183,7 @@ func (r *Router) finish(f *Flow) {
 }
 
 // ended adds an ended flow's bytes to the totals and to what decided it; live.mu is held.
-func (r *Router) ended(f *Flow) {
+func (r *Router) ended(f *FlowRecord) {
 	n := uint64(f.Up + f.Down)
 	r.count.up.Add(uint64(f.Up))
 	r.count.down.Add(uint64(f.Down))
@@ -198,7 +198,7 @@ func (r *Router) ended(f *Flow) {
 }
 
 // refused counts a refused flow under its reason.
-func (r *Router) refused(why refusal.Reason, f *Flow) {
+func (r *Router) refused(why refusal.Reason, f *FlowRecord) {
 	r.book.Add(why, refusal.Event{Src: f.Src, Dst: f.Dst, Host: f.Host, App: f.App, Rule: f.Verdict.Name})
 }
 

@@ -19,7 +19,7 @@ import (
 )
 
 // Serve accepts redirected connections on ln until ctx is done or ln is closed; each flow is
-// set up (decided, connected) on a goroutine of its own, then relayed by the engine. What
+// set up (decided, connected) on a goroutine of its own, then relayed by the loops. What
 // flows may hold is budgeted by source (see admission): a flow over the descriptor budget
 // is refused at accept, and set-up slots are shared fairly, so a guest flooding the
 // listener cannot hold back another's flows. Accept errors (out of descriptors) pause
@@ -105,8 +105,8 @@ func (r *Router) acceptLoop(ctx context.Context, ln *net.TCPListener, what strin
 // earlyMax bounds the client bytes sent along with the SOCKS request (see dialProxy).
 const earlyMax = 4 << 10
 
-// Flow is what the router knows of one connection; it is logged when the flow ends.
-type Flow struct {
+// FlowRecord is what the router knows of one connection; it is logged when the flow ends.
+type FlowRecord struct {
 	ID      uint64
 	Src     netip.AddrPort
 	Dst     netip.AddrPort // the original destination; its address is invalid when only Host is known
@@ -174,7 +174,7 @@ func (r *Router) release(h held) {
 // classified goes on with a flow whose addresses are known (err: they are not): its owner
 // when the policy needs it and the name behind its address (classify), its source's share of
 // the budget, then admitted.
-func (r *Router) classified(ctx context.Context, p *compiled, f *Flow, c *net.TCPConn, pf *policy.Flow, err error) {
+func (r *Router) classified(ctx context.Context, p *compiled, f *FlowRecord, c *net.TCPConn, pf *policy.Flow, err error) {
 	if err != nil {
 		f.Err = err
 		r.refused(refusal.Capture, f)
@@ -197,7 +197,7 @@ func (r *Router) classified(ctx context.Context, p *compiled, f *Flow, c *net.TC
 
 // admitted goes on with a flow that holds its share: open (decide, set-up slots, dial), then
 // the relay, or a reset.
-func (r *Router) admitted(ctx context.Context, p *compiled, f *Flow, c *net.TCPConn, pf *policy.Flow, h held) {
+func (r *Router) admitted(ctx context.Context, p *compiled, f *FlowRecord, c *net.TCPConn, pf *policy.Flow, h held) {
 	done := func() { r.release(h) }
 	_, out, _ := r.open(ctx, p, f, pf, early{sock: c})
 	if out == nil {
@@ -254,7 +254,7 @@ func (r *Router) setup(ctx context.Context, p *compiled, key string, pf *policy.
 // addresses fills in a flow's original addresses (src, dst, as the capture reports them;
 // local is the accepted connection's own address) and whether it came from a VM. A
 // connection made to the listener itself, not redirected, is an error.
-func (r *Router) addresses(f *Flow, pf *policy.Flow, src, dst, local netip.AddrPort) error {
+func (r *Router) addresses(f *FlowRecord, pf *policy.Flow, src, dst, local netip.AddrPort) error {
 	f.Src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
 	f.Dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
 	if f.Dst == local || f.Dst.Addr().IsUnspecified() {
@@ -271,7 +271,7 @@ func (r *Router) addresses(f *Flow, pf *policy.Flow, src, dst, local netip.AddrP
 // flow's owner when the policy needs it, and the name behind its destination (what the name
 // resolves to is looked up later, in a set-up slot). A fake IP's name is held until release
 // is called (nil when nothing is held).
-func (r *Router) classify(c *net.TCPConn, f *Flow, pf *policy.Flow, p *compiled) (release func()) {
+func (r *Router) classify(c *net.TCPConn, f *FlowRecord, pf *policy.Flow, p *compiled) (release func()) {
 	if r.opts.Owner != nil && p.Decision.NeedsOwner(pf) {
 		if info, err := r.opts.Owner(c, f.Src, f.Dst); err == nil {
 			pf.App, pf.AppPath, pf.Services, f.App, f.PID = info.Name, info.Path, info.Services, info.Name, info.PID
@@ -292,7 +292,7 @@ func (r *Router) classify(c *net.TCPConn, f *Flow, pf *policy.Flow, p *compiled)
 // client's socket to the relay. A destination known by its name only (an inbound's client
 // asked for a name) or by a fake IP is resolved through the proxy when it goes direct
 // (unless setup resolved it already: pf.Resolved, the addresses the policy checked).
-func (r *Router) dial(ctx context.Context, p *compiled, f *Flow, d policy.Decision, pf *policy.Flow, e early) (net.Conn, error) {
+func (r *Router) dial(ctx context.Context, p *compiled, f *FlowRecord, d policy.Decision, pf *policy.Flow, e early) (net.Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
 	defer cancel()
 	if d.Action == rules.Direct {
@@ -377,7 +377,7 @@ func (r *Router) dialDirect(ctx context.Context, dst netip.AddrPort, host string
 
 // dst is f's destination for logs and status: the address and port, or the name and port
 // when only the name is known.
-func (f *Flow) dst() string {
+func (f *FlowRecord) dst() string {
 	if !f.Dst.Addr().IsValid() {
 		return net.JoinHostPort(f.Host, strconv.Itoa(int(f.Dst.Port())))
 	}
@@ -391,7 +391,7 @@ func reset(c *net.TCPConn) {
 }
 
 // flowLevel is the level of f's record: warn for a flow that failed, info otherwise.
-func flowLevel(f *Flow) slog.Level {
+func flowLevel(f *FlowRecord) slog.Level {
 	if f.Err != nil && !errors.Is(f.Err, errIdle) {
 		return slog.LevelWarn
 	}
@@ -399,7 +399,7 @@ func flowLevel(f *Flow) slog.Level {
 }
 
 // flowAttrs are the attributes of f's log records.
-func flowAttrs(f *Flow, ended bool) []any {
+func flowAttrs(f *FlowRecord, ended bool) []any {
 	attrs := make([]any, 0, 24)
 	attrs = append(attrs, "id", f.ID, "src", f.Src, "dst", f.dst(),
 		"rule", f.Verdict.Name, "action", f.Verdict.Action.String())
@@ -428,7 +428,7 @@ func flowAttrs(f *Flow, ended bool) []any {
 
 // logOpen records a flow that was decided and connected, as its relay starts ("flow open");
 // the record of its end ("flow") follows with the bytes.
-func (r *Router) logOpen(f *Flow) {
+func (r *Router) logOpen(f *FlowRecord) {
 	if r.log.Enabled(context.Background(), slog.LevelInfo) {
 		r.log.Info("flow open", flowAttrs(f, false)...)
 	}
@@ -436,7 +436,7 @@ func (r *Router) logOpen(f *Flow) {
 
 // summaryReason names why f was refused or failed before the relay, for the summary of refusals;
 // "" for a flow that was relayed (its end is logged one by one).
-func summaryReason(f *Flow) string {
+func summaryReason(f *FlowRecord) string {
 	switch {
 	case f.relayed:
 		return ""
@@ -456,7 +456,7 @@ func summaryReason(f *Flow) string {
 // logFlow records a flow's end: its decision, bytes each way, duration and error. Refused
 // and failed flows go through the refusal summary: only the first few of each reason in an
 // interval are logged one by one.
-func (r *Router) logFlow(f *Flow) {
+func (r *Router) logFlow(f *FlowRecord) {
 	if r.flowLogged(f) {
 		r.writeFlow(f)
 	}
@@ -465,7 +465,7 @@ func (r *Router) logFlow(f *Flow) {
 // flowLogged counts f in the refusal summary when it was refused or failed, and reports
 // whether its end is to be logged one by one (and the log takes records of its level). It is
 // called once per flow.
-func (r *Router) flowLogged(f *Flow) bool {
+func (r *Router) flowLogged(f *FlowRecord) bool {
 	if reason := summaryReason(f); reason != "" && !r.refuse.note(reason, f.Src.Addr().String()) {
 		return false
 	}
@@ -474,7 +474,7 @@ func (r *Router) flowLogged(f *Flow) bool {
 }
 
 // writeFlow writes the record of f's end.
-func (r *Router) writeFlow(f *Flow) {
+func (r *Router) writeFlow(f *FlowRecord) {
 	attrs := flowAttrs(f, true)
 	if f.Err != nil && !errors.Is(f.Err, errIdle) {
 		attrs = append(attrs, "err", f.Err.Error())

@@ -182,7 +182,7 @@ type udpBudget struct{ flows, sessions int }
 // udpFlow is one flow (source, original destination) and its decision.
 type udpFlow struct {
 	key     udpFlowKey
-	rec     *Flow         // the log record; Up, Down and Err are filled at the end
+	rec     *FlowRecord   // the log record; Up, Down and Err are filled at the end
 	to      upstream.Addr // what the association is given: the name, or the IP
 	ret     UDPReturn
 	release func() // the fake IP's name, held while the flow lives; nil when none
@@ -400,7 +400,7 @@ func (r *Router) openSession(p *compiled, s *udpSession, host string, fake bool)
 	}
 	if err != nil {
 		s.failed, s.err, s.queue = time.Now(), err, nil
-		var down []*Flow // the flows the association was for: refused, the proxy being down
+		var down []*FlowRecord // the flows the association was for: refused, the proxy being down
 		for _, fl := range s.flows {
 			fl.rec.Err = err
 			if s.key.via != "direct" && !errors.Is(err, errClosed) {
@@ -628,7 +628,7 @@ func (r *Router) closeUDP() {
 }
 
 // logUDPFlow writes f's record, like logFlow for TCP: warn for a flow that failed.
-func (r *Router) logUDPFlow(f *Flow) {
+func (r *Router) logUDPFlow(f *FlowRecord) {
 	lvl := flowLevel(f)
 	if errors.Is(f.Err, errClosed) {
 		lvl = 0 // info

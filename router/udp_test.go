@@ -110,7 +110,7 @@ func newUDPEnv(t *testing.T, names Names, associate func() (upstream.Association
 		e.mu.Unlock()
 		return a, nil
 	}}
-	pol := Policy{
+	pol := Settings{
 		Decision: decision(rs, vmNet),
 		Upstreams: []UpstreamConfig{
 			{Config: upstream.Config{Name: "exit", Host: "192.0.2.1", Port: 1080}},

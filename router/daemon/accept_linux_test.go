@@ -72,7 +72,7 @@ func runnable(t *testing.T, what string, cfg *conf.Config) {
 	} else {
 		d.dns.Close()
 	}
-	r, err := router.New(router.Policy{IdleTimeout: 1, ConnectTimeout: 1}, router.Options{Original: (&fakePlatform{}).Original})
+	r, err := router.New(router.Settings{IdleTimeout: 1, ConnectTimeout: 1}, router.Options{Original: (&fakePlatform{}).Original})
 	if err != nil {
 		t.Fatal(err)
 	}

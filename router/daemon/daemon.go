@@ -200,7 +200,7 @@ func (d *daemon) setLevel(cfg *conf.Config) {
 type load struct {
 	cfg *conf.Config
 	dec *policy.Policy
-	pol router.Policy
+	pol router.Settings
 }
 
 // compile turns a config into everything a start or a reload applies.
@@ -211,8 +211,8 @@ func (d *daemon) compile(cfg *conf.Config) *load {
 }
 
 // routerPolicy turns a config into the router's policy.
-func routerPolicy(cfg *conf.Config, dec *policy.Policy) router.Policy {
-	p := router.Policy{
+func routerPolicy(cfg *conf.Config, dec *policy.Policy) router.Settings {
+	p := router.Settings{
 		Decision:       dec,
 		IdleTimeout:    cfg.Relay.IdleTimeout,
 		ConnectTimeout: cfg.Relay.ConnectTimeout,

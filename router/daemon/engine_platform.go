@@ -26,7 +26,7 @@ import (
 	"github.com/agentcage/router/windivert/wfp/guard"
 )
 
-// enginePlatform is the capture of a host whose packets the redirect engine handles in user
+// redirectPlatform is the capture of a host whose packets the redirect engine handles in user
 // space (Windows: WinDivert) and whose fail-closed guard is WFP (package wfp/guard). It is
 // platform-neutral, its system parts injected (engineDeps), so that its seams are tested on
 // Linux with fakes (windiverttest, wfptest); platform_windows.go gives it the real ones.
@@ -40,7 +40,7 @@ import (
 //	Close, or the engine failing: Disarm → close WinDivert; a failure is sent on Failed
 //
 // mu guards every field below it.
-type enginePlatform struct {
+type redirectPlatform struct {
 	log  *slog.Logger
 	deps engineDeps
 	host hostAddrs
@@ -63,7 +63,7 @@ type enginePlatform struct {
 	failed  chan error // one failure, buffered
 }
 
-// engineDeps are the system parts of an enginePlatform.
+// engineDeps are the system parts of an redirectPlatform.
 type engineDeps struct {
 	// LoadDriver loads WinDivert; release unloads it.
 	LoadDriver func() (drv windivert.Driver, release func() error, err error)
@@ -88,17 +88,17 @@ type engineDeps struct {
 	ReservePorts func() (OwnPorts, error)
 }
 
-func newEnginePlatform(log *slog.Logger, deps engineDeps) *enginePlatform {
+func newEnginePlatform(log *slog.Logger, deps engineDeps) *redirectPlatform {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &enginePlatform{log: log, deps: deps, guard: guard.New(deps.WFP, log.With("component", "guard")), failed: make(chan error, 1)}
+	return &redirectPlatform{log: log, deps: deps, guard: guard.New(deps.WFP, log.With("component", "guard")), failed: make(chan error, 1)}
 }
 
 // Env: this machine's addresses, and the known hypervisors' images, caged whatever the
 // config says (the guard blocks them too). Scoped: with local = false the engine leaves
 // this host's own uncaged flows alone.
-func (p *enginePlatform) Env() policy.Env {
+func (p *redirectPlatform) Env() policy.Env {
 	return policy.Env{HostAddr: p.host.Has, CagedApps: KnownHypervisorApps("windows"), Scoped: true}
 }
 
@@ -125,14 +125,14 @@ func KnownHypervisorApps(goos string) []rules.App {
 // UDPDNSHost is loopback (DNSBinder): the engine answers captured UDP queries in process,
 // so the UDP socket serves this host's own tools only; on [::] it would answer the LAN, and
 // in proxy mode relay strangers' queries through the user's proxy.
-func (p *enginePlatform) UDPDNSHost() string { return "127.0.0.1" }
+func (p *redirectPlatform) UDPDNSHost() string { return "127.0.0.1" }
 
 // FromVM is nil: VM traffic reaches the engine as a hypervisor process's (an app).
-func (p *enginePlatform) FromVM() func(netip.Addr) bool { return nil }
+func (p *redirectPlatform) FromVM() func(netip.Addr) bool { return nil }
 
 // Failed delivers the capture's failure while it runs (the engine could not read from
 // WinDivert): by then the permits are dropped and WinDivert is closed.
-func (p *enginePlatform) Failed() <-chan error { return p.failed }
+func (p *redirectPlatform) Failed() <-chan error { return p.failed }
 
 // GuardPlan is the WFP guard a config asks for on this machine: the caged apps (the apps of
 // proxy and block rules, the presets' and the known hypervisors' images) resolved to
@@ -235,7 +235,7 @@ func configNames(cfg *conf.Config, name string) bool {
 }
 
 // installGuard puts the config's guard in place (re-armed when armed).
-func (p *enginePlatform) installGuard(cfg *conf.Config) error {
+func (p *redirectPlatform) installGuard(cfg *conf.Config) error {
 	plan, unresolved, err := GuardPlan(cfg, p.deps.Machine, p.deps.Router, p.deps.Service)
 	if err != nil {
 		return fmt.Errorf("guard plan: %w", err)
@@ -250,7 +250,7 @@ func (p *enginePlatform) installGuard(cfg *conf.Config) error {
 	return nil
 }
 
-func (p *enginePlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dns.Server) error {
+func (p *redirectPlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dns.Server) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closing {
@@ -307,7 +307,7 @@ func literalUpstreams(cfg *conf.Config) []netip.AddrPort {
 // its reserved source ports, and the forwards' listen addresses (their answers to guests).
 // Forwards added by a reload are caught by the filter until the next start: their packets
 // then cross user mode and pass as a served connection.
-func (p *enginePlatform) exclusions(cfg *conf.Config, ups []netip.AddrPort) windivert.Exclusions {
+func (p *redirectPlatform) exclusions(cfg *conf.Config, ups []netip.AddrPort) windivert.Exclusions {
 	ex := windivert.Exclusions{Upstreams: ups}
 	if ports := p.ownPorts(); ports != nil {
 		ex.SrcPorts = ports.Ranges()
@@ -319,7 +319,7 @@ func (p *enginePlatform) exclusions(cfg *conf.Config, ups []netip.AddrPort) wind
 }
 
 // startEngine opens WinDivert and runs the engine; it is called with p.mu held.
-func (p *enginePlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv *dns.Server) error {
+func (p *redirectPlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv *dns.Server) error {
 	drv, release, err := p.deps.LoadDriver()
 	if err != nil {
 		return err
@@ -389,7 +389,7 @@ func (p *enginePlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv *
 // udpCovered refuses a reload whose caged UDP the running filter does not take: the
 // WinDivert filter is fixed when it opens, so a wider UDP scope needs a restart. It is
 // called with p.mu held.
-func (p *enginePlatform) udpCovered(cfg *conf.Config) error {
+func (p *redirectPlatform) udpCovered(cfg *conf.Config) error {
 	if p.udp == nil {
 		return nil // every UDP packet is taken
 	}
@@ -410,7 +410,7 @@ func (p *enginePlatform) udpCovered(cfg *conf.Config) error {
 // block rule cages: they go on. A caged app's connections are not registered: their next
 // packet is refused with a reset and the app reconnects through the rules (a proxied
 // download must not go on direct after a restart).
-func (p *enginePlatform) adoptConnections(eng *redirect.Engine, pol *policy.Policy) {
+func (p *redirectPlatform) adoptConnections(eng *redirect.Engine, pol *policy.Policy) {
 	if p.deps.Connections == nil {
 		return
 	}
@@ -438,7 +438,7 @@ func (p *enginePlatform) adoptConnections(eng *redirect.Engine, pol *policy.Poli
 	}
 }
 
-func (p *enginePlatform) logStats(eng *redirect.Engine, stopped <-chan struct{}) {
+func (p *redirectPlatform) logStats(eng *redirect.Engine, stopped <-chan struct{}) {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
 	for {
@@ -453,7 +453,7 @@ func (p *enginePlatform) logStats(eng *redirect.Engine, stopped <-chan struct{})
 
 // fail handles the engine's failure: the permits go first, then WinDivert; the daemon
 // learns it on Failed.
-func (p *enginePlatform) fail(err error) {
+func (p *redirectPlatform) fail(err error) {
 	p.mu.Lock()
 	closing := p.closing
 	if !closing {
@@ -475,7 +475,7 @@ func (p *enginePlatform) fail(err error) {
 
 // Close drops the guard's permits, then closes WinDivert: the caged apps are blocked by the
 // guard when it returns. The guard's persistent blocks stay.
-func (p *enginePlatform) Close() error {
+func (p *redirectPlatform) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closing = true
@@ -489,7 +489,7 @@ func (p *enginePlatform) Close() error {
 }
 
 // stopEngineLocked stops the engine and waits for it; called with p.mu held.
-func (p *enginePlatform) stopEngineLocked() {
+func (p *redirectPlatform) stopEngineLocked() {
 	if p.cancel != nil {
 		p.cancel()
 	}
@@ -503,7 +503,7 @@ func (p *enginePlatform) stopEngineLocked() {
 }
 
 // closeDevLocked closes WinDivert (once) and unloads it; called with p.mu held.
-func (p *enginePlatform) closeDevLocked() {
+func (p *redirectPlatform) closeDevLocked() {
 	if p.dev != nil {
 		p.dev.Close()
 		p.dev = nil
@@ -514,7 +514,7 @@ func (p *enginePlatform) closeDevLocked() {
 	}
 }
 
-func (p *enginePlatform) engine() *redirect.Engine {
+func (p *redirectPlatform) engine() *redirect.Engine {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.eng
@@ -524,7 +524,7 @@ var errNotInstalled = errors.New("capture not installed")
 
 // Original: the engine reflected the flow, so the accepted connection's peer is the
 // destination; the engine's NAT table knows the app's address.
-func (p *enginePlatform) Original(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
+func (p *redirectPlatform) Original(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
 	eng := p.engine()
 	if eng == nil {
 		return netip.AddrPort{}, netip.AddrPort{}, errNotInstalled
@@ -533,7 +533,7 @@ func (p *enginePlatform) Original(c *net.TCPConn) (netip.AddrPort, netip.AddrPor
 }
 
 // ownPorts reserves the router's source ports on first use; nil when none could be.
-func (p *enginePlatform) ownPorts() OwnPorts {
+func (p *redirectPlatform) ownPorts() OwnPorts {
 	p.portsOnce.Do(func() {
 		if p.deps.ReservePorts == nil {
 			return
@@ -552,7 +552,7 @@ func (p *enginePlatform) ownPorts() OwnPorts {
 // Control makes the router's outbound sockets take their source ports from the reserved
 // ranges, which the capture's filters leave out (nil when none are reserved: the router's
 // sockets are then told by its PID). The mark is Linux's.
-func (p *enginePlatform) Control(uint32) func(network, address string, c syscall.RawConn) error {
+func (p *redirectPlatform) Control(uint32) func(network, address string, c syscall.RawConn) error {
 	ports := p.ownPorts()
 	if ports == nil {
 		return nil
@@ -563,7 +563,7 @@ func (p *enginePlatform) Control(uint32) func(network, address string, c syscall
 	})
 }
 
-func (p *enginePlatform) Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error) {
+func (p *redirectPlatform) Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error) {
 	return func(c *net.TCPConn, _, dst netip.AddrPort) (proc.Info, error) {
 		eng := p.engine()
 		if eng == nil {
@@ -574,7 +574,7 @@ func (p *enginePlatform) Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (
 }
 
 // Refusals returns what the engine refused or dropped, by reason, once per flow.
-func (p *enginePlatform) Refusals() []refusal.Stat {
+func (p *redirectPlatform) Refusals() []refusal.Stat {
 	eng := p.engine()
 	if eng == nil {
 		return nil

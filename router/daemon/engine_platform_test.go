@@ -68,7 +68,7 @@ var errDriverGone = errors.New("the driver is gone")
 type windowsScene struct {
 	drv *windiverttest.Driver
 	wfp *wfptest.Engine
-	p   *enginePlatform
+	p   *redirectPlatform
 }
 
 func newWindowsScene(t *testing.T) *windowsScene {
@@ -199,7 +199,7 @@ func TestWindowsDaemonExitsOnCaptureFailure(t *testing.T) {
 }
 
 // windowsTestPlatform adds what the engine platform lacks of a Platform in tests.
-type windowsTestPlatform struct{ *enginePlatform }
+type windowsTestPlatform struct{ *redirectPlatform }
 
 func (windowsTestPlatform) Resolver() (string, error) { return "", errors.New("no resolver") }
 

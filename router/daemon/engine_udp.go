@@ -9,7 +9,7 @@ import (
 
 // UseRouter: the engine hands the UDP flows that need the router (a proxy verdict, a fake
 // IP, a decision a name could change) to r, which answers through the engine.
-func (p *enginePlatform) UseRouter(r *router.Router) {
+func (p *redirectPlatform) UseRouter(r *router.Router) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.router = r

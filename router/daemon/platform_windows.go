@@ -24,10 +24,10 @@ import (
 // and keeps the fail-closed WFP guard (package wfp/guard): the SOCKET layer names the
 // process of each new flow, the NETWORK layer reflects the flows the router must carry to
 // its transparent listener, DNS is answered by the daemon's DNS server, and the guard
-// blocks the caged apps whenever no router runs. enginePlatform holds the logic; this file
+// blocks the caged apps whenever no router runs. redirectPlatform holds the logic; this file
 // gives it the system's parts.
 type windowsPlatform struct {
-	*enginePlatform
+	*redirectPlatform
 }
 
 // NewPlatform returns the capture of this operating system.
