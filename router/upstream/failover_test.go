@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 
 // TestFailoverLoopback: two go-socks5 upstreams in a group; the primary
 // dies, flows (TCP and UDP) go through the backup; the primary comes back
-// on the same port, and after its backoff the flows return to it.
+// on the same port, and after its backoff (on the members' clock, moved by
+// the test) the flows return to it.
 func TestFailoverLoopback(t *testing.T) {
 	target := startTarget(t)
 	udp := winetest.UDPUsable(t) // without UDP sockets (Wine), TCP only
@@ -27,13 +29,14 @@ func TestFailoverLoopback(t *testing.T) {
 	}
 	primaryAddr, stopPrimary := startSOCKS(t, ln, true)
 	backupAddr, _ := startSOCKS(t, nil, false)
-	const backoff = 200 * time.Millisecond
+	const backoff = time.Minute
+	clock := &skewClock{}
 	var members []*upstream.Tracked
 	for _, cfg := range []upstream.Config{
 		{Name: "primary", Host: "127.0.0.1", Port: primaryAddr.Port(), Username: proxyUser, Password: proxyPass, Pipeline: true},
 		{Name: "backup", Host: "127.0.0.1", Port: backupAddr.Port()},
 	} {
-		tr, err := upstream.Track(newUpstream(t, cfg, upstream.Options{}), upstream.HealthConfig{Backoff: backoff, MaxBackoff: time.Second}, nil)
+		tr, err := upstream.Track(newUpstream(t, cfg, upstream.Options{}), upstream.HealthConfig{Backoff: backoff, MaxBackoff: 2 * backoff, Clock: clock}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,12 +99,12 @@ func TestFailoverLoopback(t *testing.T) {
 	startSOCKS(t, ln2, true)
 	// Until its backoff ends, flows stay on the backup; then the first
 	// flow tries the primary and finds it.
-	deadline := time.Now().Add(ioTimeout)
-	for flow() != "primary" {
-		if time.Now().After(deadline) {
-			t.Fatal("flows never returned to the primary")
-		}
-		time.Sleep(backoff / 4)
+	if got := flow(); got != "backup" {
+		t.Fatalf("primary back, in its backoff: via %s, want backup", got)
+	}
+	clock.add(backoff)
+	if got := flow(); got != "primary" {
+		t.Fatalf("backoff over: via %s, want primary", got)
 	}
 	if got := flow(); got != "primary" {
 		t.Errorf("primary back: via %s", got)
@@ -110,4 +113,23 @@ func TestFailoverLoopback(t *testing.T) {
 	if s := members[0].Status(); s.State != upstream.Up || s.Latency <= 0 {
 		t.Errorf("primary: %+v, want up with a latency", s)
 	}
+}
+
+// skewClock is the real clock moved forward by add, so that latencies stay
+// real while a backoff ends at once.
+type skewClock struct {
+	mu   sync.Mutex
+	skew time.Duration
+}
+
+func (c *skewClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.skew)
+}
+
+func (c *skewClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.skew += d
+	c.mu.Unlock()
 }

@@ -99,12 +99,12 @@ func (g *Group) AssociateVia(ctx context.Context) (Association, string, error) {
 }
 
 // order returns the members to try: healthy first, then the rest, each in
-// configuration order.
-func (g *Group) order(now time.Time) []*Tracked {
+// configuration order. Each member reads its own clock (HealthConfig.Clock).
+func (g *Group) order() []*Tracked {
 	out := make([]*Tracked, 0, len(g.members))
 	var later []*Tracked
 	for _, m := range g.members {
-		if m.usable(now) {
+		if m.usable() {
 			out = append(out, m)
 		} else {
 			later = append(later, m)
@@ -117,7 +117,7 @@ func (g *Group) order(now time.Time) []*Tracked {
 // failure stops the flow, and returns the name of the member that
 // succeeded.
 func (g *Group) try(ctx context.Context, attempt func(context.Context, *Tracked) error) (string, error) {
-	order := g.order(time.Now())
+	order := g.order()
 	var errs attempts
 	for i, m := range order {
 		mctx, cancel := ctx, context.CancelFunc(func() {})

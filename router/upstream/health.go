@@ -49,7 +49,19 @@ type HealthConfig struct {
 	// Timeout bounds one probe; zero means Every or [DefaultProbeTimeout],
 	// whichever is shorter.
 	Timeout time.Duration
+	// Clock is what the backoffs and latencies are read from; nil means the
+	// real clock. A test gives its own to move past a backoff at once. (The
+	// probe period and the flows' deadlines keep the real clock.)
+	Clock Clock
 }
+
+// Clock tells the time: a [Tracked] reads its backoffs and latencies from one.
+type Clock interface{ Now() time.Time }
+
+// realClock is the system's clock.
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
 
 // Defaults of [HealthConfig].
 const (
@@ -210,6 +222,9 @@ func Track(u Upstream, cfg HealthConfig, log *slog.Logger) (*Tracked, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
 	return &Tracked{up: u, cfg: cfg, log: log, h: health{base: cfg.Backoff, max: cfg.MaxBackoff}}, nil
 }
 
@@ -246,7 +261,7 @@ func (t *Tracked) Probe(ctx context.Context) error {
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	start := time.Now()
+	start := t.cfg.Clock.Now()
 	c, err := t.up.Connect(pctx, t.cfg.Target, nil)
 	if c != nil {
 		c.Close()
@@ -286,15 +301,16 @@ func (t *Tracked) Status() Status {
 	}
 }
 
-// usable reports whether a Group should try it with the healthy members.
-func (t *Tracked) usable(now time.Time) bool {
+// usable reports whether a Group should try it with the healthy members now.
+func (t *Tracked) usable() bool {
+	now := t.cfg.Clock.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.h.usable(now)
 }
 
 func (t *Tracked) begin() (trial bool, start time.Time) {
-	start = time.Now()
+	start = t.cfg.Clock.Now()
 	t.mu.Lock()
 	trial = t.h.begin(start)
 	t.mu.Unlock()
@@ -303,7 +319,7 @@ func (t *Tracked) begin() (trial bool, start time.Time) {
 
 // report feeds the outcome of a call that started at start.
 func (t *Tracked) report(start time.Time, err error, trial, probe bool) {
-	now := time.Now()
+	now := t.cfg.Clock.Now()
 	var ue *Error
 	refused := errors.As(err, &ue) && ue.Refused
 	t.mu.Lock()
