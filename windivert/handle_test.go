@@ -214,7 +214,9 @@ func TestShutdownReleasesRecv(t *testing.T) {
 			n++
 		}
 	}()
-	time.Sleep(20 * time.Millisecond) // let the loop block in Recv on the empty queue
+	if !fh.WaitReceivers(1, 5*time.Second) { // the loop took the packet and blocks in Recv
+		t.Fatal("the receive loop never blocked on the empty queue")
+	}
 	if err := h.Shutdown(windivert.ShutdownRecv); err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +253,9 @@ func TestCloseContract(t *testing.T) {
 			errs <- err
 		}()
 	}
-	time.Sleep(20 * time.Millisecond)
+	if !fh.WaitReceivers(4, 5*time.Second) {
+		t.Fatal("the four receivers never blocked")
+	}
 	done := make(chan error, 1)
 	go func() { done <- h.Close() }()
 	select {

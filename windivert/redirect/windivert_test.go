@@ -119,7 +119,9 @@ func TestWinDivertDevice(t *testing.T) {
 	ev.SetSniffed(true)
 	ev.SetSocket(windivert.SocketData{ProcessID: pid, Protocol: packet.ProtoTCP,
 		LocalAddr: appA.Addr(), LocalPort: appA.Port(), RemoteAddr: direct.Addr(), RemotePort: direct.Port()})
-	time.Sleep(20 * time.Millisecond) // SYN first
+	if !nh.WaitReceivers(1, 5*time.Second) { // SYN first: the engine took it and waits for more
+		t.Fatal("the engine never took the SYN")
+	}
 	sock.Deliver(nil, ev)
 
 	sent := waitSent(t, nh, 1)
@@ -146,7 +148,9 @@ func TestWinDivertDevice(t *testing.T) {
 		x.SetSocket(windivert.SocketData{ProcessID: 7, Protocol: packet.ProtoTCP, LocalAddr: appA.Addr(), LocalPort: 50200, RemoteAddr: direct.Addr(), RemotePort: 80})
 		return x
 	}())
-	time.Sleep(20 * time.Millisecond)
+	if !sock.WaitReceivers(1, 5*time.Second) { // the event first: the engine took it
+		t.Fatal("the engine never took the CONNECT event")
+	}
 	nh.Deliver(tcpPkt(netip.AddrPortFrom(appA.Addr(), 50200), direct, syn, 1, 0, ""), b)
 	sent = waitSent(t, nh, 2)
 	if !sent[1].Addr.Outbound() || sent[1].Addr.Network().IfIdx != 12 || sent[1].Addr.TCPChecksum() || !sent[1].Addr.Impostor() {

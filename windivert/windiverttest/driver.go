@@ -5,6 +5,7 @@ package windiverttest
 
 import (
 	"sync"
+	"time"
 
 	"github.com/agentcage/router/windivert"
 )
@@ -30,7 +31,7 @@ func NewDriver() *Driver {
 }
 
 // Handle is one fake WinDivert handle: what it was opened with, its receive queue and what
-// was sent through it. mu guards the fields below it; cond waits on mu.
+// was sent through it. mu guards the fields below it; cond and idle wait on mu.
 type Handle struct {
 	Filter   string
 	Layer    windivert.Layer
@@ -38,7 +39,8 @@ type Handle struct {
 	Flags    windivert.Flag
 
 	mu       sync.Mutex
-	cond     *sync.Cond
+	cond     *sync.Cond // a packet, a failure or a shutdown for the receivers
+	idle     *sync.Cond // a receiver blocked on the empty queue, for WaitReceivers
 	queue    []item
 	sent     []Sent
 	calls    SendCalls
@@ -47,6 +49,7 @@ type Handle struct {
 	sendShut bool
 	closed   bool
 	failErr  error // set by Fail: what Recv returns once the queue is empty
+	waiting  int   // receivers blocked on the empty queue
 }
 
 type item struct {
@@ -86,7 +89,7 @@ func (d *Driver) Open(filter string, layer windivert.Layer, priority int16, flag
 		windivert.ParamQueueTime:   windivert.QueueTimeDefault,
 		windivert.ParamQueueSize:   windivert.QueueSizeDefault,
 	}}
-	h.cond = sync.NewCond(&h.mu)
+	h.cond, h.idle = sync.NewCond(&h.mu), sync.NewCond(&h.mu)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.next++
@@ -176,9 +179,35 @@ func (h *Handle) waitLocked() error {
 		case h.recvShut:
 			return windivert.ErrNoData
 		}
+		h.waiting++
+		h.idle.Broadcast()
 		h.cond.Wait()
+		h.waiting--
 	}
 	return nil
+}
+
+// WaitReceivers blocks until the queue is empty and n receivers are blocked on it: what was
+// delivered has been taken, and the code that took it is back waiting for more (for a
+// receive loop, done with it). It reports false when that did not happen within timeout.
+func (h *Handle) WaitReceivers(n int, timeout time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	expired := false
+	t := time.AfterFunc(timeout, func() {
+		h.mu.Lock()
+		expired = true
+		h.idle.Broadcast()
+		h.mu.Unlock()
+	})
+	defer t.Stop()
+	for len(h.queue) > 0 || h.waiting < n {
+		if expired {
+			return false
+		}
+		h.idle.Wait()
+	}
+	return true
 }
 
 // Recv implements windivert.Driver.
