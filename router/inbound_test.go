@@ -381,7 +381,11 @@ func TestInboundRequestCutAtStop(t *testing.T) {
 	go func() { done <- e.r.ServeInbound(ctx, ln, func() *Inbound { return &in }) }()
 	c := e.dialInbound(netaddr.AddrPort(ln.Addr()))
 	io.WriteString(c, "CONNECT echo.lab.test:443 HTTP/1.1\r\n")
-	time.Sleep(50 * time.Millisecond)
+	// A second client's whole request is answered: the server accepted the first one before
+	// it (one listener, accepted in order) and is reading its request.
+	if _, _, status := e.httpConnect(netaddr.AddrPort(ln.Addr()), "echo.lab.test:443", ""); status == 0 {
+		t.Fatal("no answer to a whole request")
+	}
 	start := time.Now()
 	cancel()
 	if err := <-done; err != nil {

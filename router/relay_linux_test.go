@@ -27,6 +27,22 @@ func countPipes(t *testing.T) int {
 	return n
 }
 
+// settledGoroutines returns the number of goroutines once the ones ending (an accept that
+// delivered its connection) are gone: the count stays the same while every other goroutine
+// gets to run, many times over (bounded).
+func settledGoroutines() int {
+	n, same := runtime.NumGoroutine(), 0
+	for i := 0; i < 10000 && same < 100; i++ {
+		runtime.Gosched()
+		if m := runtime.NumGoroutine(); m == n {
+			same++
+		} else {
+			n, same = m, 0
+		}
+	}
+	return n
+}
+
 // TestIdleFlowsHoldNoGoroutineNorPipe: a flow that moved bytes and went quiet costs no
 // goroutine and holds no splice pipe (the pool keeps a few empty ones for everybody).
 func TestIdleFlowsHoldNoGoroutineNorPipe(t *testing.T) {
@@ -35,8 +51,7 @@ func TestIdleFlowsHoldNoGoroutineNorPipe(t *testing.T) {
 	app, peer, _ := relayed(t, rl)
 	app.Write([]byte("x"))
 	io.ReadFull(peer, make([]byte, 1))
-	time.Sleep(50 * time.Millisecond)
-	goroutines, pipes := runtime.NumGoroutine(), countPipes(t)
+	goroutines, pipes := settledGoroutines(), countPipes(t)
 
 	const flows = 200
 	for range flows {
@@ -53,7 +68,11 @@ func TestIdleFlowsHoldNoGoroutineNorPipe(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(100 * time.Millisecond) // flow-done goroutines of nothing; let stragglers exit
+	// The flows' set-up goroutines end on their own: wait for them (bounded), then count.
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine()-goroutines > 5 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
 	if got := runtime.NumGoroutine() - goroutines; got > 5 {
 		t.Errorf("%d idle flows hold %d more goroutines, want none", flows, got)
 	}

@@ -295,7 +295,9 @@ func TestLoopShortReplyLate(t *testing.T) {
 	p := startScripted(t, script{pieces: []string{methodNoAuth + reply[:8], reply[8:]}, pause: 50 * time.Millisecond, echo: true})
 	e := newEnv(t, proxied(p.addr, true, "", ""), Options{})
 	c := e.dial(netip.MustParseAddrPort("203.0.113.7:443"))
-	time.Sleep(300 * time.Millisecond) // the client speaks once the flow is relayed
+	// The client speaks once the flow is relayed: the upstream is up once the whole reply
+	// was read, its late byte included, which only a loop that woke for it reads.
+	waitUntil(t, func() bool { return e.r.UpstreamStatus()[0].State == upstream.Up })
 	io.WriteString(c, "ping")
 	if got := readN(t, c, 4); got != "ping" {
 		t.Fatalf("echo %q", got)
