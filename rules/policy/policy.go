@@ -199,6 +199,37 @@ type Policy struct {
 	firstName, namedFirstName int
 }
 
+// CagedApp is one member of a config's caged-app set.
+type CagedApp struct {
+	App rules.App
+	// Rule is the index in the config's rules of the proxy or block rule that names App;
+	// -1 for [capture] caged_apps (a preset's images).
+	Rule int
+}
+
+// CagedApps is the one definition of the processes a config cages: the apps of its proxy
+// and block rules, in rule order, then [capture] caged_apps (the presets' images); and the
+// Windows services its proxy and block rules name. A caged process's every flow is decided
+// as a guest's. The images a platform cages whatever the config says (Env.CagedApps: the
+// known hypervisors on Windows) are not in it. The policy, the Windows guard's plan and the
+// Windows UDP scope all take the set from here.
+func CagedApps(cfg *conf.Config) (apps []CagedApp, services []string) {
+	for i := range cfg.Rules {
+		r := &cfg.Rules[i]
+		if r.Action == rules.Direct {
+			continue
+		}
+		for _, a := range r.Apps {
+			apps = append(apps, CagedApp{App: a, Rule: i})
+		}
+		services = append(services, r.Services...)
+	}
+	for _, a := range cfg.Capture.CagedApps {
+		apps = append(apps, CagedApp{App: a, Rule: -1})
+	}
+	return apps, services
+}
+
 // New compiles the policy of cfg; a nil cfg is an empty config (no rules, no VM networks).
 // It does not fail: cfg was validated by conf.
 func New(cfg *conf.Config, env Env) *Policy {
@@ -220,14 +251,14 @@ func New(cfg *conf.Config, env Env) *Policy {
 		if p.firstName < 0 && hasName(r) {
 			p.firstName = i
 		}
-		if r.Action != rules.Direct {
-			p.cagedApps.Apps = append(p.cagedApps.Apps, r.Apps...)
-			p.cagedApps.Services = append(p.cagedApps.Services, r.Services...)
-		}
 		p.needOwner = p.needOwner || len(r.Apps) > 0 || len(r.Services) > 0
 	}
 	p.named = rules.Compile(named)
-	p.cagedApps.Apps = append(p.cagedApps.Apps, cfg.Capture.CagedApps...)
+	caged, services := CagedApps(cfg)
+	for _, c := range caged {
+		p.cagedApps.Apps = append(p.cagedApps.Apps, c.App)
+	}
+	p.cagedApps.Services = services
 	p.cagedApps.Apps = append(p.cagedApps.Apps, env.CagedApps...)
 	p.hasCaged = len(p.cagedApps.Apps) > 0 || len(p.cagedApps.Services) > 0
 	p.needOwner = p.needOwner || p.hasCaged
