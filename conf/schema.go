@@ -410,6 +410,7 @@ func (d *decoder) forwards(c *Config, v any) {
 		if f.Listen.IsValid() && f.Listen.Addr().IsUnspecified() && !f.UnsafeAnyAddress {
 			d.fail(a.key("listen"), "%s listens on every address, reachable from any network this host is on; give the VM-facing address (or set unsafe_any_address = true)", f.Listen)
 		}
+		f.Name = DefaultName(f.Name, f.Listen)
 		c.Forwards = append(c.Forwards, f)
 	}
 }
@@ -456,9 +457,7 @@ func (d *decoder) inbounds(c *Config, v any) {
 		if in.Listen.IsValid() && in.Listen.Addr().IsUnspecified() && !in.UnsafeAnyAddress {
 			d.fail(a.key("listen"), "%s listens on every address, reachable from any network this host is on; give the VM-facing address (or set unsafe_any_address = true)", in.Listen)
 		}
-		if in.Name == "" && in.Listen.IsValid() {
-			in.Name = in.Listen.String()
-		}
+		in.Name = DefaultName(in.Name, in.Listen)
 		c.Inbounds = append(c.Inbounds, in)
 	}
 }

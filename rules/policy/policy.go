@@ -267,7 +267,11 @@ func New(cfg *conf.Config, env Env) *Policy {
 	}
 	p.local = cfg.Capture.Local
 	// A config built in code without the scope is judged as conf would default it.
-	p.dnsAll = cfg.DNS.Capture == conf.DNSCaptureAll || cfg.DNS.Capture == "" && cfg.Capture.Local
+	dc := cfg.DNS.Capture
+	if dc == "" {
+		dc = conf.DefaultDNSCapture(cfg.Capture.Local)
+	}
+	p.dnsAll = dc == conf.DNSCaptureAll
 	p.proxyHosts = map[string]string{}
 	for _, px := range cfg.Proxies {
 		p.proxyHosts[px.Name] = px.Host
