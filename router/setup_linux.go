@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentcage/router/internal/accept"
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5"
@@ -80,16 +81,16 @@ type servedListener struct {
 // loopListener is a listener on one loop. The loop's goroutine uses it; on, gone and resume are
 // guarded by loop.mu.
 type loopListener struct {
-	ls     *servedListener
-	l      *loop
-	index  int32
-	on     bool          // registered in the loop's epoll
-	gone   bool          // Serve returned: never registered again
-	pause  time.Duration // the last pause after an accept error
-	resume time.Duration // loop clock at which a paused listener is registered again
-	err    error         // the last batch's accept error
-	accept func(fd uintptr)
-	done   chan struct{} // closed by the loop once the listener is gone from it
+	ls      *servedListener
+	l       *loop
+	index   int32
+	on      bool           // registered in the loop's epoll
+	gone    bool           // Serve returned: never registered again
+	backoff accept.Backoff // the pause after accept errors
+	resume  time.Duration  // loop clock at which a paused listener is registered again
+	err     error          // the last batch's accept error
+	accept  func(fd uintptr)
+	done    chan struct{} // closed by the loop once the listener is gone from it
 }
 
 // sstate is where a flow's set-up stands.
@@ -288,23 +289,23 @@ func (l *loop) acceptReady(e *loopListener, now time.Duration) {
 		return // closed: Serve takes it off
 	}
 	if e.err == nil {
-		e.pause = 0
+		e.backoff.Accepted()
 		return
 	}
-	// Out of descriptors (or memory): stop polling the listener for a pause, doubling up to
-	// acceptMaxPause, so that the loop neither spins on it nor stops for good.
-	e.pause = min(max(2*e.pause, acceptMinPause), acceptMaxPause)
+	// Out of descriptors (or memory): stop polling the listener for a pause (package
+	// accept), so that the loop neither spins on it nor stops for good.
+	pause := e.backoff.Failed()
 	l.mu.Lock()
 	l.deregisterLocked(e)
-	e.resume = now + e.pause
+	e.resume = now + pause
 	l.mu.Unlock()
-	time.AfterFunc(e.pause, func() {
+	time.AfterFunc(pause, func() {
 		l.mu.Lock()
 		l.resumeDue = true
 		l.wake()
 		l.mu.Unlock()
 	})
-	r, err, pause := e.ls.r, e.err, e.pause
+	r, err := e.ls.r, e.err
 	if r.refuse.note("accept failed", "event loop") {
 		go r.log.Warn("accept failed; pausing", "err", err, "pause", pause)
 	}
@@ -319,7 +320,7 @@ func (l *loop) resumeListeners(now time.Duration) {
 		if e != nil && !e.on && !e.gone && e.resume != 0 && now >= e.resume {
 			e.resume = 0
 			if err := l.registerLocked(e); err != nil {
-				e.resume = now + acceptMaxPause
+				e.resume = now + accept.MaxPause
 			}
 		}
 	}
@@ -329,7 +330,7 @@ func (l *loop) resumeListeners(now time.Duration) {
 // up. It returns the error that should pause the listener, or nil.
 func (l *loop) acceptBatch(e *loopListener, lfd int) error {
 	for range acceptBatch {
-		fd, peer, err := accept(lfd, &l.sa)
+		fd, peer, err := accept4(lfd, &l.sa)
 		switch err {
 		case nil:
 			e.ls.r.loopAccepted(l, e.ls, fd, peer)
@@ -844,9 +845,9 @@ func fileConn(fd int) (*net.TCPConn, error) {
 	return tc, nil
 }
 
-// accept accepts one connection on lfd, non-blocking, with its peer address (sa is the
+// accept4 accepts one connection on lfd, non-blocking, with its peer address (sa is the
 // loop's buffer).
-func accept(lfd int, sa *unix.RawSockaddrAny) (int, netip.AddrPort, error) {
+func accept4(lfd int, sa *unix.RawSockaddrAny) (int, netip.AddrPort, error) {
 	n := uint32(unsafe.Sizeof(*sa))
 	fd, _, e := unix.RawSyscall6(unix.SYS_ACCEPT4, uintptr(lfd), uintptr(unsafe.Pointer(sa)), uintptr(unsafe.Pointer(&n)),
 		unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentcage/router/internal/accept"
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
@@ -65,41 +66,15 @@ func (r *Router) refuseAtAccept(c *net.TCPConn, why error) {
 	}
 }
 
-// Accept errors other than a closed listener pause accepting from acceptMinPause, doubling
-// up to acceptMaxPause: out of descriptors, a listener must wait for some to free, and it
-// must never end (the forwards and the control channel would be gone for good).
-const (
-	acceptMinPause = 5 * time.Millisecond
-	acceptMaxPause = time.Second
-)
-
 // acceptLoop accepts on ln until ctx is done or ln is closed (then it returns nil) and
-// gives each connection to serve. Other accept errors pause it (see acceptMinPause) and
+// gives each connection to serve. Other accept errors pause it (see package accept) and
 // are counted in the refusal summary, named with what; it never returns them.
 func (r *Router) acceptLoop(ctx context.Context, ln *net.TCPListener, what string, serve func(*net.TCPConn)) error {
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	var pause time.Duration
-	for {
-		c, err := ln.AcceptTCP()
-		if err == nil {
-			pause = 0
-			serve(c)
-			continue
-		}
-		if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-			return nil
-		}
-		pause = min(max(2*pause, acceptMinPause), acceptMaxPause)
+	return accept.Loop(ctx, ln, ln.AcceptTCP, func(err error, pause time.Duration) {
 		if r.refuse.note(what+" failed", ln.Addr().String()) {
 			r.log.Warn(what+" failed; pausing", "err", err, "pause", pause)
 		}
-		select {
-		case <-time.After(pause):
-		case <-ctx.Done():
-			return nil
-		}
-	}
+	}, serve)
 }
 
 // earlyMax bounds the client bytes sent along with the SOCKS request (see dialProxy).

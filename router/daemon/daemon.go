@@ -241,11 +241,7 @@ func UpstreamConfig(px conf.Proxy) router.UpstreamConfig {
 }
 
 func forwardOf(f conf.Forward) router.Forward {
-	name := f.Name
-	if name == "" {
-		name = f.Listen.String()
-	}
-	return router.Forward{Name: name, Listen: f.Listen, Connect: f.Connect, Allow: f.Allow}
+	return router.Forward{Name: f.Name, Listen: f.Listen, Connect: f.Connect, Allow: f.Allow}
 }
 
 func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {

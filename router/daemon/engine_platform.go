@@ -140,16 +140,9 @@ func (p *redirectPlatform) Failed() <-chan error { return p.failed }
 // returned: the capture still cages them by name, the guard cannot.
 func GuardPlan(cfg *conf.Config, m guard.Machine, router, service string) (guard.Plan, []string, error) {
 	var names []string
-	for _, r := range cfg.Rules {
-		if r.Action == rules.Direct {
-			continue
-		}
-		for _, a := range r.Apps {
-			names = append(names, a.String())
-		}
-	}
-	for _, a := range cfg.Capture.CagedApps {
-		names = append(names, a.String())
+	caged, _ := policy.CagedApps(cfg)
+	for _, c := range caged {
+		names = append(names, c.App.String())
 	}
 	for _, a := range KnownHypervisorApps("windows") {
 		names = append(names, a.String())
@@ -204,10 +197,8 @@ func udpScope(cfg *conf.Config, unresolved []string) (ports []rules.PortRange, n
 			return nil, false
 		}
 	}
-	for _, r := range cfg.Rules {
-		if r.Action != rules.Direct && len(r.Services) > 0 {
-			return nil, false
-		}
+	if _, services := policy.CagedApps(cfg); len(services) > 0 {
+		return nil, false
 	}
 	ports, all := policy.New(cfg, policy.Env{}).CagedUDPPorts()
 	return ports, !all
@@ -216,22 +207,8 @@ func udpScope(cfg *conf.Config, unresolved []string) (ports []rules.PortRange, n
 // configNames reports whether the config itself cages the app name (a proxy or block
 // rule's apps, or a preset's).
 func configNames(cfg *conf.Config, name string) bool {
-	for _, r := range cfg.Rules {
-		if r.Action == rules.Direct {
-			continue
-		}
-		for _, a := range r.Apps {
-			if strings.EqualFold(a.String(), name) {
-				return true
-			}
-		}
-	}
-	for _, a := range cfg.Capture.CagedApps {
-		if strings.EqualFold(a.String(), name) {
-			return true
-		}
-	}
-	return false
+	caged, _ := policy.CagedApps(cfg)
+	return slices.ContainsFunc(caged, func(c policy.CagedApp) bool { return strings.EqualFold(c.App.String(), name) })
 }
 
 // installGuard puts the config's guard in place (re-armed when armed).
