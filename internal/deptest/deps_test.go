@@ -23,45 +23,45 @@ const module = "github.com/agentcage/router"
 var table = []struct{ pkg, imports, tests string }{
 	// The decision: pure, and the config it is read from.
 	{"rules", "internal/netaddr", ""},
-	{"rules/policy", "conf rules", "rules/policy/policytest"},
+	{"rules/policy", "conf internal/ports rules", "rules/policy/policytest"},
 	{"rules/policy/policytest", "rules rules/policy", ""},
 	{"rules/refusal", "rules/policy", ""},
 	{"conf", "rules", ""},
 	{"conf/lint", "conf internal/netaddr rules rules/policy windivert/adapters", ""},
 
 	// The DNS side.
-	{"dns", "conf rules/refusal", ""},
+	{"dns", "conf internal/accept internal/ports internal/tally rules/refusal", ""},
 
 	// The Linux data path and what it dials.
-	{"router", "dns internal/netaddr router/proc router/sockmap router/upstream router/upstream/socks5 rules rules/policy rules/refusal",
+	{"router", "dns internal/accept internal/netaddr internal/tally router/proc router/sockmap router/upstream router/upstream/socks5 rules rules/policy rules/refusal",
 		"conf internal/roottest router/upstream/upstreamtest rules/policy/policytest"},
-	{"router/upstream", "router/upstream/httpconnect router/upstream/socks5",
+	{"router/upstream", "conf router/upstream/httpconnect router/upstream/socks5",
 		"internal/winetest router/upstream/httpconnect/httpconnecttest router/upstream/upstreamtest"},
 	{"router/upstream/upstreamtest", "router/upstream", ""},
 	{"router/upstream/socks5", "", "internal/winetest"},
 	{"router/upstream/httpconnect", "", "router/upstream/httpconnect/httpconnecttest"},
 	{"router/upstream/httpconnect/httpconnecttest", "", ""},
-	{"router/nftcap", "internal/netaddr rules/policy rules/refusal", "internal/roottest"},
+	{"router/nftcap", "internal/netaddr internal/ports rules/policy rules/refusal", "internal/roottest"},
 	{"router/nftcap/nflog", "", "internal/roottest"},
 	{"router/sockmap", "", "internal/roottest"},
 	{"router/proc", "rules", "router/proc/proctest"},
 	{"router/proc/proctest", "router/proc", ""},
 
 	// Operations: the wiring and what it serves.
-	{"router/daemon", "conf dns router router/control router/metrics router/nftcap router/nftcap/nflog router/proc router/service router/upstream rules rules/policy rules/refusal windivert windivert/redirect windivert/wfp windivert/wfp/guard",
-		"internal/winetest router/upstream/socks5 windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
-	{"router/control", "", ""},
+	{"router/daemon", "conf dns internal/ports router router/control router/metrics router/nftcap router/nftcap/nflog router/proc router/service router/upstream rules rules/policy rules/refusal windivert windivert/redirect windivert/wfp windivert/wfp/guard",
+		"internal/winetest router/upstream/socks5 rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
+	{"router/control", "internal/accept", ""},
 	{"router/metrics", "router/control rules/refusal", ""},
 	{"router/service", "windivert/dist", "internal/winetest"},
 
 	// The Windows capture.
-	{"windivert", "internal/netaddr", "internal/winetest windivert/packet windivert/windiverttest"},
+	{"windivert", "internal/netaddr internal/ports", "internal/winetest windivert/packet windivert/windiverttest"},
 	{"windivert/windiverttest", "windivert", ""},
 	{"windivert/packet", "", ""},
 	{"windivert/redirect", "dns router/proc rules rules/policy rules/refusal windivert windivert/packet",
 		"conf internal/winetest rules/policy/policytest windivert/dist windivert/windiverttest"},
 	{"windivert/wfp", "", "internal/winetest"},
-	{"windivert/wfp/guard", "windivert/wfp", "windivert/wfp/wfptest"},
+	{"windivert/wfp/guard", "internal/ports windivert/wfp", "windivert/wfp/wfptest"},
 	{"windivert/wfp/wfptest", "windivert/wfp", ""},
 	{"windivert/adapters", "", "internal/winetest"},
 	{"windivert/dist", "windivert", "internal/winetest"},
@@ -77,6 +77,9 @@ var table = []struct{ pkg, imports, tests string }{
 
 	// Shared helpers, test and bench support.
 	{"internal/netaddr", "", ""},
+	{"internal/ports", "", ""},
+	{"internal/accept", "", ""},
+	{"internal/tally", "", ""},
 	{"internal/roottest", "", ""},
 	{"internal/winetest", "", ""},
 	{"internal/lab", "internal/netaddr", "internal/roottest"},
