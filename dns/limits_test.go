@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	mdns "github.com/miekg/dns"
@@ -344,45 +345,57 @@ func (r *recorder) lines() []string {
 }
 
 // TestSummaryLog: a flood of refused queries from several sources makes one log line per
-// interval, with the counts, an example and the top source; Close flushes.
+// interval, with the counts, an example and the top source; an interval without any makes
+// none; Close flushes. It runs on synctest's fake clock: the flood takes no time on it, and
+// the intervals are exact.
 func TestSummaryLog(t *testing.T) {
-	rec := &recorder{}
-	s, err := New(Config{SummaryEvery: 300 * time.Millisecond, Pool: netip.MustParsePrefix("198.18.0.0/24")},
-		Dialers{}, slog.New(rec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	start := time.Now()
-	for i := range 10_000 {
-		src := srcFlood
-		if i%100 == 0 {
-			src = srcVM
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		s, err := New(Config{SummaryEvery: 300 * time.Millisecond, Pool: netip.MustParsePrefix("198.18.0.0/24")},
+			Dialers{}, slog.New(rec))
+		if err != nil {
+			t.Fatal(err)
 		}
-		s.HandleFrom(ctx, src, query(fmt.Sprintf("127.0.%d.%d.", i/256%256, i%256), mdns.TypeA))
-	}
-	for i := range 300 { // 46 recycled early on the /24
-		s.HandleFrom(ctx, srcFlood, query(fmt.Sprintf("r%d.example.", i), mdns.TypeA))
-	}
-	if time.Since(start) > 250*time.Millisecond {
-		t.Logf("the queries took %v, longer than the interval: the test may see two lines", time.Since(start))
-	}
-	waitFor(t, func() bool { return len(rec.lines()) >= 1 })
-	time.Sleep(400 * time.Millisecond)
-	lines := rec.lines()
-	if len(lines) != 1 {
-		t.Fatalf("%d log lines, want 1:\n%s", len(lines), strings.Join(lines, "\n"))
-	}
-	for _, want := range []string{"WARN", "ip_literal=10000", "ip_literal_example=", "recycled_early=46",
-		"sources=2", "top_source=10.0.2.66", "top_source_events=9946"} {
-		if !strings.Contains(lines[0], want) {
-			t.Errorf("summary %q lacks %q", lines[0], want)
+		ctx := context.Background()
+		for i := range 10_000 {
+			src := srcFlood
+			if i%100 == 0 {
+				src = srcVM
+			}
+			s.HandleFrom(ctx, src, query(fmt.Sprintf("127.0.%d.%d.", i/256%256, i%256), mdns.TypeA))
 		}
-	}
-	s.HandleFrom(ctx, srcVM, query("::1.", mdns.TypeA))
-	s.Close()
-	lines = rec.lines()
-	if len(lines) != 2 || !strings.Contains(lines[1], "ip_literal=1 ") {
-		t.Errorf("after Close: %q, want a second line with one literal", lines)
-	}
+		for i := range 300 { // 46 recycled early on the /24
+			s.HandleFrom(ctx, srcFlood, query(fmt.Sprintf("r%d.example.", i), mdns.TypeA))
+		}
+		lines := func(at time.Duration) []string {
+			time.Sleep(at)
+			synctest.Wait()
+			return rec.lines()
+		}
+		if got := lines(299 * time.Millisecond); len(got) != 0 {
+			t.Fatalf("a line before the interval ended: %q", got)
+		}
+		got := lines(time.Millisecond)
+		if len(got) != 1 {
+			t.Fatalf("%d log lines, want 1:\n%s", len(got), strings.Join(got, "\n"))
+		}
+		for _, want := range []string{"WARN", "ip_literal=10000", "ip_literal_example=", "recycled_early=46",
+			"sources=2", "top_source=10.0.2.66", "top_source_events=9946"} {
+			if !strings.Contains(got[0], want) {
+				t.Errorf("summary %q lacks %q", got[0], want)
+			}
+		}
+		if got := lines(time.Second); len(got) != 1 {
+			t.Errorf("quiet intervals logged: %q", got[1:])
+		}
+		s.HandleFrom(ctx, srcVM, query("::1.", mdns.TypeA))
+		if got := lines(300 * time.Millisecond); len(got) != 2 || !strings.Contains(got[1], "ip_literal=1 ") {
+			t.Errorf("an interval later: %q, want a second line with one literal", got)
+		}
+		s.HandleFrom(ctx, srcVM, query("::2.", mdns.TypeA))
+		s.Close()
+		if got := rec.lines(); len(got) != 3 || !strings.Contains(got[2], "ip_literal=1 ") {
+			t.Errorf("after Close: %q, want a third line with one literal", got)
+		}
+	})
 }
