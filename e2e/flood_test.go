@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/rules/refusal"
 )
 
 // timedCurl fetches url from ns and returns the body, curl's exit code and its total time.
@@ -118,8 +119,26 @@ func TestDescriptorFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := s.hold(s.lab.Guest(), 1200, func(int) string { return lab.ServiceAddr + ":80" })
-	time.Sleep(500 * time.Millisecond) // let the router set them up, or refuse them
 	t.Logf("the guest attempted 1200 connections; %d were not reset at once", held)
+	// The router has set each of them up or refused it: it holds or counted all 1200.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := s.status()
+		limit := uint64(0)
+		for _, r := range st.Refusals {
+			if r.Reason == refusal.Limit.String() {
+				limit += r.Count
+			}
+		}
+		if st.Budgets.Setups == 0 && st.Budgets.SetupWaiting == 0 && uint64(st.Budgets.Flows)+limit >= 1200 {
+			t.Logf("flood in place: %d flows held, %d refused over the limits", st.Budgets.Flows, limit)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the router never accounted for the 1200 connections: %+v, %d refused over the limits", st.Budgets, limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 
 	out, code := s.routerCmd("status", "--config", s.cfg)
 	if code != 0 {

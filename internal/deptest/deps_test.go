@@ -49,7 +49,8 @@ var table = []struct{ pkg, imports, tests string }{
 
 	// Operations: the wiring and what it serves.
 	{"router/daemon", "conf dns internal/ports router router/control router/metrics router/nftcap router/nftcap/nflog router/proc router/service router/upstream rules rules/policy rules/refusal windivert windivert/redirect windivert/wfp windivert/wfp/guard",
-		"internal/winetest router/upstream/socks5 rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
+		"internal/winetest router/daemon/daemontest router/upstream/socks5 rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
+	{"router/daemon/daemontest", "conf dns router/proc rules/policy rules/refusal", ""},
 	{"router/control", "internal/accept", ""},
 	{"router/metrics", "router/control rules/refusal", ""},
 	{"router/service", "windivert/dist", "internal/winetest"},
@@ -86,7 +87,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"internal/bench", "router/upstream/socks5", ""},
 	{"internal/notices", "", ""},
 	{"internal/deptest", "", ""},
-	{"e2e", "", "conf dns internal/lab internal/roottest router router/control router/nftcap router/proc router/upstream rules rules/policy windivert/packet windivert/redirect"},
+	{"e2e", "", "conf dns internal/lab internal/roottest router router/control router/nftcap router/proc router/upstream rules rules/policy rules/refusal windivert/packet windivert/redirect"},
 }
 
 // A layer is a rule the table must keep, over the packages of ours that a package's code

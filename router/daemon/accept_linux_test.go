@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/router"
+	"github.com/agentcage/router/router/daemon/daemontest"
 	"github.com/agentcage/router/rules/policy"
 )
 
@@ -66,13 +67,13 @@ func runnable(t *testing.T, what string, cfg *conf.Config) {
 	if err := Spec(cfg).Validate(); err != nil {
 		t.Errorf("conf accepted, nftables refuses: %v\n%s", err, what)
 	}
-	d := &daemon{opts: Options{Platform: resolverPlatform{&fakePlatform{}}}, log: slog.New(slog.DiscardHandler)}
+	d := &daemon{opts: Options{Platform: resolverPlatform{&daemontest.Platform{}}}, log: slog.New(slog.DiscardHandler)}
 	if err := d.startDNS(cfg); err != nil {
 		t.Errorf("conf accepted, the DNS server refuses: %v\n%s", err, what)
 	} else {
 		d.dns.Close()
 	}
-	r, err := router.New(router.Settings{IdleTimeout: 1, ConnectTimeout: 1}, router.Options{Original: (&fakePlatform{}).Original})
+	r, err := router.New(router.Settings{IdleTimeout: 1, ConnectTimeout: 1}, router.Options{Original: (&daemontest.Platform{}).Original})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +84,6 @@ func runnable(t *testing.T, what string, cfg *conf.Config) {
 }
 
 // resolverPlatform is a fake platform whose host has a resolver (for direct_names).
-type resolverPlatform struct{ *fakePlatform }
+type resolverPlatform struct{ *daemontest.Platform }
 
 func (resolverPlatform) Resolver() (string, error) { return "192.0.2.53:53", nil }

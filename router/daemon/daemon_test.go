@@ -11,17 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/dns"
-	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/router/daemon/daemontest"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
-	"github.com/agentcage/router/rules/refusal"
 )
 
 func parse(t *testing.T, src string) *conf.Config {
@@ -94,52 +90,6 @@ func TestRestartNeeded(t *testing.T) {
 	if err := restartNeeded(old, cur); err == nil || !strings.Contains(err.Error(), "capture.listener_port") || !strings.Contains(err.Error(), "capture.mark") {
 		t.Errorf("got %v", err)
 	}
-}
-
-// fakePlatform records what the daemon asks of the capture; Install fails with failInstall.
-type fakePlatform struct {
-	mu          sync.Mutex
-	envs        int
-	installs    []*conf.Config
-	decisions   []*policy.Policy
-	failInstall error
-}
-
-func (p *fakePlatform) Env() policy.Env {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.envs++
-	return policy.Env{}
-}
-
-func (p *fakePlatform) Install(cfg *conf.Config, pol *policy.Policy, _ *dns.Server) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.failInstall != nil {
-		return p.failInstall
-	}
-	p.installs = append(p.installs, cfg)
-	p.decisions = append(p.decisions, pol)
-	return nil
-}
-
-func (p *fakePlatform) Original(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
-	return netip.AddrPort{}, netip.AddrPort{}, errors.New("fake platform redirects nothing")
-}
-func (p *fakePlatform) Control(uint32) func(string, string, syscall.RawConn) error { return nil }
-func (p *fakePlatform) Owner() func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (proc.Info, error) {
-	return nil
-}
-func (p *fakePlatform) FromVM() func(netip.Addr) bool { return nil }
-func (p *fakePlatform) Failed() <-chan error          { return nil }
-func (p *fakePlatform) Close() error                  { return nil }
-func (p *fakePlatform) Resolver() (string, error)     { return "", errors.New("no resolver") }
-func (p *fakePlatform) Refusals() []refusal.Stat      { return nil }
-
-func (p *fakePlatform) count() (envs, installs int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.envs, len(p.installs)
 }
 
 // freePort returns a TCP and UDP port that was free on every address a moment ago.
@@ -271,7 +221,7 @@ func banner(t *testing.T, addr netip.AddrPort) string {
 func TestRunInstallsOnceAndStops(t *testing.T) {
 	s := newScene(t)
 	s.write(s.text("127.0.0.0/8", ""))
-	pf := &fakePlatform{}
+	pf := &daemontest.Platform{}
 	ready, reloaded := make(chan struct{}), make(chan error, 1)
 	reload := make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -294,11 +244,11 @@ func TestRunInstallsOnceAndStops(t *testing.T) {
 	if err := <-reloaded; err != nil {
 		t.Fatalf("reload: %v", err)
 	}
-	if envs, installs := pf.count(); envs != 2 || installs != 2 {
+	if envs, installs := pf.Counts(); envs != 2 || installs != 2 {
 		t.Errorf("after a start and a reload: %d compiles, %d installs; want 2 and 2", envs, installs)
 	}
-	if pf.decisions[1] == nil || len(pf.decisions[1].Rules()) != 1 {
-		t.Errorf("the capture got decision %v", pf.decisions[1])
+	if pf.Decisions()[1] == nil || len(pf.Decisions()[1].Rules()) != 1 {
+		t.Errorf("the capture got decision %v", pf.Decisions()[1])
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -309,7 +259,8 @@ func TestRunInstallsOnceAndStops(t *testing.T) {
 func TestRunReportsAFailedInstall(t *testing.T) {
 	s := newScene(t)
 	s.write(s.text("127.0.0.0/8", ""))
-	pf := &fakePlatform{failInstall: errors.New("nft refused")}
+	pf := &daemontest.Platform{}
+	pf.SetInstallError(errors.New("nft refused"))
 	err := Run(context.Background(), Options{ConfigPath: s.path, Platform: pf, Grace: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "install capture: nft refused") {
 		t.Fatalf("Run = %v, want the install error", err)
@@ -328,7 +279,7 @@ func TestRunReportsAFailedInstall(t *testing.T) {
 func TestReloadSwapsForwardSettings(t *testing.T) {
 	s := newScene(t)
 	s.write(s.text("10.0.0.0/8", ""))
-	d := s.daemon(&fakePlatform{}, nil)
+	d := s.daemon(&daemontest.Platform{}, nil)
 	s.start(d)
 	if got := banner(t, s.fwd); got != "" {
 		t.Fatalf("a source outside allow got %q", got)
@@ -353,11 +304,11 @@ func TestReloadSwapsForwardSettings(t *testing.T) {
 func TestReloadFailureChangesNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		fail  func(pf *fakePlatform)
+		fail  func(pf *daemontest.Platform)
 		load  func(cfg *conf.Config)
 		wants string
 	}{
-		{"capture refuses", func(pf *fakePlatform) { pf.failInstall = errors.New("nft refused") }, nil, "install capture"},
+		{"capture refuses", func(pf *daemontest.Platform) { pf.SetInstallError(errors.New("nft refused")) }, nil, "install capture"},
 		{"router refuses", nil, func(cfg *conf.Config) {
 			cfg.Rules = append(cfg.Rules, rules.Rule{Name: "ghost", Action: rules.Proxy, Proxy: "nowhere"})
 		}, "unknown proxy"},
@@ -365,7 +316,7 @@ func TestReloadFailureChangesNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newScene(t)
 			s.write(s.text("127.0.0.0/8", ""))
-			pf := &fakePlatform{}
+			pf := &daemontest.Platform{}
 			var tamper func(*conf.Config)
 			d := s.daemon(pf, func(path string) (*conf.Config, error) {
 				cfg, err := conf.Load(path, conf.Options{})

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/router/daemon/daemontest"
 	"github.com/agentcage/router/router/upstream/socks5"
 )
 
@@ -62,7 +63,7 @@ func TestInboundLifecycle(t *testing.T) {
 	s := newScene(t)
 	in := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), freePort(t))
 	s.write(s.text("127.0.0.0/8", inboundText("socks5", in)))
-	pf := &fakePlatform{}
+	pf := &daemontest.Platform{}
 	d := s.daemon(pf, nil)
 	s.start(d)
 	// This machine's own client, to this machine: local, direct.
@@ -85,7 +86,7 @@ func TestInboundLifecycle(t *testing.T) {
 	// A failed reload that adds a second inbound.
 	extra := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), freePort(t))
 	s.write(s.text("127.0.0.0/8", inboundText("http", in)+inboundText("socks5", extra)))
-	pf.failInstall = errors.New("nft refused")
+	pf.SetInstallError(errors.New("nft refused"))
 	if err := d.reload(context.Background()); err == nil {
 		t.Fatal("the reload did not fail")
 	}
@@ -98,7 +99,7 @@ func TestInboundLifecycle(t *testing.T) {
 		t.Errorf("after a failed reload: %d inbounds, %q", len(d.inbounds), got)
 	}
 
-	pf.failInstall = nil
+	pf.SetInstallError(nil)
 	s.write(s.text("127.0.0.0/8", ""))
 	if err := d.reload(context.Background()); err != nil {
 		t.Fatal(err)

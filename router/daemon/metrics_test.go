@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentcage/router/router/daemon/daemontest"
 )
 
 // scrape fetches http://addr/metrics; ok is false when nothing answers there.
@@ -54,7 +56,7 @@ func TestMetricsFollowReload(t *testing.T) {
 	allow := "127.0.0.0/8"
 	p1 := freePort(t)
 	s.write(s.text(allow, metricsTable(p1)))
-	pf := &fakePlatform{}
+	pf := &daemontest.Platform{}
 	d := s.daemon(pf, nil)
 	s.start(d)
 	a1 := fmt.Sprintf("127.0.0.1:%d", p1)
@@ -122,15 +124,11 @@ func TestMetricsFollowReload(t *testing.T) {
 	// A move the capture refuses: the new socket is closed again.
 	p3 := freePort(t)
 	s.write(s.text(allow, metricsTable(p3)))
-	pf.mu.Lock()
-	pf.failInstall = errors.New("nft refused")
-	pf.mu.Unlock()
+	pf.SetInstallError(errors.New("nft refused"))
 	if err := d.reload(context.Background()); err == nil {
 		t.Fatal("the reload passed a refused install")
 	}
-	pf.mu.Lock()
-	pf.failInstall = nil
-	pf.mu.Unlock()
+	pf.SetInstallError(nil)
 	if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p3)); err != nil {
 		t.Errorf("the refused reload left its metrics socket open: %v", err)
 	} else {
@@ -160,7 +158,7 @@ func TestMetricsPortTakenAtStart(t *testing.T) {
 	defer taken.Close()
 	s := newScene(t)
 	s.write(s.text("127.0.0.0/8", fmt.Sprintf("[metrics]\nlisten = %q\n", taken.Addr().String())))
-	err = Run(context.Background(), Options{ConfigPath: s.path, Platform: &fakePlatform{}, Log: slog.New(slog.DiscardHandler), Grace: time.Second})
+	err = Run(context.Background(), Options{ConfigPath: s.path, Platform: &daemontest.Platform{}, Log: slog.New(slog.DiscardHandler), Grace: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "metrics listener") {
 		t.Fatalf("Run = %v, want the metrics listener's error", err)
 	}
