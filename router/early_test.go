@@ -25,7 +25,7 @@ func TestEarlyBytesGoWithTheRequest(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			target := startTarget(t, "")
 			p := startProxy(t, nil, tt.creds)
-			up := UpstreamConfig{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port(), Pipeline: tt.pipeline}}
+			up := UpstreamConfig{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Addr.Port(), Pipeline: tt.pipeline}}
 			if tt.creds != nil {
 				up.Username, up.Password = "agent", "pw-42"
 			}

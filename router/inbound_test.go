@@ -17,6 +17,7 @@ import (
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5"
+	"github.com/agentcage/router/router/upstream/socks5/socks5test"
 	"github.com/agentcage/router/rules"
 )
 
@@ -121,13 +122,13 @@ func noLocalResolve(t *testing.T) func(context.Context, string) ([]netip.Addr, e
 	}
 }
 
-func proxyPolicy(p *proxyServer, rs ...rules.Rule) Settings {
+func proxyPolicy(p *socks5test.Server, rs ...rules.Rule) Settings {
 	if len(rs) == 0 {
 		rs = []rules.Rule{{Name: "all", Action: rules.Proxy, Proxy: "exit"}}
 	}
 	return Settings{
 		Decision:  decision(rs),
-		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port()}}},
+		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Addr.Port()}}},
 	}
 }
 
@@ -169,7 +170,7 @@ func TestInboundHandsTheNameToTheProxy(t *testing.T) {
 	}
 	hc.Close()
 	e.waitLog("inbound=guest-http")
-	if got := p.asked(); len(got) != 2 || got[0] != "echo.lab.test" || got[1] != "echo.lab.test" {
+	if got := p.Asked(); len(got) != 2 || got[0] != "echo.lab.test" || got[1] != "echo.lab.test" {
 		t.Errorf("the proxy resolved %q; want echo.lab.test twice, as a name", got)
 	}
 	if !strings.Contains(e.logs.String(), "host=echo.lab.test") || !strings.Contains(e.logs.String(), "dst=echo.lab.test:") {
@@ -286,7 +287,7 @@ func TestInboundRefusals(t *testing.T) {
 			}
 		})
 	}
-	if got := p.asked(); len(got) != 0 {
+	if got := p.Asked(); len(got) != 0 {
 		t.Errorf("the upstream was asked for %q", got)
 	}
 	e.waitLog("rule=no action=block")
@@ -352,7 +353,7 @@ func TestInboundSourceNotAllowed(t *testing.T) {
 func TestInboundProxyDownFailsClosed(t *testing.T) {
 	target := startTarget(t, "x")
 	p := startProxy(t, nil, nil)
-	p.stop()
+	p.Stop()
 	e := newEnv(t, proxyPolicy(p), Options{})
 	socksAddr := e.startInbound(Inbound{Type: InboundSOCKS5})
 	httpAddr := e.startInbound(Inbound{Type: InboundHTTP})

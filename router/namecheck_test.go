@@ -76,8 +76,8 @@ func TestResolvedCases(t *testing.T) {
 				Names: names,
 			}
 			pol := Settings{Decision: dec, Upstreams: []UpstreamConfig{
-				{Config: upstream.Config{Name: "local", Host: "127.0.0.1", Port: p.addr.Port()}},
-				{Config: upstream.Config{Name: "remote", Host: "127.0.0.1", Port: p.addr.Port()}},
+				{Config: upstream.Config{Name: "local", Host: "127.0.0.1", Port: p.Addr.Port()}},
+				{Config: upstream.Config{Name: "remote", Host: "127.0.0.1", Port: p.Addr.Port()}},
 			}}
 			e := newEnv(t, pol, opts)
 			e.wantDecided(c.Action, c.Rule)

@@ -50,7 +50,7 @@ func TestSharedCases(t *testing.T) {
 				Names: &fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"),
 					m: map[netip.Addr]string{policytest.PoolAddr: policytest.PoolName}},
 			}
-			pol := Settings{Decision: dec, Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port()}}}}
+			pol := Settings{Decision: dec, Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Addr.Port()}}}}
 			e := newEnv(t, pol, opts)
 			e.wantDecided(c.Action, c.Rule)
 			// Status counts the flow under what decided it, with that step's action.

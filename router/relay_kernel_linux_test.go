@@ -418,7 +418,7 @@ func TestLoopFlowsEnterSockmap(t *testing.T) {
 		pol  Settings
 	}{
 		{"direct", Settings{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}},
-		{"socks5", proxied(gs.addr, true, "", "")},
+		{"socks5", proxied(gs.Addr, true, "", "")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.pol.Sockmap = true

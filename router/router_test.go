@@ -16,12 +16,11 @@ import (
 	"testing"
 	"time"
 
-	gosocks5 "github.com/things-go/go-socks5"
-
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
+	"github.com/agentcage/router/router/upstream/socks5/socks5test"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 )
@@ -140,59 +139,26 @@ func (c *countingControl) count() int {
 	return c.n
 }
 
-// proxyServer is go-socks5 on loopback; it records the destinations it was asked for.
-type proxyServer struct {
-	addr  netip.AddrPort
-	ln    net.Listener
-	mu    sync.Mutex
-	names []string
-	hosts map[string]netip.Addr // names it resolves
-}
-
-func (p *proxyServer) Resolve(ctx context.Context, name string) (context.Context, net.IP, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.names = append(p.names, name)
-	if a, ok := p.hosts[name]; ok {
-		return ctx, a.AsSlice(), nil
-	}
-	return ctx, nil, fmt.Errorf("no such host %q", name)
-}
-
-func (p *proxyServer) asked() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.names...)
-}
-
-func startProxy(t *testing.T, hosts map[string]netip.Addr, creds map[string]string) *proxyServer {
+// startProxy runs go-socks5 (socks5test) on loopback, resolving the names of hosts and
+// dialing loopback only (a public alias as its loopback address), with creds when not nil.
+func startProxy(t *testing.T, hosts map[string]netip.Addr, creds map[string]string) *socks5test.Server {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxyServer{ln: ln, addr: ln.Addr().(*net.TCPAddr).AddrPort(), hosts: hosts}
-	loopbackOnly := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		ap, err := netip.ParseAddrPort(addr)
-		ap = private(ap)
-		addr = ap.String()
-		if err != nil || !ap.Addr().IsLoopback() {
-			return nil, fmt.Errorf("test proxy dials loopback only, not %q", addr)
-		}
-		var d net.Dialer
-		return d.DialContext(ctx, network, addr)
-	}
-	opts := []gosocks5.Option{gosocks5.WithDial(loopbackOnly), gosocks5.WithResolver(p)}
-	if creds != nil {
-		opts = append(opts, gosocks5.WithCredential(gosocks5.StaticCredentials(creds)))
-	}
-	srv := gosocks5.NewServer(opts...)
-	go srv.Serve(ln)
-	t.Cleanup(func() { ln.Close() })
-	return p
+	return socks5test.Start(t, socks5test.Options{
+		Credentials: creds,
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if ap, err := netip.ParseAddrPort(addr); err == nil {
+				addr = private(ap).String()
+			}
+			return socks5test.LoopbackDial(ctx, network, addr)
+		},
+		Resolve: func(_ context.Context, name string) (netip.Addr, error) {
+			if a, ok := hosts[name]; ok {
+				return a, nil
+			}
+			return netip.Addr{}, fmt.Errorf("no such host %q", name)
+		},
+	})
 }
-
-func (p *proxyServer) stop() { p.ln.Close() }
 
 // startTarget runs an echo server that first writes a banner; it returns the server's
 // public alias.
@@ -358,21 +324,21 @@ func TestProxyHandsTheNameToTheProxy(t *testing.T) {
 	names := &fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"), m: map[netip.Addr]string{netip.MustParseAddr("198.18.0.7"): "echo.lab.test"}}
 	pol := Settings{
 		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
-		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port(), Username: "agent", Password: "pw-42"}}},
+		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Addr.Port(), Username: "agent", Password: "pw-42"}}},
 	}
 	e := newEnv(t, pol, Options{Names: names})
 	c := e.dial(netip.AddrPortFrom(netip.MustParseAddr("198.18.0.7"), target.Port()))
 	if got := readN(t, c, 10); got != "via-proxy\n" {
 		t.Fatalf("banner = %q", got)
 	}
-	if got := p.asked(); len(got) != 1 || got[0] != "echo.lab.test" {
+	if got := p.Asked(); len(got) != 1 || got[0] != "echo.lab.test" {
 		t.Errorf("proxy was asked to resolve %q; want the name echo.lab.test (ATYP domain)", got)
 	}
 	c.Close()
 	// An address of the pool that no DNS answer gave out is refused, never forwarded.
 	c = e.dial(netip.AddrPortFrom(netip.MustParseAddr("198.18.0.8"), target.Port()))
 	wantReset(t, c)
-	if n := len(p.asked()); n != 1 {
+	if n := len(p.Asked()); n != 1 {
 		t.Errorf("proxy asked %d times; the unknown fake IP went out", n)
 	}
 }
@@ -380,10 +346,10 @@ func TestProxyHandsTheNameToTheProxy(t *testing.T) {
 func TestProxyDownFailsClosed(t *testing.T) {
 	target := startTarget(t, "x")
 	p := startProxy(t, nil, nil)
-	p.stop()
+	p.Stop()
 	pol := Settings{
 		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
-		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port()}}},
+		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Addr.Port()}}},
 	}
 	e := newEnv(t, pol, Options{})
 	c := e.dial(target)
@@ -396,7 +362,7 @@ func TestWrongPasswordFailsClosedAndStaysSecret(t *testing.T) {
 	p := startProxy(t, map[string]netip.Addr{}, map[string]string{"agent": "right"})
 	pol := Settings{
 		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
-		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.addr.Port(), Username: "agent", Password: "wrong-secret-pw"}}},
+		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Addr.Port(), Username: "agent", Password: "wrong-secret-pw"}}},
 	}
 	e := newEnv(t, pol, Options{})
 	wantReset(t, e.dial(target))
@@ -624,13 +590,13 @@ func TestProxyNameResolvedAgainWhenItsAddressFails(t *testing.T) {
 	}
 	pol := Settings{
 		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
-		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "proxy.test", Port: p.addr.Port()}}},
+		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "proxy.test", Port: p.Addr.Port()}}},
 	}
 	e := newEnv(t, pol, Options{Resolve: resolve})
 	wantReset(t, e.dial(target))
 	e.waitLog("dial proxy")
 	mu.Lock()
-	answers = []netip.Addr{p.addr.Addr()} // the name now points at the live proxy
+	answers = []netip.Addr{p.Addr.Addr()} // the name now points at the live proxy
 	mu.Unlock()
 	if got := readN(t, e.dial(target), 3); got != "ok\n" {
 		t.Fatalf("got %q", got)

@@ -52,7 +52,7 @@ type script struct {
 // read of each connection (what the router sent in one segment), everything it read, and
 // the most connections it held at once before it sent their last answer (maxShaking).
 type scriptedProxy struct {
-	addr       netip.AddrPort
+	Addr       netip.AddrPort
 	mu         sync.Mutex
 	first      []string
 	all        []string
@@ -66,7 +66,7 @@ func startScripted(t *testing.T, sc script) *scriptedProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &scriptedProxy{addr: ln.Addr().(*net.TCPAddr).AddrPort()}
+	p := &scriptedProxy{Addr: ln.Addr().(*net.TCPAddr).AddrPort()}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
@@ -183,8 +183,8 @@ func TestLoopSetsUpFlows(t *testing.T) {
 		pol  Settings
 	}{
 		{"direct", Settings{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}},
-		{"socks5-pipelined", proxied(gs.addr, true, "agent", "pw-42")},
-		{"socks5-lockstep", proxied(gs.addr, false, "agent", "pw-42")},
+		{"socks5-pipelined", proxied(gs.Addr, true, "agent", "pw-42")},
+		{"socks5-lockstep", proxied(gs.Addr, false, "agent", "pw-42")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, tc.pol, Options{})
@@ -250,7 +250,7 @@ func TestLoopAnswersInPieces(t *testing.T) {
 				answers, user, pass = methodPass+authOK+replyOK, "agent", "pw-42"
 			}
 			p := startScripted(t, script{pieces: bytesOf(answers), pause: 2 * time.Millisecond, target: "banner\n"})
-			e := newEnv(t, proxied(p.addr, tc.pipeline, user, pass), Options{OriginalFD: earlyOriginal(dst)})
+			e := newEnv(t, proxied(p.Addr, tc.pipeline, user, pass), Options{OriginalFD: earlyOriginal(dst)})
 			c := e.dial(dst)
 			io.WriteString(c, "GET / HTTP/1.1\r\n\r\n")
 			if got := readN(t, c, 7); got != "banner\n" {
@@ -293,7 +293,7 @@ func TestLoopAnswersInPieces(t *testing.T) {
 func TestLoopShortReplyLate(t *testing.T) {
 	reply := "\x05\x00\x00\x03\x02ab\x00\x50"
 	p := startScripted(t, script{pieces: []string{methodNoAuth + reply[:8], reply[8:]}, pause: 50 * time.Millisecond, echo: true})
-	e := newEnv(t, proxied(p.addr, true, "", ""), Options{})
+	e := newEnv(t, proxied(p.Addr, true, "", ""), Options{})
 	c := e.dial(netip.MustParseAddrPort("203.0.113.7:443"))
 	// The client speaks once the flow is relayed: the upstream is up once the whole reply
 	// was read, its late byte included, which only a loop that woke for it reads.
@@ -336,7 +336,7 @@ func TestLoopHandshakeFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := closedAddr
 			if tc.sc != nil {
-				addr = startScripted(t, *tc.sc).addr
+				addr = startScripted(t, *tc.sc).Addr
 			}
 			user, pass := "", ""
 			if tc.creds {
@@ -378,7 +378,7 @@ func TestLoopHandshakeFailures(t *testing.T) {
 // upstream's health counts nothing); the goroutine path at their connect timeout.
 func TestLoopCloseEndsSetups(t *testing.T) {
 	p := startScripted(t, script{silent: true})
-	pol := proxied(p.addr, true, "", "")
+	pol := proxied(p.Addr, true, "", "")
 	pol.ConnectTimeout = time.Second
 	e := newEnv(t, pol, Options{})
 	var cs []*net.TCPConn
@@ -433,7 +433,7 @@ func TestLoopServeEnds(t *testing.T) {
 	}
 
 	p := startScripted(t, script{silent: true})
-	pol := proxied(p.addr, true, "", "")
+	pol := proxied(p.Addr, true, "", "")
 	pol.ConnectTimeout, pol.IdleTimeout = time.Minute, time.Minute
 	if err := e.r.Apply(pol); err != nil {
 		t.Fatal(err)
@@ -466,8 +466,8 @@ func TestLoopServeEnds(t *testing.T) {
 func TestLoopHandsOffSlowSteps(t *testing.T) {
 	target := startTarget(t, "hello\n")
 	gs := startProxy(t, nil, nil)
-	pol := proxied(gs.addr, true, "", "")
-	pol.Upstreams = append(pol.Upstreams, UpstreamConfig{Config: upstream.Config{Name: "backup", Host: "127.0.0.1", Port: gs.addr.Port()}})
+	pol := proxied(gs.Addr, true, "", "")
+	pol.Upstreams = append(pol.Upstreams, UpstreamConfig{Config: upstream.Config{Name: "backup", Host: "127.0.0.1", Port: gs.Addr.Port()}})
 	pol.Decision = decision([]rules.Rule{{Name: "all", Action: rules.Proxy, Proxy: "exit,backup"}})
 	e := newEnv(t, pol, Options{})
 	c := e.dial(target)
@@ -486,7 +486,7 @@ func TestLoopBurstToOneDestination(t *testing.T) {
 	const flows = perDestination + 16
 	dst := netip.MustParseAddrPort("203.0.113.8:443")
 	p := startScripted(t, script{pieces: []string{methodNoAuth + replyOK}, pause: quickSetup + 300*time.Millisecond, target: "banner\n", echo: true})
-	e := newEnv(t, proxied(p.addr, true, "", ""), Options{})
+	e := newEnv(t, proxied(p.Addr, true, "", ""), Options{})
 	cs := make([]*net.TCPConn, flows)
 	for i := range cs {
 		cs[i] = e.dial(dst)

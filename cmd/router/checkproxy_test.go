@@ -1,19 +1,16 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	gosocks5 "github.com/things-go/go-socks5"
+	"github.com/agentcage/router/router/upstream/socks5/socks5test"
 )
 
 // TestCheckProxy runs check-proxy against a go-socks5 server with credentials on loopback
@@ -25,29 +22,7 @@ func TestCheckProxy(t *testing.T) {
 		fmt.Fprintln(w, `{"ip": "198.51.100.23"}`)
 	}))
 	t.Cleanup(echo.Close)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := gosocks5.NewServer(
-		gosocks5.WithCredential(gosocks5.StaticCredentials{"agent": secret}),
-		gosocks5.WithDial(func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if ap, err := netip.ParseAddrPort(addr); err != nil || !ap.Addr().IsLoopback() {
-				return nil, fmt.Errorf("test dials loopback only, not %q", addr)
-			}
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		}),
-	)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-	})
+	proxy := socks5test.Start(t, socks5test.Options{Credentials: map[string]string{"agent": secret}})
 
 	dir := t.TempDir()
 	write := func(name, pass string) string {
@@ -64,7 +39,7 @@ password_file = %q
 [[rule]]
 name = "default"
 action = "proxy"
-`, ln.Addr().String(), p+".pass")
+`, proxy.Addr.String(), p+".pass")
 		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}

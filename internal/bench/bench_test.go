@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	gosocks5 "github.com/things-go/go-socks5"
+	"github.com/agentcage/router/router/upstream/socks5/socks5test"
 )
 
 // Loopback tests: the sink and its clients, the /proc parsers and the statistics.
@@ -46,13 +46,8 @@ func TestGet(t *testing.T) {
 
 func TestGetThroughSocks(t *testing.T) {
 	_, addr := startSink(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go gosocks5.NewServer().Serve(ln)
-	d := Dialer{Socks: ln.Addr().String(), Src: netip.MustParseAddr("127.0.0.1")}
+	proxy := socks5test.Start(t, socks5test.Options{})
+	d := Dialer{Socks: proxy.Addr.String(), Src: netip.MustParseAddr("127.0.0.1")}
 	res, err := Get(context.Background(), d, addr, 1<<20)
 	if err != nil || res.Bytes != 1<<20 {
 		t.Fatalf("got %+v, %v; want 1 MiB", res, err)

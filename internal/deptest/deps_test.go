@@ -34,11 +34,12 @@ var table = []struct{ pkg, imports, tests string }{
 
 	// The Linux data path and what it dials.
 	{"router", "dns internal/accept internal/netaddr internal/tally router/proc router/sockmap router/upstream router/upstream/socks5 rules rules/policy rules/refusal",
-		"conf internal/roottest router/upstream/upstreamtest rules/policy/policytest"},
+		"conf internal/roottest router/upstream/socks5/socks5test router/upstream/upstreamtest rules/policy/policytest"},
 	{"router/upstream", "conf router/upstream/httpconnect router/upstream/socks5",
-		"internal/winetest router/upstream/httpconnect/httpconnecttest router/upstream/upstreamtest"},
+		"internal/winetest router/upstream/httpconnect/httpconnecttest router/upstream/socks5/socks5test router/upstream/upstreamtest"},
 	{"router/upstream/upstreamtest", "router/upstream", ""},
-	{"router/upstream/socks5", "", "internal/winetest"},
+	{"router/upstream/socks5", "", "internal/winetest router/upstream/socks5/socks5test"},
+	{"router/upstream/socks5/socks5test", "", ""},
 	{"router/upstream/httpconnect", "", "router/upstream/httpconnect/httpconnecttest"},
 	{"router/upstream/httpconnect/httpconnecttest", "", ""},
 	{"router/nftcap", "internal/netaddr internal/ports rules/policy rules/refusal", "internal/roottest"},
@@ -49,7 +50,7 @@ var table = []struct{ pkg, imports, tests string }{
 
 	// Operations: the wiring and what it serves.
 	{"router/daemon", "conf dns internal/ports router router/control router/metrics router/nftcap router/nftcap/nflog router/proc router/service router/upstream rules rules/policy rules/refusal windivert windivert/redirect windivert/wfp windivert/wfp/guard",
-		"internal/winetest router/daemon/daemontest router/upstream/socks5 rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
+		"internal/winetest router/daemon/daemontest router/upstream/socks5 router/upstream/socks5/socks5test rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
 	{"router/daemon/daemontest", "conf dns router/proc rules/policy rules/refusal", ""},
 	{"router/control", "internal/accept", ""},
 	{"router/metrics", "router/control rules/refusal", ""},
@@ -70,9 +71,9 @@ var table = []struct{ pkg, imports, tests string }{
 
 	// The commands.
 	{"cmd/router", "cmd/router/checkip cmd/router/proxycheck conf conf/lint router/control router/daemon router/service rules rules/policy windivert/adapters",
-		"rules/policy/policytest"},
+		"router/upstream/socks5/socks5test rules/policy/policytest"},
 	{"cmd/router/checkip", "", ""},
-	{"cmd/router/proxycheck", "router/upstream router/upstream/httpconnect router/upstream/socks5", "router/upstream/httpconnect/httpconnecttest"},
+	{"cmd/router/proxycheck", "router/upstream router/upstream/httpconnect router/upstream/socks5", "router/upstream/httpconnect/httpconnecttest router/upstream/socks5/socks5test"},
 	{"cmd/routerbench", "internal/bench internal/lab", ""},
 	{"cmd/routerlab", "internal/lab", "conf conf/lint rules rules/policy"},
 
@@ -84,7 +85,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"internal/roottest", "", ""},
 	{"internal/winetest", "", ""},
 	{"internal/lab", "internal/netaddr", "internal/roottest"},
-	{"internal/bench", "router/upstream/socks5", ""},
+	{"internal/bench", "router/upstream/socks5", "router/upstream/socks5/socks5test"},
 	{"internal/notices", "", ""},
 	{"internal/deptest", "", ""},
 	{"e2e", "", "conf dns internal/lab internal/roottest router router/control router/nftcap router/proc router/upstream rules rules/policy rules/refusal windivert/packet windivert/redirect"},

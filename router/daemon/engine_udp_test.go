@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	gosocks5 "github.com/things-go/go-socks5"
-
 	"github.com/agentcage/router/router"
+	"github.com/agentcage/router/router/upstream/socks5/socks5test"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/windivert"
 	"github.com/agentcage/router/windivert/packet"
@@ -41,18 +40,12 @@ func TestWindowsUDPThroughTheProxy(t *testing.T) {
 	echoPort := echo.LocalAddr().(*net.UDPAddr).Port
 	dst := netip.AddrPortFrom(netip.MustParseAddr("198.51.100.1"), uint16(echoPort))
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	srv := gosocks5.NewServer(gosocks5.WithDial(func(ctx context.Context, network, addr string) (net.Conn, error) {
+	proxy := socks5test.Start(t, socks5test.Options{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if addr != dst.String() {
 			return nil, fmt.Errorf("test proxy: %s is not the test's destination", addr)
 		}
 		return (&net.Dialer{}).DialContext(ctx, network, echo.LocalAddr().String())
-	}))
-	go srv.Serve(ln)
+	}})
 
 	// local = true: the app is this host's own process, not a caged one, and its flows go
 	// through the rules only with local capture.
@@ -66,7 +59,7 @@ name = "udp"
 hosts = ["198.51.100.0/24"]
 network = "udp"
 action = "proxy"
-`, ln.Addr().String()))
+`, proxy.Addr.String()))
 	s := newWindowsScene(t)
 	pol := policy.New(cfg, s.p.Env())
 	r, err := router.New(routerPolicy(cfg, pol), router.Options{Original: s.p.Original})

@@ -16,6 +16,7 @@ import (
 	"github.com/agentcage/router/internal/winetest"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/httpconnect/httpconnecttest"
+	"github.com/agentcage/router/router/upstream/socks5/socks5test"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -59,7 +60,7 @@ func TestConfigValidate(t *testing.T) {
 			if strings.Contains(err.Error(), "secret") {
 				t.Errorf("error shows the password")
 			}
-			if _, nerr := upstream.New(c, upstream.Options{Dial: loopbackDial}); nerr == nil || nerr.Error() != err.Error() {
+			if _, nerr := upstream.New(c, upstream.Options{Dial: socks5test.LoopbackDial}); nerr == nil || nerr.Error() != err.Error() {
 				t.Errorf("New: %v, want the Validate error", nerr)
 			}
 		})
@@ -67,7 +68,7 @@ func TestConfigValidate(t *testing.T) {
 	if _, err := upstream.New(ok, upstream.Options{}); err == nil || err.Error() != `upstream "exit": Options.Dial is required` {
 		t.Errorf("New without Dial: %v", err)
 	}
-	if _, err := upstream.New(ok, upstream.Options{Dial: loopbackDial}); err == nil ||
+	if _, err := upstream.New(ok, upstream.Options{Dial: socks5test.LoopbackDial}); err == nil ||
 		err.Error() != `upstream "exit": Options.Resolve is required for host name "proxy.example.net"` {
 		t.Errorf("New without Resolve: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5"
+	"github.com/agentcage/router/router/upstream/socks5/socks5test"
 )
 
 // drive runs a Handshake the way an event loop does, with blocking reads of exactly what the
@@ -23,7 +24,7 @@ func drive(t *testing.T, tr *upstream.Tracked, dst upstream.Addr, early string) 
 	if !ok {
 		t.Fatalf("Begin: not a loop-driven upstream")
 	}
-	c, err := loopbackDial(context.Background(), "tcp", proxy.String())
+	c, err := socks5test.LoopbackDial(context.Background(), "tcp", proxy.String())
 	if err != nil {
 		return nil, h.End(h.DialFailed(err))
 	}

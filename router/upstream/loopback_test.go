@@ -20,12 +20,11 @@ import (
 	"testing"
 	"time"
 
-	gosocks5 "github.com/things-go/go-socks5"
-
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/httpconnect"
 	"github.com/agentcage/router/router/upstream/httpconnect/httpconnecttest"
 	"github.com/agentcage/router/router/upstream/socks5"
+	"github.com/agentcage/router/router/upstream/socks5/socks5test"
 )
 
 const (
@@ -34,19 +33,6 @@ const (
 	proxyPass = "loopback-Secret-42"
 	ioTimeout = 10 * time.Second
 )
-
-// loopbackDial dials loopback addresses only, "localhost" as 127.0.0.1.
-func loopbackDial(ctx context.Context, network, addr string) (net.Conn, error) {
-	if host, port, err := net.SplitHostPort(addr); err == nil && host == "localhost" {
-		addr = net.JoinHostPort("127.0.0.1", port)
-	}
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil || !ap.Addr().IsLoopback() {
-		return nil, fmt.Errorf("test dials loopback only, not %q", addr)
-	}
-	var d net.Dialer
-	return d.DialContext(ctx, network, addr)
-}
 
 // countingDial is the upstream's injected dialer: loopback only, and it
 // counts what it dials by network.
@@ -59,7 +45,7 @@ func (c *countingDial) dial(ctx context.Context, network, addr string) (net.Conn
 	case "udp":
 		c.udp.Add(1)
 	}
-	return loopbackDial(ctx, network, addr)
+	return socks5test.LoopbackDial(ctx, network, addr)
 }
 
 func startTarget(t *testing.T) netip.AddrPort {
@@ -117,41 +103,22 @@ func startUDPEcho(t *testing.T) netip.AddrPort {
 	return pc.LocalAddr().(*net.UDPAddr).AddrPort()
 }
 
-// startSOCKS runs go-socks5 on ln (127.0.0.1:0 when nil), with credentials
-// when creds is true; it stops at cleanup or when stop is called.
+// startSOCKS runs go-socks5 (socks5test) on ln (127.0.0.1:0 when nil), with
+// credentials when creds is true; it stops at cleanup or when stop is called.
 func startSOCKS(t *testing.T, ln net.Listener, creds bool) (addr netip.AddrPort, stop func()) {
 	t.Helper()
-	opts := []gosocks5.Option{gosocks5.WithDial(loopbackDial)}
+	o := socks5test.Options{Listener: ln}
 	if creds {
-		opts = append(opts, gosocks5.WithCredential(gosocks5.StaticCredentials{proxyUser: proxyPass}))
+		o.Credentials = map[string]string{proxyUser: proxyPass}
 	}
-	if ln == nil {
-		var err error
-		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			t.Fatalf("proxy listen: %v", err)
-		}
-	}
-	srv := gosocks5.NewServer(opts...)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			ln.Close()
-			<-done
-		})
-	}
-	t.Cleanup(stop)
-	return ln.Addr().(*net.TCPAddr).AddrPort(), stop
+	s := socks5test.Start(t, o)
+	return s.Addr, s.Stop
 }
 
 func newUpstream(t *testing.T, cfg upstream.Config, opts upstream.Options) upstream.Upstream {
 	t.Helper()
 	if opts.Dial == nil {
-		opts.Dial = loopbackDial
+		opts.Dial = socks5test.LoopbackDial
 	}
 	u, err := upstream.New(cfg, opts)
 	if err != nil {

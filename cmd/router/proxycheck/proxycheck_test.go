@@ -19,11 +19,11 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
-	gosocks5 "github.com/things-go/go-socks5"
 
 	"github.com/agentcage/router/cmd/router/proxycheck"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/httpconnect/httpconnecttest"
+	"github.com/agentcage/router/router/upstream/socks5/socks5test"
 )
 
 const (
@@ -50,36 +50,18 @@ func loopbackDial(ctx context.Context, network, addr string) (net.Conn, error) {
 	return d.DialContext(ctx, network, net.JoinHostPort(host, port))
 }
 
-type echoResolver struct{}
-
-func (echoResolver) Resolve(ctx context.Context, name string) (context.Context, net.IP, error) {
-	if name == echoName || name == "localhost" {
-		return ctx, net.IPv4(127, 0, 0, 1), nil
-	}
-	return ctx, nil, fmt.Errorf("no such name %q in the test", name)
-}
-
 func startSOCKS(t *testing.T, creds bool) netip.AddrPort {
 	t.Helper()
-	opts := []gosocks5.Option{gosocks5.WithDial(loopbackDial), gosocks5.WithResolver(echoResolver{})}
+	o := socks5test.Options{Dial: loopbackDial, Resolve: func(_ context.Context, name string) (netip.Addr, error) {
+		if name == echoName || name == "localhost" {
+			return netip.AddrFrom4([4]byte{127, 0, 0, 1}), nil
+		}
+		return netip.Addr{}, fmt.Errorf("no such name %q in the test", name)
+	}}
 	if creds {
-		opts = append(opts, gosocks5.WithCredential(gosocks5.StaticCredentials{user: password}))
+		o.Credentials = map[string]string{user: password}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("proxy listen: %v", err)
-	}
-	srv := gosocks5.NewServer(opts...)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-	})
-	return ln.Addr().(*net.TCPAddr).AddrPort()
+	return socks5test.Start(t, o).Addr
 }
 
 // startEcho answers every GET with the exit address in plain text.

@@ -5,7 +5,6 @@ package socks5_test
 // on 127.0.0.1:0 that writes a banner the moment it accepts, then echoes.
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,10 +16,9 @@ import (
 	"testing"
 	"time"
 
-	gosocks5 "github.com/things-go/go-socks5"
-
 	"github.com/agentcage/router/internal/winetest"
 	"github.com/agentcage/router/router/upstream/socks5"
+	"github.com/agentcage/router/router/upstream/socks5/socks5test"
 )
 
 const (
@@ -62,41 +60,11 @@ func startTarget(t testing.TB) netip.AddrPort {
 	return ln.Addr().(*net.TCPAddr).AddrPort()
 }
 
-// startProxy runs go-socks5 on 127.0.0.1:0, with its username/password
-// authenticator when creds is not nil. Its dialer refuses anything but
-// loopback, so no test traffic can leave the machine.
+// startProxy runs go-socks5 (socks5test) with its username/password
+// authenticator when creds is not nil.
 func startProxy(t testing.TB, creds map[string]string) string {
 	t.Helper()
-	loopbackOnly := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if host, port, err := net.SplitHostPort(addr); err == nil && host == "localhost" {
-			addr = net.JoinHostPort("127.0.0.1", port) // UDP targets come by name
-		}
-		ap, err := netip.ParseAddrPort(addr)
-		if err != nil || !ap.Addr().IsLoopback() {
-			return nil, fmt.Errorf("test proxy dials loopback only, not %q", addr)
-		}
-		var d net.Dialer
-		return d.DialContext(ctx, network, addr)
-	}
-	opts := []gosocks5.Option{gosocks5.WithDial(loopbackOnly)}
-	if creds != nil {
-		opts = append(opts, gosocks5.WithCredential(gosocks5.StaticCredentials(creds)))
-	}
-	srv := gosocks5.NewServer(opts...)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("proxy listen: %v", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-	})
-	return ln.Addr().String()
+	return socks5test.Start(t, socks5test.Options{Credentials: creds}).Addr.String()
 }
 
 // dialProxy connects to the proxy with a deadline for the whole test.
