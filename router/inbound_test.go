@@ -10,10 +10,10 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5"
@@ -95,25 +95,6 @@ func (e *env) httpConnect(addr netip.AddrPort, target, extra string) (net.Conn, 
 	return c, br, resp.StatusCode
 }
 
-// proxyResolvedNames is the DNS side for direct names: it resolves through "the proxy" from a
-// table and records what it was asked.
-type proxyResolvedNames struct {
-	fakeNames
-	mu    sync.Mutex
-	hosts map[string]netip.Addr
-	asked []string
-}
-
-func (n *proxyResolvedNames) ResolveViaProxy(_ context.Context, name string) ([]netip.Addr, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.asked = append(n.asked, name)
-	if a, ok := n.hosts[name]; ok {
-		return []netip.Addr{a}, nil
-	}
-	return nil, fmt.Errorf("no such host %q", name)
-}
-
 // noLocalResolve fails the test when the router would resolve a destination itself.
 func noLocalResolve(t *testing.T) func(context.Context, string) ([]netip.Addr, error) {
 	return func(_ context.Context, host string) ([]netip.Addr, error) {
@@ -182,7 +163,7 @@ func TestInboundHandsTheNameToTheProxy(t *testing.T) {
 // DNS side (through the proxy), and the address an inbound was asked for is dialed as it is.
 func TestInboundDirectResolvesThroughTheProxy(t *testing.T) {
 	target := startTarget(t, "direct\n")
-	names := &proxyResolvedNames{hosts: map[string]netip.Addr{"model.lab.test": target.Addr()}}
+	names := &dnstest.Names{Resolved: map[string][]netip.Addr{"model.lab.test": {target.Addr()}}}
 	e := newEnv(t, Settings{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{Names: names, Resolve: noLocalResolve(t)})
 	addr := e.startInbound(Inbound{Type: InboundSOCKS5})
 	c, code := e.socksConnect(addr, socks5.Addr{Name: "model.lab.test", Port: target.Port()})
@@ -196,8 +177,8 @@ func TestInboundDirectResolvesThroughTheProxy(t *testing.T) {
 	if code != 0 || readN(t, c, 7) != "direct\n" {
 		t.Fatalf("by address: reply %d", code)
 	}
-	if len(names.asked) != 1 || names.asked[0] != "model.lab.test" {
-		t.Errorf("resolved through the proxy: %q; want model.lab.test once", names.asked)
+	if asked := names.Lookups(); len(asked) != 1 || asked[0] != "model.lab.test" {
+		t.Errorf("resolved through the proxy: %q; want model.lab.test once", asked)
 	}
 }
 

@@ -12,33 +12,13 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
 )
-
-// resolvingNames is fakeNames whose ResolveViaProxy answers from a table (a name with no
-// addresses fails) and counts the lookups.
-type resolvingNames struct {
-	*fakeNames
-	mu      sync.Mutex
-	answers map[string][]netip.Addr
-	lookups atomic.Int32
-	delay   time.Duration
-}
-
-func (f *resolvingNames) ResolveViaProxy(ctx context.Context, name string) ([]netip.Addr, error) {
-	f.lookups.Add(1)
-	time.Sleep(f.delay)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if a := f.answers[name]; len(a) > 0 {
-		return a, nil
-	}
-	return nil, fmt.Errorf("resolve %s via proxy: no address", name)
-}
 
 // TestResolvedCases: the relay looks a caged flow's name up when the policy asks, and
 // decides the shared resolved cases as the policy does.
@@ -59,10 +39,8 @@ func TestResolvedCases(t *testing.T) {
 	for _, c := range policytest.ResolvedCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			fl := c.Flow
-			names := &resolvingNames{
-				fakeNames: &fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"), m: map[netip.Addr]string{fl.Dst: fl.Host}},
-				answers:   map[string][]netip.Addr{fl.Host: fl.Resolved},
-			}
+			names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: map[netip.Addr]string{fl.Dst: fl.Host},
+				Resolved: map[string][]netip.Addr{fl.Host: fl.Resolved}}
 			opts := Options{
 				Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
 					return netip.AddrPortFrom(fl.Src, 40000), netip.AddrPortFrom(fl.Dst, fl.Port), nil
@@ -87,7 +65,7 @@ func TestResolvedCases(t *testing.T) {
 			if c.NeedsResolve || c.Action == rules.Direct {
 				want = 1
 			}
-			if n := names.lookups.Load(); n != want {
+			if n := int32(len(names.Lookups())); n != want {
 				t.Errorf("%d lookups of the name, want %d", n, want)
 			}
 		})

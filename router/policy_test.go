@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
@@ -47,8 +48,8 @@ func TestSharedCases(t *testing.T) {
 					return proc.Info{PID: 7, Name: fl.App}, nil
 				},
 				FromVM: func(netip.Addr) bool { return fl.FromVM },
-				Names: &fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"),
-					m: map[netip.Addr]string{policytest.PoolAddr: policytest.PoolName}},
+				Names: &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"),
+					Names: map[netip.Addr]string{policytest.PoolAddr: policytest.PoolName}},
 			}
 			pol := Settings{Decision: dec, Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Addr.Port()}}}}
 			e := newEnv(t, pol, opts)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
@@ -321,7 +322,7 @@ func TestDirect(t *testing.T) {
 func TestProxyHandsTheNameToTheProxy(t *testing.T) {
 	target := startTarget(t, "via-proxy\n")
 	p := startProxy(t, map[string]netip.Addr{"echo.lab.test": target.Addr()}, map[string]string{"agent": "pw-42"})
-	names := &fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"), m: map[netip.Addr]string{netip.MustParseAddr("198.18.0.7"): "echo.lab.test"}}
+	names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: map[netip.Addr]string{netip.MustParseAddr("198.18.0.7"): "echo.lab.test"}}
 	pol := Settings{
 		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
 		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Addr.Port(), Username: "agent", Password: "pw-42"}}},
@@ -557,21 +558,6 @@ func TestForwardStreamsUnbuffered(t *testing.T) {
 			t.Errorf("event %d (%q) arrived %v after it was sent", i, strings.TrimSpace(line), lag)
 		}
 	}
-}
-
-type fakeNames struct {
-	pool netip.Prefix
-	m    map[netip.Addr]string
-}
-
-func (f *fakeNames) InPool(a netip.Addr) bool { return f.pool.Contains(a) }
-func (f *fakeNames) Acquire(a netip.Addr) (string, func(), bool) {
-	n, ok := f.m[a]
-	return n, func() {}, ok
-}
-func (f *fakeNames) NameFor(a netip.Addr) (string, bool) { return "", false }
-func (f *fakeNames) ResolveViaProxy(ctx context.Context, name string) ([]netip.Addr, error) {
-	return nil, errors.New("not in this test")
 }
 
 // TestProxyNameResolvedAgainWhenItsAddressFails: a proxy given by name whose remembered

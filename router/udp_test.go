@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/upstreamtest"
@@ -206,7 +207,7 @@ func TestUDPThroughAssociation(t *testing.T) {
 // TestUDPFakeIPName: a datagram to a fake IP goes with its name (ATYP domain); the answer,
 // reported by name or by the IP the proxy resolved, comes back from the fake IP.
 func TestUDPFakeIPName(t *testing.T) {
-	names := &fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"), m: map[netip.Addr]string{fakeIP.Addr(): "echo.lab.test"}}
+	names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: map[netip.Addr]string{fakeIP.Addr(): "echo.lab.test"}}
 	e := newUDPEnv(t, names, nil, proxyAll)
 	e.send(guest, fakeIP, "ping")
 	a := e.association(0)

@@ -30,11 +30,12 @@ var table = []struct{ pkg, imports, tests string }{
 	{"conf/lint", "conf internal/netaddr rules rules/policy windivert/adapters", ""},
 
 	// The DNS side.
+	{"dns/dnstest", "", ""},
 	{"dns", "conf internal/accept internal/ports internal/tally rules/refusal", ""},
 
 	// The Linux data path and what it dials.
 	{"router", "dns internal/accept internal/netaddr internal/tally router/proc router/sockmap router/upstream router/upstream/socks5 rules rules/policy rules/refusal",
-		"conf internal/roottest router/upstream/socks5/socks5test router/upstream/upstreamtest rules/policy/policytest"},
+		"conf dns/dnstest internal/roottest router/upstream/socks5/socks5test router/upstream/upstreamtest rules/policy/policytest"},
 	{"router/upstream", "conf router/upstream/httpconnect router/upstream/socks5",
 		"internal/winetest router/upstream/httpconnect/httpconnecttest router/upstream/socks5/socks5test router/upstream/upstreamtest"},
 	{"router/upstream/upstreamtest", "router/upstream", ""},
@@ -61,7 +62,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert/windiverttest", "windivert", ""},
 	{"windivert/packet", "", ""},
 	{"windivert/redirect", "dns router/proc rules rules/policy rules/refusal windivert windivert/packet",
-		"conf internal/winetest rules/policy/policytest windivert/dist windivert/windiverttest"},
+		"conf dns/dnstest internal/winetest rules/policy/policytest windivert/dist windivert/windiverttest"},
 	{"windivert/wfp", "", "internal/winetest"},
 	{"windivert/wfp/guard", "internal/ports windivert/wfp", "windivert/wfp/wfptest"},
 	{"windivert/wfp/wfptest", "windivert/wfp", ""},

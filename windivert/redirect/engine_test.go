@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/refusal"
@@ -333,7 +334,7 @@ func TestDNS(t *testing.T) {
 // TestUDP: UDP passes for direct verdicts and is dropped for proxied, blocked and pool
 // destinations, packet after packet.
 func TestUDP(t *testing.T) {
-	names := fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15")}
+	names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15")}
 	e, dev, _ := newTest(t, true, testRules(t), Options{Names: names})
 	for _, c := range []struct {
 		dst  netip.AddrPort
@@ -373,7 +374,7 @@ func TestNamesAndFinality(t *testing.T) {
 	tbl := testPolicy(append([]rules.Rule{all[0], name}, all[1:]...))
 	named := netip.MustParseAddrPort("198.51.100.30:443")
 	poolNamed := netip.MustParseAddrPort("198.18.0.77:443")
-	names := fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"), names: map[netip.Addr]string{named.Addr(): "blocked.example", poolNamed.Addr(): "fine.example"}}
+	names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: map[netip.Addr]string{named.Addr(): "blocked.example", poolNamed.Addr(): "fine.example"}}
 	e, dev, _ := newTest(t, true, tbl, Options{Names: names})
 	for _, c := range []struct {
 		name  string

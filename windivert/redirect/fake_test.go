@@ -194,18 +194,6 @@ func (d *fakeDNS) HandleWireFrom(_ context.Context, _ dns.Source, q []byte, _ bo
 	return append([]byte{q[0], q[1], 0x81, 0x80}, "answer"...)
 }
 
-// fakeNames has a pool and a few names.
-type fakeNames struct {
-	pool  netip.Prefix
-	names map[netip.Addr]string
-}
-
-func (n fakeNames) InPool(a netip.Addr) bool { return n.pool.Contains(a) }
-func (n fakeNames) NameFor(a netip.Addr) (string, bool) {
-	s, ok := n.names[a]
-	return s, ok
-}
-
 // Fixture addresses.
 var (
 	appA     = netip.MustParseAddrPort("192.0.2.10:50123")

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/windivert/packet"
@@ -56,7 +57,7 @@ func FuzzEngineInput(f *testing.F) {
 		tbl := testRules(t, appRule("curl.exe", rules.Proxy), rules.Rule{Name: "n", Hosts: []rules.Host{{Kind: rules.HostName, Name: "x.example"}}, Action: rules.Block})
 		opts := Options{
 			ListenerPort: lport, DNSPort: 47153, DNS: &fakeDNS{},
-			Names:         fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"), names: map[netip.Addr]string{direct.Addr(): "x.example"}},
+			Names:         &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: map[netip.Addr]string{direct.Addr(): "x.example"}},
 			Resolver:      &fakeResolver{infos: map[uint32]proc.Info{4: {PID: 4, Name: "curl.exe"}}},
 			Lookup:        (&fakeLookup{owners: map[netip.AddrPort]proc.Info{appA: {PID: 5, Name: "curl.exe"}}}).lookup,
 			OwnPIDs:       []uint32{own},

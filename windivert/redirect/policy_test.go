@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
@@ -39,7 +40,7 @@ func TestSharedCases(t *testing.T) {
 			if c.Flow.App != "" {
 				lk.owners[src] = proc.Info{PID: 7, Name: c.Flow.App}
 			}
-			names := fakeNames{names: map[netip.Addr]string{policytest.PoolAddr: policytest.PoolName}}
+			names := &dnstest.Names{Names: map[netip.Addr]string{policytest.PoolAddr: policytest.PoolName}}
 			e, dev, _ := newTest(t, true, dec, Options{Lookup: lk.lookup, Names: names, DNS: &fakeDNS{}, DNSPort: dnsPort})
 			tcp := c.Flow.Network == rules.TCP
 			b := udpPkt(src, dst, "\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00")

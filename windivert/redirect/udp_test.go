@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/windivert/packet"
@@ -38,7 +39,7 @@ func (r *fakeRelay) take() ([]UDPFlow, []string) {
 // relay's answers are injected inbound from the destination, on the flow's interface.
 func TestUDPRelay(t *testing.T) {
 	relay := &fakeRelay{}
-	names := fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"), names: map[netip.Addr]string{poolDst.Addr(): "fine.example"}}
+	names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: map[netip.Addr]string{poolDst.Addr(): "fine.example"}}
 	lookup := &fakeLookup{owners: map[netip.AddrPort]proc.Info{appA: {PID: 42, Name: "VBoxHeadless.exe"}}}
 	e, dev, _ := newTest(t, true, testRules(t, appRule("VBoxHeadless.exe", rules.Proxy)), Options{Names: names, UDP: relay, Lookup: lookup.lookup})
 	for _, c := range []struct {
