@@ -75,7 +75,7 @@ type windowsScene struct {
 
 func newWindowsScene(t *testing.T) *windowsScene {
 	s := &windowsScene{drv: windiverttest.NewDriver(), wfp: wfptest.New()}
-	s.p = newEnginePlatform(slog.New(slog.DiscardHandler), engineDeps{
+	s.p = newRedirectPlatform(slog.New(slog.DiscardHandler), engineDeps{
 		LoadDriver: func() (windivert.Driver, func() error, error) { return s.drv, func() error { return nil }, nil },
 		WFP:        s.wfp,
 		Machine:    machine{},

@@ -57,7 +57,7 @@ func NewPlatform(log *slog.Logger) Platform {
 		OwnPID:       uint32(os.Getpid()),
 		ReservePorts: reservePorts,
 	}
-	return windowsPlatform{newEnginePlatform(log, deps)}
+	return windowsPlatform{newRedirectPlatform(log, deps)}
 }
 
 // serviceName is the service's name when the service manager runs this process.
