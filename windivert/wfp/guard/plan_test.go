@@ -49,11 +49,11 @@ func vmwareAdapters() []VMAdapter {
 func baseEnv() Env {
 	return Env{
 		VMAdapters: []VMAdapter{vboxAdapter()},
-		CagedApps: []string{vboxVM, vboxHeadless, vboxNetNAT, strings.ToUpper(vboxVM)},
-		Router:    routerExe,
-		Service:   "router",
-		Listeners: []uint16{47100},
-		DNSPorts:  []uint16{47153},
+		CagedApps:  []string{vboxVM, vboxHeadless, vboxNetNAT, strings.ToUpper(vboxVM)},
+		Router:     routerExe,
+		Service:    "router",
+		Listeners:  []uint16{47100},
+		DNSPorts:   []uint16{47153},
 		Forwards: []Forward{{
 			Listen:  netip.MustParseAddrPort("192.168.56.1:47831"),
 			Connect: netip.MustParseAddrPort("127.0.0.1:47831"),

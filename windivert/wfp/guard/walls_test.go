@@ -55,7 +55,9 @@ func connect(app string, proto uint8, remote string) wfptest.Flow {
 // adapter luid whose host address is host; forward is the router's forward there (listen
 // address and port), from an allowed source.
 func wallProbes(guest, host string, luid uint64, forward string) []probe {
-	on := func(port string) string { return netip.AddrPortFrom(netip.MustParseAddr(host), 0).Addr().String() + ":" + port }
+	on := func(port string) string {
+		return netip.AddrPortFrom(netip.MustParseAddr(host), 0).Addr().String() + ":" + port
+	}
 	from := guest + ":40000"
 	return []probe{
 		// A guest to the host's services: refused in every state until cleanup, though the
