@@ -21,6 +21,7 @@ import (
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
 	"github.com/agentcage/router/windivert"
+	"github.com/agentcage/router/windivert/adapters"
 	"github.com/agentcage/router/windivert/redirect"
 	"github.com/agentcage/router/windivert/wfp"
 	"github.com/agentcage/router/windivert/wfp/guard"
@@ -71,6 +72,9 @@ type engineDeps struct {
 	WFP wfp.Engine
 	// Machine finds the caged apps' executables (registry, install directories).
 	Machine guard.Machine
+	// Adapters lists the VM-facing adapters whose guests the guard walls the host from
+	// (nil: none, only the cage subnets).
+	Adapters func() ([]adapters.Adapter, error)
 	// Router is the absolute path of the router's executable; Service its Windows service
 	// name when it runs as one ("" in the foreground).
 	Router, Service string
@@ -136,9 +140,11 @@ func (p *redirectPlatform) Failed() <-chan error { return p.failed }
 
 // GuardPlan is the WFP guard a config asks for on this machine: the caged apps (the apps of
 // proxy and block rules, the presets' and the known hypervisors' images) resolved to
-// executables, the router's ports and forwards, the DNS scope and the cage subnets. Names no executable answers to are
-// returned: the capture still cages them by name, the guard cannot.
-func GuardPlan(cfg *conf.Config, m guard.Machine, router, service string) (guard.Plan, []string, error) {
+// executables, the router's ports and forwards, the DNS scope, the cage subnets and the
+// VM-facing adapters of vms that the host is walled from (adapters.Adapter.Walled). Names
+// no executable answers to are returned: the capture still cages them by name, the guard
+// cannot.
+func GuardPlan(cfg *conf.Config, m guard.Machine, vms []adapters.Adapter, router, service string) (guard.Plan, []string, error) {
 	var names []string
 	for _, r := range cfg.Rules {
 		if r.Action == rules.Direct {
@@ -174,6 +180,11 @@ func GuardPlan(cfg *conf.Config, m guard.Machine, router, service string) (guard
 		// A Hyper-V internal switch's guests have no way out but the router's inbound and
 		// forwards: the guard forbids forwarding anything from them, in every state.
 		CageSubnets: cfg.Capture.CageSubnets,
+	}
+	for _, a := range vms {
+		if a.Walled(cfg.Capture.CageSubnets) {
+			env.VMAdapters = append(env.VMAdapters, guard.VMAdapter{Name: a.Name, LUID: a.LUID, Subnets: a.Subnets})
+		}
 	}
 	if cfg.Capture.DNSPort != 0 {
 		env.DNSPorts = []uint16{cfg.Capture.DNSPort}
@@ -234,9 +245,23 @@ func configNames(cfg *conf.Config, name string) bool {
 	return false
 }
 
+// vmAdapters lists this machine's VM-facing adapters for the walls; none when they cannot
+// be listed (the cage subnets still are walled), which is logged.
+func (p *redirectPlatform) vmAdapters() []adapters.Adapter {
+	if p.deps.Adapters == nil {
+		return nil
+	}
+	as, err := p.deps.Adapters()
+	if err != nil {
+		p.log.Warn("VM-facing adapters not listed: the guard walls the cage subnets only", "err", err)
+		return nil
+	}
+	return as
+}
+
 // installGuard puts the config's guard in place (re-armed when armed).
 func (p *redirectPlatform) installGuard(cfg *conf.Config) error {
-	plan, unresolved, err := GuardPlan(cfg, p.deps.Machine, p.deps.Router, p.deps.Service)
+	plan, unresolved, err := GuardPlan(cfg, p.deps.Machine, p.vmAdapters(), p.deps.Router, p.deps.Service)
 	if err != nil {
 		return fmt.Errorf("guard plan: %w", err)
 	}
@@ -330,7 +355,7 @@ func (p *redirectPlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv
 		DNSPort:      cfg.Capture.DNSPort,
 		Exclusions:   p.exclusions(cfg, ups),
 	}
-	_, unresolved, _ := GuardPlan(cfg, p.deps.Machine, p.deps.Router, p.deps.Service)
+	_, unresolved, _ := GuardPlan(cfg, p.deps.Machine, nil, p.deps.Router, p.deps.Service)
 	if ports, narrow := udpScope(cfg, unresolved); narrow {
 		wc.UDP = []windivert.PortRange{}
 		for _, r := range ports {
@@ -393,7 +418,7 @@ func (p *redirectPlatform) udpCovered(cfg *conf.Config) error {
 	if p.udp == nil {
 		return nil // every UDP packet is taken
 	}
-	_, unresolved, _ := GuardPlan(cfg, p.deps.Machine, p.deps.Router, p.deps.Service)
+	_, unresolved, _ := GuardPlan(cfg, p.deps.Machine, nil, p.deps.Router, p.deps.Service)
 	ports, narrow := udpScope(cfg, unresolved)
 	if !narrow {
 		return errors.New("the capture takes only the caged apps' UDP to a few ports, and this config needs all of it (local = true, a caged service, a caged app not found, or a direct rule for caged flows without ports): restart the router to apply it")
