@@ -41,6 +41,7 @@ const (
 	CheckNothingCaught = "nothing-captured" // no vm_networks and local = false
 	CheckUncagedSwitch = "uncaged-adapter"  // Windows NAT or forwarding carries an adapter's guests
 	CheckHostResolver  = "host-resolver"    // a VM resolves through the host's Dnscache, which "caged" passes
+	CheckBridged       = "bridged-vm"       // a VM bridged to a host adapter: no capture sees it
 )
 
 // Finding is one problem.

@@ -272,13 +272,13 @@ func natText(n NAT) string {
 func cageText(a Adapter) string {
 	switch {
 	case a.Kind == KindVirtualBox || a.Kind == KindVMware:
-		return "guests leave through the hypervisor's processes: cage them with hypervisors = [\"virtualbox\"] or [\"vmware\"]; forwards may listen here"
+		return "guests leave through the hypervisor's processes: cage them with hypervisors = [\"virtualbox\"] or [\"vmware\"]; forwards may listen here; the guard walls this host's services off from its guests (only the forwards, the inbounds and DHCP answer them); a VM bridged to a host adapter instead is not caged (see BRIDGED)"
 	case a.Uncageable():
 		return "UNCAGED: Windows carries its guests out in the kernel, where no capture sees them; for an agent use an Internal switch without NAT and put its subnet in cage_subnets"
 	case a.NAT == NATUnknown:
 		return "unknown: if nothing NATs or forwards for it (an Internal switch), its subnet goes in cage_subnets"
 	}
-	return "closed by construction (no NAT, no forwarding): put its subnet in cage_subnets; guests reach the internet only through the router's inbound"
+	return "closed by construction (no NAT, no forwarding): put its subnet in cage_subnets (the guard then also walls this host's services off from it); guests reach the internet only through the router's inbound"
 }
 
 func orNone(xs []string) string {
