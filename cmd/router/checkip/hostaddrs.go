@@ -12,7 +12,7 @@ import (
 )
 
 // SystemHostTargets is the host probe's discovery on this guest: the default gateways (IPv4
-// and IPv6, from the routing table), the resolvers of its DNS configuration, and the first
+// and IPv6, from the routing table), the private resolvers of its DNS configuration, the first
 // address of each network of its interfaces (where a host-only or internal network puts the
 // host: VirtualBox's 192.168.56.1, VMware's .1, a Hyper-V switch's host address) and the
 // metadata service (MetadataAddr, port 80), in that order; and the guest's own addresses, which are never probed. What cannot be read is left
@@ -48,7 +48,11 @@ func SystemHostTargets() (targets []Target, own []netip.Addr) {
 	}
 	targets = append(targets, systemGateways()...)
 	for _, r := range systemResolvers() {
-		targets = append(targets, Target{Addr: r, Why: "resolver"})
+		// A public resolver is not the host (and reached through the cage it is the
+		// proxy's business); a private one is the hypervisor's NAT DNS, on the host side.
+		if r.IsPrivate() || r.IsLinkLocalUnicast() {
+			targets = append(targets, Target{Addr: r, Why: "resolver"})
+		}
 	}
 	targets = append(targets, SubnetTargets(prefixes)...)
 	targets = append(targets, Target{Addr: MetadataAddr, Why: "metadata service", Ports: []uint16{80}})
