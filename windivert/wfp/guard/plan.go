@@ -12,6 +12,7 @@ import (
 	"strings"
 	"unicode/utf16"
 
+	"github.com/agentcage/router/internal/ports"
 	"github.com/agentcage/router/windivert/wfp"
 )
 
@@ -87,11 +88,6 @@ var hypervisorLoopback = []struct {
 	{"vmware-vmx.exe", []uint16{902, 912}},
 }
 
-// DHCP server ports (v4, v6): a guest's DHCP reaches this machine through the walls.
-const (
-	dhcpV4 = 67
-	dhcpV6 = 547
-)
 
 // Forward is one model forward: the router listens on Listen and takes connections from
 // Allow only. Connect is where it forwards to; a loopback Connect's port is one caged apps
@@ -207,7 +203,7 @@ func NewPlan(env Env) (Plan, error) {
 		router = append(router, wfp.User(ServiceSID(env.Service)))
 	}
 	tcpUDP := []wfp.Condition{wfp.Protocol(wfp.ProtoTCP), wfp.Protocol(wfp.ProtoUDP)}
-	dns := []wfp.Condition{wfp.RemotePort(wfp.Port(53)), wfp.RemotePort(wfp.Port(853))}
+	dns := []wfp.Condition{wfp.RemotePort(wfp.Port(ports.DNS)), wfp.RemotePort(wfp.Port(ports.DoT))}
 
 	connect := []wfp.Layer{wfp.LayerConnectV4, wfp.LayerConnectV6}
 	accept := []wfp.Layer{wfp.LayerAcceptV4, wfp.LayerAcceptV6}
@@ -280,7 +276,7 @@ func NewPlan(env Env) (Plan, error) {
 	}
 	if env.DNSAll {
 		add(&p.Dynamic, "D2", "DNS passes to the capture while the router runs", connect, weightD2, wfp.Permit, false, dynamic,
-			tcpUDP, []wfp.Condition{wfp.RemotePort(wfp.Port(53))})
+			tcpUDP, []wfp.Condition{wfp.RemotePort(wfp.Port(ports.DNS))})
 		add(&p.Persistent, "S2", "the router's own DNS", connect, weightS2, wfp.Permit, true, persistent, router, tcpUDP, dns)
 		add(&p.Persistent, "S1", "DNS and DoT are blocked for every other process", connect, weightS1, wfp.Block, false, persistentAndBoot, tcpUDP, dns)
 	}
@@ -365,9 +361,9 @@ func (p *Plan) walls(add addFunc) {
 	}
 	notLoopback := []wfp.Condition{wfp.FlagsClear(wfp.FlagLoopback)}
 	for _, l := range []wfp.Layer{wfp.LayerAcceptV4, wfp.LayerAcceptV6} {
-		dhcp := uint16(dhcpV4)
+		dhcp := ports.DHCPServer4 // a guest's DHCP reaches this machine through the walls
 		if l.IPv6() {
-			dhcp = dhcpV6
+			dhcp = ports.DHCPServer6
 		}
 		add(&p.Persistent, "A1", "a guest's DHCP passes the walls", []wfp.Layer{l}, weightA1, wfp.Permit, false, persistent,
 			[]wfp.Condition{wfp.Protocol(wfp.ProtoUDP), wfp.LocalPort(wfp.Port(dhcp))})
