@@ -88,7 +88,6 @@ var hypervisorLoopback = []struct {
 	{"vmware-vmx.exe", []uint16{902, 912}},
 }
 
-
 // Forward is one model forward: the router listens on Listen and takes connections from
 // Allow only. Connect is where it forwards to; a loopback Connect's port is one caged apps
 // may reach on this machine directly (VirtualBox's NAT turns the guest's 10.0.2.2 into a
