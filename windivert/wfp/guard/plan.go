@@ -138,6 +138,8 @@ const SublayerWeight uint16 = 0xFFF0
 //	                                       (and vmware-vmx.exe to authd's 902, 912)
 //	P2  connect       14      block        caged app, this machine                          persistent
 //	P4  connect       11      block        caged app, remote link-local                     persistent
+//	A0  accept        14      block        listener/DNS ports, from a VM-facing adapter or  persistent
+//	                                       subnet, not loopback
 //	D3  accept        13      hard permit  router (+SID), listener/DNS ports, any source     dynamic
 //	                                       router (+SID), forward or inbound addr:port,
 //	                                       allowed source
@@ -160,7 +162,10 @@ const SublayerWeight uint16 = 0xFFF0
 // and inbounds take their allowed sources and D4 refuses the rest. "Not loopback" keeps
 // this machine's own connections out of them, also those made to its own address on a
 // VM-facing adapter (a hypervisor's console to vmware-authd, a resolver on loopback that
-// a NAT process asks).
+// a NAT process asks). A0 keeps the guests off the router's own transparent listener and
+// DNS port too, which D3 opens to any source (a reflected connection carries the original
+// destination as its source): the engine reflects a caged app's connection on the
+// interface it was leaving by, and a proxied flow never leaves by a VM-facing adapter.
 //
 // "This machine" is the loopback condition flag: Windows sets it when both ends are this
 // host, whatever the address (127/8, ::1, the LAN or host-only address), which is exactly
@@ -168,6 +173,7 @@ const SublayerWeight uint16 = 0xFFF0
 const (
 	weightP1 = 15
 	weightP2 = 14
+	weightA0 = 14
 	weightD3 = 13
 	weightD4 = 12
 	weightP4 = 11
@@ -340,8 +346,9 @@ func NewPlan(env Env) (Plan, error) {
 // addFunc is NewPlan's add: it appends one filter per layer (and boot-time twin).
 type addFunc func(dst *[]wfp.Filter, id, what string, layers []wfp.Layer, w uint64, a wfp.Action, hard bool, lt lifetime, conds ...[]wfp.Condition)
 
-// walls adds A1 to A3: the host takes no connection from the VM-facing adapters and the
-// cage subnets but DHCP (and, while the router runs, its forwards and inbounds, by D3).
+// walls adds A0 to A3: the host takes no connection from the VM-facing adapters and the
+// cage subnets but DHCP (and, while the router runs, its forwards and inbounds, by D3), and
+// the router's listener and DNS port none from them at all (A0, above D3).
 func (p *Plan) walls(add addFunc) {
 	env := p.Env
 	var luids []wfp.Condition
@@ -359,7 +366,22 @@ func (p *Plan) walls(add addFunc) {
 		return
 	}
 	notLoopback := []wfp.Condition{wfp.FlagsClear(wfp.FlagLoopback)}
+	own := portConds(wfp.LocalPort, append(slices.Clone(env.Listeners), env.DNSPorts...))
 	for _, l := range []wfp.Layer{wfp.LayerAcceptV4, wfp.LayerAcceptV6} {
+		var from []wfp.Condition
+		for _, s := range subnets {
+			if s.Addr().Is6() == l.IPv6() {
+				from = append(from, wfp.RemoteAddr(s))
+			}
+		}
+		if len(own) > 0 && len(luids) > 0 {
+			add(&p.Persistent, "A0", "the router's listener and DNS take no connection arriving on a VM-facing adapter", []wfp.Layer{l}, weightA0, wfp.Block, false, persistent,
+				own, luids, notLoopback)
+		}
+		if len(own) > 0 && len(from) > 0 {
+			add(&p.Persistent, "A0 subnets", "the router's listener and DNS take no connection from a VM-facing or cage subnet", []wfp.Layer{l}, weightA0, wfp.Block, false, persistent,
+				own, from, notLoopback)
+		}
 		dhcp := ports.DHCPServer4 // a guest's DHCP reaches this machine through the walls
 		if l.IPv6() {
 			dhcp = ports.DHCPServer6
@@ -369,12 +391,6 @@ func (p *Plan) walls(add addFunc) {
 		if len(luids) > 0 {
 			add(&p.Persistent, "A2", "this machine takes no connection arriving on a VM-facing adapter", []wfp.Layer{l}, weightA2, wfp.Block, false, persistentAndBoot,
 				luids, notLoopback)
-		}
-		var from []wfp.Condition
-		for _, s := range subnets {
-			if s.Addr().Is6() == l.IPv6() {
-				from = append(from, wfp.RemoteAddr(s))
-			}
 		}
 		if len(from) > 0 {
 			add(&p.Persistent, "A3", "this machine takes no connection from a VM-facing or cage subnet", []wfp.Layer{l}, weightA3, wfp.Block, false, persistentAndBoot,

@@ -75,6 +75,11 @@ func wallProbes(guest, host string, luid uint64, forward string) []probe {
 		// forward from its allowed sources while it runs.
 		{"guest DHCP to the host's server", accept(rdpExe, wfp.ProtoUDP, "255.255.255.255:67", "0.0.0.0:68", luid), P, B, P, P},
 		{"guest to the router's forward", accept(routerExe, wfp.ProtoTCP, forward, from, luid, routerSIDs...), B, B, P, B},
+		// The router's transparent listener and DNS port take any source for reflected
+		// connections, but never a guest's own.
+		{"guest to the router's listener", accept(routerExe, wfp.ProtoTCP, on("47100"), from, luid, routerSIDs...), B, B, B, B},
+		{"guest to the router's DNS port", accept(routerExe, wfp.ProtoTCP, on("47153"), from, luid, routerSIDs...), B, B, B, B},
+		{"a reflected connection on the uplink", accept(routerExe, wfp.ProtoTCP, netip.AddrPortFrom(hostLAN, 47100).String(), public.String(), 0, routerSIDs...), B, B, P, B},
 		// This machine's own connections to its address on the adapter stay untouched
 		// (a console to vmware-authd on the VMnet address, a tool to a dev server).
 		{"host to its own adapter address (authd 902)", accept(authd, wfp.ProtoTCP, on("902"), on("50123"), luid), P, P, P, P},
@@ -169,10 +174,10 @@ func TestWalls(t *testing.T) {
 		ps := wallProbes("192.168.131.128", "192.168.131.1", luidVMnet8, "192.168.131.1:47831")
 		// VMnet1 (host-only) has no forward: the guest reaches nothing there but DHCP.
 		for _, p := range wallProbes("192.168.47.128", "192.168.47.1", luidVMnet1, "192.168.47.1:47831") {
-			p.name = "vmnet1: " + p.name
-			if p.flow.App == routerExe {
+			if p.name == "guest to the router's forward" {
 				p.armed = B
 			}
+			p.name = "vmnet1: " + p.name
 			ps = append(ps, p)
 		}
 		walk(t, mustPlan(t, env), append(ps, loopbackProbes()...))
