@@ -4,13 +4,13 @@ import "github.com/cilium/ebpf/asm"
 
 // Offsets in the program's stack (from R10) and in its maps' values.
 const (
-	stKey     = -4  // u32: key 0 of the config map
-	stLPM     = -24 // u32 prefix length, then the 16 bytes of comm: the names trie's key
-	stComm    = -20
-	commLen   = 16 // TASK_COMM_LEN, the NUL included
-	offCookie = 0  // config value: u64 network namespace cookie
-	offMark   = 8  //               u32 mark
-	offSockMark  = 16 // struct bpf_sock: bound_dev_if, family, type, protocol, mark
+	stKey       = -4  // u32: key 0 of the config map
+	stLPM       = -24 // u32 prefix length, then the 16 bytes of comm: the names trie's key
+	stComm      = -20
+	commLen     = 16 // TASK_COMM_LEN, the NUL included
+	offCookie   = 0  // config value: u64 network namespace cookie
+	offMark     = 8  //               u32 mark
+	offSockMark = 16 // struct bpf_sock: bound_dev_if, family, type, protocol, mark
 )
 
 // program runs at every inet socket's creation. In C:
