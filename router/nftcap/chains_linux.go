@@ -119,9 +119,12 @@ func (b *builder) addChains(s Spec) {
 	for i := range s.Inbounds {
 		regular(inboundChain(i))
 	}
+	b.addCagedChains(s)
 	base(chainPrerouting, nftables.ChainTypeNAT, nftables.ChainHookPrerouting, prioNAT)
-	if s.Local {
+	if s.Local || s.caged() {
 		base(chainOutput, nftables.ChainTypeNAT, nftables.ChainHookOutput, prioNAT)
+	}
+	if s.Local {
 		base(chainOutputGuard, nftables.ChainTypeFilter, nftables.ChainHookOutput, prioFilter)
 	}
 	base(chainInput, nftables.ChainTypeFilter, nftables.ChainHookInput, prioFilter)
@@ -206,12 +209,16 @@ func (b *builder) capture(s Spec, vm vmSets) {
 		b.rule(chainPrerouting, ifname(expr.MetaKeyIIFNAME, i), goTo(chainVMCapture))
 	}
 
-	if !s.Local {
+	if !s.Local && !s.caged() {
 		return
 	}
 	mark := metaEq(expr.MetaKeyMARK, native32(s.Mark))
 	oifLo := metaEq(expr.MetaKeyOIF, native32(loopbackIfindex))
 	b.rule(chainOutput, mark, verdict(expr.VerdictReturn))
+	b.cagedOutput(s)
+	if !s.Local {
+		return
+	}
 	b.rule(chainOutput, oifLo, verdict(expr.VerdictReturn))
 	if s.DNSPort != 0 {
 		b.rule(chainOutput, b.dnsMatch(), redirect(s.DNSPort))
@@ -269,6 +276,7 @@ func (b *builder) input(s Spec, vm vmSets) {
 	for i, f := range s.Inbounds {
 		b.allowOnly(inboundChain(i), f)
 	}
+	b.cagedInput(s)
 	b.rule(chainInput, iifLo(), verdict(expr.VerdictAccept))
 	b.rule(chainInput, saddrIn(vm.v4, false), goTo(chainVMInput))
 	b.rule(chainInput, saddrIn(vm.v6, true), goTo(chainVMInput))

@@ -13,6 +13,7 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentcage/router/router/cagemark"
 	"github.com/agentcage/router/rules/refusal"
 )
 
@@ -43,6 +44,16 @@ func Install(spec Spec, opts ...Option) error {
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftcap install table inet %s: %w", spec.table(), err)
 	}
+	// The mark last: the table's rules for it are in place before a socket carries it.
+	if !spec.caged() {
+		// A program left by an earlier spec marks sockets that no rule looks at any more;
+		// taken away when the kernel lets us (it may not offer eBPF at all).
+		_ = cagemark.Remove(o.netNS)
+		return nil
+	}
+	if err := cagemark.Install(cagemark.Config{Names: spec.CagedApps, Mark: spec.CagedMark, NetNS: o.netNS}); err != nil {
+		return fmt.Errorf("nftcap install: caged processes' sockets: %w", err)
+	}
 	return nil
 }
 
@@ -64,6 +75,9 @@ func Remove(table string, opts ...Option) error {
 	}
 	if err := removeUDPRoutes(collect(opts)); err != nil {
 		return fmt.Errorf("nftcap remove udp routing: %w", err)
+	}
+	if err := cagemark.Remove(collect(opts).netNS); err != nil {
+		return fmt.Errorf("nftcap remove: caged processes' sockets: %w", err)
 	}
 	return nil
 }
