@@ -40,5 +40,10 @@ const (
 	UDPRouteTable  = 0x524f     // 21071
 )
 
+// CagedSocketMark (not a key) is the socket mark the Linux kernel puts on every socket a
+// caged process opens (the apps of proxy and block rules, the hypervisor presets' apps), so
+// that nftables captures them, loopback included. It must differ from [capture] mark.
+const CagedSocketMark = 0x52434147 // "RCAG"
+
 // DefaultPool is the fake-IP pool (RFC 2544 benchmarking space, never routed).
 func DefaultPool() netip.Prefix { return netip.MustParsePrefix("198.18.0.0/15") }

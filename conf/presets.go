@@ -62,7 +62,7 @@ func LookupPreset(name, goos string) (Preset, string) {
 			// by default); on Windows no capture sees a network, only processes.
 			p.Interfaces = []string{"vboxnet*"}
 			p.Networks = []netip.Prefix{netip.MustParsePrefix("192.168.56.0/24")}
-			p.Note = "VirtualBox NATs in user space: its traffic is this host's own, captured only with local = true"
+			p.Note = "VirtualBox NATs in user space: its guests' traffic leaves from its own processes, whose sockets the kernel marks"
 		}
 	case "vmware":
 		p.NAT = NATUser
@@ -71,14 +71,17 @@ func LookupPreset(name, goos string) (Preset, string) {
 		} else {
 			p.Apps = []string{"vmnet-natd", "vmware-vmx"}
 			p.Interfaces = []string{"vmnet*"}
-			p.Note = "VMware NATs in user space (vmnet-natd): its traffic is this host's own, captured only with local = true"
+			p.Note = "VMware NATs in user space (vmnet-natd): its guests' traffic leaves from its own processes, whose sockets the kernel marks"
 		}
 	case "qemu":
 		p.NAT = NATUser
 		p.Apps = exe("qemu-system-*")
 		if !win {
-			p.Apps = append(p.Apps, "passt", "slirp4netns")
-			p.Note = "QEMU's user networking (slirp, passt) is this host's own traffic, captured only with local = true"
+			// The user-space NATs under the names they run as: Debian's passt and pasta
+			// re-execute themselves as passt.avx2 (pasta.avx2 links to it) where the CPU
+			// has AVX2; libslirp's slirp4netns; QEMU's own -nic user is qemu-system-*.
+			p.Apps = append(p.Apps, "passt", "passt.avx2", "pasta", "pasta.avx2", "slirp4netns")
+			p.Note = "QEMU's user networking (libslirp, passt, pasta, slirp4netns) leaves from those processes, whose sockets the kernel marks"
 		}
 	case "libvirt":
 		if win {

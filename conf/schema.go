@@ -343,6 +343,9 @@ func (d *decoder) capture(c *Config, v any) {
 			if n == UDPCaptureMark {
 				d.fail(a.key("mark"), "%#x is the mark of captured UDP; pick another", n)
 			}
+			if n == CagedSocketMark {
+				d.fail(a.key("mark"), "%#x is the mark of caged processes' sockets; pick another", n)
+			}
 		}
 	}
 	if v, ok := m["table"]; ok {

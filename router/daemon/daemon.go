@@ -79,6 +79,12 @@ type FDOriginal interface {
 	OriginalFD(fd int, peer netip.AddrPort) (src, dst netip.AddrPort, err error)
 }
 
+// CagedSockets is a Platform whose capture takes some flows only from caged processes'
+// sockets (router.Options.CagedSocket): Linux, where the kernel marks them.
+type CagedSockets interface {
+	CagedSocket() func(src, dst netip.AddrPort) bool
+}
+
 // DNSBinder is a Platform that chooses the address of the daemon's UDP DNS socket. Without
 // it the socket listens on every address ([::]): the Linux capture redirects the queries of
 // VM-facing interfaces to it. The TCP DNS socket always listens on every address (the
@@ -264,6 +270,9 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	}
 	if o, ok := pf.(FDOriginal); ok {
 		ropts.OriginalFD = o.OriginalFD
+	}
+	if c, ok := pf.(CagedSockets); ok {
+		ropts.CagedSocket = c.CagedSocket()
 	}
 	// The DNS server dials through the router (d.r, set below before anything is served)
 	// and the router asks the DNS server for the names behind addresses.

@@ -124,7 +124,7 @@ func (b *builder) addChains(s Spec) {
 	if s.Local || s.caged() {
 		base(chainOutput, nftables.ChainTypeNAT, nftables.ChainHookOutput, prioNAT)
 	}
-	if s.Local {
+	if s.Local || s.caged() {
 		base(chainOutputGuard, nftables.ChainTypeFilter, nftables.ChainHookOutput, prioFilter)
 	}
 	base(chainInput, nftables.ChainTypeFilter, nftables.ChainHookInput, prioFilter)
@@ -216,20 +216,23 @@ func (b *builder) capture(s Spec, vm vmSets) {
 	oifLo := metaEq(expr.MetaKeyOIF, native32(loopbackIfindex))
 	b.rule(chainOutput, mark, verdict(expr.VerdictReturn))
 	b.cagedOutput(s)
-	if !s.Local {
-		return
+	if s.Local {
+		b.rule(chainOutput, oifLo, verdict(expr.VerdictReturn))
+		if s.DNSPort != 0 {
+			b.rule(chainOutput, b.dnsMatch(), redirect(s.DNSPort))
+		}
+		b.rule(chainOutput, goTo(chainCaptureTCP))
 	}
-	b.rule(chainOutput, oifLo, verdict(expr.VerdictReturn))
-	if s.DNSPort != 0 {
-		b.rule(chainOutput, b.dnsMatch(), redirect(s.DNSPort))
-	}
-	b.rule(chainOutput, goTo(chainCaptureTCP))
 
 	// output_guard: what the router cannot proxy (UDP such as QUIC, ICMP, other protocols)
 	// does not leave this host, but for DHCP and the ports of LocalUDPAllow. Redirected DNS
 	// and TCP have been rerouted to lo by the nat chain by now.
+	// Without Local it guards the caged sockets alone.
 	g := chainOutputGuard
 	b.rule(g, mark, verdict(expr.VerdictReturn))
+	if !s.Local {
+		b.rule(g, metaNe(expr.MetaKeyMARK, native32(s.CagedMark)), verdict(expr.VerdictReturn))
+	}
 	b.rule(g, oifLo, verdict(expr.VerdictReturn))
 	b.udpOutputGuard(s)
 	if s.DNSPort == 0 {

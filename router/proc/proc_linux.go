@@ -120,15 +120,20 @@ func (f *LinuxFinder) lookup(proto byte, local, remote netip.AddrPort) (Info, er
 // the link cannot be read (kernel threads, some zombies).
 func (f *LinuxFinder) info(pid int) (Info, error) {
 	dir := filepath.Join(f.procRoot, strconv.Itoa(pid))
+	comm, commErr := os.ReadFile(filepath.Join(dir, "comm"))
+	c := strings.TrimSuffix(string(comm), "\n")
 	if exe, err := os.Readlink(filepath.Join(dir, "exe")); err == nil {
 		exe = strings.TrimSuffix(exe, " (deleted)")
-		return Info{PID: pid, Name: filepath.Base(exe), Path: exe}, nil
+		info := Info{PID: pid, Name: filepath.Base(exe), Path: exe}
+		if commErr == nil && c != info.Name {
+			info.Comm = c
+		}
+		return info, nil
 	}
-	comm, err := os.ReadFile(filepath.Join(dir, "comm"))
-	if err != nil {
-		return Info{}, fmt.Errorf("process %d: %w", pid, err)
+	if commErr != nil {
+		return Info{}, fmt.Errorf("process %d: %w", pid, commErr)
 	}
-	return Info{PID: pid, Name: strings.TrimSuffix(string(comm), "\n")}, nil
+	return Info{PID: pid, Name: c}, nil
 }
 
 // pidOf returns the PID holding socket inode: the cache, then recent owners, then all of
