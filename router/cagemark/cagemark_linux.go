@@ -27,15 +27,14 @@ type Config struct {
 	NetNS int
 }
 
-// Names of the program and of its maps: how Install finds them among the attached ones.
+// Names of the maps, which every program of a namespace shares: how Install finds them.
 const (
-	progName   = "router_cage"
+	progPrefix = "router_cage"
 	configName = "cage_config"
 	namesName  = "cage_names"
 	maxNames   = 256
 	configSize = 16 // u64 cookie, u32 mark, u32 padding
 	keySize    = 4 + commLen
-	attachType = ebpf.AttachCGroupInetSockCreate
 	// soNetnsCookie is SO_NETNS_COOKIE (include/uapi/asm-generic/socket.h).
 	soNetnsCookie = 71
 )
@@ -77,9 +76,9 @@ func key(name string) ([]byte, bool) {
 	return append(k, make([]byte, keySize-len(k))...), true
 }
 
-// Install marks the sockets of cfg.Names created in cfg.NetNS from now on, until Remove:
-// it updates the program already attached for that namespace, or loads and attaches one.
-// Sockets created before keep their mark.
+// Install marks the sockets of cfg.Names created or connected in cfg.NetNS from now on,
+// until Remove: it updates the programs already attached for that namespace, and loads and
+// attaches those missing.
 func Install(cfg Config) error {
 	keys, _ := Keys(cfg.Names)
 	if len(keys) == 0 {
@@ -105,36 +104,43 @@ func Install(cfg Config) error {
 		return fmt.Errorf("cagemark install: %w", err)
 	}
 	defer found.close()
-	conf := config(cookie, cfg.Mark)
-	if len(found) > 0 {
-		// One program per namespace: a second one (two installs that raced) goes.
-		for _, p := range found[1:] {
-			if err := detach(cg, p.prog); err != nil {
+	// The maps of the first program found serve every hook; a program with maps of its
+	// own (two installs that raced), or a second one on a hook, goes.
+	var m *prog
+	have := map[ebpf.AttachType]bool{}
+	for _, p := range found {
+		switch {
+		case m == nil:
+			m = p
+		case p.configID != m.configID || have[p.hook.attach]:
+			if err := detach(cg, p); err != nil {
 				return fmt.Errorf("cagemark install: %w", err)
 			}
+			continue
 		}
-		if err := fill(found[0], conf, keys); err != nil {
+		have[p.hook.attach] = true
+	}
+	if m == nil {
+		if m, err = newMaps(); err != nil {
 			return fmt.Errorf("cagemark install: %w", err)
 		}
-		return nil
+		defer m.close()
 	}
-	p, err := load()
-	if err != nil {
+	if err := fill(m, config(cookie, cfg.Mark), keys); err != nil {
 		return fmt.Errorf("cagemark install: %w", err)
 	}
-	defer p.close()
-	if err := fill(p, conf, keys); err != nil {
-		return fmt.Errorf("cagemark install: %w", err)
-	}
-	if err := link.RawAttachProgram(link.RawAttachProgramOptions{
-		Target: cg, Program: p.prog, Attach: attachType, Flags: unix.BPF_F_ALLOW_MULTI,
-	}); err != nil {
-		return fmt.Errorf("cagemark install: attach to the cgroup root: %w", err)
+	for _, h := range hooks {
+		if have[h.attach] {
+			continue
+		}
+		if err := attach(cg, h, m); err != nil {
+			return fmt.Errorf("cagemark install: %w", err)
+		}
 	}
 	return nil
 }
 
-// Remove detaches the program of the namespace netNS (0: the caller's); none attached is
+// Remove detaches the programs of the namespace netNS (0: the caller's); none attached is
 // not an error.
 func Remove(netNS int) error {
 	cookie, err := netnsCookie(netNS)
@@ -152,15 +158,15 @@ func Remove(netNS int) error {
 	}
 	defer found.close()
 	for _, p := range found {
-		if err := detach(cg, p.prog); err != nil {
+		if err := detach(cg, p); err != nil {
 			return fmt.Errorf("cagemark remove: %w", err)
 		}
 	}
 	return nil
 }
 
-// Installed returns the names and the mark of the program attached for netNS, or false
-// when none is.
+// Installed returns the names and the mark of the programs attached for netNS, or false
+// when not every hook has one.
 func Installed(netNS int) (names []string, mark uint32, ok bool, err error) {
 	cookie, err := netnsCookie(netNS)
 	if err != nil {
@@ -172,10 +178,17 @@ func Installed(netNS int) (names []string, mark uint32, ok bool, err error) {
 	}
 	defer unix.Close(cg)
 	found, err := attached(cg, cookie)
-	if err != nil || len(found) == 0 {
-		return nil, 0, false, err
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("cagemark installed: %w", err)
 	}
 	defer found.close()
+	have := map[ebpf.AttachType]bool{}
+	for _, p := range found {
+		have[p.hook.attach] = true
+	}
+	if len(have) != len(hooks) {
+		return nil, 0, false, nil
+	}
 	var k []byte
 	it := found[0].names.Iterate()
 	var v uint8
@@ -195,10 +208,12 @@ func Installed(netNS int) (names []string, mark uint32, ok bool, err error) {
 	return names, found[0].mark, true, nil
 }
 
-// prog is one loaded or attached program with its maps.
+// prog is one attached program (prog, hook) with its maps, or the maps alone.
 type prog struct {
 	prog          *ebpf.Program
+	hook          hook
 	config, names *ebpf.Map
+	configID      ebpf.MapID
 	mark          uint32 // the mark its config holds (attached)
 }
 
@@ -227,8 +242,8 @@ func config(cookie uint64, mark uint32) []byte {
 	return append(b, 0, 0, 0, 0)
 }
 
-// load creates the maps and the program, not attached.
-func load() (_ *prog, err error) {
+// newMaps creates the config and names maps.
+func newMaps() (_ *prog, err error) {
 	p := &prog{}
 	defer func() {
 		if err != nil {
@@ -242,14 +257,26 @@ func load() (_ *prog, err error) {
 		MaxEntries: maxNames, Flags: unix.BPF_F_NO_PREALLOC}); err != nil {
 		return nil, fmt.Errorf("names map: %w", err)
 	}
-	p.prog, err = ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
-		Name: progName, Type: ebpf.CGroupSock, AttachType: attachType,
-		Instructions: program(p.config.FD(), p.names.FD()), License: "Dual MIT/GPL",
+	return p, nil
+}
+
+// attach loads the program of h over the maps of m and attaches it to the cgroup cg; the
+// attachment holds it.
+func attach(cg int, h hook, m *prog) error {
+	pr, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
+		Name: h.name, Type: h.typ, AttachType: h.attach,
+		Instructions: program(h, m.config.FD(), m.names.FD()), License: "Dual MIT/GPL",
 	}, ebpf.ProgramOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("load program: %w", err)
+		return fmt.Errorf("load program %s: %w", h.name, err)
 	}
-	return p, nil
+	defer pr.Close()
+	if err := link.RawAttachProgram(link.RawAttachProgramOptions{
+		Target: cg, Program: pr, Attach: h.attach, Flags: unix.BPF_F_ALLOW_MULTI,
+	}); err != nil {
+		return fmt.Errorf("attach %s to the cgroup root: %w", h.name, err)
+	}
+	return nil
 }
 
 // fill writes conf and makes the names trie hold exactly keys: the new ones first, then
@@ -287,29 +314,33 @@ func fill(p *prog, conf []byte, keys [][]byte) error {
 	return nil
 }
 
-// attached returns the programs of this package attached to the cgroup cg for the
-// namespace cookie.
+// attached returns the programs of this package attached to the cgroup cg, on every hook,
+// for the namespace cookie.
 func attached(cg int, cookie uint64) (progs, error) {
-	res, err := link.QueryPrograms(link.QueryOptions{Target: cg, Attach: attachType})
-	if err != nil {
-		return nil, fmt.Errorf("query the cgroup root's programs: %w", err)
-	}
 	var out progs
-	for _, ap := range res.Programs {
-		p, err := open(ap.ID, cookie)
+	for _, h := range hooks {
+		res, err := link.QueryPrograms(link.QueryOptions{Target: cg, Attach: h.attach})
 		if err != nil {
 			out.close()
-			return nil, err
+			return nil, fmt.Errorf("query the cgroup root's programs: %w", err)
 		}
-		if p != nil {
-			out = append(out, p)
+		for _, ap := range res.Programs {
+			p, err := open(ap.ID, h, cookie)
+			if err != nil {
+				out.close()
+				return nil, err
+			}
+			if p != nil {
+				out = append(out, p)
+			}
 		}
 	}
 	return out, nil
 }
 
-// open returns the program id with its maps when it is ours and serves cookie, else nil.
-func open(id ebpf.ProgramID, cookie uint64) (*prog, error) {
+// open returns the program id of hook h with its maps when it is ours and serves cookie,
+// else nil.
+func open(id ebpf.ProgramID, h hook, cookie uint64) (*prog, error) {
 	pr, err := ebpf.NewProgramFromID(id)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil // detached meanwhile
@@ -317,9 +348,9 @@ func open(id ebpf.ProgramID, cookie uint64) (*prog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("program %d: %w", id, err)
 	}
-	p := &prog{prog: pr}
+	p := &prog{prog: pr, hook: h}
 	info, err := pr.Info()
-	if err != nil || info.Name != progName {
+	if err != nil || !strings.HasPrefix(info.Name, progPrefix) {
 		p.close()
 		if err != nil {
 			return nil, fmt.Errorf("program %d: %w", id, err)
@@ -340,7 +371,7 @@ func open(id ebpf.ProgramID, cookie uint64) (*prog, error) {
 			p.close()
 			return nil, fmt.Errorf("program %d: map %d: %w", id, mid, err)
 		case mi.Name == configName && p.config == nil:
-			p.config = m
+			p.config, p.configID = m, mid
 		case mi.Name == namesName && p.names == nil:
 			p.names = m
 		default:
@@ -361,9 +392,9 @@ func open(id ebpf.ProgramID, cookie uint64) (*prog, error) {
 	return p, nil
 }
 
-func detach(cg int, p *ebpf.Program) error {
-	if err := link.RawDetachProgram(link.RawDetachProgramOptions{Target: cg, Program: p, Attach: attachType}); err != nil {
-		return fmt.Errorf("detach from the cgroup root: %w", err)
+func detach(cg int, p *prog) error {
+	if err := link.RawDetachProgram(link.RawDetachProgramOptions{Target: cg, Program: p.prog, Attach: p.hook.attach}); err != nil {
+		return fmt.Errorf("detach %s from the cgroup root: %w", p.hook.name, err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package cagemark
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -74,6 +75,22 @@ func sockMark(t *testing.T, fd int) uint32 {
 	return uint32(r.mark)
 }
 
+// inNS runs fn on a thread of its own in the namespace fd.
+func inNS(t *testing.T, fd int, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread goes with the goroutine
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			t.Error(err)
+			return
+		}
+		fn()
+	}()
+	<-done
+}
+
 // TestMarksCagedSockets: a program installed for a namespace marks the sockets a process
 // of a caged name opens there, and only those: not this process's in another namespace,
 // not another command's in the same one; a reload changes the names in place; Remove
@@ -96,6 +113,19 @@ func TestMarksCagedSockets(t *testing.T) {
 	}
 	self := strings.TrimSpace(string(comm))
 	const mark = 0x52434147
+	// Sockets opened before the program (a NAT's pool opened at its start).
+	var early [2]int
+	inNS(t, fd, func() {
+		var err error
+		if early[0], err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0); err != nil {
+			t.Error(err)
+		}
+		if early[1], err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0); err != nil {
+			t.Error(err)
+		}
+	})
+	defer unix.Close(early[0])
+	defer unix.Close(early[1])
 	if err := Install(Config{Names: []string{"slirp4netns", self}, Mark: mark, NetNS: fd}); err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +140,18 @@ func TestMarksCagedSockets(t *testing.T) {
 	if got := sockMark(t, 0); got != 0 {
 		t.Errorf("caged name in another namespace: mark %#x, want 0", got)
 	}
+	// The early sockets: a connect marks the one, an unconnected datagram of the other is
+	// refused.
+	inNS(t, fd, func() {
+		unix.Connect(early[0], &unix.SockaddrInet4{Port: 1, Addr: [4]byte{127, 0, 0, 1}})
+		if m, err := unix.GetsockoptInt(early[0], unix.SOL_SOCKET, unix.SO_MARK); err != nil || m != mark {
+			t.Errorf("a socket opened before, connected after: mark %#x (%v), want %#x", m, err, mark)
+		}
+		err := unix.Sendto(early[1], []byte("x"), 0, &unix.SockaddrInet4{Port: 9, Addr: [4]byte{127, 0, 0, 1}})
+		if !errors.Is(err, unix.EPERM) {
+			t.Errorf("a datagram from an unmarked socket opened before: %v, want EPERM", err)
+		}
+	})
 	// Another command in the namespace: python3 reads its own socket's mark.
 	if py, err := exec.LookPath("python3"); err == nil {
 		out, err := exec.Command("ip", "netns", "exec", name, py, "-c",
