@@ -6,6 +6,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -207,6 +210,35 @@ func TestUserNATStubResolver(t *testing.T) {
 	}
 }
 
+// natComm is the name the NAT process of kind runs as: Debian's pasta re-executes itself as
+// passt.avx2 where the CPU has AVX2.
+func natComm(kind string) string {
+	if kind == lab.Pasta {
+		if b, err := os.ReadFile("/proc/cpuinfo"); err == nil && strings.Contains(string(b), " avx2") {
+			return "passt.avx2"
+		}
+		return "passt"
+	}
+	return kind
+}
+
+// TestUncagedNATWarned: with a pasta guest running and no preset or rule that cages its
+// process, status warns that it runs uncaged.
+func TestUncagedNATWarned(t *testing.T) {
+	roottest.Require(t, "pasta")
+	cfg := strings.Replace(userNATConfig(), `hypervisors = ["qemu"]`, `hypervisors = ["virtualbox"]`, 1)
+	s := newLab(t, cfg)
+	u, err := s.lab.AddUserNATGuest(s.ctx, lab.Pasta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.startRouter()
+	out, code := s.routerCmd("status", "--config", s.cfg)
+	if want := fmt.Sprintf("warning: %s (pid %d) is a hypervisor's user-space NAT and runs uncaged", natComm(lab.Pasta), u.Proc.PID()); code != 0 || !strings.Contains(out, want) {
+		t.Errorf("router status: exit %d; want %q:\n%s", code, want, out)
+	}
+}
+
 func testUserNAT(t *testing.T, kind string, stub bool) {
 	roottest.Require(t, kind)
 	s := newLab(t, userNATConfig())
@@ -223,6 +255,14 @@ func testUserNAT(t *testing.T, kind string, stub bool) {
 	s.startRouter()
 	s.wantOut(u)
 	s.wantWalls("router running", u, hs)
+	// Status lists the NAT's process among the caged, and warns of none of this lab's.
+	out, code := s.routerCmd("status", "--config", s.cfg)
+	if code != 0 || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(natComm(kind))+`\s+`+strconv.Itoa(u.Proc.PID())+`\s`).MatchString(out) {
+		t.Errorf("router status: exit %d; want %s (pid %d) among the caged processes:\n%s", code, natComm(kind), u.Proc.PID(), out)
+	}
+	if strings.Contains(out, "pid "+strconv.Itoa(u.Proc.PID())+")") {
+		t.Errorf("router status warns of the caged %s:\n%s", kind, out)
+	}
 	if stub {
 		return
 	}

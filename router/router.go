@@ -153,6 +153,7 @@ type Router struct {
 	flowLog flowLog // flow records written off the relay's and the loops' goroutines
 	nextID  atomic.Uint64
 	count   counters
+	caged   cagedSeen // the caged processes whose flows were decided, for status
 	book    *refusal.Book
 	udp     udpTable // the UDP flows and their associations (udp.go)
 

@@ -320,6 +320,7 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 		return nil
 	}
 	p.count(d)
+	r.caged.note(f, d)
 	if !fl.drop {
 		if !r.joinSessionLocked(p, fl, d) {
 			t.mu.Unlock()

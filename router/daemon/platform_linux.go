@@ -317,3 +317,6 @@ func (p *linuxPlatform) Refusals() []refusal.Stat {
 	}
 	return out
 }
+
+// Processes lists this host's processes, for the uncaged hypervisors status warns of.
+func (p *linuxPlatform) Processes() ([]proc.Info, error) { return p.finder.Processes() }

@@ -430,3 +430,23 @@ func parseDiagReply(b []byte, seq uint32) (inode, uid uint32, err error) {
 }
 
 func nlmsgAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
+
+// Processes lists the processes of this host with what Info knows of each (no services);
+// a process that ends while it reads is left out.
+func (f *LinuxFinder) Processes() ([]Info, error) {
+	names, err := readDirNames(f.procRoot)
+	if err != nil {
+		return nil, fmt.Errorf("proc list: %w", err)
+	}
+	var out []Info
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if info, err := f.info(pid); err == nil {
+			out = append(out, info)
+		}
+	}
+	return out, nil
+}
