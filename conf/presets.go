@@ -2,6 +2,7 @@ package conf
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/agentcage/router/rules"
@@ -140,6 +141,32 @@ func (d *decoder) expandPresets(c *Config) {
 			if !nets[n] {
 				nets[n] = true
 				c.Capture.VMNetworks = append(c.Capture.VMNetworks, n)
+			}
+		}
+	}
+}
+
+// appAliases are, on Linux, the names a process runs as besides the one users know: Debian's
+// passt and pasta re-execute themselves as passt.avx2 where the CPU has AVX2 (pasta.avx2
+// links to it), so `ps -e` and /proc/PID/exe name neither passt nor pasta.
+var appAliases = map[string][]string{
+	"passt": {"passt.avx2"},
+	"pasta": {"pasta.avx2", "passt.avx2"},
+}
+
+// appAliases adds to each rule's apps the aliases of the names it lists (see appAliases),
+// on Linux: an entry for pasta matches the process pasta runs as.
+func (d *decoder) appAliases(c *Config) {
+	if d.opts.goos() == "windows" {
+		return
+	}
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		for _, a := range r.Apps {
+			for _, alias := range appAliases[a.Pattern()] {
+				if !slices.ContainsFunc(r.Apps, func(b rules.App) bool { return b.Pattern() == alias }) {
+					r.Apps = append(r.Apps, rules.MustApp(alias))
+				}
 			}
 		}
 	}

@@ -89,6 +89,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 	}
 	if v, ok := raw["rule"]; ok {
 		d.rules(c, v)
+		d.appAliases(c)
 	}
 	d.scope(c)
 	d.check(c)

@@ -239,6 +239,26 @@ func TestUncagedNATWarned(t *testing.T) {
 	}
 }
 
+// TestPastaByItsName: a user who writes apps = ["pasta"] (no preset) cages the process that
+// pasta really runs as (passt.avx2): out through the proxy, the host's services refused.
+func TestPastaByItsName(t *testing.T) {
+	roottest.Require(t, "pasta")
+	cfg := strings.Replace(userNATConfig(), `hypervisors = ["qemu"]`, `hypervisors = []`, 1)
+	cfg = strings.Replace(cfg, "name = \"caged\"\ncaged = true", "name = \"pasta\"\napps = [\"pasta\"]", 1)
+	s := newLab(t, cfg)
+	u, err := s.lab.AddUserNATGuest(s.ctx, lab.Pasta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := s.startHostServices()
+	s.startRouter()
+	s.wantOut(u)
+	s.wantWalls("router running", u, hs)
+	s.stopRouter(syscall.SIGKILL)
+	s.wantOutClosed("router killed", u)
+	s.wantWalls("router killed", u, hs)
+}
+
 func testUserNAT(t *testing.T, kind string, stub bool) {
 	roottest.Require(t, kind)
 	s := newLab(t, userNATConfig())
