@@ -5,6 +5,7 @@ import (
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentcage/router/internal/ports"
 	"github.com/agentcage/router/rules/refusal"
 )
 
@@ -111,7 +112,7 @@ func (b *builder) cagedUDPOutput(s Spec) {
 		return
 	}
 	b.rule(chainUDPOutput, b.cagedMark(s), goTo(chainUDPCaged))
-	b.rule(chainUDPCaged, thDport(53), verdict(expr.VerdictReturn))
+	b.rule(chainUDPCaged, thDport(ports.DNS), verdict(expr.VerdictReturn))
 	b.notLocalDst(chainUDPCaged)
 	b.rule(chainUDPCaged, setMark(s.UDPMark))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentcage/router/internal/ports"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
 )
@@ -260,7 +261,7 @@ func (b *builder) capture(s Spec, vm vmSets) {
 	b.rule(g, nfproto(unix.NFPROTO_IPV4), daddr(false), b.anonPrefixSet(false, localUnicast(false)), verdict(expr.VerdictReturn))
 	b.rule(g, nfproto(unix.NFPROTO_IPV6), daddr(true), b.anonPrefixSet(true, localUnicast(true)), verdict(expr.VerdictReturn))
 	b.rule(g, l4proto(unix.IPPROTO_TCP), verdict(expr.VerdictReturn))
-	b.rule(g, l4proto(unix.IPPROTO_UDP), b.thDportIn(append([]uint16{67, 68, 546, 547}, s.LocalUDPAllow...)...), verdict(expr.VerdictReturn))
+	b.rule(g, l4proto(unix.IPPROTO_UDP), b.thDportIn(append(ports.DHCP(), s.LocalUDPAllow...)...), verdict(expr.VerdictReturn))
 	b.rule(g, goTo(chainRefuseLocal))
 }
 
@@ -295,7 +296,7 @@ func (b *builder) input(s Spec, vm vmSets) {
 	if s.DNSPort != 0 {
 		b.rule(chainVMInput, b.l4protoIn(unix.IPPROTO_TCP, unix.IPPROTO_UDP), thDport(s.DNSPort), verdict(expr.VerdictAccept))
 	}
-	b.rule(chainVMInput, l4proto(unix.IPPROTO_UDP), b.thDportIn(67, 547), verdict(expr.VerdictAccept)) // DHCPv4, DHCPv6 servers
+	b.rule(chainVMInput, l4proto(unix.IPPROTO_UDP), b.thDportIn(ports.DHCPServers()...), verdict(expr.VerdictAccept))
 	b.rule(chainVMInput, l4proto(unix.IPPROTO_ICMPV6), b.icmp6TypeIn(
 		ndRouterSolicit, ndNeighborSolicit, ndNeighborAdvert), verdict(expr.VerdictAccept))
 	b.rule(chainVMInput, goTo(reasonChain(refusal.Host)))

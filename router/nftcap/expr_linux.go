@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/internal/ports"
 )
 
 func (b *builder) namedPrefixSet(name string, v6 bool, ps []netip.Prefix) *nftables.Set {
@@ -73,9 +74,9 @@ func (b *builder) fibDaddrTypeIn(types ...uint32) []expr.Any {
 	}
 }
 
-// dnsMatch matches UDP and TCP to port 53.
+// dnsMatch matches UDP and TCP to the DNS port.
 func (b *builder) dnsMatch() []expr.Any {
-	return append(b.l4protoIn(unix.IPPROTO_TCP, unix.IPPROTO_UDP), thDport(53)...)
+	return append(b.l4protoIn(unix.IPPROTO_TCP, unix.IPPROTO_UDP), thDport(ports.DNS)...)
 }
 
 func addrType(v6 bool) nftables.SetDatatype {

@@ -7,6 +7,7 @@ import (
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentcage/router/internal/ports"
 	"github.com/agentcage/router/rules/refusal"
 )
 
@@ -79,7 +80,7 @@ func (b *builder) udpCapture(s Spec, vm vmSets) {
 	}
 	b.cagedUDPPrerouting(s)
 	b.rule(p, iifLo(), verdict(expr.VerdictReturn))
-	b.rule(p, thDport(53), verdict(expr.VerdictReturn))
+	b.rule(p, thDport(ports.DNS), verdict(expr.VerdictReturn))
 	b.rule(p, saddrIn(vm.v4, false), goTo(chainUDPVM))
 	b.rule(p, saddrIn(vm.v6, true), goTo(chainUDPVM))
 	for _, i := range s.VMInterfaces {
@@ -109,7 +110,7 @@ func (b *builder) udpCapture(s Spec, vm vmSets) {
 	if !s.Local {
 		return
 	}
-	b.rule(o, b.thDportIn(append([]uint16{53, 67, 68, 546, 547}, s.LocalUDPAllow...)...), verdict(expr.VerdictReturn))
+	b.rule(o, b.thDportIn(append(append([]uint16{ports.DNS}, ports.DHCP()...), s.LocalUDPAllow...)...), verdict(expr.VerdictReturn))
 	b.notLocalDst(o)
 	b.rule(o, setMark(s.UDPMark))
 }
