@@ -156,6 +156,7 @@ type Router struct {
 	tracked map[string]*trackedUp // the proxies in use, their health probes running
 
 	resolved *resolvedNames // what flows' names resolve to, for policy.StepHostName; nil without Names
+	carried  carried        // the identities of the flows carried to the router's own listeners (carried.go)
 
 	customDial bool // Options.DialTCP was given
 }
@@ -190,6 +191,7 @@ func New(p Settings, opts Options) (*Router, error) {
 	if r.book == nil {
 		r.book = new(refusal.Book)
 	}
+	r.carried.init()
 	r.customDial = opts.DialTCP != nil
 	if r.opts.DialTCP == nil {
 		r.opts.DialTCP = func(ctx context.Context, dst netip.AddrPort) (*net.TCPConn, error) {

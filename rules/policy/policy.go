@@ -583,7 +583,7 @@ func (p *Policy) Why(f *Flow, d Decision) string {
 		return dst + " is local (loopback, link-local, multicast, broadcast or this machine): the router never captures it, so it goes direct whatever the rules say"
 	case StepHost:
 		if d.Action == rules.Direct {
-			return caged + " and " + dst + " is this machine or its link: port " + strconv.Itoa(int(f.Port)) + " there is a forward's or an inbound's, or DHCP, which caged traffic may reach"
+			return caged + " and " + dst + " is this machine or its link: " + p.openWhy(f) + ", which caged traffic may reach"
 		}
 		return caged + " and " + dst + " is this machine or its link: only the forwards' and inbounds' exact addresses and ports, a forward's target for the process that carries a guest, an address and port a direct rule names, and DHCP are open to caged traffic, so it is refused (the host is off limits)"
 	case StepToGuest:

@@ -3,6 +3,7 @@ package policy
 import (
 	"net/netip"
 	"slices"
+	"strconv"
 
 	"github.com/agentcage/router/rules"
 )
@@ -92,6 +93,32 @@ func (p *Policy) hostOpen(f *Flow, a netip.Addr) bool {
 		return false
 	}
 	return at(p.listenEnds) || !p.fromVM(f) && at(p.connectEnds)
+}
+
+// openWhy says why hostOpen let f pass.
+func (p *Policy) openWhy(f *Flow) string {
+	at := netip.AddrPortFrom(f.Dst.Unmap(), f.Port).String()
+	if f.Network == rules.UDP {
+		return "port " + strconv.Itoa(int(f.Port)) + " is DHCP"
+	}
+	for _, e := range p.listenEnds {
+		if e.Port() == f.Port && (e.Addr() == f.Dst.Unmap() || e.Addr().IsUnspecified()) {
+			return at + " is a forward's or an inbound's listen address"
+		}
+	}
+	return at + " is a forward's connect address, and the flow's process carries a guest's traffic there"
+}
+
+// Listener reports whether ap is a forward's or an inbound's listen address and port (one
+// listening on 0.0.0.0 or :: listens on every address of this machine).
+func (p *Policy) Listener(ap netip.AddrPort) bool {
+	a := ap.Addr().Unmap()
+	for _, e := range p.listenEnds {
+		if e.Port() == ap.Port() && (e.Addr() == a || e.Addr().IsUnspecified() && p.Local(a)) {
+			return true
+		}
+	}
+	return false
 }
 
 // ruleOpens reports whether v, the rules' verdict for the caged flow f, opens a (this

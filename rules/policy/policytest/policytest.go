@@ -433,8 +433,10 @@ func WallCases() []WallCase {
 		refused("vm, the forward's target on loopback", vm(tcp, "127.0.0.1:47831"), host, all),
 		refused("vm, loopback on the inbound's port", vm(tcp, "127.0.0.1:1080"), host, all),
 		refused("vm, ::1 on the inbound's port", vm(tcp, "[::1]:1080"), host, all),
-		refused("vm, 0.0.0.0 on the inbound's port", vm(tcp, "0.0.0.0:1080"), host, all),
-		refused("vm, :: on the inbound's port", vm(tcp, "[::]:1080"), host, all),
+		// No capture hands over a connection to an unspecified address (the kernel takes it
+		// for one of this machine's): the transparent listener refuses it as a capture fault.
+		refused("vm, 0.0.0.0 on the inbound's port", vm(tcp, "0.0.0.0:1080"), host, Inbound|Explain),
+		refused("vm, :: on the inbound's port", vm(tcp, "[::]:1080"), host, Inbound|Explain),
 		refused("vm, the uplink address on the forward's port", vm(tcp, "198.51.100.2:47831"), host, all),
 		refused("vm, ssh on the VM-facing address", vm(tcp, "10.0.2.2:22"), host, all),
 		refused("vm, link-local metadata", vm(tcp, "169.254.169.254:80"), host, all),
