@@ -254,6 +254,9 @@ func (r *Router) Apply(p Settings) error {
 	return nil
 }
 
+// Decision returns the policy new flows are decided by (the last one Use made current).
+func (r *Router) Decision() *policy.Policy { return r.pol.Load().Decision }
+
 // Dialer returns the router's own dialer (marked: never captured).
 func (r *Router) Dialer() *net.Dialer { return r.dialer }
 

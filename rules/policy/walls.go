@@ -194,3 +194,30 @@ func (p *Policy) nameWall(f *Flow, v rules.Verdict) (Step, bool) {
 	}
 	return StepRule, true
 }
+
+// AnswerWall reports whether the host walls refuse a caged flow to a on every port and by
+// every rule, and the step that refuses it (StepHost for this machine, StepToGuest for a
+// guest's network): a DNS answer with a would lead a caged client nowhere it may go. An
+// address where a forward or an inbound listens, a forward connects, or that some rule's
+// hosts name is not refused (some port of it may be open).
+func (p *Policy) AnswerWall(a netip.Addr) (Step, bool) {
+	a = a.Unmap()
+	home := p.HomeOf(a)
+	if home == Away {
+		return StepRule, false
+	}
+	for i := range p.rules {
+		if p.namesAddr(i, a) {
+			return StepRule, false
+		}
+	}
+	if home == Guest {
+		return StepToGuest, true
+	}
+	for _, e := range append(p.listenEnds[:len(p.listenEnds):len(p.listenEnds)], p.connectEnds...) {
+		if e.Addr() == a || e.Addr().IsUnspecified() && (e.Addr().Is6() || a.Is4()) {
+			return StepRule, false
+		}
+	}
+	return StepHost, true
+}

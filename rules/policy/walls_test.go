@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"net/netip"
 	"testing"
 
 	"github.com/agentcage/router/conf"
@@ -44,5 +45,35 @@ func TestWallCases(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAnswerWall: the addresses a DNS answer may not give a caged client: those the walls
+// refuse on every port.
+func TestAnswerWall(t *testing.T) {
+	cfg, err := conf.Parse("walls.toml", []byte(policytest.WallConfig), conf.Options{SkipSecrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := policy.New(cfg, policytest.WallEnv())
+	for _, tc := range []struct {
+		addr    string
+		step    policy.Step
+		refused bool
+	}{
+		{"203.0.113.5", policy.StepRule, false},
+		{"10.0.2.2", policy.StepRule, false},  // the forward and the inbounds listen there
+		{"127.0.0.1", policy.StepRule, false}, // the forward's target, for the process that carries a guest
+		{"::1", policy.StepHost, true},
+		{"0.0.0.0", policy.StepHost, true},
+		{"169.254.169.254", policy.StepHost, true},
+		{"198.51.100.2", policy.StepHost, true},
+		{"10.0.4.15", policy.StepToGuest, true},
+		{"10.0.4.40", policy.StepRule, false}, // a rule names it
+	} {
+		s, refused := p.AnswerWall(netip.MustParseAddr(tc.addr))
+		if s != tc.step || refused != tc.refused {
+			t.Errorf("%s: %v %v, want %v %v", tc.addr, s, refused, tc.step, tc.refused)
+		}
 	}
 }
