@@ -1,7 +1,9 @@
 package router
 
 import (
+	"context"
 	"errors"
+	"io"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5"
@@ -198,5 +201,62 @@ func TestWallCasesUDP(t *testing.T) {
 				t.Errorf("%d associations for a refused flow", up.Associates())
 			}
 		})
+	}
+}
+
+// TestCarriedIdentity: a guest that asks an inbound for the model forward's address is
+// carried there by the router, and the forward judges that guest, not this host: the
+// source it allows gets the model, another does not (nor around it, at the model's own
+// address); an inbound chained into itself keeps its first client too.
+func TestCarriedIdentity(t *testing.T) {
+	target := private(startTarget(t, "model\n")) // its loopback address: the forward dials it as it is
+	e := newEnv(t, Settings{}, Options{})
+	ln, err := e.r.ListenForward(context.Background(), Forward{Listen: netip.MustParseAddrPort("127.0.0.1:0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw := Forward{Name: "model", Listen: netaddr.AddrPort(ln.Addr()), Connect: target, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.3/32")}}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go e.r.ServeForward(ctx, ln, func() *Forward { return &fw })
+	in := e.startInbound(Inbound{Type: InboundSOCKS5})
+	cfg := &conf.Config{
+		Forwards: []conf.Forward{{Name: fw.Name, Listen: fw.Listen, Connect: fw.Connect, Allow: fw.Allow}},
+		Inbounds: []conf.Inbound{{Name: "test-socks5", Type: "socks5", Listen: in, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}},
+	}
+	if err := e.r.Apply(Settings{Decision: policy.New(cfg, policy.Env{}), IdleTimeout: time.Minute, ConnectTimeout: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	via := func(from string, hops ...netip.AddrPort) string {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: waitFor}
+		c, err := d.Dial("tcp", in.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(waitFor))
+		for _, h := range hops {
+			if _, err := (&socks5.Client{}).Handshake(c, socks5.Addr{IP: h.Addr(), Port: h.Port()}); err != nil {
+				return "refused: " + err.Error()
+			}
+		}
+		b := make([]byte, len("model\n")) // the target answers its banner, then echoes
+		n, _ := io.ReadFull(c, b)
+		return string(b[:n])
+	}
+	if got := via("127.0.0.3", fw.Listen); got != "model\n" {
+		t.Errorf("the allowed source through the inbound to the forward: %q", got)
+	}
+	if got := via("127.0.0.3", in, fw.Listen); got != "model\n" {
+		t.Errorf("the allowed source through the inbound twice to the forward: %q", got)
+	}
+	for _, hops := range [][]netip.AddrPort{{fw.Listen}, {in, fw.Listen}, {target}} {
+		if got := via("127.0.0.4", hops...); got == "model\n" {
+			t.Errorf("a source the forward refuses, through %v: got the model", hops)
+		}
+	}
+	if n := e.r.book.Count(refusal.ForwardSource); n < 2 {
+		t.Errorf("forward-source refusals: %d, want 2", n)
 	}
 }
