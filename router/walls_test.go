@@ -3,8 +3,8 @@ package router
 import (
 	"context"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
