@@ -72,7 +72,7 @@ const (
 	StepNoMatch                // no rule matched a flow that is not caged: direct
 	StepDNS                    // port 53: answered by the router's DNS server
 	StepLocal                  // a local destination: never captured, direct
-	StepHost                   // a caged flow to this host: a forward's or inbound's port, DHCP, or refused
+	StepHost                   // a caged flow to this host: a forward's or inbound's address and port, DHCP (direct), or refused
 	StepNoName                 // a fake-IP pool address nobody was given: refused
 	StepCaged                  // a caged flow that no rule decides: refused
 	StepDNSUncaged             // DNS of a process that is not caged, with [dns] capture = "caged": passed

@@ -25,7 +25,7 @@ type Reason uint8
 const (
 	Rule          Reason = iota // a block rule decided
 	Caged                       // a caged flow that no rule decides
-	Host                        // a caged flow to this host or its link, off a forward's port
+	Host                        // a caged flow to this host or its link that the host walls refuse
 	NoName                      // a fake-IP pool address nobody was given
 	DoT                         // DNS over TLS/QUIC that would have left direct
 	UpstreamDown                // the proxy the flow was decided for could not be reached
