@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/agentcage/router/internal/ports"
 	"github.com/agentcage/router/rules"
 )
 
@@ -82,7 +83,7 @@ func (p *Policy) wall(f *Flow, a netip.Addr, v rules.Verdict) (Step, bool) {
 // address for a caged process, DHCP.
 func (p *Policy) hostOpen(f *Flow, a netip.Addr) bool {
 	if f.Network == rules.UDP {
-		return slices.Contains(dhcpPorts[:], f.Port)
+		return slices.Contains(ports.DHCPServers(), f.Port)
 	}
 	at := func(ends []netip.AddrPort) bool {
 		for _, e := range ends {
