@@ -454,8 +454,10 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 		}
 	}
 	if caged && d.Action != rules.Block {
-		if s, ok := p.wall(f, dst, v); !ok {
-			d.Step, d.Verdict = s, rules.Verdict{Action: rules.Block, Index: -1, Name: s.String()}
+		// dst is not this machine's (local is false): of the walls only a guest's network
+		// is left to check.
+		if p.FromVMNetwork(dst) && !p.namesAddr(v.Index, dst) {
+			d.Step, d.Verdict = StepToGuest, rules.Verdict{Action: rules.Block, Index: -1, Name: StepToGuest.String()}
 		} else if f.Resolved != nil && p.connectsHere(f, d) {
 			if s, ok := p.nameWall(f, v); !ok {
 				d.Step, d.Verdict = s, rules.Verdict{Action: rules.Block, Index: -1, Name: s.String()}
