@@ -76,7 +76,17 @@ func (r *Router) forward(ctx context.Context, c *net.TCPConn, fw Forward) {
 		Verdict: rules.Verdict{Name: "forward " + fw.Name, Action: rules.Direct}}
 	r.count.flows.Add(1)
 	log := r.log.With("forward", fw.Name, "src", f.Src, "connect", fw.Connect)
-	if !fw.allowed(f.Src.Addr()) {
+	client := f.Src.Addr()
+	if r.pol.Load().Decision.Local(client) {
+		// The router's own connection carrying a flow (an inbound's client asked for the
+		// forward's address) is judged by that flow's client.
+		if id, ok := r.carried.take(f.Src); ok {
+			client = id.src
+			f.Src = netip.AddrPortFrom(client, f.Src.Port())
+			log = log.With("client", client)
+		}
+	}
+	if !fw.allowed(client) {
 		reset(c)
 		r.refused(refusal.ForwardSource, f)
 		if r.refuse.note("forward "+fw.Name+": source not allowed", f.Src.Addr().String()) {

@@ -161,6 +161,7 @@ type Router struct {
 	tracked map[string]*trackedUp // the proxies in use, their health probes running
 
 	resolved *resolvedNames // what flows' names resolve to, for policy.StepHostName; nil without Names
+	carried  carried        // the identities of the flows carried to the router's own listeners (carried.go)
 
 	customDial bool // Options.DialTCP was given
 }
@@ -195,6 +196,7 @@ func New(p Settings, opts Options) (*Router, error) {
 	if r.book == nil {
 		r.book = new(refusal.Book)
 	}
+	r.carried.init()
 	r.customDial = opts.DialTCP != nil
 	if r.opts.DialTCP == nil {
 		r.opts.DialTCP = func(ctx context.Context, dst netip.AddrPort) (*net.TCPConn, error) {
@@ -256,6 +258,9 @@ func (r *Router) Apply(p Settings) error {
 	r.Use(pp)
 	return nil
 }
+
+// Decision returns the policy new flows are decided by (the last one Use made current).
+func (r *Router) Decision() *policy.Policy { return r.pol.Load().Decision }
 
 // Dialer returns the router's own dialer (marked: never captured).
 func (r *Router) Dialer() *net.Dialer { return r.dialer }

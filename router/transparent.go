@@ -252,6 +252,10 @@ func (r *Router) dial(ctx context.Context, p *compiled, f *FlowRecord, d policy.
 		if err != nil {
 			return nil, err
 		}
+		if p.Decision.Listener(netaddr.AddrPort(out.RemoteAddr())) {
+			// One of the router's own listeners: it judges the flow's client, not this host.
+			r.carried.put(netaddr.AddrPort(out.LocalAddr()), identityOf(pf))
+		}
 		if len(e.read) == 0 {
 			return out, nil
 		}

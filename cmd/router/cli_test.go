@@ -61,7 +61,7 @@ func TestExplain(t *testing.T) {
 		"preset virtualbox: caged apps VirtualBoxVM.exe, VBoxHeadless.exe, VBoxNetNAT.exe (NAT in user space)",
 		"flow: caged tcp from 127.0.0.1 by VirtualBoxVM.exe to 127.0.0.1:47831",
 		"verdict: direct, by the implicit step (host off limits)",
-		`implicit: the flow is caged (its process "VirtualBoxVM.exe" is a caged app (named by a proxy or block rule, or a hypervisor preset)) and 127.0.0.1 is this machine or its link: port 47831 is a forward's or an inbound's port`,
+		`implicit: the flow is caged (its process "VirtualBoxVM.exe" is a caged app (named by a proxy or block rule, or a hypervisor preset)) and 127.0.0.1 is this machine or its link: 127.0.0.1:47831 is a forward's connect address, and the flow's process carries a guest's traffic there, which caged traffic may reach`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)

@@ -207,7 +207,7 @@ func (l *linter) rules() {
 		if r.Action == rules.Proxy {
 			if loc := l.localHosts(r.Hosts); len(loc) > 0 {
 				l.add(Finding{Severity: Error, Check: CheckLocalViaProxy, Line: l.ruleLine(j), Rule: r.Name,
-					Message: fmt.Sprintf("%s sends local destinations (%s) to the remote proxy %q; the proxy cannot reach this host, so the connection hangs (or, for this host's own addresses, is refused: caged traffic reaches the host on the forwards' ports only)", l.ruleRef(j), hostList(loc), r.Proxy),
+					Message: fmt.Sprintf("%s sends local destinations (%s) to the remote proxy %q; the proxy cannot reach this host, so the connection hangs (or, for this host's own addresses, is refused: caged traffic reaches the host only at the forwards' and inbounds' addresses and ports)", l.ruleRef(j), hostList(loc), r.Proxy),
 					Fix:     "remove the local destinations from this rule and give them a direct rule above it"})
 			}
 		}

@@ -175,7 +175,7 @@ func dnsHandler(rec *record[DNSQuery]) dns.Handler {
 			m.Answer = append(m.Answer, &dns.NS{Hdr: hdr(dns.TypeNS), Ns: zoneNS})
 		case name == zone && q.Qtype == dns.TypeSOA:
 			m.Answer = append(m.Answer, soa())
-		case name == echoFQDN || name == whoFQDN || name == zone:
+		case name == echoFQDN || name == whoFQDN || name == zone || HomeNames[strings.TrimSuffix(name, ".")] != "":
 			m.Ns = append(m.Ns, soa()) // the name exists, the type does not: NODATA
 		default:
 			m.Rcode = dns.RcodeNameError

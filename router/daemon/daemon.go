@@ -317,7 +317,7 @@ func (d *daemon) startDNS(cfg *conf.Config) error {
 	for _, h := range cfg.DNS.DirectNames {
 		dc.DirectNames = append(dc.DirectNames, h.String())
 	}
-	dl := dns.Dialers{Refusals: &d.book}
+	dl := dns.Dialers{Refusals: &d.book, Walls: dnsWalls{d}}
 	if cfg.DNS.Proxy != "" {
 		proxy := cfg.DNS.Proxy
 		dl.Proxy = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -346,6 +346,22 @@ func (d *daemon) startDNS(cfg *conf.Config) error {
 	}
 	d.dns = s
 	return nil
+}
+
+// dnsWalls are the host walls of the router's current policy for the DNS server's answers.
+type dnsWalls struct{ d *daemon }
+
+// Caged reports whether src's flows are caged: a source that is not this machine's (it
+// came from a VM), or a caged app.
+func (w dnsWalls) Caged(src dns.Source) bool {
+	p := w.d.r.Decision()
+	f := policy.Flow{Src: src.Addr, App: src.App, FromVM: src.Addr.IsValid() && !p.Local(src.Addr)}
+	return p.Caged(&f)
+}
+
+func (w dnsWalls) Refused(a netip.Addr) (refusal.Reason, bool) {
+	s, refused := w.d.r.Decision().AnswerWall(a)
+	return refusal.ForStep(s), refused
 }
 
 func (d *daemon) openForward(ctx context.Context, f router.Forward) (*forwardRun, error) {

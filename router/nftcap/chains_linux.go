@@ -275,10 +275,10 @@ func (b *builder) input(s Spec, vm vmSets) {
 		b.rule(chainInput, b.l4protoIn(unix.IPPROTO_TCP, unix.IPPROTO_UDP), thDport(s.DNSPort), ctStatusDNAT(false), goTo(reasonChain(refusal.Host)))
 	}
 	for i, f := range s.Forwards {
-		b.allowOnly(forwardChain(i), f)
+		b.allowOnly(forwardChain(i), f, s.Mark)
 	}
 	for i, f := range s.Inbounds {
-		b.allowOnly(inboundChain(i), f)
+		b.allowOnly(inboundChain(i), f, s.Mark)
 	}
 	b.cagedInput(s)
 	b.rule(chainInput, iifLo(), verdict(expr.VerdictAccept))
@@ -303,9 +303,14 @@ func (b *builder) input(s Spec, vm vmSets) {
 }
 
 // allowOnly queues the guard of one forward or inbound: its listen address and port go to
-// chain, which accepts the Allow sources and refuses the rest.
-func (b *builder) allowOnly(chain string, f Forward) {
+// chain, which accepts the Allow sources and refuses the rest. The router's own
+// connections (its mark, over loopback) pass too: it carries an inbound's client there,
+// and the listener judges that client (package router, carried.go).
+func (b *builder) allowOnly(chain string, f Forward, mark uint32) {
 	b.rule(chainInput, listenMatch(f.Listen.Addr()), l4proto(unix.IPPROTO_TCP), thDport(f.Listen.Port()), goTo(chain))
+	if mark != 0 {
+		b.rule(chain, iifLo(), metaEq(expr.MetaKeyMARK, native32(mark)), verdict(expr.VerdictAccept))
+	}
 	var allow4, allow6 []netip.Prefix
 	for _, p := range f.Allow {
 		if p.Addr().Is4() {

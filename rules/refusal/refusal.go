@@ -25,7 +25,7 @@ type Reason uint8
 const (
 	Rule          Reason = iota // a block rule decided
 	Caged                       // a caged flow that no rule decides
-	Host                        // a caged flow to this host or its link, off a forward's port
+	Host                        // a caged flow to this host or its link that the host walls refuse
 	NoName                      // a fake-IP pool address nobody was given
 	DoT                         // DNS over TLS/QUIC that would have left direct
 	UpstreamDown                // the proxy the flow was decided for could not be reached
@@ -38,7 +38,7 @@ const (
 	Spoofed                     // a new flow from the cage whose source address does not route back where it came from
 	LocalUDP                    // this host's own UDP, with local capture (the router cannot carry it)
 	NotCarried                  // from the cage, what the router cannot carry: protocols other than TCP, UDP and ICMP, TCP to link-local or multicast destinations
-	ToGuest                     // a connection from outside into a VM network, which the host does not forward
+	ToGuest                     // a connection from outside into a VM network, or a caged flow to another guest's network no rule names
 	numReasons
 )
 
@@ -91,6 +91,8 @@ func ForStep(s policy.Step) Reason {
 	switch s {
 	case policy.StepHost, policy.StepHostName:
 		return Host
+	case policy.StepToGuest:
+		return ToGuest
 	case policy.StepNoName:
 		return NoName
 	case policy.StepCaged:
