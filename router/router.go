@@ -22,6 +22,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -158,6 +159,9 @@ type Router struct {
 	resolved *resolvedNames // what flows' names resolve to, for policy.StepHostName; nil without Names
 
 	customDial bool // Options.DialTCP was given
+
+	modelOnce sync.Once
+	model     *http.Transport // the HTTP forwards' client (forward_http.go), made on first use
 }
 
 // maxSetups bounds the flows Serve sets up at once (deciding, connecting, the SOCKS
@@ -270,5 +274,9 @@ func (r *Router) Close() {
 	r.stopUpstreams()
 	r.closeUDP()
 	r.loops.Close()
+	r.modelOnce.Do(func() {}) // orders the read below after modelTransport's write
+	if r.model != nil {
+		r.model.CloseIdleConnections()
+	}
 	r.refuse.flush()
 }
