@@ -83,7 +83,7 @@ func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, fw Forward, f 
 	g := &headGate{TCPConn: c, m: &f.bytes, closed: make(chan struct{})}
 	g.br = bufio.NewReaderSize(countingReader{c, &f.bytes}, maxModelHead)
 	target := &url.URL{Scheme: "http", Host: fw.Connect.String()}
-	h := &modelHandler{r: r, fw: fw, f: f, log: log, gate: g}
+	h := &modelHandler{r: r, fw: fw, f: f, log: log, gate: g, self: c.LocalAddr().String()}
 	h.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -103,7 +103,7 @@ func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, fw Forward, f 
 	}
 	r.live.add(f)
 	stop := context.AfterFunc(ctx, func() { srv.Close() })
-	_ = srv.Serve(&oneConn{c: g})
+	_ = srv.Serve(&oneConn{c: g, done: make(chan struct{})})
 	<-g.closed
 	stop()
 	f.Up, f.Down = f.bytes.load()
@@ -121,6 +121,7 @@ type modelHandler struct {
 	log   *slog.Logger
 	gate  *headGate
 	proxy *httputil.ReverseProxy
+	self  string // the address the guest connected to: an absolute-form target must name it
 
 	requests, refusedN atomic.Int64
 }
@@ -128,10 +129,10 @@ type modelHandler struct {
 func (h *modelHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	h.requests.Add(1)
 	if why, synthetic := h.gate.next(); synthetic {
-		h.refuse(w, req.Method, "", why, true)
+		h.refuse(w, "", "", why, true) // the head was never parsed: no method, no path
 		return
 	}
-	v := h.fw.API.Check(req.Method, req.RequestURI, req.Host)
+	v := h.fw.API.Check(req.Method, req.RequestURI, h.self)
 	path := v.Path
 	if !v.OK() {
 		h.refuse(w, req.Method, req.URL.EscapedPath(), v.Reason, false)
@@ -377,10 +378,13 @@ func (c countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// oneConn is a listener that accepts c once, then blocks until c is closed.
+// oneConn is a listener that accepts c once, then blocks until c or the listener is
+// closed (http.Server.Close waits for Serve to return before it closes the connections).
 type oneConn struct {
-	c    *headGate
-	once sync.Once
+	c       *headGate
+	once    sync.Once
+	closing sync.Once
+	done    chan struct{}
 }
 
 func (l *oneConn) Accept() (net.Conn, error) {
@@ -389,9 +393,16 @@ func (l *oneConn) Accept() (net.Conn, error) {
 	if c != nil {
 		return c, nil
 	}
-	<-l.c.closed
+	select {
+	case <-l.c.closed:
+	case <-l.done:
+	}
 	return nil, net.ErrClosed
 }
 
-func (l *oneConn) Close() error   { return nil }
+func (l *oneConn) Close() error {
+	l.closing.Do(func() { close(l.done) })
+	return nil
+}
+
 func (l *oneConn) Addr() net.Addr { return l.c.LocalAddr() }

@@ -206,14 +206,15 @@ type Verdict struct {
 // OK reports whether the request passes.
 func (v Verdict) OK() bool { return v.Reason == "" }
 
-// Check judges one request by its method, its request target as sent (the raw
-// request-URI: origin-form "/path?query" or absolute-form "http://host/path") and its Host
-// header.
-func (p *Policy) Check(method, target, host string) Verdict {
+// Check judges one request by its method and its request target as sent (the raw
+// request-URI: origin-form "/path?query" or absolute-form "http://host/path"). self is the
+// authority the forward is reached at (the address the guest connected to): an
+// absolute-form target must name it, over http, or it is refused.
+func (p *Policy) Check(method, target, self string) Verdict {
 	if p == nil {
 		return Verdict{Reason: "no call is allowed"}
 	}
-	rawPath, ok := pathOf(target, host)
+	rawPath, ok := pathOf(target, self)
 	if !ok {
 		return Verdict{Reason: "the request target is not a path on this server (absolute-form naming another host, authority-form or *)"}
 	}
@@ -248,15 +249,15 @@ func (p *Policy) match(method, path string) (string, bool) {
 }
 
 // pathOf returns the path part of a request target: origin-form as is, absolute-form only
-// when it names the Host header's authority over http.
-func pathOf(target, host string) (string, bool) {
+// when it names self over http.
+func pathOf(target, self string) (string, bool) {
 	if strings.HasPrefix(target, "/") {
 		p, _, _ := strings.Cut(target, "?")
 		return p, !strings.Contains(p, "#")
 	}
 	u, err := url.ParseRequestURI(target)
 	if err != nil || !strings.EqualFold(u.Scheme, "http") || u.Opaque != "" || u.User != nil ||
-		u.Host == "" || !strings.EqualFold(u.Host, host) {
+		u.Host == "" || !strings.EqualFold(u.Host, self) {
 		return "", false
 	}
 	p := u.EscapedPath()
