@@ -42,6 +42,7 @@ type Lab struct {
 	dnsLog   record[DNSQuery]
 	udpLog   record[UDPPacket]
 	modelLog record[ModelStream]
+	modelReqs record[HTTPRequest] // every request the model server received
 	socksLog record[string] // go-socks5 errors, accept errors
 
 	dante *Process // set once by New
