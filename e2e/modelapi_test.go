@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,11 @@ func TestModelForwardInferenceOnly(t *testing.T) {
 	if !strings.Contains(fmt.Sprint(recent), "POST /api/pull") {
 		t.Errorf("status: recent model-api refusals %+v; want POST /api/pull among them", recent)
 	}
-	s.waitLog(`method=POST path=/api/pull reason=`, 5*time.Second)
+	// Logged with method and path (the first few; a summary counts the rest).
+	s.waitLog(`msg="forward refused a request"`, 5*time.Second)
+	if !regexp.MustCompile(`msg="forward refused a request" .*forward=model .*method=(POST|DELETE) path=/\S*api\S* reason=`).MatchString(s.log()) {
+		t.Errorf("the refusals are not logged with method and path:\n%s", s.log())
+	}
 	if strings.Contains(s.log(), "attacker.example") {
 		t.Error("the router's log holds a refused request's body")
 	}
