@@ -31,7 +31,7 @@ import (
 //	go test -run '^$' -bench BenchmarkModelForward -benchtime 1x ./router/
 func BenchmarkModelForward(b *testing.B) {
 	const (
-		rounds   = 7
+		rounds   = 5
 		streams  = 60 // per round and path
 		events   = 20 // per stream
 		gap      = time.Millisecond

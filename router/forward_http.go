@@ -76,6 +76,19 @@ func (r *Router) modelTransport() *http.Transport {
 	return r.model
 }
 
+// copyBufs lends the proxies their buffers for copying response bodies (one per response
+// otherwise).
+type copyBufs struct{ p sync.Pool }
+
+func (b *copyBufs) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *copyBufs) Put(buf []byte) { b.p.Put(&buf) }
+
 // forwardHTTP serves one connection of an HTTP forward until the guest or the server
 // closes it, the idle timeout passes between requests, or ctx is done.
 func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, fw Forward, f *FlowRecord, log *slog.Logger) {
@@ -91,6 +104,7 @@ func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, fw Forward, f 
 		},
 		Transport:     r.modelTransport(),
 		FlushInterval: -1,
+		BufferPool:    &r.modelBufs,
 		ErrorHandler:  h.proxyError,
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -222,5 +223,64 @@ func TestModelForwardPasses(t *testing.T) {
 	log := srv.Log()
 	if got := log[len(log)-1]; got.RawURI != "/api/embed" {
 		t.Errorf("the server was sent %q; want the normalized /api/embed", got.RawURI)
+	}
+}
+
+// TestModelForwardServerClosesIdle: the model server closes its idle connection between
+// two requests of one guest connection; the second still gets through, on a new one.
+func TestModelForwardServerClosesIdle(t *testing.T) {
+	e := newEnv(t, Settings{}, Options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns atomic.Int32
+	srv := &http.Server{IdleTimeout: 50 * time.Millisecond, ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	api, _ := modelapi.New(modelapi.Default(), nil)
+	f := Forward{Name: "model", Listen: netip.MustParseAddrPort("127.0.0.1:0"), Connect: netip.MustParseAddrPort(ln.Addr().String()),
+		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, API: api}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fl, err := e.r.ListenForward(ctx, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go e.r.ServeForward(ctx, fl, func() *Forward { return &f })
+	c, err := net.Dial("tcp", fl.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(waitFor))
+	br := bufio.NewReader(c)
+	for i, method := range []string{"POST", "POST", "GET"} {
+		if i > 0 {
+			time.Sleep(200 * time.Millisecond) // past the server's idle timeout
+		}
+		path := "/api/chat"
+		if method == "GET" {
+			path = "/v1/models"
+		}
+		fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: m\r\nContent-Length: 2\r\n\r\n{}", method, path)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || string(b) != "ok" {
+			t.Errorf("request %d: %d %q", i, resp.StatusCode, b)
+		}
+	}
+	if n := conns.Load(); n != 3 {
+		t.Errorf("the server saw %d connections; want 3 (each idle one closed)", n)
 	}
 }

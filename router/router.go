@@ -162,6 +162,7 @@ type Router struct {
 
 	modelOnce sync.Once
 	model     *http.Transport // the HTTP forwards' client (forward_http.go), made on first use
+	modelBufs copyBufs        // the HTTP forwards' copy buffers
 }
 
 // maxSetups bounds the flows Serve sets up at once (deciding, connecting, the SOCKS
