@@ -113,7 +113,10 @@ func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, fw Forward, f 
 		ReadHeaderTimeout: modelHeadTimeout,
 		IdleTimeout:       p.IdleTimeout,
 		MaxHeaderBytes:    maxModelHead,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		// OPTIONS * reaches the handler (and is refused) rather than being answered by the
+		// server without it: every request the gate passes is one the handler sees.
+		DisableGeneralOptionsHandler: true,
+		ErrorLog:                     slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	r.live.add(f)
 	stop := context.AfterFunc(ctx, func() { srv.Close() })

@@ -96,6 +96,8 @@ func TestModelForwardRefusesManagement(t *testing.T) {
 		{"upper case", post("/API/PULL", "", pull)},
 		{"encoded letter", post("/api/%70ull", "", pull)},
 		{"absolute-form, another host", post("http://attacker.example/api/chat", "", `{}`)},
+		{"OPTIONS *", fmt.Sprintf("OPTIONS * HTTP/1.1\r\nHost: %s\r\n\r\n", addr)},
+		{"CONNECT", fmt.Sprintf("CONNECT attacker.example:443 HTTP/1.1\r\nHost: attacker.example:443\r\n\r\n")},
 		{"upgrade", fmt.Sprintf("GET /v1/models HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", addr)},
 		// Ambiguous framing: a chat whose body, read the other way, is a pull.
 		{"CL and TE", fmt.Sprintf("POST /api/chat HTTP/1.1\r\nHost: %s\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n%s", addr, post("/api/pull", "", pull))},
@@ -282,5 +284,27 @@ func TestModelForwardServerClosesIdle(t *testing.T) {
 	}
 	if n := conns.Load(); n != 3 {
 		t.Errorf("the server saw %d connections; want 3 (each idle one closed)", n)
+	}
+}
+
+// TestModelForwardChunkedOverMaxBody: a chunked body that grows past max_body is cut and
+// refused with 403; the connection closes.
+func TestModelForwardChunkedOverMaxBody(t *testing.T) {
+	e := newEnv(t, Settings{}, Options{})
+	_, addr := startModelForward(t, e, 1, 0, 64<<10)
+	chunk := strings.Repeat("x", 16<<10)
+	var b strings.Builder
+	fmt.Fprintf(&b, "POST /api/embed HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n", addr)
+	for range 5 {
+		fmt.Fprintf(&b, "%x\r\n%s\r\n", len(chunk), chunk)
+	}
+	b.WriteString("0\r\n\r\n")
+	rs := exchange(t, addr, b.String(), 1)
+	if len(rs) != 1 || rs[0].StatusCode != http.StatusForbidden {
+		t.Fatalf("responses %v; want one 403", rs)
+	}
+	body, _ := io.ReadAll(rs[0].Body)
+	if !strings.Contains(string(body), "max_body") {
+		t.Errorf("refusal %q; want it to name max_body", body)
 	}
 }
