@@ -97,7 +97,7 @@ func TestModelForwardRefusesManagement(t *testing.T) {
 		{"encoded letter", post("/api/%70ull", "", pull)},
 		{"absolute-form, another host", post("http://attacker.example/api/chat", "", `{}`)},
 		{"OPTIONS *", fmt.Sprintf("OPTIONS * HTTP/1.1\r\nHost: %s\r\n\r\n", addr)},
-		{"CONNECT", fmt.Sprintf("CONNECT attacker.example:443 HTTP/1.1\r\nHost: attacker.example:443\r\n\r\n")},
+		{"CONNECT", "CONNECT attacker.example:443 HTTP/1.1\r\nHost: attacker.example:443\r\n\r\n"},
 		{"upgrade", fmt.Sprintf("GET /v1/models HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", addr)},
 		// Ambiguous framing: a chat whose body, read the other way, is a pull.
 		{"CL and TE", fmt.Sprintf("POST /api/chat HTTP/1.1\r\nHost: %s\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n%s", addr, post("/api/pull", "", pull))},
