@@ -308,3 +308,56 @@ func TestModelForwardChunkedOverMaxBody(t *testing.T) {
 		t.Errorf("refusal %q; want it to name max_body", body)
 	}
 }
+
+// TestModelForwardSlowAndHopByHop: a server that thinks longer than the relay's idle
+// timeout before its first byte and between chunks still answers in full (no timeout
+// applies to a response), and the hop-by-hop headers the guest sent never reach it.
+func TestModelForwardSlowAndHopByHop(t *testing.T) {
+	e := newEnv(t, Settings{IdleTimeout: 200 * time.Millisecond}, Options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan http.Header, 1)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Clone()
+		time.Sleep(500 * time.Millisecond) // thinking
+		rc := http.NewResponseController(w)
+		for i := range 3 {
+			fmt.Fprintf(w, "{\"n\":%d}\n", i)
+			rc.Flush()
+			time.Sleep(400 * time.Millisecond)
+		}
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	api, _ := modelapi.New(modelapi.Default(), nil)
+	f := Forward{Name: "model", Listen: netip.MustParseAddrPort("127.0.0.1:0"), Connect: netip.MustParseAddrPort(ln.Addr().String()),
+		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, API: api}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fl, err := e.r.ListenForward(ctx, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go e.r.ServeForward(ctx, fl, func() *Forward { return &f })
+	raw := "POST /api/generate HTTP/1.1\r\nHost: m\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\n" +
+		"Proxy-Authorization: Basic c2VjcmV0\r\nTE: trailers\r\nX-End: 1\r\nContent-Length: 2\r\n\r\n{}"
+	rs := exchange(t, fl.Addr().String(), raw, 1)
+	if len(rs) != 1 || rs[0].StatusCode != 200 {
+		t.Fatalf("responses %v", rs)
+	}
+	body, _ := io.ReadAll(rs[0].Body)
+	if strings.Count(string(body), "\n") != 3 {
+		t.Errorf("body %q; want 3 lines", body)
+	}
+	h := <-seen
+	for _, k := range []string{"X-Hop", "Keep-Alive", "Proxy-Authorization", "Connection"} {
+		if h.Get(k) != "" {
+			t.Errorf("the server got hop-by-hop %s: %q", k, h.Get(k))
+		}
+	}
+	if h.Get("X-End") != "1" {
+		t.Errorf("the server did not get the end-to-end X-End: %v", h)
+	}
+}
