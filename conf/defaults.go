@@ -51,6 +51,11 @@ const (
 	UDPRouteTable  = 0x524f     // 21071
 )
 
+// CagedSocketMark (not a key) is the socket mark the Linux kernel puts on every socket a
+// caged process opens (the apps of proxy and block rules, the hypervisor presets' apps), so
+// that nftables captures them, loopback included. It must differ from [capture] mark.
+const CagedSocketMark = 0x52434147 // "RCAG"
+
 // DefaultDNSCapture is [dns] capture's default, which depends on [capture] local: "all"
 // with local = true (this host's own DNS is captured too), "caged" without.
 func DefaultDNSCapture(local bool) string {

@@ -90,6 +90,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 	}
 	if v, ok := raw["rule"]; ok {
 		d.rules(c, v)
+		d.appAliases(c)
 	}
 	d.scope(c)
 	d.check(c)
@@ -339,6 +340,9 @@ func (d *decoder) capture(c *Config, v any) {
 			c.Capture.Mark = uint32(n)
 			if n == UDPCaptureMark {
 				d.fail(a.key("mark"), "%#x is the mark of captured UDP; pick another", n)
+			}
+			if n == CagedSocketMark {
+				d.fail(a.key("mark"), "%#x is the mark of caged processes' sockets; pick another", n)
 			}
 		}
 	}

@@ -72,6 +72,10 @@ type Options struct {
 	// VM-facing interface (policy.Flow.FromVM), whatever its address. Nil: only sources
 	// inside the configured VM networks are.
 	FromVM func(src netip.Addr) bool
+	// CagedSocket reports whether the capture can have handed over a flow from src to dst
+	// only from a caged process's socket (policy.Flow.CagedSocket): then the flow is caged
+	// even when its owner is not found (a process that exited at once). Nil: never.
+	CagedSocket func(src, dst netip.AddrPort) bool
 	// DialTCP opens the router's own connections (direct destinations, upstream proxies).
 	// The default dials with Control applied; tests map addresses here.
 	DialTCP func(ctx context.Context, dst netip.AddrPort) (*net.TCPConn, error)
@@ -150,6 +154,7 @@ type Router struct {
 	flowLog flowLog // flow records written off the relay's and the loops' goroutines
 	nextID  atomic.Uint64
 	count   counters
+	caged   cagedSeen // the caged processes whose flows were decided, for status
 	book    *refusal.Book
 	udp     udpTable // the UDP flows and their associations (udp.go)
 

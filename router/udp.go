@@ -251,6 +251,9 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 	if r.opts.FromVM != nil {
 		pf.FromVM = r.opts.FromVM(pf.Src)
 	}
+	if r.opts.CagedSocket != nil {
+		pf.CagedSocket = r.opts.CagedSocket(f.Src, f.Dst)
+	}
 	var ownerErr error
 	if p.Decision.NeedsOwner(&pf) {
 		info, known := dg.Owner, dg.OwnerKnown
@@ -263,7 +266,7 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 			}
 		}
 		if known {
-			pf.App, pf.AppPath, pf.Services, f.App, f.PID = info.Name, info.Path, info.Services, info.Name, info.PID
+			pf.App, pf.AppPath, pf.Comm, pf.Services, f.App, f.PID = info.Name, info.Path, info.Comm, info.Services, info.Name, info.PID
 		}
 	}
 	if n := r.opts.Names; n != nil {
@@ -317,6 +320,7 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 		return nil
 	}
 	p.count(d)
+	r.caged.note(f, d)
 	if !fl.drop {
 		if !r.joinSessionLocked(p, fl, d) {
 			t.mu.Unlock()

@@ -224,6 +224,9 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	if o, ok := pf.(FDOriginal); ok {
 		ropts.OriginalFD = o.OriginalFD
 	}
+	if c, ok := pf.(CagedSockets); ok {
+		ropts.CagedSocket = c.CagedSocket()
+	}
 	// The DNS server dials through the router (d.r, set below before anything is served)
 	// and the router asks the DNS server for the names behind addresses.
 	if err := d.startDNS(cfg); err != nil {

@@ -21,6 +21,12 @@ func KnownHypervisorApps(goos string) []rules.App {
 	if goos != "windows" {
 		return nil
 	}
+	return UserNATApps(goos)
+}
+
+// UserNATApps are the images of every hypervisor preset on goos that NATs in user space:
+// the processes that carry guests' traffic.
+func UserNATApps(goos string) []rules.App {
 	var out []rules.App
 	for _, name := range conf.PresetNames() {
 		p, why := conf.LookupPreset(name, goos)

@@ -129,6 +129,13 @@ type Flow struct {
 	// FromVM says the capture saw the flow enter from a VM network or a VM-facing
 	// interface, whatever its source address. A source inside vm_networks counts without it.
 	FromVM bool
+	// CagedSocket says the capture took the flow from a caged process's socket (on Linux,
+	// one the kernel marked at its creation), whether or not its owner is known by the time
+	// the flow is decided: the flow is caged.
+	CagedSocket bool
+	// Comm is the owning process's command name (Linux: /proc/PID/comm, the name it was
+	// started as), when known and different from App; an app entry matches either.
+	Comm string
 	// Resolved are the addresses Host resolves to through the proxy's resolver, when the
 	// capture looked them up because NeedsResolve asked for it; nil when it did not look,
 	// empty (not nil) when the lookup failed or found no address.
@@ -337,13 +344,13 @@ func (p *Policy) LocalCapture() bool { return p.local }
 
 // Caged reports whether f is caged: from a VM network or interface, or owned by a caged app.
 func (p *Policy) Caged(f *Flow) bool {
-	if f.FromVM || p.FromVMNetwork(f.Src) {
+	if f.FromVM || f.CagedSocket || p.FromVMNetwork(f.Src) {
 		return true
 	}
-	if !p.hasCaged || f.App == "" && f.AppPath == "" && len(f.Services) == 0 {
+	if !p.hasCaged || f.App == "" && f.AppPath == "" && f.Comm == "" && len(f.Services) == 0 {
 		return false
 	}
-	q := rules.Query{App: f.App, AppPath: f.AppPath, Services: f.Services}
+	q := rules.Query{App: f.App, AppPath: f.AppPath, Comm: f.Comm, Services: f.Services}
 	return p.cagedApps.MatchApp(&q)
 }
 
@@ -407,7 +414,7 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 		return implicit(StepNoName, rules.Block, caged), nil
 	}
 	q := rules.Query{Network: f.Network, Src: f.Src.Unmap(), Dst: dst, Port: f.Port, Host: f.Host,
-		App: f.App, AppPath: f.AppPath, Services: f.Services, Caged: caged}
+		App: f.App, AppPath: f.AppPath, Comm: f.Comm, Services: f.Services, Caged: caged}
 	var v rules.Verdict
 	var steps []rules.Step
 	first := p.firstName
