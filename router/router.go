@@ -22,6 +22,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -164,6 +165,10 @@ type Router struct {
 	carried  carried        // the identities of the flows carried to the router's own listeners (carried.go)
 
 	customDial bool // Options.DialTCP was given
+
+	modelOnce sync.Once
+	model     *http.Transport // the HTTP forwards' client (forward_http.go), made on first use
+	modelBufs copyBufs        // the HTTP forwards' copy buffers
 }
 
 // maxSetups bounds the flows Serve sets up at once (deciding, connecting, the SOCKS
@@ -280,5 +285,9 @@ func (r *Router) Close() {
 	r.stopUpstreams()
 	r.closeUDP()
 	r.loops.Close()
+	r.modelOnce.Do(func() {}) // orders the read below after modelTransport's write
+	if r.model != nil {
+		r.model.CloseIdleConnections()
+	}
 	r.refuse.flush()
 }

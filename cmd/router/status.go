@@ -135,13 +135,16 @@ func flowDest(f control.FlowStat) string {
 	return f.Dst
 }
 
-// refusedText is "src → dst (host) app, by rule".
+// refusedText is "src → dst request (host) app, by rule".
 func refusedText(e control.Refused) string {
 	var b strings.Builder
 	if e.Src != "" {
 		b.WriteString(e.Src + " → ")
 	}
 	b.WriteString(cmp.Or(e.Dst, "?"))
+	if e.Request != "" {
+		b.WriteString(" " + e.Request)
+	}
 	if e.Host != "" {
 		b.WriteString(" (" + e.Host + ")")
 	}

@@ -129,6 +129,8 @@ type Refused struct {
 	Host string    `json:"host,omitempty"`
 	App  string    `json:"app,omitempty"`
 	Rule string    `json:"rule,omitempty"`
+	// Request is a refused HTTP request's method and path (model-api refusals).
+	Request string `json:"request,omitempty"`
 }
 
 // UpstreamStat is one proxy in use and its health.

@@ -36,6 +36,7 @@ import (
 	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/router/control"
 	"github.com/agentcage/router/router/upstream"
+	"github.com/agentcage/router/rules/modelapi"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
 )
@@ -194,7 +195,16 @@ func UpstreamConfig(px conf.Proxy) router.UpstreamConfig {
 }
 
 func forwardOf(f conf.Forward) router.Forward {
-	return router.Forward{Name: f.Name, Listen: f.Listen, Connect: f.Connect, Allow: f.Allow}
+	rf := router.Forward{Name: f.Name, Listen: f.Listen, Connect: f.Connect, Allow: f.Allow, MaxBody: f.MaxBody}
+	if !f.Raw() {
+		// conf took only kinds that compile (tcp alone, never in a list), so New cannot
+		// fail here; should it, the forward refuses every call rather than pass them all.
+		rf.API, _ = modelapi.New(f.API, f.AllowPaths)
+		if rf.API == nil {
+			rf.API = &modelapi.Policy{}
+		}
+	}
+	return rf
 }
 
 func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {

@@ -99,7 +99,7 @@ func buildStatus(started time.Time, file string, r *router.Router, d *dns.Server
 	for _, rf := range refused {
 		row := control.RefusalStat{Reason: rf.Reason.String(), Count: rf.Count}
 		for _, e := range rf.Recent {
-			row.Recent = append(row.Recent, control.Refused{At: e.At, Src: addrText(e.Src), Dst: addrText(e.Dst), Host: e.Host, App: e.App, Rule: e.Rule})
+			row.Recent = append(row.Recent, control.Refused{At: e.At, Src: addrText(e.Src), Dst: addrText(e.Dst), Host: e.Host, App: e.App, Rule: e.Rule, Request: e.Request})
 		}
 		st.Refusals = append(st.Refusals, row)
 		st.Totals.Refused += rf.Count

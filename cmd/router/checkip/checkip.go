@@ -196,6 +196,9 @@ type ModelCheck struct {
 	IDs        []string // model ids, in the server's order
 	HTTPStatus int      // 0 when no response came
 	Elapsed    time.Duration
+	// Management is what one management call got (see ManagementProbe); open fails the
+	// check.
+	Management Management
 }
 
 // DNSCheck is the whoami answer.

@@ -43,7 +43,9 @@ holds. It prints one line per check (✓ pass, ✗ fail, ? undecided, - not run)
 		fmt.Fprintf(&b, "           %s\n", u)
 	}
 	b.WriteString(`  model  (with --model) lists the model ids of an OpenAI-compatible server, the id Cline
-         needs, and how long the request took.
+         needs, and how long the request took; then tries one management call (DELETE
+         /api/delete of a model that does not exist) and reports it refused by the router's
+         forward, or open (✗): the guest could make the host pull, push or create models.
   dns    (with --dns-whoami) resolves a name whose answer is the address the resolver's queries
          leave from (A, AAAA and TXT), e.g. whoami.akamai.net or o-o.myaddr.l.google.com.
          ✓ when every answer is the exit, --expect, or not a public address (a fake-IP
@@ -94,8 +96,8 @@ Flags:
 Exit status:
   0  no check failed
   1  a check failed: the exit is not --expect or is --expect-not, DNS, UDP or IPv6 gets out
-     another way, the model server did not answer or listed no model, a host port
-     other than --allow and --model is open
+     another way, the model server did not answer or listed no model, or it took a
+     management call, a host port other than --allow and --model is open
   2  usage error
   3  no echo endpoint answered, so the exit address is unknown (and nothing else failed)
 

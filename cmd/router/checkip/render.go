@@ -156,6 +156,7 @@ type (
 		IDs        []string `json:"ids,omitempty"`
 		HTTPStatus int      `json:"http_status,omitempty"`
 		MS         *float64 `json:"ms,omitempty"`
+		Management string   `json:"management,omitempty"` // "refused", "open" or "unknown"
 	}
 	jsonDNS struct {
 		Status  Status   `json:"status"`
@@ -193,7 +194,7 @@ func WriteJSON(w io.Writer, r Report) error {
 		},
 		Model: jsonModel{
 			Status: r.Model.Status, Detail: detailOf("model", r.Model.Status, r.Model.Detail), URL: r.Model.URL, IDs: r.Model.IDs,
-			HTTPStatus: r.Model.HTTPStatus,
+			HTTPStatus: r.Model.HTTPStatus, Management: string(r.Model.Management),
 		},
 		DNS: jsonDNS{Status: r.DNS.Status, Detail: detailOf("dns", r.DNS.Status, r.DNS.Detail), Name: r.DNS.Name, TXT: r.DNS.TXT},
 		UDP: jsonUDP{
