@@ -25,7 +25,7 @@ allow = ["192.168.56.0/24"]
 name = "vm"
 caged = true
 action = "proxy"
-`), conf.Options{SkipSecrets: true})
+`), conf.Options{SkipSecrets: true, OS: "linux"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 // for by name (an inbound's client) and behind a fake IP (the transparent paths), and the
 // policy asks for its addresses before it decides.
 func TestWallCases(t *testing.T) {
-	cfg, err := conf.Parse("walls.toml", []byte(policytest.WallConfig), conf.Options{SkipSecrets: true})
+	cfg, err := conf.Parse("walls.toml", []byte(policytest.WallConfig), conf.Options{SkipSecrets: true, OS: "linux"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestWallCases(t *testing.T) {
 // TestAnswerWall: the addresses a DNS answer may not give a caged client: those the walls
 // refuse on every port.
 func TestAnswerWall(t *testing.T) {
-	cfg, err := conf.Parse("walls.toml", []byte(policytest.WallConfig), conf.Options{SkipSecrets: true})
+	cfg, err := conf.Parse("walls.toml", []byte(policytest.WallConfig), conf.Options{SkipSecrets: true, OS: "linux"})
 	if err != nil {
 		t.Fatal(err)
 	}
