@@ -141,7 +141,7 @@ func (p *redirectPlatform) Failed() <-chan error { return p.failed }
 func GuardPlan(cfg *conf.Config, m guard.Machine, router, service string) (guard.Plan, []string, error) {
 	var names []string
 	for _, r := range cfg.Rules {
-		if r.Action == rules.Direct {
+		if !r.Cages() {
 			continue
 		}
 		for _, a := range r.Apps {
@@ -205,7 +205,7 @@ func udpScope(cfg *conf.Config, unresolved []string) (ports []rules.PortRange, n
 		}
 	}
 	for _, r := range cfg.Rules {
-		if r.Action != rules.Direct && len(r.Services) > 0 {
+		if r.Cages() && len(r.Services) > 0 {
 			return nil, false
 		}
 	}
@@ -217,7 +217,7 @@ func udpScope(cfg *conf.Config, unresolved []string) (ports []rules.PortRange, n
 // rule's apps, or a preset's).
 func configNames(cfg *conf.Config, name string) bool {
 	for _, r := range cfg.Rules {
-		if r.Action == rules.Direct {
+		if !r.Cages() {
 			continue
 		}
 		for _, a := range r.Apps {

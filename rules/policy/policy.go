@@ -222,7 +222,7 @@ func New(cfg *conf.Config, env Env) *Policy {
 		if p.firstName < 0 && hasName(r) {
 			p.firstName = i
 		}
-		if r.Action != rules.Direct {
+		if r.Cages() {
 			p.cagedApps.Apps = append(p.cagedApps.Apps, r.Apps...)
 			p.cagedApps.Services = append(p.cagedApps.Services, r.Services...)
 		}
@@ -424,7 +424,7 @@ func (p *Policy) CagedUDPPorts() (ports []rules.PortRange, all bool) {
 	ports = []rules.PortRange{{Lo: 53, Hi: 53}}
 	for i := range p.rules {
 		r := &p.rules[i]
-		if r.Action != rules.Direct || hostOnly(r) || r.Network == rules.TCP {
+		if r.Action != rules.Direct || r.Disabled || hostOnly(r) || r.Network == rules.TCP {
 			continue
 		}
 		if len(r.Ports) == 0 {
