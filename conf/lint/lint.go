@@ -479,6 +479,18 @@ func (l *linter) proxies() {
 			}
 		}
 	}
+	// A proxy that a used one is reached through (via) is used too, hop by hop; conf bounds
+	// the chains and refuses cycles.
+	for _, p := range l.cfg.Proxies {
+		for q := &p; used[q.Name] && q.Via != "" && !used[q.Via]; {
+			used[q.Via] = true
+			next, ok := l.cfg.Proxy(q.Via)
+			if !ok {
+				break
+			}
+			q = next
+		}
+	}
 	for _, p := range l.cfg.Proxies {
 		if !used[p.Name] {
 			l.add(Finding{Severity: Error, Check: CheckUnusedProxy, Line: p.Line, Rule: p.Name,
