@@ -1,7 +1,6 @@
 package conf
 
 import (
-	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -186,13 +185,12 @@ func (d *decoder) checkDNS(c *Config) {
 			}
 		}
 	}
-	if ttl := c.DNS.TTL; ttl < minTTL || ttl > maxTTL || ttl%time.Second != 0 {
-		d.fail(at{path: "dns.ttl"}, "%v: the TTL of fake answers is whole seconds from %v to %v", ttl, minTTL, maxTTL)
+	if err := CheckTTL(c.DNS.TTL); err != nil {
+		d.fail(at{path: "dns.ttl"}, "%v", err)
 	}
 	if r := c.DNS.Resolver; r != "" {
-		host, port, err := net.SplitHostPort(r)
-		if n, perr := strconv.ParseUint(port, 10, 16); err != nil || host == "" || perr != nil || n == 0 {
-			d.fail(at{path: "dns.resolver"}, "%q is not host:port with a port from 1 to 65535 (e.g. \"1.1.1.1:53\")", r)
+		if err := CheckResolver(r); err != nil {
+			d.fail(at{path: "dns.resolver"}, "%v", err)
 		}
 	}
 }

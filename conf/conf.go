@@ -34,7 +34,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/netip"
 	"os"
 	"runtime"
@@ -43,6 +42,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/agentcage/router/internal/secret"
 	"github.com/agentcage/router/rules"
 )
 
@@ -141,25 +141,11 @@ func ProxyNames(proxy string) []string {
 	return strings.Split(proxy, ",")
 }
 
-// Secret holds a password. Every way of printing it prints "[redacted]".
-type Secret struct{ s string }
+// Secret holds a password: every way of printing it prints "[redacted]" (package secret).
+type Secret = secret.Password
 
 // NewSecret wraps a password.
-func NewSecret(s string) Secret { return Secret{s} }
-
-// Reveal returns the password, for the one place that sends it to the proxy.
-func (s Secret) Reveal() string { return s.s }
-
-// IsSet reports whether a password is held.
-func (s Secret) IsSet() bool { return s.s != "" }
-
-const redacted = "[redacted]"
-
-func (s Secret) String() string               { return redacted }
-func (s Secret) GoString() string             { return redacted }
-func (s Secret) MarshalText() ([]byte, error) { return []byte(redacted), nil }
-func (s Secret) Format(f fmt.State, _ rune)   { f.Write([]byte(redacted)) }
-func (s Secret) LogValue() slog.Value         { return slog.StringValue(redacted) }
+func NewSecret(s string) Secret { return secret.NewPassword(s) }
 
 // Capture says which traffic the router takes.
 type Capture struct {

@@ -40,5 +40,24 @@ const (
 	UDPRouteTable  = 0x524f     // 21071
 )
 
+// DefaultDNSCapture is [dns] capture's default, which depends on [capture] local: "all"
+// with local = true (this host's own DNS is captured too), "caged" without.
+func DefaultDNSCapture(local bool) string {
+	if local {
+		return DNSCaptureAll
+	}
+	return DNSCaptureCaged
+}
+
+// DefaultName is the name of a forward or an inbound that the file names name: name itself,
+// or when empty its listen address ("192.168.56.1:47831"), which logs, status and refusals
+// show.
+func DefaultName(name string, listen netip.AddrPort) string {
+	if name == "" && listen.IsValid() {
+		return listen.String()
+	}
+	return name
+}
+
 // DefaultPool is the fake-IP pool (RFC 2544 benchmarking space, never routed).
 func DefaultPool() netip.Prefix { return netip.MustParsePrefix("198.18.0.0/15") }

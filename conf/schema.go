@@ -186,8 +186,8 @@ func (d *decoder) decodeProxies(c *Config, v any) {
 			d.fail(a.key("username"), "a username needs a password: add password_env or password_file")
 		case p.Username == "" && (p.PasswordEnv != "" || p.PasswordFile != ""):
 			d.fail(a, "a password needs a username: add username")
-		case p.Username != "" && len(p.Username) > 255:
-			d.fail(a.key("username"), "longer than 255 bytes (RFC 1929)")
+		case CheckCredentialLen("username", p.Username) != nil:
+			d.fail(a.key("username"), "%v", CheckCredentialLen("username", p.Username))
 		case !d.opts.SkipSecrets && p.PasswordEnv != "":
 			pw, ok := d.opts.LookupEnv(p.PasswordEnv)
 			if !ok || pw == "" {
@@ -207,12 +207,8 @@ func (d *decoder) decodeProxies(c *Config, v any) {
 			p.Password = d.checkPassword(a.key("password_file"), pw)
 		}
 		if (p.Type == ProxyHTTP || p.Type == ProxyHTTPS) && p.Username != "" {
-			// HTTP Basic: "user:password", so no colon in the name, and no control character.
-			if strings.ContainsRune(p.Username, ':') {
-				d.fail(a.key("username"), "an HTTP proxy's username cannot hold a colon (Basic authentication)")
-			}
-			if strings.ContainsFunc(p.Username+p.Password.Reveal(), func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-				d.fail(a.key("username"), "the username or password holds a control character, which HTTP Basic authentication cannot carry")
+			if err := CheckBasicAuth(p.Username, p.Password.Reveal()); err != nil {
+				d.fail(a.key("username"), "%v", err)
 			}
 		}
 		c.Proxies = append(c.Proxies, p)
@@ -267,8 +263,8 @@ func (d *decoder) proxyExtras(p *Proxy, a at, pm map[string]any) {
 }
 
 func (d *decoder) checkPassword(a at, pw string) Secret {
-	if len(pw) > 255 {
-		d.fail(a, "the password is longer than 255 bytes (RFC 1929)")
+	if err := CheckCredentialLen("password", pw); err != nil {
+		d.fail(a, "%v", err)
 	}
 	return NewSecret(pw)
 }
@@ -419,6 +415,7 @@ func (d *decoder) forwards(c *Config, v any) {
 		if f.Listen.IsValid() && f.Listen.Addr().IsUnspecified() && !f.UnsafeAnyAddress {
 			d.fail(a.key("listen"), "%s listens on every address, reachable from any network this host is on; give the VM-facing address (or set unsafe_any_address = true)", f.Listen)
 		}
+		f.Name = DefaultName(f.Name, f.Listen)
 		c.Forwards = append(c.Forwards, f)
 	}
 }
@@ -465,9 +462,7 @@ func (d *decoder) inbounds(c *Config, v any) {
 		if in.Listen.IsValid() && in.Listen.Addr().IsUnspecified() && !in.UnsafeAnyAddress {
 			d.fail(a.key("listen"), "%s listens on every address, reachable from any network this host is on; give the VM-facing address (or set unsafe_any_address = true)", in.Listen)
 		}
-		if in.Name == "" && in.Listen.IsValid() {
-			in.Name = in.Listen.String()
-		}
+		in.Name = DefaultName(in.Name, in.Listen)
 		c.Inbounds = append(c.Inbounds, in)
 	}
 }
@@ -584,12 +579,9 @@ func (d *decoder) dns(c *Config, v any) {
 		if _, isList := v.([]any); isList {
 			d.fail(a.key("pool"), "give one CIDR as a string, e.g. \"198.18.0.0/15\"")
 		} else if p, ok := d.prefix(a.key("pool"), v); ok {
-			switch {
-			case !p.Addr().Is4():
-				d.fail(a.key("pool"), "the fake-IP pool must be IPv4")
-			case p.Bits() > 24:
-				d.fail(a.key("pool"), "%s is too small for a fake-IP pool (at least a /24)", p)
-			default:
+			if err := CheckPool(p); err != nil {
+				d.fail(a.key("pool"), "%v", err)
+			} else {
 				c.DNS.Pool = p
 			}
 		}

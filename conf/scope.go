@@ -24,10 +24,7 @@ import (
 // scope fills the defaults that depend on other keys, once every table is decoded.
 func (d *decoder) scope(c *Config) {
 	if c.DNS.Capture == "" {
-		c.DNS.Capture = DNSCaptureCaged
-		if c.Capture.Local {
-			c.DNS.Capture = DNSCaptureAll
-		}
+		c.DNS.Capture = DefaultDNSCapture(c.Capture.Local)
 	}
 	for _, n := range c.Capture.CageSubnets {
 		if !containsPrefix(c.Capture.VMNetworks, n) {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentcage/router/internal/accept"
 )
 
 // Limits on what a source may hold of the server. Sources are keyed as Source.key says.
@@ -28,11 +30,6 @@ const (
 	tcpTotal     = 256
 	tcpIdle      = 10 * time.Second
 	tcpFirstRead = 2 * time.Second
-
-	// An accept error other than a closed listener (EMFILE, ENFILE, ECONNABORTED, ...) is
-	// retried after a pause that doubles from acceptMinPause to acceptMaxPause.
-	acceptMinPause = 5 * time.Millisecond
-	acceptMaxPause = time.Second
 )
 
 var errBusy = errors.New("too many queries of this source waiting for an upstream")
@@ -130,7 +127,7 @@ func (l *limitListener) Close() error {
 
 // Accept returns the next connection within the limits, closing those beyond them.
 func (l *limitListener) Accept() (net.Conn, error) {
-	var pause time.Duration
+	var b accept.Backoff
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
@@ -143,8 +140,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			default:
 			}
 			l.tell(evAcceptFailed, sourceKey{}, err)
-			pause = min(max(2*pause, acceptMinPause), acceptMaxPause)
-			t := time.NewTimer(pause)
+			t := time.NewTimer(b.Failed())
 			select {
 			case <-t.C:
 			case <-l.done:
@@ -153,7 +149,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			}
 			continue
 		}
-		pause = 0
+		b.Accepted()
 		if lc := l.admit(c); lc != nil {
 			return lc, nil
 		}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/netip"
 	"strings"
+
+	"github.com/agentcage/router/internal/ports"
 )
 
 // ParseResolvConf returns the nameserver addresses of a resolv.conf(5) file, in order, as
@@ -29,7 +31,7 @@ func ParseResolvConf(r io.Reader) ([]netip.AddrPort, error) {
 		if err != nil {
 			return nil, fmt.Errorf("resolv.conf line %d: %w", n, err)
 		}
-		out = append(out, netip.AddrPortFrom(a.Unmap(), 53))
+		out = append(out, netip.AddrPortFrom(a.Unmap(), ports.DNS))
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read resolv.conf: %w", err)

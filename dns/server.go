@@ -222,8 +222,8 @@ func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
 	if cfg.TTL == 0 {
 		cfg.TTL = conf.DefaultFakeTTL
 	}
-	if cfg.TTL < time.Second || cfg.TTL > time.Hour || cfg.TTL%time.Second != 0 {
-		return nil, fmt.Errorf("dns ttl %v: want whole seconds from 1s to 1h", cfg.TTL)
+	if err := conf.CheckTTL(cfg.TTL); err != nil {
+		return nil, fmt.Errorf("dns ttl: %w", err)
 	}
 	if cfg.Linger == 0 {
 		cfg.Linger = max(DefaultLinger, cfg.TTL)
@@ -246,7 +246,7 @@ func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
 	if cfg.SummaryEvery < 0 {
 		return nil, fmt.Errorf("dns summary interval %v: want a positive duration", cfg.SummaryEvery)
 	}
-	if err := checkHostPort(cfg.Resolver, false); err != nil {
+	if err := conf.CheckResolver(cfg.Resolver); err != nil {
 		return nil, fmt.Errorf("dns resolver: %w", err)
 	}
 	direct, err := newNameSet(cfg.DirectNames)
@@ -286,8 +286,8 @@ func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
 		if !cfg.Pool.IsValid() {
 			cfg.Pool = conf.DefaultPool()
 		}
-		if err := checkPool(cfg.Pool); err != nil {
-			return nil, err
+		if err := conf.CheckPool(cfg.Pool); err != nil {
+			return nil, fmt.Errorf("dns pool: %w", err)
 		}
 		s.pool = newPool(cfg.Pool, cfg.Linger, cfg.Now)
 		s.local = append(s.local, cfg.Pool)
@@ -319,20 +319,6 @@ func (s *Server) refused(why refusal.Reason, k sourceKey, name string) {
 		e.Src = netip.AddrPortFrom(k.prefix.Addr(), 0)
 	}
 	s.book.Add(why, e)
-}
-
-// checkPool checks what the pool's allocator needs; where a pool may lie is conf's check.
-func checkPool(p netip.Prefix) error {
-	if !p.Addr().Is4() {
-		return fmt.Errorf("dns pool %v: want an IPv4 prefix", p)
-	}
-	if p.Bits() > 24 {
-		return fmt.Errorf("dns pool %v: want at least a /24", p)
-	}
-	if p.Masked() != p {
-		return fmt.Errorf("dns pool %v: host bits set, want %v", p, p.Masked())
-	}
-	return nil
 }
 
 func checkHostPort(hp string, wantIP bool) error {

@@ -2,8 +2,9 @@ package dns
 
 import (
 	"log/slog"
-	"sync"
 	"time"
+
+	summary "github.com/agentcage/router/internal/tally"
 )
 
 // event is a kind of refused, failed or over-limit query that the summary log line counts.
@@ -56,86 +57,19 @@ func (e event) String() string {
 // logged.
 const DefaultSummaryEvery = time.Minute
 
-// maxTallySources bounds the sources a summary tells apart; the others are counted together.
-const maxTallySources = 64
-
 // tally counts refused, failed and over-limit queries and logs one WARN line per interval
-// that had any: the count of each kind, an example of each (the first of the interval),
-// the number of sources and the source with the most. Nothing is logged per query, so a
-// guest cannot flood the log. The line goes out `every` after the first event of a quiet
-// period (a timer; no goroutine waits in between), and at close.
-//
-// mu guards every field below it; safe for concurrent use.
-type tally struct {
-	log   *slog.Logger
-	every time.Duration
-
-	mu      sync.Mutex
-	counts  [numEvents]uint64
-	example [numEvents]string
-	sources map[string]uint64 // events by source label, at most maxTallySources
-	others  uint64            // events of sources beyond maxTallySources
-	timer   *time.Timer       // armed while counts are pending
-}
+// that had any (package tally): the count of each kind, an example of each (the first of
+// the interval), the number of sources and the source with the most. Nothing is logged per
+// query, so a guest cannot flood the log. Safe for concurrent use.
+type tally struct{ s *summary.Summary }
 
 func newTally(log *slog.Logger, every time.Duration) *tally {
-	return &tally{log: log, every: every, sources: make(map[string]uint64)}
+	return &tally{s: summary.New(log, every, summary.Options{Message: "dns refused, failed or over-limit queries (summary)", Unit: "events"})}
 }
 
 // add counts one event of source who; example, when not nil, describes it and is called only
 // for the first event of its kind in the interval.
-func (t *tally) add(ev event, who string, example func() string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.counts[ev]++
-	if t.counts[ev] == 1 && example != nil {
-		t.example[ev] = example()
-	}
-	if _, ok := t.sources[who]; ok || len(t.sources) < maxTallySources {
-		t.sources[who]++
-	} else {
-		t.others++
-	}
-	if t.timer == nil {
-		t.timer = time.AfterFunc(t.every, t.flush)
-	}
-}
+func (t *tally) add(ev event, who string, example func() string) { t.s.Add(ev.String(), who, example) }
 
 // flush logs and resets the pending counts, if any.
-func (t *tally) flush() {
-	t.mu.Lock()
-	counts, example, sources, others := t.counts, t.example, t.sources, t.others
-	t.counts, t.example, t.others = [numEvents]uint64{}, [numEvents]string{}, 0
-	t.sources = make(map[string]uint64)
-	if t.timer != nil {
-		t.timer.Stop()
-		t.timer = nil
-	}
-	t.mu.Unlock()
-	var total uint64
-	attrs := []any{"interval", t.every}
-	for ev, n := range counts {
-		if n == 0 {
-			continue
-		}
-		total += n
-		attrs = append(attrs, event(ev).String(), n)
-		if example[ev] != "" {
-			attrs = append(attrs, event(ev).String()+"_example", example[ev])
-		}
-	}
-	if total == 0 {
-		return
-	}
-	top, topN := "", uint64(0)
-	for who, n := range sources {
-		if n > topN || (n == topN && who < top) {
-			top, topN = who, n
-		}
-	}
-	attrs = append(attrs, "sources", len(sources), "top_source", top, "top_source_events", topN)
-	if others > 0 {
-		attrs = append(attrs, "other_sources_events", others)
-	}
-	t.log.Warn("dns refused, failed or over-limit queries (summary)", attrs...)
-}
+func (t *tally) flush() { t.s.Flush() }

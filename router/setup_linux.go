@@ -2,7 +2,6 @@ package router
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -11,10 +10,10 @@ import (
 	"os"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentcage/router/internal/accept"
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5"
@@ -23,37 +22,13 @@ import (
 	"github.com/agentcage/router/rules/refusal"
 )
 
-// The transparent flows' set-up on the epoll loops, the way redsocks does it on libevent: the
-// listener is polled by the accepting loops (see acceptors; exclusively: a connection wakes
-// one), and the loop that accepts a connection takes it through every step on its own
-// goroutine, one small state machine per flow, with no goroutine and no hand-off on the way:
-//
-//	accept       non-blocking, a batch per readiness; the descriptor budget (enter)
-//	addresses    Options.OriginalFD (SO_ORIGINAL_DST), the local address, FromVM
-//	classify     the name behind the address (Names), the source's share of the budget
-//	decide       policy.Decide; a refusal is a reset, counted and logged as on any path
-//	set-up slots trySetup: taken only when free now and nobody waits
-//	connect      a socket of the router's own (Control: the mark), non-blocking
-//	   direct    connected: the relay
-//	   proxy     connected: the client's first bytes (earlyMax), the SOCKS5 greeting, the
-//	             credentials and the request (upstream.Handshake) in one write when the
-//	             proxy pipelines; the answers parsed as they come (socks5.Exchange), never
-//	             a byte past the reply; success: the relay
-//	relay        relay.begin on the same loop: the descriptors stay registered, nothing moves
-//
-// A failure at any step resets the client (fail closed: never a direct fallback), and the
-// upstream's health counts it as Connect would. The connect timeout is the loop's: the sweep
-// ends set-ups older than it.
-//
-// What the loop does not do itself it hands to the goroutine path, the one other platforms
-// use for every flow, with the same steps (transparent.go): a flow whose owner the policy
-// needs (sock_diag or /proc: classified), and, once its share is taken, one that needs a
-// name resolved, goes direct by name, goes through an upstream that is not a single SOCKS5
-// proxy with a known address (HTTP, HTTPS, a failover list, a name to look up), or finds no
-// set-up slot free now, its source's or its destination's (admitted, which waits its turn
-// in setup: a burst beyond a destination's cap is queued there, never reset, and the loop
-// never waits). The decision itself is policy.Decide on both paths; decided, failed and
-// the flow's record are shared.
+// The transparent flows' set-up on the epoll loops, the way redsocks does it on libevent:
+// the loop that accepts a connection takes it through accept, addresses, classify, decide,
+// set-up slots, connect (and the pipelined SOCKS5 handshake) to the relay on its own
+// goroutine, one small state machine (setupFlow) per flow; the slow steps are handed to the
+// goroutine path of transparent.go. docs/architecture.md ("a guest's TCP") walks the steps;
+// this file is their code. A failure at any step resets the client (fail closed: never a
+// direct fallback), and the upstream's health counts it as Connect would.
 //
 // Logs never block a loop: records go through the flow log's goroutine (logLater).
 
@@ -80,16 +55,16 @@ type servedListener struct {
 // loopListener is a listener on one loop. The loop's goroutine uses it; on, gone and resume are
 // guarded by loop.mu.
 type loopListener struct {
-	ls     *servedListener
-	l      *loop
-	index  int32
-	on     bool          // registered in the loop's epoll
-	gone   bool          // Serve returned: never registered again
-	pause  time.Duration // the last pause after an accept error
-	resume time.Duration // loop clock at which a paused listener is registered again
-	err    error         // the last batch's accept error
-	accept func(fd uintptr)
-	done   chan struct{} // closed by the loop once the listener is gone from it
+	ls      *servedListener
+	l       *loop
+	index   int32
+	on      bool           // registered in the loop's epoll
+	gone    bool           // Serve returned: never registered again
+	backoff accept.Backoff // the pause after accept errors
+	resume  time.Duration  // loop clock at which a paused listener is registered again
+	err     error          // the last batch's accept error
+	accept  func(fd uintptr)
+	done    chan struct{} // closed by the loop once the listener is gone from it
 }
 
 // sstate is where a flow's set-up stands.
@@ -288,23 +263,23 @@ func (l *loop) acceptReady(e *loopListener, now time.Duration) {
 		return // closed: Serve takes it off
 	}
 	if e.err == nil {
-		e.pause = 0
+		e.backoff.Accepted()
 		return
 	}
-	// Out of descriptors (or memory): stop polling the listener for a pause, doubling up to
-	// acceptMaxPause, so that the loop neither spins on it nor stops for good.
-	e.pause = min(max(2*e.pause, acceptMinPause), acceptMaxPause)
+	// Out of descriptors (or memory): stop polling the listener for a pause (package
+	// accept), so that the loop neither spins on it nor stops for good.
+	pause := e.backoff.Failed()
 	l.mu.Lock()
 	l.deregisterLocked(e)
-	e.resume = now + e.pause
+	e.resume = now + pause
 	l.mu.Unlock()
-	time.AfterFunc(e.pause, func() {
+	time.AfterFunc(pause, func() {
 		l.mu.Lock()
 		l.resumeDue = true
 		l.wake()
 		l.mu.Unlock()
 	})
-	r, err, pause := e.ls.r, e.err, e.pause
+	r, err := e.ls.r, e.err
 	if r.refuse.note("accept failed", "event loop") {
 		go r.log.Warn("accept failed; pausing", "err", err, "pause", pause)
 	}
@@ -319,7 +294,7 @@ func (l *loop) resumeListeners(now time.Duration) {
 		if e != nil && !e.on && !e.gone && e.resume != 0 && now >= e.resume {
 			e.resume = 0
 			if err := l.registerLocked(e); err != nil {
-				e.resume = now + acceptMaxPause
+				e.resume = now + accept.MaxPause
 			}
 		}
 	}
@@ -329,7 +304,7 @@ func (l *loop) resumeListeners(now time.Duration) {
 // up. It returns the error that should pause the listener, or nil.
 func (l *loop) acceptBatch(e *loopListener, lfd int) error {
 	for range acceptBatch {
-		fd, peer, err := accept(lfd, &l.sa)
+		fd, peer, err := accept4(lfd, &l.sa)
 		switch err {
 		case nil:
 			e.ls.r.loopAccepted(l, e.ls, fd, peer)
@@ -763,38 +738,6 @@ func (r *Router) connectFD(raw *rawFD, dst netip.AddrPort) (fd int, done bool, e
 	return dialFD(raw, r.opts.Control, dst)
 }
 
-// dialFD is the default ConnectFD: a non-blocking TCP socket of dst's family, with control
-// applied (the mark), connecting to dst. (The loop sets Go's options once it connects.)
-func dialFD(raw *rawFD, control func(network, address string, c syscall.RawConn) error, dst netip.AddrPort) (int, bool, error) {
-	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
-	family, network := unix.AF_INET6, "tcp6"
-	if dst.Addr().Is4() {
-		family, network = unix.AF_INET, "tcp4"
-	}
-	fd, err := rawSocket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-	if err != nil {
-		return -1, false, fmt.Errorf("socket: %w", err)
-	}
-	if control != nil {
-		raw.fd = fd
-		if err := control(network, dst.String(), raw); err != nil {
-			closeFD(fd)
-			return -1, false, err
-		}
-	}
-	var sa unix.RawSockaddrAny
-	n := putSockaddr(&sa, dst)
-	_, _, e := unix.RawSyscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), uintptr(n))
-	switch e {
-	case 0:
-		return fd, true, nil
-	case unix.EINPROGRESS, unix.EINTR:
-		return fd, false, nil
-	}
-	closeFD(fd)
-	return -1, false, e
-}
-
 // keepAfter is the age at which a flow the loop set up gets Go's keep-alive probes: short
 // flows, most of them, never pay its four system calls a socket, and a flow idle from the
 // start is probed at most keepAfter later than a goroutine's.
@@ -807,131 +750,4 @@ func (f *relayFlow) keepAliveDue(now time.Duration) {
 		keepAlive(f.fd[0], 15*time.Second)
 		keepAlive(f.fd[1], 30*time.Second)
 	}
-}
-
-// keepAlive sets what Go sets on every TCP connection it makes or accepts: keep-alive probes
-// after idle, every 15 s, 9 of them (idle: 15 s for the listener's, 30 s for the router's
-// dialer).
-func keepAlive(fd int, idle time.Duration) {
-	rawSetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
-	rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, int(idle/time.Second))
-	rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 15)
-	rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 9)
-}
-
-// rawFD is a syscall.RawConn over a bare descriptor, for Control functions: Control runs its
-// function on it; Read and Write are not supported.
-type rawFD struct{ fd int }
-
-func (c *rawFD) Control(f func(fd uintptr)) error  { f(uintptr(c.fd)); return nil }
-func (c *rawFD) Read(func(fd uintptr) bool) error  { return errors.ErrUnsupported }
-func (c *rawFD) Write(func(fd uintptr) bool) error { return errors.ErrUnsupported }
-
-// fileConn makes a *net.TCPConn of fd for the goroutine path, and closes fd (the connection
-// has a descriptor of its own, with Go's options set).
-func fileConn(fd int) (*net.TCPConn, error) {
-	f := os.NewFile(uintptr(fd), "")
-	c, err := net.FileConn(f)
-	f.Close()
-	if err != nil {
-		return nil, err
-	}
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		c.Close()
-		return nil, errors.New("not a TCP connection")
-	}
-	return tc, nil
-}
-
-// accept accepts one connection on lfd, non-blocking, with its peer address (sa is the
-// loop's buffer).
-func accept(lfd int, sa *unix.RawSockaddrAny) (int, netip.AddrPort, error) {
-	n := uint32(unsafe.Sizeof(*sa))
-	fd, _, e := unix.RawSyscall6(unix.SYS_ACCEPT4, uintptr(lfd), uintptr(unsafe.Pointer(sa)), uintptr(unsafe.Pointer(&n)),
-		unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
-	if e != 0 {
-		return -1, netip.AddrPort{}, e
-	}
-	return int(fd), parseSockaddr(sa), nil
-}
-
-// sockname is fd's local address.
-func sockname(fd int, sa *unix.RawSockaddrAny) (netip.AddrPort, error) {
-	n := uint32(unsafe.Sizeof(*sa))
-	_, _, e := unix.RawSyscall(unix.SYS_GETSOCKNAME, uintptr(fd), uintptr(unsafe.Pointer(sa)), uintptr(unsafe.Pointer(&n)))
-	if e != 0 {
-		return netip.AddrPort{}, fmt.Errorf("local address: %w", e)
-	}
-	return parseSockaddr(sa), nil
-}
-
-// parseSockaddr reads an AF_INET or AF_INET6 address (an IPv4-mapped one unmapped).
-func parseSockaddr(sa *unix.RawSockaddrAny) netip.AddrPort {
-	switch sa.Addr.Family {
-	case unix.AF_INET:
-		a := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
-		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&a.Port))[:]))
-	case unix.AF_INET6:
-		a := (*unix.RawSockaddrInet6)(unsafe.Pointer(sa))
-		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&a.Port))[:]))
-	}
-	return netip.AddrPort{}
-}
-
-// putSockaddr writes dst into sa and returns its length.
-func putSockaddr(sa *unix.RawSockaddrAny, dst netip.AddrPort) int {
-	*sa = unix.RawSockaddrAny{}
-	if dst.Addr().Is4() {
-		a := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
-		a.Family = unix.AF_INET
-		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&a.Port))[:], dst.Port())
-		a.Addr = dst.Addr().As4()
-		return unix.SizeofSockaddrInet4
-	}
-	a := (*unix.RawSockaddrInet6)(unsafe.Pointer(sa))
-	a.Family = unix.AF_INET6
-	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&a.Port))[:], dst.Port())
-	a.Addr = dst.Addr().As16()
-	return unix.SizeofSockaddrInet6
-}
-
-// recvPeek looks at what fd has without taking it.
-func recvPeek(fd int, b []byte) (int, error) {
-	for {
-		n, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_DONTWAIT|unix.MSG_PEEK, 0, 0)
-		if e == unix.EINTR {
-			continue
-		}
-		if e != 0 {
-			return 0, e
-		}
-		return int(n), nil
-	}
-}
-
-// writeNow writes what fd takes of b now (EAGAIN is 0 written, not an error).
-func writeNow(fd int, b []byte) (int, error) {
-	for {
-		n, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT, 0, 0)
-		switch e {
-		case 0:
-			return int(n), nil
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return 0, nil
-		}
-		return 0, e
-	}
-}
-
-// resetFD closes fd with an RST (SO_LINGER 0), so the client learns at once that the flow is
-// refused.
-func resetFD(fd int) {
-	if fd < 0 {
-		return
-	}
-	rawSetLinger0(fd)
-	closeFD(fd)
 }

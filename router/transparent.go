@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/agentcage/router/internal/accept"
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
@@ -65,70 +64,19 @@ func (r *Router) refuseAtAccept(c *net.TCPConn, why error) {
 	}
 }
 
-// Accept errors other than a closed listener pause accepting from acceptMinPause, doubling
-// up to acceptMaxPause: out of descriptors, a listener must wait for some to free, and it
-// must never end (the forwards and the control channel would be gone for good).
-const (
-	acceptMinPause = 5 * time.Millisecond
-	acceptMaxPause = time.Second
-)
-
 // acceptLoop accepts on ln until ctx is done or ln is closed (then it returns nil) and
-// gives each connection to serve. Other accept errors pause it (see acceptMinPause) and
+// gives each connection to serve. Other accept errors pause it (see package accept) and
 // are counted in the refusal summary, named with what; it never returns them.
 func (r *Router) acceptLoop(ctx context.Context, ln *net.TCPListener, what string, serve func(*net.TCPConn)) error {
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	var pause time.Duration
-	for {
-		c, err := ln.AcceptTCP()
-		if err == nil {
-			pause = 0
-			serve(c)
-			continue
-		}
-		if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-			return nil
-		}
-		pause = min(max(2*pause, acceptMinPause), acceptMaxPause)
+	return accept.Loop(ctx, ln, ln.AcceptTCP, func(err error, pause time.Duration) {
 		if r.refuse.note(what+" failed", ln.Addr().String()) {
 			r.log.Warn(what+" failed; pausing", "err", err, "pause", pause)
 		}
-		select {
-		case <-time.After(pause):
-		case <-ctx.Done():
-			return nil
-		}
-	}
+	}, serve)
 }
 
 // earlyMax bounds the client bytes sent along with the SOCKS request (see dialProxy).
 const earlyMax = 4 << 10
-
-// FlowRecord is what the router knows of one connection; it is logged when the flow ends.
-type FlowRecord struct {
-	ID      uint64
-	Src     netip.AddrPort
-	Dst     netip.AddrPort // the original destination; its address is invalid when only Host is known
-	Host    string         // the destination's name, when known
-	Inbound string         // the inbound that took the flow; "" for a captured one
-	App     string
-	PID     int
-	Service string // the Windows services of the owning svchost, when known (joined ",")
-	Verdict rules.Verdict
-	Step    policy.Step // what decided: a rule, or an implicit step
-	Via     string      // the proxy that carried it (a failover list's member)
-	Up      int64       // bytes client → destination
-	Down    int64
-	Start   time.Time
-	Err     error
-
-	bytes   meter     // live, as the relay moves them
-	rate    sample    // guarded by Router.live.mu
-	pol     *compiled // the policy that decided it (nil: a forward, or not decided)
-	index   int       // the rule that decided it, -1 for an implicit step
-	relayed bool      // the flow reached the relay; set before the relay starts
-}
 
 // handle sets up one redirected flow: classify (where it came from and was going, who owns
 // it, the name behind its address), then the steps every listener shares (flow.go): decide,
@@ -375,114 +323,8 @@ func (r *Router) dialDirect(ctx context.Context, dst netip.AddrPort, host string
 	return nil, fmt.Errorf("connect direct: %w", err)
 }
 
-// dst is f's destination for logs and status: the address and port, or the name and port
-// when only the name is known.
-func (f *FlowRecord) dst() string {
-	if !f.Dst.Addr().IsValid() {
-		return net.JoinHostPort(f.Host, strconv.Itoa(int(f.Dst.Port())))
-	}
-	return f.Dst.String()
-}
-
 // reset closes c with an RST, so the client learns at once that the flow is refused.
 func reset(c *net.TCPConn) {
 	c.SetLinger(0)
 	c.Close()
-}
-
-// flowLevel is the level of f's record: warn for a flow that failed, info otherwise.
-func flowLevel(f *FlowRecord) slog.Level {
-	if f.Err != nil && !errors.Is(f.Err, errIdle) {
-		return slog.LevelWarn
-	}
-	return slog.LevelInfo
-}
-
-// flowAttrs are the attributes of f's log records.
-func flowAttrs(f *FlowRecord, ended bool) []any {
-	attrs := make([]any, 0, 24)
-	attrs = append(attrs, "id", f.ID, "src", f.Src, "dst", f.dst(),
-		"rule", f.Verdict.Name, "action", f.Verdict.Action.String())
-	if ended {
-		attrs = append(attrs, "up", f.Up, "down", f.Down, "duration", time.Since(f.Start).Round(time.Millisecond))
-	}
-	if f.Host != "" {
-		attrs = append(attrs, "host", f.Host)
-	}
-	if f.App != "" {
-		attrs = append(attrs, "app", f.App, "pid", f.PID)
-	}
-	if f.Service != "" {
-		attrs = append(attrs, "services", f.Service)
-	}
-	if f.Inbound != "" {
-		attrs = append(attrs, "inbound", f.Inbound)
-	}
-	if f.Via != "" {
-		attrs = append(attrs, "proxy", f.Via)
-	} else if f.Verdict.Proxy != "" {
-		attrs = append(attrs, "proxy", f.Verdict.Proxy)
-	}
-	return attrs
-}
-
-// logOpen records a flow that was decided and connected, as its relay starts ("flow open");
-// the record of its end ("flow") follows with the bytes.
-func (r *Router) logOpen(f *FlowRecord) {
-	if r.log.Enabled(context.Background(), slog.LevelInfo) {
-		r.log.Info("flow open", flowAttrs(f, false)...)
-	}
-}
-
-// summaryReason names why f was refused or failed before the relay, for the summary of refusals;
-// "" for a flow that was relayed (its end is logged one by one).
-func summaryReason(f *FlowRecord) string {
-	switch {
-	case f.relayed:
-		return ""
-	case f.Err == nil && f.Verdict.Action == rules.Block:
-		return "refused by " + f.Verdict.Name
-	case f.Err == nil:
-		return ""
-	}
-	for _, e := range []error{errOverShare, errOverBudget, errDstBusy, errBusy, errNoSlot} {
-		if errors.Is(f.Err, e) {
-			return e.Error()
-		}
-	}
-	return "failed before the relay"
-}
-
-// logFlow records a flow's end: its decision, bytes each way, duration and error. Refused
-// and failed flows go through the refusal summary: only the first few of each reason in an
-// interval are logged one by one.
-func (r *Router) logFlow(f *FlowRecord) {
-	if r.flowLogged(f) {
-		r.writeFlow(f)
-	}
-}
-
-// flowLogged counts f in the refusal summary when it was refused or failed, and reports
-// whether its end is to be logged one by one (and the log takes records of its level). It is
-// called once per flow.
-func (r *Router) flowLogged(f *FlowRecord) bool {
-	if reason := summaryReason(f); reason != "" && !r.refuse.note(reason, f.Src.Addr().String()) {
-		return false
-	}
-	// The record's attributes cost more than the rest of a short flow's end.
-	return r.log.Enabled(context.Background(), flowLevel(f))
-}
-
-// writeFlow writes the record of f's end.
-func (r *Router) writeFlow(f *FlowRecord) {
-	attrs := flowAttrs(f, true)
-	if f.Err != nil && !errors.Is(f.Err, errIdle) {
-		attrs = append(attrs, "err", f.Err.Error())
-		r.log.Warn("flow", attrs...)
-		return
-	}
-	if errors.Is(f.Err, errIdle) {
-		attrs = append(attrs, "end", "idle")
-	}
-	r.log.Info("flow", attrs...)
 }

@@ -188,6 +188,11 @@ func (r *Rule) Bare() bool {
 // enabled proxy or block rule. A disabled rule cages nothing, as it decides nothing.
 func (r *Rule) Cages() bool { return !r.Disabled && r.Action != Direct }
 
+// HostOnly reports whether r is a bare direct rule, the host-only catch-all: a direct rule
+// that names nothing takes this host's own flows only, never caged ones (a caged flow no
+// rule names is refused). The policy, lint's boxes and lint's cage checks all ask this.
+func (r *Rule) HostOnly() bool { return r.Bare() && r.Action == Direct }
+
 // MatchApp reports whether the flow's process is one r names: its image or path matches one
 // of r.Apps, or it hosts one of r.Services. Every other field of r is ignored; a rule that
 // names no app or service matches nothing.

@@ -2,6 +2,8 @@ package windivert
 
 import (
 	"net/netip"
+
+	"github.com/agentcage/router/internal/ports"
 )
 
 // The filters of the redirect engine. Every one of them excludes loopback: a packet or
@@ -145,7 +147,7 @@ func portsOr(f Field, ports []uint16) Filter {
 func DNSQueries(ex Exclusions) Filter {
 	return And(
 		outboundRemote(),
-		Or(FieldUDPDstPort.EqNum(53), FieldTCPDstPort.EqNum(53)),
+		Or(FieldUDPDstPort.EqNum(uint64(ports.DNS)), FieldTCPDstPort.EqNum(uint64(ports.DNS))),
 		ex.filter(),
 	)
 }

@@ -225,7 +225,7 @@ func (cs *cagers) first(a rules.App, every bool) cagedBy {
 // That may be meant (a guest with only the model), so it is a warning.
 func (l *linter) noWayOut() {
 	out := func(r *rules.Rule) bool {
-		if r.Disabled || r.Action == rules.Block || r.Bare() && r.Action == rules.Direct {
+		if r.Disabled || r.Action == rules.Block || r.HostOnly() {
 			return false
 		}
 		if len(r.Hosts) == 0 {

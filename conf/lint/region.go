@@ -40,7 +40,7 @@ func boxOf(r *rules.Rule) box {
 	switch {
 	case r.Caged:
 		b.cage = cagedOnly
-	case r.Bare() && r.Action == rules.Direct:
+	case r.HostOnly():
 		b.cage = hostOnly
 	}
 	if r.Network != rules.AnyNetwork {

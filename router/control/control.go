@@ -18,6 +18,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/agentcage/router/internal/accept"
 )
 
 // Request is one question to the daemon.
@@ -164,14 +166,6 @@ type Handler interface {
 // maxLine bounds a request.
 const maxLine = 4096
 
-// Accept errors other than a closed listener (out of descriptors, a connection aborted
-// before it was accepted) pause accepting from acceptMinPause, doubling up to acceptMaxPause,
-// and never end Serve: the channel must outlive a descriptor flood.
-const (
-	acceptMinPause = 5 * time.Millisecond
-	acceptMaxPause = time.Second
-)
-
 // Serve answers connections on ln until ctx is done or ln is closed; it closes ln. It
 // returns nil then: an accept error is retried after a pause (logged once per pause, at
 // most once a second), never returned.
@@ -179,31 +173,13 @@ func Serve(ctx context.Context, ln net.Listener, h Handler, log *slog.Logger) er
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	var pause time.Duration
 	var logged time.Time
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			pause = min(max(2*pause, acceptMinPause), acceptMaxPause)
-			if time.Since(logged) >= time.Second {
-				log.Warn("control accept failed; retrying", "err", err, "pause", pause)
-				logged = time.Now()
-			}
-			select {
-			case <-time.After(pause):
-			case <-ctx.Done():
-				return nil
-			}
-			continue
+	return accept.Loop(ctx, ln, ln.Accept, func(err error, pause time.Duration) {
+		if time.Since(logged) >= time.Second {
+			log.Warn("control accept failed; retrying", "err", err, "pause", pause)
+			logged = time.Now()
 		}
-		pause = 0
-		go serveConn(c, h, log)
-	}
+	}, func(c net.Conn) { go serveConn(c, h, log) })
 }
 
 func serveConn(c net.Conn, h Handler, log *slog.Logger) {

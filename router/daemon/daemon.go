@@ -13,8 +13,9 @@
 // checked whole, new forward and inbound listeners (and the metrics socket, when [metrics]
 // listen changed) are opened and the new capture installed before the new rules take
 // effect; any failure leaves the running config untouched and is logged. Keys that need new
-// sockets of the daemon itself (listener_port, dns_port, mark, table) and the [dns] table
-// need a restart; a reload that changes them is refused.
+// sockets of the daemon itself ([capture] listener_port, dns_port, udp_port, mark and table),
+// the [dns] table and the [control] table need a restart; a reload that changes them is
+// refused (restartNeeded, reload.go).
 package daemon
 
 import (
@@ -28,64 +29,16 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/router/control"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
 )
-
-// Platform is the operating system's part: capture and attribution.
-type Platform interface {
-	// Env is what the policy needs to know of this machine; it is asked once per load.
-	Env() policy.Env
-	// Install puts the capture for cfg in place, replacing any earlier one atomically. pol is
-	// cfg's compiled decision, for a capture that decides flows itself (Windows); dns is the
-	// daemon's DNS server, for a capture that answers DNS itself (Windows).
-	Install(cfg *conf.Config, pol *policy.Policy, dns *dns.Server) error
-	// Original returns where a redirected connection came from and was going.
-	Original(c *net.TCPConn) (src, dst netip.AddrPort, err error)
-	// Control returns the socket option function that marks the router's own sockets.
-	Control(mark uint32) func(network, address string, c syscall.RawConn) error
-	// Owner finds the process of a local flow; nil when the platform cannot.
-	Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error)
-	// FromVM tells whether a redirected connection's source entered from a VM network or a
-	// VM-facing interface (router.Options.FromVM); nil: only sources inside vm_networks do.
-	FromVM() func(src netip.Addr) bool
-	// Failed delivers a failure of the capture while it runs (nil: it cannot fail): the
-	// daemon then stops and Run returns the error, so a service manager restarts it.
-	Failed() <-chan error
-	// Close ends the capture's part that lives with the process, first thing at a stop; the
-	// guard stays (Linux: nothing to do; Windows: the guard's permits go, then WinDivert).
-	Close() error
-	// Resolver returns the host's own resolver (ip:port) for [dns] direct_names.
-	Resolver() (string, error)
-	// Refusals returns what the capture itself refused, by reason, since the process
-	// started (Linux: the guard's nftables counters; Windows: the engine's); nil when it
-	// counts nothing. The router's and the DNS server's refusals are counted apart.
-	Refusals() []refusal.Stat
-}
-
-// FDOriginal is a Platform that tells a redirected connection's original destination from
-// its bare descriptor (router.Options.OriginalFD), without blocking: the router's event loops
-// then set flows up themselves (Linux). Without it every flow takes a goroutine.
-type FDOriginal interface {
-	OriginalFD(fd int, peer netip.AddrPort) (src, dst netip.AddrPort, err error)
-}
-
-// DNSBinder is a Platform that chooses the address of the daemon's UDP DNS socket. Without
-// it the socket listens on every address ([::]): the Linux capture redirects the queries of
-// VM-facing interfaces to it. The TCP DNS socket always listens on every address (the
-// Windows engine reflects DNS over TCP to it with the original destination as source).
-type DNSBinder interface {
-	UDPDNSHost() string
-}
 
 // Options configure Run.
 type Options struct {
@@ -241,11 +194,7 @@ func UpstreamConfig(px conf.Proxy) router.UpstreamConfig {
 }
 
 func forwardOf(f conf.Forward) router.Forward {
-	name := f.Name
-	if name == "" {
-		name = f.Listen.String()
-	}
-	return router.Forward{Name: name, Listen: f.Listen, Connect: f.Connect, Allow: f.Allow}
+	return router.Forward{Name: f.Name, Listen: f.Listen, Connect: f.Connect, Allow: f.Allow}
 }
 
 func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
@@ -459,124 +408,4 @@ func (d *daemon) metricsAddr() netip.AddrPort {
 		return netip.AddrPort{}
 	}
 	return d.metrics.addr
-}
-
-// restartKeys are what a reload may not change.
-func restartNeeded(old, cur *conf.Config) error {
-	var keys []string
-	if old.Capture.ListenerPort != cur.Capture.ListenerPort {
-		keys = append(keys, "capture.listener_port")
-	}
-	if old.Capture.DNSPort != cur.Capture.DNSPort {
-		keys = append(keys, "capture.dns_port")
-	}
-	if old.Capture.UDPPort != cur.Capture.UDPPort {
-		keys = append(keys, "capture.udp_port")
-	}
-	if old.Capture.Mark != cur.Capture.Mark {
-		keys = append(keys, "capture.mark")
-	}
-	if old.Capture.Table != cur.Capture.Table {
-		keys = append(keys, "capture.table")
-	}
-	if fmt.Sprint(old.DNS) != fmt.Sprint(cur.DNS) {
-		keys = append(keys, "dns")
-	}
-	if old.Control != cur.Control {
-		keys = append(keys, "control")
-	}
-	if len(keys) > 0 {
-		return fmt.Errorf("%s changed: restart the router to apply that", keys)
-	}
-	return nil
-}
-
-// reload applies the config file anew, all or nothing: the file is parsed and checked, the
-// router's policy prepared, forwards on new addresses and the metrics socket on a new
-// address opened, and the capture installed; only then do the new rules, forward settings
-// and log level take effect, the metrics move (or start, or stop) and the forwards that are
-// gone close. Any failure closes what was opened for the new config and leaves the
-// running one untouched. A forward whose address stays keeps its socket: a changed allow
-// list, target or name is swapped in for the connections accepted after the reload.
-func (d *daemon) reload(ctx context.Context) error {
-	cfg, err := d.opts.Load(d.opts.ConfigPath)
-	if err != nil {
-		return err
-	}
-	if err := restartNeeded(d.cfg, cfg); err != nil {
-		return err
-	}
-	l := d.compile(cfg)
-	prepared, err := d.r.Prepare(l.pol)
-	if err != nil {
-		return err
-	}
-	want := map[string]router.Forward{}
-	var opened []*forwardRun
-	var newMetrics *metricsRun // opened for a changed [metrics] listen
-	closeOpened := func() {
-		for _, o := range opened {
-			o.ln.Close()
-		}
-		stopMetrics(newMetrics)
-	}
-	for _, f := range cfg.Forwards {
-		rf := forwardOf(f)
-		want[rf.Listen.String()] = rf
-		if _, ok := d.forwards[rf.Listen.String()]; ok {
-			continue // kept; its settings are swapped below
-		}
-		fr, err := d.openForward(ctx, rf)
-		if err != nil {
-			closeOpened()
-			return err
-		}
-		opened = append(opened, fr)
-	}
-	inb, err := d.prepareInbounds(ctx, cfg)
-	if err != nil {
-		closeOpened()
-		return err
-	}
-	metricsMoved := cfg.Metrics.Listen != d.metricsAddr()
-	if metricsMoved && cfg.Metrics.Listen.IsValid() {
-		if newMetrics, err = d.openMetrics(ctx, cfg.Metrics.Listen, d.opts.Platform.Control(cfg.Capture.Mark)); err != nil {
-			closeOpened()
-			inb.abort()
-			return err
-		}
-	}
-	if err := d.opts.Platform.Install(cfg, l.dec, d.dns); err != nil {
-		closeOpened()
-		inb.abort()
-		return fmt.Errorf("install capture: %w", err)
-	}
-	// Nothing below can fail.
-	d.r.Use(prepared)
-	for addr, fr := range d.forwards {
-		nf, keep := want[addr]
-		if keep {
-			fr.f.Store(&nf)
-			continue
-		}
-		fr.cancel()
-		fr.ln.Close()
-		delete(d.forwards, addr)
-	}
-	for _, fr := range opened {
-		d.runForward(fr)
-	}
-	d.commitInbounds(inb)
-	if metricsMoved {
-		stopMetrics(d.metrics)
-		d.metrics = nil
-		if newMetrics != nil {
-			d.runMetrics(newMetrics)
-		}
-	}
-	d.mu.Lock()
-	d.cfg = cfg
-	d.mu.Unlock()
-	d.setLevel(cfg)
-	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -63,7 +62,7 @@ type redirectPlatform struct {
 	failed  chan error // one failure, buffered
 }
 
-// engineDeps are the system parts of an redirectPlatform.
+// engineDeps are the system parts of a redirectPlatform.
 type engineDeps struct {
 	// LoadDriver loads WinDivert; release unloads it.
 	LoadDriver func() (drv windivert.Driver, release func() error, err error)
@@ -88,7 +87,7 @@ type engineDeps struct {
 	ReservePorts func() (OwnPorts, error)
 }
 
-func newEnginePlatform(log *slog.Logger, deps engineDeps) *redirectPlatform {
+func newRedirectPlatform(log *slog.Logger, deps engineDeps) *redirectPlatform {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -102,26 +101,6 @@ func (p *redirectPlatform) Env() policy.Env {
 	return policy.Env{HostAddr: p.host.Has, CagedApps: KnownHypervisorApps("windows"), Scoped: true}
 }
 
-// KnownHypervisorApps are the images of every hypervisor preset on goos that NATs in user
-// space: on Windows they are caged always (their traffic is the guests'); elsewhere presets
-// are named in the config.
-func KnownHypervisorApps(goos string) []rules.App {
-	if goos != "windows" {
-		return nil
-	}
-	var out []rules.App
-	for _, name := range conf.PresetNames() {
-		p, why := conf.LookupPreset(name, goos)
-		if why != "" || p.NAT != conf.NATUser {
-			continue
-		}
-		for _, a := range p.Apps {
-			out = append(out, rules.MustApp(a))
-		}
-	}
-	return out
-}
-
 // UDPDNSHost is loopback (DNSBinder): the engine answers captured UDP queries in process,
 // so the UDP socket serves this host's own tools only; on [::] it would answer the LAN, and
 // in proxy mode relay strangers' queries through the user's proxy.
@@ -133,106 +112,6 @@ func (p *redirectPlatform) FromVM() func(netip.Addr) bool { return nil }
 // Failed delivers the capture's failure while it runs (the engine could not read from
 // WinDivert): by then the permits are dropped and WinDivert is closed.
 func (p *redirectPlatform) Failed() <-chan error { return p.failed }
-
-// GuardPlan is the WFP guard a config asks for on this machine: the caged apps (the apps of
-// proxy and block rules, the presets' and the known hypervisors' images) resolved to
-// executables, the router's ports and forwards, the DNS scope and the cage subnets. Names no executable answers to are
-// returned: the capture still cages them by name, the guard cannot.
-func GuardPlan(cfg *conf.Config, m guard.Machine, router, service string) (guard.Plan, []string, error) {
-	var names []string
-	for _, r := range cfg.Rules {
-		if !r.Cages() {
-			continue
-		}
-		for _, a := range r.Apps {
-			names = append(names, a.String())
-		}
-	}
-	for _, a := range cfg.Capture.CagedApps {
-		names = append(names, a.String())
-	}
-	for _, a := range KnownHypervisorApps("windows") {
-		names = append(names, a.String())
-	}
-	apps := guard.ResolveApps(m, slices.Compact(names))
-	var cagedUDP []wfp.PortRange
-	if ports, narrow := udpScope(cfg, apps.Unresolved); narrow {
-		cagedUDP = []wfp.PortRange{}
-		for _, r := range ports {
-			cagedUDP = append(cagedUDP, wfp.PortRange{From: r.Lo, To: r.Hi})
-		}
-	}
-	env := guard.Env{
-		CagedUDP:  cagedUDP,
-		CagedApps: apps.Paths,
-		Router:    router,
-		Service:   service,
-		Listeners: []uint16{cfg.Capture.ListenerPort},
-		// The router answers every process's DNS only with [dns] capture = "all": then
-		// no other process may reach a resolver itself.
-		DNSAll: cfg.DNS.Capture == conf.DNSCaptureAll,
-		// A Hyper-V internal switch's guests have no way out but the router's inbound and
-		// forwards: the guard forbids forwarding anything from them, in every state.
-		CageSubnets: cfg.Capture.CageSubnets,
-	}
-	if cfg.Capture.DNSPort != 0 {
-		env.DNSPorts = []uint16{cfg.Capture.DNSPort}
-	}
-	for _, f := range cfg.Forwards {
-		env.Forwards = append(env.Forwards, guard.Forward{Listen: f.Listen, Connect: f.Connect, Allow: f.Allow})
-	}
-	for _, in := range cfg.Inbounds {
-		env.Inbounds = append(env.Inbounds, guard.Inbound{Listen: in.Listen, Allow: in.Allow})
-	}
-	plan, err := guard.NewPlan(env)
-	return plan, apps.Unresolved, err
-}
-
-// udpScope is the UDP the capture must take for cfg besides DNS: narrow with the ports of
-// policy.CagedUDPPorts when only the caged apps' UDP matters (local = false) and the guard
-// can refuse the rest of theirs (every caged app is an executable it names: no caged
-// service, no name it found no file for); otherwise every UDP packet (narrow false).
-//
-// A known hypervisor's image the config does not name (not installed here) does not count:
-// what no executable answers to runs nowhere.
-func udpScope(cfg *conf.Config, unresolved []string) (ports []rules.PortRange, narrow bool) {
-	if cfg.Capture.Local {
-		return nil, false
-	}
-	for _, u := range unresolved {
-		if configNames(cfg, u) {
-			return nil, false
-		}
-	}
-	for _, r := range cfg.Rules {
-		if r.Cages() && len(r.Services) > 0 {
-			return nil, false
-		}
-	}
-	ports, all := policy.New(cfg, policy.Env{}).CagedUDPPorts()
-	return ports, !all
-}
-
-// configNames reports whether the config itself cages the app name (a proxy or block
-// rule's apps, or a preset's).
-func configNames(cfg *conf.Config, name string) bool {
-	for _, r := range cfg.Rules {
-		if !r.Cages() {
-			continue
-		}
-		for _, a := range r.Apps {
-			if strings.EqualFold(a.String(), name) {
-				return true
-			}
-		}
-	}
-	for _, a := range cfg.Capture.CagedApps {
-		if strings.EqualFold(a.String(), name) {
-			return true
-		}
-	}
-	return false
-}
 
 // installGuard puts the config's guard in place (re-armed when armed).
 func (p *redirectPlatform) installGuard(cfg *conf.Config) error {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/policy/policytest"
 	"github.com/agentcage/router/windivert"
 	"github.com/agentcage/router/windivert/wfp"
 	"github.com/agentcage/router/windivert/wfp/guard"
@@ -73,7 +75,7 @@ type windowsScene struct {
 
 func newWindowsScene(t *testing.T) *windowsScene {
 	s := &windowsScene{drv: windiverttest.NewDriver(), wfp: wfptest.New()}
-	s.p = newEnginePlatform(slog.New(slog.DiscardHandler), engineDeps{
+	s.p = newRedirectPlatform(slog.New(slog.DiscardHandler), engineDeps{
 		LoadDriver: func() (windivert.Driver, func() error, error) { return s.drv, func() error { return nil }, nil },
 		WFP:        s.wfp,
 		Machine:    machine{},
@@ -416,5 +418,36 @@ action = "direct"
 				t.Errorf("reload of the same config: %v", err)
 			}
 		})
+	}
+}
+
+// TestGuardPlanCagesTheSet: the guard's plan blocks the caged-app set policytest names (the
+// ones this machine has an executable for; the others are returned unresolved) and the
+// known hypervisors' images, nothing else; a caged service keeps the UDP scope wide.
+func TestGuardPlanCagesTheSet(t *testing.T) {
+	cfg, err := conf.Parse("caged.toml", []byte(policytest.CagedConfig), conf.Options{SkipSecrets: true, OS: "windows"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, unresolved, err := GuardPlan(cfg, machine{}, `C:\Program Files\router\router.exe`, "router")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range plan.Env.CagedApps {
+		got = append(got, path.Base(strings.ReplaceAll(p, `\`, "/")))
+	}
+	got = append(got, unresolved...)
+	want := slices.Clone(policytest.CagedNames)
+	for _, a := range KnownHypervisorApps("windows") {
+		want = append(want, a.String())
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(slices.Compact(got), slices.Compact(want)) {
+		t.Errorf("guard cages %q, want %q", got, want)
+	}
+	if _, narrow := udpScope(cfg, unresolved); narrow {
+		t.Error("UDP scope narrow with a caged service")
 	}
 }

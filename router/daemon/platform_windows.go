@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/windows"
 
+	"github.com/agentcage/router/internal/ports"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/service"
 	"github.com/agentcage/router/windivert"
@@ -56,7 +57,7 @@ func NewPlatform(log *slog.Logger) Platform {
 		OwnPID:       uint32(os.Getpid()),
 		ReservePorts: reservePorts,
 	}
-	return windowsPlatform{newEnginePlatform(log, deps)}
+	return windowsPlatform{newRedirectPlatform(log, deps)}
 }
 
 // serviceName is the service's name when the service manager runs this process.
@@ -77,7 +78,7 @@ func (windowsPlatform) Resolver() (string, error) {
 	for _, want4 := range []bool{true, false} {
 		for _, s := range servers {
 			if s.Is4() == want4 && !s.IsLoopback() && !s.IsUnspecified() {
-				return netip.AddrPortFrom(s, 53).String(), nil
+				return netip.AddrPortFrom(s, ports.DNS).String(), nil
 			}
 		}
 	}

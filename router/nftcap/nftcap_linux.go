@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/internal/ports"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
 )
@@ -378,7 +379,7 @@ func (b *builder) capture(s Spec, vm vmSets) {
 	b.rule(g, nfproto(unix.NFPROTO_IPV4), daddr(false), b.anonPrefixSet(false, localUnicast(false)), verdict(expr.VerdictReturn))
 	b.rule(g, nfproto(unix.NFPROTO_IPV6), daddr(true), b.anonPrefixSet(true, localUnicast(true)), verdict(expr.VerdictReturn))
 	b.rule(g, l4proto(unix.IPPROTO_TCP), verdict(expr.VerdictReturn))
-	b.rule(g, l4proto(unix.IPPROTO_UDP), b.thDportIn(append([]uint16{67, 68, 546, 547}, s.LocalUDPAllow...)...), verdict(expr.VerdictReturn))
+	b.rule(g, l4proto(unix.IPPROTO_UDP), b.thDportIn(append(ports.DHCP(), s.LocalUDPAllow...)...), verdict(expr.VerdictReturn))
 	b.rule(g, goTo(chainRefuseLocal))
 }
 
@@ -412,7 +413,7 @@ func (b *builder) input(s Spec, vm vmSets) {
 	if s.DNSPort != 0 {
 		b.rule(chainVMInput, b.l4protoIn(unix.IPPROTO_TCP, unix.IPPROTO_UDP), thDport(s.DNSPort), verdict(expr.VerdictAccept))
 	}
-	b.rule(chainVMInput, l4proto(unix.IPPROTO_UDP), b.thDportIn(67, 547), verdict(expr.VerdictAccept)) // DHCPv4, DHCPv6 servers
+	b.rule(chainVMInput, l4proto(unix.IPPROTO_UDP), b.thDportIn(ports.DHCPServers()...), verdict(expr.VerdictAccept))
 	b.rule(chainVMInput, l4proto(unix.IPPROTO_ICMPV6), b.icmp6TypeIn(
 		ndRouterSolicit, ndNeighborSolicit, ndNeighborAdvert), verdict(expr.VerdictAccept))
 	b.rule(chainVMInput, goTo(reasonChain(refusal.Host)))
@@ -659,9 +660,9 @@ func (b *builder) fibDaddrTypeIn(types ...uint32) []expr.Any {
 	}
 }
 
-// dnsMatch matches UDP and TCP to port 53.
+// dnsMatch matches UDP and TCP to the DNS port.
 func (b *builder) dnsMatch() []expr.Any {
-	return append(b.l4protoIn(unix.IPPROTO_TCP, unix.IPPROTO_UDP), thDport(53)...)
+	return append(b.l4protoIn(unix.IPPROTO_TCP, unix.IPPROTO_UDP), thDport(ports.DNS)...)
 }
 
 func addrType(v6 bool) nftables.SetDatatype {

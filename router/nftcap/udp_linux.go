@@ -7,6 +7,7 @@ import (
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentcage/router/internal/ports"
 	"github.com/agentcage/router/rules/refusal"
 )
 
@@ -78,7 +79,7 @@ func (b *builder) udpCapture(s Spec, vm vmSets) {
 		b.rule(p, iifLo(), udpMark, goTo(chainUDPTProxy))
 	}
 	b.rule(p, iifLo(), verdict(expr.VerdictReturn))
-	b.rule(p, thDport(53), verdict(expr.VerdictReturn))
+	b.rule(p, thDport(ports.DNS), verdict(expr.VerdictReturn))
 	b.rule(p, saddrIn(vm.v4, false), goTo(chainUDPVM))
 	b.rule(p, saddrIn(vm.v6, true), goTo(chainUDPVM))
 	for _, i := range s.VMInterfaces {
@@ -104,7 +105,7 @@ func (b *builder) udpCapture(s Spec, vm vmSets) {
 	b.rule(o, metaNe(expr.MetaKeyL4PROTO, []byte{unix.IPPROTO_UDP}), verdict(expr.VerdictReturn))
 	b.rule(o, metaEq(expr.MetaKeyMARK, native32(s.Mark)), verdict(expr.VerdictReturn))
 	b.rule(o, metaEq(expr.MetaKeyOIF, native32(loopbackIfindex)), verdict(expr.VerdictReturn))
-	b.rule(o, b.thDportIn(append([]uint16{53, 67, 68, 546, 547}, s.LocalUDPAllow...)...), verdict(expr.VerdictReturn))
+	b.rule(o, b.thDportIn(append(append([]uint16{ports.DNS}, ports.DHCP()...), s.LocalUDPAllow...)...), verdict(expr.VerdictReturn))
 	b.notLocalDst(o)
 	b.rule(o, setMark(s.UDPMark))
 }

@@ -10,9 +10,8 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
-	"strings"
 
-	"github.com/agentcage/router/router/upstream/socks5"
+	"github.com/agentcage/router/conf"
 )
 
 // Type is the protocol spoken to a proxy, as written in the configuration.
@@ -85,21 +84,8 @@ func (c Config) Validate() error {
 	} else if c.Type != SOCKS4 && (c.Username == "") != (c.Password == "") {
 		errs = append(errs, errors.New("username and password go together: give both or neither"))
 	}
-	if c.Username != "" {
-		if n := len(c.Username); n > socks5.MaxCredentialLen {
-			errs = append(errs, fmt.Errorf("username is %d bytes, want at most %d", n, socks5.MaxCredentialLen))
-		}
-		if n := len(c.Password); n > socks5.MaxCredentialLen {
-			errs = append(errs, fmt.Errorf("password is %d bytes, want at most %d", n, socks5.MaxCredentialLen))
-		}
-		if c.Type == HTTP || c.Type == HTTPS {
-			if strings.ContainsRune(c.Username, ':') {
-				errs = append(errs, errors.New("username has a colon, which HTTP Basic authentication cannot carry"))
-			}
-			if strings.ContainsFunc(c.Username+c.Password, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-				errs = append(errs, errors.New("username or password has a control character"))
-			}
-		}
+	if err := conf.CheckCredentials(string(c.Type), c.Username, c.Password); err != nil {
+		errs = append(errs, err)
 	}
 	if c.RootCAs != nil && c.Type != HTTPS {
 		errs = append(errs, errors.New("CA roots are for type https only"))

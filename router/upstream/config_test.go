@@ -36,11 +36,11 @@ func TestConfigValidate(t *testing.T) {
 		{"host", func(c *upstream.Config) { c.Host = "proxy example" }, `upstream "exit": host "proxy example" is neither an IP nor a host name`},
 		{"user-only", func(c *upstream.Config) { c.Username = "u" }, `upstream "exit": username and password go together: give both or neither`},
 		{"password-only", func(c *upstream.Config) { c.Password = "secret-pw" }, `upstream "exit": username and password go together: give both or neither`},
-		{"long-password", func(c *upstream.Config) { c.Username, c.Password = "u", strings.Repeat("p", 256) }, `upstream "exit": password is 256 bytes, want at most 255`},
+		{"long-password", func(c *upstream.Config) { c.Username, c.Password = "u", strings.Repeat("p", 256) }, `upstream "exit": the password is 256 bytes, longer than 255 (RFC 1929)`},
 		{"http-colon", func(c *upstream.Config) { c.Type, c.Username, c.Password = upstream.HTTP, "a:b", "p" },
-			`upstream "exit": username has a colon, which HTTP Basic authentication cannot carry`},
+			`upstream "exit": an HTTP proxy's username cannot hold a colon (Basic authentication)`},
 		{"http-ctl", func(c *upstream.Config) { c.Type, c.Username, c.Password = upstream.HTTP, "a", "secret\n" },
-			`upstream "exit": username or password has a control character`},
+			`upstream "exit": the username or password holds a control character, which HTTP Basic authentication cannot carry`},
 		{"ca-not-https", func(c *upstream.Config) { c.Type = upstream.HTTP; c.RootCAs = newPool() }, `upstream "exit": CA roots are for type https only`},
 	}
 	for _, tt := range tests {

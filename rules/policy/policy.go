@@ -56,6 +56,7 @@ import (
 	"strings"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/ports"
 	"github.com/agentcage/router/rules"
 )
 
@@ -198,8 +199,36 @@ type Policy struct {
 	firstName, namedFirstName int
 }
 
-// DHCP ports a caged flow may always reach on this host (DHCPv4 server, DHCPv6 server).
-var dhcpPorts = [...]uint16{67, 547}
+// CagedApp is one member of a config's caged-app set.
+type CagedApp struct {
+	App rules.App
+	// Rule is the index in the config's rules of the proxy or block rule that names App;
+	// -1 for [capture] caged_apps (a preset's images).
+	Rule int
+}
+
+// CagedApps is the one definition of the processes a config cages: the apps of its enabled
+// proxy and block rules (rules.Rule.Cages), in rule order, then [capture] caged_apps (the presets' images); and the
+// Windows services its proxy and block rules name. A caged process's every flow is decided
+// as a guest's. The images a platform cages whatever the config says (Env.CagedApps: the
+// known hypervisors on Windows) are not in it. The policy, the Windows guard's plan and the
+// Windows UDP scope all take the set from here.
+func CagedApps(cfg *conf.Config) (apps []CagedApp, services []string) {
+	for i := range cfg.Rules {
+		r := &cfg.Rules[i]
+		if !r.Cages() { // direct, or disabled
+			continue
+		}
+		for _, a := range r.Apps {
+			apps = append(apps, CagedApp{App: a, Rule: i})
+		}
+		services = append(services, r.Services...)
+	}
+	for _, a := range cfg.Capture.CagedApps {
+		apps = append(apps, CagedApp{App: a, Rule: -1})
+	}
+	return apps, services
+}
 
 // New compiles the policy of cfg; a nil cfg is an empty config (no rules, no VM networks).
 // It does not fail: cfg was validated by conf.
@@ -212,7 +241,7 @@ func New(cfg *conf.Config, env Env) *Policy {
 	var named []rules.Rule
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
-		if !hostOnly(r) {
+		if !r.HostOnly() {
 			named = append(named, *r)
 			p.namedIdx = append(p.namedIdx, i)
 			if p.namedFirstName < 0 && hasName(r) {
@@ -222,14 +251,14 @@ func New(cfg *conf.Config, env Env) *Policy {
 		if p.firstName < 0 && hasName(r) {
 			p.firstName = i
 		}
-		if r.Cages() {
-			p.cagedApps.Apps = append(p.cagedApps.Apps, r.Apps...)
-			p.cagedApps.Services = append(p.cagedApps.Services, r.Services...)
-		}
 		p.needOwner = p.needOwner || len(r.Apps) > 0 || len(r.Services) > 0
 	}
 	p.named = rules.Compile(named)
-	p.cagedApps.Apps = append(p.cagedApps.Apps, cfg.Capture.CagedApps...)
+	caged, services := CagedApps(cfg)
+	for _, c := range caged {
+		p.cagedApps.Apps = append(p.cagedApps.Apps, c.App)
+	}
+	p.cagedApps.Services = services
 	p.cagedApps.Apps = append(p.cagedApps.Apps, env.CagedApps...)
 	p.hasCaged = len(p.cagedApps.Apps) > 0 || len(p.cagedApps.Services) > 0
 	p.needOwner = p.needOwner || p.hasCaged
@@ -238,7 +267,11 @@ func New(cfg *conf.Config, env Env) *Policy {
 	}
 	p.local = cfg.Capture.Local
 	// A config built in code without the scope is judged as conf would default it.
-	p.dnsAll = cfg.DNS.Capture == conf.DNSCaptureAll || cfg.DNS.Capture == "" && cfg.Capture.Local
+	dc := cfg.DNS.Capture
+	if dc == "" {
+		dc = conf.DefaultDNSCapture(cfg.Capture.Local)
+	}
+	p.dnsAll = dc == conf.DNSCaptureAll
 	p.proxyHosts = map[string]string{}
 	for _, px := range cfg.Proxies {
 		p.proxyHosts[px.Name] = px.Host
@@ -258,10 +291,7 @@ func New(cfg *conf.Config, env Env) *Policy {
 	return p
 }
 
-// hostOnly reports whether r is a catch-all for this host's own traffic only: a direct rule
-// that names neither a flow nor a destination.
-func hostOnly(r *rules.Rule) bool { return r.Bare() && r.Action == rules.Direct }
-
+// hasName reports whether r names a destination by name (not an address range).
 func hasName(r *rules.Rule) bool {
 	for _, h := range r.Hosts {
 		if h.Kind != rules.HostRange {
@@ -355,7 +385,7 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 	caged := p.Caged(f)
 	dst := f.Dst.Unmap()
 	local := dst.IsValid() && p.Local(dst)
-	if f.Port == 53 && (caged || !local || !(dst.IsLoopback() || p.hostAddr(dst))) {
+	if f.Port == ports.DNS && (caged || !local || !(dst.IsLoopback() || p.hostAddr(dst))) {
 		if !caged && !p.dnsAll {
 			return implicit(StepDNSUncaged, rules.Direct, caged), nil
 		}
@@ -406,7 +436,7 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 		d.Step = StepHostName
 		d.Verdict = rules.Verdict{Action: rules.Block, Index: -1, Name: StepHostName.String()}
 	}
-	if f.Port == 853 && d.Action == rules.Direct {
+	if f.Port == ports.DoT && d.Action == rules.Direct {
 		d.Step = StepDoT
 		d.Verdict = rules.Verdict{Action: rules.Block, Index: -1, Name: StepDoT.String()}
 	}
@@ -420,20 +450,20 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 // is dropped (no proxy carries it), so a capture may refuse it before it is sent, and leave
 // every other UDP of this host alone when nothing else of the host is captured (local =
 // false). The ranges are sorted and may overlap.
-func (p *Policy) CagedUDPPorts() (ports []rules.PortRange, all bool) {
-	ports = []rules.PortRange{{Lo: 53, Hi: 53}}
+func (p *Policy) CagedUDPPorts() (udp []rules.PortRange, all bool) {
+	udp = []rules.PortRange{{Lo: ports.DNS, Hi: ports.DNS}}
 	for i := range p.rules {
 		r := &p.rules[i]
-		if r.Action != rules.Direct || r.Disabled || hostOnly(r) || r.Network == rules.TCP {
+		if r.Action != rules.Direct || r.Disabled || r.HostOnly() || r.Network == rules.TCP {
 			continue
 		}
 		if len(r.Ports) == 0 {
 			return nil, true
 		}
-		ports = append(ports, r.Ports...)
+		udp = append(udp, r.Ports...)
 	}
-	slices.SortFunc(ports, func(a, b rules.PortRange) int { return int(a.Lo) - int(b.Lo) })
-	return slices.Compact(ports), false
+	slices.SortFunc(udp, func(a, b rules.PortRange) int { return int(a.Lo) - int(b.Lo) })
+	return slices.Compact(udp), false
 }
 
 // DecideICMP decides an outbound ICMP echo request (f.Network and f.Port are ignored): no
@@ -508,7 +538,7 @@ func (p *Policy) hostPort(f *Flow) bool {
 		}
 	}
 	if f.Network == rules.UDP {
-		for _, port := range dhcpPorts {
+		for _, port := range ports.DHCPServers() {
 			if f.Port == port {
 				return true
 			}
@@ -522,7 +552,7 @@ func (p *Policy) steps(q *rules.Query, caged bool, win int) []rules.Step {
 	var out []rules.Step
 	for i := range p.rules {
 		r := &p.rules[i]
-		if caged && hostOnly(r) {
+		if caged && r.HostOnly() {
 			out = append(out, rules.Step{Index: i, Name: r.Name, Field: "caged",
 				Reason: "a direct rule that names no source, app, service, host or port applies to this host's own traffic only; this flow is caged"})
 			continue

@@ -3,6 +3,7 @@ package policy_test
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -321,5 +322,30 @@ func TestProxyOnHost(t *testing.T) {
 	}
 	if compile(t, policytest.LocalProxyConfig).ProxyOnHost("nope") {
 		t.Error("an unknown proxy is on this host")
+	}
+}
+
+// TestCagedAppsIsTheSet: the one caged-app set, as policytest names it, and every member of
+// it decided as caged (a flow no rule names is refused), the direct rule's app not.
+func TestCagedAppsIsTheSet(t *testing.T) {
+	cfg, err := conf.Parse("caged.toml", []byte(policytest.CagedConfig), conf.Options{SkipSecrets: true, OS: "windows"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apps, services := policy.CagedApps(cfg)
+	var names []string
+	for _, a := range apps {
+		names = append(names, a.App.String())
+	}
+	if !slices.Equal(names, policytest.CagedNames) || !slices.Equal(services, policytest.CagedServices) {
+		t.Fatalf("caged apps %q, services %q; want %q, %q", names, services, policytest.CagedNames, policytest.CagedServices)
+	}
+	p := policy.New(cfg, policy.Env{})
+	for _, name := range append(names[2:], "firefox.exe") {
+		f := policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr("203.0.113.7"), Port: 443, App: name}
+		d := p.Decide(&f)
+		if want := name != "firefox.exe"; d.Caged != want {
+			t.Errorf("%s: caged %v, want %v (%+v)", name, d.Caged, want, d)
+		}
 	}
 }

@@ -54,14 +54,14 @@ func (c *Client) Handshake(conn io.ReadWriter, host string, port uint16) (Respon
 	se := &StatusError{Code: resp.StatusCode, Reason: resp.Reason}
 	if c.Auth != nil {
 		// A proxy that echoes the request must not put the secret in a log.
-		for _, secret := range []string{c.Auth.Password, c.Auth.token()} {
+		for _, secret := range []string{c.Auth.Password, token(*c.Auth)} {
 			if strings.Contains(se.Reason, secret) {
 				se.Reason = redacted
 			}
 		}
 		for k, vs := range resp.Header {
 			for i, v := range vs {
-				if strings.Contains(v, c.Auth.Password) || strings.Contains(v, c.Auth.token()) {
+				if strings.Contains(v, c.Auth.Password) || strings.Contains(v, token(*c.Auth)) {
 					resp.Header[k][i] = redacted
 				}
 			}

@@ -188,7 +188,7 @@ func TestSecretsHidden(t *testing.T) {
 	if got, want := a.String(), `{Username:"agent" Password:"[redacted]"}`; got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
-	if got, want := fmt.Sprintf("%#v", a), `httpconnect.Auth{Username:"agent", Password:"[redacted]"}`; got != want {
+	if got, want := fmt.Sprintf("%#v", a), `secret.Credentials{Username:"agent", Password:"[redacted]"}`; got != want {
 		t.Errorf("%%#v = %q, want %q", got, want)
 	}
 }

@@ -28,7 +28,7 @@ func AppendRequest(buf []byte, host string, port uint16, auth *Auth) ([]byte, er
 		return buf, fmt.Errorf("invalid target: %w", err)
 	}
 	if auth != nil {
-		if err := auth.check(); err != nil {
+		if err := checkAuth(*auth); err != nil {
 			return buf, fmt.Errorf("invalid credentials: %w", err)
 		}
 	}
@@ -39,7 +39,7 @@ func AppendRequest(buf []byte, host string, port uint16, auth *Auth) ([]byte, er
 	buf = append(buf, "\r\n"...)
 	if auth != nil {
 		buf = append(buf, "Proxy-Authorization: Basic "...)
-		buf = append(buf, auth.token()...)
+		buf = append(buf, token(*auth)...)
 		buf = append(buf, "\r\n"...)
 	}
 	return append(buf, "\r\n"...), nil

@@ -70,7 +70,7 @@ func (x *Exchange) start(c *Client, cmd byte, step string, dst Addr, out []byte)
 	}
 	*x = Exchange{auth: c.Auth, dst: dst, step: step, cmd: cmd, method: MethodNoAuth, pipeline: c.Pipeline, state: xMethod, sent: xMethod}
 	if c.Auth != nil {
-		if err := c.Auth.check(); err != nil {
+		if err := checkAuth(c.Auth); err != nil {
 			*x = Exchange{}
 			return out, fmt.Errorf("socks5 auth: %w", err)
 		}

@@ -300,3 +300,43 @@ type ResolvedCase struct {
 	Case
 	NeedsResolve bool
 }
+
+// CagedConfig names caged apps every way a config can: a proxy rule's apps, a block rule's
+// apps and service, a direct rule's app (not caged), and a preset (its images go to
+// [capture] caged_apps). CagedNames is its caged-app set in the order policy.CagedApps gives
+// it, and CagedServices its caged services: the policy, the Windows guard's plan and the
+// Windows UDP scope must all see exactly these.
+const CagedConfig = `
+[proxy.exit]
+address = "192.0.2.1:1080"
+
+[capture]
+hypervisors = ["virtualbox"]
+
+[[rule]]
+name = "agent"
+apps = ["code.exe"]
+action = "proxy"
+proxy = "exit"
+
+[[rule]]
+name = "no-telemetry"
+apps = ["telemetry.exe"]
+services = ["DiagTrack"]
+action = "block"
+
+[[rule]]
+name = "browser"
+apps = ["firefox.exe"]
+action = "direct"
+
+[[rule]]
+name = "default"
+action = "direct"
+`
+
+// CagedNames and CagedServices: see CagedConfig. The preset's images come last.
+var (
+	CagedNames    = []string{"code.exe", "telemetry.exe", "VirtualBoxVM.exe", "VBoxHeadless.exe", "VBoxNetNAT.exe"}
+	CagedServices = []string{"diagtrack"} // services are kept lower-case
+)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"unicode/utf16"
 
+	"github.com/agentcage/router/internal/ports"
 	"github.com/agentcage/router/windivert/wfp"
 )
 
@@ -151,7 +152,7 @@ func NewPlan(env Env) (Plan, error) {
 		router = append(router, wfp.User(ServiceSID(env.Service)))
 	}
 	tcpUDP := []wfp.Condition{wfp.Protocol(wfp.ProtoTCP), wfp.Protocol(wfp.ProtoUDP)}
-	dns := []wfp.Condition{wfp.RemotePort(wfp.Port(53)), wfp.RemotePort(wfp.Port(853))}
+	dns := []wfp.Condition{wfp.RemotePort(wfp.Port(ports.DNS)), wfp.RemotePort(wfp.Port(ports.DoT))}
 
 	connect := []wfp.Layer{wfp.LayerConnectV4, wfp.LayerConnectV6}
 	accept := []wfp.Layer{wfp.LayerAcceptV4, wfp.LayerAcceptV6}
@@ -204,7 +205,7 @@ func NewPlan(env Env) (Plan, error) {
 	}
 	if env.DNSAll {
 		add(&p.Dynamic, "D2", "DNS passes to the capture while the router runs", connect, weightD2, wfp.Permit, false, dynamic,
-			tcpUDP, []wfp.Condition{wfp.RemotePort(wfp.Port(53))})
+			tcpUDP, []wfp.Condition{wfp.RemotePort(wfp.Port(ports.DNS))})
 		add(&p.Persistent, "S2", "the router's own DNS", connect, weightS2, wfp.Permit, true, persistent, router, tcpUDP, dns)
 		add(&p.Persistent, "S1", "DNS and DoT are blocked for every other process", connect, weightS1, wfp.Block, false, persistentAndBoot, tcpUDP, dns)
 	}
