@@ -35,7 +35,7 @@ func profiles(t *testing.T) []string {
 			return filepath.SkipDir
 		}
 		if strings.HasSuffix(p, ".ppx") {
-			out = append(out, p)
+			out = append(out, filepath.ToSlash(p))
 		}
 		return nil
 	})

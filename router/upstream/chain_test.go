@@ -133,6 +133,34 @@ func TestChain(t *testing.T) {
 			t.Errorf("dials: %d TCP, %d UDP; want only the first hop, once", cd.tcp.Load(), cd.udp.Load())
 		}
 	})
+	t.Run("a chain in a failover list", func(t *testing.T) {
+		// The chain's first hop is down (stopped above): the chain fails and counts it, the
+		// list goes on to the next member, and the chain is down for its backoff.
+		var cd countingDial
+		chain, err := upstream.Track(build(t, &cd, "socks5", "http"), upstream.HealthConfig{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone := hops["http"]
+		alone.Name = "http-alone"
+		direct, err := upstream.Track(newUpstream(t, alone, upstream.Options{Dial: cd.dial, Resolve: resolveLocalhost}), upstream.HealthConfig{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := upstream.NewGroup(chain, direct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := g.Connect(ctxTimeout(t), upstream.Addr{Name: "localhost", Port: target.Port()}, nil)
+		if err != nil {
+			t.Fatalf("failover past the broken chain: %v", err)
+		}
+		expectBannerAndEcho(t, c, "")
+		c.Close()
+		if st := chain.Status(); st.State != upstream.Down {
+			t.Errorf("the chain with its first hop down is %v, want down", st.State)
+		}
+	})
 	t.Run("via must be given", func(t *testing.T) {
 		cfg := hops["http"]
 		cfg.Via = "socks5"
