@@ -100,7 +100,7 @@ func Convert(p *Profile, opts Options) Result {
 	if strings.EqualFold(p.Platform, "Windows") {
 		res.OS = "windows"
 	}
-	src := opts.Source
+	src := plain(opts.Source)
 	if src == "" {
 		src = "a Proxifier profile"
 	}
@@ -461,7 +461,7 @@ func (c *converter) writeRules() {
 		if why != "" {
 			c.notes = c.notes[:mark] // the rule's own reason says it all
 		}
-		c.rprintf("# profile rule %q, line %d", r.Name, r.Line)
+		c.rprintf("# profile rule %s, line %d", strconv.Quote(plain(r.Name)), r.Line)
 		if !r.Enabled {
 			c.rprintf(" (disabled in the profile)")
 		}

@@ -164,7 +164,7 @@ func Parse(file string, data []byte) (*Profile, error) {
 	if root.name != "ProxifierProfile" {
 		return fail(root.line, "the root element is <%s>, not <ProxifierProfile>: not a Proxifier profile", root.name)
 	}
-	p := &Profile{Version: root.attrs["version"], Platform: root.attrs["platform"]}
+	p := &Profile{Version: plain(root.attrs["version"]), Platform: plain(root.attrs["platform"])}
 	if o := root.child("Options"); o != nil {
 		p.options(o)
 	}
@@ -173,7 +173,7 @@ func Parse(file string, data []byte) (*Profile, error) {
 			if e.name != "Proxy" {
 				continue
 			}
-			px := Proxy{ID: e.attrs["id"], Type: strings.ToUpper(e.attrs["type"]), Address: e.textOf("Address"), Port: e.textOf("Port"), Label: e.textOf("Label"), Line: e.line}
+			px := Proxy{ID: plain(e.attrs["id"]), Type: plain(strings.ToUpper(e.attrs["type"])), Address: e.textOf("Address"), Port: e.textOf("Port"), Label: plain(e.textOf("Label")), Line: e.line}
 			if a := e.child("Authentication"); a != nil {
 				px.Auth = a.attrs["enabled"] == "true"
 				px.Username = a.textOf("Username")
@@ -187,10 +187,10 @@ func Parse(file string, data []byte) (*Profile, error) {
 			if e.name != "Chain" {
 				continue
 			}
-			c := Chain{ID: e.attrs["id"], Type: e.attrs["type"], Name: e.textOf("Name"), Line: e.line}
+			c := Chain{ID: plain(e.attrs["id"]), Type: plain(e.attrs["type"]), Name: plain(e.textOf("Name")), Line: e.line}
 			for _, x := range e.children {
 				if x.name == "Proxy" && x.attrs["enabled"] != "false" {
-					c.Proxies = append(c.Proxies, strings.TrimSpace(x.text.String()))
+					c.Proxies = append(c.Proxies, plain(strings.TrimSpace(x.text.String())))
 				}
 			}
 			p.Chains = append(p.Chains, c)
@@ -204,7 +204,7 @@ func Parse(file string, data []byte) (*Profile, error) {
 			r := Rule{Enabled: e.attrs["enabled"] != "false", Name: e.textOf("Name"), Line: e.line,
 				Applications: listOf(e.child("Applications")), Targets: listOf(e.child("Targets")), Ports: listOf(e.child("Ports"))}
 			if a := e.child("Action"); a != nil {
-				r.Action, r.ActionID = a.attrs["type"], strings.TrimSpace(a.text.String())
+				r.Action, r.ActionID = plain(a.attrs["type"]), plain(strings.TrimSpace(a.text.String()))
 			}
 			p.Rules = append(p.Rules, r)
 		}
@@ -316,6 +316,22 @@ func parseTree(data []byte) (*element, error) {
 		return nil, &posError{0, "no XML element: not a Proxifier profile"}
 	}
 	return root, nil
+}
+
+// plain makes a value that is only ever shown or compared (an id, a type, a name in a
+// comment) safe to print: control characters become '?', and at most 80 bytes are kept. The
+// values that reach the config as data (targets, apps, names of rules) are quoted there.
+func plain(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == 0x85 || r == 0x2028 || r == 0x2029 {
+			return '?'
+		}
+		return r
+	}, s)
+	if len(s) > 80 {
+		s = strings.ToValidUTF8(s[:80], "") + "…"
+	}
+	return s
 }
 
 func firstWord(b []byte) string {

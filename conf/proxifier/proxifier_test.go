@@ -377,8 +377,49 @@ func FuzzImport(f *testing.F) {
 			return
 		}
 		res := proxifier.Convert(p, proxifier.Options{})
+		if len(res.TOML) > conf.MaxFileSize {
+			return // refused by `router import` with its own message
+		}
 		if _, err := conf.Parse("f.toml", res.TOML, conf.Options{SkipSecrets: true, OS: res.OS}); err != nil {
 			t.Fatalf("the config of an accepted profile does not load: %v\n%s", err, res.TOML)
 		}
 	})
+}
+
+// TestNoInjection: ids, types and names a profile writes cannot add lines to the config
+// (a newline in a comment would end it) or control characters to what the import prints.
+func TestNoInjection(t *testing.T) {
+	profile := `<?xml version="1.0"?>
+<ProxifierProfile version="1&#10;[proxy.evil]" platform="Windows&#10;[proxy.evil2]">
+<ProxyList><Proxy id="1&#10;[proxy.evil3]" type="SOCKS5&#9;X"><Address>192.0.2.1</Address><Port>1080</Port></Proxy></ProxyList>
+<ChainList><Chain id="9&#10;[proxy.evil4]" type="redundancy"><Name>x&#10;[proxy.evil5]</Name><Proxy enabled="true">1&#10;[proxy.evil3]</Proxy></Chain></ChainList>
+<RuleList>
+<Rule enabled="true"><Name>a&#10;[proxy.evil6]</Name><Applications>x.exe</Applications><Action type="Chain">9&#10;[proxy.evil4]</Action></Rule>
+<Rule enabled="true"><Name>b</Name><Action type="Chain">nope&#10;[proxy.evil7]</Action></Rule>
+<Rule enabled="true"><Name>Default</Name><Action type="Direct"/></Rule>
+</RuleList></ProxifierProfile>`
+	p, err := proxifier.Parse("evil.ppx", []byte(profile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := proxifier.Convert(p, proxifier.Options{Source: "evil\n[proxy.evil8].ppx"})
+	cfg, err := conf.Parse("evil.toml", res.TOML, conf.Options{SkipSecrets: true, OS: res.OS})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, res.TOML)
+	}
+	for _, px := range cfg.Proxies {
+		if strings.HasPrefix(px.Name, "evil") {
+			t.Errorf("a profile's value made [proxy.%s]:\n%s", px.Name, res.TOML)
+		}
+	}
+	for _, l := range strings.Split(string(res.TOML), "\n") {
+		if strings.Contains(l, "[proxy.evil") && !strings.HasPrefix(strings.TrimSpace(l), "#") && !strings.Contains(l, `"`) {
+			t.Errorf("line %q of the config came from the profile", l)
+		}
+	}
+	for _, n := range res.Notes {
+		if strings.ContainsFunc(n.Msg, func(r rune) bool { return r < 0x20 }) {
+			t.Errorf("note %q holds a control character", n.Msg)
+		}
+	}
 }
