@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	gosocks5 "github.com/things-go/go-socks5"
+
+	"github.com/agentcage/router/router/control"
 )
 
 // TestImportProxifier: the trap profile imports to a config whose lint reports the trap
@@ -110,5 +112,15 @@ proxy = "exit"
 	}
 	if reps[0].Proxy != "entry" || reps[1].Proxy != "exit" || !strings.Contains(reps[1].Steps[0].Detail, "through entry") {
 		t.Errorf("reports: %+v", reps)
+	}
+}
+
+// TestRuleActionShowsDisabled: status and watch print a disabled rule's action as such.
+func TestRuleActionShowsDisabled(t *testing.T) {
+	if got := ruleAction(control.RuleStat{Action: "proxy", Proxy: "exit", Disabled: true}); got != "disabled (proxy via exit)" {
+		t.Errorf("got %q", got)
+	}
+	if got := ruleAction(control.RuleStat{Action: "direct"}); got != "direct" {
+		t.Errorf("got %q", got)
 	}
 }
