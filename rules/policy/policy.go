@@ -192,8 +192,9 @@ type Policy struct {
 	// on another machine).
 	hostPorts    []uint16
 	forwardAddrs []netip.Addr
-	// proxyHosts are the upstreams' hosts (IP or name) by proxy name.
-	proxyHosts map[string]string
+	// proxyHosts are the upstreams' hosts (IP or name) by proxy name: for a chain (via),
+	// every hop's, the last first.
+	proxyHosts map[string][]string
 	// firstName and namedFirstName are the positions (in rules) of the first rule with a
 	// host-name entry in each table, -1 for none.
 	firstName, namedFirstName int
@@ -272,9 +273,19 @@ func New(cfg *conf.Config, env Env) *Policy {
 		dc = conf.DefaultDNSCapture(cfg.Capture.Local)
 	}
 	p.dnsAll = dc == conf.DNSCaptureAll
-	p.proxyHosts = map[string]string{}
+	p.proxyHosts = map[string][]string{}
 	for _, px := range cfg.Proxies {
-		p.proxyHosts[px.Name] = px.Host
+		hosts := []string{px.Host}
+		// conf bounds a chain and refuses cycles; the bound here is for a config built in code.
+		for q, n := &px, 0; q.Via != "" && n < len(cfg.Proxies); n++ {
+			next, ok := cfg.Proxy(q.Via)
+			if !ok {
+				break
+			}
+			q = next
+			hosts = append(hosts, q.Host)
+		}
+		p.proxyHosts[px.Name] = hosts
 	}
 	for _, f := range cfg.Forwards {
 		p.hostPorts = append(p.hostPorts, f.Listen.Port(), f.Connect.Port())
@@ -510,17 +521,23 @@ func (p *Policy) connectsHere(f *Flow, d Decision) bool {
 
 // ProxyOnHost reports whether the named upstream runs on this machine: its address is
 // local (loopback, link-local, unspecified) or one of this machine's, or its host name is
-// localhost. An upstream given by another name is taken for a remote one.
+// localhost. An upstream given by another name is taken for a remote one. A chain counts as
+// on this machine when any of its hops may be (a hop's address is written as the hop
+// before it sees it, so a local-looking one is taken at its word).
 func (p *Policy) ProxyOnHost(name string) bool {
-	h, ok := p.proxyHosts[name]
-	if !ok {
-		return false
+	for _, h := range p.proxyHosts[name] {
+		if a, err := netip.ParseAddr(h); err == nil {
+			if p.Local(a) {
+				return true
+			}
+			continue
+		}
+		h = strings.TrimSuffix(strings.ToLower(h), ".")
+		if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+			return true
+		}
 	}
-	if a, err := netip.ParseAddr(h); err == nil {
-		return p.Local(a)
-	}
-	h = strings.TrimSuffix(strings.ToLower(h), ".")
-	return h == "localhost" || strings.HasSuffix(h, ".localhost")
+	return false
 }
 
 // resolvesToHost reports whether f's name leads to this machine, or could not be resolved
