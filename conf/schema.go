@@ -180,6 +180,8 @@ func (d *decoder) decodeProxies(c *Config, v any) {
 			d.fail(a.key("password_file"), "give password_env or password_file, not both")
 		case p.Type == ProxySOCKS4 && (p.PasswordEnv != "" || p.PasswordFile != ""):
 			d.fail(a, "SOCKS4 has no password, only a user ID: keep username, drop password_env and password_file")
+		case p.Type == ProxySOCKS4 && (len(p.Username) > 255 || strings.ContainsRune(p.Username, 0)):
+			d.fail(a.key("username"), "a SOCKS4 user ID is at most 255 bytes, without NUL")
 		case p.Type == ProxySOCKS4:
 			// The user ID travels in clear and proves nothing: no password to read.
 		case p.Username != "" && p.PasswordEnv == "" && p.PasswordFile == "" && pm["password"] == nil:

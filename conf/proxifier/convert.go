@@ -194,6 +194,8 @@ func (c *converter) proxyBody(px *Proxy, typ string) (string, error) {
 		switch {
 		case px.Username == "":
 			return "", fmt.Errorf("authentication is on without a user name")
+		case len(px.Username) > 255 || strings.ContainsFunc(px.Username, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+			return "", fmt.Errorf("the user name is longer than 255 bytes or holds a control character")
 		case typ == conf.ProxySOCKS4:
 			fmt.Fprintf(&b, "username = %s   # the SOCKS4 user ID\n", quote(px.Username))
 		case typ == conf.ProxyHTTP && strings.ContainsRune(px.Username, ':'):
