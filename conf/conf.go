@@ -44,6 +44,7 @@ import (
 
 	"github.com/agentcage/router/internal/secret"
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/rules/modelapi"
 )
 
 // Config is a validated configuration.
@@ -182,10 +183,20 @@ type Forward struct {
 	Listen  netip.AddrPort
 	Connect netip.AddrPort
 	Allow   []netip.Prefix
+	// API is the model server kinds whose inference calls pass (DefaultForwardAPI when the
+	// key is left out); [modelapi.TCP] alone makes the forward a raw pipe.
+	API []modelapi.Kind
+	// AllowPaths are calls allowed on top of API's lists ("POST /v1/rerank").
+	AllowPaths []modelapi.Route
+	// MaxBody bounds a request body, in bytes (DefaultMaxBody when left out).
+	MaxBody int64
 	// UnsafeAnyAddress allows listening on 0.0.0.0 or ::; lint still reports it.
 	UnsafeAnyAddress bool
 	Line             int
 }
+
+// Raw reports whether the forward is a raw TCP pipe (api = "tcp").
+func (f Forward) Raw() bool { return modelapi.Raw(f.API) }
 
 // Inbound is one [[inbound]]: an explicit proxy (SOCKS5 or HTTP CONNECT) on a VM-facing
 // address, for guests that cannot be captured (a Hyper-V internal switch) or are pointed at

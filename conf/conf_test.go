@@ -9,11 +9,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/rules/modelapi"
 )
 
 func noEnv(string) (string, bool) { return "", false }
@@ -187,6 +189,42 @@ action = "block"
 
 // TestSecretsStaySecret: the password appears in no printing of the config, no log line and
 // no error.
+// TestForwardAPI: the default is the OpenAI-compatible and Ollama lists, max_body its
+// default; api, allow_paths and max_body as written.
+func TestForwardAPI(t *testing.T) {
+	cfg, err := Parse("f.toml", []byte(`
+[[forward]]
+listen = "10.0.2.2:47831"
+connect = "127.0.0.1:47831"
+allow = ["10.0.2.0/24"]
+[[forward]]
+listen = "10.0.2.2:47832"
+connect = "127.0.0.1:47832"
+allow = ["10.0.2.0/24"]
+api = ["lmstudio", "openai"]
+allow_paths = ["POST /v1/rerank", "/api/v1/chat"]
+max_body = "512KiB"
+[[forward]]
+listen = "10.0.2.2:47833"
+connect = "127.0.0.1:47833"
+allow = ["10.0.2.0/24"]
+api = "tcp"
+`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := cfg.Forwards
+	if !slices.Equal(f[0].API, []modelapi.Kind{modelapi.OpenAI, modelapi.Ollama}) || f[0].MaxBody != DefaultMaxBody || f[0].Raw() {
+		t.Errorf("default forward: api %v, max_body %d", f[0].API, f[0].MaxBody)
+	}
+	if !slices.Equal(f[1].API, []modelapi.Kind{modelapi.LMStudio, modelapi.OpenAI}) || f[1].MaxBody != 512<<10 || len(f[1].AllowPaths) != 3 {
+		t.Errorf("second forward: api %v, max_body %d, allow_paths %v", f[1].API, f[1].MaxBody, f[1].AllowPaths)
+	}
+	if !f[2].Raw() {
+		t.Errorf("api = \"tcp\" is not raw: %v", f[2].API)
+	}
+}
+
 func TestSecretsStaySecret(t *testing.T) {
 	const pw = "correct-horse-battery-staple"
 	env := func(string) (string, bool) { return pw, true }

@@ -3,6 +3,8 @@ package conf
 import (
 	"net/netip"
 	"time"
+
+	"github.com/agentcage/router/rules/modelapi"
 )
 
 // This file is the one source of every default: the daemon, the capture, the DNS server and
@@ -29,7 +31,16 @@ const (
 	DefaultSockmap   = false
 	DefaultLogLevel  = "info"
 	DefaultLogFormat = "text"
+	// DefaultMaxBody is a forward's max_body: 64 MiB holds a batch of 2,048 embedding
+	// inputs of 8,000 tokens each (about 32 MB of JSON text) or a chat with a few base64
+	// images at OpenAI's 20 MB per image, and still stops a guest from streaming gigabytes
+	// into the model server's memory.
+	DefaultMaxBody = 64 << 20
 )
+
+// DefaultForwardAPI is a forward's api when the key is left out: the OpenAI-compatible and
+// the Ollama inference calls. A raw pipe ("tcp") is never a default.
+func DefaultForwardAPI() []modelapi.Kind { return modelapi.Default() }
 
 // The Linux UDP capture's policy routing (not keys): TPROXY marks the UDP it hands to the
 // router with UDPCaptureMark, and a rule "fwmark UDPCaptureMark lookup UDPRouteTable" delivers
@@ -39,6 +50,11 @@ const (
 	UDPCaptureMark = 0x524f5550 // "ROUP"
 	UDPRouteTable  = 0x524f     // 21071
 )
+
+// CagedSocketMark (not a key) is the socket mark the Linux kernel puts on every socket a
+// caged process opens (the apps of proxy and block rules, the hypervisor presets' apps), so
+// that nftables captures them, loopback included. It must differ from [capture] mark.
+const CagedSocketMark = 0x52434147 // "RCAG"
 
 // DefaultDNSCapture is [dns] capture's default, which depends on [capture] local: "all"
 // with local = true (this host's own DNS is captured too), "caged" without.

@@ -2,6 +2,7 @@ package conf
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/agentcage/router/rules"
@@ -62,7 +63,7 @@ func LookupPreset(name, goos string) (Preset, string) {
 			// by default); on Windows no capture sees a network, only processes.
 			p.Interfaces = []string{"vboxnet*"}
 			p.Networks = []netip.Prefix{netip.MustParsePrefix("192.168.56.0/24")}
-			p.Note = "VirtualBox NATs in user space: its traffic is this host's own, captured only with local = true"
+			p.Note = "VirtualBox NATs in user space: its guests' traffic leaves from its own processes, whose sockets the kernel marks"
 		}
 	case "vmware":
 		p.NAT = NATUser
@@ -71,14 +72,17 @@ func LookupPreset(name, goos string) (Preset, string) {
 		} else {
 			p.Apps = []string{"vmnet-natd", "vmware-vmx"}
 			p.Interfaces = []string{"vmnet*"}
-			p.Note = "VMware NATs in user space (vmnet-natd): its traffic is this host's own, captured only with local = true"
+			p.Note = "VMware NATs in user space (vmnet-natd): its guests' traffic leaves from its own processes, whose sockets the kernel marks"
 		}
 	case "qemu":
 		p.NAT = NATUser
 		p.Apps = exe("qemu-system-*")
 		if !win {
-			p.Apps = append(p.Apps, "passt", "slirp4netns")
-			p.Note = "QEMU's user networking (slirp, passt) is this host's own traffic, captured only with local = true"
+			// The user-space NATs under the names they run as: Debian's passt and pasta
+			// re-execute themselves as passt.avx2 (pasta.avx2 links to it) where the CPU
+			// has AVX2; libslirp's slirp4netns; QEMU's own -nic user is qemu-system-*.
+			p.Apps = append(p.Apps, "passt", "passt.avx2", "pasta", "pasta.avx2", "slirp4netns")
+			p.Note = "QEMU's user networking (libslirp, passt, pasta, slirp4netns) leaves from those processes, whose sockets the kernel marks"
 		}
 	case "libvirt":
 		if win {
@@ -137,6 +141,32 @@ func (d *decoder) expandPresets(c *Config) {
 			if !nets[n] {
 				nets[n] = true
 				c.Capture.VMNetworks = append(c.Capture.VMNetworks, n)
+			}
+		}
+	}
+}
+
+// appAliases are, on Linux, the names a process runs as besides the one users know: Debian's
+// passt and pasta re-execute themselves as passt.avx2 where the CPU has AVX2 (pasta.avx2
+// links to it), so `ps -e` and /proc/PID/exe name neither passt nor pasta.
+var appAliases = map[string][]string{
+	"passt": {"passt.avx2"},
+	"pasta": {"pasta.avx2", "passt.avx2"},
+}
+
+// appAliases adds to each rule's apps the aliases of the names it lists (see appAliases),
+// on Linux: an entry for pasta matches the process pasta runs as.
+func (d *decoder) appAliases(c *Config) {
+	if d.opts.goos() == "windows" {
+		return
+	}
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		for _, a := range r.Apps {
+			for _, alias := range appAliases[a.Pattern()] {
+				if !slices.ContainsFunc(r.Apps, func(b rules.App) bool { return b.Pattern() == alias }) {
+					r.Apps = append(r.Apps, rules.MustApp(alias))
+				}
 			}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/rules/modelapi"
 )
 
 // The keys of each table, in the order docs/config.md documents them.
@@ -18,7 +19,7 @@ var (
 	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "metrics", "rule"}
 	proxyKeys   = []string{"type", "address", "via", "username", "password_env", "password_file", "pipeline", "ca_file", "health_check", "health_target"}
 	captureKeys = []string{"vm_networks", "vm_interfaces", "hypervisors", "cage_subnets", "local", "local_udp_allow", "listener_port", "dns_port", "udp_port", "mark", "table"}
-	forwardKeys = []string{"name", "listen", "connect", "allow", "unsafe_any_address"}
+	forwardKeys = []string{"name", "listen", "connect", "allow", "api", "allow_paths", "max_body", "unsafe_any_address"}
 	inboundKeys = []string{"name", "type", "listen", "allow", "unsafe_any_address"}
 	dnsKeys     = []string{"mode", "resolver", "proxy", "transport", "pool", "ttl", "direct_names", "capture"}
 	relayKeys   = []string{"idle_timeout", "connect_timeout", "sockmap"}
@@ -89,6 +90,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 	}
 	if v, ok := raw["rule"]; ok {
 		d.rules(c, v)
+		d.appAliases(c)
 	}
 	d.scope(c)
 	d.check(c)
@@ -350,6 +352,9 @@ func (d *decoder) capture(c *Config, v any) {
 			if n == UDPCaptureMark {
 				d.fail(a.key("mark"), "%#x is the mark of captured UDP; pick another", n)
 			}
+			if n == CagedSocketMark {
+				d.fail(a.key("mark"), "%#x is the mark of caged processes' sockets; pick another", n)
+			}
 		}
 	}
 	if v, ok := m["table"]; ok {
@@ -414,11 +419,67 @@ func (d *decoder) forwards(c *Config, v any) {
 		if v, ok := m["unsafe_any_address"]; ok {
 			f.UnsafeAnyAddress, _ = d.boolean(a.key("unsafe_any_address"), v)
 		}
+		d.forwardAPI(&f, a, m)
 		if f.Listen.IsValid() && f.Listen.Addr().IsUnspecified() && !f.UnsafeAnyAddress {
 			d.fail(a.key("listen"), "%s listens on every address, reachable from any network this host is on; give the VM-facing address (or set unsafe_any_address = true)", f.Listen)
 		}
 		f.Name = DefaultName(f.Name, f.Listen)
 		c.Forwards = append(c.Forwards, f)
+	}
+}
+
+// forwardAPI decodes a forward's api, allow_paths and max_body.
+func (d *decoder) forwardAPI(f *Forward, a at, m map[string]any) {
+	f.API, f.MaxBody = DefaultForwardAPI(), DefaultMaxBody
+	if v, ok := m["api"]; ok {
+		var names []string
+		if s, ok := v.(string); ok {
+			names = []string{s}
+		} else {
+			names = d.strings(a.key("api"), v)
+		}
+		if len(names) == 0 {
+			d.fail(a.key("api"), "is empty: name the model server's API (%s)", strings.Join(modelapi.KindNames(), ", "))
+		}
+		f.API = nil
+		for _, n := range names {
+			k, ok := modelapi.ParseKind(n)
+			if !ok {
+				msg := fmt.Sprintf("%q is not a model API; want one of %s", n, strings.Join(modelapi.KindNames(), ", "))
+				if s := suggest(n, modelapi.KindNames()); s != "" {
+					msg += fmt.Sprintf(" (did you mean %q?)", s)
+				}
+				d.fail(a.key("api"), "%s", msg)
+				continue
+			}
+			if !slices.Contains(f.API, k) {
+				f.API = append(f.API, k)
+			}
+		}
+		if modelapi.Raw(f.API) && len(f.API) > 1 {
+			d.fail(a.key("api"), "\"tcp\" is a raw pipe that passes everything: it cannot be combined with an HTTP API")
+		}
+	}
+	if v, ok := m["allow_paths"]; ok {
+		for i, s := range d.strings(a.key("allow_paths"), v) {
+			rs, err := modelapi.ParseRoute(s)
+			if err != nil {
+				d.fail(a.key("allow_paths").elem(i), "%v", err)
+				continue
+			}
+			f.AllowPaths = append(f.AllowPaths, rs...)
+		}
+		if f.Raw() {
+			d.fail(a.key("allow_paths"), "has no effect with api = \"tcp\", which passes everything")
+		}
+	}
+	if v, ok := m["max_body"]; ok {
+		if n, ok := d.size(a.key("max_body"), v); ok {
+			f.MaxBody = n
+		}
+		if f.Raw() {
+			d.fail(a.key("max_body"), "has no effect with api = \"tcp\", which passes everything")
+		}
 	}
 }
 

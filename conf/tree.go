@@ -296,6 +296,40 @@ func (d *decoder) duration(a at, v any) (time.Duration, bool) {
 	return t, true
 }
 
+// size decodes a byte count: an integer, or a string with a unit ("64MiB", "512KiB",
+// "1GiB", "100MB").
+func (d *decoder) size(a at, v any) (int64, bool) {
+	if n, ok := v.(int64); ok {
+		if n <= 0 {
+			d.fail(a, "%d is not a positive size", n)
+			return 0, false
+		}
+		return n, true
+	}
+	s, ok := v.(string)
+	if !ok {
+		d.fail(a, "must be a size such as \"64MiB\" or a number of bytes, not %s", typeName(v))
+		return 0, false
+	}
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	for _, u := range units {
+		num, found := strings.CutSuffix(s, u.suffix)
+		if !found {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+		if err != nil || n <= 0 || n > (1<<62)/u.mult {
+			break
+		}
+		return n * u.mult, true
+	}
+	d.fail(a, "%q is not a size such as \"64MiB\", \"512KiB\" or \"1GiB\"", s)
+	return 0, false
+}
+
 func (d *decoder) prefixes(a at, v any) []netip.Prefix {
 	var out []netip.Prefix
 	for i, s := range d.strings(a, v) {

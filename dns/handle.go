@@ -63,7 +63,40 @@ func (s *Server) HandleFrom(ctx context.Context, src Source, req *mdns.Msg) *mdn
 		}
 	}
 	s.answer(ctx, src.key(), req.Question[0], m)
+	if s.walls != nil && (s.mode == ModeProxy || s.direct.match(canonical(req.Question[0].Name))) && len(m.Answer) > 0 && s.walls.Caged(src) {
+		s.wall(src.key(), req.Question[0], m)
+	}
 	return m
+}
+
+// wall leaves out of m's answer the addresses the host walls refuse a caged client on every
+// port (see Walls), and counts the query once under the first such address's reason.
+func (s *Server) wall(k sourceKey, q mdns.Question, m *mdns.Msg) {
+	out := m.Answer[:0:0]
+	var why refusal.Reason
+	walled := false
+	for _, rr := range m.Answer {
+		var ip net.IP
+		switch rr := rr.(type) {
+		case *mdns.A:
+			ip = rr.A
+		case *mdns.AAAA:
+			ip = rr.AAAA
+		}
+		if a, ok := netip.AddrFromSlice(ip); ok {
+			if r, refused := s.walls.Refused(a.Unmap()); refused {
+				if !walled {
+					why, walled = r, true
+				}
+				continue
+			}
+		}
+		out = append(out, rr)
+	}
+	if walled {
+		m.Answer = out
+		s.refused(why, k, canonical(q.Name))
+	}
 }
 
 // answer fills m (rcode and sections; Extra already holds the OPT, if any) for q, asked by the

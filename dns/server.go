@@ -176,6 +176,23 @@ type Dialers struct {
 	// DirectResolver is the "ip:port" of the host's resolver for DirectNames (see
 	// ParseResolvConf). Required when Config.DirectNames is not empty.
 	DirectResolver string
+	// Walls, when not nil, are the host walls for the real addresses the server answers
+	// with (ModeProxy, DirectNames): a caged client is never told an address that the walls
+	// refuse it on every port (see Walls).
+	Walls Walls
+}
+
+// Walls are the host walls as the DNS server asks them (the router's policy): the answers
+// to a caged client leave out every A and AAAA record whose address a caged flow may reach
+// on no port at all (this machine's loopback, link-local or other addresses, where no
+// forward or inbound listens and no rule names them; another guest's network no rule
+// names), and the query is counted under that reason; CNAMEs and the other records stay.
+// Methods are called concurrently.
+type Walls interface {
+	// Caged reports whether the flows of src are caged.
+	Caged(src Source) bool
+	// Refused reports whether a caged flow may reach a on no port, and the reason.
+	Refused(a netip.Addr) (refusal.Reason, bool)
 }
 
 // Server answers DNS queries. It is safe for concurrent use. Close releases the upstream
@@ -199,6 +216,8 @@ type Server struct {
 
 	cache *answerCache
 	seen  *seenAddrs
+
+	walls Walls // nil: answers are not walled
 
 	tally    *tally // refused, failed and over-limit queries
 	inflight *gate  // queries waiting for an upstream
@@ -306,6 +325,7 @@ func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
 		}
 	}
 	s.book = d.Refusals
+	s.walls = d.Walls
 	return s, nil
 }
 

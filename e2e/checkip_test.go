@@ -47,3 +47,46 @@ func TestCheckIP(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckIPHostProbe runs `router check-ip --host-probe` in the guest against a host that
+// runs a service on 0.0.0.0:8080: with the router up only the model forward answers (the
+// probe passes and the service saw nobody); with the cage taken down the probe reports the
+// service **open** and fails.
+func TestCheckIPHostProbe(t *testing.T) {
+	s := newScene(t, config(lab.GoSocksAddr, ""))
+	reached := s.hostService("0.0.0.0:8080", "HTTP/1.0 200 OK\r\n\r\nhost dev server\n")
+	probe := []string{"check-ip", "--echo", lab.EchoURL, "--no-udp", "--no-ipv6", "--timeout", "1s",
+		"--host-probe", "--model", "http://" + lab.GatewayAddr + ":47831"}
+
+	out, code := run(s.ctx, s.lab.Guest(), routerBin, probe...)
+	t.Logf("router up:\n%s", out)
+	if code != 0 {
+		t.Errorf("router up: exit %d, want 0\n%s", code, out)
+	}
+	for _, want := range []string{"✓ host", lab.GatewayAddr + " (default gateway): open (allowed) 47831"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("router up: missing %q in\n%s", want, out)
+		}
+	}
+	if n := reached.Load(); n != 0 {
+		t.Errorf("router up: the host's service took %d connections from the guest", n)
+	}
+
+	s.stopRouter(syscall.SIGTERM)
+	if out, code := run(s.ctx, s.lab.Host(), routerBin, "cleanup", "--config", s.cfg); code != 0 {
+		t.Fatalf("router cleanup: exit %d, %s", code, out)
+	}
+	out, code = run(s.ctx, s.lab.Guest(), routerBin, probe...)
+	t.Logf("cage removed:\n%s", out)
+	if code != 1 {
+		t.Errorf("cage removed: exit %d, want 1\n%s", code, out)
+	}
+	for _, want := range []string{"✗ host", "**open** to the guest: " + lab.GatewayAddr + ":8080", lab.GatewayAddr + " (default gateway): **open** 8080"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("cage removed: missing %q in\n%s", want, out)
+		}
+	}
+	if reached.Load() == 0 {
+		t.Error("cage removed: the probe did not reach the host's service")
+	}
+}

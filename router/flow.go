@@ -124,6 +124,7 @@ func (r *Router) notAdmitted(f *FlowRecord, err error) {
 func (r *Router) decided(p *compiled, f *FlowRecord, d policy.Decision) bool {
 	f.Verdict, f.Step, f.pol, f.index = d.Verdict, d.Step, p, d.Index
 	p.count(d)
+	r.caged.note(f, d)
 	if !admits(d) {
 		r.refused(refusal.ForStep(d.Step), f)
 		return false

@@ -10,16 +10,23 @@ import (
 
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/rules/modelapi"
 	"github.com/agentcage/router/rules/refusal"
 )
 
-// Forward is one [[forward]]: connections to Listen from an Allow source are relayed to
+// Forward is one [[forward]]: connections to Listen from an Allow source are served to
 // Connect (the model server on 127.0.0.1); every other source is refused.
+//
+// With API set, the forward speaks HTTP (forward_http.go): each request passes only when
+// API allows its method and path, and its body only up to MaxBody bytes (0: no bound).
+// With API nil, it is a raw TCP pipe that passes everything (`api = "tcp"`).
 type Forward struct {
 	Name    string
 	Listen  netip.AddrPort
 	Connect netip.AddrPort
 	Allow   []netip.Prefix
+	API     *modelapi.Policy
+	MaxBody int64
 }
 
 func (f Forward) allowed(a netip.Addr) bool {
@@ -76,12 +83,26 @@ func (r *Router) forward(ctx context.Context, c *net.TCPConn, fw Forward) {
 		Verdict: rules.Verdict{Name: "forward " + fw.Name, Action: rules.Direct}}
 	r.count.flows.Add(1)
 	log := r.log.With("forward", fw.Name, "src", f.Src, "connect", fw.Connect)
-	if !fw.allowed(f.Src.Addr()) {
+	client := f.Src.Addr()
+	if r.pol.Load().Decision.Local(client) {
+		// The router's own connection carrying a flow (an inbound's client asked for the
+		// forward's address) is judged by that flow's client.
+		if id, ok := r.carried.take(f.Src); ok {
+			client = id.src
+			f.Src = netip.AddrPortFrom(client, f.Src.Port())
+			log = log.With("client", client)
+		}
+	}
+	if !fw.allowed(client) {
 		reset(c)
 		r.refused(refusal.ForwardSource, f)
 		if r.refuse.note("forward "+fw.Name+": source not allowed", f.Src.Addr().String()) {
 			log.Warn("forward refused: source not allowed")
 		}
+		return
+	}
+	if fw.API != nil {
+		r.forwardHTTP(ctx, c, fw, f, log)
 		return
 	}
 	p := r.pol.Load()

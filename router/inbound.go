@@ -25,8 +25,11 @@ import (
 // tunnel as a flow of the router (flow.go): the same rules, upstreams, logs and status as a
 // captured flow, with
 //
-//   - the client's address as the source; the client is caged (policy.Flow.FromVM) unless
-//     it is this machine itself (loopback or one of its addresses): an inbound serves guests;
+//   - the client's address as the source; the client is caged (policy.Flow.FromVM), this
+//     machine's own processes too: an inbound serves guests. A connection the router itself
+//     opened to the inbound, carrying a guest's flow (a chain of inbounds), keeps that
+//     guest's identity: its source, caged as it was, and the allow list judges it
+//     (carried.go);
 //   - the name it asked for as the host, never resolved here (a proxy gets it as a name; a
 //     direct verdict resolves it through the proxy, like a fake IP), and the address it asked
 //     for, when it asked for one, as the destination. localhost and *.localhost are the
@@ -106,12 +109,10 @@ func (r *Router) ServeInbound(ctx context.Context, ln *net.TCPListener, current 
 		in := current()
 		src := netaddr.AddrPort(c.RemoteAddr())
 		a := src.Addr().WithZone("")
-		if !in.allowed(a) {
-			r.book.Add(refusal.ForwardSource, refusal.Event{Src: src, Dst: in.Listen, Rule: "inbound " + in.Name})
-			if r.refuse.note("inbound "+in.Name+": source not allowed", a.String()) {
-				r.log.Warn("inbound refused: source not allowed", "inbound", in.Name, "src", src)
-			}
-			reset(c)
+		// A client of this machine may be the router carrying a guest's flow: that guest is
+		// judged, once its identity is taken (serve).
+		local := r.pol.Load().Decision.Local(a)
+		if !local && !s.allowed(in, c, src, a) {
 			return
 		}
 		if !s.adm.take(a) {
@@ -121,8 +122,36 @@ func (r *Router) ServeInbound(ctx context.Context, ln *net.TCPListener, current 
 			return
 		}
 		r.flows.Add(1)
-		go s.serve(c, in, func() { s.adm.give(a) })
+		go func() {
+			id := identity{src: a, fromVM: true}
+			if local {
+				if carried, ok := r.carried.take(src); ok {
+					id = carried
+				}
+				if !s.allowed(in, c, src, id.src) {
+					s.adm.give(a)
+					r.flows.Done()
+					return
+				}
+			}
+			s.serve(c, in, id, func() { s.adm.give(a) })
+		}()
 	})
+}
+
+// allowed reports whether in allows the client a (the connection's source src, or the
+// client the router carries there); it resets c and counts the refusal when it does not.
+func (s *inboundServer) allowed(in *Inbound, c *net.TCPConn, src netip.AddrPort, a netip.Addr) bool {
+	if in.allowed(a) {
+		return true
+	}
+	r := s.r
+	r.book.Add(refusal.ForwardSource, refusal.Event{Src: netip.AddrPortFrom(a, src.Port()), Dst: in.Listen, Rule: "inbound " + in.Name})
+	if r.refuse.note("inbound "+in.Name+": source not allowed", a.String()) {
+		r.log.Warn("inbound refused: source not allowed", "inbound", in.Name, "src", src, "client", a)
+	}
+	reset(c)
+	return false
 }
 
 // inboundServer is one inbound listener's serving state.
@@ -158,6 +187,7 @@ type inboundConn struct {
 	*net.TCPConn
 	s     *inboundServer
 	in    *Inbound
+	id    identity    // the client: caged as a guest, or the flow the router carries here
 	slot  func()      // gives the connection's admission back
 	stop  func() bool // stops the cut at ctx's end (context.AfterFunc's stop)
 	taken bool
@@ -174,9 +204,9 @@ func (c *inboundConn) Close() error {
 // serve reads c's request in the inbound's protocol and sets up the flow it asks for. It
 // marks the connection done (r.flows) and gives slot back when no flow took it; a flow does
 // both when it ends.
-func (s *inboundServer) serve(c *net.TCPConn, in *Inbound, slot func()) {
+func (s *inboundServer) serve(c *net.TCPConn, in *Inbound, id identity, slot func()) {
 	c.SetDeadline(time.Now().Add(inboundHandshake))
-	ic := &inboundConn{TCPConn: c, s: s, in: in, slot: slot}
+	ic := &inboundConn{TCPConn: c, s: s, in: in, id: id, slot: slot}
 	ic.stop = context.AfterFunc(s.ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	var err error
 	switch in.Type {
@@ -226,11 +256,11 @@ func (s *inboundServer) flow(c *inboundConn, req inboundRequest, rep inboundRepl
 	c.taken = true
 	p := r.pol.Load()
 	src := netaddr.AddrPort(c.RemoteAddr())
-	src = netip.AddrPortFrom(src.Addr().WithZone(""), src.Port())
+	src = netip.AddrPortFrom(c.id.src, src.Port())
 	f := r.newFlow(src)
-	f.Inbound, f.Dst, f.Host = c.in.Name, req.dst, req.name
-	pf := policy.Flow{Network: rules.TCP, Src: src.Addr(), Dst: req.dst.Addr(), Port: req.dst.Port(), Host: req.name,
-		FromVM: !p.Decision.Local(src.Addr())}
+	f.Inbound, f.Dst, f.Host, f.App = c.in.Name, req.dst, req.name, c.id.app
+	pf := policy.Flow{Network: rules.TCP, Dst: req.dst.Addr(), Port: req.dst.Port(), Host: req.name}
+	c.id.apply(&pf)
 	release := r.names(&pf)
 	f.Host = pf.Host
 	done := func() {

@@ -178,11 +178,15 @@ func TestInboundHandsTheNameToTheProxy(t *testing.T) {
 }
 
 // TestInboundDirectResolvesThroughTheProxy: a name that a direct rule takes is resolved by the
-// DNS side (through the proxy), and the address an inbound was asked for is dialed as it is.
+// DNS side (through the proxy), once, and the address an inbound was asked for is dialed as
+// it is. (The target is on loopback: the direct rule names its address and port, which
+// opens it in the host walls.)
 func TestInboundDirectResolvesThroughTheProxy(t *testing.T) {
 	target := startTarget(t, "direct\n")
 	names := &proxyResolvedNames{hosts: map[string]netip.Addr{"model.lab.test": target.Addr()}}
-	e := newEnv(t, Settings{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{Names: names, Resolve: noLocalResolve(t)})
+	rule := hostRule("model", rules.Direct, "", "model.lab.test", target.Addr().String())
+	rule.Ports = []rules.PortRange{{Lo: target.Port(), Hi: target.Port()}}
+	e := newEnv(t, Settings{Decision: decision([]rules.Rule{rule})}, Options{Names: names, Resolve: noLocalResolve(t)})
 	addr := e.startInbound(Inbound{Type: InboundSOCKS5})
 	c, code := e.socksConnect(addr, socks5.Addr{Name: "model.lab.test", Port: target.Port()})
 	if code != 0 {
@@ -218,10 +222,9 @@ func TestInboundRefusals(t *testing.T) {
 		want byte
 	}{
 		{"rule", socks5.Addr{Name: "blocked.lab.test", Port: port}, 0x02},
-		// This host's own DNS (the client is on loopback, not caged) is not the router's
-		// business with [dns] capture = "caged": it goes direct, here to nowhere. A caged
-		// client's is refused (TestInboundCagesGuests' policy cases).
-		{"dns", socks5.Addr{IP: netip.MustParseAddr("192.0.2.53"), Port: 53}, 0x04},
+		// An inbound's client is caged (this machine's too): its DNS belongs to the DNS
+		// server, refused by the rules.
+		{"dns", socks5.Addr{IP: netip.MustParseAddr("192.0.2.53"), Port: 53}, 0x02},
 		{"short ipv4", socks5.Addr{Name: "127.1", Port: port}, 0x04},
 		{"hex ipv4", socks5.Addr{Name: "0x7f.0.0.1", Port: port}, 0x04},
 		{"invalid tld", socks5.Addr{Name: "a.invalid", Port: port}, 0x04},
@@ -292,9 +295,9 @@ func TestInboundRefusals(t *testing.T) {
 	e.waitLog("rule=no action=block")
 }
 
-// TestInboundCagesGuests: a client in a VM network is caged: the host's own addresses are off
-// limits (localhost included), and no direct catch-all takes it; this machine's own client
-// is not.
+// TestInboundCagesGuests: an inbound's client is caged, in a VM network or on this machine
+// itself (an inbound serves guests): the host's own addresses are off limits (localhost
+// included), and no direct catch-all takes it.
 func TestInboundCagesGuests(t *testing.T) {
 	target := startTarget(t, "model\n")
 	// The loopback target stands for a service of the host, such as the model server.
@@ -305,7 +308,7 @@ func TestInboundCagesGuests(t *testing.T) {
 		want   byte
 	}{
 		{"guest", []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, 0x02},
-		{"this machine", nil, 0},
+		{"this machine", nil, 0x02},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, Settings{Decision: decision([]rules.Rule{{Name: "default", Action: rules.Direct}}, tc.vmNets...)}, Options{})
@@ -321,7 +324,7 @@ func TestInboundCagesGuests(t *testing.T) {
 					}
 				}
 			}
-			if tc.vmNets != nil {
+			{
 				// A caged client's DNS belongs to the DNS server: refused by the rules.
 				if _, code := e.socksConnect(addr, socks5.Addr{IP: netip.MustParseAddr("192.0.2.53"), Port: 53}); code != 0x02 {
 					t.Errorf("caged DNS: reply %#02x; want 0x02", code)

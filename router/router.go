@@ -22,6 +22,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,10 @@ type Options struct {
 	// VM-facing interface (policy.Flow.FromVM), whatever its address. Nil: only sources
 	// inside the configured VM networks are.
 	FromVM func(src netip.Addr) bool
+	// CagedSocket reports whether the capture can have handed over a flow from src to dst
+	// only from a caged process's socket (policy.Flow.CagedSocket): then the flow is caged
+	// even when its owner is not found (a process that exited at once). Nil: never.
+	CagedSocket func(src, dst netip.AddrPort) bool
 	// DialTCP opens the router's own connections (direct destinations, upstream proxies).
 	// The default dials with Control applied; tests map addresses here.
 	DialTCP func(ctx context.Context, dst netip.AddrPort) (*net.TCPConn, error)
@@ -149,6 +154,7 @@ type Router struct {
 	flowLog flowLog // flow records written off the relay's and the loops' goroutines
 	nextID  atomic.Uint64
 	count   counters
+	caged   cagedSeen // the caged processes whose flows were decided, for status
 	book    *refusal.Book
 	udp     udpTable // the UDP flows and their associations (udp.go)
 
@@ -156,8 +162,13 @@ type Router struct {
 	tracked map[string]*trackedUp // the proxies in use, their health probes running
 
 	resolved *resolvedNames // what flows' names resolve to, for policy.StepHostName; nil without Names
+	carried  carried        // the identities of the flows carried to the router's own listeners (carried.go)
 
 	customDial bool // Options.DialTCP was given
+
+	modelOnce sync.Once
+	model     *http.Transport // the HTTP forwards' client (forward_http.go), made on first use
+	modelBufs copyBufs        // the HTTP forwards' copy buffers
 }
 
 // maxSetups bounds the flows Serve sets up at once (deciding, connecting, the SOCKS
@@ -190,6 +201,7 @@ func New(p Settings, opts Options) (*Router, error) {
 	if r.book == nil {
 		r.book = new(refusal.Book)
 	}
+	r.carried.init()
 	r.customDial = opts.DialTCP != nil
 	if r.opts.DialTCP == nil {
 		r.opts.DialTCP = func(ctx context.Context, dst netip.AddrPort) (*net.TCPConn, error) {
@@ -252,6 +264,9 @@ func (r *Router) Apply(p Settings) error {
 	return nil
 }
 
+// Decision returns the policy new flows are decided by (the last one Use made current).
+func (r *Router) Decision() *policy.Policy { return r.pol.Load().Decision }
+
 // Dialer returns the router's own dialer (marked: never captured).
 func (r *Router) Dialer() *net.Dialer { return r.dialer }
 
@@ -270,5 +285,9 @@ func (r *Router) Close() {
 	r.stopUpstreams()
 	r.closeUDP()
 	r.loops.Close()
+	r.modelOnce.Do(func() {}) // orders the read below after modelTransport's write
+	if r.model != nil {
+		r.model.CloseIdleConnections()
+	}
 	r.refuse.flush()
 }

@@ -53,6 +53,9 @@ type Stats struct {
 	Totals Totals
 	Rules  []RuleHits
 	Flows  []LiveFlow // oldest first
+	// Caged are the caged processes of this host whose flows were decided, the one seen
+	// last first.
+	Caged []CagedProcess
 }
 
 // rateWindow is the shortest interval a flow's rate is measured over: Status calls closer
@@ -100,7 +103,7 @@ func (r *Router) Status() Stats {
 	// counters never go back between two calls.
 	r.live.mu.Lock()
 	defer r.live.mu.Unlock()
-	st := Stats{Totals: Totals{Flows: r.count.flows.Load(), Up: r.count.up.Load(), Down: r.count.down.Load()}}
+	st := Stats{Totals: Totals{Flows: r.count.flows.Load(), Up: r.count.up.Load(), Down: r.count.down.Load()}, Caged: r.caged.list()}
 	st.Flows = make([]LiveFlow, 0, len(r.live.m))
 	for _, f := range r.live.m {
 		up, down := f.bytes.load()

@@ -212,6 +212,9 @@ func (r *Router) addresses(f *FlowRecord, pf *policy.Flow, src, dst, local netip
 	if r.opts.FromVM != nil {
 		pf.FromVM = r.opts.FromVM(pf.Src)
 	}
+	if r.opts.CagedSocket != nil {
+		pf.CagedSocket = r.opts.CagedSocket(f.Src, f.Dst)
+	}
 	return nil
 }
 
@@ -222,7 +225,7 @@ func (r *Router) addresses(f *FlowRecord, pf *policy.Flow, src, dst, local netip
 func (r *Router) classify(c *net.TCPConn, f *FlowRecord, pf *policy.Flow, p *compiled) (release func()) {
 	if r.opts.Owner != nil && p.Decision.NeedsOwner(pf) {
 		if info, err := r.opts.Owner(c, f.Src, f.Dst); err == nil {
-			pf.App, pf.AppPath, pf.Services, f.App, f.PID = info.Name, info.Path, info.Services, info.Name, info.PID
+			pf.App, pf.AppPath, pf.Comm, pf.Services, f.App, f.PID = info.Name, info.Path, info.Comm, info.Services, info.Name, info.PID
 			f.Service = strings.Join(info.Services, ",")
 		} else {
 			r.log.Debug("owner lookup", "src", f.Src, "dst", f.Dst, "err", err)
@@ -248,6 +251,10 @@ func (r *Router) dial(ctx context.Context, p *compiled, f *FlowRecord, d policy.
 		out, err := r.dialDirect(dctx, f.Dst, f.Host, byName, pf.Resolved)
 		if err != nil {
 			return nil, err
+		}
+		if p.Decision.Listener(netaddr.AddrPort(out.RemoteAddr())) {
+			// One of the router's own listeners: it judges the flow's client, not this host.
+			r.carried.put(netaddr.AddrPort(out.LocalAddr()), identityOf(pf))
 		}
 		if len(e.read) == 0 {
 			return out, nil

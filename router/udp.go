@@ -138,6 +138,9 @@ func (r *Router) HandleUDP(dg Datagram, ret UDPReturn) {
 	fl.last.Store(now.UnixNano())
 	t.mu.Lock()
 	s := fl.sess
+	if fl.resolving && !fl.ended && len(fl.wait) < udpQueue {
+		fl.wait = append(fl.wait, append([]byte(nil), dg.Payload...))
+	}
 	if fl.drop || s == nil || fl.ended {
 		t.mu.Unlock()
 		return
@@ -190,8 +193,13 @@ type udpFlow struct {
 
 	// Guarded by udpTable.mu.
 	drop  bool        // refused: its datagrams are dropped until it expires
-	sess  *udpSession // nil when drop
+	sess  *udpSession // nil when drop, or while its name is looked up
 	ended bool
+	// resolving: the flow's name is being looked up (the policy asked: resolveUDP); its
+	// first datagrams wait (at most udpQueue) and it is not counted yet.
+	resolving bool
+	wait      [][]byte
+	resolved  []netip.Addr // what the name resolved to, checked by the policy; nil: not looked up
 }
 
 // udpSession is an association (or a direct socket) and the flows that use it.
@@ -251,6 +259,9 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 	if r.opts.FromVM != nil {
 		pf.FromVM = r.opts.FromVM(pf.Src)
 	}
+	if r.opts.CagedSocket != nil {
+		pf.CagedSocket = r.opts.CagedSocket(f.Src, f.Dst)
+	}
 	var ownerErr error
 	if p.Decision.NeedsOwner(&pf) {
 		info, known := dg.Owner, dg.OwnerKnown
@@ -263,7 +274,7 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 			}
 		}
 		if known {
-			pf.App, pf.AppPath, pf.Services, f.App, f.PID = info.Name, info.Path, info.Services, info.Name, info.PID
+			pf.App, pf.AppPath, pf.Comm, pf.Services, f.App, f.PID = info.Name, info.Path, info.Comm, info.Services, info.Name, info.PID
 		}
 	}
 	if n := r.opts.Names; n != nil {
@@ -287,13 +298,16 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 		// never sent.
 		f.Err = fmt.Errorf("owner unknown: %w", ownerErr)
 		fl.drop = true
-	case d.Step == policy.StepDNS || d.Step == policy.StepLocal || d.Step == policy.StepHost:
+	case d.Step == policy.StepDNS || d.Step == policy.StepLocal || d.Step == policy.StepHost && d.Action == rules.Direct:
 		// DNS belongs to the DNS server and local destinations are never captured: reaching
 		// the relay is a capture fault.
 		f.Err = fmt.Errorf("udp to %v is not relayed (%s)", f.Dst, d.Step)
 		fl.drop = true
 	case d.Action != rules.Proxy && d.Action != rules.Direct:
 		fl.drop = true
+	case r.resolved != nil && p.Decision.NeedsResolve(&pf):
+		// The name's addresses decide (the host walls): looked up off the reader.
+		fl.resolving = true
 	}
 
 	t := &r.udp
@@ -316,7 +330,15 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 		r.refused(refusal.Limit, f)
 		return nil
 	}
+	if fl.resolving {
+		b.flows++
+		t.flows[fl.key] = fl
+		t.mu.Unlock()
+		go r.resolveUDP(p, fl, pf) // shown by status once decided
+		return fl
+	}
 	p.count(d)
+	r.caged.note(f, d)
 	if !fl.drop {
 		if !r.joinSessionLocked(p, fl, d) {
 			t.mu.Unlock()
@@ -339,6 +361,59 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 		r.refused(why, f)
 	}
 	return fl
+}
+
+// resolveUDP looks the name of fl up (the policy asked: a caged flow leaving from this
+// machine by its name), decides it again with the addresses, and then joins its session or
+// drops it, like newUDPFlow; the datagrams that waited go on.
+func (r *Router) resolveUDP(p *compiled, fl *udpFlow, pf policy.Flow) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.ConnectTimeout)
+	pf.Resolved = r.resolved.lookup(ctx, pf.Host)
+	cancel()
+	d := p.Decision.Decide(&pf)
+	f := fl.rec
+	t := &r.udp
+	t.mu.Lock()
+	f.Verdict, f.Step, f.index = d.Verdict, d.Step, d.Index
+	wait := fl.wait
+	fl.resolving, fl.wait, fl.resolved = false, nil, pf.Resolved
+	if fl.ended || t.closed {
+		t.mu.Unlock()
+		return
+	}
+	r.live.add(f)
+	p.count(d)
+	var why refusal.Reason
+	switch {
+	case d.Action != rules.Proxy && d.Action != rules.Direct:
+		fl.drop, why = true, refusal.ForStep(d.Step)
+	case !r.joinSessionLocked(p, fl, d):
+		fl.drop, why = true, refusal.Limit
+		f.Err = errors.New("too many associations")
+	}
+	var a upstream.Association
+	if !fl.drop {
+		if s := fl.sess; s.assoc == nil {
+			for _, q := range wait {
+				if s.failed.IsZero() && len(s.queue) < udpQueue {
+					s.queue = append(s.queue, queued{fl: fl, p: q})
+				}
+			}
+			wait = nil
+		} else {
+			a = s.assoc
+		}
+	}
+	t.mu.Unlock()
+	if fl.drop {
+		r.refused(why, f)
+		return
+	}
+	for _, q := range wait {
+		if a != nil {
+			fl.send(a, q)
+		}
+	}
 }
 
 // budget returns src's budget, made on first use; called with t.mu held.
@@ -370,7 +445,7 @@ func (r *Router) joinSessionLocked(p *compiled, fl *udpFlow, d policy.Decision) 
 		s = &udpSession{key: key, flows: map[upstream.Addr]*udpFlow{}}
 		t.sessions[key] = s
 		host, fake := fl.rec.Host, p.Decision.InPool(fl.key.dst.Addr())
-		go r.openSession(p, s, host, fake)
+		go r.openSession(p, s, host, fake, fl.resolved)
 	}
 	s.flows[fl.to] = fl
 	fl.sess = s
@@ -382,14 +457,14 @@ func (r *Router) joinSessionLocked(p *compiled, fl *udpFlow, d policy.Decision) 
 
 // openSession opens s's association (or direct socket) and sends what waited for it; on
 // failure its flows keep dropping datagrams until udpRetry has passed.
-func (r *Router) openSession(p *compiled, s *udpSession, host string, fake bool) {
+func (r *Router) openSession(p *compiled, s *udpSession, host string, fake bool, resolved []netip.Addr) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.ConnectTimeout)
 	defer cancel()
 	var a upstream.Association
 	var via string
 	var err error
 	if s.key.via == "direct" {
-		a, err = r.dialUDPDirect(ctx, s.key.dst, host, fake)
+		a, err = r.dialUDPDirect(ctx, s.key.dst, host, fake, resolved)
 	} else {
 		a, via, err = associate(ctx, p, s.key.via)
 	}

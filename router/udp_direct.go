@@ -14,10 +14,15 @@ import (
 
 // dialUDPDirect opens the router's own socket (marked: never captured) to dst for a flow a
 // rule sends direct, as an upstream.Association whose answers report dst (the flow's
-// original destination). A fake IP is first resolved through the proxy, never locally.
-func (r *Router) dialUDPDirect(ctx context.Context, dst netip.AddrPort, host string, fake bool) (upstream.Association, error) {
+// original destination). A fake IP is first resolved through the proxy, never locally,
+// unless the policy checked what it resolves to (resolved): then those addresses are
+// dialed.
+func (r *Router) dialUDPDirect(ctx context.Context, dst netip.AddrPort, host string, fake bool, resolved []netip.Addr) (upstream.Association, error) {
 	target := dst.Addr()
-	if fake {
+	switch {
+	case fake && len(resolved) > 0:
+		target = resolved[0]
+	case fake:
 		addrs, err := r.opts.Names.ResolveViaProxy(ctx, host)
 		if err == nil && len(addrs) == 0 {
 			err = errors.New("no address")

@@ -14,6 +14,7 @@ type flow struct {
 	port     uint16
 	host     string
 	app      string // lower-case image name (base name of the path when only that is known)
+	comm     string // lower-case command name, when it differs from app
 	path     string // lower-case full path with '/' separators
 	services []string
 	caged    bool
@@ -33,6 +34,9 @@ func newFlow(q *Query) flow {
 	f.app = lower(q.App)
 	if f.app == "" && f.path != "" {
 		f.app = BaseName(f.path)
+	}
+	if c := lower(q.Comm); c != f.app {
+		f.comm = c
 	}
 	return f
 }
@@ -108,11 +112,11 @@ func matchPorts(ps []PortRange, p uint16) bool {
 }
 
 func matchApps(as []App, f *flow) bool {
-	if f.app == "" && f.path == "" {
+	if f.app == "" && f.path == "" && f.comm == "" {
 		return false
 	}
 	for i := range as {
-		if as[i].match(f.app, f.path) {
+		if as[i].match(f.app, f.path) || f.comm != "" && as[i].match(f.comm, "") {
 			return true
 		}
 	}

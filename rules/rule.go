@@ -114,8 +114,12 @@ type Query struct {
 	// explain's --dst). Case and a trailing dot do not matter.
 	Host string
 	// App is the owning process's image name and AppPath its full path; either may be empty.
-	App      string
-	AppPath  string
+	App     string
+	AppPath string
+	// Comm is the process's command name when it differs from App (Linux: a binary started
+	// through a link, or one that renamed itself); an app entry that is not a path matches
+	// App or Comm.
+	Comm     string
 	Services []string // case does not matter
 	// Caged says the flow is caged (see Rule.Caged); the caller decides.
 	Caged bool

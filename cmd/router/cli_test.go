@@ -61,7 +61,7 @@ func TestExplain(t *testing.T) {
 		"preset virtualbox: caged apps VirtualBoxVM.exe, VBoxHeadless.exe, VBoxNetNAT.exe (NAT in user space)",
 		"flow: caged tcp from 127.0.0.1 by VirtualBoxVM.exe to 127.0.0.1:47831",
 		"verdict: direct, by the implicit step (host off limits)",
-		`implicit: the flow is caged (its process "VirtualBoxVM.exe" is a caged app (named by a proxy or block rule, or a hypervisor preset)) and 127.0.0.1 is this machine or its link: port 47831 is a forward's or an inbound's port`,
+		`implicit: the flow is caged (its process "VirtualBoxVM.exe" is a caged app (named by a proxy or block rule, or a hypervisor preset)) and 127.0.0.1 is this machine or its link: 127.0.0.1:47831 is a forward's connect address, and the flow's process carries a guest's traffic there, which caged traffic may reach`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
@@ -156,19 +156,23 @@ func (fakeAdapters) WSL() (adapters.WSL, error)    { return adapters.WSL{}, erro
 
 func TestAdapters(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := listAdapters(nil, &out, &errOut, fakeAdapters{}); code != exitOK {
+	bridged := func() []adapters.Bridged {
+		return []adapters.Bridged{{Hypervisor: "virtualbox", VM: "lan", Slot: "0", HostNIC: "Wi-Fi"}}
+	}
+	if code := listAdapters(nil, &out, &errOut, fakeAdapters{}, bridged); code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	for _, want := range []string{"vEthernet (Default Switch)  [hyperv-default-switch, up]", "cage:        UNCAGED", "vEthernet (AgentCage)  [hyperv-switch, up]", "closed by construction"} {
+	for _, want := range []string{"vEthernet (Default Switch)  [hyperv-default-switch, up]", "cage:        UNCAGED", "vEthernet (AgentCage)  [hyperv-switch, up]", "closed by construction",
+		"BRIDGED (no capture sees these guests", `virtualbox VM "lan" adapter 0 is bridged to Wi-Fi`} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("missing %q in:\n%s", want, out.String())
 		}
 	}
-	if strings.Contains(out.String(), "Wi-Fi") {
+	if strings.Contains(out.String(), "Wi-Fi  [") {
 		t.Errorf("a physical adapter is listed:\n%s", out.String())
 	}
 	out.Reset()
-	if code := listAdapters([]string{"--json"}, &out, &errOut, fakeAdapters{}); code != exitOK || !strings.Contains(out.String(), `"Kind": "hyperv-default-switch"`) {
+	if code := listAdapters([]string{"--json"}, &out, &errOut, fakeAdapters{}, bridged); code != exitOK || !strings.Contains(out.String(), `"Kind": "hyperv-default-switch"`) || !strings.Contains(out.String(), `"HostNIC": "Wi-Fi"`) {
 		t.Errorf("json: exit %d\n%s", code, out.String())
 	}
 }

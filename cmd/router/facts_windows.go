@@ -16,12 +16,31 @@ func windowsFacts() lint.WindowsFacts {
 	if as, _, err := adapters.List(adapters.NewSystem()); err == nil {
 		f.Adapters = as
 	}
-	if home, err := os.UserHomeDir(); err == nil {
-		dir := filepath.Join(home, ".VirtualBox")
-		if v := os.Getenv("VBOX_USER_HOME"); v != "" {
-			dir = v
-		}
+	if dir := vboxDir(); dir != "" {
 		f.HostResolverVMs, _ = adapters.HostResolverVMs(dir, os.ReadFile)
 	}
+	f.Bridged = bridgedVMs()
 	return f
+}
+
+// vboxDir is the user's VirtualBox settings directory ("" when unknown).
+func vboxDir() string {
+	if v := os.Getenv("VBOX_USER_HOME"); v != "" {
+		return v
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".VirtualBox")
+	}
+	return ""
+}
+
+// bridgedVMs are this user's VirtualBox and VMware VMs with a bridged adapter; none when
+// their files cannot be read.
+func bridgedVMs() []adapters.Bridged {
+	inv := ""
+	if d := os.Getenv("APPDATA"); d != "" {
+		inv = filepath.Join(d, "VMware", "inventory.vmls")
+	}
+	bs, _ := adapters.BridgedVMs(vboxDir(), inv, os.ReadFile)
+	return bs
 }

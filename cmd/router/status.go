@@ -68,6 +68,9 @@ func writeStatus(w io.Writer, st *control.Status, now time.Time) {
 		fmt.Fprintf(w, ", pool %s: %d of %d addresses given out, %d in use", st.DNS.Pool, st.DNS.Mapped, st.DNS.PoolSize, st.DNS.InUse)
 	}
 	fmt.Fprintln(w)
+	for _, warn := range st.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(st.Upstreams) > 0 {
 		fmt.Fprintln(tw, "\nUPSTREAM\tSTATE\tSINCE\tLATENCY\tLAST ERROR")
@@ -78,6 +81,12 @@ func writeStatus(w io.Writer, st *control.Status, now time.Time) {
 	fmt.Fprintln(tw, "\nRULE\tACTION\tFLOWS\tBYTES")
 	for _, r := range st.Rules {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", statusRule(r.Index, r.Name), ruleAction(r), r.Hits, humanBytes(r.Bytes))
+	}
+	if len(st.Caged) > 0 {
+		fmt.Fprintln(tw, "\nCAGED PROCESS\tPID\tFLOWS\tREFUSED\tLAST")
+		for _, c := range st.Caged {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s ago\n", c.Name, c.PID, c.Flows, c.Refused, ago(c.Last, now))
+		}
 	}
 	if len(st.Refusals) > 0 {
 		fmt.Fprintln(tw, "\nREFUSED\tCOUNT\tLATEST")
@@ -135,13 +144,16 @@ func flowDest(f control.FlowStat) string {
 	return f.Dst
 }
 
-// refusedText is "src → dst (host) app, by rule".
+// refusedText is "src → dst request (host) app, by rule".
 func refusedText(e control.Refused) string {
 	var b strings.Builder
 	if e.Src != "" {
 		b.WriteString(e.Src + " → ")
 	}
 	b.WriteString(cmp.Or(e.Dst, "?"))
+	if e.Request != "" {
+		b.WriteString(" " + e.Request)
+	}
 	if e.Host != "" {
 		b.WriteString(" (" + e.Host + ")")
 	}

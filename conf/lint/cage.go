@@ -15,7 +15,6 @@ const (
 	CheckDirectCaged  = "direct-caged" // a direct rule takes caged traffic to any destination
 	CheckNoWayOut     = "caged-no-way" // caged traffic that no rule sends anywhere
 	CheckForeignApp   = "foreign-app"  // an app name that cannot exist on this OS
-	CheckUserNAT      = "user-nat"     // a user-space NAT hypervisor without local capture
 	CheckPreset       = "preset"       // what a hypervisor preset expanded to (a note)
 	CheckUncapturable = "uncapturable" // a preset no capture on this OS can see
 )
@@ -68,10 +67,6 @@ func (l *linter) preset(p conf.Preset) {
 	case p.NAT == conf.NATNone:
 		l.add(Finding{Severity: Warning, Check: CheckUncapturable, Line: l.line("capture.hypervisors"), Rule: p.Name, Message: p.Note,
 			Fix: "put the agent's VM on an Internal switch without NAT and its subnet in [capture] cage_subnets (docs/hyperv.md)"})
-	case p.NAT == conf.NATUser && !l.cfg.Capture.Local && l.goos() != "windows":
-		l.add(Finding{Severity: Warning, Check: CheckUserNAT, Line: l.line("capture.hypervisors"), Rule: p.Name,
-			Message: fmt.Sprintf("hypervisor %q: %s, and local = false", p.Name, p.Note),
-			Fix:     "set local = true in [capture]"})
 	}
 }
 

@@ -134,7 +134,7 @@ hypervisors = ["virtualbox"]
 [[rule]]
 name = "default"
 action = "direct"
-`, []string{"note preset virtualbox", "warning user-nat virtualbox", "warning caged-no-way 192.168.56.0/24",
+`, []string{"note preset virtualbox", "warning caged-no-way 192.168.56.0/24",
 			"warning caged-no-way VirtualBoxVM", "warning caged-no-way VBoxHeadless", "warning caged-no-way VBoxNetNAT", "warning caged-no-way vboxnet*"}},
 		{"Windows names on Linux", "linux", proxy + `
 [capture]

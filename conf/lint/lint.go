@@ -34,6 +34,7 @@ const (
 	CheckLocalViaProxy = "local-via-proxy"  // local destinations would go to a remote proxy
 	CheckShadowed      = "partly-shadowed"  // an earlier rule with another verdict takes part
 	CheckForwardAny    = "forward-any"      // a forward listens on 0.0.0.0 or ::
+	CheckForwardRaw    = "forward-raw"      // a forward is a raw TCP pipe (api = "tcp")
 	CheckInboundAny    = "inbound-any"      // an inbound listens on 0.0.0.0 or ::
 	CheckMetricsOpen   = "metrics-open"     // the metrics endpoint listens off loopback
 	CheckUnusedProxy   = "unused-proxy"     // a [proxy.X] nothing refers to
@@ -42,6 +43,7 @@ const (
 	CheckUncagedSwitch = "uncaged-adapter"  // Windows NAT or forwarding carries an adapter's guests
 	CheckHostResolver  = "host-resolver"    // a VM resolves through the host's Dnscache, which "caged" passes
 	CheckDisabled      = "disabled"         // a rule with enabled = false: kept, never matched
+	CheckBridged       = "bridged-vm"       // a VM bridged to a host adapter: no capture sees it
 )
 
 // Finding is one problem.
@@ -213,7 +215,7 @@ func (l *linter) rules() {
 		if r.Action == rules.Proxy {
 			if loc := l.localHosts(r.Hosts); len(loc) > 0 {
 				l.add(Finding{Severity: Error, Check: CheckLocalViaProxy, Line: l.ruleLine(j), Rule: r.Name,
-					Message: fmt.Sprintf("%s sends local destinations (%s) to the remote proxy %q; the proxy cannot reach this host, so the connection hangs (or, for this host's own addresses, is refused: caged traffic reaches the host on the forwards' ports only)", l.ruleRef(j), hostList(loc), r.Proxy),
+					Message: fmt.Sprintf("%s sends local destinations (%s) to the remote proxy %q; the proxy cannot reach this host, so the connection hangs (or, for this host's own addresses, is refused: caged traffic reaches the host only at the forwards' and inbounds' addresses and ports)", l.ruleRef(j), hostList(loc), r.Proxy),
 					Fix:     "remove the local destinations from this rule and give them a direct rule above it"})
 			}
 		}
@@ -447,11 +449,16 @@ func origin(e *rules.Rule) string {
 
 func (l *linter) forwards() {
 	for i, f := range l.cfg.Forwards {
+		name := "forward #" + strconv.Itoa(i+1)
+		if f.Name != "" {
+			name += " " + strconv.Quote(f.Name)
+		}
+		if f.Raw() {
+			l.add(Finding{Severity: Warning, Check: CheckForwardRaw, Line: f.Line, Rule: f.Name,
+				Message: fmt.Sprintf("%s is a raw TCP pipe (api = \"tcp\"): the guest reaches every call of %s, management included (a model server's pull, push or create makes this host fetch or upload wherever the guest says, past the proxy)", name, f.Connect),
+				Fix:     "name the server's API instead (api = \"ollama\", \"openai\" or \"lmstudio\"), adding what else it needs with allow_paths"})
+		}
 		if f.Listen.Addr().IsUnspecified() {
-			name := "forward #" + strconv.Itoa(i+1)
-			if f.Name != "" {
-				name += " " + strconv.Quote(f.Name)
-			}
 			l.add(Finding{Severity: Error, Check: CheckForwardAny, Line: f.Line, Rule: f.Name,
 				Message: fmt.Sprintf("%s listens on %s: anyone on any network this host joins (a shared Wi-Fi) can reach %s", name, f.Listen, f.Connect),
 				Fix:     "listen on the VM-facing address only (e.g. the host-only adapter's 192.168.56.1)"})

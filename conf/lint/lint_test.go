@@ -286,6 +286,35 @@ action = "direct"
 	}
 }
 
+// TestForwardRaw: a raw TCP forward is a warning; the default (HTTP) forward is not.
+func TestForwardRaw(t *testing.T) {
+	src := `
+[[forward]]
+name = "raw"
+listen = "10.0.2.2:47831"
+connect = "127.0.0.1:47831"
+allow = ["10.0.2.0/24"]
+api = "tcp"
+[[forward]]
+name = "http"
+listen = "10.0.2.2:47832"
+connect = "127.0.0.1:47832"
+allow = ["10.0.2.0/24"]
+[[rule]]
+name = "default"
+action = "direct"
+`
+	var got []string
+	for _, f := range short(Check(parse(t, src), Host{})) {
+		if strings.Contains(f, "forward") {
+			got = append(got, f)
+		}
+	}
+	if want := []string{"warning forward-raw raw"}; !slices.Equal(got, want) {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
+
 func TestTrapFileNamesTheModelRule(t *testing.T) {
 	cfg, err := conf.Load("../../testdata/conf/trap.toml", conf.Options{SkipSecrets: true})
 	if err != nil {

@@ -19,6 +19,9 @@ type WindowsFacts struct {
 	// (VBoxManage modifyvm VM --natdnshostresolver1 on): their guests' queries are made by
 	// the host's DNS Client service (the Dnscache svchost), not by VirtualBox's process.
 	HostResolverVMs []string
+	// Bridged are the VMs with an adapter bridged to a host adapter: no capture sees
+	// their guests (package adapters, BridgedVMs).
+	Bridged []adapters.Bridged
 }
 
 // windows checks the config against what is known of this Windows machine.
@@ -38,6 +41,11 @@ func (l *linter) windows() {
 		l.add(Finding{Severity: Warning, Check: CheckUncagedSwitch, Line: l.line("capture"),
 			Message: fmt.Sprintf("adapter %q (%s, %s): %s, where no capture sees them: a VM or WSL distribution on it is not caged", a.Name, a.Kind, subnetList(a.Subnets), how),
 			Fix:     "run the agent's VM on an Internal switch without NAT and put its subnet in [capture] cage_subnets (docs/hyperv.md); for WSL2 set the Hyper-V firewall's default outbound to Block"})
+	}
+	for _, b := range w.Bridged {
+		l.add(Finding{Severity: Warning, Check: CheckBridged, Line: l.line("capture"),
+			Message: fmt.Sprintf("%s: its guest is a machine of the host's LAN; its frames pass below the host's network stack, where neither WinDivert nor WFP sees them, so it is not caged and the guard does not hold it", b),
+			Fix:     "give the agent's VM a NAT adapter (VirtualBox NAT, VMware VMnet8) or a Hyper-V Internal switch in cage_subnets, and a host-only adapter for the model"})
 	}
 	if len(w.HostResolverVMs) == 0 || l.cfg.DNS.Capture != conf.DNSCaptureCaged || l.dnscacheCaged() {
 		return

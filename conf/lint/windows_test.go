@@ -31,6 +31,7 @@ func TestWindowsFacts(t *testing.T) {
 		{"host resolver, caged scope", base, WindowsFacts{HostResolverVMs: []string{"agent"}}, []string{CheckHostResolver}},
 		{"host resolver, all", base + "[dns]\ncapture = \"all\"\n", WindowsFacts{HostResolverVMs: []string{"agent"}}, nil},
 		{"host resolver, Dnscache caged", base + "[[rule]]\nname = \"dns\"\nservices = [\"Dnscache\"]\naction = \"proxy\"\n", WindowsFacts{HostResolverVMs: []string{"agent"}}, nil},
+		{"bridged VM", base, WindowsFacts{Bridged: []adapters.Bridged{{Hypervisor: "vmware", VM: "lan", Slot: "ethernet0"}}}, []string{CheckBridged}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := conf.Parse("w.toml", []byte(tc.text), conf.Options{SkipSecrets: true, OS: "windows"})
@@ -39,7 +40,7 @@ func TestWindowsFacts(t *testing.T) {
 			}
 			var got []string
 			for _, f := range Check(cfg, Host{OS: "windows", Windows: tc.facts}) {
-				if f.Check == CheckUncagedSwitch || f.Check == CheckHostResolver {
+				if f.Check == CheckUncagedSwitch || f.Check == CheckHostResolver || f.Check == CheckBridged {
 					got = append(got, f.Check)
 					if f.Severity != Warning || f.Fix == "" {
 						t.Errorf("finding %+v", f)

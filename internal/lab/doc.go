@@ -48,7 +48,8 @@ const (
 	EchoURL = "http://203.0.113.10/"
 	// EchoName resolves to ServiceAddr in the lab DNS; WhoamiName resolves to the asker's
 	// source address (A or AAAA, and TXT "addr:port"). HTTPS/SVCB and AAAA of EchoName are
-	// empty answers (NOERROR, no data); LoopName answers loopback; other names under
+	// empty answers (NOERROR, no data); LoopName answers loopback, the HomeNames their
+	// address of the host or of the second guest; other names under
 	// lab.test are NXDOMAIN; names outside lab.test are REFUSED.
 	EchoName   = "echo.lab.test"
 	WhoamiName = "whoami.lab.test"

@@ -23,12 +23,41 @@ const (
 	LoopName = "loop.lab.test"
 )
 
-// loopAnswer is the lab DNS's answer for LoopName (nil for any other question).
+// Names under HomeZone lead home, as a name a guest's agent looks up might (a DNS
+// rebinding, or a `direct` rule's *.corp name pointing at the host): the lab DNS answers
+// each with one address of the host or of another guest, A or AAAA as the address is.
+const HomeZone = "home.lab.test"
+
+// HomeNames are the names under HomeZone and where they lead.
+var HomeNames = map[string]string{
+	"loop." + HomeZone:   "127.0.0.1",
+	"zero." + HomeZone:   "0.0.0.0",
+	"six." + HomeZone:    "::1",
+	"meta." + HomeZone:   MetadataAddr,
+	"uplink." + HomeZone: HostUplinkAddr,
+	"guest2." + HomeZone: SecondGuestAddr,
+}
+
+// MetadataAddr is a link-local address the tests may put on the host's loopback, as a cloud
+// host's metadata service is reached.
+const MetadataAddr = "169.254.169.254"
+
+// loopAnswer is the lab DNS's answer for LoopName and HomeNames (nil for any other question).
 func loopAnswer(q dns.Question) dns.RR {
+	hdr := dns.RR_Header{Name: q.Name, Rrtype: q.Qtype, Class: dns.ClassINET, Ttl: zoneTTL}
+	if a, ok := HomeNames[strings.TrimSuffix(strings.ToLower(q.Name), ".")]; ok {
+		ip := net.ParseIP(a)
+		switch {
+		case q.Qtype == dns.TypeA && ip.To4() != nil:
+			return &dns.A{Hdr: hdr, A: ip.To4()}
+		case q.Qtype == dns.TypeAAAA && ip.To4() == nil:
+			return &dns.AAAA{Hdr: hdr, AAAA: ip}
+		}
+		return nil
+	}
 	if !strings.EqualFold(q.Name, LoopName+".") {
 		return nil
 	}
-	hdr := dns.RR_Header{Name: q.Name, Rrtype: q.Qtype, Class: dns.ClassINET, Ttl: zoneTTL}
 	switch q.Qtype {
 	case dns.TypeA:
 		return &dns.A{Hdr: hdr, A: net.IPv4(127, 0, 0, 1).To4()}

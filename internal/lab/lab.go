@@ -38,11 +38,12 @@ type Lab struct {
 
 	inet, host, guest *Netns
 
-	httpLog  record[HTTPRequest]
-	dnsLog   record[DNSQuery]
-	udpLog   record[UDPPacket]
-	modelLog record[ModelStream]
-	socksLog record[string] // go-socks5 errors, accept errors
+	httpLog   record[HTTPRequest]
+	dnsLog    record[DNSQuery]
+	udpLog    record[UDPPacket]
+	modelLog  record[ModelStream]
+	modelReqs record[HTTPRequest] // every request the model server received
+	socksLog  record[string]      // go-socks5 errors, accept errors
 
 	dante *Process // set once by New
 	state stateDir // the router's state directory, see StateDir

@@ -20,6 +20,10 @@ func (l *Lab) ModelLog() []ModelStream {
 	return streams
 }
 
+// ModelRequests returns a copy of every request the model server received (method and
+// path as it routed them), oldest first.
+func (l *Lab) ModelRequests() []HTTPRequest { return l.modelReqs.snapshot() }
+
 // SocksLog returns a copy of go-socks5's error log (failed handshakes, dials, resets).
 func (l *Lab) SocksLog() []string { return l.socksLog.snapshot() }
 
@@ -29,5 +33,6 @@ func (l *Lab) ResetLogs() {
 	l.dnsLog.reset()
 	l.udpLog.reset()
 	l.modelLog.reset()
+	l.modelReqs.reset()
 	l.socksLog.reset()
 }

@@ -24,6 +24,9 @@ func (l *Lab) buildNetwork(ctx context.Context) error {
 			l.inet = ns
 		case "host":
 			l.host = ns
+			// A router that caged processes left its program on the cgroup root (it
+			// outlives the router by design): it goes before the namespace does.
+			l.addUndo(func() error { return removeCageMark(ns) })
 		case "guest":
 			l.guest = ns
 		}

@@ -120,7 +120,7 @@ func (l *Lab) startModel(ctx context.Context, cfg modelConfig) error {
 	if err != nil {
 		return err
 	}
-	l.serveHTTP(ln, modelHandler(cfg, &l.modelLog))
+	l.serveHTTP(ln, modelHandler(cfg, &l.modelLog, &l.modelReqs))
 	l.logf("lab %s: model server on %s in %s", l.id, ModelAddr, l.host.Name())
 	return nil
 }

@@ -175,7 +175,7 @@ func dnsHandler(rec *record[DNSQuery]) dns.Handler {
 			m.Answer = append(m.Answer, &dns.NS{Hdr: hdr(dns.TypeNS), Ns: zoneNS})
 		case name == zone && q.Qtype == dns.TypeSOA:
 			m.Answer = append(m.Answer, soa())
-		case name == echoFQDN || name == whoFQDN || name == zone:
+		case name == echoFQDN || name == whoFQDN || name == zone || HomeNames[strings.TrimSuffix(name, ".")] != "":
 			m.Ns = append(m.Ns, soa()) // the name exists, the type does not: NODATA
 		default:
 			m.Rcode = dns.RcodeNameError
@@ -223,12 +223,21 @@ type modelConfig struct {
 	events int           // content events per stream (then [DONE])
 }
 
-// modelHandler is a small OpenAI-compatible server: GET /v1/models lists ModelID; POST
-// /v1/chat/completions answers a fixed completion, or with "stream": true server-sent events
-// "lab-event-0".."lab-event-<n-1>" and "[DONE]", each flushed, cfg.gap apart. Streams are
-// logged to rec.
-func modelHandler(cfg modelConfig, rec *record[ModelStream]) http.Handler {
+// modelHandler is a small OpenAI-compatible and Ollama-like server: GET /v1/models lists
+// ModelID; POST /v1/chat/completions answers a fixed completion, or with "stream": true
+// server-sent events "lab-event-0".."lab-event-<n-1>" and "[DONE]", each flushed, cfg.gap
+// apart; POST /api/chat answers one NDJSON line. Every other request (Ollama's management
+// calls among them) answers 200 {"status":"success"}, as a server that did what it was
+// asked. Streams are logged to rec, every request received to reqs.
+func modelHandler(cfg modelConfig, rec *record[ModelStream], reqs *record[HTTPRequest]) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]any{"status": "success"})
+	})
+	mux.HandleFunc("POST /api/chat", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		fmt.Fprintf(w, `{"model":%q,"message":{"role":"assistant","content":"hello from the lab"},"done":true}`+"\n", ModelID)
+	})
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, map[string]any{
 			"object": "list",
@@ -295,7 +304,11 @@ func modelHandler(cfg modelConfig, rec *record[ModelStream]) http.Handler {
 			}
 		}
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		remote, _ := netip.ParseAddrPort(r.RemoteAddr)
+		reqs.add(HTTPRequest{Time: time.Now(), Remote: unmap(remote), Host: r.Host, Method: r.Method, Path: r.URL.Path})
+		mux.ServeHTTP(w, r)
+	})
 }
 
 func mustAddrPort(s string) netip.AddrPort {

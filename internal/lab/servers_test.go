@@ -138,7 +138,7 @@ func TestEchoHandler(t *testing.T) {
 
 func TestModelHandler(t *testing.T) {
 	var rec record[ModelStream]
-	srv := httptest.NewServer(modelHandler(modelConfig{gap: 10 * time.Millisecond, events: 3}, &rec))
+	srv := httptest.NewServer(modelHandler(modelConfig{gap: 10 * time.Millisecond, events: 3}, &rec, new(record[HTTPRequest])))
 	defer srv.Close()
 
 	t.Run("models", func(t *testing.T) {

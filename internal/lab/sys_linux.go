@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"syscall"
 
+	"github.com/agentcage/router/router/cagemark"
 	"golang.org/x/sys/unix"
 )
 
@@ -69,3 +70,8 @@ func killGroup(pgid int) error {
 }
 
 func isRoot() bool { return os.Geteuid() == 0 }
+
+// removeCageMark detaches the caged-socket program a router installed for ns.
+func removeCageMark(ns *Netns) error {
+	return ns.Do(func() error { return cagemark.Remove(0) })
+}

@@ -29,3 +29,5 @@ func kill(int) error { return errUnsupported }
 func killGroup(int) error { return errUnsupported }
 
 func isRoot() bool { return false }
+
+func removeCageMark(*Netns) error { return nil }

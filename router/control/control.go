@@ -51,6 +51,22 @@ type Status struct {
 	Upstreams []UpstreamStat `json:"upstreams"`
 	Flows     []FlowStat     `json:"flows"`
 	DNS       DNSStat        `json:"dns"`
+	// Caged are the caged processes of this host whose flows the router decided (the
+	// user-space NATs carrying guests), the one seen last first.
+	Caged []CagedStat `json:"caged,omitempty"`
+	// Warnings are what the daemon finds wrong as it runs: a known hypervisor's process
+	// that runs uncaged, whose guests' traffic leaves as this host's own.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// CagedStat is one caged process: its flows decided and refused since the daemon started,
+// and when the last one was.
+type CagedStat struct {
+	Name    string    `json:"name"`
+	PID     int       `json:"pid"`
+	Flows   uint64    `json:"flows"`
+	Refused uint64    `json:"refused"`
+	Last    time.Time `json:"last"`
 }
 
 // Totals sum up everything since the daemon started.
@@ -115,6 +131,8 @@ type Refused struct {
 	Host string    `json:"host,omitempty"`
 	App  string    `json:"app,omitempty"`
 	Rule string    `json:"rule,omitempty"`
+	// Request is a refused HTTP request's method and path (model-api refusals).
+	Request string `json:"request,omitempty"`
 }
 
 // UpstreamStat is one proxy in use and its health.

@@ -36,6 +36,7 @@ import (
 	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/router/control"
 	"github.com/agentcage/router/router/upstream"
+	"github.com/agentcage/router/rules/modelapi"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
 )
@@ -194,7 +195,16 @@ func UpstreamConfig(px conf.Proxy) router.UpstreamConfig {
 }
 
 func forwardOf(f conf.Forward) router.Forward {
-	return router.Forward{Name: f.Name, Listen: f.Listen, Connect: f.Connect, Allow: f.Allow}
+	rf := router.Forward{Name: f.Name, Listen: f.Listen, Connect: f.Connect, Allow: f.Allow, MaxBody: f.MaxBody}
+	if !f.Raw() {
+		// conf took only kinds that compile (tcp alone, never in a list), so New cannot
+		// fail here; should it, the forward refuses every call rather than pass them all.
+		rf.API, _ = modelapi.New(f.API, f.AllowPaths)
+		if rf.API == nil {
+			rf.API = &modelapi.Policy{}
+		}
+	}
+	return rf
 }
 
 func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
@@ -213,6 +223,9 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	}
 	if o, ok := pf.(FDOriginal); ok {
 		ropts.OriginalFD = o.OriginalFD
+	}
+	if c, ok := pf.(CagedSockets); ok {
+		ropts.CagedSocket = c.CagedSocket()
 	}
 	// The DNS server dials through the router (d.r, set below before anything is served)
 	// and the router asks the DNS server for the names behind addresses.
@@ -314,7 +327,7 @@ func (d *daemon) startDNS(cfg *conf.Config) error {
 	for _, h := range cfg.DNS.DirectNames {
 		dc.DirectNames = append(dc.DirectNames, h.String())
 	}
-	dl := dns.Dialers{Refusals: &d.book}
+	dl := dns.Dialers{Refusals: &d.book, Walls: dnsWalls{d}}
 	if cfg.DNS.Proxy != "" {
 		proxy := cfg.DNS.Proxy
 		dl.Proxy = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -343,6 +356,22 @@ func (d *daemon) startDNS(cfg *conf.Config) error {
 	}
 	d.dns = s
 	return nil
+}
+
+// dnsWalls are the host walls of the router's current policy for the DNS server's answers.
+type dnsWalls struct{ d *daemon }
+
+// Caged reports whether src's flows are caged: a source that is not this machine's (it
+// came from a VM), or a caged app.
+func (w dnsWalls) Caged(src dns.Source) bool {
+	p := w.d.r.Decision()
+	f := policy.Flow{Src: src.Addr, App: src.App, FromVM: src.Addr.IsValid() && !p.Local(src.Addr)}
+	return p.Caged(&f)
+}
+
+func (w dnsWalls) Refused(a netip.Addr) (refusal.Reason, bool) {
+	s, refused := w.d.r.Decision().AnswerWall(a)
+	return refusal.ForStep(s), refused
 }
 
 func (d *daemon) openForward(ctx context.Context, f router.Forward) (*forwardRun, error) {

@@ -217,6 +217,7 @@ name = "model"
 listen = %q
 connect = %q
 allow = [%q]
+api = "tcp" # the target greets: these tests reload the forward, not its API
 [[rule]]
 name = "vm"
 sources = ["10.0.2.0/24"]

@@ -20,6 +20,7 @@ import (
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
 	"github.com/agentcage/router/windivert"
+	"github.com/agentcage/router/windivert/adapters"
 	"github.com/agentcage/router/windivert/redirect"
 	"github.com/agentcage/router/windivert/wfp"
 	"github.com/agentcage/router/windivert/wfp/guard"
@@ -70,6 +71,9 @@ type engineDeps struct {
 	WFP wfp.Engine
 	// Machine finds the caged apps' executables (registry, install directories).
 	Machine guard.Machine
+	// Adapters lists the VM-facing adapters whose guests the guard walls the host from
+	// (nil: none, only the cage subnets).
+	Adapters func() ([]adapters.Adapter, error)
 	// Router is the absolute path of the router's executable; Service its Windows service
 	// name when it runs as one ("" in the foreground).
 	Router, Service string
@@ -113,9 +117,23 @@ func (p *redirectPlatform) FromVM() func(netip.Addr) bool { return nil }
 // WinDivert): by then the permits are dropped and WinDivert is closed.
 func (p *redirectPlatform) Failed() <-chan error { return p.failed }
 
+// vmAdapters lists this machine's VM-facing adapters for the walls; none when they cannot
+// be listed (the cage subnets still are walled), which is logged.
+func (p *redirectPlatform) vmAdapters() []adapters.Adapter {
+	if p.deps.Adapters == nil {
+		return nil
+	}
+	as, err := p.deps.Adapters()
+	if err != nil {
+		p.log.Warn("VM-facing adapters not listed: the guard walls the cage subnets only", "err", err)
+		return nil
+	}
+	return as
+}
+
 // installGuard puts the config's guard in place (re-armed when armed).
 func (p *redirectPlatform) installGuard(cfg *conf.Config) error {
-	plan, unresolved, err := GuardPlan(cfg, p.deps.Machine, p.deps.Router, p.deps.Service)
+	plan, unresolved, err := GuardPlan(cfg, p.deps.Machine, p.vmAdapters(), p.deps.Router, p.deps.Service)
 	if err != nil {
 		return fmt.Errorf("guard plan: %w", err)
 	}
@@ -213,7 +231,7 @@ func (p *redirectPlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv
 		DNSPort:      cfg.Capture.DNSPort,
 		Exclusions:   p.exclusions(cfg, ups),
 	}
-	_, unresolved, _ := GuardPlan(cfg, p.deps.Machine, p.deps.Router, p.deps.Service)
+	_, unresolved, _ := GuardPlan(cfg, p.deps.Machine, nil, p.deps.Router, p.deps.Service)
 	if ports, narrow := udpScope(cfg, unresolved); narrow {
 		wc.UDP = []windivert.PortRange{}
 		for _, r := range ports {
@@ -276,7 +294,7 @@ func (p *redirectPlatform) udpCovered(cfg *conf.Config) error {
 	if p.udp == nil {
 		return nil // every UDP packet is taken
 	}
-	_, unresolved, _ := GuardPlan(cfg, p.deps.Machine, p.deps.Router, p.deps.Service)
+	_, unresolved, _ := GuardPlan(cfg, p.deps.Machine, nil, p.deps.Router, p.deps.Service)
 	ports, narrow := udpScope(cfg, unresolved)
 	if !narrow {
 		return errors.New("the capture takes only the caged apps' UDP to a few ports, and this config needs all of it (local = true, a caged service, a caged app not found, or a direct rule for caged flows without ports): restart the router to apply it")

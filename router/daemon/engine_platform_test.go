@@ -20,6 +20,7 @@ import (
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
 	"github.com/agentcage/router/windivert"
+	"github.com/agentcage/router/windivert/adapters"
 	"github.com/agentcage/router/windivert/wfp"
 	"github.com/agentcage/router/windivert/wfp/guard"
 	"github.com/agentcage/router/windivert/wfp/wfptest"
@@ -234,7 +235,7 @@ allow = ["192.168.200.0/24"]
 	if !slices.Contains(cfg.Capture.VMNetworks, netip.MustParsePrefix("192.168.200.0/24")) {
 		t.Errorf("VM networks %v lack the cage subnet", cfg.Capture.VMNetworks)
 	}
-	plan, _, err := GuardPlan(cfg, machine{}, `C:\Program Files\router\router.exe`, "router")
+	plan, _, err := GuardPlan(cfg, machine{}, nil, `C:\Program Files\router\router.exe`, "router")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,6 +422,64 @@ action = "direct"
 	}
 }
 
+// TestGuardPlanWalls: the guard walls the host from the VirtualBox and VMware adapters and
+// from a Hyper-V switch of cage_subnets, not from the Default Switch, WSL or another switch
+// (Windows NATs those in the kernel: their guests are uncaged anyway and their DNS is a
+// host service on the adapter).
+func TestGuardPlanWalls(t *testing.T) {
+	cfg, err := conf.Parse("walls.toml", []byte(`
+[capture]
+hypervisors = ["virtualbox", "hyperv"]
+cage_subnets = ["192.168.200.0/24"]
+`), conf.Options{OS: "windows"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pfx := netip.MustParsePrefix
+	vms := []adapters.Adapter{
+		{Interface: adapters.Interface{Name: "VirtualBox Host-Only Ethernet Adapter", LUID: 1}, Kind: adapters.KindVirtualBox, Subnets: []netip.Prefix{pfx("192.168.56.0/24")}},
+		{Interface: adapters.Interface{Name: "VMware Network Adapter VMnet8", LUID: 2}, Kind: adapters.KindVMware, Subnets: []netip.Prefix{pfx("192.168.131.0/24")}},
+		{Interface: adapters.Interface{Name: "vEthernet (agent)", LUID: 3}, Kind: adapters.KindHyperV, Subnets: []netip.Prefix{pfx("192.168.200.0/24")}},
+		{Interface: adapters.Interface{Name: "vEthernet (lab)", LUID: 4}, Kind: adapters.KindHyperV, Subnets: []netip.Prefix{pfx("10.77.0.0/24")}},
+		{Interface: adapters.Interface{Name: "vEthernet (Default Switch)", LUID: 5}, Kind: adapters.KindDefaultSwitch, Subnets: []netip.Prefix{pfx("172.20.0.0/20")}},
+		{Interface: adapters.Interface{Name: "vEthernet (WSL)", LUID: 6}, Kind: adapters.KindWSL, Subnets: []netip.Prefix{pfx("172.29.0.0/20")}},
+	}
+	plan, _, err := GuardPlan(cfg, machine{}, vms, `C:\Program Files\router\router.exe`, "router")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	for _, a := range plan.Env.VMAdapters {
+		got = append(got, a.LUID)
+	}
+	if want := []uint64{1, 2, 3}; !slices.Equal(got, want) {
+		t.Errorf("walled adapters %v, want %v", got, want)
+	}
+	eng := wfptest.New()
+	eng.WindowsFirewall().Allow("SMB", wfp.LayerAcceptV4, wfp.LocalPort(wfp.Port(445)))
+	if _, err := guard.New(eng, nil).Install(plan); err != nil {
+		t.Fatal(err)
+	}
+	smb := func(luid uint64, guest string) wfptest.Flow {
+		return wfptest.Flow{Dir: wfptest.Inbound, App: "System", Proto: wfp.ProtoTCP, Local: netip.MustParseAddrPort("192.168.1.10:445"), Remote: netip.MustParseAddrPort(guest + ":40000"), Interface: luid}
+	}
+	for _, c := range []struct {
+		f    wfptest.Flow
+		want wfp.Action
+	}{
+		{smb(1, "192.168.56.101"), wfp.Block},
+		{smb(2, "192.168.131.128"), wfp.Block},
+		{smb(3, "192.168.200.10"), wfp.Block},
+		{smb(4, "10.77.0.5"), wfp.Permit},
+		{smb(5, "172.20.0.5"), wfp.Permit},
+		{smb(0, "192.168.1.20"), wfp.Permit},
+	} {
+		if v := eng.Classify(c.f); v.Action != c.want {
+			t.Errorf("%v: %v, want %v", c.f, v, c.want)
+		}
+	}
+}
+
 // TestGuardPlanCagesTheSet: the guard's plan blocks the caged-app set policytest names (the
 // ones this machine has an executable for; the others are returned unresolved) and the
 // known hypervisors' images, nothing else; a caged service keeps the UDP scope wide.
@@ -429,7 +488,7 @@ func TestGuardPlanCagesTheSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, unresolved, err := GuardPlan(cfg, machine{}, `C:\Program Files\router\router.exe`, "router")
+	plan, unresolved, err := GuardPlan(cfg, machine{}, nil, `C:\Program Files\router\router.exe`, "router")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/windivert/adapters"
 	"github.com/agentcage/router/windivert/wfp"
 	"github.com/agentcage/router/windivert/wfp/guard"
 )
@@ -21,6 +22,12 @@ func KnownHypervisorApps(goos string) []rules.App {
 	if goos != "windows" {
 		return nil
 	}
+	return UserNATApps(goos)
+}
+
+// UserNATApps are the images of every hypervisor preset on goos that NATs in user space:
+// the processes that carry guests' traffic.
+func UserNATApps(goos string) []rules.App {
 	var out []rules.App
 	for _, name := range conf.PresetNames() {
 		p, why := conf.LookupPreset(name, goos)
@@ -36,9 +43,11 @@ func KnownHypervisorApps(goos string) []rules.App {
 
 // GuardPlan is the WFP guard a config asks for on this machine: the caged apps (the apps of
 // proxy and block rules, the presets' and the known hypervisors' images) resolved to
-// executables, the router's ports and forwards, the DNS scope and the cage subnets. Names no executable answers to are
-// returned: the capture still cages them by name, the guard cannot.
-func GuardPlan(cfg *conf.Config, m guard.Machine, router, service string) (guard.Plan, []string, error) {
+// executables, the router's ports and forwards, the DNS scope, the cage subnets and the
+// VM-facing adapters of vms that the host is walled from (adapters.Adapter.Walled). Names
+// no executable answers to are returned: the capture still cages them by name, the guard
+// cannot.
+func GuardPlan(cfg *conf.Config, m guard.Machine, vms []adapters.Adapter, router, service string) (guard.Plan, []string, error) {
 	var names []string
 	caged, _ := policy.CagedApps(cfg)
 	for _, c := range caged {
@@ -67,6 +76,11 @@ func GuardPlan(cfg *conf.Config, m guard.Machine, router, service string) (guard
 		// A Hyper-V internal switch's guests have no way out but the router's inbound and
 		// forwards: the guard forbids forwarding anything from them, in every state.
 		CageSubnets: cfg.Capture.CageSubnets,
+	}
+	for _, a := range vms {
+		if a.Walled(cfg.Capture.CageSubnets) {
+			env.VMAdapters = append(env.VMAdapters, guard.VMAdapter{Name: a.Name, LUID: a.LUID, Subnets: a.Subnets})
+		}
 	}
 	if cfg.Capture.DNSPort != 0 {
 		env.DNSPorts = []uint16{cfg.Capture.DNSPort}

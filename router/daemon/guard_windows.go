@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/windivert/adapters"
 	"github.com/agentcage/router/windivert/wfp"
 	"github.com/agentcage/router/windivert/wfp/guard"
 )
@@ -30,7 +31,11 @@ func InstallGuard(cfg *conf.Config) (string, error) {
 
 // installGuardAs installs the guard for cfg naming router (and service) in its permits.
 func installGuardAs(cfg *conf.Config, router, svc string) (string, error) {
-	plan, unresolved, err := GuardPlan(cfg, guard.SystemMachine(), router, svc)
+	vms, _, err := adapters.List(adapters.NewSystem())
+	if err != nil {
+		vms = nil // the cage subnets are walled all the same
+	}
+	plan, unresolved, err := GuardPlan(cfg, guard.SystemMachine(), vms, router, svc)
 	if err != nil {
 		return "", fmt.Errorf("install guard: %w", err)
 	}
@@ -38,7 +43,7 @@ func installGuardAs(cfg *conf.Config, router, svc string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	what := fmt.Sprintf("WFP guard: %d filters; caged apps blocked while no router runs: %d executables", rep.Added+rep.Kept, len(plan.Env.CagedApps))
+	what := fmt.Sprintf("WFP guard: %d filters; caged apps blocked while no router runs: %d executables; the host walled from %d VM-facing adapters and %d cage subnets", rep.Added+rep.Kept, len(plan.Env.CagedApps), len(plan.Env.VMAdapters), len(plan.Env.CageSubnets))
 	if len(unresolved) > 0 {
 		what += fmt.Sprintf(" (not found, caged by name only while the router runs: %v)", unresolved)
 	}

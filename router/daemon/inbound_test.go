@@ -65,9 +65,13 @@ func TestInboundLifecycle(t *testing.T) {
 	pf := &fakePlatform{}
 	d := s.daemon(pf, nil)
 	s.start(d)
-	// This machine's own client, to this machine: local, direct.
-	if got := viaSOCKS(t, in, s.target); got != "model\n" {
+	// An inbound's client is caged: it reaches the model through the forward's address, which
+	// judges the client the router carries there (the model's own address is off limits).
+	if got := viaSOCKS(t, in, s.fwd); got != "model\n" {
 		t.Fatalf("through the socks5 inbound: %q", got)
+	}
+	if got := viaSOCKS(t, in, s.target); got != "" {
+		t.Errorf("the model's loopback address through the socks5 inbound: %q; want refused", got)
 	}
 
 	before := d.inbounds[in.String()]
@@ -78,7 +82,7 @@ func TestInboundLifecycle(t *testing.T) {
 	if after := d.inbounds[in.String()]; after == nil || after.ln != before.ln {
 		t.Fatalf("the inbound's socket was replaced (%p → %p)", before, after)
 	}
-	if got := viaHTTP(t, in, s.target); got != "model\n" {
+	if got := viaHTTP(t, in, s.fwd); got != "model\n" {
 		t.Errorf("after the reload to http: %q", got)
 	}
 
@@ -94,7 +98,7 @@ func TestInboundLifecycle(t *testing.T) {
 	} else {
 		ln.Close()
 	}
-	if got := viaHTTP(t, in, s.target); got != "model\n" || len(d.inbounds) != 1 {
+	if got := viaHTTP(t, in, s.fwd); got != "model\n" || len(d.inbounds) != 1 {
 		t.Errorf("after a failed reload: %d inbounds, %q", len(d.inbounds), got)
 	}
 

@@ -55,6 +55,10 @@ type Platform interface {
 //   - UDPRelay: the capture hands UDP to the router itself (Windows, the redirect engine).
 //   - OwnPorts (ownports.go): source ports reserved for the router's own connections, which
 //     the capture leaves out of its filters (Windows).
+//   - CagedSockets: the capture takes some flows only from caged processes' sockets, which
+//     are then caged whether or not their owner is found (Linux, the caged sockets' mark).
+//   - processLister (status.go): this host's processes, for status's warning of a known
+//     hypervisor's process that runs uncaged (Linux).
 //
 // A Platform with neither UDP capability captures no UDP: caged UDP is refused.
 
@@ -63,6 +67,12 @@ type Platform interface {
 // then set flows up themselves (Linux). Without it every flow takes a goroutine.
 type FDOriginal interface {
 	OriginalFD(fd int, peer netip.AddrPort) (src, dst netip.AddrPort, err error)
+}
+
+// CagedSockets is a Platform whose capture takes some flows only from caged processes'
+// sockets (router.Options.CagedSocket): Linux, where the kernel marks them.
+type CagedSockets interface {
+	CagedSocket() func(src, dst netip.AddrPort) bool
 }
 
 // DNSBinder is a Platform that chooses the address of the daemon's UDP DNS socket. Without

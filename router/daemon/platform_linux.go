@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/agentcage/router/conf"
@@ -31,6 +32,8 @@ type linuxPlatform struct {
 	events refusal.Book // the refused packets NFLOG gave, for their rings only
 	log4   *nflog.Reader
 	heal   *healer // keeps the table in place while the daemon runs
+	// local is [capture] local of the config installed last (CagedSocket).
+	local atomic.Bool
 }
 
 // nflogGroup is the NFLOG group the table logs its refusals to (see nftcap.Spec.LogGroup).
@@ -72,6 +75,9 @@ func Spec(cfg *conf.Config) nftcap.Spec {
 	for _, in := range cfg.Inbounds {
 		s.Inbounds = append(s.Inbounds, nftcap.Forward{Listen: in.Listen, Allow: in.Allow})
 	}
+	if s.CagedApps = CagedComms(cfg); len(s.CagedApps) > 0 {
+		s.CagedMark = conf.CagedSocketMark
+	}
 	return s
 }
 
@@ -89,6 +95,7 @@ func (p *linuxPlatform) Install(cfg *conf.Config, _ *policy.Policy, _ *dns.Serve
 	if err := p.heal.install(cfg); err != nil {
 		return err
 	}
+	p.local.Store(cfg.Capture.Local)
 	p.mu.Lock()
 	p.table = cfg.Capture.Table
 	p.listenLog()
@@ -104,6 +111,20 @@ func (p *linuxPlatform) GuardStatus() GuardStatus { return p.heal.status() }
 // forwarding path (prerouting); the host's own connections carry its own addresses.
 func (p *linuxPlatform) FromVM() func(netip.Addr) bool {
 	return func(src netip.Addr) bool { return !p.host.Has(src) }
+}
+
+// CagedSocket: the table redirects a flow from this host to one of its own addresses
+// (loopback, link-local, a host address) only from a caged process's socket, which the
+// kernel marked (nftcap.Spec.CagedApps), and without local = true every flow of this host
+// it redirects is one. Such a flow is caged whether or not sock_diag still finds its owner.
+func (p *linuxPlatform) CagedSocket() func(src, dst netip.AddrPort) bool {
+	return func(src, dst netip.AddrPort) bool {
+		if !p.host.Has(src.Addr()) && !src.Addr().IsLoopback() {
+			return false
+		}
+		d := dst.Addr().Unmap()
+		return !p.local.Load() || policy.IsLocal(d) || p.host.Has(d)
+	}
 }
 
 // Failed is nil: the kernel's capture cannot fail while the daemon runs (a table that goes
@@ -296,3 +317,6 @@ func (p *linuxPlatform) Refusals() []refusal.Stat {
 	}
 	return out
 }
+
+// Processes lists this host's processes, for the uncaged hypervisors status warns of.
+func (p *linuxPlatform) Processes() ([]proc.Info, error) { return p.finder.Processes() }

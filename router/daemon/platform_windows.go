@@ -16,6 +16,7 @@ import (
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/service"
 	"github.com/agentcage/router/windivert"
+	"github.com/agentcage/router/windivert/adapters"
 	"github.com/agentcage/router/windivert/redirect"
 	"github.com/agentcage/router/windivert/wfp"
 	"github.com/agentcage/router/windivert/wfp/guard"
@@ -46,8 +47,12 @@ func NewPlatform(log *slog.Logger) Platform {
 			}
 			return redirect.LoadWinDivert(filepath.Dir(exe))
 		},
-		WFP:          wfp.NewEngine(),
-		Machine:      guard.SystemMachine(),
+		WFP:     wfp.NewEngine(),
+		Machine: guard.SystemMachine(),
+		Adapters: func() ([]adapters.Adapter, error) {
+			as, _, err := adapters.List(adapters.NewSystem())
+			return as, err
+		},
 		Router:       exe,
 		Service:      serviceName(),
 		Lock:         func() (func(), error) { return service.LockInstance(service.Name) },

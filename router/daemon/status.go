@@ -1,14 +1,19 @@
 package daemon
 
 import (
+	"cmp"
+	"fmt"
 	"net/netip"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/router/control"
+	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
 )
 
@@ -23,6 +28,30 @@ type GuardStatus struct {
 
 // guardReporter is a Platform that watches its guard (Linux).
 type guardReporter interface{ GuardStatus() GuardStatus }
+
+// processLister is a Platform that lists this host's processes (Linux).
+type processLister interface {
+	Processes() ([]proc.Info, error)
+}
+
+// uncaged warns of each process of a known user-space NAT (every preset's, on this OS) that
+// pol does not cage: its guests' traffic leaves as this host's own, uncaptured.
+func uncaged(pl processLister, pol *policy.Policy) []string {
+	procs, err := pl.Processes()
+	if err != nil {
+		return []string{"cannot list the processes to find uncaged hypervisors: " + err.Error()}
+	}
+	known := rules.Rule{Apps: UserNATApps(runtime.GOOS)}
+	var out []string
+	for _, p := range procs {
+		q := rules.Query{App: p.Name, AppPath: p.Path, Comm: p.Comm}
+		if !known.MatchApp(&q) || pol.Caged(&policy.Flow{App: p.Name, AppPath: p.Path, Comm: p.Comm}) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s (pid %d) is a hypervisor's user-space NAT and runs uncaged: its guests' traffic leaves as this host's own; name its hypervisor in [capture] hypervisors or the process in a proxy rule's apps", cmp.Or(p.Comm, p.Name), p.PID))
+	}
+	return out
+}
 
 // statusHandler answers the control channel from the running daemon.
 type statusHandler struct {
@@ -42,6 +71,9 @@ func (h *statusHandler) Status() control.Status {
 	if g, ok := h.d.opts.Platform.(guardReporter); ok {
 		gs := g.GuardStatus()
 		st.Guard = control.GuardStat{Watched: true, Restores: gs.Restores, LastRestore: gs.LastRestore, LastDamage: gs.LastDamage}
+	}
+	if pl, ok := h.d.opts.Platform.(processLister); ok {
+		st.Warnings = append(st.Warnings, uncaged(pl, policy.New(cfg, h.d.opts.Platform.Env()))...)
 	}
 	b := h.d.r.Budgets()
 	st.Budgets = control.BudgetStat{Flows: b.Flows, FlowBudget: b.FlowBudget, Setups: b.Setups, SetupWaiting: b.SetupWaiting,
@@ -67,7 +99,7 @@ func buildStatus(started time.Time, file string, r *router.Router, d *dns.Server
 	for _, rf := range refused {
 		row := control.RefusalStat{Reason: rf.Reason.String(), Count: rf.Count}
 		for _, e := range rf.Recent {
-			row.Recent = append(row.Recent, control.Refused{At: e.At, Src: addrText(e.Src), Dst: addrText(e.Dst), Host: e.Host, App: e.App, Rule: e.Rule})
+			row.Recent = append(row.Recent, control.Refused{At: e.At, Src: addrText(e.Src), Dst: addrText(e.Dst), Host: e.Host, App: e.App, Rule: e.Rule, Request: e.Request})
 		}
 		st.Refusals = append(st.Refusals, row)
 		st.Totals.Refused += rf.Count
@@ -81,6 +113,9 @@ func buildStatus(started time.Time, file string, r *router.Router, d *dns.Server
 		st.Flows = append(st.Flows, control.FlowStat{ID: f.ID, Src: f.Src, Dst: f.Dst, Host: f.Host, Inbound: f.Inbound, App: f.App, PID: f.PID,
 			Rule: f.Verdict.Name, Action: f.Verdict.Action.String(), Proxy: f.Verdict.Proxy, Via: f.Via, Age: f.Age,
 			Up: f.Up, Down: f.Down, UpRate: f.UpRate, DownRate: f.DownRate})
+	}
+	for _, c := range rs.Caged {
+		st.Caged = append(st.Caged, control.CagedStat{Name: c.Name, PID: c.PID, Flows: c.Flows, Refused: c.Refused, Last: c.Last})
 	}
 	st.DNS.Mode = d.Mode().String()
 	if ps, ok := d.PoolStats(); ok {

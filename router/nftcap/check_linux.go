@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/google/nftables"
+
+	"github.com/agentcage/router/router/cagemark"
 )
 
 // layout is the shape of a table: its chains with the number of rules of each, and its
@@ -53,7 +55,15 @@ func Check(spec Spec, opts ...Option) (damage string, err error) {
 	if !found {
 		return fmt.Sprintf("table inet %s is missing", spec.table()), nil
 	}
-	return want.diff(got), nil
+	if d := want.diff(got); d != "" || !spec.caged() {
+		return d, nil
+	}
+	if _, _, ok, err := cagemark.Installed(collect(opts).netNS); err != nil {
+		return "", fmt.Errorf("nftcap check: %w", err)
+	} else if !ok {
+		return "the mark of the caged processes' sockets is not installed", nil
+	}
+	return "", nil
 }
 
 // readLayout reads the layout of the inet table named table; found is false when there is no

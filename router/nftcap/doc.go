@@ -37,8 +37,9 @@
 //	                                                           resolver too; D=0: return,
 //	                                                           the filter chains refuse it)
 //	   goto capture_tcp
-//	 output      nat, hook output, priority -110          only when Local
+//	 output      nat, hook output, priority -110          only when Local (or CagedApps)
 //	   meta mark M                          return   (the router's own sockets)
+//	   meta mark C                          goto caged_output   (only with CagedApps)
 //	   oif lo                               return   (loopback and the host's own addresses)
 //	   udp|tcp dport 53                     redirect to :D   (D=0: see output_guard)
 //	   goto capture_tcp
@@ -103,6 +104,8 @@
 //	   see udp_linux.go: VM UDP but DNS (and, with Local, the host's own, marked by the
 //	   route chain udp_output and rerouted to lo) → tproxy to :UDPPort, mark UDPMark;
 //	   input accepts that mark first and refuses any other datagram to UDPPort
+//	 caged_output, caged_input, udp_caged   only with CagedApps: the sockets of caged
+//	   processes, marked C by package cagemark; see caged_linux.go
 //	 refuse      the only place packets are refused; its counters total the refusals
 //	   meta pkttype != host                 drop     (broadcast, multicast)
 //	   ip6 saddr fe80::/10                  reject with icmpx admin-prohibited (a reset
@@ -141,6 +144,13 @@
 //     UDP too (but DHCP and LocalUDPAllow); the host's other UDP (multicast and broadcast
 //     included) and ICMP are refused, but for DHCP, LocalUDPAllow and the link's control
 //     messages (neighbour discovery, MLD, IGMP).
+//   - With CagedApps, the sockets of those processes (marked CagedMark by the kernel at
+//     their creation, package cagemark) are captured whatever Local says: DNS to any
+//     address (a loopback stub included) reaches D, TCP to every destination (loopback and
+//     this host's addresses included; not a forward's or inbound's listen address) reaches
+//     L, UDP the transparent sockets; of this host they reach only the listeners and the
+//     forwards and inbounds (their Allow), the rest is refused; with nobody listening all of
+//     it is refused. The host's other processes keep their loopback.
 //   - Other tables are untouched; traffic that involves no VM network and no listener port
 //     passes (policies accept), except spoofed first packets (antispoof).
 //

@@ -66,6 +66,20 @@ type Spec struct {
 	// differs from Mark.
 	UDPMark  uint32
 	UDPTable uint32
+	// CagedApps are the command names (comm, as `ps -e` shows them: at most 15 bytes, a
+	// trailing '*' matching any suffix) of the caged processes of this host: the user-space
+	// NATs that carry guests' traffic in their own sockets. Install has the kernel mark
+	// every socket they open with CagedMark (package cagemark), and the table captures
+	// those sockets whatever Local says: their DNS to any address (a loopback stub such as
+	// 127.0.0.53 included) goes to DNSPort, their TCP to every destination (loopback and
+	// this host's addresses included, but the forwards' and inbounds' listen addresses,
+	// which their own chains guard) to ListenerPort, their UDP to UDPPort; the rest of
+	// what they send to this host is refused. Entries the kernel cannot tell (paths, other
+	// wildcards) are left out. Empty: nothing is marked.
+	CagedApps []string
+	// CagedMark is the socket mark of CagedApps' sockets. Required with CagedApps;
+	// differs from Mark and UDPMark.
+	CagedMark uint32
 }
 
 // Forward is one host service reachable from the VM networks: a forward or an inbound.
@@ -77,6 +91,9 @@ type Forward struct {
 	// Allow are the sources that may connect; empty means none may (everything refused).
 	Allow []netip.Prefix
 }
+
+// caged reports whether the table captures caged processes' sockets (CagedApps).
+func (s Spec) caged() bool { return len(s.CagedApps) > 0 }
 
 // table returns the table name Install uses.
 func (s Spec) table() string { return s.Table }
@@ -98,6 +115,16 @@ func (s Spec) Validate() error {
 		add("local capture needs a non-zero mark (the router's own sockets would be captured)")
 	}
 	errs = append(errs, s.validateUDP()...)
+	if s.caged() {
+		switch s.CagedMark {
+		case 0:
+			add("caged apps need a non-zero caged mark")
+		case s.Mark:
+			add("caged mark %#x equals the router's mark", s.CagedMark)
+		case s.UDPMark:
+			add("caged mark %#x equals the udp mark", s.CagedMark)
+		}
+	}
 	for _, p := range s.VMNetworks {
 		if err := validPrefix(p); err != nil {
 			add("vm network %v: %w", p, err)

@@ -35,7 +35,7 @@ func (b *builder) addUDPChains(s Spec) {
 		Name: chainUDPPrerouting, Table: b.t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle, Policy: &accept,
 	})
-	if s.Local {
+	if s.Local || s.caged() {
 		b.chains[chainUDPOutput] = b.c.AddChain(&nftables.Chain{
 			Name: chainUDPOutput, Table: b.t, Type: nftables.ChainTypeRoute,
 			Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityMangle, Policy: &accept,
@@ -75,9 +75,10 @@ func (b *builder) udpCapture(s Spec, vm vmSets) {
 	udpMark := metaEq(expr.MetaKeyMARK, native32(s.UDPMark))
 	p := chainUDPPrerouting
 	b.rule(p, metaNe(expr.MetaKeyL4PROTO, []byte{unix.IPPROTO_UDP}), verdict(expr.VerdictReturn))
-	if s.Local {
+	if s.Local || s.caged() {
 		b.rule(p, iifLo(), udpMark, goTo(chainUDPTProxy))
 	}
+	b.cagedUDPPrerouting(s)
 	b.rule(p, iifLo(), verdict(expr.VerdictReturn))
 	b.rule(p, thDport(ports.DNS), verdict(expr.VerdictReturn))
 	b.rule(p, saddrIn(vm.v4, false), goTo(chainUDPVM))
@@ -98,13 +99,17 @@ func (b *builder) udpCapture(s Spec, vm vmSets) {
 			setMark(s.UDPMark), verdict(expr.VerdictAccept))
 	}
 
-	if !s.Local {
+	if !s.Local && !s.caged() {
 		return
 	}
 	o := chainUDPOutput
 	b.rule(o, metaNe(expr.MetaKeyL4PROTO, []byte{unix.IPPROTO_UDP}), verdict(expr.VerdictReturn))
 	b.rule(o, metaEq(expr.MetaKeyMARK, native32(s.Mark)), verdict(expr.VerdictReturn))
 	b.rule(o, metaEq(expr.MetaKeyOIF, native32(loopbackIfindex)), verdict(expr.VerdictReturn))
+	b.cagedUDPOutput(s)
+	if !s.Local {
+		return
+	}
 	b.rule(o, b.thDportIn(append(append([]uint16{ports.DNS}, ports.DHCP()...), s.LocalUDPAllow...)...), verdict(expr.VerdictReturn))
 	b.notLocalDst(o)
 	b.rule(o, setMark(s.UDPMark))

@@ -12,6 +12,9 @@ type Info struct {
 	PID  int
 	Name string // image name, e.g. "VBoxHeadless" or "VirtualBoxVM.exe"
 	Path string // full path of the executable, when known
+	// Comm is the command name (Linux: /proc/PID/comm, the name it was started as, cut to
+	// 15 bytes), when it differs from Name; empty elsewhere.
+	Comm string
 	// Services are the names of the Windows services hosted by the process (svchost.exe);
 	// empty elsewhere.
 	Services []string

@@ -120,15 +120,20 @@ func (f *LinuxFinder) lookup(proto byte, local, remote netip.AddrPort) (Info, er
 // the link cannot be read (kernel threads, some zombies).
 func (f *LinuxFinder) info(pid int) (Info, error) {
 	dir := filepath.Join(f.procRoot, strconv.Itoa(pid))
+	comm, commErr := os.ReadFile(filepath.Join(dir, "comm"))
+	c := strings.TrimSuffix(string(comm), "\n")
 	if exe, err := os.Readlink(filepath.Join(dir, "exe")); err == nil {
 		exe = strings.TrimSuffix(exe, " (deleted)")
-		return Info{PID: pid, Name: filepath.Base(exe), Path: exe}, nil
+		info := Info{PID: pid, Name: filepath.Base(exe), Path: exe}
+		if commErr == nil && c != info.Name {
+			info.Comm = c
+		}
+		return info, nil
 	}
-	comm, err := os.ReadFile(filepath.Join(dir, "comm"))
-	if err != nil {
-		return Info{}, fmt.Errorf("process %d: %w", pid, err)
+	if commErr != nil {
+		return Info{}, fmt.Errorf("process %d: %w", pid, commErr)
 	}
-	return Info{PID: pid, Name: strings.TrimSuffix(string(comm), "\n")}, nil
+	return Info{PID: pid, Name: c}, nil
 }
 
 // pidOf returns the PID holding socket inode: the cache, then recent owners, then all of
@@ -425,3 +430,23 @@ func parseDiagReply(b []byte, seq uint32) (inode, uid uint32, err error) {
 }
 
 func nlmsgAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
+
+// Processes lists the processes of this host with what Info knows of each (no services);
+// a process that ends while it reads is left out.
+func (f *LinuxFinder) Processes() ([]Info, error) {
+	names, err := readDirNames(f.procRoot)
+	if err != nil {
+		return nil, fmt.Errorf("proc list: %w", err)
+	}
+	var out []Info
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if info, err := f.info(pid); err == nil {
+			out = append(out, info)
+		}
+	}
+	return out, nil
+}

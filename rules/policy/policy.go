@@ -8,9 +8,11 @@
 //     [dns] capture = "caged", a query that is not caged is passed untouched:
 //     StepDNSUncaged.
 //  2. A local destination (IsLocal, or this machine's own address) is never captured and
-//     goes direct: StepLocal. A caged flow (below) reaches this machine only on a
-//     forward's or an inbound's ports and DHCP; anything else of the host is refused:
-//     StepHost.
+//     goes direct: StepLocal. A caged flow (below) meets the host walls (walls.go): it
+//     reaches this machine only at a forward's or an inbound's exact address and port, a
+//     forward's connect address for a caged process, DHCP (StepHost, direct), or an address
+//     and port that the direct rule deciding it names explicitly (StepRule); anything else
+//     of the host is refused: StepHost.
 //  3. With [capture] local = false, a flow that is not caged is this host's own and not
 //     the router's business: it goes direct, whatever the rules say: StepUncaptured
 //     (with Env.Scoped, as every capture is).
@@ -22,15 +24,18 @@
 //     this host's own traffic only. StepRule.
 //  6. When no rule decides: a caged flow is refused (StepCaged), any other goes direct
 //     (StepNoMatch).
-//  7. A caged flow whose name resolves to this machine (loopback, link-local or one of its
-//     addresses) is refused when its way out would connect from this machine: a direct
-//     verdict for a fake IP (the router resolves the name and connects itself), or a proxy
-//     that runs on this machine (an `ssh -D`, tor or sing-box on 127.0.0.1, which resolves
-//     the name and connects from here). A forward's or inbound's port stays open, as for
-//     StepHost. The
-//     capture resolves the name only when NeedsResolve says so (Flow.Resolved); a name that
-//     could not be resolved is refused too: StepHostName.
-//  8. DNS over TLS or QUIC (port 853) leaves only through a proxy; a direct verdict is
+//  7. A caged flow to another guest's network (an address in vm_networks) is refused unless
+//     the deciding rule names that address in its hosts: StepToGuest.
+//  8. A caged flow whose name resolves to this machine (loopback, link-local, unspecified
+//     or one of its addresses) or to a guest's network is refused when its way out would
+//     connect from this machine: a direct verdict by name (a fake IP, or a name an inbound's
+//     client asked for: the router resolves it and connects itself), or a proxy that runs
+//     on this machine (an `ssh -D`, tor or sing-box on 127.0.0.1, which resolves the name
+//     and connects from here). Every address the name resolves to meets the host walls as
+//     an address would. The capture resolves the name only when NeedsResolve says so
+//     (Flow.Resolved); a name that could not be resolved is refused too: StepHostName (or
+//     StepToGuest for a guest's address).
+//  9. DNS over TLS or QUIC (port 853) leaves only through a proxy; a direct verdict is
 //     turned into a refusal: StepDoT.
 //
 // ICMP is decided apart (DecideICMP): the router cannot carry it, so an echo request
@@ -68,7 +73,7 @@ const (
 	StepNoMatch                // no rule matched a flow that is not caged: direct
 	StepDNS                    // port 53: answered by the router's DNS server
 	StepLocal                  // a local destination: never captured, direct
-	StepHost                   // a caged flow to this host: a forward's or inbound's port, DHCP, or refused
+	StepHost                   // a caged flow to this host: a forward's or inbound's address and port, DHCP (direct), or refused
 	StepNoName                 // a fake-IP pool address nobody was given: refused
 	StepCaged                  // a caged flow that no rule decides: refused
 	StepDNSUncaged             // DNS of a process that is not caged, with [dns] capture = "caged": passed
@@ -76,6 +81,7 @@ const (
 	StepICMP                   // an ICMP echo request (DecideICMP)
 	StepDoT                    // DNS over TLS/QUIC not through a proxy: refused
 	StepHostName               // a caged flow whose name leads to this host from this host: refused
+	StepToGuest                // a caged flow to another guest's network no rule names: refused
 
 	// NumSteps is the number of steps, for tables indexed by Step.
 	NumSteps = iota
@@ -108,6 +114,8 @@ func (s Step) String() string {
 		return "(icmp)"
 	case StepHostName:
 		return "(name resolves to this host)"
+	case StepToGuest:
+		return "(another guest's network)"
 	}
 	return "step(" + strconv.Itoa(int(s)) + ")"
 }
@@ -129,6 +137,13 @@ type Flow struct {
 	// FromVM says the capture saw the flow enter from a VM network or a VM-facing
 	// interface, whatever its source address. A source inside vm_networks counts without it.
 	FromVM bool
+	// CagedSocket says the capture took the flow from a caged process's socket (on Linux,
+	// one the kernel marked at its creation), whether or not its owner is known by the time
+	// the flow is decided: the flow is caged.
+	CagedSocket bool
+	// Comm is the owning process's command name (Linux: /proc/PID/comm, the name it was
+	// started as), when known and different from App; an app entry matches either.
+	Comm string
 	// Resolved are the addresses Host resolves to through the proxy's resolver, when the
 	// capture looked them up because NeedsResolve asked for it; nil when it did not look,
 	// empty (not nil) when the lookup failed or found no address.
@@ -186,11 +201,12 @@ type Policy struct {
 	pool      netip.Prefix // the fake-IP pool; invalid outside fake-ip mode
 	local     bool         // [capture] local: this host's own traffic is captured
 	dnsAll    bool         // [dns] capture = "all": every process's DNS is answered
-	// hostPorts are the ports a caged flow may reach on this host: the forwards' listen
-	// and connect ports, the inbounds' listen ports. forwardAddrs are the forwards' and
-	// inbounds' listen addresses: this host's, even where Env does not know them (explain
-	// on another machine).
-	hostPorts    []uint16
+	// listenEnds are the forwards' and inbounds' listen addresses and ports, connectEnds
+	// the forwards' connect addresses and ports (the host walls, walls.go). forwardAddrs
+	// are the listen addresses: this host's, even where Env does not know them (explain on
+	// another machine).
+	listenEnds   []netip.AddrPort
+	connectEnds  []netip.AddrPort
 	forwardAddrs []netip.Addr
 	// proxyHosts are the upstreams' hosts (IP or name) by proxy name: for a chain (via),
 	// every hop's, the last first.
@@ -288,18 +304,23 @@ func New(cfg *conf.Config, env Env) *Policy {
 		p.proxyHosts[px.Name] = hosts
 	}
 	for _, f := range cfg.Forwards {
-		p.hostPorts = append(p.hostPorts, f.Listen.Port(), f.Connect.Port())
+		p.listenEnds = append(p.listenEnds, unmapped(f.Listen))
+		p.connectEnds = append(p.connectEnds, unmapped(f.Connect))
 		if a := f.Listen.Addr(); !a.IsUnspecified() {
 			p.forwardAddrs = append(p.forwardAddrs, a)
 		}
 	}
 	for _, in := range cfg.Inbounds {
-		p.hostPorts = append(p.hostPorts, in.Listen.Port())
+		p.listenEnds = append(p.listenEnds, unmapped(in.Listen))
 		if a := in.Listen.Addr(); !a.IsUnspecified() {
 			p.forwardAddrs = append(p.forwardAddrs, a)
 		}
 	}
 	return p
+}
+
+func unmapped(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
 // hasName reports whether r names a destination by name (not an address range).
@@ -348,13 +369,13 @@ func (p *Policy) LocalCapture() bool { return p.local }
 
 // Caged reports whether f is caged: from a VM network or interface, or owned by a caged app.
 func (p *Policy) Caged(f *Flow) bool {
-	if f.FromVM || p.FromVMNetwork(f.Src) {
+	if f.FromVM || f.CagedSocket || p.FromVMNetwork(f.Src) {
 		return true
 	}
-	if !p.hasCaged || f.App == "" && f.AppPath == "" && len(f.Services) == 0 {
+	if !p.hasCaged || f.App == "" && f.AppPath == "" && f.Comm == "" && len(f.Services) == 0 {
 		return false
 	}
-	q := rules.Query{App: f.App, AppPath: f.AppPath, Services: f.Services}
+	q := rules.Query{App: f.App, AppPath: f.AppPath, Comm: f.Comm, Services: f.Services}
 	return p.cagedApps.MatchApp(&q)
 }
 
@@ -402,14 +423,25 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 		}
 		return implicit(StepDNS, rules.Block, caged), nil
 	}
+	if local && !caged {
+		return implicit(StepLocal, rules.Direct, caged), nil
+	}
 	if local {
-		if !caged {
-			return implicit(StepLocal, rules.Direct, caged), nil
-		}
-		if p.hostPort(f) {
+		// The host walls: the rules are asked only for a direct rule that names this
+		// address and port.
+		q := p.query(f, caged)
+		v := p.decideCaged(&q)
+		var steps []rules.Step
+		if p.hostOpen(f, dst) {
 			return implicit(StepHost, rules.Direct, caged), nil
 		}
-		return implicit(StepHost, rules.Block, caged), nil
+		if !p.ruleOpens(f, dst, v) {
+			return implicit(StepHost, rules.Block, caged), nil
+		}
+		if explain {
+			steps = p.steps(&q, caged, v.Index)
+		}
+		return Decision{Verdict: v, Step: StepRule, Rule: v, Caged: caged, Final: true}, steps
 	}
 	if !caged && !p.local && p.env.Scoped {
 		return implicit(StepUncaptured, rules.Direct, caged), nil
@@ -417,16 +449,12 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 	if p.InPool(dst) && f.Host == "" {
 		return implicit(StepNoName, rules.Block, caged), nil
 	}
-	q := rules.Query{Network: f.Network, Src: f.Src.Unmap(), Dst: dst, Port: f.Port, Host: f.Host,
-		App: f.App, AppPath: f.AppPath, Services: f.Services, Caged: caged}
+	q := p.query(f, caged)
 	var v rules.Verdict
 	var steps []rules.Step
 	first := p.firstName
 	if caged {
-		v = p.named.Decide(&q)
-		if v.Index >= 0 {
-			v.Index = p.namedIdx[v.Index]
-		}
+		v = p.decideCaged(&q)
 		first = p.namedFirstName
 	} else {
 		v = p.all.Decide(&q)
@@ -443,15 +471,38 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 			d.Verdict = rules.Verdict{Action: rules.Block, Index: -1, Name: StepCaged.String()}
 		}
 	}
-	if caged && f.Resolved != nil && p.connectsHere(f, d) && !p.hostPort(f) && p.resolvesToHost(f) {
-		d.Step = StepHostName
-		d.Verdict = rules.Verdict{Action: rules.Block, Index: -1, Name: StepHostName.String()}
+	if caged && d.Action != rules.Block {
+		// dst is not this machine's (local is false): of the walls only a guest's network
+		// is left to check.
+		if p.FromVMNetwork(dst) && !p.namesAddr(v.Index, dst) {
+			d.Step, d.Verdict = StepToGuest, rules.Verdict{Action: rules.Block, Index: -1, Name: StepToGuest.String()}
+		} else if f.Resolved != nil && p.connectsHere(f, d) {
+			if s, ok := p.nameWall(f, v); !ok {
+				d.Step, d.Verdict = s, rules.Verdict{Action: rules.Block, Index: -1, Name: s.String()}
+			}
+		}
 	}
 	if f.Port == ports.DoT && d.Action == rules.Direct {
 		d.Step = StepDoT
 		d.Verdict = rules.Verdict{Action: rules.Block, Index: -1, Name: StepDoT.String()}
 	}
 	return d, steps
+}
+
+// query is f as the rules see it.
+func (p *Policy) query(f *Flow, caged bool) rules.Query {
+	return rules.Query{Network: f.Network, Src: f.Src.Unmap(), Dst: f.Dst.Unmap(), Port: f.Port, Host: f.Host,
+		App: f.App, AppPath: f.AppPath, Comm: f.Comm, Services: f.Services, Caged: caged}
+}
+
+// decideCaged is the rules' verdict for a caged flow: the rules that may decide one (no
+// direct catch-all), with the index of the rule in the whole list.
+func (p *Policy) decideCaged(q *rules.Query) rules.Verdict {
+	v := p.named.Decide(q)
+	if v.Index >= 0 {
+		v.Index = p.namedIdx[v.Index]
+	}
+	return v
 }
 
 // CagedUDPPorts returns the destination ports a caged flow's UDP may leave to directly:
@@ -504,15 +555,16 @@ func (p *Policy) NeedsResolve(f *Flow) bool {
 		return false
 	}
 	d, _ := p.decide(f, false)
-	return d.Step != StepHost && d.Step != StepLocal && d.Step != StepDNS && p.connectsHere(f, d)
+	return d.Action != rules.Block && d.Step != StepHost && d.Step != StepLocal && d.Step != StepDNS && p.connectsHere(f, d)
 }
 
 // connectsHere reports whether d sends f out from this machine by its name: direct to a
-// fake IP (the router resolves the name and connects), or through a proxy on this machine.
+// fake IP or to a name only (an inbound's client asked for it; the router resolves the name
+// and connects), or through a proxy on this machine.
 func (p *Policy) connectsHere(f *Flow, d Decision) bool {
 	switch d.Action {
 	case rules.Direct:
-		return p.InPool(f.Dst)
+		return !f.Dst.IsValid() || p.InPool(f.Dst)
 	case rules.Proxy:
 		return p.ProxyOnHost(d.Proxy)
 	}
@@ -535,30 +587,6 @@ func (p *Policy) ProxyOnHost(name string) bool {
 		h = strings.TrimSuffix(strings.ToLower(h), ".")
 		if h == "localhost" || strings.HasSuffix(h, ".localhost") {
 			return true
-		}
-	}
-	return false
-}
-
-// resolvesToHost reports whether f's name leads to this machine, or could not be resolved
-// to tell.
-func (p *Policy) resolvesToHost(f *Flow) bool {
-	return len(f.Resolved) == 0 || slices.ContainsFunc(f.Resolved, p.Local)
-}
-
-// hostPort reports whether a caged flow to this host may pass: a forward's or an inbound's
-// port, or DHCP.
-func (p *Policy) hostPort(f *Flow) bool {
-	for _, port := range p.hostPorts {
-		if f.Port == port && f.Network != rules.UDP {
-			return true
-		}
-	}
-	if f.Network == rules.UDP {
-		for _, port := range ports.DHCPServers() {
-			if f.Port == port {
-				return true
-			}
 		}
 	}
 	return false
@@ -611,9 +639,11 @@ func (p *Policy) Why(f *Flow, d Decision) string {
 		return dst + " is local (loopback, link-local, multicast, broadcast or this machine): the router never captures it, so it goes direct whatever the rules say"
 	case StepHost:
 		if d.Action == rules.Direct {
-			return caged + " and " + dst + " is this machine or its link: port " + strconv.Itoa(int(f.Port)) + " is a forward's or an inbound's port, or DHCP, which caged traffic may reach"
+			return caged + " and " + dst + " is this machine or its link: " + p.openWhy(f) + ", which caged traffic may reach"
 		}
-		return caged + " and " + dst + " is this machine or its link: only the forwards' and inbounds' ports and DHCP are open to caged traffic, so it is refused (the host is off limits)"
+		return caged + " and " + dst + " is this machine or its link: only the forwards' and inbounds' exact addresses and ports, a forward's target for the process that carries a guest, an address and port a direct rule names, and DHCP are open to caged traffic, so it is refused (the host is off limits)"
+	case StepToGuest:
+		return caged + " and " + dst + " is in a VM network, another guest's: no rule deciding it names that address, so it is refused"
 	case StepNoName:
 		return dst + " is in the fake-IP pool but no DNS answer gave it out: only its name could route it, so it is refused"
 	case StepCaged:
@@ -626,7 +656,7 @@ func (p *Policy) Why(f *Flow, d Decision) string {
 		if len(f.Resolved) == 0 {
 			return caged + ", the rules send it " + way + ", and its name " + strconv.Quote(f.Host) + " could not be resolved to check that it does not lead to this machine: refused"
 		}
-		return caged + ", the rules send it " + way + ", and its name " + strconv.Quote(f.Host) + " resolves to " + fmt.Sprint(f.Resolved) + ", this machine or its link: only a forward's ports are open to caged traffic, so it is refused"
+		return caged + ", the rules send it " + way + ", and its name " + strconv.Quote(f.Host) + " resolves to " + fmt.Sprint(f.Resolved) + ", this machine or its link, where the host walls let caged traffic reach only the forwards' and inbounds' addresses: it is refused"
 	case StepDoT:
 		said := "direct, as no rule matched"
 		if d.Rule.Index >= 0 {

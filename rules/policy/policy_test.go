@@ -13,9 +13,11 @@ import (
 	"github.com/agentcage/router/rules/policy/policytest"
 )
 
+// compile parses text as a Linux config (vm_networks are Linux-only), whatever OS runs the
+// test: the Windows test binary runs these cases under Wine too.
 func compile(t *testing.T, text string) *policy.Policy {
 	t.Helper()
-	cfg, err := conf.Parse("test.toml", []byte(text), conf.Options{SkipSecrets: true})
+	cfg, err := conf.Parse("test.toml", []byte(text), conf.Options{SkipSecrets: true, OS: "linux"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ type Reason uint8
 const (
 	Rule          Reason = iota // a block rule decided
 	Caged                       // a caged flow that no rule decides
-	Host                        // a caged flow to this host or its link, off a forward's port
+	Host                        // a caged flow to this host or its link that the host walls refuse
 	NoName                      // a fake-IP pool address nobody was given
 	DoT                         // DNS over TLS/QUIC that would have left direct
 	UpstreamDown                // the proxy the flow was decided for could not be reached
@@ -38,7 +38,8 @@ const (
 	Spoofed                     // a new flow from the cage whose source address does not route back where it came from
 	LocalUDP                    // this host's own UDP, with local capture (the router cannot carry it)
 	NotCarried                  // from the cage, what the router cannot carry: protocols other than TCP, UDP and ICMP, TCP to link-local or multicast destinations
-	ToGuest                     // a connection from outside into a VM network, which the host does not forward
+	ToGuest                     // a connection from outside into a VM network, or a caged flow to another guest's network no rule names
+	ModelAPI                    // a request to a model forward that is not an inference call of its API, or whose framing is ambiguous
 	numReasons
 )
 
@@ -59,6 +60,7 @@ var names = [numReasons]string{
 	LocalUDP:      "local-udp",
 	NotCarried:    "not-carried",
 	ToGuest:       "to-guest",
+	ModelAPI:      "model-api",
 }
 
 // String is the reason's name in status, logs and metrics labels: lower case, with dashes.
@@ -91,6 +93,8 @@ func ForStep(s policy.Step) Reason {
 	switch s {
 	case policy.StepHost, policy.StepHostName:
 		return Host
+	case policy.StepToGuest:
+		return ToGuest
 	case policy.StepNoName:
 		return NoName
 	case policy.StepCaged:
@@ -113,6 +117,9 @@ type Event struct {
 	Host string // the destination's name, when known
 	App  string // the process, when known
 	Rule string // the rule or implicit step that refused, when one did
+	// Request is a refused HTTP request's method and path ("POST /api/pull"), for model-api
+	// refusals: never its query, headers or body.
+	Request string
 }
 
 // Stat is one reason's count and its latest events, newest first.

@@ -54,6 +54,7 @@ const (
 // Interface is what the system says of one network adapter.
 type Interface struct {
 	Name        string         // the friendly name, e.g. "vEthernet (Default Switch)"
+	LUID        uint64         // the interface's LUID (0: unknown), what WFP filters name
 	Description string         // e.g. "Hyper-V Virtual Ethernet Adapter"
 	Up          bool           // operational status up
 	Prefixes    []netip.Prefix // unicast addresses with their on-link prefix length
@@ -105,6 +106,38 @@ func (a Adapter) Uncageable() bool {
 		return a.Forwards()
 	}
 	return false
+}
+
+// Walled reports whether the guard walls this machine off from the adapter's guests (no
+// connection arriving on it reaches a host service but the router's forwards and inbounds
+// and DHCP): VirtualBox's and VMware's adapters always, a Hyper-V switch when its subnets
+// are cage subnets. The Default Switch and WSL are left alone: Windows NATs them in the
+// kernel, so their guests are not caged anyway, and their DNS is a host service on the
+// adapter's address.
+func (a Adapter) Walled(cageSubnets []netip.Prefix) bool {
+	switch a.Kind {
+	case KindVirtualBox, KindVMware:
+		return true
+	case KindHyperV:
+		return len(a.Subnets) > 0 && allCovered(cageSubnets, a.Subnets)
+	}
+	return false
+}
+
+// allCovered reports whether every subnet lies inside one of cages.
+func allCovered(cages, subnets []netip.Prefix) bool {
+	for _, s := range subnets {
+		ok := false
+		for _, c := range cages {
+			if c.Bits() <= s.Bits() && c.Contains(s.Addr()) {
+				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // Classify returns the kind of a VM-facing adapter, false for any other.
@@ -239,13 +272,13 @@ func natText(n NAT) string {
 func cageText(a Adapter) string {
 	switch {
 	case a.Kind == KindVirtualBox || a.Kind == KindVMware:
-		return "guests leave through the hypervisor's processes: cage them with hypervisors = [\"virtualbox\"] or [\"vmware\"]; forwards may listen here"
+		return "guests leave through the hypervisor's processes: cage them with hypervisors = [\"virtualbox\"] or [\"vmware\"]; forwards may listen here; the guard walls this host's services off from its guests (only the forwards, the inbounds and DHCP answer them); a VM bridged to a host adapter instead is not caged (see BRIDGED)"
 	case a.Uncageable():
 		return "UNCAGED: Windows carries its guests out in the kernel, where no capture sees them; for an agent use an Internal switch without NAT and put its subnet in cage_subnets"
 	case a.NAT == NATUnknown:
 		return "unknown: if nothing NATs or forwards for it (an Internal switch), its subnet goes in cage_subnets"
 	}
-	return "closed by construction (no NAT, no forwarding): put its subnet in cage_subnets; guests reach the internet only through the router's inbound"
+	return "closed by construction (no NAT, no forwarding): put its subnet in cage_subnets (the guard then also walls this host's services off from it); guests reach the internet only through the router's inbound"
 }
 
 func orNone(xs []string) string {

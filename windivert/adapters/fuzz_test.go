@@ -26,3 +26,13 @@ func FuzzHostResolver(f *testing.F) {
 		attrs([]byte(s), "MachineEntry", "src")
 	})
 }
+
+func FuzzBridged(f *testing.F) {
+	f.Add([]byte(`<Machine name="a"><Adapter slot="0"><BridgedInterface name="x"/></Adapter></Machine>`))
+	f.Add([]byte("ethernet0.present = \"TRUE\"\nethernet0.connectionType = \"bridged\"\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		vboxBridged(b)
+		vmxBridged(`C:\vm.vmx`, b)
+		vmxFiles(b)
+	})
+}

@@ -38,7 +38,7 @@ func (winSystem) Interfaces() ([]Interface, error) {
 	fwd := forwarding()
 	var out []Interface
 	for _, a := range aas {
-		i := Interface{Name: a.FriendlyName(), Description: a.Description(), Up: a.OperStatus == winipcfg.IfOperStatusUp}
+		i := Interface{Name: a.FriendlyName(), Description: a.Description(), Up: a.OperStatus == winipcfg.IfOperStatusUp, LUID: uint64(a.LUID)}
 		for u := a.FirstUnicastAddress; u != nil; u = u.Next {
 			ip := u.Address.IP()
 			if ip == nil {

@@ -112,11 +112,16 @@ const (
 	// FWPM_CONDITION_IP_SOURCE_ADDRESS, forward layers only.
 	FieldSourceAddr
 	// FieldFlags: every bit of Flags is set in the classification's condition flags
-	// (FWPM_CONDITION_FLAGS, match "all set"). Not at the forward layers.
+	// (FWPM_CONDITION_FLAGS, match "all set"), or with None, none of them is (match "none
+	// set"). Not at the forward layers.
 	FieldFlags
+	// FieldInterface: the connection's local interface (where an inbound one arrived,
+	// where an outbound one leaves) is the adapter whose LUID is LUID.
+	// FWPM_CONDITION_IP_LOCAL_INTERFACE. Not at the forward layers.
+	FieldInterface
 )
 
-var fieldNames = [...]string{"", "app", "user", "protocol", "local-port", "remote-port", "local-addr", "remote-addr", "source-addr", "flags"}
+var fieldNames = [...]string{"", "app", "user", "protocol", "local-port", "remote-port", "local-addr", "remote-addr", "source-addr", "flags", "interface"}
 
 func (f Field) String() string {
 	if int(f) < len(fieldNames) && f != 0 {
@@ -164,6 +169,8 @@ type Condition struct {
 	Ports  PortRange    // FieldLocalPort, FieldRemotePort
 	Prefix netip.Prefix // FieldLocalAddr, FieldRemoteAddr, FieldSourceAddr
 	Flags  uint32       // FieldFlags
+	None   bool         // FieldFlags: none of Flags is set (else all of them are)
+	LUID   uint64       // FieldInterface
 }
 
 // App matches the process whose executable is path.
@@ -193,6 +200,14 @@ func SourceAddr(p netip.Prefix) Condition { return Condition{Field: FieldSourceA
 // FlagsSet matches when every bit of f is set in the condition flags.
 func FlagsSet(f uint32) Condition { return Condition{Field: FieldFlags, Flags: f} }
 
+// FlagsClear matches when no bit of f is set in the condition flags. It is a condition
+// on the same field as FlagsSet: in one filter the two are OR-ed, like any two conditions
+// on one field.
+func FlagsClear(f uint32) Condition { return Condition{Field: FieldFlags, Flags: f, None: true} }
+
+// Interface matches a connection whose local interface is the adapter with LUID luid.
+func Interface(luid uint64) Condition { return Condition{Field: FieldInterface, LUID: luid} }
+
 func (c Condition) String() string {
 	var v string
 	switch c.Field {
@@ -212,6 +227,11 @@ func (c Condition) String() string {
 		} else {
 			v = fmt.Sprintf("%#x", c.Flags)
 		}
+		if c.None {
+			return c.Field.String() + "!=" + v
+		}
+	case FieldInterface:
+		v = fmt.Sprintf("%#x", c.LUID)
 	}
 	return c.Field.String() + "=" + v
 }
@@ -252,6 +272,10 @@ func (c Condition) check(l Layer) error {
 			return fmt.Errorf("condition %v: address family does not match layer %v", c, l)
 		}
 	case FieldFlags:
+	case FieldInterface:
+		if c.LUID == 0 {
+			return fmt.Errorf("condition %v: zero interface LUID", c)
+		}
 	default:
 		return fmt.Errorf("condition %v: unknown field", c)
 	}

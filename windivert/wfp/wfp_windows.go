@@ -273,7 +273,13 @@ func match(c Condition) (*wf.Match, error) {
 	case FieldSourceAddr:
 		return &wf.Match{Field: wf.FieldIPSourceAddress, Op: wf.MatchTypeEqual, Value: c.Prefix}, nil
 	case FieldFlags:
-		return &wf.Match{Field: wf.FieldFlags, Op: wf.MatchTypeFlagsAllSet, Value: wf.ConditionFlag(c.Flags)}, nil
+		op := wf.MatchTypeFlagsAllSet
+		if c.None {
+			op = wf.MatchTypeFlagsNoneSet
+		}
+		return &wf.Match{Field: wf.FieldFlags, Op: op, Value: wf.ConditionFlag(c.Flags)}, nil
+	case FieldInterface:
+		return &wf.Match{Field: wf.FieldIPLocalInterface, Op: wf.MatchTypeEqual, Value: c.LUID}, nil
 	}
 	return nil, fmt.Errorf("condition %v: unknown field", c)
 }

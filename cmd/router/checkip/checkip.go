@@ -107,8 +107,18 @@ type Options struct {
 	// DefaultIPv6Route(). No packet is sent to it.
 	IPv6Route netip.AddrPort
 	// Timeout bounds each network attempt (one HTTP request, one DNS lookup, the wait for UDP
-	// replies); zero means DefaultTimeout.
+	// replies, one connect of the host probe); zero means DefaultTimeout.
 	Timeout time.Duration
+	// HostProbe runs the host probe (hostprobe.go): a TCP connect to each host address the
+	// guest can see (Deps.HostTargets, Hosts, the metadata service) on HostPorts.
+	HostProbe bool
+	// Hosts are more addresses for the host probe.
+	Hosts []netip.Addr
+	// HostPorts are the host probe's ports; empty means DefaultHostPorts().
+	HostPorts []uint16
+	// Allow are the forwards and inbounds the guest is meant to reach: open there is no
+	// finding. The Model server's address is allowed too.
+	Allow []Allowed
 }
 
 // Dialer opens connections; *net.Dialer satisfies it. The checks dial "tcp", "tcp6", "udp" and
@@ -131,6 +141,9 @@ type Deps struct {
 	Resolver Resolver
 	TLS      *tls.Config // cloned per run; nil means the system roots
 	Logger   *slog.Logger
+	// HostTargets finds the host probe's addresses and the guest's own (never probed); nil
+	// means SystemHostTargets.
+	HostTargets func() (targets []Target, own []netip.Addr)
 }
 
 // Status is the outcome of one check.
@@ -183,6 +196,9 @@ type ModelCheck struct {
 	IDs        []string // model ids, in the server's order
 	HTTPStatus int      // 0 when no response came
 	Elapsed    time.Duration
+	// Management is what one management call got (see ManagementProbe); open fails the
+	// check.
+	Management Management
 }
 
 // DNSCheck is the whoami answer.
@@ -220,6 +236,7 @@ type Report struct {
 	DNS   DNSCheck
 	UDP   UDPCheck
 	IPv6  IPv6Check
+	Host  HostCheck
 }
 
 // ExitCode maps the report to the command's exit status: ExitFail when any check failed,
@@ -237,7 +254,7 @@ func (r Report) ExitCode() int {
 }
 
 func (r Report) statuses() []Status {
-	return []Status{r.Exit.Status, r.Model.Status, r.DNS.Status, r.UDP.Status, r.IPv6.Status}
+	return []Status{r.Exit.Status, r.Model.Status, r.DNS.Status, r.UDP.Status, r.IPv6.Status, r.Host.Status}
 }
 
 // Run performs the checks opts selects, concurrently, and returns their report. It returns an
@@ -268,6 +285,9 @@ func Run(ctx context.Context, opts Options, deps Deps) (Report, error) {
 	var v6 v6Outcome
 	if !opts.NoIPv6 {
 		wg.Go(func() { v6 = r.ipv6(ctx) })
+	}
+	if opts.HostProbe {
+		wg.Go(func() { rep.Host = r.hostProbe(ctx) })
 	}
 	wg.Wait()
 
@@ -301,6 +321,7 @@ type runner struct {
 	dialer   Dialer
 	resolver Resolver
 	log      *slog.Logger
+	discover func() ([]Target, []netip.Addr)
 	tr       *http.Transport // dual-stack: what an application in the guest gets
 	tr6      *http.Transport // IPv6 only
 	client   *http.Client
@@ -308,7 +329,10 @@ type runner struct {
 }
 
 func newRunner(opts Options, deps Deps) (*runner, error) {
-	r := &runner{opts: opts, timeout: opts.Timeout, dialer: deps.Dialer, resolver: deps.Resolver, log: deps.Logger}
+	r := &runner{opts: opts, timeout: opts.Timeout, dialer: deps.Dialer, resolver: deps.Resolver, log: deps.Logger, discover: deps.HostTargets}
+	if r.discover == nil {
+		r.discover = SystemHostTargets
+	}
 	if r.timeout <= 0 {
 		r.timeout = DefaultTimeout
 	}

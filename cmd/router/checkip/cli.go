@@ -7,13 +7,24 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 )
 
+// joinPorts lists ports for the help text.
+func joinPorts(ps []uint16) string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, strconv.Itoa(int(p)))
+	}
+	return strings.Join(out, ", ")
+}
+
 const usageLine = `Usage: router check-ip [--echo URL]... [--expect IP] [--expect-not IP] [--model URL]
                        [--dns-whoami NAME] [--stun HOST:PORT]... [--echo6 URL]...
                        [--no-udp] [--no-ipv6] [--timeout D] [--json]
+                       [--host-probe [--allow IP:PORT|:PORT]... [--host IP]... [--host-port PORT]...]
 `
 
 // Help returns the text of `router check-ip --help`.
@@ -32,7 +43,9 @@ holds. It prints one line per check (✓ pass, ✗ fail, ? undecided, - not run)
 		fmt.Fprintf(&b, "           %s\n", u)
 	}
 	b.WriteString(`  model  (with --model) lists the model ids of an OpenAI-compatible server, the id Cline
-         needs, and how long the request took.
+         needs, and how long the request took; then tries one management call (DELETE
+         /api/delete of a model that does not exist) and reports it refused by the router's
+         forward, or open (✗): the guest could make the host pull, push or create models.
   dns    (with --dns-whoami) resolves a name whose answer is the address the resolver's queries
          leave from (A, AAAA and TXT), e.g. whoami.akamai.net or o-o.myaddr.l.google.com.
          ✓ when every answer is the exit, --expect, or not a public address (a fake-IP
@@ -47,6 +60,16 @@ holds. It prints one line per check (✓ pass, ✗ fail, ? undecided, - not run)
          route, asks the --echo6 endpoints (default: the echo endpoints) over IPv6 only. ✗ when
          one answers with an address other than the exit; ✓ with no IPv6 route or when
          nothing answers; ? when no endpoint has an IPv6 address.
+  host   (with --host-probe) a TCP connect to each host address the guest can see: the
+         default gateways (IPv4, IPv6), the resolvers, the first address of each network
+         of its interfaces (where host-only networks put the host), each --host, and the
+         metadata service 169.254.169.254 (port 80 only), on the ports people run services
+         on and the router's own (--host-port replaces them):
+           ` + joinPorts(DefaultHostPorts()) + `
+         Each is reported open, refused, no answer or unreachable. ✗ when a port is
+         **open** that is not a forward or inbound the guest is meant to reach: those are
+         the --allow endpoints and the --model server (its address and port; a name's port
+         on every address). The guest cannot know the router's config, so say them.
 
 Flags:
   --echo URL          an IP-echo endpoint; repeat for more, tried in order
@@ -60,15 +83,21 @@ Flags:
   --echo6 URL         an endpoint for the IPv6 probe; repeat for more
   --no-udp            skip the UDP probe
   --no-ipv6           skip the IPv6 probe
+  --host-probe        run the host probe (see host above)
+  --allow IP:PORT     a forward or inbound the guest may reach (:PORT: on any address);
+                      repeat for more
+  --host IP           one more address for the host probe; repeat for more
+  --host-port PORT    a port for the host probe; repeat (replaces the defaults)
   --timeout D         limit for each network attempt, e.g. 3s or 500ms (default ` + DefaultTimeout.String() + `)
   --json              print the report as JSON instead: verdict, exit_code, and exit, model,
-                      dns, udp, ipv6, each with status (pass, fail, unknown, skipped), detail
-                      and its figures
+                      dns, udp, ipv6 (and host with --host-probe), each with status (pass,
+                      fail, unknown, skipped), detail and its figures
 
 Exit status:
   0  no check failed
   1  a check failed: the exit is not --expect or is --expect-not, DNS, UDP or IPv6 gets out
-     another way, the model server did not answer or listed no model
+     another way, the model server did not answer or listed no model, or it took a
+     management call, a host port other than --allow and --model is open
   2  usage error
   3  no echo endpoint answered, so the exit address is unknown (and nothing else failed)
 
@@ -78,6 +107,7 @@ connection from the guest does.
 Examples:
   router check-ip --expect 198.51.100.7 --model 10.0.2.2:47831
   router check-ip --echo http://203.0.113.10/ --expect-not 192.0.2.1 --json
+  router check-ip --host-probe --model 192.168.56.1:47831 --allow 192.168.56.1:1080
 `)
 	return b.String()
 }
@@ -137,6 +167,30 @@ func parseArgs(args []string, stderr io.Writer) (opts Options, asJSON bool, err 
 	fs.BoolVar(&opts.NoIPv6, "no-ipv6", false, "skip the IPv6 probe")
 	fs.DurationVar(&opts.Timeout, "timeout", DefaultTimeout, "limit for each network attempt")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	fs.BoolVar(&opts.HostProbe, "host-probe", false, "probe the host's ports from the guest")
+	fs.Func("allow", "a forward or inbound `IP:PORT` (or :PORT) the guest may reach; repeat for more", func(s string) error {
+		a, err := ParseAllowed(s)
+		if err == nil {
+			opts.Allow = append(opts.Allow, a)
+		}
+		return err
+	})
+	fs.Func("host", "one more `IP` for the host probe; repeat for more", func(s string) error {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return fmt.Errorf("%q is not an IP address", s)
+		}
+		opts.Hosts = append(opts.Hosts, a.Unmap())
+		return nil
+	})
+	fs.Func("host-port", "a `PORT` for the host probe; repeat (replaces the defaults)", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%q is not a port 1-65535", s)
+		}
+		opts.HostPorts = append(opts.HostPorts, uint16(n))
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			shortUsage() // the flag package has printed the error itself
@@ -160,6 +214,9 @@ func parseArgs(args []string, stderr io.Writer) (opts Options, asJSON bool, err 
 	}
 	if opts.Expect.IsValid() && opts.Expect == opts.ExpectNot {
 		return fail("--expect and --expect-not are the same address %s", opts.Expect)
+	}
+	if !opts.HostProbe && (len(opts.Allow) > 0 || len(opts.Hosts) > 0 || len(opts.HostPorts) > 0) {
+		return fail("--allow, --host and --host-port need --host-probe")
 	}
 	if opts.Timeout <= 0 || opts.Timeout > time.Hour {
 		return fail("--timeout %s is not between 0 and 1h", opts.Timeout)

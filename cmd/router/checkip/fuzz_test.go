@@ -79,3 +79,14 @@ func FuzzParseSTUNResponse(f *testing.F) {
 		}
 	})
 }
+
+func FuzzHostAddrParsers(f *testing.F) {
+	f.Add([]byte("eth0\t00000000\t0202000A\t0003\t0\t0\t100\t00000000\t0\t0\t0\n"))
+	f.Add([]byte("00000000000000000000000000000000 00 00000000000000000000000000000000 00 fe800000000000000000000000000002 00000400 00000001 00000000 00450003 eth0\n"))
+	f.Add([]byte("nameserver 10.0.2.3\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ParseProcRoute(b)
+		ParseProcIPv6Route(b)
+		ParseResolvConf(b)
+	})
+}

@@ -156,6 +156,12 @@ func huge(n int) http.HandlerFunc {
 // modelServer answers path with body and anything else with 404.
 func modelServer(t *testing.T, path, body string) *server {
 	return newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/delete" { // behind the router's forward, as in the guest
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			io.WriteString(w, refusedByForward)
+			return
+		}
 		if r.URL.Path != path {
 			http.NotFound(w, r)
 			return

@@ -40,5 +40,13 @@ func (r *runner) model(ctx context.Context) ModelCheck {
 		m.Status = Pass
 		m.Detail = fmt.Sprintf("%s%s in %s from %s", strings.Join(list, ", "), more, took, m.URL)
 	}
+	if m.HTTPStatus != 0 {
+		var detail string
+		m.Management, detail = r.management(ctx, m.URL)
+		if m.Management == ManagementOpen {
+			m.Status = Fail
+		}
+		m.Detail += "; " + detail
+	}
 	return m
 }

@@ -50,8 +50,14 @@ func WriteText(w io.Writer, r Report) error {
 	line("dns", r.DNS.Status, r.DNS.Detail)
 	line("udp", r.UDP.Status, r.UDP.Detail)
 	line("ipv6", r.IPv6.Status, r.IPv6.Detail)
+	if r.Host.Status != Skipped { // only with --host-probe
+		line("host", r.Host.Status, r.Host.Detail)
+		for _, l := range hostLines(r.Host) {
+			fmt.Fprintf(&b, "        %s\n", l)
+		}
+	}
 
-	names := [...]string{"exit", "model", "dns", "udp", "ipv6"} // in the order of r.statuses()
+	names := [...]string{"exit", "model", "dns", "udp", "ipv6", "host"} // in the order of r.statuses()
 	var failed []string
 	undecided := 0
 	for i, s := range r.statuses() {
@@ -96,12 +102,14 @@ func detailOf(name string, s Status, detail string) string {
 		return "not checked (--no-udp)"
 	case "ipv6":
 		return "not checked (--no-ipv6)"
+	case "host":
+		return "not checked (--host-probe)"
 	}
 	return "not checked"
 }
 
-// The JSON output, a contract for scripts: every check is present with "status" ("pass",
-// "fail", "unknown", "skipped") and "detail" (the human line); addresses are strings, times are
+// The JSON output, a contract for scripts: every check is present (host only with
+// --host-probe) with "status" ("pass", "fail", "unknown", "skipped") and "detail" (the human line); addresses are strings, times are
 // milliseconds; empty fields are left out.
 type (
 	jsonReport struct {
@@ -112,6 +120,21 @@ type (
 		DNS      jsonDNS   `json:"dns"`
 		UDP      jsonUDP   `json:"udp"`
 		IPv6     jsonIPv6  `json:"ipv6"`
+		Host     *jsonHost `json:"host,omitempty"` // only with --host-probe
+	}
+	jsonHost struct {
+		Status  Status          `json:"status"`
+		Detail  string          `json:"detail"`
+		Allowed []string        `json:"allowed,omitempty"`
+		Probes  []jsonHostProbe `json:"probes,omitempty"`
+	}
+	jsonHostProbe struct {
+		Address string  `json:"address"`
+		Why     string  `json:"why"`
+		State   string  `json:"state"` // "open", "refused", "no answer", "unreachable"
+		Allowed bool    `json:"allowed,omitempty"`
+		Error   string  `json:"error,omitempty"`
+		MS      float64 `json:"ms"`
 	}
 	jsonAttempt struct {
 		URL     string  `json:"url"`
@@ -133,6 +156,7 @@ type (
 		IDs        []string `json:"ids,omitempty"`
 		HTTPStatus int      `json:"http_status,omitempty"`
 		MS         *float64 `json:"ms,omitempty"`
+		Management string   `json:"management,omitempty"` // "refused", "open" or "unknown"
 	}
 	jsonDNS struct {
 		Status  Status   `json:"status"`
@@ -170,7 +194,7 @@ func WriteJSON(w io.Writer, r Report) error {
 		},
 		Model: jsonModel{
 			Status: r.Model.Status, Detail: detailOf("model", r.Model.Status, r.Model.Detail), URL: r.Model.URL, IDs: r.Model.IDs,
-			HTTPStatus: r.Model.HTTPStatus,
+			HTTPStatus: r.Model.HTTPStatus, Management: string(r.Model.Management),
 		},
 		DNS: jsonDNS{Status: r.DNS.Status, Detail: detailOf("dns", r.DNS.Status, r.DNS.Detail), Name: r.DNS.Name, TXT: r.DNS.TXT},
 		UDP: jsonUDP{
@@ -181,6 +205,16 @@ func WriteJSON(w io.Writer, r Report) error {
 			Status: r.IPv6.Status, Detail: detailOf("ipv6", r.IPv6.Status, r.IPv6.Detail), Address: addrString(r.IPv6.Address),
 			URL: r.IPv6.URL, Attempts: jsonAttempts(r.IPv6.Attempts),
 		},
+	}
+	if r.Host.Status != Skipped {
+		h := &jsonHost{Status: r.Host.Status, Detail: r.Host.Detail}
+		for _, a := range r.Host.Allowed {
+			h.Allowed = append(h.Allowed, a.String())
+		}
+		for _, p := range r.Host.Probes {
+			h.Probes = append(h.Probes, jsonHostProbe{Address: p.Addr.String(), Why: p.Why, State: string(p.State), Allowed: p.Allowed, Error: p.Err, MS: millis(p.Elapsed)})
+		}
+		j.Host = h
 	}
 	if r.Model.Status != Skipped {
 		ms := millis(r.Model.Elapsed)

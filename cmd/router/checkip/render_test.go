@@ -97,6 +97,7 @@ type jsonShape struct {
 		IDs        []string `json:"ids"`
 		HTTPStatus int      `json:"http_status"`
 		MS         *float64 `json:"ms"`
+		Management string   `json:"management"`
 	} `json:"model"`
 	DNS struct {
 		Status  string   `json:"status"`

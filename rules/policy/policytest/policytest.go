@@ -7,6 +7,7 @@ package policytest
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/agentcage/router/rules"
@@ -285,7 +286,10 @@ func ResolvedCases() []ResolvedCase {
 		{Case{"local proxy, name to link-local", named("", "10.0.2.15", fake+":80", "ll.example", "fe80::1"), step, rules.Block, "", refused}, true},
 		{Case{"local proxy, name that does not resolve", named("", "10.0.2.15", fake+":443", "nx.example"), step, rules.Block, "", refused}, true},
 		{Case{"local proxy, public name", named("", "10.0.2.15", fake+":443", "example.com", "203.0.113.5"), policy.StepRule, rules.Proxy, "local", "vm"}, true},
-		{Case{"local proxy, name to the model's port", named("", "10.0.2.15", fake+":47831", "model.example", "127.0.0.1"), policy.StepRule, rules.Proxy, "local", "vm"}, true},
+		{Case{"local proxy, name to the model's target", named("", "10.0.2.15", fake+":47831", "model.example", "127.0.0.1"), step, rules.Block, "", refused}, true},
+		{Case{"local proxy, name to the forward's address", named("", "10.0.2.15", fake+":47831", "model.example", "192.168.56.1"), policy.StepRule, rules.Proxy, "local", "vm"}, true},
+		{Case{"local proxy, name to another guest", named("", "10.0.2.15", fake+":22", "guest.example", "10.0.3.20"), policy.StepToGuest, rules.Block, "", policy.StepToGuest.String()}, true},
+		{Case{"hypervisor through the local proxy, name to the model's target", named(Hypervisor, "192.168.1.10", fake+":47831", "model.example", "127.0.0.1"), policy.StepRule, rules.Proxy, "local", "hypervisor"}, true},
 		{Case{"hypervisor through the local proxy, name to loopback", named(Hypervisor, "192.168.1.10", fake+":8080", "loop.example", "127.0.0.1"), step, rules.Block, "", refused}, true},
 		{Case{"direct fake IP, name to loopback", named("", "10.0.2.15", fake+":80", "a.direct.test", "127.0.0.1"), step, rules.Block, "", refused}, true},
 		{Case{"direct fake IP, public name", named("", "10.0.2.15", fake+":80", "a.direct.test", "203.0.113.5"), policy.StepRule, rules.Direct, "", "named-direct"}, true},
@@ -340,3 +344,181 @@ var (
 	CagedNames    = []string{"code.exe", "telemetry.exe", "VirtualBoxVM.exe", "VBoxHeadless.exe", "VBoxNetNAT.exe"}
 	CagedServices = []string{"diagtrack"} // services are kept lower-case
 )
+
+// WallConfig is the config of WallCases, the host walls (see package policy, walls.go): the
+// lab's setup, with the model forwarded from the host's VM-facing address 10.0.2.2 to its
+// loopback for one guest, two inbounds there for the whole guest network, a second VM
+// network (another guest), a direct rule naming a host address and port, one naming
+// another guest's address and port, a direct rule by name (*.corp.test), a direct rule
+// for one port on every address (a catch-all for the walls), and the caged traffic sent
+// through the proxy. Every rule names addresses or ports, no host name before the name
+// rule, so that explain and the Windows engine decide as the relay.
+const WallConfig = `
+[proxy.exit]
+address = "192.0.2.1:1080"
+
+[capture]
+vm_networks = ["10.0.2.0/24", "10.0.4.0/24"]
+local = true
+
+[[forward]]
+name = "model"
+listen = "10.0.2.2:47831"
+connect = "127.0.0.1:47831"
+allow = ["10.0.2.15/32"]
+
+[[inbound]]
+name = "socks"
+listen = "10.0.2.2:1080"
+allow = ["10.0.2.0/24"]
+
+[[inbound]]
+name = "web"
+type = "http"
+listen = "10.0.2.2:3128"
+allow = ["10.0.2.0/24"]
+
+[dns]
+mode = "fake-ip"
+
+[[rule]]
+name = "gateway-web"
+hosts = ["10.0.2.2"]
+ports = ["8080"]
+action = "direct"
+
+[[rule]]
+name = "guest-web"
+hosts = ["10.0.4.40"]
+ports = ["80"]
+action = "direct"
+
+[[rule]]
+name = "every-9000"
+hosts = ["0.0.0.0/0", "::/0"]
+ports = ["9000"]
+action = "direct"
+
+[[rule]]
+name = "corp"
+hosts = ["*.corp.test"]
+action = "direct"
+
+[[rule]]
+name = "hypervisor"
+apps = ["VBoxHeadless"]
+action = "proxy"
+proxy = "exit"
+
+[[rule]]
+name = "vm"
+caged = true
+action = "proxy"
+proxy = "exit"
+
+[[rule]]
+name = "default"
+action = "direct"
+`
+
+// WallHostAddrs are the host's own addresses of WallCases: its VM-facing address and its
+// uplink, as in the namespace lab.
+var WallHostAddrs = []netip.Addr{netip.MustParseAddr("10.0.2.2"), netip.MustParseAddr("198.51.100.2")}
+
+// WallEnv is the policy environment of WallCases.
+func WallEnv() policy.Env {
+	return policy.Env{Scoped: true, HostAddr: func(a netip.Addr) bool { return slices.Contains(WallHostAddrs, a) }}
+}
+
+// Paths a wall case is driven through (WallCase.Paths).
+type Path uint8
+
+const (
+	Transparent Path = 1 << iota // the transparent TCP or UDP path (with the case's network)
+	Inbound                      // the inbounds (SOCKS5 and HTTP CONNECT): a guest's TCP asking for the destination
+	Explain                      // `router explain` (no resolved names: it cannot resolve)
+)
+
+// WallCase is a flow and the decision every path must reach under WallConfig. A case
+// whose flow has a name (Host) and no address asks for the name only, as an inbound's
+// client does; the transparent paths give it a fake IP with that name. Resolved is what
+// the name resolves to through the proxy (a name with Resolved nil is not looked up).
+type WallCase struct {
+	Case
+	Paths Path
+}
+
+// WallCases are the host walls' shared cases.
+func WallCases() []WallCase {
+	tcp, udp := rules.TCP, rules.UDP
+	all := Transparent | Inbound | Explain
+	vm := func(network rules.Network, dst string) policy.Flow {
+		f := flow(network, "", "10.0.2.15", dst)
+		f.FromVM = true
+		return f
+	}
+	carrier := func(dst string) policy.Flow { return flow(tcp, "VBoxHeadless", "127.0.0.1", dst) }
+	named := func(network rules.Network, name string, port uint16, resolved ...string) policy.Flow {
+		f := policy.Flow{Network: network, Src: netip.MustParseAddr("10.0.2.15"), Port: port, Host: name, FromVM: true, Resolved: []netip.Addr{}}
+		for _, a := range resolved {
+			f.Resolved = append(f.Resolved, netip.MustParseAddr(a))
+		}
+		return f
+	}
+	host, guest, hostName := policy.StepHost, policy.StepToGuest, policy.StepHostName
+	refused := func(name string, f policy.Flow, s policy.Step, paths Path) WallCase {
+		return WallCase{Case{name, f, s, rules.Block, "", s.String()}, paths}
+	}
+	open := func(name string, f policy.Flow, paths Path) WallCase {
+		return WallCase{Case{name, f, host, rules.Direct, "", host.String()}, paths}
+	}
+	byRule := func(name string, f policy.Flow, a rules.Action, proxy, rule string, paths Path) WallCase {
+		return WallCase{Case{name, f, policy.StepRule, a, proxy, rule}, paths}
+	}
+	return []WallCase{
+		open("vm, the forward's address", vm(tcp, "10.0.2.2:47831"), all),
+		open("vm, the inbound's address", vm(tcp, "10.0.2.2:1080"), all),
+		refused("vm, the forward's target on loopback", vm(tcp, "127.0.0.1:47831"), host, all),
+		refused("vm, loopback on the inbound's port", vm(tcp, "127.0.0.1:1080"), host, all),
+		refused("vm, ::1 on the inbound's port", vm(tcp, "[::1]:1080"), host, all),
+		// No capture hands over a connection to an unspecified address (the kernel takes it
+		// for one of this machine's): the transparent listener refuses it as a capture fault.
+		refused("vm, 0.0.0.0 on the inbound's port", vm(tcp, "0.0.0.0:1080"), host, Inbound|Explain),
+		refused("vm, :: on the inbound's port", vm(tcp, "[::]:1080"), host, Inbound|Explain),
+		refused("vm, the uplink address on the forward's port", vm(tcp, "198.51.100.2:47831"), host, all),
+		refused("vm, ssh on the VM-facing address", vm(tcp, "10.0.2.2:22"), host, all),
+		refused("vm, link-local metadata", vm(tcp, "169.254.169.254:80"), host, all),
+		refused("vm, link-local v6", vm(tcp, "[fe80::1]:80"), host, all),
+		refused("vm, loopback by a catch-all range", vm(tcp, "127.0.0.1:9000"), host, all),
+		byRule("vm, a host address and port a direct rule names", vm(tcp, "10.0.2.2:8080"), rules.Direct, "", "gateway-web", all),
+		refused("vm, another guest", vm(tcp, "10.0.4.15:22"), guest, all),
+		refused("vm, another guest by a catch-all range", vm(tcp, "10.0.4.15:9000"), guest, all),
+		byRule("vm, another guest's address a rule names", vm(tcp, "10.0.4.40:80"), rules.Direct, "", "guest-web", all),
+		byRule("vm, public", vm(tcp, "203.0.113.10:80"), rules.Proxy, "exit", "vm", all),
+		byRule("vm, public by a catch-all range", vm(tcp, "203.0.113.10:9000"), rules.Direct, "", "every-9000", all),
+		open("carrier, the forward's target", carrier("127.0.0.1:47831"), Transparent|Explain),
+		refused("carrier, ssh on loopback", carrier("127.0.0.1:22"), host, Transparent|Explain),
+		refused("carrier, another guest", carrier("10.0.4.15:22"), guest, Transparent|Explain),
+		refused("vm udp, loopback", vm(udp, "127.0.0.1:2223"), host, Transparent|Explain),
+		refused("vm udp, ::1", vm(udp, "[::1]:2223"), host, Transparent|Explain),
+		refused("vm udp, the VM-facing address", vm(udp, "10.0.2.2:2223"), host, Transparent|Explain),
+		open("vm udp, DHCP", vm(udp, "10.0.2.2:67"), Transparent|Explain),
+		refused("vm udp, another guest", vm(udp, "10.0.4.15:5000"), guest, Transparent|Explain),
+		refused("name to loopback", named(tcp, "loop.corp.test", 2222, "127.0.0.1"), hostName, Transparent|Inbound),
+		refused("name to 0.0.0.0", named(tcp, "zero.corp.test", 2222, "0.0.0.0"), hostName, Transparent|Inbound),
+		refused("name to ::1", named(tcp, "six.corp.test", 2222, "::1"), hostName, Transparent|Inbound),
+		refused("name to link-local", named(tcp, "meta.corp.test", 80, "169.254.169.254"), hostName, Transparent|Inbound),
+		refused("name to the uplink address", named(tcp, "up.corp.test", 47831, "198.51.100.2"), hostName, Transparent|Inbound),
+		refused("name to another guest", named(tcp, "guest.corp.test", 22, "10.0.4.15"), guest, Transparent|Inbound),
+		refused("name to a public address and loopback", named(tcp, "two.corp.test", 2222, "203.0.113.5", "127.0.0.1"), hostName, Transparent|Inbound),
+		refused("name that does not resolve", named(tcp, "nx.corp.test", 80), hostName, Transparent|Inbound),
+		byRule("name to a public address", named(tcp, "www.corp.test", 80, "203.0.113.5"), rules.Direct, "", "corp", Transparent|Inbound),
+		byRule("name to the inbound's address", named(tcp, "gw.corp.test", 1080, "10.0.2.2"), rules.Direct, "", "corp", Transparent|Inbound),
+		refused("udp name to loopback", named(udp, "loop.corp.test", 2223, "127.0.0.1"), hostName, Transparent),
+		refused("udp name to ::1", named(udp, "six.corp.test", 2223, "::1"), hostName, Transparent),
+		refused("udp name to 0.0.0.0", named(udp, "zero.corp.test", 2223, "0.0.0.0"), hostName, Transparent),
+		refused("udp name to link-local", named(udp, "meta.corp.test", 2223, "169.254.169.254"), hostName, Transparent),
+		refused("udp name to another guest", named(udp, "guest.corp.test", 5000, "10.0.4.15"), guest, Transparent),
+		byRule("udp name to a public address", named(udp, "www.corp.test", 5000, "203.0.113.5"), rules.Direct, "", "corp", Transparent),
+	}
+}

@@ -51,6 +51,25 @@
 //     (the service's SID type must be "unrestricted").
 //   - The provider names no service: Windows would not enforce a provider's persistent
 //     filters while its service is disabled, and the blocks must hold then too.
-//   - The boot-time twins (P3, S1, H1) are blocks only: before the filtering engine
-//     starts nothing is permitted to the caged apps, the model port included.
+//   - The boot-time twins (P3, S1, H1, A2, A3) are blocks only: before the filtering
+//     engine starts nothing is permitted to the caged apps, the model port included, and
+//     a guest on a VM-facing adapter reaches no host service, DHCP included.
+//   - The walls (A0-A3, accept layers) are what keeps the guests of host-only and internal
+//     networks off the host's services: a guest there reaches the host's stack directly,
+//     through no process the guard could name. They match the adapter's interface LUID
+//     (A2: a connection arriving there, whatever address it was made to, IPv6 link-local
+//     included) or a VM-facing or cage subnet as the remote address (A3: also when the
+//     adapter could not be listed), and "not loopback" (FWP_MATCH_FLAGS_NONE_SET of the
+//     loopback flag), so this machine's own connections to its adapter addresses pass.
+//     They are persistent soft blocks in the guard's sublayer: the router's dynamic hard
+//     permits (D3, heavier) let its forwards and inbounds take their allowed sources while
+//     it runs; A1 lets DHCP (UDP 67, 547) through. A0, heavier than D3, keeps the guests
+//     off the router's own listener and DNS port, which D3 opens to any source. The Default Switch and WSL are not
+//     walled: Windows NATs them in the kernel (they are uncaged anyway) and their DNS is a
+//     host service on the adapter's address.
+//   - P4 keeps the caged apps off link-local destinations (169.254.0.0/16, fe80::/10),
+//     heavier than D1, so also while the router runs: the capture never diverts them, and
+//     a cloud host's metadata service lives there.
+//   - P1 leaves vmware-vmx.exe its own service on this machine, vmware-authd on 902 and
+//     912; vmnat.exe, which carries the guests' NAT, gets no such exception.
 package guard

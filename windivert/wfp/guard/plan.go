@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"cmp"
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/binary"
@@ -51,8 +52,40 @@ type Env struct {
 	// sent, and the capture need not take the host's other UDP at all. Nil: any port.
 	CagedUDP []wfp.PortRange
 	// CageSubnets are the subnets of Hyper-V internal switches (or any network the host
-	// might route for): nothing from them is forwarded, in any state.
+	// might route for): nothing from them is forwarded, in any state, and the host takes
+	// no connection from them but at the router's forwards and inbounds and DHCP (the
+	// walls, A1 to A3).
 	CageSubnets []netip.Prefix
+	// VMAdapters are the VM-facing adapters whose guests the host is walled from (what
+	// `router adapters` lists for VirtualBox host-only and VMware VMnet, and the Hyper-V
+	// switches of CageSubnets): a connection arriving on one, or from one of its subnets,
+	// reaches this machine only at the router's forwards and inbounds and DHCP, in every
+	// state. Order does not matter.
+	VMAdapters []VMAdapter
+}
+
+// VMAdapter is one VM-facing adapter: its interface LUID (zero when unknown: then only its
+// subnets are walled) and the networks of its addresses.
+type VMAdapter struct {
+	Name    string
+	LUID    uint64
+	Subnets []netip.Prefix
+}
+
+// LinkLocal are the link-local networks (169.254.0.0/16, fe80::/10): a cloud host's
+// metadata service (169.254.169.254 and fd00:ec2::254 aside) and any neighbour's
+// self-assigned address live there, so a caged app never reaches them (P4).
+var LinkLocal = []netip.Prefix{netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("fe80::/10")}
+
+// hypervisorLoopback is the hypervisors' own use of this machine that the wall P2 must
+// leave open: an image (lower case) and the TCP ports on this machine it talks to. VMware's
+// vmware-vmx.exe talks to its authorization service (vmware-authd) on 902 and 912; it
+// carries no guest's NAT traffic (vmnat.exe does, and stays walled).
+var hypervisorLoopback = []struct {
+	image string
+	ports []uint16
+}{
+	{"vmware-vmx.exe", []uint16{902, 912}},
 }
 
 // Forward is one model forward: the router listens on Listen and takes connections from
@@ -102,7 +135,11 @@ const SublayerWeight uint16 = 0xFFF0
 //
 //	id  layer         weight  action       conditions                                      lifetime
 //	P1  connect       15      permit       caged app, this machine, TCP, host ports         persistent
+//	                                       (and vmware-vmx.exe to authd's 902, 912)
 //	P2  connect       14      block        caged app, this machine                          persistent
+//	P4  connect       11      block        caged app, remote link-local                     persistent
+//	A0  accept        14      block        listener/DNS ports, from a VM-facing adapter or  persistent
+//	                                       subnet, not loopback
 //	D3  accept        13      hard permit  router (+SID), listener/DNS ports, any source     dynamic
 //	                                       router (+SID), forward or inbound addr:port,
 //	                                       allowed source
@@ -114,7 +151,21 @@ const SublayerWeight uint16 = 0xFFF0
 //	S2  connect       3       hard permit  router (+SID), UDP/TCP to 53/853 ("all" only)    persistent
 //	S1  connect       2       block        UDP/TCP to 53/853 ("all" only)                   persistent + boot-time
 //	P3  connect       1       block        caged app (any protocol: TCP, UDP, ICMP)         persistent + boot-time
+//	A1  accept        9       permit       UDP to the DHCP server port (67, 547)            persistent
+//	A2  accept        8       block        arrived on a VM-facing adapter, not loopback     persistent + boot-time
+//	A3  accept        8       block        remote in a VM-facing or cage subnet, not        persistent + boot-time
+//	                                       loopback
 //	H1  forward       1       block        source in a cage subnet                          persistent + boot-time
+//
+// The walls A1 to A3 hold for every listener of this machine (SMB, RDP, anything on
+// 0.0.0.0), whether the router runs or not; while it runs, D3 (weight 13) lets its forwards
+// and inbounds take their allowed sources and D4 refuses the rest. "Not loopback" keeps
+// this machine's own connections out of them, also those made to its own address on a
+// VM-facing adapter (a hypervisor's console to vmware-authd, a resolver on loopback that
+// a NAT process asks). A0 keeps the guests off the router's own transparent listener and
+// DNS port too, which D3 opens to any source (a reflected connection carries the original
+// destination as its source): the engine reflects a caged app's connection on the
+// interface it was leaving by, and a proxied flow never leaves by a VM-facing adapter.
 //
 // "This machine" is the loopback condition flag: Windows sets it when both ends are this
 // host, whatever the address (127/8, ::1, the LAN or host-only address), which is exactly
@@ -122,9 +173,14 @@ const SublayerWeight uint16 = 0xFFF0
 const (
 	weightP1 = 15
 	weightP2 = 14
+	weightA0 = 14
 	weightD3 = 13
 	weightD4 = 12
+	weightP4 = 11
 	weightD1 = 10
+	weightA1 = 9
+	weightA2 = 8
+	weightA3 = 8
 	weightD2 = 4
 	weightS2 = 3
 	weightS1 = 2
@@ -156,7 +212,7 @@ func NewPlan(env Env) (Plan, error) {
 
 	connect := []wfp.Layer{wfp.LayerConnectV4, wfp.LayerConnectV6}
 	accept := []wfp.Layer{wfp.LayerAcceptV4, wfp.LayerAcceptV6}
-	add := func(dst *[]wfp.Filter, id, what string, layers []wfp.Layer, w uint64, a wfp.Action, hard bool, lt lifetime, conds ...[]wfp.Condition) {
+	var add addFunc = func(dst *[]wfp.Filter, id, what string, layers []wfp.Layer, w uint64, a wfp.Action, hard bool, lt lifetime, conds ...[]wfp.Condition) {
 		for _, l := range layers {
 			var cs []wfp.Condition
 			for _, c := range conds {
@@ -187,8 +243,28 @@ func NewPlan(env Env) (Plan, error) {
 			add(&p.Persistent, "P1", "caged apps may reach this machine on the forward and model ports", connect, weightP1, wfp.Permit, false, persistent,
 				apps, []wfp.Condition{wfp.FlagsSet(wfp.FlagLoopback), wfp.Protocol(wfp.ProtoTCP)}, ports)
 		}
+		for _, h := range hypervisorLoopback {
+			var these []wfp.Condition
+			for _, a := range env.CagedApps {
+				if strings.EqualFold(baseWin(a), h.image) {
+					these = append(these, wfp.App(a))
+				}
+			}
+			if len(these) > 0 {
+				add(&p.Persistent, "P1 "+strings.TrimSuffix(h.image, ".exe"), "the hypervisor's own services on this machine", connect, weightP1, wfp.Permit, false, persistent,
+					these, []wfp.Condition{wfp.FlagsSet(wfp.FlagLoopback), wfp.Protocol(wfp.ProtoTCP)}, portConds(wfp.RemotePort, h.ports))
+			}
+		}
 		add(&p.Persistent, "P2", "caged apps may not reach this machine otherwise", connect, weightP2, wfp.Block, false, persistent,
 			apps, []wfp.Condition{wfp.FlagsSet(wfp.FlagLoopback)})
+		for _, l := range connect {
+			for _, ll := range LinkLocal {
+				if ll.Addr().Is6() == l.IPv6() {
+					add(&p.Persistent, "P4", "caged apps may not reach link-local addresses (a cloud host's metadata service)", []wfp.Layer{l}, weightP4, wfp.Block, false, persistent,
+						apps, []wfp.Condition{wfp.RemoteAddr(ll)})
+				}
+			}
+		}
 		if env.CagedUDP == nil {
 			add(&p.Dynamic, "D1", "caged apps' TCP and UDP pass to the capture while the router runs", connect, weightD1, wfp.Permit, false, dynamic, apps, tcpUDP)
 		} else {
@@ -252,6 +328,7 @@ func NewPlan(env Env) (Plan, error) {
 		add(&p.Dynamic, "D4", what, accept, weightD4, wfp.Block, false, dynamic,
 			[]wfp.Condition{wfp.App(env.Router), wfp.Protocol(wfp.ProtoTCP)}, ports)
 	}
+	p.walls(add)
 	for _, l := range []wfp.Layer{wfp.LayerForwardV4, wfp.LayerForwardV6} {
 		var src []wfp.Condition
 		for _, s := range env.CageSubnets {
@@ -264,6 +341,70 @@ func NewPlan(env Env) (Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// addFunc is NewPlan's add: it appends one filter per layer (and boot-time twin).
+type addFunc func(dst *[]wfp.Filter, id, what string, layers []wfp.Layer, w uint64, a wfp.Action, hard bool, lt lifetime, conds ...[]wfp.Condition)
+
+// walls adds A0 to A3: the host takes no connection from the VM-facing adapters and the
+// cage subnets but DHCP (and, while the router runs, its forwards and inbounds, by D3), and
+// the router's listener and DNS port none from them at all (A0, above D3).
+func (p *Plan) walls(add addFunc) {
+	env := p.Env
+	var luids []wfp.Condition
+	var subnets []netip.Prefix
+	for _, a := range env.VMAdapters {
+		if a.LUID != 0 {
+			luids = append(luids, wfp.Interface(a.LUID))
+		}
+		subnets = append(subnets, a.Subnets...)
+	}
+	subnets = append(subnets, env.CageSubnets...)
+	slices.SortFunc(subnets, netip.Prefix.Compare)
+	subnets = slices.Compact(subnets)
+	if len(luids) == 0 && len(subnets) == 0 {
+		return
+	}
+	notLoopback := []wfp.Condition{wfp.FlagsClear(wfp.FlagLoopback)}
+	own := portConds(wfp.LocalPort, append(slices.Clone(env.Listeners), env.DNSPorts...))
+	for _, l := range []wfp.Layer{wfp.LayerAcceptV4, wfp.LayerAcceptV6} {
+		var from []wfp.Condition
+		for _, s := range subnets {
+			if s.Addr().Is6() == l.IPv6() {
+				from = append(from, wfp.RemoteAddr(s))
+			}
+		}
+		if len(own) > 0 && len(luids) > 0 {
+			add(&p.Persistent, "A0", "the router's listener and DNS take no connection arriving on a VM-facing adapter", []wfp.Layer{l}, weightA0, wfp.Block, false, persistent,
+				own, luids, notLoopback)
+		}
+		if len(own) > 0 && len(from) > 0 {
+			add(&p.Persistent, "A0 subnets", "the router's listener and DNS take no connection from a VM-facing or cage subnet", []wfp.Layer{l}, weightA0, wfp.Block, false, persistent,
+				own, from, notLoopback)
+		}
+		dhcp := ports.DHCPServer4 // a guest's DHCP reaches this machine through the walls
+		if l.IPv6() {
+			dhcp = ports.DHCPServer6
+		}
+		add(&p.Persistent, "A1", "a guest's DHCP passes the walls", []wfp.Layer{l}, weightA1, wfp.Permit, false, persistent,
+			[]wfp.Condition{wfp.Protocol(wfp.ProtoUDP), wfp.LocalPort(wfp.Port(dhcp))})
+		if len(luids) > 0 {
+			add(&p.Persistent, "A2", "this machine takes no connection arriving on a VM-facing adapter", []wfp.Layer{l}, weightA2, wfp.Block, false, persistentAndBoot,
+				luids, notLoopback)
+		}
+		if len(from) > 0 {
+			add(&p.Persistent, "A3", "this machine takes no connection from a VM-facing or cage subnet", []wfp.Layer{l}, weightA3, wfp.Block, false, persistentAndBoot,
+				from, notLoopback)
+		}
+	}
+}
+
+// baseWin is the file name of a Windows path.
+func baseWin(p string) string {
+	if i := strings.LastIndexAny(p, `\/`); i >= 0 {
+		return p[i+1:]
+	}
+	return p
 }
 
 type lifetime uint8
@@ -368,6 +509,26 @@ func normalize(env Env) (Env, error) {
 			errs = append(errs, fmt.Errorf("invalid cage subnet %v", s))
 		}
 	}
+	var vms []VMAdapter
+	seenLUID := map[uint64]bool{}
+	for _, a := range env.VMAdapters {
+		a.Subnets = slices.Clone(a.Subnets)
+		for i, s := range a.Subnets {
+			if !s.IsValid() {
+				errs = append(errs, fmt.Errorf("adapter %q: invalid subnet %v", a.Name, s))
+			}
+			a.Subnets[i] = s.Masked()
+		}
+		if a.LUID != 0 && seenLUID[a.LUID] {
+			continue
+		}
+		seenLUID[a.LUID] = true
+		slices.SortFunc(a.Subnets, netip.Prefix.Compare)
+		a.Subnets = slices.Compact(a.Subnets)
+		vms = append(vms, a)
+	}
+	slices.SortFunc(vms, func(a, b VMAdapter) int { return cmp.Or(cmp.Compare(a.LUID, b.LUID), strings.Compare(a.Name, b.Name)) })
+	env.VMAdapters = vms
 	return env, errors.Join(errs...)
 }
 

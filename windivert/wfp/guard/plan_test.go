@@ -21,16 +21,39 @@ const (
 	routerExe    = `C:\Program Files\router\router.exe`
 	chrome       = `C:\Program Files\Google\Chrome\Application\chrome.exe`
 	svchost      = `C:\Windows\System32\svchost.exe`
+	vmwareVMX    = `C:\Program Files (x86)\VMware\VMware Workstation\x64\vmware-vmx.exe`
+	vmnat        = `C:\Windows\SysWOW64\vmnat.exe`
+	authd        = `C:\Program Files (x86)\VMware\VMware Workstation\vmware-authd.exe`
 )
+
+// The LUIDs of the test machine's VM-facing adapters.
+const (
+	luidVBox   uint64 = 0x0006_0000_0100_0000
+	luidVMnet1 uint64 = 0x0006_0000_0200_0000
+	luidVMnet8 uint64 = 0x0006_0000_0300_0000
+	luidSwitch uint64 = 0x0006_0000_0400_0000
+)
+
+func vboxAdapter() VMAdapter {
+	return VMAdapter{Name: "VirtualBox Host-Only Ethernet Adapter", LUID: luidVBox, Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.56.0/24")}}
+}
+
+func vmwareAdapters() []VMAdapter {
+	return []VMAdapter{
+		{Name: "VMware Network Adapter VMnet8", LUID: luidVMnet8, Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.131.0/24")}},
+		{Name: "VMware Network Adapter VMnet1", LUID: luidVMnet1, Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.47.0/24")}},
+	}
+}
 
 // baseEnv is the README's worked example: VirtualBox, the model forwarded to the host-only network.
 func baseEnv() Env {
 	return Env{
-		CagedApps: []string{vboxVM, vboxHeadless, vboxNetNAT, strings.ToUpper(vboxVM)},
-		Router:    routerExe,
-		Service:   "router",
-		Listeners: []uint16{47100},
-		DNSPorts:  []uint16{47153},
+		VMAdapters: []VMAdapter{vboxAdapter()},
+		CagedApps:  []string{vboxVM, vboxHeadless, vboxNetNAT, strings.ToUpper(vboxVM)},
+		Router:     routerExe,
+		Service:    "router",
+		Listeners:  []uint16{47100},
+		DNSPorts:   []uint16{47153},
 		Forwards: []Forward{{
 			Listen:  netip.MustParseAddrPort("192.168.56.1:47831"),
 			Connect: netip.MustParseAddrPort("127.0.0.1:47831"),
@@ -45,10 +68,19 @@ func TestPlanGolden(t *testing.T) {
 		"local":      func(e *Env) { e.DNSAll = true },
 		"foreground": func(e *Env) { e.Service = "" },
 		"hyperv": func(e *Env) {
+			e.VMAdapters = append(e.VMAdapters, VMAdapter{Name: "vEthernet (agent)", LUID: luidSwitch, Subnets: []netip.Prefix{netip.MustParsePrefix("172.30.16.0/20")}})
 			e.CageSubnets = []netip.Prefix{netip.MustParsePrefix("172.30.16.0/20"), netip.MustParsePrefix("fd00:cafe::/64")}
 			e.Forwards[0].Allow = append(e.Forwards[0].Allow, netip.MustParsePrefix("fd00:cafe::/64"))
 		},
 		"noapps": func(e *Env) { e.CagedApps = nil; e.Forwards = nil },
+		// VMware NAT with the host-only adapter VMnet1 and the NAT one VMnet8: the walls on
+		// both adapters, authd's ports open to vmware-vmx.exe only.
+		"vmware": func(e *Env) {
+			e.CagedApps = []string{vmwareVMX, vmnat}
+			e.Forwards[0].Listen = netip.MustParseAddrPort("192.168.131.1:47831")
+			e.Forwards[0].Allow = []netip.Prefix{netip.MustParsePrefix("192.168.131.0/24")}
+			e.VMAdapters = vmwareAdapters()
+		},
 	}
 	for name, mod := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -116,6 +148,7 @@ func TestPlanRejects(t *testing.T) {
 		"forward no port":  func(e *Env) { e.Forwards[0].Listen = netip.AddrPort{} },
 		"bad cage subnet":  func(e *Env) { e.CageSubnets = []netip.Prefix{{}} },
 		"bad allow prefix": func(e *Env) { e.Forwards[0].Allow = []netip.Prefix{{}} },
+		"bad adapter":      func(e *Env) { e.VMAdapters[0].Subnets = []netip.Prefix{{}} },
 	} {
 		env := baseEnv()
 		mod(&env)

@@ -29,6 +29,12 @@ type Flow struct {
 	// Local and Remote are the process's end and the other end; for Forwarded, Local is
 	// the packet's source and Remote its destination.
 	Local, Remote netip.AddrPort
+	// Interface is the LUID of the local interface: where an Inbound connection arrived,
+	// where an Outbound one leaves (zero: one no filter names). For a connection between
+	// two ends of this machine made to an adapter's address, which interface Windows
+	// reports is not documented: tests give that adapter's, the worst case for a filter
+	// that must leave this machine's own connections alone.
+	Interface uint64
 }
 
 func (f Flow) String() string {
@@ -162,7 +168,12 @@ func holds(c wfp.Condition, fl Flow, flags uint32) bool {
 	case wfp.FieldRemoteAddr:
 		return c.Prefix.Contains(fl.Remote.Addr().Unmap())
 	case wfp.FieldFlags:
+		if c.None {
+			return flags&c.Flags == 0
+		}
 		return flags&c.Flags == c.Flags
+	case wfp.FieldInterface:
+		return fl.Interface != 0 && fl.Interface == c.LUID
 	}
 	return false
 }
@@ -182,9 +193,10 @@ type Firewall struct {
 
 // WindowsFirewall installs the stand-in: a persistent provider and sublayer (weight
 // FirewallWeight) and, at both accept layers, a block of every inbound connection
-// (persistent, with boot-time twins). That is what Windows does for a program no rule
-// allows: on a Public-profile network, and for a service, nobody is asked and nothing is
-// allowed. Allow adds the rules a user or an installer would.
+// (persistent, with boot-time twins) but a permit of loopback ones (both ends this
+// machine: Windows Firewall does not filter loopback). That is what Windows does for a
+// program no rule allows: on a Public-profile network, and for a service, nobody is asked
+// and nothing is allowed. Allow adds the rules a user or an installer would.
 func (e *Engine) WindowsFirewall() *Firewall {
 	ns := wfp.Key{0x4d, 0x50, 0x53, 0x53, 0x56, 0x43}
 	fw := &Firewall{e: e, Provider: wfp.NameKey(ns, "provider"), Sublayer: wfp.NameKey(ns, "sublayer")}
@@ -203,6 +215,9 @@ func (e *Engine) WindowsFirewall() *Firewall {
 			f := wfp.Filter{Key: wfp.NameKey(ns, name), Name: "Windows Firewall: " + name, Provider: fw.Provider, Sublayer: fw.Sublayer,
 				Layer: l, Weight: 0, Action: wfp.Block, Persistent: !boot, BootTime: boot}
 			e.st.filters[f.Key] = filter{f, o}
+			lo := wfp.Filter{Key: wfp.NameKey(ns, "loopback "+name), Name: "Windows Firewall: permit loopback " + l.String(), Provider: fw.Provider, Sublayer: fw.Sublayer,
+				Layer: l, Weight: 100, Action: wfp.Permit, Persistent: !boot, BootTime: boot, Conditions: []wfp.Condition{wfp.FlagsSet(wfp.FlagLoopback)}}
+			e.st.filters[lo.Key] = filter{lo, o}
 		}
 	}
 	return fw

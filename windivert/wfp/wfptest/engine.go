@@ -34,6 +34,14 @@
 //     a permit stands unless a later block overrides it. Nothing matching: permit.
 //   - The loopback flag is set when the remote address is a loopback address or one of
 //     the engine's host addresses (SetHostAddrs): both ends are this machine.
+//   - The accept layers (ALE_AUTH_RECV_ACCEPT) classify a connection a process takes, a
+//     TCP accept or the first datagram from a new remote to a UDP socket: Flow.App is the
+//     listening process, Remote the client, the loopback flag set when the client is this
+//     machine (at either end's address). Flow.Interface is the local interface the
+//     connection arrived on (IP_LOCAL_INTERFACE, an adapter's LUID). A condition on the
+//     flags matches "all set" or, FlagsClear, "none set"; like any two conditions on one
+//     field, two on the flags are OR-ed. Windows Firewall's stand-in (WindowsFirewall)
+//     blocks inbound connections no rule allows but never loopback ones.
 //
 // All methods are safe for concurrent use. The engine's mutex guards every field; the
 // observer set with Observe is called after each committed change, without the mutex held.

@@ -293,6 +293,70 @@ func TestFirewall(t *testing.T) {
 	}
 }
 
+// TestAcceptLayer: the accept layers classify a connection the process takes (App is the
+// listener, Remote the client): the loopback flag when the client is this machine, the
+// interface it arrived on, the none-set flag match, and Windows Firewall leaving loopback
+// alone.
+func TestAcceptLayer(t *testing.T) {
+	const luid = 0x0006_0000_0100_0000
+	in := func(local, remote string, ifc uint64) Flow {
+		return Flow{Dir: Inbound, App: app, Proto: wfp.ProtoTCP, Local: netip.MustParseAddrPort(local), Remote: netip.MustParseAddrPort(remote), Interface: ifc}
+	}
+	guest := in("192.168.56.1:445", "192.168.56.101:40000", luid)
+	own := in("192.168.56.1:445", "192.168.56.1:40001", luid) // this machine to its own adapter address
+	lo := in("127.0.0.1:445", "127.0.0.1:40002", 0)
+	lan := in("192.168.1.10:445", "192.168.1.20:40003", 0)
+	guest6 := in("[fe80::1]:445", "[fe80::a00:27ff:fe4e:66a1]:40004", luid)
+	notLo := wfp.FlagsClear(wfp.FlagLoopback)
+	for _, c := range []struct {
+		name  string
+		conds []wfp.Condition
+		flow  Flow
+		want  wfp.Action
+	}{
+		{"interface: a guest on the adapter", []wfp.Condition{wfp.Interface(luid)}, guest, wfp.Block},
+		{"interface: a LAN client", []wfp.Condition{wfp.Interface(luid)}, lan, wfp.Permit},
+		{"interface, not loopback: this machine's own connection", []wfp.Condition{wfp.Interface(luid), notLo}, own, wfp.Permit},
+		{"interface, not loopback: the guest", []wfp.Condition{wfp.Interface(luid), notLo}, guest, wfp.Block},
+		{"interface: a v6 link-local guest", []wfp.Condition{wfp.Interface(luid), notLo}, guest6, wfp.Block},
+		{"not loopback: 127.0.0.1", []wfp.Condition{notLo}, lo, wfp.Permit},
+		{"remote subnet, not loopback: own address", []wfp.Condition{wfp.RemoteAddr(netip.MustParsePrefix("192.168.56.0/24")), notLo}, own, wfp.Permit},
+		{"remote subnet, not loopback: guest", []wfp.Condition{wfp.RemoteAddr(netip.MustParsePrefix("192.168.56.0/24")), notLo}, guest, wfp.Block},
+		// Two conditions on the flags field are OR-ed, whatever their match types.
+		{"flags set or clear: always", []wfp.Condition{wfp.FlagsSet(wfp.FlagLoopback), notLo}, lo, wfp.Block},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := New()
+			e.SetHostAddrs(netip.MustParseAddr("192.168.1.10"), netip.MustParseAddr("192.168.56.1"))
+			s := setup(t, e)
+			layer := wfp.LayerAcceptV4
+			if c.flow.Remote.Addr().Is6() {
+				layer = wfp.LayerAcceptV6
+			}
+			f := wfp.Filter{Key: key(c.name), Name: "f", Provider: key("p"), Sublayer: key("lo"), Layer: layer, Weight: 1, Action: wfp.Block, Conditions: c.conds}
+			must(t, f.Validate())
+			must(t, s.AddFilter(f))
+			if got := e.Classify(c.flow); got.Action != c.want {
+				t.Errorf("%v: got %v, want %v", c.flow, got, c.want)
+			}
+		})
+	}
+	e := New()
+	e.WindowsFirewall()
+	if v := e.Classify(lo); v.Action != wfp.Permit {
+		t.Errorf("the firewall on loopback: %v, want permit (it does not filter loopback)", v)
+	}
+	if v := e.Classify(lan); v.Action != wfp.Block {
+		t.Errorf("the firewall on a LAN client no rule allows: %v, want block", v)
+	}
+	if err := (&wfp.Filter{Key: key("z"), Name: "z", Layer: wfp.LayerAcceptV4, Action: wfp.Block, Conditions: []wfp.Condition{wfp.Interface(0)}}).Validate(); err == nil {
+		t.Error("a zero LUID is valid")
+	}
+	if err := (&wfp.Filter{Key: key("z"), Name: "z", Layer: wfp.LayerForwardV4, Action: wfp.Block, Conditions: []wfp.Condition{wfp.Interface(luid)}}).Validate(); err == nil {
+		t.Error("an interface condition at the forward layer is valid")
+	}
+}
+
 // TestConcurrent exercises the locks (run with -race).
 func TestConcurrent(t *testing.T) {
 	e := New()

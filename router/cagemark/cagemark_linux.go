@@ -1,0 +1,482 @@
+package cagemark
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// Config is what Install puts in place.
+type Config struct {
+	// Names are the command names (comm) whose sockets are marked: exact, or a prefix with
+	// a trailing '*'. Names with other wildcards, or paths, are skipped (see Keys). No name
+	// at all: Install removes the program of the namespace.
+	Names []string
+	// Mark is the socket mark put on the sockets of Names. Required (not 0).
+	Mark uint32
+	// NetNS is an open file descriptor of the network namespace whose sockets are marked; 0
+	// means the caller's. The caller keeps ownership of it.
+	NetNS int
+}
+
+// Names of the maps, which every program of a namespace shares: how Install finds them.
+const (
+	progPrefix = "router_cage"
+	configName = "cage_config"
+	namesName  = "cage_names"
+	maxNames   = 256
+	configSize = 16 // u64 cookie, u32 mark, u32 padding
+	keySize    = 4 + commLen
+	// soNetnsCookie is SO_NETNS_COOKIE (include/uapi/asm-generic/socket.h).
+	soNetnsCookie = 71
+)
+
+// Keys returns the names trie's keys for names, and the names that cannot be told in the
+// kernel (a path, a wildcard other than a trailing '*').
+func Keys(names []string) (keys [][]byte, skipped []string) {
+	seen := map[string]bool{}
+	for _, n := range names {
+		k, ok := key(n)
+		if !ok {
+			skipped = append(skipped, n)
+			continue
+		}
+		if !seen[string(k)] {
+			seen[string(k)] = true
+			keys = append(keys, k)
+		}
+	}
+	return keys, skipped
+}
+
+// key encodes one name as an LPM trie key: the prefix length in bits, then the bytes of
+// comm that must match (an exact name ends with its NUL; comm holds at most 15 bytes).
+func key(name string) ([]byte, bool) {
+	base, prefix := strings.CutSuffix(name, "*")
+	if base == "" || strings.ContainsAny(base, "*?[]/\\\x00") {
+		return nil, false
+	}
+	data := []byte(base)
+	if len(data) > commLen-1 {
+		data = data[:commLen-1]
+	}
+	if !prefix {
+		data = append(data, 0)
+	}
+	k := binary.NativeEndian.AppendUint32(nil, uint32(len(data)*8))
+	k = append(k, data...)
+	return append(k, make([]byte, keySize-len(k))...), true
+}
+
+// Install marks the sockets of cfg.Names created or connected in cfg.NetNS from now on,
+// until Remove: it updates the programs already attached for that namespace, and loads and
+// attaches those missing.
+func Install(cfg Config) error {
+	keys, _ := Keys(cfg.Names)
+	if len(keys) == 0 {
+		return Remove(cfg.NetNS)
+	}
+	if cfg.Mark == 0 {
+		return errors.New("cagemark install: mark 0")
+	}
+	if len(keys) > maxNames {
+		return fmt.Errorf("cagemark install: %d names, at most %d", len(keys), maxNames)
+	}
+	cookie, err := netnsCookie(cfg.NetNS)
+	if err != nil {
+		return fmt.Errorf("cagemark install: %w", err)
+	}
+	cg, err := openCgroupRoot()
+	if err != nil {
+		return fmt.Errorf("cagemark install: %w", err)
+	}
+	defer unix.Close(cg)
+	found, err := attached(cg, cookie)
+	if err != nil {
+		return fmt.Errorf("cagemark install: %w", err)
+	}
+	defer found.close()
+	// The maps of the first program found serve every hook; a program with maps of its
+	// own (two installs that raced), or a second one on a hook, goes.
+	var m *prog
+	have := map[ebpf.AttachType]bool{}
+	for _, p := range found {
+		switch {
+		case m == nil:
+			m = p
+		case p.configID != m.configID || have[p.hook.attach]:
+			if err := detach(cg, p); err != nil {
+				return fmt.Errorf("cagemark install: %w", err)
+			}
+			continue
+		}
+		have[p.hook.attach] = true
+	}
+	if m == nil {
+		if m, err = newMaps(); err != nil {
+			return fmt.Errorf("cagemark install: %w", err)
+		}
+		defer m.close()
+	}
+	if err := fill(m, config(cookie, cfg.Mark), keys); err != nil {
+		return fmt.Errorf("cagemark install: %w", err)
+	}
+	for _, h := range hooks {
+		if have[h.attach] {
+			continue
+		}
+		if err := attach(cg, h, m); err != nil {
+			return fmt.Errorf("cagemark install: %w", err)
+		}
+	}
+	return nil
+}
+
+// Remove detaches the programs of the namespace netNS (0: the caller's); none attached is
+// not an error.
+func Remove(netNS int) error {
+	cookie, err := netnsCookie(netNS)
+	if err != nil {
+		return fmt.Errorf("cagemark remove: %w", err)
+	}
+	cg, err := openCgroupRoot()
+	if err != nil {
+		return fmt.Errorf("cagemark remove: %w", err)
+	}
+	defer unix.Close(cg)
+	found, err := attached(cg, cookie)
+	if err != nil {
+		return fmt.Errorf("cagemark remove: %w", err)
+	}
+	defer found.close()
+	for _, p := range found {
+		if err := detach(cg, p); err != nil {
+			return fmt.Errorf("cagemark remove: %w", err)
+		}
+	}
+	return nil
+}
+
+// Installed returns the names and the mark of the programs attached for netNS, or false
+// when not every hook has one.
+func Installed(netNS int) (names []string, mark uint32, ok bool, err error) {
+	cookie, err := netnsCookie(netNS)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("cagemark installed: %w", err)
+	}
+	cg, err := openCgroupRoot()
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("cagemark installed: %w", err)
+	}
+	defer unix.Close(cg)
+	found, err := attached(cg, cookie)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("cagemark installed: %w", err)
+	}
+	defer found.close()
+	have := map[ebpf.AttachType]bool{}
+	for _, p := range found {
+		have[p.hook.attach] = true
+	}
+	if len(have) != len(hooks) {
+		return nil, 0, false, nil
+	}
+	var k []byte
+	it := found[0].names.Iterate()
+	var v uint8
+	for it.Next(&k, &v) {
+		n := binary.NativeEndian.Uint32(k) / 8
+		s := string(k[4 : 4+n])
+		if exact, cut := strings.CutSuffix(s, "\x00"); cut {
+			s = exact
+		} else {
+			s += "*"
+		}
+		names = append(names, s)
+	}
+	if err := it.Err(); err != nil {
+		return nil, 0, false, fmt.Errorf("cagemark installed: names: %w", err)
+	}
+	return names, found[0].mark, true, nil
+}
+
+// prog is one attached program (prog, hook) with its maps, or the maps alone.
+type prog struct {
+	prog          *ebpf.Program
+	hook          hook
+	config, names *ebpf.Map
+	configID      ebpf.MapID
+	mark          uint32 // the mark its config holds (attached)
+}
+
+func (p *prog) close() {
+	if p.prog != nil {
+		p.prog.Close()
+	}
+	for _, m := range []*ebpf.Map{p.config, p.names} {
+		if m != nil {
+			m.Close()
+		}
+	}
+}
+
+type progs []*prog
+
+func (ps progs) close() {
+	for _, p := range ps {
+		p.close()
+	}
+}
+
+func config(cookie uint64, mark uint32) []byte {
+	b := binary.NativeEndian.AppendUint64(nil, cookie)
+	b = binary.NativeEndian.AppendUint32(b, mark)
+	return append(b, 0, 0, 0, 0)
+}
+
+// newMaps creates the config and names maps.
+func newMaps() (_ *prog, err error) {
+	p := &prog{}
+	defer func() {
+		if err != nil {
+			p.close()
+		}
+	}()
+	if p.config, err = ebpf.NewMap(&ebpf.MapSpec{Name: configName, Type: ebpf.Array, KeySize: 4, ValueSize: configSize, MaxEntries: 1}); err != nil {
+		return nil, fmt.Errorf("config map: %w", err)
+	}
+	if p.names, err = ebpf.NewMap(&ebpf.MapSpec{Name: namesName, Type: ebpf.LPMTrie, KeySize: keySize, ValueSize: 1,
+		MaxEntries: maxNames, Flags: unix.BPF_F_NO_PREALLOC}); err != nil {
+		return nil, fmt.Errorf("names map: %w", err)
+	}
+	return p, nil
+}
+
+// attach loads the program of h over the maps of m and attaches it to the cgroup cg; the
+// attachment holds it.
+func attach(cg int, h hook, m *prog) error {
+	pr, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
+		Name: h.name, Type: h.typ, AttachType: h.attach,
+		Instructions: program(h, m.config.FD(), m.names.FD()), License: "Dual MIT/GPL",
+	}, ebpf.ProgramOptions{})
+	if err != nil {
+		return fmt.Errorf("load program %s: %w", h.name, err)
+	}
+	defer pr.Close()
+	if err := link.RawAttachProgram(link.RawAttachProgramOptions{
+		Target: cg, Program: pr, Attach: h.attach, Flags: unix.BPF_F_ALLOW_MULTI,
+	}); err != nil {
+		return fmt.Errorf("attach %s to the cgroup root: %w", h.name, err)
+	}
+	return nil
+}
+
+// fill writes conf and makes the names trie hold exactly keys: the new ones first, then
+// the stale ones deleted, so that a name kept across a reload is never missing.
+func fill(p *prog, conf []byte, keys [][]byte) error {
+	for _, k := range keys {
+		if err := p.names.Put(k, uint8(1)); err != nil {
+			return fmt.Errorf("names map: %w", err)
+		}
+	}
+	want := map[string]bool{}
+	for _, k := range keys {
+		want[string(k)] = true
+	}
+	var stale [][]byte
+	var k []byte
+	var v uint8
+	it := p.names.Iterate()
+	for it.Next(&k, &v) {
+		if !want[string(k)] {
+			stale = append(stale, append([]byte(nil), k...))
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("names map: %w", err)
+	}
+	for _, k := range stale {
+		if err := p.names.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("names map: %w", err)
+		}
+	}
+	if err := p.config.Put(uint32(0), conf); err != nil {
+		return fmt.Errorf("config map: %w", err)
+	}
+	return nil
+}
+
+// attached returns the programs of this package attached to the cgroup cg, on every hook,
+// for the namespace cookie.
+func attached(cg int, cookie uint64) (progs, error) {
+	var out progs
+	for _, h := range hooks {
+		res, err := link.QueryPrograms(link.QueryOptions{Target: cg, Attach: h.attach})
+		if err != nil {
+			out.close()
+			return nil, fmt.Errorf("query the cgroup root's programs: %w", err)
+		}
+		for _, ap := range res.Programs {
+			p, err := open(ap.ID, h, cookie)
+			if err != nil {
+				out.close()
+				return nil, err
+			}
+			if p != nil {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// open returns the program id of hook h with its maps when it is ours and serves cookie,
+// else nil.
+func open(id ebpf.ProgramID, h hook, cookie uint64) (*prog, error) {
+	pr, err := ebpf.NewProgramFromID(id)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil // detached meanwhile
+	}
+	if err != nil {
+		return nil, fmt.Errorf("program %d: %w", id, err)
+	}
+	p := &prog{prog: pr, hook: h}
+	info, err := pr.Info()
+	if err != nil || !strings.HasPrefix(info.Name, progPrefix) {
+		p.close()
+		if err != nil {
+			return nil, fmt.Errorf("program %d: %w", id, err)
+		}
+		return nil, nil
+	}
+	ids, _ := info.MapIDs()
+	for _, mid := range ids {
+		m, err := ebpf.NewMapFromID(mid)
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("program %d: map %d: %w", id, mid, err)
+		}
+		mi, err := m.Info()
+		switch {
+		case err != nil:
+			m.Close()
+			p.close()
+			return nil, fmt.Errorf("program %d: map %d: %w", id, mid, err)
+		case mi.Name == configName && p.config == nil:
+			p.config, p.configID = m, mid
+		case mi.Name == namesName && p.names == nil:
+			p.names = m
+		default:
+			m.Close()
+		}
+	}
+	if p.config == nil || p.names == nil {
+		p.close()
+		return nil, nil
+	}
+	var conf []byte
+	if err := p.config.Lookup(uint32(0), &conf); err != nil || len(conf) < configSize ||
+		binary.NativeEndian.Uint64(conf[offCookie:]) != cookie {
+		p.close()
+		return nil, nil
+	}
+	p.mark = binary.NativeEndian.Uint32(conf[offMark:])
+	return p, nil
+}
+
+func detach(cg int, p *prog) error {
+	if err := link.RawDetachProgram(link.RawDetachProgramOptions{Target: cg, Program: p.prog, Attach: p.hook.attach}); err != nil {
+		return fmt.Errorf("detach %s from the cgroup root: %w", p.hook.name, err)
+	}
+	return nil
+}
+
+// netnsCookie returns the cookie of the network namespace fd (0: the caller's), which
+// bpf_get_netns_cookie gives the program for a socket created there.
+func netnsCookie(fd int) (uint64, error) {
+	get := func() (uint64, error) {
+		s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return 0, fmt.Errorf("network namespace cookie: socket: %w", err)
+		}
+		defer unix.Close(s)
+		c, err := unix.GetsockoptUint64(s, unix.SOL_SOCKET, soNetnsCookie)
+		if err != nil {
+			return 0, fmt.Errorf("network namespace cookie: %w", err)
+		}
+		return c, nil
+	}
+	if fd == 0 {
+		return get()
+	}
+	runtime.LockOSThread()
+	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return 0, fmt.Errorf("network namespace cookie: %w", err)
+	}
+	defer unix.Close(orig)
+	if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return 0, fmt.Errorf("network namespace cookie: setns: %w", err)
+	}
+	c, gerr := get()
+	if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+		// The thread stays locked, in the other namespace: it ends with this goroutine.
+		return 0, fmt.Errorf("network namespace cookie: setns back: %w", err)
+	}
+	runtime.UnlockOSThread()
+	return c, gerr
+}
+
+// openCgroupRoot opens the cgroup v2 hierarchy's root directory: where it is mounted, or
+// (inside `ip netns exec`, which mounts a sysfs of its own over /sys) a mount of its own,
+// taken away again at once (the descriptor stays valid).
+func openCgroupRoot() (int, error) {
+	if dir := cgroup2Mount(); dir != "" {
+		if fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+			return fd, nil
+		}
+	}
+	dir, err := os.MkdirTemp("", "router-cgroup-")
+	if err != nil {
+		return -1, fmt.Errorf("cgroup2 mount point: %w", err)
+	}
+	defer os.Remove(dir)
+	if err := unix.Mount("cgroup2", dir, "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return -1, fmt.Errorf("mount cgroup2: %w", err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open the cgroup2 root: %w", err)
+	}
+	return fd, nil
+}
+
+// cgroup2Mount returns where this mount namespace has the whole cgroup v2 hierarchy
+// mounted, or "" (/proc/self/mountinfo: root, mount point, and the type after " - ").
+func cgroup2Mount() string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		fields, typ := strings.Fields(pre), strings.Fields(post)
+		if ok && len(fields) >= 5 && len(typ) >= 1 && typ[0] == "cgroup2" && fields[3] == "/" {
+			return fields[4]
+		}
+	}
+	return ""
+}

@@ -1,0 +1,108 @@
+package cagemark
+
+import (
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+)
+
+// Offsets in the programs' stack (from R10) and in the structures they read.
+const (
+	stKey       = -4  // u32: key 0 of the config map
+	stMark      = -8  // u32: the mark, for bpf_setsockopt
+	stLPM       = -28 // u32 prefix length, then the 16 bytes of comm: the names trie's key
+	stComm      = -24
+	commLen     = 16 // TASK_COMM_LEN, the NUL included
+	offCookie   = 0  // config value: u64 network namespace cookie
+	offMark     = 8  //               u32 mark
+	offSockMark = 16 // struct bpf_sock: bound_dev_if, family, type, protocol, mark
+	offAddrSk   = 64 // struct bpf_sock_addr: ..., msg_src_ip6[4], then the socket
+	solSocket   = 1  // SOL_SOCKET
+	soMark      = 36 // SO_MARK
+)
+
+// hook is one cgroup hook the package attaches a program to.
+type hook struct {
+	name   string // the program's name (at most 15 bytes)
+	typ    ebpf.ProgramType
+	attach ebpf.AttachType
+}
+
+// hooks: socket creation marks the socket; connect marks a socket a caged process made
+// before the program was there (a NAT's pool of sockets opened at its start); sendmsg
+// refuses a datagram such an unmarked socket sends unconnected (the kernel lets no
+// program set a mark there).
+var hooks = []hook{
+	{"router_cage", ebpf.CGroupSock, ebpf.AttachCGroupInetSockCreate},
+	{"router_cage_c4", ebpf.CGroupSockAddr, ebpf.AttachCGroupInet4Connect},
+	{"router_cage_c6", ebpf.CGroupSockAddr, ebpf.AttachCGroupInet6Connect},
+	{"router_cage_s4", ebpf.CGroupSockAddr, ebpf.AttachCGroupUDP4Sendmsg},
+	{"router_cage_s6", ebpf.CGroupSockAddr, ebpf.AttachCGroupUDP6Sendmsg},
+}
+
+// program is the program of hook h. In C:
+//
+//	c = config[0]; if (!c || bpf_get_netns_cookie(ctx) != c->cookie) return 1;
+//	key = {128, comm}; bpf_get_current_comm(key.comm, 16);
+//	if (!names[key]) return 1;             // longest prefix: an exact name or a "prefix*"
+//	sock_create:  ctx->mark = c->mark;
+//	connect:      if (ctx->sk->mark != c->mark) bpf_setsockopt(ctx, SOL_SOCKET, SO_MARK, &c->mark, 4);
+//	sendmsg:      if (ctx->sk->mark != c->mark) return 0;   // EPERM
+//	return 1;
+func program(h hook, config, names int) asm.Instructions {
+	insns := asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.StoreImm(asm.RFP, stKey, 0, asm.Word),
+		asm.LoadMapPtr(asm.R1, config),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, stKey),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass"),
+		asm.Mov.Reg(asm.R7, asm.R0),
+		asm.Mov.Reg(asm.R1, asm.R6),
+		asm.FnGetNetnsCookie.Call(),
+		asm.LoadMem(asm.R1, asm.R7, offCookie, asm.DWord),
+		asm.JNE.Reg(asm.R0, asm.R1, "pass"),
+
+		asm.StoreImm(asm.RFP, stLPM, commLen*8, asm.Word),
+		asm.Mov.Reg(asm.R1, asm.RFP),
+		asm.Add.Imm(asm.R1, stComm),
+		asm.Mov.Imm(asm.R2, commLen),
+		asm.FnGetCurrentComm.Call(),
+		asm.LoadMapPtr(asm.R1, names),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, stLPM),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass"),
+		asm.LoadMem(asm.R8, asm.R7, offMark, asm.Word),
+	}
+	switch h.attach {
+	case ebpf.AttachCGroupInetSockCreate:
+		insns = append(insns, asm.StoreMem(asm.R6, offSockMark, asm.R8, asm.Word))
+	case ebpf.AttachCGroupInet4Connect, ebpf.AttachCGroupInet6Connect:
+		insns = append(insns,
+			asm.LoadMem(asm.R1, asm.R6, offAddrSk, asm.DWord),
+			asm.LoadMem(asm.R1, asm.R1, offSockMark, asm.Word),
+			asm.JEq.Reg(asm.R1, asm.R8, "pass"),
+			asm.StoreMem(asm.RFP, stMark, asm.R8, asm.Word),
+			asm.Mov.Reg(asm.R1, asm.R6),
+			asm.Mov.Imm(asm.R2, solSocket),
+			asm.Mov.Imm(asm.R3, soMark),
+			asm.Mov.Reg(asm.R4, asm.RFP),
+			asm.Add.Imm(asm.R4, stMark),
+			asm.Mov.Imm(asm.R5, 4),
+			asm.FnSetsockopt.Call(),
+		)
+	default: // sendmsg
+		insns = append(insns,
+			asm.LoadMem(asm.R1, asm.R6, offAddrSk, asm.DWord),
+			asm.LoadMem(asm.R1, asm.R1, offSockMark, asm.Word),
+			asm.JEq.Reg(asm.R1, asm.R8, "pass"),
+			asm.Mov.Imm(asm.R0, 0),
+			asm.Return(),
+		)
+	}
+	return append(insns,
+		asm.Mov.Imm(asm.R0, 1).WithSymbol("pass"),
+		asm.Return(),
+	)
+}
