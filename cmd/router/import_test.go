@@ -26,7 +26,7 @@ func TestImportProxifier(t *testing.T) {
 	trap := filepath.Join(dir, "trap.toml")
 	out, errOut, code := run(t, "import", "proxifier", "../../testdata/proxifier/windows-trap.ppx", "-o", trap)
 	if code != exitFindings || !strings.Contains(out, `error: rule #2 "Model direct" is shadowed for local destinations: rule #1 "Hypervisor"`) ||
-		!strings.Contains(out, "windows-trap.ppx:28: changed: rule \"Model direct\"") {
+		!strings.Contains(out, "windows-trap.ppx:34: changed: rule \"Default\"") {
 		t.Errorf("trap: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	if _, _, code := run(t, "lint", "--config", trap, "--os", "windows"); code != exitFindings {

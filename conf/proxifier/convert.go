@@ -61,7 +61,7 @@ type converter struct {
 	blocks   []block           // their tables, written once the rules say which are used
 	used     map[string]bool
 	rulesOut strings.Builder
-	// localDirect is the first enabled Direct rule that names loopback, or -1.
+	// localDirect is the first enabled Direct rule that names loopback and no port, or -1.
 	localDirect int
 }
 
@@ -489,13 +489,13 @@ func (c *converter) writeRules() {
 			cagingApps = true
 		}
 		lastDirectBare = r.Enabled && r.Action == "Direct" && len(r.Applications.Items)+len(r.Targets.Items)+len(r.Ports.Items) == 0
-		if r.Enabled && r.Action == "Direct" && c.localDirect < 0 && slices.ContainsFunc(r.Targets.Items, isLoopback) {
+		if r.Enabled && r.Action == "Direct" && c.localDirect < 0 && len(r.Ports.Items) == 0 && slices.ContainsFunc(r.Targets.Items, isLoopback) {
 			c.localDirect = i
 		}
 	}
 	if cagingApps && c.localDirect >= 0 {
 		r := &c.p.Rules[c.localDirect]
-		c.note(r.Line, Changed, "rule %q sends this machine's own addresses direct, but the apps of proxy and block rules are caged, and a caged app reaches this machine only on a forward's port: give the model (or whatever it must reach here) a [[forward]], the router's replacement for netsh portproxy", r.Name)
+		c.note(r.Line, Changed, "rule %q sends this machine's own addresses direct on any port, but the apps of proxy and block rules are caged, and a caged app reaches this machine only on the ports a direct rule or a forward names: name the port (the model's), or give it a [[forward]], the router's replacement for netsh portproxy", r.Name)
 	}
 	if cagingApps && lastDirectBare {
 		last := &c.p.Rules[len(c.p.Rules)-1]
