@@ -2,7 +2,9 @@ package conf
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentcage/router/rules"
@@ -30,6 +32,7 @@ const (
 )
 
 func (d *decoder) check(c *Config) {
+	d.checkChains(c)
 	d.checkForwards(c)
 	d.checkMetrics(c)
 	d.checkDNS(c)
@@ -142,13 +145,13 @@ func (d *decoder) checkUDP(c *Config) {
 			if k, ok := d.proxies[n]; ok && !c.Proxies[k].CarriesUDP() {
 				p := &c.Proxies[k]
 				d.fail(at{path: "rule[" + strconv.Itoa(i+1) + "].proxy", where: "rule #" + strconv.Itoa(i+1) + " " + strconv.Quote(r.Name) + ", proxy"},
-					"the rule takes UDP (network = \"udp\") but [proxy.%s] is %s, and HTTP CONNECT carries TCP only: use a socks5 proxy for it", n, p.Type)
+					"the rule takes UDP (network = \"udp\") but [proxy.%s] %s: use a socks5 proxy reached directly for it", n, p.noUDP())
 			}
 		}
 	}
 	if c.DNS.Transport == DNSOverUDP {
 		if p, ok := c.Proxy(c.DNS.Proxy); ok && !p.CarriesUDP() {
-			d.fail(at{path: "dns.transport"}, "DNS over UDP goes through [proxy.%s], which is %s and carries TCP only: use transport = \"tcp\"", p.Name, p.Type)
+			d.fail(at{path: "dns.transport"}, "DNS over UDP goes through [proxy.%s], which %s: use transport = \"tcp\"", p.Name, p.noUDP())
 		}
 	}
 }
@@ -188,6 +191,55 @@ func (d *decoder) checkDNS(c *Config) {
 	if r := c.DNS.Resolver; r != "" {
 		if err := CheckResolver(r); err != nil {
 			d.fail(at{path: "dns.resolver"}, "%v", err)
+		}
+	}
+}
+
+// noUDP says why p carries no UDP, for messages.
+func (p *Proxy) noUDP() string {
+	switch {
+	case p.Type == ProxySOCKS4:
+		return "is socks4, which carries TCP only"
+	case p.Type != ProxySOCKS5:
+		return "is " + p.Type + ", and HTTP CONNECT carries TCP only"
+	}
+	return "is reached through [proxy." + p.Via + "] (a chain), and a chain carries TCP only: the router does not nest UDP associations"
+}
+
+// checkChains: each via names another defined proxy, and following the vias from any
+// proxy ends at one dialed directly, within MaxChain proxies: no cycle, no endless chain.
+// A cycle is reported once per proxy on it.
+func (d *decoder) checkChains(c *Config) {
+	for i := range c.Proxies {
+		p := &c.Proxies[i]
+		if p.Via == "" {
+			continue
+		}
+		a := at{path: "proxy." + p.Name + ".via"}
+		if p.Via == p.Name {
+			d.fail(a, "a proxy cannot be reached through itself")
+			continue
+		}
+		if _, ok := d.proxies[p.Via]; !ok {
+			d.fail(a, "no [proxy.%s] is defined%s", p.Via, d.known(c))
+			continue
+		}
+		path := []string{p.Name}
+		for cur := p; cur.Via != ""; {
+			k, ok := d.proxies[cur.Via]
+			if !ok {
+				break // reported at that proxy
+			}
+			cur = &c.Proxies[k]
+			if slices.Contains(path, cur.Name) {
+				d.fail(a, "the chain comes back to itself: %s", strings.Join(append(path, cur.Name), " via "))
+				break
+			}
+			path = append(path, cur.Name)
+			if len(path) > MaxChain {
+				d.fail(a, "the chain %s… is longer than %d proxies", strings.Join(path[:MaxChain], " via "), MaxChain)
+				break
+			}
 		}
 	}
 }

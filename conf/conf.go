@@ -88,6 +88,7 @@ func (c *Config) Proxy(name string) (*Proxy, bool) {
 // Proxy types ([proxy.NAME] type).
 const (
 	ProxySOCKS5 = "socks5" // RFC 1928; the default
+	ProxySOCKS4 = "socks4" // SOCKS4, and SOCKS4a for names (TCP only)
 	ProxyHTTP   = "http"   // HTTP CONNECT
 	ProxyHTTPS  = "https"  // HTTP CONNECT over TLS to the proxy
 )
@@ -118,11 +119,20 @@ type Proxy struct {
 	// zero means no probe (the health comes from the flows' own connects).
 	HealthCheck  time.Duration
 	HealthTarget string
-	Line         int
+	// Via names the proxy this one is reached through (a chain: the router connects to Via,
+	// asks it for Host:Port, and speaks this proxy's protocol over that tunnel); "" means
+	// this proxy is dialed directly. checkChains refuses cycles and chains over MaxChain.
+	Via  string
+	Line int
 }
 
-// CarriesUDP reports whether the proxy can carry UDP (SOCKS5 UDP ASSOCIATE).
-func (p *Proxy) CarriesUDP() bool { return p.Type == ProxySOCKS5 }
+// MaxChain is the most proxies a chain may hold, the first hop and the last included.
+const MaxChain = 8
+
+// CarriesUDP reports whether the proxy can carry UDP (SOCKS5 UDP ASSOCIATE). A chained
+// proxy (Via set) carries none: its UDP relay would have to be reached through the hops
+// before it, and the router does not nest UDP associations.
+func (p *Proxy) CarriesUDP() bool { return p.Type == ProxySOCKS5 && p.Via == "" }
 
 // ProxyNames splits a rule's proxy (one name, or a failover list joined by ",", in order).
 func ProxyNames(proxy string) []string {

@@ -17,7 +17,7 @@ import (
 // The keys of each table, in the order docs/config.md documents them.
 var (
 	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "metrics", "rule"}
-	proxyKeys   = []string{"type", "address", "username", "password_env", "password_file", "pipeline", "ca_file", "health_check", "health_target"}
+	proxyKeys   = []string{"type", "address", "via", "username", "password_env", "password_file", "pipeline", "ca_file", "health_check", "health_target"}
 	captureKeys = []string{"vm_networks", "vm_interfaces", "hypervisors", "cage_subnets", "local", "local_udp_allow", "listener_port", "dns_port", "udp_port", "mark", "table"}
 	forwardKeys = []string{"name", "listen", "connect", "allow", "api", "allow_paths", "max_body", "unsafe_any_address"}
 	inboundKeys = []string{"name", "type", "listen", "allow", "unsafe_any_address"}
@@ -25,7 +25,7 @@ var (
 	relayKeys   = []string{"idle_timeout", "connect_timeout", "sockmap"}
 	logKeys     = []string{"level", "format"}
 	metricsKeys = []string{"listen", "unsafe_listen"}
-	ruleKeys    = []string{"name", "apps", "services", "sources", "caged", "hosts", "ports", "network", "action", "proxy"}
+	ruleKeys    = []string{"name", "enabled", "apps", "services", "sources", "caged", "hosts", "ports", "network", "action", "proxy"}
 )
 
 // config decodes the whole file: every table, then the checks across keys (check.go).
@@ -122,18 +122,23 @@ func (d *decoder) decodeProxies(c *Config, v any) {
 		if v, ok := pm["type"]; ok {
 			if s, ok := d.str(a.key("type"), v); ok {
 				switch s {
-				case ProxySOCKS5, ProxyHTTP, ProxyHTTPS:
+				case ProxySOCKS5, ProxySOCKS4, ProxyHTTP, ProxyHTTPS:
 					p.Type = s
 					// HTTP proxies may drop the client's bytes sent before their answer:
 					// pipelining is for the ones known to relay them.
 					p.Pipeline = s == ProxySOCKS5
 				default:
-					d.fail(a.key("type"), "%q is not socks5, http or https", s)
+					d.fail(a.key("type"), "%q is not socks5, socks4, http or https", s)
 				}
 			}
 		}
 		if v, ok := pm["pipeline"]; ok {
 			p.Pipeline, _ = d.boolean(a.key("pipeline"), v)
+		}
+		if v, ok := pm["via"]; ok {
+			if s, ok := d.str(a.key("via"), v); ok {
+				p.Via = s // checked once every proxy is known (checkChains)
+			}
 		}
 		d.proxyExtras(&p, a, pm)
 		d.checkKeys(a, pm, append(slices.Clone(proxyKeys), "password"))
@@ -175,6 +180,12 @@ func (d *decoder) decodeProxies(c *Config, v any) {
 		switch {
 		case p.PasswordEnv != "" && p.PasswordFile != "":
 			d.fail(a.key("password_file"), "give password_env or password_file, not both")
+		case p.Type == ProxySOCKS4 && (p.PasswordEnv != "" || p.PasswordFile != ""):
+			d.fail(a, "SOCKS4 has no password, only a user ID: keep username, drop password_env and password_file")
+		case p.Type == ProxySOCKS4 && (len(p.Username) > 255 || strings.ContainsRune(p.Username, 0)):
+			d.fail(a.key("username"), "a SOCKS4 user ID is at most 255 bytes, without NUL")
+		case p.Type == ProxySOCKS4:
+			// The user ID travels in clear and proves nothing: no password to read.
 		case p.Username != "" && p.PasswordEnv == "" && p.PasswordFile == "" && pm["password"] == nil:
 			d.fail(a.key("username"), "a username needs a password: add password_env or password_file")
 		case p.Username == "" && (p.PasswordEnv != "" || p.PasswordFile != ""):
@@ -199,7 +210,7 @@ func (d *decoder) decodeProxies(c *Config, v any) {
 			}
 			p.Password = d.checkPassword(a.key("password_file"), pw)
 		}
-		if p.Type != ProxySOCKS5 && p.Username != "" {
+		if (p.Type == ProxyHTTP || p.Type == ProxyHTTPS) && p.Username != "" {
 			if err := CheckBasicAuth(p.Username, p.Password.Reveal()); err != nil {
 				d.fail(a.key("username"), "%v", err)
 			}
@@ -717,6 +728,11 @@ func (d *decoder) rules(c *Config, v any) {
 		}
 		a.where += " " + strconv.Quote(r.Name)
 		d.checkKeys(a, m, ruleKeys)
+		if v, ok := m["enabled"]; ok {
+			if b, ok := d.boolean(a.key("enabled"), v); ok {
+				r.Disabled = !b
+			}
+		}
 		d.ruleFields(c, &r, a, m)
 		c.Rules = append(c.Rules, r)
 		c.RuleLines = append(c.RuleLines, d.loc.line(a.path))

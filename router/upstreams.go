@@ -62,11 +62,23 @@ func (r *Router) prepareUpstreams(np *compiled) error {
 	r.mu.Unlock()
 	np.ups = map[string]upstream.Upstream{}
 	np.tracked = map[string]*trackedUp{}
-	for _, c := range np.Upstreams {
-		if t, ok := old[c.Name]; ok && t.cfg.same(c) {
+	order, err := chainOrder(np.Upstreams)
+	if err != nil {
+		return err
+	}
+	for _, c := range order {
+		opts := r.upstreamOptions()
+		var via *trackedUp
+		if c.Via != "" {
+			via = np.tracked[c.Via] // built before: chainOrder puts every via first
+			opts.Via = via.tr
+		}
+		// A chained proxy is kept only when its via is kept too (the old one dials the
+		// old via).
+		if t, ok := old[c.Name]; ok && t.cfg.same(c) && (via == nil || old[c.Via] == via) {
 			np.tracked[c.Name] = t
 		} else {
-			u, err := upstream.New(c.Config, r.upstreamOptions())
+			u, err := upstream.New(c.Config, opts)
 			if err != nil {
 				return err
 			}
@@ -174,4 +186,49 @@ func (r *Router) DialUpstream(ctx context.Context, proxy, address string) (net.C
 		return nil, err
 	}
 	return up.Connect(ctx, dst, nil)
+}
+
+// chainOrder returns the upstreams with every proxy after the one it is reached through
+// (its via), refusing an unknown via and a cycle (conf refuses both at load; a config built
+// in code is checked here).
+func chainOrder(ups []UpstreamConfig) ([]UpstreamConfig, error) {
+	byName := make(map[string]int, len(ups))
+	for i, c := range ups {
+		byName[c.Name] = i
+	}
+	const (
+		unseen = iota
+		visiting
+		done
+	)
+	state := make([]int, len(ups))
+	out := make([]UpstreamConfig, 0, len(ups))
+	var visit func(i int) error
+	visit = func(i int) error {
+		switch state[i] {
+		case done:
+			return nil
+		case visiting:
+			return fmt.Errorf("router: proxy %q: its chain of vias comes back to it", ups[i].Name)
+		}
+		state[i] = visiting
+		if v := ups[i].Via; v != "" {
+			j, ok := byName[v]
+			if !ok {
+				return fmt.Errorf("router: proxy %q: via %q is no proxy of the config", ups[i].Name, v)
+			}
+			if err := visit(j); err != nil {
+				return err
+			}
+		}
+		state[i] = done
+		out = append(out, ups[i])
+		return nil
+	}
+	for i := range ups {
+		if err := visit(i); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

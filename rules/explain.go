@@ -35,6 +35,8 @@ func Explain(rs []Rule, q *Query) (Verdict, []Step) {
 // why says in words why field did not match.
 func (r *Rule) why(field string, f *flow) string {
 	switch field {
+	case FieldEnabled:
+		return "the rule is disabled (enabled = false): it matches nothing"
 	case FieldNetwork:
 		if f.network == AnyNetwork {
 			return "the flow's network is unknown; the rule wants " + r.Network.String()

@@ -42,6 +42,9 @@ func newFlow(q *Query) flow {
 }
 
 func (r *Rule) mismatch(f *flow) string {
+	if r.Disabled {
+		return FieldEnabled
+	}
 	if r.Network != AnyNetwork && r.Network != f.network {
 		return FieldNetwork
 	}

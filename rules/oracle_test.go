@@ -54,6 +54,7 @@ func (g *gen) rule(i int) Rule {
 		r.Network = Network(1 + g.r.IntN(2))
 	}
 	r.Caged = g.r.IntN(5) == 0
+	r.Disabled = g.r.IntN(8) == 0
 	for range g.few() {
 		r.Sources = append(r.Sources, g.ipRange())
 	}

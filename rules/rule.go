@@ -99,6 +99,9 @@ type Rule struct {
 	Caged  bool
 	Action Action
 	Proxy  string // the upstream's name when Action is Proxy
+	// Disabled keeps the rule in the list but out of every decision: it never matches, and
+	// Explain says so (the config's `enabled = false`, a Proxifier rule's unticked box).
+	Disabled bool
 }
 
 // Query describes one flow. Decide and Explain never modify it.
@@ -175,6 +178,8 @@ const (
 	FieldApps     = "apps"
 	FieldServices = "services"
 	FieldCaged    = "caged"
+	// FieldEnabled is the "field" a disabled rule fails on: it matches nothing.
+	FieldEnabled = "enabled"
 )
 
 // Bare reports whether r names neither the flow (sources, apps, services, caged) nor its
@@ -182,6 +187,10 @@ const (
 func (r *Rule) Bare() bool {
 	return len(r.Sources) == 0 && len(r.Hosts) == 0 && len(r.Ports) == 0 && len(r.Apps) == 0 && len(r.Services) == 0 && !r.Caged
 }
+
+// Cages reports whether r puts the processes it names (apps, services) in the cage: an
+// enabled proxy or block rule. A disabled rule cages nothing, as it decides nothing.
+func (r *Rule) Cages() bool { return !r.Disabled && r.Action != Direct }
 
 // HostOnly reports whether r is a bare direct rule, the host-only catch-all: a direct rule
 // that names nothing takes this host's own flows only, never caged ones (a caged flow no

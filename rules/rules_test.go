@@ -371,3 +371,22 @@ func TestBaseName(t *testing.T) {
 		}
 	}
 }
+
+func TestDisabledRuleNeverMatches(t *testing.T) {
+	rs := ruleSet(t, "off block ports=443", "default direct")
+	rs[0].Disabled = true
+	q := query(t, "net=tcp dst=203.0.113.1 port=443")
+	for name, got := range map[string]Verdict{"linear": Linear(rs, q), "table": Compile(rs).Decide(q)} {
+		if got.Name != "default" {
+			t.Errorf("%s: got %+v, want the default rule", name, got)
+		}
+	}
+	if rs[0].Match(q) {
+		t.Error("Match: a disabled rule matched")
+	}
+	_, steps := Explain(rs, q)
+	want := Step{Index: 0, Name: "off", Field: FieldEnabled, Reason: "the rule is disabled (enabled = false): it matches nothing"}
+	if len(steps) != 2 || steps[0] != want {
+		t.Errorf("steps = %+v, want first %+v", steps, want)
+	}
+}

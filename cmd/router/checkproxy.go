@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/agentcage/router/cmd/router/checkip"
 	"github.com/agentcage/router/cmd/router/proxycheck"
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/router/daemon"
+	"github.com/agentcage/router/router/upstream"
 )
 
 func cmdCheckProxy(args []string, stdout, stderr io.Writer) int {
@@ -47,13 +49,40 @@ func cmdCheckProxy(args []string, stdout, stderr io.Writer) int {
 	}
 	var reports []*proxycheck.Report
 	found := false
+	checked := map[string]bool{}
 	for _, px := range cfg.Proxies {
 		if *only != "" && px.Name != *only {
 			continue
 		}
 		found = true
-		u := daemon.UpstreamConfig(px)
-		reports = append(reports, proxycheck.Check(context.Background(), u.Config, opts))
+		// A chain is reported hop by hop: the proxies it goes through first (each alone,
+		// once), then the proxy through them.
+		hops := []conf.Proxy{px}
+		for p := px; p.Via != ""; {
+			next, ok := cfg.Proxy(p.Via)
+			if !ok {
+				break
+			}
+			p = *next
+			hops = append([]conf.Proxy{p}, hops...)
+		}
+		var via upstream.Upstream
+		for _, hop := range hops {
+			u := daemon.UpstreamConfig(hop)
+			o := opts
+			o.Via = via
+			if !checked[hop.Name] {
+				checked[hop.Name] = true
+				reports = append(reports, proxycheck.Check(context.Background(), u.Config, o))
+			}
+			next, err := upstream.New(u.Config, upstream.Options{Dial: opts.Dial, Via: via, Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
+				return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+			}})
+			if err != nil {
+				break // reported by the hop's own check
+			}
+			via = next
+		}
 	}
 	if !found {
 		fmt.Fprintf(stderr, "router check-proxy: no [proxy.%s] in %s\n", *only, cfg.File)

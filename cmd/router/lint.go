@@ -50,15 +50,21 @@ func cmdLint(args []string, stdout, stderr io.Writer) int {
 		}
 		return code
 	}
+	printFindings(stdout, cfg.File, findings)
+	return code
+}
+
+// printFindings writes lint's findings as `router lint` prints them, and the count.
+func printFindings(w io.Writer, file string, findings []lint.Finding) {
 	errs, warns := 0, 0
 	for _, f := range findings {
-		where := cfg.File
+		where := file
 		if f.Line > 0 {
 			where += ":" + strconv.Itoa(f.Line)
 		}
-		fmt.Fprintf(stdout, "%s: %s: %s [%s]\n", where, f.Severity, f.Message, f.Check)
+		fmt.Fprintf(w, "%s: %s: %s [%s]\n", where, f.Severity, f.Message, f.Check)
 		if f.Fix != "" {
-			fmt.Fprintf(stdout, "    fix: %s\n", f.Fix)
+			fmt.Fprintf(w, "    fix: %s\n", f.Fix)
 		}
 		switch f.Severity {
 		case lint.Error:
@@ -67,8 +73,7 @@ func cmdLint(args []string, stdout, stderr io.Writer) int {
 			warns++
 		}
 	}
-	fmt.Fprintf(stdout, "%s: %s, %s\n", cfg.File, plural(errs, "error"), plural(warns, "warning"))
-	return code
+	fmt.Fprintf(w, "%s: %s, %s\n", file, plural(errs, "error"), plural(warns, "warning"))
 }
 
 func plural(n int, word string) string {

@@ -39,6 +39,7 @@ func commands() []command {
 		{"service", "install --config FILE | uninstall | start | stop", "Windows: run the router as a service (Linux: dist/router.service)", cmdService},
 		{"guard", "--config FILE", "install the fail-closed guard alone, without the daemon (at boot, after a failed start)", cmdGuard},
 		{"cleanup", "[--config FILE | --table NAME] [--socket PATH] [--force]", "remove the router's capture and guard (lets VM traffic flow unproxied); --force stops a running router first", cmdCleanup},
+		{"import", "proxifier PROFILE.ppx [-o FILE] [--force]", "turn a Proxifier profile into a config, say what could not be carried, and lint it", cmdImport},
 		{"adapters", "[--json]", "Windows: the VM-facing adapters, their subnets, and whether Windows NAT or forwarding carries their guests", cmdAdapters},
 	}
 }

@@ -80,7 +80,7 @@ func writeStatus(w io.Writer, st *control.Status, now time.Time) {
 	}
 	fmt.Fprintln(tw, "\nRULE\tACTION\tFLOWS\tBYTES")
 	for _, r := range st.Rules {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", statusRule(r.Index, r.Name), actionText(r.Action, r.Proxy), r.Hits, humanBytes(r.Bytes))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", statusRule(r.Index, r.Name), ruleAction(r), r.Hits, humanBytes(r.Bytes))
 	}
 	if len(st.Caged) > 0 {
 		fmt.Fprintln(tw, "\nCAGED PROCESS\tPID\tFLOWS\tREFUSED\tLAST")
@@ -104,6 +104,15 @@ func writeStatus(w io.Writer, st *control.Status, now time.Time) {
 			f.Age.Round(time.Second), humanBytes(f.Up), humanBytes(f.Down), humanRate(f.UpRate), humanRate(f.DownRate))
 	}
 	tw.Flush()
+}
+
+// ruleAction is a rule's action as status and watch show it: "disabled (proxy via exit)"
+// for a rule with enabled = false.
+func ruleAction(r control.RuleStat) string {
+	if r.Disabled {
+		return "disabled (" + actionText(r.Action, r.Proxy) + ")"
+	}
+	return actionText(r.Action, r.Proxy)
 }
 
 // statusRule is "#3 name" for a rule, the step's name for an implicit step.

@@ -267,7 +267,7 @@ func (m watchModel) sections() []section {
 		rules := drawable(m, st.Rules)
 		rows := make([][]string, len(rules))
 		for i, r := range rules {
-			rows[i] = []string{statusRule(r.Index, r.Name), actionText(r.Action, r.Proxy), fmt.Sprint(r.Hits), humanBytes(r.Bytes)}
+			rows[i] = []string{statusRule(r.Index, r.Name), ruleAction(r), fmt.Sprint(r.Hits), humanBytes(r.Bytes)}
 		}
 		lines := m.table([]column{{title: "RULE", flex: true}, {title: "ACTION", flex: true}, {title: "FLOWS", right: true}, {title: "BYTES", right: true}},
 			rows, func(row, col int) lipgloss.Style {

@@ -75,7 +75,7 @@ func (l *linter) preset(p conf.Preset) {
 func (l *linter) directCaged() {
 	for j := range l.cfg.Rules {
 		r := &l.cfg.Rules[j]
-		if r.Action != rules.Direct || len(r.Hosts) > 0 || len(r.Ports) > 0 {
+		if r.Action != rules.Direct || r.Disabled || len(r.Hosts) > 0 || len(r.Ports) > 0 {
 			continue
 		}
 		var what []string
@@ -178,7 +178,7 @@ func (l *linter) cagerIndex() *cagers {
 	}
 	for i := range l.cfg.Rules {
 		r := &l.cfg.Rules[i]
-		if r.Action == rules.Direct {
+		if !r.Cages() {
 			continue
 		}
 		for _, c := range r.Apps {
@@ -220,7 +220,7 @@ func (cs *cagers) first(a rules.App, every bool) cagedBy {
 // That may be meant (a guest with only the model), so it is a warning.
 func (l *linter) noWayOut() {
 	out := func(r *rules.Rule) bool {
-		if r.Action == rules.Block || r.HostOnly() {
+		if r.Disabled || r.Action == rules.Block || r.HostOnly() {
 			return false
 		}
 		if len(r.Hosts) == 0 {

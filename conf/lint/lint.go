@@ -42,6 +42,7 @@ const (
 	CheckNothingCaught = "nothing-captured" // no vm_networks and local = false
 	CheckUncagedSwitch = "uncaged-adapter"  // Windows NAT or forwarding carries an adapter's guests
 	CheckHostResolver  = "host-resolver"    // a VM resolves through the host's Dnscache, which "caged" passes
+	CheckDisabled      = "disabled"         // a rule with enabled = false: kept, never matched
 	CheckBridged       = "bridged-vm"       // a VM bridged to a host adapter: no capture sees it
 )
 
@@ -204,6 +205,12 @@ func (l *linter) rules() {
 	idx := newBoxIndex(boxes)
 	for j := range rs {
 		r := &rs[j]
+		if r.Disabled {
+			l.add(Finding{Severity: Note, Check: CheckDisabled, Line: l.ruleLine(j), Rule: r.Name,
+				Message: fmt.Sprintf("%s is disabled (enabled = false): it matches no flow, and lint checks it against no other rule", l.ruleRef(j)),
+				Fix:     "delete the line enabled = false (or set it to true) to use the rule again"})
+			continue
+		}
 		// A proxy rule that names local destinations.
 		if r.Action == rules.Proxy {
 			if loc := l.localHosts(r.Hosts); len(loc) > 0 {
@@ -215,13 +222,21 @@ func (l *linter) rules() {
 		// The rules above j that may overlap it, in order: those of the groups keep
 		// passes, found by the index, or all of them.
 		earlier := func(keep func(int) bool) iter.Seq[int] {
-			if l.every {
-				return func(yield func(int) bool) {
-					for i := 0; i < j && yield(i); i++ {
+			all := func(yield func(int) bool) {
+				for i := 0; i < j && yield(i); i++ {
+				}
+			}
+			if !l.every {
+				all = idx.earlier(j, keep)
+			}
+			// A disabled rule takes nothing from the rules below it.
+			return func(yield func(int) bool) {
+				for i := range all {
+					if !rs[i].Disabled && !yield(i) {
+						return
 					}
 				}
 			}
-			return idx.earlier(j, keep)
 		}
 		if l.unreachable(j, boxes, earlier(subtractors(&boxes[j]))) {
 			continue
@@ -229,7 +244,11 @@ func (l *linter) rules() {
 		l.localShadowed(j, boxes, earlier(anyGroup))
 		l.partlyShadowed(j, boxes, earlier(destCovers(&boxes[j])))
 	}
-	switch n := len(rs); {
+	n := len(rs)
+	for n > 0 && rs[n-1].Disabled {
+		n-- // the last rule that decides anything
+	}
+	switch {
 	case n == 0:
 		l.add(Finding{Severity: Warning, Check: CheckNoCatchAll,
 			Message: "there are no rules: every captured flow goes direct",
@@ -465,6 +484,18 @@ func (l *linter) proxies() {
 			for _, n := range conf.ProxyNames(r.Proxy) {
 				used[n] = true
 			}
+		}
+	}
+	// A proxy that a used one is reached through (via) is used too, hop by hop; conf bounds
+	// the chains and refuses cycles.
+	for _, p := range l.cfg.Proxies {
+		for q := &p; used[q.Name] && q.Via != "" && !used[q.Via]; {
+			used[q.Via] = true
+			next, ok := l.cfg.Proxy(q.Via)
+			if !ok {
+				break
+			}
+			q = next
 		}
 	}
 	for _, p := range l.cfg.Proxies {

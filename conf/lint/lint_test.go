@@ -210,6 +210,24 @@ action = "direct"
 name = "default"
 action = "direct"
 `, []string{"warning partly-shadowed openai-direct<hypervisor"}},
+		{"a disabled rule takes nothing", `
+[[rule]]
+name = "off"
+ports = [443]
+action = "block"
+enabled = false
+[[rule]]
+name = "web"
+ports = [443]
+action = "proxy"
+[[rule]]
+name = "default"
+action = "direct"
+[[rule]]
+name = "after-default"
+action = "block"
+enabled = false
+`, []string{"note disabled off", "note disabled after-default"}},
 		{"exception first is fine", `
 [[rule]]
 name = "no-quic"
@@ -345,6 +363,9 @@ func TestNeverCallsAReachableRuleUnreachable(t *testing.T) {
 			}
 			if r.IntN(6) == 0 {
 				b.WriteString("caged = true\n")
+			}
+			if r.IntN(7) == 0 {
+				b.WriteString("enabled = false\n")
 			}
 		}
 		cfg := parse(t, b.String())

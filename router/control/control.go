@@ -112,6 +112,8 @@ type RuleStat struct {
 	Proxy  string `json:"proxy,omitempty"`
 	Hits   uint64 `json:"hits"`
 	Bytes  uint64 `json:"bytes"`
+	// Disabled: the rule is kept in the file with enabled = false and decides nothing.
+	Disabled bool `json:"disabled,omitempty"`
 }
 
 // RefusalStat is one reason of refusal: how many, counted where, and the latest.

@@ -184,7 +184,7 @@ func UpstreamConfig(px conf.Proxy) router.UpstreamConfig {
 	u := router.UpstreamConfig{Config: upstream.Config{
 		Name: px.Name, Type: upstream.Type(px.Type), Host: px.Host, Port: px.Port,
 		Username: px.Username, Password: px.Password.Reveal(),
-		Pipeline: px.Pipeline, RootCAs: px.RootCAs,
+		Pipeline: px.Pipeline, RootCAs: px.RootCAs, Via: px.Via,
 	}}
 	if px.HealthCheck > 0 {
 		// conf checked the target.

@@ -187,12 +187,16 @@ func (p *redirectPlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dn
 	return nil
 }
 
-// literalUpstreams are the proxies given by address: the filters leave them alone. Proxies
-// given by name are only known once the router resolved them; their flows are told by
-// the router's PID instead (each of their packets then crosses user mode).
+// literalUpstreams are the proxies given by address and dialed directly (no via): the
+// filters leave them alone. Proxies given by name are only known once the router resolved
+// them; their flows are told by the router's PID instead (each of their packets then
+// crosses user mode).
 func literalUpstreams(cfg *conf.Config) []netip.AddrPort {
 	var out []netip.AddrPort
 	for _, px := range cfg.Proxies {
+		if px.Via != "" {
+			continue // reached through its via: the router never connects to it itself
+		}
 		if a, err := netip.ParseAddr(px.Host); err == nil {
 			out = append(out, netip.AddrPortFrom(a.Unmap(), px.Port))
 		}

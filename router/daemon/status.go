@@ -89,7 +89,7 @@ func buildStatus(started time.Time, file string, r *router.Router, d *dns.Server
 		Flows: rs.Totals.Flows, Live: rs.Totals.Live, Up: rs.Totals.Up, Down: rs.Totals.Down,
 	}}
 	for _, rh := range rs.Rules {
-		row := control.RuleStat{Index: rh.Index + 1, Name: rh.Rule.Name, Action: rh.Rule.Action.String(), Hits: rh.Hits, Bytes: rh.Bytes}
+		row := control.RuleStat{Index: rh.Index + 1, Name: rh.Rule.Name, Action: rh.Rule.Action.String(), Hits: rh.Hits, Bytes: rh.Bytes, Disabled: rh.Rule.Disabled}
 		if rh.Rule.Action == rules.Proxy {
 			row.Proxy = rh.Rule.Proxy
 		}

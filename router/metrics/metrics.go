@@ -55,6 +55,7 @@ type Collector struct {
 
 	start, flows, live, bytes, refusals          *prometheus.Desc
 	ruleFlows, ruleBytes                         *prometheus.Desc
+	ruleDisabled                                 *prometheus.Desc
 	upstreamUp, upstreamLatency, upstreamFailure *prometheus.Desc
 	poolSize, poolMapped, poolInUse              *prometheus.Desc
 }
@@ -77,6 +78,8 @@ func NewCollector(status func() control.Status) *Collector {
 			"Bytes relayed since the daemon started, of ended and live flows: direction=\"up\" from the clients, \"down\" to them.", []string{"direction"}, nil),
 		refusals: prometheus.NewDesc("router_refusals_total",
 			"Refusals since the daemon started, by reason: the router's, the DNS server's and the capture's own (the kernel's or the Windows engine's).", []string{"reason"}, nil),
+		ruleDisabled: prometheus.NewDesc("router_rule_disabled",
+			"1 for each rule kept in the config with enabled = false, which decides no flow.", []string{"index", "rule"}, nil),
 		ruleFlows: prometheus.NewDesc("router_rule_flows_total",
 			"Flows each rule decided under the rule list of the last start or reload; every reload starts them from zero (a counter reset). index is the rule's 1-based position, 0 for an implicit step named by rule.", ruleLabels, nil),
 		ruleBytes: prometheus.NewDesc("router_rule_bytes_total",
@@ -98,7 +101,7 @@ func NewCollector(status func() control.Status) *Collector {
 
 // Describe sends every metric's description.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.start, c.flows, c.live, c.bytes, c.refusals, c.ruleFlows, c.ruleBytes,
+	for _, d := range []*prometheus.Desc{c.start, c.flows, c.live, c.bytes, c.refusals, c.ruleFlows, c.ruleBytes, c.ruleDisabled,
 		c.upstreamUp, c.upstreamLatency, c.upstreamFailure, c.poolSize, c.poolMapped, c.poolInUse} {
 		ch <- d
 	}
@@ -143,6 +146,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		labels := []string{strconv.Itoa(r.Index), r.Name, r.Action}
 		counter(c.ruleFlows, r.Hits, labels...)
 		counter(c.ruleBytes, r.Bytes, labels...)
+		if r.Disabled {
+			gauge(c.ruleDisabled, 1, strconv.Itoa(r.Index), r.Name)
+		}
 	}
 	for _, u := range st.Upstreams {
 		switch u.State {

@@ -352,3 +352,18 @@ func TestServe(t *testing.T) {
 		t.Error("the listener still accepts after Serve returned")
 	}
 }
+
+// TestDisabledRule: a rule with enabled = false is marked by router_rule_disabled, and its
+// counters stay (at zero) like any rule's.
+func TestDisabledRule(t *testing.T) {
+	st := fakeStatus()
+	st.Rules = append(st.Rules, control.RuleStat{Index: 4, Name: "old", Action: "block", Disabled: true})
+	want := `
+# HELP router_rule_disabled 1 for each rule kept in the config with enabled = false, which decides no flow.
+# TYPE router_rule_disabled gauge
+router_rule_disabled{index="4",rule="old"} 1
+`
+	if err := testutil.CollectAndCompare(NewCollector(func() control.Status { return st }), strings.NewReader(want), "router_rule_disabled"); err != nil {
+		t.Error(err)
+	}
+}

@@ -20,6 +20,7 @@ type Type string
 // The types of upstream.
 const (
 	SOCKS5 Type = "socks5" // RFC 1928 over TCP; the default
+	SOCKS4 Type = "socks4" // SOCKS4, and SOCKS4a for names; TCP only
 	HTTP   Type = "http"   // HTTP CONNECT over TCP
 	HTTPS  Type = "https"  // HTTP CONNECT over TLS to the proxy
 )
@@ -37,7 +38,8 @@ type Config struct {
 	Port uint16
 	// Username and Password are the proxy's credentials (RFC 1929 for
 	// SOCKS5, Basic for HTTP); both or neither. Password never appears in
-	// an error or a log.
+	// an error or a log. For SOCKS4, Username is the user ID and Password
+	// stays empty.
 	Username string
 	Password string
 	// Pipeline sends the client's first bytes (and, for SOCKS5, the
@@ -47,6 +49,9 @@ type Config struct {
 	// bytes that come before their answer, so only turn it on for one that
 	// is known to relay them (net/http-based proxies do).
 	Pipeline bool
+	// Via is the name of the upstream this one is reached through (a chain),
+	// given as Options.Via; "" means the proxy is dialed directly.
+	Via string
 	// RootCAs are the certificate authorities an HTTPS proxy's certificate
 	// must chain to; nil means the system's roots. See [LoadCAFile]. Only
 	// for HTTPS.
@@ -62,9 +67,9 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("name is empty"))
 	}
 	switch c.Type {
-	case "", SOCKS5, HTTP, HTTPS:
+	case "", SOCKS5, SOCKS4, HTTP, HTTPS:
 	default:
-		errs = append(errs, fmt.Errorf("type %q unknown (want socks5, http or https)", c.Type))
+		errs = append(errs, fmt.Errorf("type %q unknown (want socks5, socks4, http or https)", c.Type))
 	}
 	if c.Host == "" {
 		errs = append(errs, errors.New("host is empty"))
@@ -74,7 +79,9 @@ func (c Config) Validate() error {
 	if c.Port == 0 {
 		errs = append(errs, errors.New("port is 0"))
 	}
-	if (c.Username == "") != (c.Password == "") {
+	if c.Type == SOCKS4 && c.Password != "" {
+		errs = append(errs, errors.New("SOCKS4 has no password, only a user ID (Username)"))
+	} else if c.Type != SOCKS4 && (c.Username == "") != (c.Password == "") {
 		errs = append(errs, errors.New("username and password go together: give both or neither"))
 	}
 	if err := conf.CheckCredentials(string(c.Type), c.Username, c.Password); err != nil {
@@ -116,6 +123,13 @@ type Options struct {
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	// Log receives debug records (datagrams dropped). nil discards.
 	Log *slog.Logger
+	// Via, when set, is the upstream every TCP connection to this proxy
+	// goes through (a chain, Config.Via): the proxy's host, a name or an
+	// IP, is handed to Via's Connect unresolved, so Resolve is not used,
+	// and Dial only for UDP, which a chained proxy refuses (Associate
+	// fails with ErrUDPUnsupported: its relay would be reached outside the
+	// chain). Required when Config.Via is set, and only then.
+	Via Upstream
 }
 
 // New returns the upstream cfg describes, after [Config.Validate].
@@ -126,7 +140,13 @@ func New(cfg Config, opts Options) (Upstream, error) {
 	if opts.Dial == nil {
 		return nil, fmt.Errorf("upstream %q: Options.Dial is required", cfg.Name)
 	}
-	if _, err := netip.ParseAddr(cfg.Host); err != nil && opts.Resolve == nil {
+	switch {
+	case cfg.Via != "" && opts.Via == nil:
+		return nil, fmt.Errorf("upstream %q: reached through %q, but Options.Via is not given", cfg.Name, cfg.Via)
+	case cfg.Via == "" && opts.Via != nil:
+		return nil, fmt.Errorf("upstream %q: Options.Via given, but Config.Via is empty", cfg.Name)
+	}
+	if _, err := netip.ParseAddr(cfg.Host); err != nil && opts.Resolve == nil && opts.Via == nil {
 		return nil, fmt.Errorf("upstream %q: Options.Resolve is required for host name %q", cfg.Name, cfg.Host)
 	}
 	if opts.Log == nil {
@@ -136,6 +156,8 @@ func New(cfg Config, opts Options) (Upstream, error) {
 	switch cfg.Type {
 	case HTTP, HTTPS:
 		return newHTTP(cfg, ep), nil
+	case SOCKS4:
+		return newSOCKS4(cfg, ep), nil
 	default:
 		return newSOCKS5(cfg, ep, opts), nil
 	}

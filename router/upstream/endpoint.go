@@ -28,13 +28,14 @@ type endpoint struct {
 	literal netip.Addr // valid when host is an IP
 	dial    func(ctx context.Context, network, address string) (net.Conn, error)
 	resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	via     Upstream // when set, connect tunnels through it (a chain) and dial is not used
 
 	mu    sync.Mutex   // guards addrs
 	addrs []netip.Addr // the last lookup's answer; nil when none is remembered
 }
 
 func newEndpoint(name, host string, port uint16, opts Options) *endpoint {
-	e := &endpoint{name: name, host: host, port: port, dial: opts.Dial, resolve: opts.Resolve}
+	e := &endpoint{name: name, host: host, port: port, dial: opts.Dial, resolve: opts.Resolve, via: opts.Via}
 	if a, err := netip.ParseAddr(host); err == nil {
 		e.literal = a.Unmap()
 	}
@@ -85,8 +86,20 @@ func (e *endpoint) forget(used []netip.Addr) {
 }
 
 // connect dials the proxy over TCP: each address in turn until one
-// connects, all within ctx.
+// connects, all within ctx. Through a via, it asks the via for a tunnel to
+// the proxy's host as written (a name goes to the via unresolved).
 func (e *endpoint) connect(ctx context.Context) (net.Conn, error) {
+	if e.via != nil {
+		dst := Addr{IP: e.literal, Port: e.port}
+		if !e.literal.IsValid() {
+			dst = Addr{Name: e.host, Port: e.port}
+		}
+		c, err := e.via.Connect(ctx, dst, nil)
+		if err != nil {
+			return nil, fmt.Errorf("reach proxy %s through %s: %w", e, e.via.Name(), err)
+		}
+		return c, nil
+	}
 	addrs, err := e.lookup(ctx)
 	if err != nil {
 		return nil, err

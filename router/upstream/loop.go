@@ -47,12 +47,12 @@ type Handshake struct {
 // Begin starts a Handshake to dst through t, counted like a Connect from now on (the trial
 // after a backoff included), and returns the address to connect to. ok is false when t is
 // not a SOCKS5 upstream, or its host is a name without exactly one address remembered (the
-// first lookup, or several addresses to try in turn): then Connect is the way, and h is
-// untouched.
+// first lookup, or several addresses to try in turn), or is reached through another proxy
+// (Options.Via): then Connect is the way, and h is untouched.
 func (t *Tracked) Begin(h *Handshake, dst Addr) (proxy netip.AddrPort, ok bool) {
 	su, ok := t.up.(*socksUpstream)
-	if !ok {
-		return netip.AddrPort{}, false
+	if !ok || su.ep.via != nil {
+		return netip.AddrPort{}, false // not SOCKS5, or reached through another proxy
 	}
 	ep := su.ep
 	a, addrs := ep.literal, []netip.Addr(nil)

@@ -84,6 +84,11 @@ func (u *socksUpstream) Associate(ctx context.Context) (Association, error) {
 	fail := func(err error, refused bool) (Association, error) {
 		return nil, &Error{Upstream: u.name, Op: "associate", Refused: refused, Err: err}
 	}
+	if u.ep.via != nil {
+		// The relay's UDP would leave this host for the relay's address directly, outside
+		// the hops before it.
+		return fail(fmt.Errorf("a proxy reached through %s carries no UDP: %w", u.ep.via.Name(), ErrUDPUnsupported), false)
+	}
 	c, err := u.ep.connect(ctx)
 	if err != nil {
 		return fail(err, false)

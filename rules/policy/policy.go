@@ -208,8 +208,9 @@ type Policy struct {
 	listenEnds   []netip.AddrPort
 	connectEnds  []netip.AddrPort
 	forwardAddrs []netip.Addr
-	// proxyHosts are the upstreams' hosts (IP or name) by proxy name.
-	proxyHosts map[string]string
+	// proxyHosts are the upstreams' hosts (IP or name) by proxy name: for a chain (via),
+	// every hop's, the last first.
+	proxyHosts map[string][]string
 	// firstName and namedFirstName are the positions (in rules) of the first rule with a
 	// host-name entry in each table, -1 for none.
 	firstName, namedFirstName int
@@ -223,8 +224,8 @@ type CagedApp struct {
 	Rule int
 }
 
-// CagedApps is the one definition of the processes a config cages: the apps of its proxy
-// and block rules, in rule order, then [capture] caged_apps (the presets' images); and the
+// CagedApps is the one definition of the processes a config cages: the apps of its enabled
+// proxy and block rules (rules.Rule.Cages), in rule order, then [capture] caged_apps (the presets' images); and the
 // Windows services its proxy and block rules name. A caged process's every flow is decided
 // as a guest's. The images a platform cages whatever the config says (Env.CagedApps: the
 // known hypervisors on Windows) are not in it. The policy, the Windows guard's plan and the
@@ -232,7 +233,7 @@ type CagedApp struct {
 func CagedApps(cfg *conf.Config) (apps []CagedApp, services []string) {
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
-		if r.Action == rules.Direct {
+		if !r.Cages() { // direct, or disabled
 			continue
 		}
 		for _, a := range r.Apps {
@@ -288,9 +289,19 @@ func New(cfg *conf.Config, env Env) *Policy {
 		dc = conf.DefaultDNSCapture(cfg.Capture.Local)
 	}
 	p.dnsAll = dc == conf.DNSCaptureAll
-	p.proxyHosts = map[string]string{}
+	p.proxyHosts = map[string][]string{}
 	for _, px := range cfg.Proxies {
-		p.proxyHosts[px.Name] = px.Host
+		hosts := []string{px.Host}
+		// conf bounds a chain and refuses cycles; the bound here is for a config built in code.
+		for q, n := &px, 0; q.Via != "" && n < len(cfg.Proxies); n++ {
+			next, ok := cfg.Proxy(q.Via)
+			if !ok {
+				break
+			}
+			q = next
+			hosts = append(hosts, q.Host)
+		}
+		p.proxyHosts[px.Name] = hosts
 	}
 	for _, f := range cfg.Forwards {
 		p.listenEnds = append(p.listenEnds, unmapped(f.Listen))
@@ -505,7 +516,7 @@ func (p *Policy) CagedUDPPorts() (udp []rules.PortRange, all bool) {
 	udp = []rules.PortRange{{Lo: ports.DNS, Hi: ports.DNS}}
 	for i := range p.rules {
 		r := &p.rules[i]
-		if r.Action != rules.Direct || r.HostOnly() || r.Network == rules.TCP {
+		if r.Action != rules.Direct || r.Disabled || r.HostOnly() || r.Network == rules.TCP {
 			continue
 		}
 		if len(r.Ports) == 0 {
@@ -562,17 +573,23 @@ func (p *Policy) connectsHere(f *Flow, d Decision) bool {
 
 // ProxyOnHost reports whether the named upstream runs on this machine: its address is
 // local (loopback, link-local, unspecified) or one of this machine's, or its host name is
-// localhost. An upstream given by another name is taken for a remote one.
+// localhost. An upstream given by another name is taken for a remote one. A chain counts as
+// on this machine when any of its hops may be (a hop's address is written as the hop
+// before it sees it, so a local-looking one is taken at its word).
 func (p *Policy) ProxyOnHost(name string) bool {
-	h, ok := p.proxyHosts[name]
-	if !ok {
-		return false
+	for _, h := range p.proxyHosts[name] {
+		if a, err := netip.ParseAddr(h); err == nil {
+			if p.Local(a) {
+				return true
+			}
+			continue
+		}
+		h = strings.TrimSuffix(strings.ToLower(h), ".")
+		if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+			return true
+		}
 	}
-	if a, err := netip.ParseAddr(h); err == nil {
-		return p.Local(a)
-	}
-	h = strings.TrimSuffix(strings.ToLower(h), ".")
-	return h == "localhost" || strings.HasSuffix(h, ".localhost")
+	return false
 }
 
 // steps explains the rules up to the deciding one (win; -1: all of them).

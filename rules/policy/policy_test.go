@@ -325,6 +325,15 @@ func TestProxyOnHost(t *testing.T) {
 	if compile(t, policytest.LocalProxyConfig).ProxyOnHost("nope") {
 		t.Error("an unknown proxy is on this host")
 	}
+	// A chain is on this host when any hop may be.
+	chain := "[proxy.local]\naddress = \"127.0.0.1:1080\"\n[proxy.far]\naddress = \"192.0.2.1:1080\"\n" +
+		"[proxy.exit]\naddress = \"198.51.100.9:1080\"\nvia = \"%s\"\n[dns]\nproxy = \"exit\"\n"
+	if !compile(t, fmt.Sprintf(chain, "local")).ProxyOnHost("exit") {
+		t.Error("a chain whose first hop is on this host is not")
+	}
+	if compile(t, fmt.Sprintf(chain, "far")).ProxyOnHost("exit") {
+		t.Error("a chain of remote hops is on this host")
+	}
 }
 
 // TestCagedAppsIsTheSet: the one caged-app set, as policytest names it, and every member of

@@ -39,6 +39,9 @@ type Options struct {
 	Resolver string
 	// Timeout bounds each check (default 10 s).
 	Timeout time.Duration
+	// Via is the upstream a chained proxy (cfg.Via) is reached through, built as the router
+	// builds it; nil for a proxy dialed directly. The reach step then connects through it.
+	Via upstream.Upstream
 }
 
 // Step is one check's outcome.
@@ -91,7 +94,13 @@ func Check(ctx context.Context, cfg upstream.Config, opts Options) *Report {
 	// reach: a plain TCP connection to the proxy.
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, opts.Timeout)
-	addr, err := reach(rctx, cfg, opts)
+	var addr string
+	var err error
+	if opts.Via != nil {
+		addr, err = reachVia(rctx, cfg, opts.Via)
+	} else {
+		addr, err = reach(rctx, cfg, opts)
+	}
 	cancel()
 	if err != nil {
 		rep.add(Step{Name: "reach", Detail: err.Error(), Took: time.Since(start)})
@@ -100,7 +109,7 @@ func Check(ctx context.Context, cfg upstream.Config, opts Options) *Report {
 	}
 	rep.add(Step{Name: "reach", OK: true, Detail: "connected to " + addr, Took: time.Since(start)})
 
-	up, err := upstream.New(cfg, upstream.Options{Dial: opts.Dial, Resolve: opts.Resolve})
+	up, err := upstream.New(cfg, upstream.Options{Dial: opts.Dial, Resolve: opts.Resolve, Via: opts.Via})
 	if err != nil {
 		rep.add(Step{Name: "auth", Detail: err.Error()})
 		return rep
@@ -152,6 +161,21 @@ func Check(ctx context.Context, cfg upstream.Config, opts Options) *Report {
 		rep.add(Step{Name: "dns", OK: true, Detail: fmt.Sprintf("%s → %s via %s through the proxy", echo.name, answer, opts.Resolver), Took: time.Since(start)})
 	}
 	return rep
+}
+
+// reachVia connects to a chained proxy through the hop before it, giving that hop the
+// proxy's host unresolved.
+func reachVia(ctx context.Context, cfg upstream.Config, via upstream.Upstream) (string, error) {
+	dst, err := upstream.ParseAddr(net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	if err != nil {
+		return "", err
+	}
+	c, err := via.Connect(ctx, dst, nil)
+	if err != nil {
+		return "", fmt.Errorf("through %s: %w", via.Name(), err)
+	}
+	c.Close()
+	return dst.String() + " through " + via.Name(), nil
 }
 
 // reach connects to the proxy itself and says which address answered.

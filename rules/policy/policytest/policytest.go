@@ -16,7 +16,8 @@ import (
 
 // Config is the config the cases are decided under: a VirtualBox-like setup with the model
 // forwarded, a VM network and a hypervisor app sent through the proxy, a DNS-over-TLS rule
-// that asks for direct, a block rule and a bare direct catch-all for this host. It has no
+// that asks for direct, a block rule, a disabled block rule (enabled = false) that every path
+// must skip, and a bare direct catch-all for this host. It has no
 // host-name rule, so every verdict is final without the name (a capture that decides before
 // it knows names, like the Windows engine, would otherwise defer to the router; see
 // policy.Decision.Final).
@@ -63,6 +64,12 @@ action = "direct"
 [[rule]]
 name = "blocked"
 hosts = ["203.0.113.66"]
+action = "block"
+
+[[rule]]
+name = "switched-off"
+enabled = false
+hosts = ["198.51.100.0/24"]
 action = "block"
 
 [[rule]]
@@ -153,6 +160,7 @@ func Cases() []Case {
 		{"vm interface, blocked host", vm(flow(tcp, "", "10.9.9.9", "203.0.113.66:80")), policy.StepRule, rules.Block, "", "blocked"},
 		{"vm network, UDP", flow(udp, "", "10.0.2.15", "198.51.100.7:443"), policy.StepRule, rules.Proxy, "exit", "vm"},
 		{"host app, UDP", flow(udp, Chrome, "192.168.1.10", "198.51.100.7:443"), policy.StepRule, rules.Direct, "", "default"},
+		{"host app, past a disabled rule", flow(tcp, Chrome, "192.168.1.10", "198.51.100.99:80"), policy.StepRule, rules.Direct, "", "default"},
 	}
 }
 
