@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
 )
@@ -16,13 +17,13 @@ func TestChainCarriesTheFlow(t *testing.T) {
 	target := startTarget(t, "two-hops\n")
 	exit := startProxy(t, map[string]netip.Addr{"echo.lab.test": target.Addr()}, map[string]string{"agent": "pw-7"})
 	entry := startProxy(t, map[string]netip.Addr{"exit.lab.test": netip.MustParseAddr("127.0.0.1")}, nil)
-	names := &fakeNames{pool: netip.MustParsePrefix("198.18.0.0/15"), m: map[netip.Addr]string{netip.MustParseAddr("198.18.0.7"): "echo.lab.test"}}
+	names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: map[netip.Addr]string{netip.MustParseAddr("198.18.0.7"): "echo.lab.test"}}
 	pol := Settings{
 		Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
 		Upstreams: []UpstreamConfig{
 			// The chained proxy first: the router builds its via before it, whatever the order.
-			{Config: upstream.Config{Name: "exit", Host: "exit.lab.test", Port: exit.addr.Port(), Username: "agent", Password: "pw-7", Via: "entry"}},
-			{Config: upstream.Config{Name: "entry", Host: "127.0.0.1", Port: entry.addr.Port()}},
+			{Config: upstream.Config{Name: "exit", Host: "exit.lab.test", Port: exit.Addr.Port(), Username: "agent", Password: "pw-7", Via: "entry"}},
+			{Config: upstream.Config{Name: "entry", Host: "127.0.0.1", Port: entry.Addr.Port()}},
 		},
 	}
 	e := newEnv(t, pol, Options{Names: names})
@@ -31,16 +32,16 @@ func TestChainCarriesTheFlow(t *testing.T) {
 		t.Fatalf("banner = %q", got)
 	}
 	c.Close()
-	if got := entry.asked(); len(got) != 1 || got[0] != "exit.lab.test" {
+	if got := entry.Asked(); len(got) != 1 || got[0] != "exit.lab.test" {
 		t.Errorf("the entry was asked for %q, want the exit proxy's name", got)
 	}
-	if got := exit.asked(); len(got) != 1 || got[0] != "echo.lab.test" {
+	if got := exit.Asked(); len(got) != 1 || got[0] != "echo.lab.test" {
 		t.Errorf("the exit was asked for %q, want the destination's name", got)
 	}
-	entry.stop()
+	entry.Stop()
 	c = e.dial(netip.AddrPortFrom(netip.MustParseAddr("198.18.0.7"), target.Port()))
 	wantReset(t, c)
-	if n := len(exit.asked()); n != 1 {
+	if n := len(exit.Asked()); n != 1 {
 		t.Errorf("the exit was asked %d times with the entry down", n)
 	}
 }

@@ -29,6 +29,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"rules/modelapi", "", ""},
 	{"conf", "internal/secret rules rules/modelapi", ""},
 	{"conf/lint", "conf internal/netaddr rules rules/policy windivert/adapters", ""},
+	{"conf/proxifier", "conf rules", "conf/lint rules/policy"},
 
 	// The DNS side.
 	{"dns/dnstest", "", ""},
@@ -37,11 +38,13 @@ var table = []struct{ pkg, imports, tests string }{
 	// The Linux data path and what it dials.
 	{"router", "dns internal/accept internal/netaddr internal/tally router/proc router/sockmap router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
 		"conf dns/dnstest internal/modeltest internal/roottest router/upstream/socks5/socks5test router/upstream/upstreamtest rules/policy/policytest"},
-	{"router/upstream", "conf router/upstream/httpconnect router/upstream/socks5",
-		"internal/winetest router/upstream/httpconnect/httpconnecttest router/upstream/socks5/socks5test router/upstream/upstreamtest"},
+	{"router/upstream", "conf router/upstream/httpconnect router/upstream/socks4 router/upstream/socks5",
+		"internal/winetest router/upstream/httpconnect/httpconnecttest router/upstream/socks4/socks4test router/upstream/socks5/socks5test router/upstream/upstreamtest"},
 	{"router/upstream/upstreamtest", "router/upstream", ""},
 	{"router/upstream/socks5", "internal/secret", "internal/winetest router/upstream/socks5/socks5test"},
 	{"router/upstream/socks5/socks5test", "", ""},
+	{"router/upstream/socks4", "", ""},
+	{"router/upstream/socks4/socks4test", "", ""},
 	{"router/upstream/httpconnect", "internal/secret", "router/upstream/httpconnect/httpconnecttest"},
 	{"router/upstream/httpconnect/httpconnecttest", "", ""},
 	{"router/nftcap", "internal/netaddr internal/ports router/cagemark rules/policy rules/refusal", "internal/roottest"},
@@ -73,7 +76,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert/cmd/wdprobe", "router/proc windivert windivert/dist windivert/packet", ""},
 
 	// The commands.
-	{"cmd/router", "cmd/router/checkip cmd/router/proxycheck conf conf/lint router/control router/daemon router/service rules rules/policy windivert/adapters",
+	{"cmd/router", "cmd/router/checkip cmd/router/proxycheck conf conf/lint conf/proxifier router/control router/daemon router/service router/upstream rules rules/policy windivert/adapters",
 		"router/upstream/socks5/socks5test rules/policy/policytest"},
 	{"cmd/router/checkip", "", ""},
 	{"cmd/router/proxycheck", "router/upstream router/upstream/httpconnect router/upstream/socks5", "router/upstream/httpconnect/httpconnecttest router/upstream/socks5/socks5test"},
@@ -116,6 +119,8 @@ var layers = []layer{
 		only("router/upstream/socks5", "internal/secret")},
 	{"the wire packages speak their protocol and nothing else: they import nothing of ours but the one redaction",
 		only("router/upstream/httpconnect", "internal/secret")},
+	{"the wire packages speak their protocol and nothing else: they import nothing of ours but the one redaction",
+		only("router/upstream/socks4", "internal/secret")},
 	{"the Linux data path and its capture (nftables, the sockmap) import nothing of the Windows capture",
 		never([]string{"router", "router/nftcap/...", "router/sockmap"}, "windivert/...")},
 	{"the Windows capture imports nothing of the Linux capture",

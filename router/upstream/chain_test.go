@@ -12,6 +12,7 @@ import (
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/httpconnect/httpconnecttest"
 	"github.com/agentcage/router/router/upstream/socks4/socks4test"
+	"github.com/agentcage/router/router/upstream/socks5/socks5test"
 )
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
@@ -26,7 +27,7 @@ func resolveLocalhost(_ context.Context, host string) ([]netip.Addr, error) {
 
 func TestSOCKS4Connect(t *testing.T) {
 	target := startTarget(t)
-	srv := socks4test.Start(t, loopbackDial, false)
+	srv := socks4test.Start(t, socks5test.LoopbackDial, false)
 	for _, pipeline := range []bool{false, true} {
 		t.Run(fmt.Sprint("pipeline=", pipeline), func(t *testing.T) {
 			var cd countingDial
@@ -53,7 +54,7 @@ func TestSOCKS4Connect(t *testing.T) {
 
 func TestSOCKS4Refusals(t *testing.T) {
 	target := startTarget(t)
-	plain := socks4test.Start(t, loopbackDial, true) // knows no SOCKS4a
+	plain := socks4test.Start(t, socks5test.LoopbackDial, true) // knows no SOCKS4a
 	var cd countingDial
 	u := newUpstream(t, upstream.Config{Name: "old", Type: upstream.SOCKS4, Host: "127.0.0.1", Port: plain.Addr.Port()}, upstream.Options{Dial: cd.dial})
 	var ue *upstream.Error
@@ -77,7 +78,7 @@ func TestChain(t *testing.T) {
 	target := startTarget(t)
 	socks, stopSOCKS := startSOCKS(t, nil, true)
 	httpProxy := httpconnecttest.Start(t, httpconnecttest.Options{})
-	s4 := socks4test.Start(t, loopbackDial, false)
+	s4 := socks4test.Start(t, socks5test.LoopbackDial, false)
 	hops := map[string]upstream.Config{
 		"socks5": {Name: "socks5", Host: "127.0.0.1", Port: socks.Port(), Username: proxyUser, Password: proxyPass, Pipeline: true},
 		"http":   {Name: "http", Type: upstream.HTTP, Host: "localhost", Port: httpProxy.Addr.Port()},
@@ -164,7 +165,7 @@ func TestChain(t *testing.T) {
 	t.Run("via must be given", func(t *testing.T) {
 		cfg := hops["http"]
 		cfg.Via = "socks5"
-		if _, err := upstream.New(cfg, upstream.Options{Dial: loopbackDial}); err == nil {
+		if _, err := upstream.New(cfg, upstream.Options{Dial: socks5test.LoopbackDial}); err == nil {
 			t.Error("New with Config.Via and no Options.Via succeeded")
 		}
 	})
