@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -37,4 +38,23 @@ func TestSummary(t *testing.T) {
 	if buf.Len() != 0 {
 		t.Errorf("an empty interval logged %q", buf.String())
 	}
+}
+
+// TestSummaryTimer: the line goes out by itself an interval after the first event.
+func TestSummaryTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		s := New(slog.New(slog.NewTextHandler(&buf, nil)), time.Minute, Options{Message: "summary", Unit: "events"})
+		s.Add("x", "a", nil)
+		time.Sleep(59 * time.Second)
+		synctest.Wait()
+		if buf.Len() != 0 {
+			t.Fatalf("logged before the interval: %q", buf.String())
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if !strings.Contains(buf.String(), "x=1") {
+			t.Fatalf("no line after the interval: %q", buf.String())
+		}
+	})
 }
