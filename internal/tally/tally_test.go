@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -43,12 +44,12 @@ func TestSummary(t *testing.T) {
 // TestSummaryTimer: the line goes out by itself an interval after the first event.
 func TestSummaryTimer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var buf bytes.Buffer
-		s := New(slog.New(slog.NewTextHandler(&buf, nil)), time.Minute, Options{Message: "summary", Unit: "events"})
+		buf := &lockedBuffer{}
+		s := New(slog.New(slog.NewTextHandler(buf, nil)), time.Minute, Options{Message: "summary", Unit: "events"})
 		s.Add("x", "a", nil)
 		time.Sleep(59 * time.Second)
 		synctest.Wait()
-		if buf.Len() != 0 {
+		if buf.String() != "" {
 			t.Fatalf("logged before the interval: %q", buf.String())
 		}
 		time.Sleep(2 * time.Second)
@@ -57,4 +58,22 @@ func TestSummaryTimer(t *testing.T) {
 			t.Fatalf("no line after the interval: %q", buf.String())
 		}
 	})
+}
+
+// lockedBuffer is a log sink the timer's goroutine writes and the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
