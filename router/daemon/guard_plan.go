@@ -106,21 +106,15 @@ func udpScope(cfg *conf.Config, unresolved []string) (ports []rules.PortRange, n
 	if cfg.Capture.Local {
 		return nil, false
 	}
-	for _, u := range unresolved {
-		if configNames(cfg, u) {
-			return nil, false
-		}
-	}
-	if _, services := policy.CagedApps(cfg); len(services) > 0 {
+	caged, services := policy.CagedApps(cfg)
+	if len(services) > 0 {
 		return nil, false
+	}
+	for _, u := range unresolved {
+		if slices.ContainsFunc(caged, func(c policy.CagedApp) bool { return strings.EqualFold(c.App.String(), u) }) {
+			return nil, false // the config cages a name no executable answers to
+		}
 	}
 	ports, all := policy.New(cfg, policy.Env{}).CagedUDPPorts()
 	return ports, !all
-}
-
-// configNames reports whether the config itself cages the app name (a proxy or block
-// rule's apps, or a preset's).
-func configNames(cfg *conf.Config, name string) bool {
-	caged, _ := policy.CagedApps(cfg)
-	return slices.ContainsFunc(caged, func(c policy.CagedApp) bool { return strings.EqualFold(c.App.String(), name) })
 }
