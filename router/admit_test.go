@@ -465,6 +465,8 @@ func TestRefusalsSummarized(t *testing.T) {
 			t.Fatalf("read = %d, %v; want the flow refused", n, err)
 		}
 	}
+	// The client sees its reset before the router counts the refusal: wait for the 50th.
+	waitUntil(t, func() bool { return e.r.refuse.s.Count("refused by no") == 50 })
 	e.r.refuse.flush()
 	e.waitLog("refused or failed flows (summary)")
 	logs := e.logs.String()

@@ -74,6 +74,13 @@ func (t *Summary) Add(kind, who string, example func() string) bool {
 	return t.counts[kind] <= uint64(t.opts.PerKind)
 }
 
+// Count returns the events of kind counted in the current interval (not yet flushed).
+func (t *Summary) Count(kind string) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.counts[kind]
+}
+
 // Flush logs and resets the pending counts, if any.
 func (t *Summary) Flush() {
 	t.mu.Lock()

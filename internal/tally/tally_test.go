@@ -23,6 +23,9 @@ func TestSummary(t *testing.T) {
 	for i := range MaxSources + 5 {
 		s.Add("limit", fmt.Sprintf("10.0.3.%d", i), nil)
 	}
+	if n := s.Count("no-rule"); n != 10 {
+		t.Errorf("Count = %d, want 10", n)
+	}
 	if logged != 2 {
 		t.Errorf("%d to log one by one, want 2", logged)
 	}
