@@ -9,7 +9,8 @@ import (
 )
 
 // restartNeeded refuses a reload that changes what only a restart applies: the sockets
-// of the daemon itself, the [dns] table and the [control] table.
+// of the daemon itself, the [dns] table (but allow_doh and doh_hosts) and the [control]
+// table.
 func restartNeeded(old, cur *conf.Config) error {
 	var keys []string
 	if old.Capture.ListenerPort != cur.Capture.ListenerPort {
@@ -27,7 +28,10 @@ func restartNeeded(old, cur *conf.Config) error {
 	if old.Capture.Table != cur.Capture.Table {
 		keys = append(keys, "capture.table")
 	}
-	if fmt.Sprint(old.DNS) != fmt.Sprint(cur.DNS) {
+	// allow_doh and doh_hosts are the policy's (policy.DoH), applied by a reload.
+	od, cd := old.DNS, cur.DNS
+	od.AllowDoH, od.DoHHosts, cd.AllowDoH, cd.DoHHosts = false, nil, false, nil
+	if fmt.Sprint(od) != fmt.Sprint(cd) {
 		keys = append(keys, "dns")
 	}
 	if old.Control != cur.Control {
