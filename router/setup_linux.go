@@ -359,7 +359,7 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 		return
 	}
 	s.h.names = r.names(&pf)
-	f.Host = pf.Host
+	f.Host, f.NameFrom = pf.Host, nameFromDNS(pf.Host)
 	key := sourceKey(&pf, p)
 	if !r.adm.flows.tryAcquire(key) {
 		f.Err, f.Verdict = errOverShare, admissionVerdict

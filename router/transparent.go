@@ -232,7 +232,7 @@ func (r *Router) classify(c *net.TCPConn, f *FlowRecord, pf *policy.Flow, p *com
 		}
 	}
 	release = r.names(pf)
-	f.Host = pf.Host
+	f.Host, f.NameFrom = pf.Host, nameFromDNS(pf.Host)
 	return release
 }
 

@@ -253,6 +253,7 @@ func (t *udpTable) start(r *Router) {
 func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 	p := r.pol.Load()
 	f := r.newFlow(dg.Src)
+	f.udp = true
 	f.Dst = dg.Dst
 	fl := &udpFlow{key: udpFlowKey{dg.Src, dg.Dst}, rec: f, ret: ret, to: upstream.Addr{IP: dg.Dst.Addr(), Port: dg.Dst.Port()}}
 	pf := policy.Flow{Network: rules.UDP, Src: f.Src.Addr(), Dst: f.Dst.Addr(), Port: f.Dst.Port()}
@@ -286,7 +287,7 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 			pf.Host = name
 		}
 	}
-	f.Host = pf.Host
+	f.Host, f.NameFrom = pf.Host, nameFromDNS(pf.Host)
 	if pf.Host != "" {
 		fl.to = upstream.Addr{Name: pf.Host, Port: f.Dst.Port()}
 	}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/router"
@@ -98,13 +99,26 @@ func (d *daemon) reload(ctx context.Context) error {
 			return err
 		}
 	}
+	if cfg.Log.Flows != "" && cfg.Log.Flows != d.cfg.Log.Flows {
+		// The new flow log must open before anything is swapped.
+		f, err := os.OpenFile(cfg.Log.Flows, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			closeOpened()
+			inb.abort()
+			return fmt.Errorf("open flow log: %w", err)
+		}
+		f.Close()
+	}
 	if err := d.opts.Platform.Install(cfg, l.dec, d.dns); err != nil {
 		closeOpened()
 		inb.abort()
 		return fmt.Errorf("install capture: %w", err)
 	}
-	// Nothing below can fail.
+	// Nothing below can fail (but the flow log's file, which opened above: logged).
 	d.r.Use(prepared)
+	if err := d.audit.Open(cfg.Log.Flows); err != nil {
+		d.log.Error("flow log", "err", err)
+	}
 	for addr, fr := range d.forwards {
 		nf, keep := want[addr]
 		if keep {
