@@ -189,14 +189,16 @@ var hostPresets = map[string][]string{
 	// crates.io: the site and API, the sparse index and the crate files.
 	// doc.rust-lang.org/cargo, "Registries"; the crates.io "index.crates.io" notice.
 	"crates": {"crates.io", "index.crates.io", "static.crates.io"},
-	// Docker Hub: the registry, its token service and the layer CDNs. docs.docker.com,
-	// "Allowlist for Docker Desktop" (Docker Hub's registry entries).
-	"dockerhub": {"registry-1.docker.io", "auth.docker.io", "index.docker.io",
-		"production.cloudflare.docker.com", "*.r2.cloudflarestorage.com"},
-	// The VS Code extension marketplace. code.visualstudio.com, "Network connections in
-	// Visual Studio Code".
+	// Docker Hub: the registry, its token service and the layer stores (Docker's own R2
+	// bucket, not all of R2). docs.docker.com, "Allowlist for Docker Desktop" (the
+	// "Docker Pull/Push" and authentication entries).
+	"dockerhub": {"registry-1.docker.io", "auth.docker.io", "index.docker.io", "hub.docker.com",
+		"production.cloudflare.docker.com", "production.cloudfront.docker.com",
+		"docker-images-prod.6aa30f8b08e16409b46e0173d6de2f56.r2.cloudflarestorage.com"},
+	// The VS Code extension marketplace and its caches. code.visualstudio.com, "Network
+	// connections in Visual Studio Code" (the marketplace entries).
 	"vscode": {"marketplace.visualstudio.com", "*.gallery.vsassets.io", "*.gallerycdn.vsassets.io",
-		"vscode.blob.core.windows.net", "update.code.visualstudio.com"},
+		"vscode.blob.core.windows.net", "update.code.visualstudio.com", "az764295.vo.msecnd.net"},
 	// Model APIs, each its provider's API reference.
 	"openai":     {"api.openai.com"},
 	"anthropic":  {"api.anthropic.com"},
