@@ -20,25 +20,25 @@ import (
 
 // FlowRecord is what the router knows of one connection; it is logged when the flow ends.
 type FlowRecord struct {
-	ID      uint64
-	Src     netip.AddrPort
-	Dst     netip.AddrPort // the original destination; its address is invalid when only Host is known
-	Host    string         // the destination's name, when known
+	ID   uint64
+	Src  netip.AddrPort
+	Dst  netip.AddrPort // the original destination; its address is invalid when only Host is known
+	Host string         // the destination's name, when known
 	// NameFrom says where Host came from: "dns" (a fake IP's, or a name seen in a DNS
 	// answer), "sni" (the TLS ClientHello), "host" (the HTTP Host header); "" when Host is
 	// empty or was given (an inbound's request, a forward).
 	NameFrom string
-	Inbound string         // the inbound that took the flow; "" for a captured one
-	App     string
-	PID     int
-	Service string // the Windows services of the owning svchost, when known (joined ",")
-	Verdict rules.Verdict
-	Step    policy.Step // what decided: a rule, or an implicit step
-	Via     string      // the proxy that carried it (a failover list's member)
-	Up      int64       // bytes client → destination
-	Down    int64
-	Start   time.Time
-	Err     error
+	Inbound  string // the inbound that took the flow; "" for a captured one
+	App      string
+	PID      int
+	Service  string // the Windows services of the owning svchost, when known (joined ",")
+	Verdict  rules.Verdict
+	Step     policy.Step // what decided: a rule, or an implicit step
+	Via      string      // the proxy that carried it (a failover list's member)
+	Up       int64       // bytes client → destination
+	Down     int64
+	Start    time.Time
+	Err      error
 
 	bytes   meter     // live, as the relay moves them
 	rate    sample    // guarded by Router.live.mu

@@ -50,9 +50,9 @@ const (
 
 // Record is one line of the log. Zero fields are left out of the line.
 type Record struct {
-	Time     time.Time      `json:"time"`            // when the flow ended or was refused
-	Event    string         `json:"event"`           // EventFlow, EventRefused, EventDropped
-	ID       uint64         `json:"id,omitempty"`    // the router's flow ID (as in its log)
+	Time     time.Time      `json:"time"`         // when the flow ended or was refused
+	Event    string         `json:"event"`        // EventFlow, EventRefused, EventDropped
+	ID       uint64         `json:"id,omitempty"` // the router's flow ID (as in its log)
 	Network  string         `json:"network,omitempty"`
 	Src      netip.AddrPort `json:"-"`
 	App      string         `json:"app,omitempty"`
@@ -61,12 +61,12 @@ type Record struct {
 	Name     string         `json:"name,omitempty"`      // the destination's name, when known
 	NameFrom string         `json:"name_from,omitempty"` // where the name came from: dns, sni, host
 	Dst      netip.AddrPort `json:"-"`
-	DstPort  uint16         `json:"-"` // with a name only (Dst invalid)
-	Rule     string         `json:"rule,omitempty"`      // the deciding rule, or the implicit step
-	Action   string         `json:"action,omitempty"`    // direct, proxy or block
-	Upstream string         `json:"upstream,omitempty"`  // the proxy that carried it
-	Up       int64          `json:"up,omitempty"`        // bytes from the client
-	Down     int64          `json:"down,omitempty"`      // bytes to the client
+	DstPort  uint16         `json:"-"`                  // with a name only (Dst invalid)
+	Rule     string         `json:"rule,omitempty"`     // the deciding rule, or the implicit step
+	Action   string         `json:"action,omitempty"`   // direct, proxy or block
+	Upstream string         `json:"upstream,omitempty"` // the proxy that carried it
+	Up       int64          `json:"up,omitempty"`       // bytes from the client
+	Down     int64          `json:"down,omitempty"`     // bytes to the client
 	Duration time.Duration  `json:"-"`
 	Reason   string         `json:"reason,omitempty"` // the refusal reason (as router status names it)
 	Error    string         `json:"error,omitempty"`  // why a flow failed

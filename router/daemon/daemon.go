@@ -119,7 +119,7 @@ type daemon struct {
 	cfg  *conf.Config
 
 	r       *router.Router
-	book    refusal.Book // what the router (and DNS server) refused
+	book    refusal.Book  // what the router (and DNS server) refused
 	audit   *auditlog.Log // the flow log for audits ([log] flows); its file follows reloads
 	dns     *dns.Server
 	tcp     *net.TCPListener

@@ -81,4 +81,3 @@ func TestDoH(t *testing.T) {
 		})
 	}
 }
-

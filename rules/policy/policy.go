@@ -41,7 +41,7 @@
 //     those resolvers alike; port 53 was answered at step 1). One function, DoH, decides
 //     it from the flow's name (a fake IP's, a name seen in DNS, or one the capture read
 //     from the flow) and its address.
-// 10. DNS over TLS or QUIC (port 853) leaves only through a proxy; a direct verdict is
+//  10. DNS over TLS or QUIC (port 853) leaves only through a proxy; a direct verdict is
 //     turned into a refusal: StepDoT.
 //
 // ICMP is decided apart (DecideICMP): the router cannot carry it, so an echo request
