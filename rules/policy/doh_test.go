@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 )
@@ -77,6 +78,24 @@ func TestDoH(t *testing.T) {
 				if why := on.Why(&f, d); why == "" || why == policy.StepDoH.String() {
 					t.Errorf("Why = %q", why)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecideDoH is the cost of the DoH check in a caged flow's decision: the same
+// catch-all config with the check and without (allow_doh).
+func BenchmarkDecideDoH(b *testing.B) {
+	for _, c := range []struct{ name, keys string }{{"refuse", ""}, {"allow", "allow_doh = true"}} {
+		cfg, err := conf.Parse("b.toml", []byte(fmt.Sprintf(catchAll, c.keys)), conf.Options{SkipSecrets: true, OS: "linux"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p := policy.New(cfg, policy.Env{})
+		f := policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("10.0.2.15"), Dst: netip.MustParseAddr("198.18.0.7"), Port: 443, Host: "registry.npmjs.org"}
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				p.Decide(&f)
 			}
 		})
 	}
