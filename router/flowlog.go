@@ -51,6 +51,10 @@ type FlowRecord struct {
 	why     refusal.Reason
 }
 
+// Audit returns the flow log for audits the router writes to (Options.Audit; nil: none), for
+// a capture that refuses flows before they reach the router (the Windows engine).
+func (r *Router) Audit() *auditlog.Log { return r.opts.Audit }
+
 // audit queues f's record in the flow log for audits (Options.Audit), when one is open: a
 // refusal, or the end of a flow. It never blocks (auditlog.Log.Add).
 func (r *Router) audit(f *FlowRecord) {

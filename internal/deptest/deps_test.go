@@ -67,7 +67,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert", "internal/netaddr internal/ports", "internal/winetest windivert/packet windivert/windiverttest"},
 	{"windivert/windiverttest", "windivert", ""},
 	{"windivert/packet", "", ""},
-	{"windivert/redirect", "dns router/proc rules rules/policy rules/refusal windivert windivert/packet",
+	{"windivert/redirect", "dns router/auditlog router/proc rules rules/policy rules/refusal windivert windivert/packet",
 		"conf dns/dnstest internal/winetest rules/policy/policytest windivert/dist windivert/windiverttest"},
 	{"windivert/wfp", "", "internal/winetest"},
 	{"windivert/wfp/guard", "internal/ports windivert/wfp", "windivert/wfp/wfptest"},
