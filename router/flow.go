@@ -71,15 +71,6 @@ func (r *Router) names(pf *policy.Flow) (release func()) {
 	return release
 }
 
-// nameFromDNS is FlowRecord.NameFrom for a name the DNS side gave (names): "dns", or ""
-// without a name.
-func nameFromDNS(host string) string {
-	if host == "" {
-		return ""
-	}
-	return "dns"
-}
-
 // open decides the flow pf under p and, unless the decision refuses it, takes its set-up
 // slots (admission: refused when none comes free in time) and connects it. f is the
 // flow's record: its verdict, proxy, bytes sent up and error are filled in, and it is shown by

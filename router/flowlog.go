@@ -24,9 +24,9 @@ type FlowRecord struct {
 	Src  netip.AddrPort
 	Dst  netip.AddrPort // the original destination; its address is invalid when only Host is known
 	Host string         // the destination's name, when known
-	// NameFrom says where Host came from: "dns" (a fake IP's, or a name seen in a DNS
-	// answer), "sni" (the TLS ClientHello), "host" (the HTTP Host header); "" when Host is
-	// empty or was given (an inbound's request, a forward).
+	// NameFrom is where Host came from: "dns" (the fake IP's name, or a name seen in a DNS
+	// answer for the address), "sni" (the TLS ClientHello's server name), "host" (the
+	// HTTP/1 Host header); "" when Host is empty or an inbound's client asked for it.
 	NameFrom string
 	Inbound  string // the inbound that took the flow; "" for a captured one
 	App      string

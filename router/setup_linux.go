@@ -359,7 +359,10 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 		return
 	}
 	s.h.names = r.names(&pf)
-	f.Host, f.NameFrom = pf.Host, nameFromDNS(pf.Host)
+	f.Host = pf.Host
+	if f.Host != "" {
+		f.NameFrom = "dns"
+	}
 	key := sourceKey(&pf, p)
 	if !r.adm.flows.tryAcquire(key) {
 		f.Err, f.Verdict = errOverShare, admissionVerdict

@@ -232,7 +232,10 @@ func (r *Router) classify(c *net.TCPConn, f *FlowRecord, pf *policy.Flow, p *com
 		}
 	}
 	release = r.names(pf)
-	f.Host, f.NameFrom = pf.Host, nameFromDNS(pf.Host)
+	f.Host = pf.Host
+	if f.Host != "" {
+		f.NameFrom = "dns"
+	}
 	return release
 }
 

@@ -287,7 +287,10 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 			pf.Host = name
 		}
 	}
-	f.Host, f.NameFrom = pf.Host, nameFromDNS(pf.Host)
+	f.Host = pf.Host
+	if f.Host != "" {
+		f.NameFrom = "dns"
+	}
 	if pf.Host != "" {
 		fl.to = upstream.Addr{Name: pf.Host, Port: f.Dst.Port()}
 	}
