@@ -233,6 +233,9 @@ func (r *Router) classify(c *net.TCPConn, f *FlowRecord, pf *policy.Flow, p *com
 	}
 	release = r.names(pf)
 	f.Host = pf.Host
+	if f.Host != "" {
+		f.NameFrom = "dns"
+	}
 	return release
 }
 
