@@ -59,9 +59,15 @@ type Config struct {
 	Log      Log
 	Control  Control
 	Metrics  Metrics
+	Policy   Policy
+	Console  Console
 	Rules    []rules.Rule
-	// RuleLines[i] is the line of the [[rule]] header of Rules[i].
+	// RuleLines[i] is the line of the [[rule]] header of Rules[i] (in the approved file for
+	// the approved rules: see Policy.Approved).
 	RuleLines []int
+	// ApprovedAt and ApprovedN place the approved rules (the router's own file, read when
+	// the config asks) in Rules: Rules[ApprovedAt:ApprovedAt+ApprovedN].
+	ApprovedAt, ApprovedN int
 
 	loc *locator // the lines of the file's keys; nil for a Config built in code
 }

@@ -36,6 +36,23 @@ const (
 	// images at OpenAI's 20 MB per image, and still stops a guest from streaming gigabytes
 	// into the model server's memory.
 	DefaultMaxBody = 64 << 20
+	// DefaultAskTimeout is how long a flow held under ask waits for an answer. The
+	// client's connection was accepted at once, so what runs meanwhile is its wait for a
+	// first answer, which most clients allow 30 s or more (curl and Go none by default; pip
+	// 15 s, so a pip behind a prompt needs a quick click or a longer --timeout). 30 s gives
+	// someone watching the time to read a prompt and click, and fails an unanswered step
+	// soon instead of hanging the agent.
+	DefaultAskTimeout = 30 * time.Second
+	// MaxAskTimeout bounds [policy] ask_timeout.
+	MaxAskTimeout = 10 * time.Minute
+	// DefaultApproved is the router's own rules file, beside the config.
+	DefaultApproved = "approved.toml"
+	// DefaultConsoleListen is the address docs give for [console] listen (off unless set).
+	DefaultConsoleListen = "127.0.0.1:9478"
+	// DefaultMaxHeldPerSource and DefaultMaxHeld bound the flows held under ask: a source
+	// past its share, or any past the total, is refused at once (reason ask-denied).
+	DefaultMaxHeldPerSource = 64
+	DefaultMaxHeld          = 1024
 )
 
 // DefaultForwardAPI is a forward's api when the key is left out: the OpenAI-compatible and

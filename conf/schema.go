@@ -17,7 +17,7 @@ import (
 
 // The keys of each table, in the order docs/config.md documents them.
 var (
-	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "metrics", "rule"}
+	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "metrics", "policy", "console", "rule"}
 	proxyKeys   = []string{"type", "address", "via", "username", "password_env", "password_file", "pipeline", "ca_file", "health_check", "health_target"}
 	captureKeys = []string{"vm_networks", "vm_interfaces", "hypervisors", "cage_subnets", "local", "local_udp_allow", "listener_port", "dns_port", "udp_port", "mark", "table"}
 	forwardKeys = []string{"name", "listen", "connect", "allow", "api", "allow_paths", "max_body", "unsafe_any_address"}
@@ -43,6 +43,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 		DNS:   DNS{Mode: DefaultDNSMode, Resolver: DefaultResolver, Pool: DefaultPool(), TTL: DefaultFakeTTL, Transport: DefaultDNSTransport},
 		Relay: Relay{IdleTimeout: DefaultIdleTimeout, ConnectTimeout: DefaultConnectTimeout, Sockmap: DefaultSockmap},
 		Log:   Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		Policy: Policy{Unknown: rules.Block, AskTimeout: DefaultAskTimeout},
 	}
 	d.checkKeys(at{}, raw, topKeys)
 	if v, ok := raw["proxy"]; ok {
@@ -86,6 +87,12 @@ func (d *decoder) config(raw map[string]any) *Config {
 	if v, ok := raw["dns"]; ok {
 		d.dns(c, v)
 	}
+	if v, ok := raw["policy"]; ok {
+		d.policy(c, v)
+	}
+	if v, ok := raw["console"]; ok {
+		d.console(c, v)
+	}
 	if c.DNS.Proxy == "" && len(c.Proxies) == 1 {
 		c.DNS.Proxy = c.Proxies[0].Name
 	}
@@ -93,6 +100,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 		d.rules(c, v)
 		d.appAliases(c)
 	}
+	d.approved(c)
 	d.scope(c)
 	d.check(c)
 	return c
@@ -747,6 +755,9 @@ func (d *decoder) rules(c *Config, v any) {
 			}
 		}
 		d.ruleFields(c, &r, a, m)
+		if r.Action == rules.Ask {
+			c.Policy.asks = true
+		}
 		c.Rules = append(c.Rules, r)
 		c.RuleLines = append(c.RuleLines, d.loc.line(a.path))
 	}
@@ -754,27 +765,29 @@ func (d *decoder) rules(c *Config, v any) {
 
 func (d *decoder) ruleFields(c *Config, r *rules.Rule, a at, m map[string]any) {
 	if v, ok := m["action"]; !ok {
-		d.fail(a, "missing key \"action\" (direct, proxy or block)")
+		d.fail(a, "missing key \"action\" (direct, proxy, block or ask)")
 	} else if s, ok := d.str(a.key("action"), v); ok {
 		act, ok := rules.ParseAction(s)
 		if !ok {
-			d.fail(a.key("action"), "unknown action %q (direct, proxy or block)", s)
+			d.fail(a.key("action"), "unknown action %q (direct, proxy, block or ask)", s)
 		}
 		r.Action = act
 	}
 	proxyVal, hasProxy := m["proxy"]
+	// An ask rule names the upstream an approval sends its flows through, as a proxy rule.
+	via := r.Action == rules.Proxy || r.Action == rules.Ask
 	switch {
 	case hasProxy:
 		names := d.proxyList(c, a.key("proxy"), proxyVal)
 		r.Proxy = strings.Join(names, ",")
-		if r.Action != rules.Proxy {
-			d.fail(a.key("proxy"), "proxy is only for action = \"proxy\"")
+		if !via {
+			d.fail(a.key("proxy"), "proxy is only for action = \"proxy\" or \"ask\"")
 		}
-	case r.Action == rules.Proxy && len(c.Proxies) == 0:
-		d.fail(a.key("action"), "action \"proxy\" but no [proxy.NAME] is defined")
-	case r.Action == rules.Proxy && len(c.Proxies) > 1:
-		d.fail(a, "action \"proxy\" needs proxy = \"NAME\" when several proxies are defined%s", d.known(c))
-	case r.Action == rules.Proxy:
+	case via && len(c.Proxies) == 0:
+		d.fail(a.key("action"), "action %q but no [proxy.NAME] is defined", r.Action)
+	case via && len(c.Proxies) > 1:
+		d.fail(a, "action %q needs proxy = \"NAME\" when several proxies are defined%s", r.Action, d.known(c))
+	case via:
 		r.Proxy = c.Proxies[0].Name
 	}
 	if v, ok := m["network"]; ok {

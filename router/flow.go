@@ -79,10 +79,18 @@ func (r *Router) names(pf *policy.Flow) (release func()) {
 // for a failed one the error is returned and kept in f.Err. Nothing is ever sent direct
 // because a proxy failed.
 //
+// A flow the policy asks about (action Ask) is held here first (ask, asking.go) and goes on
+// approved as a proxied flow, or refused.
+//
 // The Linux event loop sets most transparent flows up itself, with the same steps: Decide,
-// admits, trySetup in place of setup, decided, its own connect, failed.
+// admits, trySetup in place of setup, decided, its own connect, failed; it hands an asked
+// flow to a goroutine.
 func (r *Router) open(ctx context.Context, p *compiled, f *FlowRecord, pf *policy.Flow, e early) (policy.Decision, net.Conn, error) {
 	d := p.Decision.Decide(pf)
+	asked := d.Action == rules.Ask
+	if asked {
+		d = r.ask(ctx, p, f, pf, d) // held: nothing dialled until an answer
+	}
 	if admits(d) {
 		// Set-up slots, shared fairly by source, and what the name resolves to when the
 		// policy asks (a caged flow that would leave from this machine by its name).
@@ -93,7 +101,7 @@ func (r *Router) open(ctx context.Context, p *compiled, f *FlowRecord, pf *polic
 		}
 		defer endSetup()
 		if pf.Resolved != nil {
-			d = p.Decision.Decide(pf) // with what the name resolves to
+			d = reapprove(p.Decision.Decide(pf), asked) // with what the name resolves to
 		}
 	}
 	if !r.decided(p, f, d) {

@@ -35,6 +35,7 @@ type FlowRecord struct {
 	Verdict  rules.Verdict
 	Step     policy.Step // what decided: a rule, or an implicit step
 	Via      string      // the proxy that carried it (a failover list's member)
+	Asked    string      // a flow held under ask: the answer (ask.Answer's name); "" when not asked
 	Up       int64       // bytes client → destination
 	Down     int64
 	Start    time.Time
@@ -122,6 +123,9 @@ func flowAttrs(f *FlowRecord, ended bool) []any {
 	}
 	if f.Inbound != "" {
 		attrs = append(attrs, "inbound", f.Inbound)
+	}
+	if f.Asked != "" {
+		attrs = append(attrs, "asked", f.Asked)
 	}
 	if f.Via != "" {
 		attrs = append(attrs, "proxy", f.Via)

@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentcage/router/router/ask"
 	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
@@ -106,6 +107,9 @@ type Options struct {
 	// Audit is the flow log for audits ([log] flows): every ended and every refused flow is
 	// added to it. Nil: none.
 	Audit *auditlog.Log
+	// Asks holds the flows the policy asks about (package ask) while an administrator
+	// answers. Nil: an ask is refused at once, as unattended.
+	Asks *ask.Desk
 	// SummaryEvery is the interval of the summary line of refused and failed flows; 0:
 	// one minute.
 	SummaryEvery time.Duration
@@ -119,6 +123,9 @@ type Settings struct {
 	Upstreams      []UpstreamConfig
 	IdleTimeout    time.Duration
 	ConnectTimeout time.Duration
+	// AskTimeout is how long a flow held under ask waits for an answer ([policy]
+	// ask_timeout); 0: conf.DefaultAskTimeout's 30 s.
+	AskTimeout time.Duration
 	// Sockmap moves a relayed TCP flow's bytes socket to socket in the kernel (an eBPF
 	// sockmap) where the kernel allows it; false, or where it does not, the flows are
 	// relayed by splice (Linux) or copied.
@@ -137,8 +144,8 @@ type compiled struct {
 	// steps and stepBytes count the flows each implicit step decided, by the action it took
 	// (a step such as StepHost lets some flows through and refuses others), and the bytes
 	// of those that ended.
-	steps     [policy.NumSteps][rules.Block + 1]atomic.Uint64
-	stepBytes [policy.NumSteps][rules.Block + 1]atomic.Uint64
+	steps     [policy.NumSteps][rules.Ask + 1]atomic.Uint64
+	stepBytes [policy.NumSteps][rules.Ask + 1]atomic.Uint64
 }
 
 // Router runs the transparent listener and forwards. Its methods are safe for concurrent

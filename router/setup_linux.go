@@ -372,6 +372,10 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 	}
 	s.h.key = key
 	d := p.Decision.Decide(&pf)
+	if d.Action == rules.Ask {
+		l.handOff(s, &pf, true) // held while the router asks: a goroutine's wait
+		return
+	}
 	if !admits(d) {
 		r.decided(p, f, d)
 		l.endEarly(s)

@@ -1,4 +1,4 @@
-// Package rules decides what happens to a flow: direct, proxy or block.
+// Package rules decides what happens to a flow: direct, proxy, block or ask.
 //
 // A rule set is an ordered list; the first rule that matches a flow wins. Within a rule every
 // field that is given must match (AND); within a field any entry may match (OR); a rule with no
@@ -23,6 +23,10 @@ const (
 	Direct Action = iota // the router connects to the destination itself
 	Proxy                // the router connects through the named upstream SOCKS5 proxy
 	Block                // the flow is refused (TCP reset)
+	// Ask holds the flow (accepted, nothing dialled) while the router asks an administrator;
+	// an approval sends it through the named upstream (Proxy), anything else refuses it.
+	// Code that does not know Ask treats it as neither direct nor proxy: it never connects.
+	Ask
 )
 
 func (a Action) String() string {
@@ -33,11 +37,13 @@ func (a Action) String() string {
 		return "proxy"
 	case Block:
 		return "block"
+	case Ask:
+		return "ask"
 	}
 	return "action(" + strconv.Itoa(int(a)) + ")"
 }
 
-// ParseAction parses "direct", "proxy" or "block".
+// ParseAction parses "direct", "proxy", "block" or "ask".
 func ParseAction(s string) (Action, bool) {
 	switch s {
 	case "direct":
@@ -46,6 +52,8 @@ func ParseAction(s string) (Action, bool) {
 		return Proxy, true
 	case "block":
 		return Block, true
+	case "ask":
+		return Ask, true
 	}
 	return 0, false
 }
@@ -98,7 +106,7 @@ type Rule struct {
 	// a caged app (package policy says which flows are, in Query.Caged).
 	Caged  bool
 	Action Action
-	Proxy  string // the upstream's name when Action is Proxy
+	Proxy  string // the upstream's name when Action is Proxy (or Ask: where an approval sends it)
 	// Disabled keeps the rule in the list but out of every decision: it never matches, and
 	// Explain says so (the config's `enabled = false`, a Proxifier rule's unticked box).
 	Disabled bool

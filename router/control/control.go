@@ -24,8 +24,13 @@ import (
 
 // Request is one question to the daemon.
 type Request struct {
-	Op   string     `json:"op"`            // "status" or "name"
+	Op   string     `json:"op"`            // "status", "name", "asks" or "answer"
 	Addr netip.Addr `json:"addr,omitzero"` // for "name"
+	// ID and Answer ("once", "run", "always" or "deny") answer a pending prompt ("answer");
+	// By says who answers, for the log and the approved rules file.
+	ID     uint64 `json:"id,omitempty"`
+	Answer string `json:"answer,omitempty"`
+	By     string `json:"by,omitempty"`
 }
 
 // Response is the daemon's answer; Error is set when the request failed.
@@ -34,6 +39,29 @@ type Response struct {
 	Status *Status `json:"status,omitempty"`
 	Name   string  `json:"name,omitempty"`
 	Fake   bool    `json:"fake,omitempty"` // the address belongs to the fake-IP pool
+	// Asks are the pending prompts ("asks"; "answer": the one answered), oldest first.
+	Asks []Prompt `json:"asks,omitempty"`
+}
+
+// Prompt is one destination the router asks about, and the flows it holds for it.
+type Prompt struct {
+	ID      uint64    `json:"id"`
+	Host    string    `json:"host"` // a name, or an address without one
+	Port    uint16    `json:"port"`
+	Rule    string    `json:"rule"`            // the rule or step that asked
+	Proxy   string    `json:"proxy,omitempty"` // where an approval sends the flows
+	Sources []string  `json:"sources"`         // of the held flows (the first few)
+	Held    int       `json:"held"`            // flows held now
+	Since   time.Time `json:"since"`
+	Until   time.Time `json:"until"` // when the last held flow times out
+}
+
+// Asker is the part of a Handler that holds flows under ask; a Handler without it answers
+// "asks" with none and refuses "answer".
+type Asker interface {
+	Pending() []Prompt
+	// Answer answers prompt id ("once", "run", "always", "deny") on behalf of by.
+	Answer(id uint64, answer, by string) (Prompt, error)
 }
 
 // Status is what `router status` shows. Counts run from the daemon's start, except the
@@ -235,6 +263,26 @@ func answer(req Request, h Handler) Response {
 			return Response{Fake: fake, Error: "no name known for " + req.Addr.String()}
 		}
 		return Response{Name: name, Fake: fake}
+	case "asks":
+		a, ok := h.(Asker)
+		if !ok {
+			return Response{}
+		}
+		return Response{Asks: a.Pending()}
+	case "answer":
+		a, ok := h.(Asker)
+		if !ok {
+			return Response{Error: "answer: this daemon asks nothing"}
+		}
+		by := "router ask"
+		if req.By != "" {
+			by = req.By
+		}
+		p, err := a.Answer(req.ID, req.Answer, by)
+		if err != nil {
+			return Response{Error: err.Error()}
+		}
+		return Response{Asks: []Prompt{p}}
 	}
 	return Response{Error: fmt.Sprintf("unknown op %q", req.Op)}
 }

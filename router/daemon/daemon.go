@@ -34,6 +34,7 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/router"
+	"github.com/agentcage/router/router/ask"
 	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/control"
 	"github.com/agentcage/router/router/upstream"
@@ -78,7 +79,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	d := &daemon{opts: opts, log: opts.Log, forwards: map[string]*forwardRun{}}
+	d := &daemon{opts: opts, log: opts.Log, forwards: map[string]*forwardRun{}, reloadNow: make(chan struct{}, 1)}
 	d.setLevel(cfg)
 	if err := d.start(ctx, cfg); err != nil {
 		d.stop()
@@ -98,6 +99,10 @@ func Run(ctx context.Context, opts Options) error {
 		case err := <-opts.Platform.Failed():
 			d.stop()
 			return fmt.Errorf("the capture failed, the router stops (the guard stays and keeps VM traffic blocked): %w", err)
+		case <-d.reloadNow:
+			if err := d.reload(ctx); err != nil {
+				d.log.Error("reload after an approval failed; the approval holds for this run", "err", err)
+			}
 		case <-opts.Reload:
 			err := d.reload(ctx)
 			if err != nil {
@@ -132,6 +137,9 @@ type daemon struct {
 	forwards map[string]*forwardRun // by listen address
 	inbounds map[string]*inboundRun // by listen address (inbound.go)
 	status   *statusHandler         // what the control channel and the metrics show
+	desk     *ask.Desk              // the flows held under ask; lives as long as the daemon
+	// reloadNow asks the loop for a reload (an "always" answer was written); buffered 1.
+	reloadNow chan struct{}
 	metrics  *metricsRun            // the [metrics] endpoint, nil when off; start, reload and stop only
 }
 
@@ -173,6 +181,7 @@ func routerPolicy(cfg *conf.Config, dec *policy.Policy) router.Settings {
 		IdleTimeout:    cfg.Relay.IdleTimeout,
 		ConnectTimeout: cfg.Relay.ConnectTimeout,
 		Sockmap:        cfg.Relay.Sockmap,
+		AskTimeout:     cfg.Policy.AskTimeout,
 	}
 	for _, px := range cfg.Proxies {
 		p.Upstreams = append(p.Upstreams, UpstreamConfig(px))
@@ -228,6 +237,8 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		FromVM:   pf.FromVM(),
 		Refusals: &d.book,
 	}
+	d.desk = d.newDesk()
+	ropts.Asks = d.desk
 	if o, ok := pf.(FDOriginal); ok {
 		ropts.OriginalFD = o.OriginalFD
 	}

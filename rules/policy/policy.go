@@ -22,8 +22,10 @@
 //     (sources, apps, services) or its destination (hosts, ports), or by a catch-all that
 //     keeps it caged (proxy or block): a direct rule without such fields is a catch-all for
 //     this host's own traffic only. StepRule.
-//  6. When no rule decides: a caged flow is refused (StepCaged), any other goes direct
-//     (StepNoMatch).
+//  6. When no rule decides: a caged flow is refused (StepCaged), or held while the router
+//     asks with [policy] unknown = "ask" (StepAsk, action Ask); any other goes direct
+//     (StepNoMatch). A rule's action may be ask too (StepRule, action Ask): the router holds
+//     the flow, asks, and on approval sends it through the Verdict's proxy.
 //  7. A caged flow to another guest's network (an address in vm_networks) is refused unless
 //     the deciding rule names that address in its hosts: StepToGuest.
 //  8. A caged flow whose name resolves to this machine (loopback, link-local, unspecified
@@ -43,6 +45,9 @@
 //     from the flow) and its address.
 //  10. DNS over TLS or QUIC (port 853) leaves only through a proxy; a direct verdict is
 //     turned into a refusal: StepDoT.
+//
+//  11. With [policy] unattended = true, what would be asked (step 6) is refused at once:
+//     StepUnattended.
 //
 // ICMP is decided apart (DecideICMP): the router cannot carry it, so an echo request
 // leaves only when it is this host's own (not caged, its process known) and local = false.
@@ -89,6 +94,8 @@ const (
 	StepHostName               // a caged flow whose name leads to this host from this host: refused
 	StepToGuest                // a caged flow to another guest's network no rule names: refused
 	StepDoH                    // a caged flow to a well-known DNS-over-HTTPS endpoint: refused
+	StepAsk                    // a caged flow no rule decides, with [policy] unknown = "ask": held while the router asks
+	StepUnattended             // an ask (a rule's or StepAsk) with [policy] unattended = true: refused at once
 
 	// NumSteps is the number of steps, for tables indexed by Step.
 	NumSteps = iota
@@ -125,6 +132,10 @@ func (s Step) String() string {
 		return "(another guest's network)"
 	case StepDoH:
 		return "(dns over https: past the router)"
+	case StepAsk:
+		return "(caged: no rule decides; ask)"
+	case StepUnattended:
+		return "(ask, unattended: refused)"
 	}
 	return "step(" + strconv.Itoa(int(s)) + ")"
 }
@@ -226,6 +237,10 @@ type Policy struct {
 	// firstName and namedFirstName are the positions (in rules) of the first rule with a
 	// host-name entry in each table, -1 for none.
 	firstName, namedFirstName int
+	// askUnknown holds a caged flow no rule decides (StepAsk), to be approved through
+	// askProxy; unattended refuses what would be asked.
+	askUnknown, unattended bool
+	askProxy               string
 }
 
 // CagedApp is one member of a config's caged-app set.
@@ -298,6 +313,7 @@ func New(cfg *conf.Config, env Env) *Policy {
 		p.pool = cfg.DNS.Pool
 	}
 	p.local = cfg.Capture.Local
+	p.askUnknown, p.askProxy, p.unattended = cfg.Policy.Unknown == rules.Ask, cfg.Policy.AskProxy, cfg.Policy.Unattended
 	// A config built in code without the scope is judged as conf would default it.
 	dc := cfg.DNS.Capture
 	if dc == "" {
@@ -504,7 +520,10 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 		Final: f.Host != "" || first < 0 || (v.Index >= 0 && v.Index < first)}
 	if v.Index < 0 {
 		d.Step = StepNoMatch
-		if caged {
+		if caged && p.askUnknown {
+			d.Step = StepAsk
+			d.Verdict = rules.Verdict{Action: rules.Ask, Proxy: p.askProxy, Index: -1, Name: StepAsk.String()}
+		} else if caged {
 			d.Step = StepCaged
 			d.Verdict = rules.Verdict{Action: rules.Block, Index: -1, Name: StepCaged.String()}
 		}
@@ -526,6 +545,10 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 	if f.Port == ports.DoT && d.Action == rules.Direct {
 		d.Step = StepDoT
 		d.Verdict = rules.Verdict{Action: rules.Block, Index: -1, Name: StepDoT.String()}
+	}
+	if d.Action == rules.Ask && p.unattended {
+		d.Step = StepUnattended
+		d.Verdict = rules.Verdict{Action: rules.Block, Index: -1, Name: StepUnattended.String()}
 	}
 	return d, steps
 }
@@ -606,7 +629,7 @@ func (p *Policy) connectsHere(f *Flow, d Decision) bool {
 	switch d.Action {
 	case rules.Direct:
 		return !f.Dst.IsValid() || p.InPool(f.Dst)
-	case rules.Proxy:
+	case rules.Proxy, rules.Ask: // an approved ask leaves through d.Proxy
 		return p.ProxyOnHost(d.Proxy)
 	}
 	return false
@@ -704,6 +727,16 @@ func (p *Policy) Why(f *Flow, d Decision) string {
 			name = f.Host + " (" + f.Dst.String() + ")"
 		}
 		return caged + " and " + name + " is a well-known DNS-over-HTTPS resolver: names asked there would pass the router's DNS, so it is refused whatever the rules say ([dns] allow_doh = true lets it through)"
+	case StepAsk:
+		if d.Action == rules.Ask {
+			return caged + " and no rule that names it or its destination decides it, and [policy] unknown = \"ask\": it is held (accepted, nothing dialled) while the router asks; an approval sends it through the proxy " + strconv.Quote(d.Proxy) + ", a denial or no answer within ask_timeout refuses it"
+		}
+	case StepUnattended:
+		by := "[policy] unknown = \"ask\""
+		if d.Rule.Index >= 0 {
+			by = "rule " + strconv.Quote(d.Rule.Name)
+		}
+		return "the flow would be asked about (" + by + "), but [policy] unattended = true: nobody is there to answer, so it is refused at once"
 	case StepDoT:
 		said := "direct, as no rule matched"
 		if d.Rule.Index >= 0 {

@@ -41,6 +41,7 @@ const (
 	ToGuest                     // a connection from outside into a VM network, or a caged flow to another guest's network no rule names
 	ModelAPI                    // a request to a model forward that is not an inference call of its API, or whose framing is ambiguous
 	DoH                         // a caged flow to a well-known DNS-over-HTTPS endpoint
+	AskDenied                   // a flow held under ask that was denied, not answered in time, over the held bounds, or unattended
 	numReasons
 )
 
@@ -63,6 +64,7 @@ var names = [numReasons]string{
 	ToGuest:       "to-guest",
 	ModelAPI:      "model-api",
 	DoH:           "doh",
+	AskDenied:     "ask-denied",
 }
 
 // String is the reason's name in status, logs and metrics labels: lower case, with dashes.
@@ -105,6 +107,8 @@ func ForStep(s policy.Step) Reason {
 		return DoT
 	case policy.StepDoH:
 		return DoH
+	case policy.StepUnattended, policy.StepAsk:
+		return AskDenied
 	case policy.StepDNS:
 		return Capture
 	case policy.StepICMP:

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/agentcage/router/router/control"
+)
+
+// cmdAsk lists the prompts of the flows the running daemon holds under ask, or answers one.
+func cmdAsk(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("ask", "[--config FILE | --socket PATH] [--json] [ID once|run|always|deny]",
+		"Lists the destinations the running daemon asks about (the flows it holds under ask), or\nanswers one: once (the flows held now), run (until the daemon stops), always (written as a\nrule to the router's own rules file, approved.toml) or deny.", stderr)
+	cfgPath := fs.String("config", "", "read [control] socket from this config `file`")
+	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
+	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	if code, stop := parseFlags(fs, args); stop {
+		return code
+	}
+	rest := fs.Args()
+	var req control.Request
+	switch len(rest) {
+	case 0:
+		req.Op = "asks"
+	case 2:
+		id, err := strconv.ParseUint(rest[0], 10, 64)
+		if err != nil {
+			fmt.Fprintf(stderr, "router ask: %q is not a prompt ID\n", rest[0])
+			return exitUsage
+		}
+		req = control.Request{Op: "answer", ID: id, Answer: rest[1], By: "router ask"}
+	default:
+		fmt.Fprintln(stderr, "router ask: give no argument (list) or an ID and an answer")
+		return exitUsage
+	}
+	path, err := controlPath(*cfgPath, *socket)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := control.Dial(ctx, path)
+	if err != nil {
+		fmt.Fprintf(stderr, "router ask: %v (is the router running?)\n", err)
+		return exitFindings
+	}
+	defer c.Close()
+	resp, err := c.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "router ask: %v\n", err)
+		return exitFindings
+	}
+	if *asJSON {
+		return writeJSON(stdout, stderr, resp.Asks)
+	}
+	if req.Op == "answer" {
+		p := resp.Asks[0]
+		fmt.Fprintf(stdout, "answered %s to %s:%d (%d flows held)\n", req.Answer, p.Host, p.Port, p.Held)
+		return exitOK
+	}
+	writeAsks(stdout, resp.Asks, time.Now())
+	return exitOK
+}
+
+// writeAsks prints the pending prompts as `router ask` and `router watch` show them.
+func writeAsks(w io.Writer, ps []control.Prompt, now time.Time) {
+	if len(ps) == 0 {
+		fmt.Fprintln(w, "nothing is asked")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tDESTINATION\tHELD\tSOURCES\tRULE\tLEFT")
+	for _, p := range ps {
+		fmt.Fprintf(tw, "%d\t%s:%d\t%d\t%s\t%s\t%s\n", p.ID, p.Host, p.Port, p.Held, strings.Join(p.Sources, ","), p.Rule, p.Until.Sub(now).Round(time.Second))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "answer with: router ask ID once|run|always|deny")
+}

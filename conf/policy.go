@@ -1,0 +1,301 @@
+package conf
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/agentcage/router/rules"
+)
+
+// Policy is the [policy] table: what happens to a caged flow no rule decides, and how the
+// router asks about a flow held under ask (a rule's action = "ask", or unknown = "ask").
+type Policy struct {
+	// Unknown is the action for a caged flow no rule decides: rules.Block (the default) or
+	// rules.Ask.
+	Unknown rules.Action
+	// AskProxy is the upstream an approved flow of unknown = "ask" goes through (an ask
+	// rule names its own): the only proxy when one is defined.
+	AskProxy string
+	// AskTimeout is how long a held flow waits for an answer before it is refused.
+	AskTimeout time.Duration
+	// Unattended refuses at once what would be asked (nobody is there to answer); the
+	// refusal is logged and counted as a denied ask.
+	Unattended bool
+	// Approved is the router's own rules file, where "always" answers are written and
+	// from which they are read (DefaultApproved beside the config unless the key names one).
+	// The user's config is never written.
+	Approved string
+
+	asks bool // some rule's action is ask
+}
+
+// Asks reports whether anything may be asked: unknown = "ask" or an ask rule.
+func (p Policy) Asks() bool { return p.Unknown == rules.Ask || p.asks }
+
+// Console is the [console] table: the web console on this host. The zero value serves none.
+type Console struct {
+	// Listen is the console's IP:port; invalid when off. Loopback only unless UnsafeListen.
+	Listen netip.AddrPort
+	// UnsafeListen allows an address other than loopback, and clients other than this host.
+	UnsafeListen bool
+}
+
+var (
+	policyKeys  = []string{"unknown", "ask_proxy", "ask_timeout", "unattended", "approved"}
+	consoleKeys = []string{"listen", "unsafe_listen"}
+)
+
+func (d *decoder) policy(c *Config, v any) {
+	a := at{path: "policy"}
+	m, ok := d.table(a, v)
+	if !ok {
+		return
+	}
+	d.checkKeys(a, m, policyKeys)
+	if v, ok := m["unknown"]; ok {
+		if s, ok := d.str(a.key("unknown"), v); ok {
+			switch s {
+			case "block":
+				c.Policy.Unknown = rules.Block
+			case "ask":
+				c.Policy.Unknown = rules.Ask
+			default:
+				d.fail(a.key("unknown"), "%q is not block or ask (a caged flow no rule decides is refused, or held while the router asks)", s)
+			}
+		}
+	}
+	if v, ok := m["ask_timeout"]; ok {
+		if t, ok := d.duration(a.key("ask_timeout"), v); ok {
+			if t < time.Second || t > MaxAskTimeout {
+				d.fail(a.key("ask_timeout"), "%v: between 1s and %v (a held flow keeps its client waiting)", t, MaxAskTimeout)
+			}
+			c.Policy.AskTimeout = t
+		}
+	}
+	if v, ok := m["unattended"]; ok {
+		c.Policy.Unattended, _ = d.boolean(a.key("unattended"), v)
+	}
+	if v, ok := m["approved"]; ok {
+		if s, ok := d.str(a.key("approved"), v); ok {
+			if s == "" {
+				d.fail(a.key("approved"), "is empty")
+			}
+			c.Policy.Approved = s
+		}
+	}
+	if v, ok := m["ask_proxy"]; ok {
+		if s, ok := d.str(a.key("ask_proxy"), v); ok {
+			if _, known := d.proxies[s]; !known {
+				d.fail(a.key("ask_proxy"), "no proxy %q is defined%s", s, d.known(c))
+			}
+			c.Policy.AskProxy = s
+		}
+	}
+	if c.Policy.Unknown == rules.Ask && c.Policy.AskProxy == "" {
+		switch len(c.Proxies) {
+		case 0:
+			d.fail(a.key("unknown"), "unknown = \"ask\" but no [proxy.NAME] is defined (an approved flow leaves through a proxy)")
+		case 1:
+			c.Policy.AskProxy = c.Proxies[0].Name
+		default:
+			d.fail(a, "unknown = \"ask\" needs ask_proxy = \"NAME\" when several proxies are defined%s", d.known(c))
+		}
+	}
+}
+
+func (d *decoder) console(c *Config, v any) {
+	a := at{path: "console"}
+	m, ok := d.table(a, v)
+	if !ok {
+		return
+	}
+	d.checkKeys(a, m, consoleKeys)
+	if v, ok := m["unsafe_listen"]; ok {
+		c.Console.UnsafeListen, _ = d.boolean(a.key("unsafe_listen"), v)
+	}
+	v, ok = m["listen"]
+	if !ok {
+		return
+	}
+	if s, isStr := v.(string); isStr && s == "" {
+		return
+	}
+	ap, ok := d.addrPort(a.key("listen"), v, "(where to serve the console, e.g. "+DefaultConsoleListen+")")
+	if !ok {
+		return
+	}
+	if !ap.Addr().IsLoopback() && !c.Console.UnsafeListen {
+		d.fail(a.key("listen"), "%v is not a loopback address: the console controls the cage; set unsafe_listen = true to serve it to other machines", ap)
+	}
+	c.Console.Listen = ap
+}
+
+// ApprovedPath is the approved rules file of the config at file: p.Approved (relative to
+// the config's directory) or DefaultApproved beside it.
+func (p Policy) ApprovedPath(file string) string {
+	a := p.Approved
+	if a == "" {
+		a = DefaultApproved
+	}
+	if !filepath.IsAbs(a) {
+		a = filepath.Join(filepath.Dir(file), a)
+	}
+	return a
+}
+
+// approved reads the approved rules file when the config asks (a missing file holds no
+// rule) and places its rules before the first ask rule, or last: an approval decides the
+// flows that would have been asked, and nothing a rule before them decides.
+func (d *decoder) approved(c *Config) {
+	if !c.Policy.Asks() {
+		return
+	}
+	path := c.Policy.ApprovedPath(d.file)
+	data, err := d.opts.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		c.ApprovedAt = len(c.Rules)
+		for i, r := range c.Rules {
+			if r.Action == rules.Ask {
+				c.ApprovedAt = i
+				break
+			}
+		}
+		return
+	}
+	if err != nil {
+		d.fail(at{path: "policy.approved"}, "read approved rules: %v", err)
+		return
+	}
+	loc := locate(string(data))
+	var raw map[string]any
+	if _, err := toml.Decode(string(data), &raw); err != nil {
+		d.errs.add(&Error{File: path, Msg: "syntax: " + err.Error()})
+		return
+	}
+	sub := &decoder{file: path, loc: loc, opts: d.opts, readFile: d.readFile, proxies: d.proxies}
+	sub.checkKeys(at{}, raw, []string{"rule"})
+	own := &Config{File: path, Proxies: c.Proxies}
+	if v, ok := raw["rule"]; ok {
+		sub.rules(own, v)
+	}
+	for i, r := range own.Rules {
+		a := at{path: "rule[" + strconv.Itoa(i+1) + "]"}
+		if r.Action == rules.Ask {
+			sub.fail(a.key("action"), "an approved rule does not ask")
+		}
+		if slices.ContainsFunc(c.Rules, func(u rules.Rule) bool { return u.Name == r.Name }) {
+			sub.fail(a.key("name"), "%q is also the name of a rule of %s", r.Name, d.file)
+		}
+	}
+	for _, e := range sub.errs.sorted(path) {
+		d.errs.add(e)
+	}
+	at := len(c.Rules)
+	for i, r := range c.Rules {
+		if r.Action == rules.Ask {
+			at = i
+			break
+		}
+	}
+	c.Rules = slices.Insert(c.Rules, at, own.Rules...)
+	c.RuleLines = slices.Insert(c.RuleLines, at, own.RuleLines...)
+	c.ApprovedAt, c.ApprovedN = at, len(own.Rules)
+}
+
+// Approval is one "always" answer, as the approved rules file keeps it.
+type Approval struct {
+	Host  string // a name or an address
+	Port  uint16
+	Proxy string // the upstream it leaves through
+	At    time.Time
+	By    string // who answered (the console, `router ask`, with the client's address)
+}
+
+// Name is the approved rule's name: "approved HOST:PORT".
+func (a Approval) Name() string {
+	return "approved " + netJoin(a.Host, a.Port)
+}
+
+func netJoin(h string, p uint16) string {
+	if strings.Contains(h, ":") {
+		return "[" + h + "]:" + strconv.Itoa(int(p))
+	}
+	return h + ":" + strconv.Itoa(int(p))
+}
+
+// block is the rule's text, with its comment.
+func (a Approval) block() string {
+	by := strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, a.By)
+	return fmt.Sprintf("# approved %s by %s\n[[rule]]\nname = %q\ncaged = true\nhosts = [%q]\nports = [%d]\naction = \"proxy\"\nproxy = %q\n",
+		a.At.UTC().Format(time.RFC3339), by, a.Name(), a.Host, a.Port, a.Proxy)
+}
+
+const approvedHeader = "# The router's own rules: the destinations an administrator approved \"always\" when\n" +
+	"# the router asked. The router writes this file (sorted by name) and reads it with the\n" +
+	"# config; delete a rule to withdraw it, and reload.\n"
+
+// WriteApproval adds a to the approved rules file at path (made when missing), kept sorted
+// by rule name; a rule of the same name is replaced. The file is replaced whole (a
+// temporary file renamed over it), so a reader never sees half of it.
+func WriteApproval(path string, a Approval) error {
+	if _, err := rules.ParseHost(a.Host); err != nil || a.Port == 0 {
+		return fmt.Errorf("write approval: %q port %d is not a destination", a.Host, a.Port)
+	}
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("write approval: %w", err)
+	}
+	blocks := map[string]string{}
+	for _, b := range strings.Split(string(old), "\n\n") {
+		if n := blockName(b); n != "" {
+			blocks[n] = strings.Trim(b, "\n") + "\n"
+		}
+	}
+	blocks[a.Name()] = a.block()
+	names := make([]string, 0, len(blocks))
+	for n := range blocks {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var sb strings.Builder
+	sb.WriteString(approvedHeader)
+	for _, n := range names {
+		sb.WriteString("\n" + blocks[n])
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(sb.String()), 0o600); err != nil {
+		return fmt.Errorf("write approval: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write approval: %w", err)
+	}
+	return nil
+}
+
+// blockName is the rule name a block of the approved file holds, "" for the header.
+func blockName(b string) string {
+	for _, l := range strings.Split(b, "\n") {
+		if v, ok := strings.CutPrefix(l, "name = "); ok {
+			if s, err := strconv.Unquote(v); err == nil {
+				return s
+			}
+		}
+	}
+	return ""
+}
