@@ -126,6 +126,7 @@ func TestDefaults(t *testing.T) {
 		DNS:     DNS{Mode: DNSFakeIP, Capture: DNSCaptureCaged, Resolver: DefaultResolver, Pool: DefaultPool(), TTL: DefaultFakeTTL, Transport: DNSOverTCP},
 		Relay:   Relay{IdleTimeout: 15 * time.Minute, ConnectTimeout: 10 * time.Second},
 		Log:     Log{Level: "info", Format: "text"},
+		Policy:  Policy{Unknown: rules.Block, AskTimeout: DefaultAskTimeout},
 		loc:     cfg.loc,
 	}
 	if fmt.Sprintf("%+v", *cfg) != fmt.Sprintf("%+v", want) {

@@ -299,3 +299,12 @@ func blockName(b string) string {
 	}
 	return ""
 }
+
+// RuleFile is the file rule i of c was read from: the approved rules file for an approved
+// rule, else c.File.
+func (c *Config) RuleFile(i int) string {
+	if i >= c.ApprovedAt && i < c.ApprovedAt+c.ApprovedN {
+		return c.Policy.ApprovedPath(c.File)
+	}
+	return c.File
+}

@@ -226,7 +226,7 @@ func verdictText(cfg *conf.Config, d policy.Decision) string {
 	if d.Index < 0 {
 		return act + ", by the implicit step " + d.Step.String()
 	}
-	where := cfg.File
+	where := cfg.RuleFile(d.Index)
 	if d.Index < len(cfg.RuleLines) {
 		where += ":" + strconv.Itoa(cfg.RuleLines[d.Index])
 	}
