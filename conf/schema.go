@@ -40,9 +40,9 @@ func (d *decoder) config(raw map[string]any) *Config {
 			Mark:         DefaultMark,
 			Table:        DefaultTable,
 		},
-		DNS:   DNS{Mode: DefaultDNSMode, Resolver: DefaultResolver, Pool: DefaultPool(), TTL: DefaultFakeTTL, Transport: DefaultDNSTransport},
-		Relay: Relay{IdleTimeout: DefaultIdleTimeout, ConnectTimeout: DefaultConnectTimeout, Sockmap: DefaultSockmap},
-		Log:   Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		DNS:    DNS{Mode: DefaultDNSMode, Resolver: DefaultResolver, Pool: DefaultPool(), TTL: DefaultFakeTTL, Transport: DefaultDNSTransport},
+		Relay:  Relay{IdleTimeout: DefaultIdleTimeout, ConnectTimeout: DefaultConnectTimeout, Sockmap: DefaultSockmap},
+		Log:    Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
 		Policy: Policy{Unknown: rules.Block, AskTimeout: DefaultAskTimeout},
 	}
 	d.checkKeys(at{}, raw, topKeys)

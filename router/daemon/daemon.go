@@ -140,7 +140,7 @@ type daemon struct {
 	desk     *ask.Desk              // the flows held under ask; lives as long as the daemon
 	// reloadNow asks the loop for a reload (an "always" answer was written); buffered 1.
 	reloadNow chan struct{}
-	metrics  *metricsRun            // the [metrics] endpoint, nil when off; start, reload and stop only
+	metrics   *metricsRun // the [metrics] endpoint, nil when off; start, reload and stop only
 }
 
 // forwardRun is one forward's socket and serving goroutine. Its settings are swapped on a
