@@ -7,34 +7,27 @@
 //     host flow to its own loopback or addresses (a local stub resolver): StepDNS. With
 //     [dns] capture = "caged", a query that is not caged is passed untouched:
 //     StepDNSUncaged.
-//
 //  2. A local destination (IsLocal, or this machine's own address) is never captured and
 //     goes direct: StepLocal. A caged flow (below) meets the host walls (walls.go): it
 //     reaches this machine only at a forward's or an inbound's exact address and port, a
 //     forward's connect address for a caged process, DHCP (StepHost, direct), or an address
 //     and port that the direct rule deciding it names explicitly (StepRule); anything else
 //     of the host is refused: StepHost.
-//
 //  3. With [capture] local = false, a flow that is not caged is this host's own and not
 //     the router's business: it goes direct, whatever the rules say: StepUncaptured
 //     (with Env.Scoped, as every capture is).
-//
 //  4. A fake-IP pool address that no DNS answer gave out is refused: StepNoName (only the
 //     name makes such a flow routable, and nothing may guess it).
-//
 //  5. The rules, first match wins. A caged flow is decided only by a rule that names it
 //     (sources, apps, services) or its destination (hosts, ports), or by a catch-all that
 //     keeps it caged (proxy or block): a direct rule without such fields is a catch-all for
 //     this host's own traffic only. StepRule.
-//
 //  6. When no rule decides: a caged flow is refused (StepCaged), or held while the router
 //     asks with [policy] unknown = "ask" (StepAsk, action Ask); any other goes direct
 //     (StepNoMatch). A rule's action may be ask too (StepRule, action Ask): the router holds
 //     the flow, asks, and on approval sends it through the Verdict's proxy.
-//
 //  7. A caged flow to another guest's network (an address in vm_networks) is refused unless
 //     the deciding rule names that address in its hosts: StepToGuest.
-//
 //  8. A caged flow whose name resolves to this machine (loopback, link-local, unspecified
 //     or one of its addresses) or to a guest's network is refused when its way out would
 //     connect from this machine: a direct verdict by name (a fake IP, or a name an inbound's
@@ -44,17 +37,14 @@
 //     an address would. The capture resolves the name only when NeedsResolve says so
 //     (Flow.Resolved); a name that could not be resolved is refused too: StepHostName (or
 //     StepToGuest for a guest's address).
-//
 //  9. DNS past the router: a caged flow to a well-known DNS-over-HTTPS endpoint
 //     (conf.DoHEndpoints, by name or address, and [dns] doh_hosts) is refused on every port
 //     whatever the rules say, unless [dns] allow_doh = true: StepDoH (DoH, DoT and DoQ to
 //     those resolvers alike; port 53 was answered at step 1). One function, DoH, decides
 //     it from the flow's name (a fake IP's, a name seen in DNS, or one the capture read
 //     from the flow) and its address.
-//
 //  10. DNS over TLS or QUIC (port 853) leaves only through a proxy; a direct verdict is
 //     turned into a refusal: StepDoT.
-//
 //  11. With [policy] unattended = true, what would be asked (step 6) is refused at once:
 //     StepUnattended.
 //
