@@ -82,3 +82,34 @@ func writeAsks(w io.Writer, ps []control.Prompt, now time.Time) {
 	tw.Flush()
 	fmt.Fprintln(w, "answer with: router ask ID once|run|always|deny")
 }
+
+// cmdConsole prints the running daemon's web console URL (with its token).
+func cmdConsole(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("console", "[--config FILE | --socket PATH]",
+		"Prints the URL of the running daemon's web console ([console] listen), with the token\nthat lets a browser in once (it is then kept in a cookie). Open it on this host.", stderr)
+	cfgPath := fs.String("config", "", "read [control] socket from this config `file`")
+	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
+	if code, stop := parseFlags(fs, args); stop {
+		return code
+	}
+	path, err := controlPath(*cfgPath, *socket)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := control.Dial(ctx, path)
+	if err != nil {
+		fmt.Fprintf(stderr, "router console: %v (is the router running?)\n", err)
+		return exitFindings
+	}
+	defer c.Close()
+	resp, err := c.Do(control.Request{Op: "console"})
+	if err != nil {
+		fmt.Fprintf(stderr, "router console: %v\n", err)
+		return exitFindings
+	}
+	fmt.Fprintln(stdout, resp.URL)
+	return exitOK
+}

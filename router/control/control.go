@@ -24,7 +24,7 @@ import (
 
 // Request is one question to the daemon.
 type Request struct {
-	Op   string     `json:"op"`            // "status", "name", "asks" or "answer"
+	Op   string     `json:"op"`            // "status", "name", "asks", "answer" or "console"
 	Addr netip.Addr `json:"addr,omitzero"` // for "name"
 	// ID and Answer ("once", "run", "always" or "deny") answer a pending prompt ("answer");
 	// By says who answers, for the log and the approved rules file.
@@ -39,6 +39,8 @@ type Response struct {
 	Status *Status `json:"status,omitempty"`
 	Name   string  `json:"name,omitempty"`
 	Fake   bool    `json:"fake,omitempty"` // the address belongs to the fake-IP pool
+	// URL is the web console's address with its token ("console"); "" when it is off.
+	URL string `json:"url,omitempty"`
 	// Asks are the pending prompts ("asks"; "answer": the one answered), oldest first.
 	Asks []Prompt `json:"asks,omitempty"`
 }
@@ -263,6 +265,12 @@ func answer(req Request, h Handler) Response {
 			return Response{Fake: fake, Error: "no name known for " + req.Addr.String()}
 		}
 		return Response{Name: name, Fake: fake}
+	case "console":
+		c, ok := h.(interface{ ConsoleURL() string })
+		if !ok || c.ConsoleURL() == "" {
+			return Response{Error: "the console is off: set [console] listen (e.g. 127.0.0.1:9478) and restart the router"}
+		}
+		return Response{URL: c.ConsoleURL()}
 	case "asks":
 		a, ok := h.(Asker)
 		if !ok {

@@ -1,7 +1,14 @@
 package daemon
 
 import (
+	"errors"
+	"net"
+	"net/http"
+	"net/netip"
 	"time"
+
+	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/router/console"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/router/ask"
@@ -80,3 +87,43 @@ type errString string
 func (e errString) Error() string { return string(e) }
 
 var _ control.Asker = (*statusHandler)(nil)
+
+// startConsole serves the web console when [console] listen is set. A console that cannot
+// listen is logged, not fatal (the data path matters more), as the control channel.
+func (d *daemon) startConsole(cfg *conf.Config) {
+	if !cfg.Console.Listen.IsValid() {
+		return
+	}
+	ln, err := net.Listen("tcp", cfg.Console.Listen.String())
+	if err != nil {
+		d.log.Warn("no console", "listen", cfg.Console.Listen, "err", err)
+		return
+	}
+	listen := netaddr.AddrPort(ln.Addr())
+	c := console.New(d.status, console.Options{Listen: listen, Unsafe: cfg.Console.UnsafeListen,
+		Log: d.log.With("component", "console"),
+		Caged: func(a netip.Addr) bool {
+			d.mu.Lock()
+			nets := d.cfg.Capture.VMNetworks
+			d.mu.Unlock()
+			for _, n := range nets {
+				if n.Contains(a) {
+					return true
+				}
+			}
+			return false
+		}})
+	d.consoleURL = c.URL()
+	srv := &http.Server{Handler: c, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10}
+	d.closers = append(d.closers, srv)
+	d.serving.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("console", "err", err)
+		}
+	})
+	d.log.Info("console listening", "listen", listen, "how", "router console prints its URL")
+}
+
+// ConsoleURL is the console's URL with its token, for `router console`; "" when off.
+func (h *statusHandler) ConsoleURL() string { return h.d.consoleURL }

@@ -138,6 +138,8 @@ type daemon struct {
 	inbounds map[string]*inboundRun // by listen address (inbound.go)
 	status   *statusHandler         // what the control channel and the metrics show
 	desk     *ask.Desk              // the flows held under ask; lives as long as the daemon
+	// consoleURL is the web console's URL with its token; "" when off. Set at start.
+	consoleURL string
 	// reloadNow asks the loop for a reload (an "always" answer was written); buffered 1.
 	reloadNow chan struct{}
 	metrics   *metricsRun // the [metrics] endpoint, nil when off; start, reload and stop only
@@ -314,6 +316,7 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	if err := d.startControl(cfg, sctx); err != nil {
 		return err
 	}
+	d.startConsole(cfg)
 	if err := pf.Install(cfg, l.dec, d.dns); err != nil {
 		return fmt.Errorf("install capture: %w", err)
 	}

@@ -38,6 +38,9 @@ func restartNeeded(old, cur *conf.Config) error {
 	if old.Control != cur.Control {
 		keys = append(keys, "control")
 	}
+	if old.Console != cur.Console {
+		keys = append(keys, "console")
+	}
 	if len(keys) > 0 {
 		return fmt.Errorf("%s changed: restart the router to apply that", keys)
 	}

@@ -1,0 +1,80 @@
+// The console polls /api/state once a second and renders it; the ask buttons post to
+// /api/answer with the CSRF token the state carries. No library, no build step.
+"use strict";
+let csrf = "";
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v; else if (k.startsWith("on")) e.addEventListener(k.slice(2), v); else e.setAttribute(k, v);
+  }
+  for (const k of kids) e.append(k);
+  return e;
+}
+
+function bytes(n) {
+  const u = ["B", "KB", "MB", "GB", "TB"];
+  let i = 0;
+  while (n >= 1000 && i < u.length - 1) { n /= 1000; i++; }
+  return (i ? n.toFixed(1) : n) + " " + u[i];
+}
+
+function fill(id, rows) {
+  const tb = document.querySelector("#" + id + " tbody");
+  tb.replaceChildren(...rows.map(r => el("tr", {}, ...r.map(c => typeof c === "object" ? c : el("td", {}, String(c))))));
+}
+
+function num(s) { return el("td", { class: "num" }, s); }
+
+async function answer(id, a) {
+  const r = await fetch("/api/answer", {
+    method: "POST", credentials: "same-origin",
+    headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
+    body: JSON.stringify({ id: id, answer: a }),
+  });
+  if (!r.ok) alert("answer failed: " + (await r.text()));
+  refresh();
+}
+
+function renderAsks(asks, now) {
+  const box = document.getElementById("asks");
+  if (!asks.length) { box.replaceChildren(el("p", { class: "none" }, "nothing is asked")); return; }
+  box.replaceChildren(...asks.map(p => {
+    const left = Math.max(0, Math.round((new Date(p.until) - now) / 1000));
+    const b = (a, label, cls) => el("button", { class: cls || "", "data-answer": a, "data-id": String(p.id), onclick: () => answer(p.id, a) }, label);
+    return el("div", { class: "ask", "data-host": p.host, "data-port": String(p.port) },
+      el("div", { class: "dst" }, p.host + ":" + p.port),
+      el("div", { class: "meta" }, p.held + " held from " + (p.sources || []).join(", ") + " · " + p.rule + " · " + left + " s left"),
+      b("once", "Allow once", "allow"), b("run", "Allow for this run", "allow"), b("always", "Always allow", "allow"), b("deny", "Deny", "deny"));
+  }));
+}
+
+function render(s) {
+  csrf = s.csrf;
+  const st = s.status, now = new Date(s.now);
+  const t = st.totals;
+  document.getElementById("summary").textContent =
+    t.live + " live · " + t.flows + " flows · " + bytes(t.up) + " up · " + bytes(t.down) + " down · " + t.refused + " refused";
+  renderAsks(s.asks, now);
+  fill("flows", (st.flows || []).map(f => [f.host || f.dst, f.rule, f.action, num(bytes(f.up + f.down)), num(bytes(f.up_rate + f.down_rate) + "/s"), f.src]));
+  fill("upstreams", (st.upstreams || []).map(u => [u.name, el("td", { class: u.state }, u.state), num(u.latency_ns ? (u.latency_ns / 1e6).toFixed(1) + " ms" : ""), u.last_error || ""]));
+  fill("rules", (st.rules || []).map(r => [r.index || "", r.name, r.action + (r.proxy ? " " + r.proxy : ""), num(String(r.hits)), num(bytes(r.bytes))]));
+  const refs = (st.refusals || []).filter(r => r.count > 0);
+  document.getElementById("refusals").replaceChildren(...(refs.length ? refs.map(r =>
+    el("div", { class: "reason" }, el("b", {}, r.reason + " " + r.count),
+      el("div", { class: "recent" }, (r.recent || []).slice(0, 3).map(e => (e.host || e.dst || "") + (e.rule ? " (" + e.rule + ")" : "")).join(" · ")))) :
+    [el("p", { class: "none" }, "nothing refused")]));
+}
+
+async function refresh() {
+  try {
+    const r = await fetch("/api/state", { credentials: "same-origin" });
+    if (!r.ok) throw new Error(r.status + " " + (await r.text()));
+    render(await r.json());
+  } catch (e) {
+    document.getElementById("summary").textContent = "disconnected: " + e.message;
+  }
+}
+
+refresh();
+setInterval(refresh, 1000);
