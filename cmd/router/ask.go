@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,29 +13,24 @@ import (
 
 // cmdAsk lists the prompts of the flows the running daemon holds under ask, or answers one.
 func cmdAsk(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("ask", "[--config FILE | --socket PATH] [--json] [ID once|run|always|deny]",
+	fs := newFlags("ask", "[--config FILE | --socket PATH] [--json] [--id ID --answer once|run|always|deny]",
 		"Lists the destinations the running daemon asks about (the flows it holds under ask), or\nanswers one: once (the flows held now), run (until the daemon stops), always (written as a\nrule to the router's own rules file, approved.toml) or deny.", stderr)
 	cfgPath := fs.String("config", "", "read [control] socket from this config `file`")
 	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	id := fs.Uint64("id", 0, "the prompt to answer (as the list shows it)")
+	answer := fs.String("answer", "", "the answer: once, run, always or deny")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
-	rest := fs.Args()
-	var req control.Request
-	switch len(rest) {
-	case 0:
-		req.Op = "asks"
-	case 2:
-		id, err := strconv.ParseUint(rest[0], 10, 64)
-		if err != nil {
-			fmt.Fprintf(stderr, "router ask: %q is not a prompt ID\n", rest[0])
-			return exitUsage
-		}
-		req = control.Request{Op: "answer", ID: id, Answer: rest[1], By: "router ask"}
-	default:
-		fmt.Fprintln(stderr, "router ask: give no argument (list) or an ID and an answer")
+	req := control.Request{Op: "asks"}
+	switch {
+	case *id == 0 && *answer == "":
+	case *id == 0 || *answer == "":
+		fmt.Fprintln(stderr, "router ask: --id and --answer go together")
 		return exitUsage
+	default:
+		req = control.Request{Op: "answer", ID: *id, Answer: *answer, By: "router ask"}
 	}
 	path, err := controlPath(*cfgPath, *socket)
 	if err != nil {
@@ -80,7 +74,7 @@ func writeAsks(w io.Writer, ps []control.Prompt, now time.Time) {
 		fmt.Fprintf(tw, "%d\t%s:%d\t%d\t%s\t%s\t%s\n", p.ID, p.Host, p.Port, p.Held, strings.Join(p.Sources, ","), p.Rule, p.Until.Sub(now).Round(time.Second))
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "answer with: router ask ID once|run|always|deny")
+	fmt.Fprintln(w, "answer with: router ask --id ID --answer once|run|always|deny")
 }
 
 // cmdConsole prints the running daemon's web console URL (with its token).

@@ -1,0 +1,295 @@
+//go:build linux
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/router/control"
+)
+
+// askConfig is the scene's config with the console on and an ask rule before the guest's
+// catch-all: the echo service's name at port 80 (approved in the tests) and 8089 (denied).
+// The service's address is not asked about (the guest's live flow).
+func askConfig(timeout string) string {
+	cfg := config(lab.GoSocksAddr, fmt.Sprintf(`
+[policy]
+ask_timeout = %q
+
+[console]
+listen = "127.0.0.1:9478"
+`, timeout))
+	return strings.Replace(cfg, "[[rule]]\nname = \"vm\"", `[[rule]]
+name = "ask-echo"
+hosts = ["`+lab.EchoName+`"]
+ports = [80, 8089]
+action = "ask"
+
+[[rule]]
+name = "vm"`, 1)
+}
+
+// consoleURL asks the running router for the console's URL (router console's answer).
+func (s *scene) consoleURL() string {
+	s.t.Helper()
+	out, err := exec.CommandContext(s.ctx, routerBin, "console", "--socket", s.controlPath()).CombinedOutput()
+	if err != nil {
+		s.t.Fatalf("router console: %v: %s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// waitAsk waits for the prompt of port on the control channel.
+func (s *scene) waitAsk(port uint16) control.Prompt {
+	s.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		c, err := control.Dial(s.ctx, s.controlPath())
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		resp, err := c.Do(control.Request{Op: "asks"})
+		c.Close()
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		for _, p := range resp.Asks {
+			if p.Port == port {
+				return p
+			}
+		}
+	}
+	s.t.Fatalf("no prompt for port %d", port)
+	return control.Prompt{}
+}
+
+// browser runs headless Chromium in the router's namespace (where the console listens on
+// loopback), through a wrapper that enters the namespace (ip netns exec keeps the DevTools
+// pipe, chromedp's default), and returns a chromedp context driving it.
+func (s *scene) browser() context.Context {
+	s.t.Helper()
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		s.t.Fatalf("chromium is needed (apt-get install chromium): %v", err)
+	}
+	wrapper := filepath.Join(s.t.TempDir(), "chromium-in-netns")
+	script := fmt.Sprintf("#!/bin/sh\nexec ip netns exec %s %s \"$@\"\n", s.lab.Host().Name(), bin)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		s.t.Fatal(err)
+	}
+	var out syncWriter
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(wrapper), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1100, 900), chromedp.UserDataDir(s.t.TempDir()), chromedp.CombinedOutput(&out))
+	actx, cancel := chromedp.NewExecAllocator(s.ctx, opts...)
+	s.t.Cleanup(cancel)
+	bctx, cancel2 := chromedp.NewContext(actx)
+	s.t.Cleanup(func() {
+		cancel2()
+		if s.t.Failed() {
+			s.t.Logf("chromium:\n%s", out.String())
+		}
+	})
+	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
+		s.t.Fatalf("start chromium: %v\n%s", err, out.String())
+	}
+	return bctx
+}
+
+// syncWriter collects a process's output for the log.
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.b.Len() < 64<<10 {
+		w.b.Write(p)
+	}
+	return len(p), nil
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestConsoleBrowser: a real browser loads the console by the URL `router console`
+// prints, sees a guest's flow with its name and bytes, approves a held flow (the guest's
+// request then completes through the proxy) and denies another (it fails at once), and
+// saves a screenshot.
+func TestConsoleBrowser(t *testing.T) {
+	s := newScene(t, askConfig("30s"))
+	guest := s.lab.Guest()
+	bctx := s.browser()
+	url := s.consoleURL()
+	if !strings.HasPrefix(url, "http://127.0.0.1:9478/?token=") {
+		t.Fatalf("console URL %q", url)
+	}
+	// A live flow for the console to show: held open after a few bytes.
+	held, err := guest.Dial(s.ctx, "tcp", lab.ServiceAddr+":80")
+	if err == nil {
+		defer held.Close()
+		io.WriteString(held, "GET / HTTP/1.1\r\nHost: held\r\n")
+	}
+	if err := chromedp.Do(bctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`#flows tbody tr`))); err != nil {
+		t.Fatalf("load the console: %v", err)
+	}
+	flows, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`#flows tbody`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(flows, lab.ServiceAddr) || !strings.Contains(flows, "vm") || !strings.Contains(flows, " B") {
+		t.Errorf("the console's flows do not show the guest's: %q", flows)
+	}
+
+	// Two held flows: port 80 is approved from the page, port 8089 denied.
+	type result struct {
+		out  string
+		code int
+		took time.Duration
+	}
+	approved, denied := make(chan result, 1), make(chan result, 1)
+	go func() {
+		start := time.Now()
+		out, code := s.curl(guest, "http://"+lab.EchoName+"/", "--max-time", "25")
+		approved <- result{out, code, time.Since(start)}
+	}()
+	s.waitAsk(80)
+	go func() {
+		out, code := s.curl(guest, "http://"+lab.EchoName+":8089/", "--max-time", "25")
+		denied <- result{out, code, 0}
+	}()
+	s.waitAsk(8089)
+	shot := filepath.Join(t.ArtifactDir(), "console.png")
+	if err := chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(`.ask[data-port="8089"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`.ask[data-port="80"]`))); err != nil {
+		t.Fatal(err)
+	}
+	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if dst := os.Getenv("ROUTER_E2E_SCREENSHOT"); dst != "" {
+		os.WriteFile(dst, png, 0o644)
+	}
+	t.Logf("screenshot: %s", shot)
+
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`.ask[data-port="80"] button[data-answer="once"]`))); err != nil {
+		t.Fatal(err)
+	}
+	r := <-approved
+	if r.code != 0 || strings.TrimSpace(r.out) != lab.ExitAddr {
+		t.Errorf("approved request: exit %d, %q (want the proxy's exit address)", r.code, r.out)
+	}
+	t.Logf("the approved request took %v (held until the click)", r.took)
+	clicked := time.Now()
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`.ask[data-port="8089"] button[data-answer="deny"]`))); err != nil {
+		t.Fatal(err)
+	}
+	r = <-denied
+	if r.code == 0 || time.Since(clicked) > 3*time.Second {
+		t.Errorf("denied request: exit %d after %v, want a failure at once", r.code, time.Since(clicked))
+	}
+	s.waitLog("asked=deny", 5*time.Second)
+	s.wantNoLeak("console")
+}
+
+// TestAskTimeoutAndAlways: an unanswered flow is refused at its timeout; "always" writes
+// the router's own rules file, which a restart reads (the flow is no longer asked about)
+// and explain names.
+func TestAskTimeoutAndAlways(t *testing.T) {
+	s := newScene(t, askConfig("2s"))
+	guest := s.lab.Guest()
+	start := time.Now()
+	echo := "http://" + lab.EchoName + "/"
+	if _, code := s.curl(guest, echo, "--max-time", "10"); code == 0 {
+		t.Error("an unanswered flow went through")
+	}
+	if took := time.Since(start); took < 2*time.Second || took > 6*time.Second {
+		t.Errorf("the unanswered flow ended after %v, want about 2s", took)
+	}
+	s.waitLog("asked=timeout", 5*time.Second)
+
+	res := make(chan int, 1)
+	go func() { _, code := s.curl(guest, echo, "--max-time", "10"); res <- code }()
+	p := s.waitAsk(80)
+	out, err := exec.CommandContext(s.ctx, routerBin, "ask", "--socket", s.controlPath(), "--id", fmt.Sprint(p.ID), "--answer", "always").CombinedOutput()
+	if err != nil {
+		t.Fatalf("router ask always: %v: %s", err, out)
+	}
+	if code := <-res; code != 0 {
+		t.Errorf("the approved flow: curl exit %d", code)
+	}
+	approved, err := os.ReadFile(filepath.Join(s.dir, "approved.toml"))
+	if err != nil || !strings.Contains(string(approved), `name = "approved `+lab.EchoName+`:80"`) || !strings.Contains(string(approved), "by router ask") {
+		t.Fatalf("approved.toml: %v\n%s", err, approved)
+	}
+	out, err = exec.CommandContext(s.ctx, routerBin, "explain", "--config", s.cfg, "--src", "10.0.2.15", "--dst", lab.EchoName+":80").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "approved.toml") || !strings.Contains(string(out), "verdict: proxy") {
+		t.Errorf("explain after always: %v\n%s", err, out)
+	}
+	out, err = exec.CommandContext(s.ctx, routerBin, "lint", "--config", s.cfg).CombinedOutput()
+	if err != nil {
+		t.Errorf("lint after always: %v\n%s", err, out)
+	}
+	s.stopRouter(syscall.SIGTERM)
+	s.startRouter()
+	start = time.Now()
+	if o, code := s.curl(guest, echo, "--max-time", "5"); code != 0 || strings.TrimSpace(o) != lab.ExitAddr || time.Since(start) > 2*time.Second {
+		t.Errorf("after a restart: exit %d, %q in %v, want the approved rule to carry it at once", code, o, time.Since(start))
+	}
+}
+
+// TestConsoleRefuses: the console refuses a foreign Host (DNS rebinding), a request
+// without the token, an answer with a forged CSRF token, and the guest.
+func TestConsoleRefuses(t *testing.T) {
+	s := newScene(t, askConfig("30s"))
+	host := s.lab.Host()
+	url := s.consoleURL()
+	token := url[strings.Index(url, "token=")+len("token="):]
+	code := func(ns *lab.Netns, args ...string) string {
+		out, _ := run(s.ctx, ns, "curl", append([]string{"-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "3"}, args...)...)
+		return out
+	}
+	cookie := "router_console=" + token
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"the token URL", []string{url}, "303"},
+		{"with the cookie", []string{"-b", cookie, "http://127.0.0.1:9478/api/state"}, "200"},
+		{"a foreign Host", []string{"-b", cookie, "-H", "Host: rebound.example:9478", "http://127.0.0.1:9478/api/state"}, "403"},
+		{"no token", []string{"http://127.0.0.1:9478/api/state"}, "401"},
+		{"a wrong token", []string{"http://127.0.0.1:9478/?token=guess"}, "403"},
+		{"a forged CSRF token", []string{"-b", cookie, "-H", "X-CSRF-Token: forged", "-d", `{"id":1,"answer":"always"}`, "http://127.0.0.1:9478/api/answer"}, "403"},
+	} {
+		if got := code(host, c.args...); got != c.want {
+			t.Errorf("%s: HTTP %s, want %s", c.name, got, c.want)
+		}
+	}
+	// The guest reaches no port of the host but the forwards' (the kernel's walls), and
+	// the console listens on the host's loopback only.
+	if out, exit := run(s.ctx, s.lab.Guest(), "curl", "-s", "--max-time", "3", "http://"+lab.GatewayAddr+":9478/?token="+token); exit == 0 {
+		t.Errorf("the guest reached the console: %q", out)
+	}
+	s.wantNoLeak("console refusals")
+}
