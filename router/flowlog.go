@@ -18,21 +18,25 @@ import (
 
 // FlowRecord is what the router knows of one connection; it is logged when the flow ends.
 type FlowRecord struct {
-	ID      uint64
-	Src     netip.AddrPort
-	Dst     netip.AddrPort // the original destination; its address is invalid when only Host is known
-	Host    string         // the destination's name, when known
-	Inbound string         // the inbound that took the flow; "" for a captured one
-	App     string
-	PID     int
-	Service string // the Windows services of the owning svchost, when known (joined ",")
-	Verdict rules.Verdict
-	Step    policy.Step // what decided: a rule, or an implicit step
-	Via     string      // the proxy that carried it (a failover list's member)
-	Up      int64       // bytes client → destination
-	Down    int64
-	Start   time.Time
-	Err     error
+	ID   uint64
+	Src  netip.AddrPort
+	Dst  netip.AddrPort // the original destination; its address is invalid when only Host is known
+	Host string         // the destination's name, when known
+	// NameFrom is where Host came from: "dns" (the fake IP's name, or a name seen in a DNS
+	// answer for the address), "sni" (the TLS ClientHello's server name), "host" (the
+	// HTTP/1 Host header); "" when Host is empty or an inbound's client asked for it.
+	NameFrom string
+	Inbound  string // the inbound that took the flow; "" for a captured one
+	App      string
+	PID      int
+	Service  string // the Windows services of the owning svchost, when known (joined ",")
+	Verdict  rules.Verdict
+	Step     policy.Step // what decided: a rule, or an implicit step
+	Via      string      // the proxy that carried it (a failover list's member)
+	Up       int64       // bytes client → destination
+	Down     int64
+	Start    time.Time
+	Err      error
 
 	bytes   meter     // live, as the relay moves them
 	rate    sample    // guarded by Router.live.mu
@@ -68,6 +72,9 @@ func flowAttrs(f *FlowRecord, ended bool) []any {
 	}
 	if f.Host != "" {
 		attrs = append(attrs, "host", f.Host)
+		if f.NameFrom != "" {
+			attrs = append(attrs, "name_from", f.NameFrom)
+		}
 	}
 	if f.App != "" {
 		attrs = append(attrs, "app", f.App, "pid", f.PID)

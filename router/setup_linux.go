@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentcage/router/internal/accept"
 	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/router/sniff"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5"
 	"github.com/agentcage/router/rules"
@@ -360,6 +361,9 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 	}
 	s.h.names = r.names(&pf)
 	f.Host = pf.Host
+	if f.Host != "" {
+		f.NameFrom = "dns"
+	}
 	key := sourceKey(&pf, p)
 	if !r.adm.flows.tryAcquire(key) {
 		f.Err, f.Verdict = errOverShare, admissionVerdict
@@ -368,6 +372,20 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 		return
 	}
 	s.h.key = key
+	if p.Decision.NeedsSniff(&pf) {
+		// The client's first bytes, looked at and left in the socket (they go on untouched
+		// with the handshake or the relay). Not all in yet: the goroutine path waits for them.
+		n, err := recvPeek(fd, l.buf[:earlyMax])
+		if err != nil {
+			n = 0
+		}
+		res := sniff.Sniff(l.buf[:n])
+		if res.More {
+			l.handOff(s, &pf, true)
+			return
+		}
+		r.sniffed(p, f, &pf, res)
+	}
 	d := p.Decision.Decide(&pf)
 	if !admits(d) {
 		r.decided(p, f, d)

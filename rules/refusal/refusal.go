@@ -40,6 +40,8 @@ const (
 	NotCarried                  // from the cage, what the router cannot carry: protocols other than TCP, UDP and ICMP, TCP to link-local or multicast destinations
 	ToGuest                     // a connection from outside into a VM network, or a caged flow to another guest's network no rule names
 	ModelAPI                    // a request to a model forward that is not an inference call of its API, or whose framing is ambiguous
+	NameMismatch                // a fake IP's flow whose first bytes (TLS server name, HTTP Host) ask for another name
+	QUIC                        // caged UDP to port 443 where the rules allow by name and no rule is written for UDP
 	numReasons
 )
 
@@ -61,6 +63,8 @@ var names = [numReasons]string{
 	NotCarried:    "not-carried",
 	ToGuest:       "to-guest",
 	ModelAPI:      "model-api",
+	NameMismatch:  "name-mismatch",
+	QUIC:          "quic",
 }
 
 // String is the reason's name in status, logs and metrics labels: lower case, with dashes.
@@ -101,6 +105,10 @@ func ForStep(s policy.Step) Reason {
 		return Caged
 	case policy.StepDoT:
 		return DoT
+	case policy.StepNameMismatch:
+		return NameMismatch
+	case policy.StepQUIC:
+		return QUIC
 	case policy.StepDNS:
 		return Capture
 	case policy.StepICMP:
