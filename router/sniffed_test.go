@@ -145,12 +145,13 @@ func TestSniffedBytesUntouched(t *testing.T) {
 		dst    netip.AddrPort
 		chunks [][]byte // written one by one, a pause between
 		banner string
+		from   string // the name's origin status shows
 	}{
-		{"a ClientHello in one write", target, [][]byte{hello, []byte("after")}, ""},
-		{"a ClientHello in pieces", target, [][]byte{split, rest[:10], rest[10:], []byte("after")}, ""},
-		{"a ClientHello over several records", target, [][]byte{rerecord(hello, 64), []byte("after")}, ""},
-		{"an HTTP request", target, [][]byte{[]byte("GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n"), []byte("body")}, ""},
-		{"server speaks first, by the fake IP's name", netip.AddrPortFrom(policytest.AllowedFake, banner.Port()), [][]byte{[]byte("SSH-2.0-client\r\n")}, "SSH-2.0-target\r\n"},
+		{"a ClientHello in one write", target, [][]byte{hello, []byte("after")}, "", "sni"},
+		{"a ClientHello in pieces", target, [][]byte{split, rest[:10], rest[10:], []byte("after")}, "", "sni"},
+		{"a ClientHello over several records", target, [][]byte{rerecord(hello, 64), []byte("after")}, "", "sni"},
+		{"an HTTP request", target, [][]byte{[]byte("GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n"), []byte("body")}, "", "host"},
+		{"server speaks first, by the fake IP's name", netip.AddrPortFrom(policytest.AllowedFake, banner.Port()), [][]byte{[]byte("SSH-2.0-client\r\n")}, "SSH-2.0-target\r\n", "dns"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, nameSettings(t, p.Addr), Options{FromVM: func(netip.Addr) bool { return true },
@@ -179,6 +180,9 @@ func TestSniffedBytesUntouched(t *testing.T) {
 			if string(got) != string(want) {
 				t.Errorf("the destination got %q, the client sent %q", got, want)
 			}
+			if fl := e.r.Status().Flows; len(fl) != 1 || fl[0].NameFrom != c.from {
+				t.Errorf("status shows %+v, want one flow named by %s", fl, c.from)
+			}
 		})
 	}
 }
@@ -194,4 +198,39 @@ func rerecord(rec []byte, size int) []byte {
 		msg = msg[n:]
 	}
 	return out
+}
+
+// TestNameCasesUDP: the UDP path decides the allow-list by name's UDP cases (QUIC refused
+// unless a rule is written for UDP) as the policy and explain do.
+func TestNameCasesUDP(t *testing.T) {
+	for _, c := range policytest.NameCases() {
+		if c.Flow.Network != rules.UDP {
+			continue
+		}
+		t.Run(c.Name, func(t *testing.T) {
+			names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: policytest.NameFakes}
+			e := newUDPEnv(t, names, nil)
+			s := nameSettings(t, netip.MustParseAddrPort("192.0.2.1:1080"))
+			s.IdleTimeout, s.ConnectTimeout = time.Minute, time.Second
+			if err := e.r.Apply(s); err != nil {
+				t.Fatal(err)
+			}
+			e.r.pol.Load().ups["exit"] = e.up
+			e.send(netip.AddrPortFrom(c.Flow.Src, 40000), netip.AddrPortFrom(c.Flow.Dst, c.Flow.Port), "quic")
+			if c.Action == rules.Proxy {
+				sent(t, e.association(0), upstream.Addr{Name: c.Flow.Host, Port: c.Flow.Port}, "quic")
+			} else {
+				// HandleUDP decided the flow before it returned: nothing is being opened.
+				if n := e.up.Associates(); n != 0 {
+					t.Errorf("%d associations for a refused flow", n)
+				}
+			}
+			if fl := e.r.Status().Flows; len(fl) != 1 || fl[0].Verdict.Name != c.Rule || fl[0].Verdict.Action != c.Action {
+				t.Errorf("status %+v, want %s by %q", fl, c.Action, c.Rule)
+			}
+			if refused := e.r.Refusals(); c.Step == policy.StepQUIC && (len(refused) != 1 || refused[0].Reason.String() != "quic") {
+				t.Errorf("refusals %+v, want one for quic", refused)
+			}
+		})
+	}
 }
