@@ -25,15 +25,15 @@ func httpHost(b []byte) Result {
 	if !method {
 		return Result{}
 	}
+	line := bytes.IndexByte(b, '\n')
+	if line >= 0 && !bytes.Contains(b[:line], []byte(" HTTP/1.")) {
+		return Result{} // HTTP/0.9, HTTP/2's preface, a line of another protocol: unnamed, at once
+	}
 	end := bytes.Index(b, []byte("\r\n\r\n"))
 	if end < 0 {
 		return Result{More: true}
 	}
 	head := b[:end+2]
-	line := bytes.IndexByte(head, '\n')
-	if line < 0 || !bytes.Contains(head[:line], []byte(" HTTP/1.")) {
-		return Result{} // HTTP/0.9, HTTP/2's preface, or no version: unnamed
-	}
 	var host []byte
 	for rest := head[line+1:]; len(rest) > 0; {
 		i := bytes.IndexByte(rest, '\n')

@@ -131,6 +131,8 @@ func TestSniff(t *testing.T) {
 		{"http/1.0 no version", []byte("GET /\r\nHost: a.test\r\n\r\n"), Result{}},
 		{"http/2 preface", []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), Result{}},
 		{"ssh banner", []byte("SSH-2.0-OpenSSH_9.6\r\n"), Result{}},
+		{"a line of another protocol", []byte("GET 1024\n"), Result{}},
+		{"http request line, head not in", []byte("GET / HTTP/1.1\r\n"), Result{More: true}},
 		{"http header without colon", []byte("GET / HTTP/1.1\r\nHost a.test\r\n\r\n"), Result{}},
 		{"http head over Max", append([]byte("GET / HTTP/1.1\r\nX: "), bytes.Repeat([]byte("a"), Max)...), Result{}},
 	} {
