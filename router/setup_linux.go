@@ -73,6 +73,7 @@ type sstate uint8
 
 const (
 	sConnecting sstate = iota // waiting for the connect
+	sSniffing                 // waiting for the client's first bytes, for their name (sniffWait)
 	sSending                  // part of the handshake waits to be sent (pending)
 	sAnswers                  // waiting for the proxy's answers
 )
@@ -97,6 +98,8 @@ type setupFlow struct {
 	hs       upstream.Handshake
 	pending  []byte // handshake bytes not yet sent (a short write; rare)
 	lowat    bool   // SO_RCVLOWAT is raised on fd[1] until the reply
+	// pf is the flow as the policy sees it while its first bytes are awaited (sSniffing).
+	pf policy.Flow
 }
 
 // loopOK reports whether the loops may set flows up: the capture tells a descriptor's
@@ -374,19 +377,101 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 	s.h.key = key
 	if p.Decision.NeedsSniff(&pf) {
 		// The client's first bytes, looked at and left in the socket (they go on untouched
-		// with the handshake or the relay). Not all in yet: the goroutine path waits for them.
-		n, err := recvPeek(fd, l.buf[:earlyMax])
-		if err != nil {
-			n = 0
-		}
-		res := sniff.Sniff(l.buf[:n])
-		if res.More {
-			l.handOff(s, &pf, true)
+		// with the handshake or the relay). Not all in yet: the loop waits for them.
+		res, ok := l.peekName(s, false)
+		if !ok {
+			s.pf = pf
+			l.awaitName(s)
 			return
 		}
 		r.sniffed(p, f, &pf, res)
+		s.h.sniffed = true
 	}
-	d := p.Decision.Decide(&pf)
+	l.decide(s, &pf)
+}
+
+// peekName looks at the client's first bytes of s for their name, leaving them in the
+// socket; ok is false while they may still carry one (more to come, and not final: the
+// wait is not over and the client did not end its side).
+func (l *loop) peekName(s *setupFlow, final bool) (sniff.Result, bool) {
+	n, err := recvPeek(s.fd[0], l.sniffBuf[:])
+	if err != nil {
+		n = 0
+	}
+	res := sniff.Sniff(l.sniffBuf[:n])
+	if res.More && !final && n < len(l.sniffBuf) {
+		return res, false
+	}
+	if res.More {
+		res = sniff.Result{}
+	}
+	return res, true
+}
+
+// awaitName registers s's client on l until its first bytes are in (setupEvent, side 0) or
+// sniffWait has passed (the sweep's expire): then named goes on.
+func (l *loop) awaitName(s *setupFlow) {
+	s.setup, s.state = s, sSniffing
+	s.deadline = l.now() + sniffWait
+	s.last = l.now()
+	l.mu.Lock()
+	l.slotLocked(&s.relayFlow)
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: s.slot}
+	err := rawEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, s.fd[0], &ev)
+	if err != nil {
+		l.slots[s.slot] = nil
+		l.free = append(l.free, s.slot)
+		s.slot = -1
+	}
+	l.setTickLocked(sniffWait)
+	l.mu.Unlock()
+	if err != nil {
+		s.setup = nil
+		s.f.Err = fmt.Errorf("event loop: wait for the first bytes: epoll add: %w", err)
+		l.endEarly(s)
+		return
+	}
+	// Bytes that came in between the look and the registration raised no edge.
+	l.named(s, false)
+}
+
+// named goes on with s once its first bytes may carry their name (final: the wait is over,
+// or the client ended its side): their name, then decide.
+func (l *loop) named(s *setupFlow, final bool) {
+	res, ok := l.peekName(s, final)
+	if !ok {
+		return
+	}
+	s.setup = nil
+	l.unslot(s)
+	pf := s.pf
+	s.pf = policy.Flow{}
+	s.ls.r.sniffed(s.p, &s.f, &pf, res)
+	s.h.sniffed = true
+	l.decide(s, &pf)
+}
+
+// unslot takes s's client off l (named: the flow goes on as one just accepted).
+func (l *loop) unslot(s *setupFlow) {
+	if s.slot < 0 {
+		return
+	}
+	rawEpollCtl(l.epfd, unix.EPOLL_CTL_DEL, s.fd[0], &unix.EpollEvent{})
+	l.mu.Lock()
+	if int(s.slot) < len(l.slots) && l.slots[s.slot] == &s.relayFlow {
+		l.slots[s.slot] = nil
+		l.free = append(l.free, s.slot)
+	}
+	l.mu.Unlock()
+	s.slot = -1
+}
+
+// decide goes on with a classified flow that holds its share (and its name, when the policy
+// asked for it): the policy's decision, the set-up slots, the connect; or a hand-off to the
+// goroutine path for a slow step.
+func (l *loop) decide(s *setupFlow, pf *policy.Flow) {
+	r, p, f, key := s.ls.r, s.p, &s.f, s.h.key
+	d := p.Decision.Decide(pf)
 	if !admits(d) {
 		r.decided(p, f, d)
 		l.endEarly(s)
@@ -396,11 +481,11 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 	// speak to; and no set-up slot free now.
 	var up *upstream.Tracked
 	switch {
-	case r.resolved != nil && p.Decision.NeedsResolve(&pf):
+	case r.resolved != nil && p.Decision.NeedsResolve(pf):
 	case d.Action == rules.Direct && (!f.Dst.Addr().IsValid() || p.Decision.InPool(f.Dst.Addr())):
 	case d.Action == rules.Proxy && !loopUpstream(p, d.Proxy, &up):
 	default:
-		s.dst = dstOf(&pf)
+		s.dst = dstOf(pf)
 		if s.slots = r.adm.trySetup(key, s.dst); s.slots {
 			s.slotsAt = time.Now()
 		}
@@ -416,7 +501,7 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 		s.proxied, f.Via = true, d.Proxy
 	}
 	if !s.slots {
-		l.handOff(s, &pf, true)
+		l.handOff(s, pf, true)
 		return
 	}
 	if !s.proxied {
@@ -505,6 +590,9 @@ func (l *loop) own(f *relayFlow) error {
 // setupEvent moves s's set-up on an event of its descriptor side.
 func (l *loop) setupEvent(s *setupFlow, side int, ev uint32) {
 	if side == 0 {
+		if s.state == sSniffing && ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+			l.named(s, ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0)
+		}
 		return // the client's bytes wait for the relay, which finds its end or its error too
 	}
 	switch s.state {
@@ -661,6 +749,10 @@ func (l *loop) dialError(s *setupFlow, err error) error {
 
 // expire ends a set-up that ran out of time.
 func (l *loop) expire(s *setupFlow) {
+	if s.state == sSniffing {
+		l.named(s, true) // the wait is over: the bytes that are in, named or not
+		return
+	}
 	if s.proxied {
 		l.fail(s, s.hs.End(s.hs.Expired(s.state != sConnecting, nil)))
 		return

@@ -107,6 +107,9 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 type held struct {
 	names func() // nil: no name held
 	key   string
+	// sniffed: the event loop read the name of the flow's first bytes already (they are
+	// still in the socket), so the goroutine path does not wait for them again.
+	sniffed bool
 }
 
 // release gives back what h holds and the flow's place in the budget.
@@ -149,7 +152,7 @@ func (r *Router) classified(ctx context.Context, p *compiled, f *FlowRecord, c *
 func (r *Router) admitted(ctx context.Context, p *compiled, f *FlowRecord, c *net.TCPConn, pf *policy.Flow, h held) {
 	done := func() { r.release(h) }
 	e := early{sock: c}
-	if p.Decision.NeedsSniff(pf) {
+	if p.Decision.NeedsSniff(pf) && !h.sniffed {
 		// The name the client's first bytes carry (a TLS server name, an HTTP Host), read
 		// before the policy decides; the bytes go on untouched, first, through the dial.
 		buf := r.sniffBufs.Get().(*[sniff.Max]byte)
