@@ -47,10 +47,13 @@ func sniffConn(c *net.TCPConn, buf []byte, wait time.Duration) (int, sniff.Resul
 
 // sniffed records what a flow's first bytes carry (res) in pf for the policy, and the
 // flow's name and its origin in f (policy.Policy.Name): the fake IP's name stands; a
-// sniffed one names a flow that had none, or one whose name came from a DNS answer only.
+// sniffed one names a flow that had none, or one whose name came from a DNS answer only,
+// and becomes pf.Host, the name every later step sees (the set-up slots, the lookup that
+// the host walls ask for a proxy on this host, the dial).
 func (r *Router) sniffed(p *compiled, f *FlowRecord, pf *policy.Flow, res sniff.Result) {
 	pf.Sniffed = res.Name
 	if name, fromSniff := p.Decision.Name(pf); fromSniff {
 		f.Host, f.NameFrom = name, res.From.String()
+		pf.Host = name
 	}
 }

@@ -622,7 +622,7 @@ func (p *Policy) DecideICMP(f *Flow) Decision {
 // out from this machine (see StepHostName). The capture then resolves Host through the
 // proxy's resolver, fills Resolved and decides again.
 func (p *Policy) NeedsResolve(f *Flow) bool {
-	if f.Host == "" || f.Resolved != nil || !p.Caged(f) {
+	if name, _ := p.Name(f); name == "" || f.Resolved != nil || !p.Caged(f) {
 		return false
 	}
 	d, _ := p.decide(f, false)
@@ -724,10 +724,11 @@ func (p *Policy) Why(f *Flow, d Decision) string {
 		if d.Rule.Action == rules.Proxy {
 			way = "through the proxy " + strconv.Quote(d.Rule.Proxy) + ", which runs on this machine and connects from here"
 		}
+		name, _ := p.Name(f)
 		if len(f.Resolved) == 0 {
-			return caged + ", the rules send it " + way + ", and its name " + strconv.Quote(f.Host) + " could not be resolved to check that it does not lead to this machine: refused"
+			return caged + ", the rules send it " + way + ", and its name " + strconv.Quote(name) + " could not be resolved to check that it does not lead to this machine: refused"
 		}
-		return caged + ", the rules send it " + way + ", and its name " + strconv.Quote(f.Host) + " resolves to " + fmt.Sprint(f.Resolved) + ", this machine or its link, where the host walls let caged traffic reach only the forwards' and inbounds' addresses: it is refused"
+		return caged + ", the rules send it " + way + ", and its name " + strconv.Quote(name) + " resolves to " + fmt.Sprint(f.Resolved) + ", this machine or its link, where the host walls let caged traffic reach only the forwards' and inbounds' addresses: it is refused"
 	case StepNameMismatch:
 		return dst + " is the fake IP given for " + strconv.Quote(f.Host) + ", but the flow's first bytes ask for " + strconv.Quote(f.Sniffed) + ": a guest that pins one name's address and asks for another is refused"
 	case StepQUIC:

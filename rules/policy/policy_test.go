@@ -435,3 +435,23 @@ func TestNameMatchesNameOnly(t *testing.T) {
 		t.Errorf("Name = %q %v", n, sniffed)
 	}
 }
+
+// TestSniffedNameMeetsTheWalls: a name read from a flow's first bytes meets the host walls
+// as a fake IP's does: through a proxy on this host, a sniffed name that resolves to
+// loopback is refused, and the policy asks for its addresses first.
+func TestSniffedNameMeetsTheWalls(t *testing.T) {
+	p := compile(t, policytest.LocalProxyConfig)
+	f := policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("10.0.2.15"), Dst: netip.MustParseAddr("203.0.113.7"), Port: 443, Sniffed: "loop.example"}
+	if !p.NeedsSniff(&f) {
+		t.Error("NeedsSniff = false under a config whose caged rules name hosts")
+	}
+	if !p.NeedsResolve(&f) {
+		t.Error("NeedsResolve = false for a sniffed name through a proxy on this host")
+	}
+	f.Resolved = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	if d := p.Decide(&f); d.Step != policy.StepHostName {
+		t.Errorf("sniffed name to loopback through the local proxy: %v %q, want %v", d.Step, d.Name, policy.StepHostName)
+	} else if why := p.Why(&f, d); !strings.Contains(why, `"loop.example"`) {
+		t.Errorf("Why does not name the sniffed name: %s", why)
+	}
+}
