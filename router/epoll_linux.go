@@ -467,6 +467,10 @@ func (l *loop) sweep(now time.Duration, buf []*relayFlow) []*relayFlow {
 			continue
 		}
 		if s := f.setup; s != nil {
+			if s.awaiting && now >= s.nameBy {
+				l.nameIn(s, true) // the wait for the name is over: the bytes that are in
+				continue
+			}
 			if now >= s.deadline {
 				l.expire(s)
 			}

@@ -74,6 +74,7 @@ type sstate uint8
 const (
 	sConnecting sstate = iota // waiting for the connect
 	sSniffing                 // waiting for the client's first bytes, for their name (sniffWait)
+	sNamePending              // connected to the proxy ahead of the name (speculate), nothing sent yet
 	sSending                  // part of the handshake waits to be sent (pending)
 	sAnswers                  // waiting for the proxy's answers
 )
@@ -98,8 +99,14 @@ type setupFlow struct {
 	hs       upstream.Handshake
 	pending  []byte // handshake bytes not yet sent (a short write; rare)
 	lowat    bool   // SO_RCVLOWAT is raised on fd[1] until the reply
-	// pf is the flow as the policy sees it while its first bytes are awaited (sSniffing).
+	// pf is the flow as the policy sees it while its first bytes are awaited (sSniffing, or
+	// awaiting).
 	pf policy.Flow
+	// awaiting: the connect to the proxy runs ahead of the name (speculate), which is due by
+	// nameBy (loop clock); spec is the decision it was started for.
+	awaiting bool
+	nameBy   time.Duration
+	spec     policy.Decision
 }
 
 // loopOK reports whether the loops may set flows up: the capture tells a descriptor's
@@ -381,7 +388,9 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 		res, ok := l.peekName(s, false)
 		if !ok {
 			s.pf = pf
-			l.awaitName(s)
+			if !l.speculate(s) {
+				l.awaitName(s)
+			}
 			return
 		}
 		r.sniffed(p, f, &pf, res)
@@ -406,6 +415,75 @@ func (l *loop) peekName(s *setupFlow, final bool) (sniff.Result, bool) {
 		res = sniff.Result{}
 	}
 	return res, true
+}
+
+// speculate starts s's connect to its upstream while its first bytes are awaited, when the
+// decision without their name already sends it through a SOCKS5 proxy the loop speaks to:
+// the name mostly confirms it (a fake IP's flow whose bytes carry its own name), and the
+// wait hides behind the connect. Nothing is sent to the proxy before the name is in and the
+// decision stands (nameIn); a decision that changes closes the connection, which carried no
+// request, and the flow is decided afresh. False: nothing was started (awaitName waits).
+func (l *loop) speculate(s *setupFlow) bool {
+	r, p, f, key := s.ls.r, s.p, &s.f, s.h.key
+	d := p.Decision.Decide(&s.pf)
+	var up *upstream.Tracked
+	if d.Action != rules.Proxy || !loopUpstream(p, d.Proxy, &up) || r.resolved != nil && p.Decision.NeedsResolve(&s.pf) {
+		return false
+	}
+	s.dst = dstOf(&s.pf)
+	if s.slots = r.adm.trySetup(key, s.dst); !s.slots {
+		return false
+	}
+	s.slotsAt = time.Now()
+	sd := upstream.Addr{IP: f.Dst.Addr(), Port: f.Dst.Port()}
+	if f.Host != "" {
+		sd = upstream.Addr{Name: f.Host, Port: f.Dst.Port()}
+	}
+	if s.target, s.slots = up.Begin(&s.hs, sd); !s.slots {
+		r.adm.endSetup(key, s.dst, time.Time{})
+		return false
+	}
+	s.proxied, f.Via = true, d.Proxy
+	s.spec, s.awaiting, s.nameBy = d, true, l.now()+sniffWait
+	l.setTick(sniffWait)
+	r.loops.setups.Add(1)
+	l.connect(s)
+	return true
+}
+
+// nameIn goes on with a speculated flow s once its first bytes may carry their name (final:
+// the wait is over, or the client ended its side): the decision with the name, and the
+// handshake when it stands (the connect may still run: connected starts it then); else the
+// speculative connection is closed and the flow decided afresh.
+func (l *loop) nameIn(s *setupFlow, final bool) {
+	res, ok := l.peekName(s, final)
+	if !ok {
+		return
+	}
+	r, p, f := s.ls.r, s.p, &s.f
+	s.awaiting = false
+	host := f.Host
+	pf := s.pf
+	s.pf = policy.Flow{}
+	r.sniffed(p, f, &pf, res)
+	s.h.sniffed = true
+	d := p.Decision.Decide(&pf)
+	if d.Verdict == s.spec.Verdict && d.Step == s.spec.Step && f.Host == host {
+		r.decided(p, f, d)
+		if s.state == sNamePending {
+			l.handshake(s)
+		}
+		return
+	}
+	s.hs.Abandon()
+	l.endSlots(s)
+	s.setup, s.proxied, s.hs, s.target, f.Via, s.spec = nil, false, upstream.Handshake{}, netip.AddrPort{}, "", policy.Decision{}
+	if s.fd[1] >= 0 {
+		closeFD(s.fd[1]) // out of the epoll with it
+		s.fd[1] = -1
+	}
+	l.unslot(s)
+	l.decide(s, &pf)
 }
 
 // awaitName registers s's client on l until its first bytes are in (setupEvent, side 0) or
@@ -590,12 +668,22 @@ func (l *loop) own(f *relayFlow) error {
 // setupEvent moves s's set-up on an event of its descriptor side.
 func (l *loop) setupEvent(s *setupFlow, side int, ev uint32) {
 	if side == 0 {
-		if s.state == sSniffing && ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-			l.named(s, ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0)
+		if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+			final := ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
+			switch {
+			case s.state == sSniffing:
+				l.named(s, final)
+			case s.awaiting:
+				l.nameIn(s, final)
+			}
 		}
 		return // the client's bytes wait for the relay, which finds its end or its error too
 	}
 	switch s.state {
+	case sNamePending:
+		if ev&(unix.EPOLLERR|unix.EPOLLHUP|unix.EPOLLRDHUP) != 0 {
+			l.fail(s, s.hs.End(s.hs.Cut(nil, l.sockErr(s.fd[1], io.EOF))))
+		}
 	case sConnecting:
 		if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 			l.connected(s, ev)
@@ -623,6 +711,16 @@ func (l *loop) connected(s *setupFlow, ev uint32) {
 		l.ready(s)
 		return
 	}
+	if s.awaiting {
+		s.state = sNamePending // nameIn starts the handshake once the name stands
+		return
+	}
+	l.handshake(s)
+}
+
+// handshake sends s's handshake to its proxy, with the client's first bytes when the proxy
+// pipelines.
+func (l *loop) handshake(s *setupFlow) {
 	buf := l.buf[:]
 	early := 0
 	if s.hs.Pipelined() {

@@ -120,11 +120,12 @@ func TestNameCasesRelay(t *testing.T) {
 					t.Errorf("record names %q, want host=%s name_from=%s:\n%s", n, name, from, e.logs.String())
 				}
 			}
-			if c.Action == rules.Proxy {
-				asked := p.Asked()[before:]
-				if !slices.Contains(asked, name) {
-					t.Errorf("the proxy was asked for %q, want %q", asked, name)
-				}
+			asked := p.Asked()[before:]
+			if c.Action == rules.Proxy && !slices.Contains(asked, name) {
+				t.Errorf("the proxy was asked for %q, want %q", asked, name)
+			}
+			if c.Action != rules.Proxy && len(asked) > 0 {
+				t.Errorf("the proxy was asked for %q for a refused flow", asked)
 			}
 		})
 	}
