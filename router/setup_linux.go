@@ -72,11 +72,11 @@ type loopListener struct {
 type sstate uint8
 
 const (
-	sConnecting sstate = iota // waiting for the connect
-	sSniffing                 // waiting for the client's first bytes, for their name (sniffWait)
-	sNamePending              // connected to the proxy ahead of the name (speculate), nothing sent yet
-	sSending                  // part of the handshake waits to be sent (pending)
-	sAnswers                  // waiting for the proxy's answers
+	sConnecting  sstate = iota // waiting for the connect
+	sSniffing                  // waiting for the client's first bytes, for their name (sniffWait)
+	sNamePending               // connected to the proxy ahead of the name (speculate), nothing sent yet
+	sSending                   // part of the handshake waits to be sent (pending)
+	sAnswers                   // waiting for the proxy's answers
 )
 
 // setupFlow is a transparent flow the loop sets up: its record, its relay state (registered on
