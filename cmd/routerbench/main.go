@@ -13,6 +13,7 @@
 //	sudo go run ./cmd/routerbench -quick                   # 1 short round, to try the setup
 //	sudo go run ./cmd/routerbench -base-rev a498d1d        # adds row router-base: that commit
 //	sudo go run ./cmd/routerbench -base-rev HEAD~1 -rows router,router-base,redsocks
+//	sudo go run ./cmd/routerbench -names                   # what reading names costs, paired
 //
 // Per round and row: a 1 GiB download (MiB/s; CPU seconds per GiB of the proxy process, of
 // the whole machine, of the lab), 5,000 connections of 1 KiB 32 at a time and 2,000 one at a
@@ -35,6 +36,13 @@
 // or -router BIN) and, with -base BIN or -base-rev REV (git archive of that commit, built in
 // a scratch directory), router-base: a second build measured exactly like router, for
 // router ÷ router-base. The report ends with the performance targets as a checklist.
+//
+// -names measures what reading a flow's name costs: row router runs an allow-list by name
+// (one rule, hosts = ["sink.test"]), row router-base the same build with the catch-all
+// rule; both rows' connections go to the fake IP their router's DNS gave sink.test, with
+// the sink's HTTP/1.1 request naming it, so both hand the proxy the same name and only the
+// wait for the first bytes and their reading differ (router ÷ router-base: conn/s, and the
+// added p50, router − router-base).
 //
 // It needs root, ip, nft, danted (the lab), redsocks and go, sends nothing outside its own
 // namespaces, stops every process it started by PID and removes the namespaces, also on
