@@ -12,8 +12,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/refusal"
 )
 
 // FlowRecord is what the router knows of one connection; it is logged when the flow ends.
@@ -43,6 +45,45 @@ type FlowRecord struct {
 	pol     *compiled // the policy that decided it (nil: a forward, or not decided)
 	index   int       // the rule that decided it, -1 for an implicit step
 	relayed bool      // the flow reached the relay; set before the relay starts
+	udp     bool      // a UDP flow (for the flow log)
+	// refused and why: the flow was counted as refused (Router.refused), for the flow log.
+	refused bool
+	why     refusal.Reason
+}
+
+// Audit returns the flow log for audits the router writes to (Options.Audit; nil: none), for
+// a capture that refuses flows before they reach the router (the Windows engine).
+func (r *Router) Audit() *auditlog.Log { return r.opts.Audit }
+
+// audit queues f's record in the flow log for audits (Options.Audit), when one is open: a
+// refusal, or the end of a flow. It never blocks (auditlog.Log.Add).
+func (r *Router) audit(f *FlowRecord) {
+	a := r.opts.Audit
+	if a == nil || !a.On() {
+		return
+	}
+	rec := auditlog.Record{Time: time.Now(), Event: auditlog.EventFlow, ID: f.ID, Network: "tcp", Src: f.Src,
+		App: f.App, PID: f.PID, Inbound: f.Inbound, Name: f.Host, NameFrom: f.NameFrom,
+		Rule: f.Verdict.Name, Action: f.Verdict.Action.String(), Upstream: f.Via,
+		Up: f.Up, Down: f.Down, Duration: time.Since(f.Start)}
+	if f.udp {
+		rec.Network = "udp"
+	}
+	if f.Dst.Addr().IsValid() {
+		rec.Dst = f.Dst
+	} else {
+		rec.DstPort = f.Dst.Port()
+	}
+	if rec.Upstream == "" {
+		rec.Upstream = f.Verdict.Proxy
+	}
+	if f.refused {
+		rec.Event, rec.Reason = auditlog.EventRefused, f.why.String()
+	}
+	if f.Err != nil && !errors.Is(f.Err, errIdle) {
+		rec.Error = f.Err.Error()
+	}
+	a.Add(rec)
 }
 
 // dst is f's destination for logs and status: the address and port, or the name and port
