@@ -115,7 +115,7 @@ func startTLSTarget(t *testing.T, ctx context.Context, ns *lab.Netns, address st
 func TestNamesAllowList(t *testing.T) {
 	roottest.Require(t, tools...)
 	target := netip.MustParseAddr(lab.ServiceAddr) // allowed.test and denied.test share it, as on a CDN
-	s := newLabWith(t, namesConfig(lab.DanteAddr), lab.Options{Names: map[string]netip.Addr{"allowed.test": target, "denied.test": target}})
+	s := newLabWith(t, namesConfig(lab.DanteAddr)+flowLogKeys, lab.Options{Names: map[string]netip.Addr{"allowed.test": target, "denied.test": target}})
 	seen := startTLSTarget(t, s.ctx, s.lab.Inet(), lab.ServiceAddr+":443")
 	s.startRouter()
 	guest := s.lab.Guest()
@@ -172,6 +172,23 @@ func TestNamesAllowList(t *testing.T) {
 		t.Errorf("the outside saw refused HTTP requests: %v", got[wantHTTP:])
 	}
 	s.wantNoLeak("names")
+
+	// The flow log: the allowed flows with their names, where each came from, the rule and
+	// the bytes; the refused ones with their reason.
+	for _, from := range []string{"dns", "sni", "host"} {
+		s.flowRecords(func(m map[string]any) bool {
+			up, _ := m["up"].(float64)
+			down, _ := m["down"].(float64)
+			return m["event"] == "flow" && m["name"] == "allowed.test" && m["name_from"] == from &&
+				m["rule"] == "allowed" && m["action"] == "proxy" && up > 0 && down > 0
+		})
+	}
+	for _, want := range []struct{ name, reason string }{{"denied.test", "caged-no-rule"}, {"allowed.test", "name-mismatch"}, {"", "caged-no-rule"}} {
+		s.flowRecords(func(m map[string]any) bool {
+			name, _ := m["name"].(string)
+			return m["event"] == "refused" && name == want.name && m["reason"] == want.reason
+		})
+	}
 	log := s.log()
 	for _, want := range []string{"name_from=dns", "name_from=sni", "name_from=host", "(name disagrees with the fake IP's)", "(caged: no rule decides)"} {
 		if !strings.Contains(log, want) {
