@@ -114,6 +114,9 @@ func flowAttrs(f *FlowRecord, ended bool) []any {
 	}
 	if f.Host != "" {
 		attrs = append(attrs, "host", f.Host)
+		if f.NameFrom != "" {
+			attrs = append(attrs, "name_from", f.NameFrom)
+		}
 	}
 	if f.App != "" {
 		attrs = append(attrs, "app", f.App, "pid", f.PID)
