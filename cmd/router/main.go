@@ -40,6 +40,7 @@ func commands() []command {
 		{"guard", "--config FILE", "install the fail-closed guard alone, without the daemon (at boot, after a failed start)", cmdGuard},
 		{"cleanup", "[--config FILE | --table NAME] [--socket PATH] [--force]", "remove the router's capture and guard (lets VM traffic flow unproxied); --force stops a running router first", cmdCleanup},
 		{"import", "proxifier PROFILE.ppx [-o FILE] [--force]", "turn a Proxifier profile into a config, say what could not be carried, and lint it", cmdImport},
+		{"hold", "--handle N --parent PID", "internal (Windows): the daemon's WinDivert holder, which fails closed through a crash", cmdHold},
 		{"adapters", "[--json]", "Windows: the VM-facing adapters, their subnets, and whether Windows NAT or forwarding carries their guests", cmdAdapters},
 	}
 }

@@ -34,10 +34,22 @@ import (
 // The order is the guard's contract:
 //
 //	first Install: lock the instance → Install the guard's plan (persistent blocks) →
-//	               open WinDivert → run the engine → reset the caged connections older than
-//	               the engine → Arm (dynamic permits for the caged apps and the router)
+//	               open WinDivert → hand the diverting handle to the holder → run the
+//	               engine → reset the caged connections older than the engine → Arm
+//	               (dynamic permits for the caged apps and the router)
 //	next Install:  the guard's new plan in place (re-armed), then the engine's new policy
-//	Close, or the engine failing: Disarm → close WinDivert; a failure is sent on Failed
+//	Close:         Disarm → wait until Windows enforces none of our permits → close
+//	               WinDivert → let the holder go
+//	engine failing: (before the engine closes WinDivert, without mu: a reload may hold it)
+//	               Seal (disarm for good) → wait as above → close → let the holder go; the
+//	               failure is sent on Failed
+//	crash:         the kernel closes our handles at once, but the holder's reference keeps
+//	               the diverting handle open (its packets are queued, never read, dropped)
+//	               until the BFE has run our dynamic session down; then the holder exits
+//
+// The permits are the only thing that lets a caged app's packet reach the network, and
+// they must never be enforced while no diverting handle is open: their teardown in Windows
+// is not atomic with ours (docs/windows-guard.md).
 //
 // mu guards every field below it.
 type redirectPlatform struct {
@@ -60,7 +72,8 @@ type redirectPlatform struct {
 	udp     []windivert.PortRange // the UDP ports the filter takes (nil: all)
 	router  *router.Router        // carries the engine's relayed UDP (UseRouter); nil: such UDP is dropped
 	closing bool
-	failed  chan error // one failure, buffered
+	failed  chan error   // one failure, buffered
+	unhold  func() error // lets the holder go (nil: none)
 }
 
 // engineDeps are the system parts of a redirectPlatform.
@@ -89,13 +102,22 @@ type engineDeps struct {
 	// ReservePorts reserves the source ports of the router's own sockets (nil, or an
 	// error: none are; its flows are then told by OwnPID, each packet crossing user mode).
 	ReservePorts func() (OwnPorts, error)
+	// Hold hands the diverting WinDivert handle hv of drv to a holder, another process that
+	// keeps it open after this one ends until the permits owner armed are gone (guard.Hold);
+	// release lets it go once they are. An error refuses the start: without a holder a
+	// crash would let caged packets pass until Windows runs the permits down. nil: no
+	// holder (tests of other things).
+	Hold func(drv windivert.Driver, hv uintptr, owner uint32) (release func() error, err error)
+	// DisarmWait bounds how long stopping waits for Windows to delete the permits before it
+	// closes WinDivert anyway (0: 30 s).
+	DisarmWait time.Duration
 }
 
 func newRedirectPlatform(log *slog.Logger, deps engineDeps) *redirectPlatform {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &redirectPlatform{log: log, deps: deps, guard: guard.New(deps.WFP, log.With("component", "guard")), failed: make(chan error, 1)}
+	return &redirectPlatform{log: log, deps: deps, guard: guard.NewFor(deps.WFP, log.With("component", "guard"), deps.OwnPID), failed: make(chan error, 1)}
 }
 
 // Env: this machine's addresses, and the known hypervisors' images, caged whatever the
@@ -243,7 +265,17 @@ func (p *redirectPlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv
 		release()
 		return err
 	}
+	if p.deps.Hold != nil {
+		unhold, err := p.deps.Hold(drv, dev.NetworkHandle(), p.deps.OwnPID)
+		if err != nil {
+			dev.Close()
+			release()
+			return fmt.Errorf("start the WinDivert holder: %w", err)
+		}
+		p.unhold = unhold
+	}
 	opts := redirect.Options{
+		BeforeClose:  p.failClosed,
 		Log:          p.log.With("component", "redirect"),
 		ListenerPort: cfg.Capture.ListenerPort,
 		DNSPort:      cfg.Capture.DNSPort,
@@ -266,6 +298,7 @@ func (p *redirectPlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv
 	if err != nil {
 		dev.Close()
 		release()
+		p.letGo()
 		return err
 	}
 	if udp != nil {
@@ -352,16 +385,50 @@ func (p *redirectPlatform) logStats(eng *redirect.Engine, stopped <-chan struct{
 	}
 }
 
-// fail handles the engine's failure: the permits go first, then WinDivert; the daemon
-// learns it on Failed.
+// failClosed runs in the engine's Run when the device failed, before Run closes it, and
+// without p.mu (a reload may hold it; the device stays open meanwhile, so nothing passes
+// uncaptured while it waits): the guard is sealed and the permits waited for.
+func (p *redirectPlatform) failClosed(error) {
+	if err := p.guard.Seal(); err != nil {
+		p.log.Warn("capture failed: disarming the guard failed; waiting for Windows to drop the permits", "err", err)
+	}
+	p.waitNoPermits()
+}
+
+// waitNoPermits waits (bounded) until Windows enforces none of this process's permits.
+func (p *redirectPlatform) waitNoPermits() {
+	wait := p.deps.DisarmWait
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := guard.WaitNoPermits(ctx, p.deps.WFP, p.deps.OwnPID, 0); err != nil {
+		p.log.Error("the guard's permits are still in force: WinDivert closes anyway", "err", err)
+	}
+}
+
+// letGo releases the holder (once); the permits are gone by then.
+func (p *redirectPlatform) letGo() {
+	if p.unhold != nil {
+		if err := p.unhold(); err != nil {
+			p.log.Warn("release the WinDivert holder", "err", err)
+		}
+		p.unhold = nil
+	}
+}
+
+// fail handles the engine's failure, reported after Run returned: failClosed dropped the
+// permits before WinDivert closed; the holder goes and the daemon learns it on Failed.
 func (p *redirectPlatform) fail(err error) {
 	p.mu.Lock()
 	closing := p.closing
 	if !closing {
-		if derr := p.guard.Disarm(); derr != nil {
+		if derr := p.guard.Seal(); derr != nil {
 			err = errors.Join(err, derr)
 		}
 		p.closeDevLocked()
+		p.letGo()
 	}
 	p.mu.Unlock()
 	if closing {
@@ -380,8 +447,10 @@ func (p *redirectPlatform) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closing = true
-	err := p.guard.Disarm()
+	err := p.guard.Seal()
+	p.waitNoPermits()
 	p.stopEngineLocked()
+	p.letGo()
 	if p.unlock != nil {
 		p.unlock()
 		p.unlock = nil

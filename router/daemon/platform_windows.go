@@ -61,6 +61,7 @@ func NewPlatform(log *slog.Logger) Platform {
 		Connections:  helper.Connections,
 		OwnPID:       uint32(os.Getpid()),
 		ReservePorts: reservePorts,
+		Hold:         startHolder(exe),
 	}
 	return windowsPlatform{newRedirectPlatform(log, deps)}
 }

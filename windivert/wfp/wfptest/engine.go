@@ -375,6 +375,7 @@ func (e *Engine) Providers() []wfp.Provider {
 type Process struct {
 	e    *Engine
 	name string
+	dead bool // Crash or Exit: Open fails (guarded by e.mu)
 }
 
 // Open opens a session. It fails with wfp.CodeEngineNotRunning in the boot phase.
@@ -387,6 +388,9 @@ func (p *Process) Open(o wfp.SessionOptions) (wfp.Session, error) {
 	}
 	if e.phase == booting {
 		return nil, fmt.Errorf("open session: %w", wfp.CodeEngineNotRunning)
+	}
+	if p.dead {
+		return nil, fmt.Errorf("open session: process %s is gone: %w", p.name, wfp.CodeInvalidHandle)
 	}
 	e.nextID++
 	s := &Session{e: e, id: e.nextID, process: p, name: o.Name, dynamic: o.Dynamic}
@@ -406,14 +410,15 @@ func (p *Process) AppID(path string) (string, error) {
 }
 
 // Exit ends every session of the process, as if it had died and the BFE had run its
-// sessions down at once: Crash then Rundown.
+// sessions down at once. The process may open sessions again (a test's shortcut for a
+// new process with the same name).
 func (p *Process) Exit() {
 	p.exit(true)
 }
 
 // Crash ends every session of the process as TerminateProcess does: the sessions are
 // gone (their transactions rolled back), but the objects of the dynamic ones stay in force
-// until Engine.Rundown.
+// until Engine.Rundown. The process opens no session afterwards.
 func (p *Process) Crash() {
 	p.exit(false)
 }
@@ -421,6 +426,7 @@ func (p *Process) Crash() {
 func (p *Process) exit(rundown bool) {
 	e := p.e
 	e.mu.Lock()
+	p.dead = p.dead || !rundown
 	e.record("process %s ends", p.name)
 	changed := false
 	for _, s := range e.sessions {
