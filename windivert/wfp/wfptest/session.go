@@ -508,3 +508,36 @@ func (s *Session) read(op Op) (*state, error) {
 	}
 	return e.st, nil
 }
+
+// AllSublayers lists every sublayer, sorted by key.
+func (s *Session) AllSublayers() ([]wfp.Sublayer, error) {
+	st, err := s.read(Op{Name: "sublayers"})
+	if err != nil {
+		return nil, fmt.Errorf("list sublayers: %w", err)
+	}
+	var out []wfp.Sublayer
+	for _, sl := range st.sublayers {
+		out = append(out, sl.Sublayer)
+	}
+	slices.SortFunc(out, func(a, b wfp.Sublayer) int { return strings.Compare(a.Key.String(), b.Key.String()) })
+	return out, nil
+}
+
+// LayerFilters lists every filter at layer l (boot-time ones included), sorted by key.
+func (s *Session) LayerFilters(l wfp.Layer) ([]wfp.Filter, error) {
+	st, err := s.read(Op{Name: "filters"})
+	if err != nil {
+		return nil, fmt.Errorf("list filters: %w", err)
+	}
+	var out []wfp.Filter
+	for _, f := range st.filters {
+		if f.Layer == l {
+			g := f.Filter
+			g.Conditions = slices.Clone(g.Conditions)
+			g.Digest = slices.Clone(g.Digest)
+			out = append(out, g)
+		}
+	}
+	slices.SortFunc(out, func(a, b wfp.Filter) int { return strings.Compare(a.Key.String(), b.Key.String()) })
+	return out, nil
+}
