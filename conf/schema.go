@@ -338,6 +338,16 @@ func (d *decoder) capture(c *Config, v any) {
 			}
 		}
 	}
+	if v, ok := m["rival_permits"]; ok {
+		if str, ok := d.str(a.key("rival_permits"), v); ok {
+			switch str {
+			case "warn", "refuse":
+				c.Capture.RivalPermits = str
+			default:
+				d.fail(a.key("rival_permits"), "%q: want \"warn\" or \"refuse\"", str)
+			}
+		}
+	}
 	if v, ok := m["listener_port"]; ok {
 		c.Capture.ListenerPort, _ = d.port(a.key("listener_port"), v)
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -74,6 +75,16 @@ type redirectPlatform struct {
 	closing bool
 	failed  chan error   // one failure, buffered
 	unhold  func() error // lets the holder go (nil: none)
+	cfg     *conf.Config // the config last installed
+	pol     *policy.Policy
+	rivals  []string // the coexistence check's findings at the last install
+	guarded []string // the executables the installed guard blocks
+	unnamed []string // caged names the guard found no executable for
+
+	appsMu      sync.Mutex        // guards the three below (taken after mu, never before)
+	extra       map[string]string // lower-cased path → path: caged images seen running from paths the plan missed
+	polSnap     *policy.Policy    // p.pol, for noticeApp
+	guardedSnap []string          // p.guarded, for noticeApp
 }
 
 // engineDeps are the system parts of a redirectPlatform.
@@ -153,20 +164,171 @@ func (p *redirectPlatform) vmAdapters() []adapters.Adapter {
 	return as
 }
 
-// installGuard puts the config's guard in place (re-armed when armed).
+// installGuard puts the config's guard in place (re-armed when armed), with the caged
+// images seen running from paths the plan missed; it is called with p.mu held. Before it,
+// the coexistence check: other products' sublayers above the guard's and their hard permits
+// are logged, and refuse the install with [capture] rival_permits = "refuse".
 func (p *redirectPlatform) installGuard(cfg *conf.Config) error {
+	if err := p.checkRivals(cfg); err != nil {
+		return err
+	}
 	plan, unresolved, err := GuardPlan(cfg, p.deps.Machine, p.vmAdapters(), p.deps.Router, p.deps.Service)
 	if err != nil {
 		return fmt.Errorf("guard plan: %w", err)
 	}
+	if extra := p.extraApps(plan.Env.CagedApps); len(extra) > 0 {
+		env := plan.Env
+		env.CagedApps = append(slices.Clone(env.CagedApps), extra...)
+		if plan, err = guard.NewPlan(env); err != nil {
+			return fmt.Errorf("guard plan: %w", err)
+		}
+	}
 	if len(unresolved) > 0 {
-		p.log.Warn("caged apps the guard cannot name (no such executable): they are caged by the capture while it runs, not blocked while it does not; give their full paths",
+		p.log.Warn("caged apps the guard cannot name (no such executable): they are caged by the capture while it runs, and guarded once seen running; give their full paths to guard them while it does not",
 			"apps", fmt.Sprint(unresolved))
 	}
-	if _, err := p.guard.Install(plan); err != nil {
+	rep, err := p.guard.Install(plan)
+	if err != nil {
 		return err
 	}
+	p.guarded = slices.DeleteFunc(slices.Clone(plan.Env.CagedApps), func(a string) bool { return slices.Contains(rep.Unresolvable, a) })
+	p.unnamed = append(slices.Clone(unresolved), rep.Unresolvable...)
 	return nil
+}
+
+// checkRivals runs the coexistence check (see installGuard); called with p.mu held.
+func (p *redirectPlatform) checkRivals(cfg *conf.Config) error {
+	rivals, err := guard.Rivals(p.deps.WFP)
+	if err != nil {
+		p.log.Warn("coexistence check: other products' WFP sublayers not listed", "err", err)
+		return nil
+	}
+	p.rivals = p.rivals[:0]
+	var defeating []string
+	for _, r := range rivals {
+		p.rivals = append(p.rivals, r.String())
+		if len(r.HardPermits) == 0 {
+			p.log.Info("coexistence: a WFP sublayer above the guard's (its blocks add to ours)", "sublayer", r.Sublayer.Name, "weight", r.Sublayer.Weight)
+			continue
+		}
+		p.log.Warn("coexistence: a WFP sublayer above the guard's has hard permits that defeat it", "rival", r.String())
+		defeating = append(defeating, r.String())
+	}
+	if len(defeating) > 0 && cfg.Capture.RivalPermits == "refuse" {
+		return fmt.Errorf("coexistence check: %s; with it the guard does not hold while the router is stopped ([capture] rival_permits = \"refuse\"): turn that product's kill switch or firewall off, or set rival_permits = \"warn\" to accept it",
+			strings.Join(defeating, "; "))
+	}
+	return nil
+}
+
+// extraApps returns the images seen running caged from paths not in have.
+func (p *redirectPlatform) extraApps(have []string) []string {
+	p.appsMu.Lock()
+	defer p.appsMu.Unlock()
+	var out []string
+	for k, path := range p.extra {
+		if !slices.ContainsFunc(have, func(h string) bool { return strings.EqualFold(h, k) }) {
+			out = append(out, path)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// noticeApp is told every process the engine resolves: a caged one running from a path
+// the installed guard does not block gets persistent blocks for that path at once (in the
+// background: the engine's lookups do not wait for WFP), so it stays caged when the router
+// stops.
+func (p *redirectPlatform) noticeApp(info proc.Info) {
+	if info.Path == "" {
+		return
+	}
+	p.appsMu.Lock()
+	pol, guarded := p.polSnap, p.guardedSnap
+	if pol == nil || p.extra[strings.ToLower(info.Path)] != "" ||
+		slices.ContainsFunc(guarded, func(g string) bool { return strings.EqualFold(g, info.Path) }) {
+		p.appsMu.Unlock()
+		return
+	}
+	if !pol.Caged(&policy.Flow{App: info.Name, AppPath: info.Path, Services: info.Services}) {
+		p.appsMu.Unlock()
+		return
+	}
+	if p.extra == nil {
+		p.extra = map[string]string{}
+	}
+	p.extra[strings.ToLower(info.Path)] = info.Path
+	p.appsMu.Unlock()
+	p.log.Warn("a caged image runs from a path the guard did not know: guarding it", "app", info.Name, "path", info.Path)
+	go p.guardSeen()
+}
+
+// guardSeen reinstalls the guard with the images seen running.
+func (p *redirectPlatform) guardSeen() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing || p.cfg == nil {
+		return
+	}
+	if err := p.installGuard(p.cfg); err != nil {
+		p.log.Error("guarding a caged image seen running failed: it is caged only while the router runs", "err", err)
+		return
+	}
+	p.snapshot()
+}
+
+// snapshot publishes the policy and the guarded paths to noticeApp; called with p.mu held.
+func (p *redirectPlatform) snapshot() {
+	p.appsMu.Lock()
+	p.polSnap, p.guardedSnap = p.pol, slices.Clone(p.guarded)
+	p.appsMu.Unlock()
+}
+
+// GuardStatus reports the guard for `router status`: the rivals found at the last install,
+// the executables guarded and the caged names it cannot name.
+func (p *redirectPlatform) GuardStatus() GuardStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return GuardStatus{Rivals: slices.Clone(p.rivals), GuardedApps: slices.Clone(p.guarded), Unguarded: slices.Clone(p.unnamed)}
+}
+
+// guardingResolver tells the platform every process the engine resolves (noticeApp).
+type guardingResolver struct {
+	inner redirect.PIDResolver
+	p     *redirectPlatform
+}
+
+func (r guardingResolver) ByPID(pid uint32) (proc.Info, error) {
+	info, err := r.inner.ByPID(pid)
+	if err == nil {
+		r.p.noticeApp(info)
+	}
+	return info, err
+}
+
+// guardingAtResolver keeps the inner resolver's PID-reuse check.
+type guardingAtResolver struct {
+	guardingResolver
+	at redirect.PIDAtResolver
+}
+
+func (r guardingAtResolver) ByPIDAt(pid uint32, t time.Time) (proc.Info, error) {
+	info, err := r.at.ByPIDAt(pid, t)
+	if err == nil {
+		r.p.noticeApp(info)
+	}
+	return info, err
+}
+
+func (p *redirectPlatform) resolver() redirect.PIDResolver {
+	if p.deps.Resolver == nil {
+		return nil
+	}
+	g := guardingResolver{inner: p.deps.Resolver, p: p}
+	if at, ok := p.deps.Resolver.(redirect.PIDAtResolver); ok {
+		return guardingAtResolver{g, at}
+	}
+	return g
 }
 
 func (p *redirectPlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dns.Server) error {
@@ -183,6 +345,8 @@ func (p *redirectPlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dn
 			return err
 		}
 		p.eng.SetPolicy(pol)
+		p.cfg, p.pol = cfg, pol
+		p.snapshot()
 		if ups := literalUpstreams(cfg); !slices.Equal(ups, p.ups) {
 			p.log.Info("proxy addresses changed: the capture filter keeps the old ones until restart; the new ones are told by the router's PID",
 				"old", fmt.Sprint(p.ups), "new", fmt.Sprint(ups))
@@ -199,6 +363,8 @@ func (p *redirectPlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dn
 	if err := p.installGuard(cfg); err != nil {
 		return err
 	}
+	p.cfg, p.pol = cfg, pol
+	p.snapshot()
 	if err := p.startEngine(cfg, pol, srv); err != nil {
 		return err
 	}
@@ -280,7 +446,7 @@ func (p *redirectPlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv
 		ListenerPort: cfg.Capture.ListenerPort,
 		DNSPort:      cfg.Capture.DNSPort,
 		Events:       dev,
-		Resolver:     p.deps.Resolver,
+		Resolver:     p.resolver(),
 		Lookup:       p.deps.Lookup,
 		OwnPIDs:      []uint32{p.deps.OwnPID},
 	}

@@ -48,7 +48,7 @@ func UserNATApps(goos string) []rules.App {
 // cannot.
 func GuardPlan(cfg *conf.Config, m guard.Machine, vms []adapters.Adapter, router, service string) (guard.Plan, []string, error) {
 	var names []string
-	caged, _ := policy.CagedApps(cfg)
+	caged, services := policy.CagedApps(cfg)
 	for _, c := range caged {
 		names = append(names, c.App.String())
 	}
@@ -64,11 +64,12 @@ func GuardPlan(cfg *conf.Config, m guard.Machine, vms []adapters.Adapter, router
 		}
 	}
 	env := guard.Env{
-		CagedUDP:  cagedUDP,
-		CagedApps: apps.Paths,
-		Router:    router,
-		Service:   service,
-		Listeners: []uint16{cfg.Capture.ListenerPort},
+		CagedUDP:      cagedUDP,
+		CagedApps:     apps.Paths,
+		CagedServices: slices.Compact(slices.Sorted(slices.Values(services))),
+		Router:        router,
+		Service:       service,
+		Listeners:     []uint16{cfg.Capture.ListenerPort},
 		// The router answers every process's DNS only with [dns] capture = "all": then
 		// no other process may reach a resolver itself.
 		DNSAll: cfg.DNS.Capture == conf.DNSCaptureAll,

@@ -104,4 +104,3 @@ func RunHolder(handle uintptr, parent uint32, stdin io.Reader, stdout io.Writer)
 	defer cancel()
 	return guard.Hold(ctx, guard.HoldConfig{WFP: wfp.NewEngine(), Owner: parent, Parent: parentGone, Stop: stop})
 }
-

@@ -23,6 +23,11 @@ type Env struct {
 	// proxy and block rules and the known hypervisor images. Case and duplicates do not
 	// matter. Empty: no app is caged and the app filters are left out.
 	CagedApps []string
+	// CagedServices are the Windows services the config's proxy and block rules name:
+	// blocked by their service SID (the token of the process that hosts them carries it
+	// when the service's SID type is not "none"), like the caged apps. Case and duplicates
+	// do not matter.
+	CagedServices []string
 	// Router is the absolute path of router.exe (required).
 	Router string
 	// Service is the Windows service name when the router runs as a service; its service
@@ -279,6 +284,14 @@ func NewPlan(env Env) (Plan, error) {
 		}
 		add(&p.Persistent, "P3", "caged apps are blocked unless the router runs", connect, weightP3, wfp.Block, false, persistentAndBoot, apps)
 	}
+	if len(env.CagedServices) > 0 {
+		var svcs []wfp.Condition
+		for _, sv := range env.CagedServices {
+			svcs = append(svcs, wfp.User(ServiceSID(sv)))
+		}
+		add(&p.Dynamic, "D1 services", "caged services' TCP and UDP pass to the capture while the router runs", connect, weightD1, wfp.Permit, false, dynamic, svcs, tcpUDP)
+		add(&p.Persistent, "P3 services", "caged services (by service SID) are blocked unless the router runs", connect, weightP3, wfp.Block, false, persistentAndBoot, svcs)
+	}
 	if env.DNSAll {
 		add(&p.Dynamic, "D2", "DNS passes to the capture while the router runs", connect, weightD2, wfp.Permit, false, dynamic,
 			tcpUDP, []wfp.Condition{wfp.RemotePort(wfp.Port(ports.DNS))})
@@ -472,6 +485,19 @@ func normalize(env Env) (Env, error) {
 	}
 	slices.SortFunc(apps, func(a, b string) int { return strings.Compare(strings.ToLower(a), strings.ToLower(b)) })
 	env.CagedApps = apps
+	var svcs []string
+	for _, sv := range env.CagedServices {
+		if sv == "" || strings.ContainsAny(sv, `\/`) {
+			errs = append(errs, fmt.Errorf("caged service %q is not a service name", sv))
+			continue
+		}
+		if k := "svc " + strings.ToLower(sv); !seen[k] {
+			seen[k] = true
+			svcs = append(svcs, sv)
+		}
+	}
+	slices.SortFunc(svcs, func(a, b string) int { return strings.Compare(strings.ToLower(a), strings.ToLower(b)) })
+	env.CagedServices = svcs
 	for _, p := range append(append(slices.Clone(env.Listeners), env.DNSPorts...), env.HostPorts...) {
 		if p == 0 {
 			errs = append(errs, errors.New("port 0 in the listener, DNS or host ports"))
