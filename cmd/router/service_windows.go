@@ -13,7 +13,7 @@ import (
 )
 
 func cmdService(args []string, stdout, stderr io.Writer) int {
-	usage := "usage: router service install --config FILE | uninstall | start | stop"
+	usage := "usage: router service install --config FILE | upgrade | uninstall | start | stop"
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, usage)
 		return exitUsage
@@ -47,6 +47,17 @@ func cmdService(args []string, stdout, stderr io.Writer) int {
 			return exitFindings
 		}
 		fmt.Fprintf(stdout, "router service uninstall: done; %s: VM traffic is no longer guarded (the files in Program Files stay)\n", what)
+		return exitOK
+	case "upgrade":
+		exe, err := os.Executable()
+		if err == nil {
+			err = service.UpgradeInPlace(exe, func() (bool, error) { return daemon.GuardInstalled("") })
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "router service upgrade: %v\n", err)
+			return exitFindings
+		}
+		fmt.Fprintln(stdout, "router service upgrade: done; the guard stayed in place throughout")
 		return exitOK
 	case "start":
 		err = service.Start()

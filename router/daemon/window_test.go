@@ -44,6 +44,7 @@ type watch struct {
 	mu     sync.Mutex
 	events []string
 	leaks  []string
+	minP   int // the fewest persistent guard filters seen after the first
 }
 
 func newWatch(eng *wfptest.Engine, drv *windiverttest.Driver) *watch {
@@ -67,8 +68,17 @@ func (w *watch) captured() bool {
 
 func (w *watch) check(what string) {
 	captured := w.captured()
+	persistent := 0
+	for _, f := range w.eng.Filters() {
+		if f.Provider == guard.ProviderKey && f.Lifetime != wfptest.Dynamic {
+			persistent++
+		}
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if persistent > 0 && (w.minP == 0 || persistent < w.minP) || (persistent == 0 && w.minP > 0) {
+		w.minP = persistent
+	}
 	w.events = append(w.events, fmt.Sprintf("%s (captured=%v)", what, captured))
 	if captured {
 		return
@@ -301,3 +311,33 @@ func TestWindowTimedOutDisarm(t *testing.T) {
 }
 
 func withHolder(d *engineDeps, h *fakeHolder) { d.Hold = h.hold }
+
+// TestWindowUpgrade walks `router service upgrade` over the fakes: the service stops (its
+// permits go, then WinDivert), the files are replaced, the new binary (a new process) starts:
+// the persistent blocks are never touched and no caged packet passes in between.
+func TestWindowUpgrade(t *testing.T) {
+	s := newWindowScene(t)
+	s.start(t)
+	before := s.persistent()
+	if err := s.p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.waitHolder(t)
+	// The new binary: a new process over the same machine.
+	newRouter := s.wfp.Process("router (upgraded)")
+	s.holder = &fakeHolder{t: t, drv: s.drv, wfp: s.wfp.Process("router hold 2"), released: make(chan struct{})}
+	deps := s.p.deps
+	deps.WFP, deps.OwnPID = newRouter, 200
+	withHolder(&deps, s.holder)
+	s.p = newRedirectPlatform(nil, deps)
+	s.router = newRouter
+	s.start(t)
+	s.w.mu.Lock()
+	minP := s.w.minP
+	s.w.mu.Unlock()
+	if minP < before || s.persistent() < before {
+		t.Errorf("persistent guard filters fell to %d during the upgrade (had %d)", minP, before)
+	}
+	s.w.verify(t)
+	s.p.Close()
+}

@@ -234,3 +234,23 @@ func sameFile(a, b string) (bool, error) {
 	}
 	return os.SameFile(sa, sb), nil
 }
+
+// UpgradeInPlace is `router service upgrade`: Upgrade with the service manager, exe as the
+// new router.exe and guarded telling whether the guard is installed.
+func UpgradeInPlace(exe string, guarded func() (bool, error)) error {
+	dir, err := InstallDir()
+	if err != nil {
+		return fmt.Errorf("upgrade service: %w", err)
+	}
+	return Upgrade(UpgradeSteps{
+		Stop: func() error {
+			return withService(func(s *mgr.Service) error { return stopAndWait(s, 60*time.Second) })
+		},
+		Place: func() error {
+			_, err := placeFiles(installOptions{name: Name, exe: exe, dir: dir, winDivert: dist.Install, checkDir: checkAdminOnly})
+			return err
+		},
+		Start:   Start,
+		Guarded: guarded,
+	})
+}
