@@ -92,6 +92,10 @@ func serviceInstall(cfgPath string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
+	if err := service.CheckTrusted(trustedFiles(cfg)...); err != nil {
+		fmt.Fprintf(stderr, "router service install: %v\n", err)
+		return exitUsage
+	}
 	exe, err := os.Executable()
 	if err == nil {
 		err = service.Install(exe, cfgFile)
@@ -112,6 +116,28 @@ func serviceInstall(cfgPath string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "router service install: done (%s); start it with `router service start`\n", what)
 	return exitOK
+}
+
+// trustedFiles are the files of cfg the SYSTEM service reads and obeys: the config and the
+// proxies' password files.
+func trustedFiles(cfg *conf.Config) []string {
+	out := []string{cfg.File}
+	for _, p := range cfg.Proxies {
+		if p.PasswordFile != "" {
+			out = append(out, p.PasswordFile)
+		}
+	}
+	return out
+}
+
+// checkServiceConfig refuses, under the service manager, a config (or password file) that
+// non-administrators may change: see service.CheckTrusted.
+func checkServiceConfig(path string) error {
+	cfg, err := conf.Load(path, conf.Options{SkipSecrets: true})
+	if err != nil {
+		return nil // daemon.Run reports it with every error
+	}
+	return service.CheckTrusted(trustedFiles(cfg)...)
 }
 
 // runService runs the daemon under the service manager: "running" is reported only once
