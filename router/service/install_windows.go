@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/windows"
+	"golang.org/x/sys/windows/registry"
 	"golang.org/x/sys/windows/svc/eventlog"
 	"golang.org/x/sys/windows/svc/mgr"
 
@@ -27,6 +28,7 @@ type installOptions struct {
 	dir       string             // the install directory (created if missing)
 	winDivert func(string) error // writes the WinDivert files into a directory
 	checkDir  func(string) error // refuses a directory others may write (checkAdminOnly)
+	env       []string           // NAME=VALUE pairs for the service's environment
 }
 
 // InstallDir returns where `router service install` puts router.exe and the WinDivert
@@ -49,12 +51,23 @@ func InstallDir() (string, error) {
 // event log source. It refuses, with the reason, when any of that fails (not elevated,
 // the service installed already, router.exe in use), and never installs the service at
 // exe's own path. Config must be an absolute path (the service starts in System32).
-func Install(exe, config string) error {
+//
+// env are NAME=VALUE pairs the service gets in its environment (the service key's
+// Environment value, which the service manager reads at each start): a proxy password for
+// password_env without a reboot (setx /M reaches services only after one). Local users can
+// read a service's key: password_file, in a directory only administrators can read, keeps
+// the secret from them.
+func Install(exe, config string, env ...string) error {
 	dir, err := InstallDir()
 	if err != nil {
 		return fmt.Errorf("install service: %w", err)
 	}
-	return install(installOptions{name: Name, exe: exe, config: config, dir: dir, winDivert: dist.Install, checkDir: checkAdminOnly})
+	for _, e := range env {
+		if name, _, ok := strings.Cut(e, "="); !ok || name == "" || strings.ContainsAny(name, "\x00") {
+			return fmt.Errorf("install service: --env %q: want NAME=VALUE", strings.SplitN(e, "=", 2)[0])
+		}
+	}
+	return install(installOptions{name: Name, exe: exe, config: config, dir: dir, winDivert: dist.Install, checkDir: checkAdminOnly, env: env})
 }
 
 func install(o installOptions) error {
@@ -107,6 +120,17 @@ func install(o installOptions) error {
 	}
 	if err := s.SetRecoveryActionsOnNonCrashFailures(true); err != nil && !errors.Is(err, windows.ERROR_INVALID_LEVEL) {
 		return fail("recovery actions", err)
+	}
+	if len(o.env) > 0 {
+		k, err := registry.OpenKey(registry.LOCAL_MACHINE, `SYSTEM\CurrentControlSet\Services\`+o.name, registry.SET_VALUE)
+		if err != nil {
+			return fail("service environment", err)
+		}
+		err = k.SetStringsValue("Environment", o.env)
+		k.Close()
+		if err != nil {
+			return fail("service environment", err)
+		}
 	}
 	if err := eventlog.InstallAsEventCreate(o.name, eventlog.Error|eventlog.Warning|eventlog.Info); err != nil && !strings.Contains(err.Error(), "exists") {
 		return fail("event log source", err)
