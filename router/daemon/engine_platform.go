@@ -176,9 +176,16 @@ func (p *redirectPlatform) installGuard(cfg *conf.Config) error {
 	if err != nil {
 		return fmt.Errorf("guard plan: %w", err)
 	}
-	if extra := p.extraApps(plan.Env.CagedApps); len(extra) > 0 {
+	extra := p.extraApps(plan.Env.CagedApps)
+	ports := p.ownPorts()
+	if len(extra) > 0 || ports != nil {
 		env := plan.Env
 		env.CagedApps = append(slices.Clone(env.CagedApps), extra...)
+		if ports != nil {
+			for _, r := range ports.Ranges() {
+				env.OwnPorts = append(env.OwnPorts, wfp.PortRange{From: r.Lo, To: r.Hi})
+			}
+		}
 		if plan, err = guard.NewPlan(env); err != nil {
 			return fmt.Errorf("guard plan: %w", err)
 		}

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -53,3 +54,37 @@ func TestRivalsWireGuard(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnPortsOnlyTheRouter: while the router runs, only its process may connect from the
+// source ports reserved for it (the capture's filters leave those out).
+func TestOwnPortsOnlyTheRouter(t *testing.T) {
+	eng := newMachine()
+	env := baseEnv()
+	env.OwnPorts = []wfp.PortRange{{From: 61000, To: 61999}}
+	g := New(eng, nil)
+	if _, err := g.Install(mustPlan(t, env)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Arm(); err != nil {
+		t.Fatal(err)
+	}
+	from := func(app string, sids []string, port uint16) wfptest.Flow {
+		return wfptest.Flow{Dir: wfptest.Outbound, App: app, SIDs: sids, Proto: wfp.ProtoTCP, Local: ap("192.168.1.10:" + itoa(port)), Remote: public}
+	}
+	for _, tc := range []struct {
+		name string
+		flow wfptest.Flow
+		want wfp.Action
+	}{
+		{"the router from its port", from(routerExe, routerSIDs, 61005), wfp.Permit},
+		{"chrome from the router's port", from(chrome, nil, 61005), wfp.Block},
+		{"the caged VM from the router's port", from(vboxVM, nil, 61005), wfp.Block},
+		{"chrome from another port", from(chrome, nil, 50000), wfp.Permit},
+	} {
+		if v := eng.Classify(tc.flow); v.Action != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, v, tc.want)
+		}
+	}
+}
+
+func itoa(p uint16) string { return strconv.Itoa(int(p)) }
