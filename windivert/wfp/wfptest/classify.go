@@ -180,7 +180,7 @@ func holds(c wfp.Condition, fl Flow, flags uint32) bool {
 
 // FirewallWeight is the weight the stand-in for Windows Defender Firewall's sublayer
 // (FWPM_SUBLAYER_MPSSVC_WF) gets. The real value is an item of the Windows checklist
-// (netsh wfp show sublayers); what matters is that the guard's sublayer weighs more.
+// (netsh wfp show state); what matters is that the guard's sublayer weighs more.
 const FirewallWeight uint16 = 0x7FFD
 
 // Firewall is the stand-in for Windows Defender Firewall's own objects, made by
