@@ -152,3 +152,44 @@ func TestWindowsGuardsServices(t *testing.T) {
 		t.Errorf("stopped: another service's flow %v, want untouched", v)
 	}
 }
+
+// TestWindowsGuardWatched: another tool deletes one of the guard's persistent blocks and one
+// of its permits while the router runs: the router restores both and counts the restore.
+func TestWindowsGuardWatched(t *testing.T) {
+	s := newWindowsScene(t)
+	s.p.deps.WatchEvery = 5 * time.Millisecond
+	cfg := parseWindows(t, windowsCfg)
+	if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
+		t.Fatal(err)
+	}
+	defer s.p.Close()
+	before, permits := s.persistent(), s.dynamic()
+	other, err := s.wfp.Process("another tool").Open(wfp.SessionOptions{Name: "cleanup script"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gone []string
+	for _, f := range s.wfp.Filters() {
+		if f.Provider != guard.ProviderKey {
+			continue
+		}
+		if (f.Lifetime == wfptest.Dynamic && len(gone) == 1) || (f.Lifetime != wfptest.Dynamic && len(gone) == 0) {
+			if err := other.DeleteFilter(f.Key); err != nil {
+				t.Fatal(err)
+			}
+			gone = append(gone, f.Name)
+		}
+	}
+	other.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.persistent() < before || s.dynamic() < permits {
+		if time.Now().After(deadline) {
+			t.Fatalf("not restored: %d of %d blocks, %d of %d permits (deleted %q)", s.persistent(), before, s.dynamic(), permits, gone)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	st := s.p.GuardStatus()
+	if !st.Watched || st.Restores < 1 || st.LastDamage == "" {
+		t.Errorf("status %+v, want a restore counted with its damage", st)
+	}
+}

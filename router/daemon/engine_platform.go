@@ -81,6 +81,10 @@ type redirectPlatform struct {
 	guarded []string // the executables the installed guard blocks
 	unnamed []string // caged names the guard found no executable for
 
+	restores    int // the guard found damaged and restored
+	lastRestore time.Time
+	lastDamage  string
+
 	appsMu      sync.Mutex        // guards the three below (taken after mu, never before)
 	extra       map[string]string // lower-cased path → path: caged images seen running from paths the plan missed
 	polSnap     *policy.Policy    // p.pol, for noticeApp
@@ -122,6 +126,9 @@ type engineDeps struct {
 	// DisarmWait bounds how long stopping waits for Windows to delete the permits before it
 	// closes WinDivert anyway (0: 30 s).
 	DisarmWait time.Duration
+	// WatchEvery is how often the running router checks that its guard is intact and
+	// restores it when another tool deleted or changed part of it (0: every 2 s).
+	WatchEvery time.Duration
 }
 
 func newRedirectPlatform(log *slog.Logger, deps engineDeps) *redirectPlatform {
@@ -296,7 +303,8 @@ func (p *redirectPlatform) snapshot() {
 func (p *redirectPlatform) GuardStatus() GuardStatus {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return GuardStatus{Rivals: slices.Clone(p.rivals), GuardedApps: slices.Clone(p.guarded), Unguarded: slices.Clone(p.unnamed)}
+	return GuardStatus{Watched: true, Restores: p.restores, LastRestore: p.lastRestore, LastDamage: p.lastDamage,
+		Rivals: slices.Clone(p.rivals), GuardedApps: slices.Clone(p.guarded), Unguarded: slices.Clone(p.unnamed)}
 }
 
 // guardingResolver tells the platform every process the engine resolves (noticeApp).
@@ -379,7 +387,47 @@ func (p *redirectPlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dn
 		p.stopEngineLocked()
 		return err
 	}
+	go p.watchGuard(p.stopped)
 	return nil
+}
+
+// watchGuard checks the guard every WatchEvery until stopped is closed, and restores it
+// (the persistent blocks and, while armed, the permits) when something else removed or
+// changed part of it; restores are counted in GuardStatus.
+func (p *redirectPlatform) watchGuard(stopped <-chan struct{}) {
+	every := p.deps.WatchEvery
+	if every <= 0 {
+		every = 2 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stopped:
+			return
+		case <-t.C:
+		}
+		damage, err := p.guard.Damage()
+		if err != nil || damage == "" {
+			continue
+		}
+		p.mu.Lock()
+		if p.closing || p.cfg == nil {
+			p.mu.Unlock()
+			return
+		}
+		err = p.installGuard(p.cfg)
+		if err == nil {
+			p.restores++
+			p.lastRestore, p.lastDamage = time.Now(), damage
+		}
+		p.mu.Unlock()
+		if err != nil {
+			p.log.Error("the guard was changed by something else and could not be restored", "damage", damage, "err", err)
+			continue
+		}
+		p.log.Warn("the guard was changed by something else: restored", "damage", damage)
+	}
 }
 
 // literalUpstreams are the proxies given by address and dialed directly (no via): the

@@ -464,6 +464,52 @@ func (g *Guard) Remove() (int, error) {
 	return n, nil
 }
 
+// Damage reports what of the guard the engine lacks, as this Guard installed and armed it:
+// persistent filters deleted or changed by someone else, the sublayer or provider gone, and
+// while armed, its permits. "" when intact (or nothing installed yet).
+func (g *Guard) Damage() (string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.plan == nil {
+		return "", nil
+	}
+	s, err := g.eng.Open(wfp.SessionOptions{Name: "router guard check"})
+	if err != nil {
+		return "", fmt.Errorf("check guard: %w", err)
+	}
+	defer s.Close()
+	if _, err := s.Sublayer(SublayerKey); errors.Is(err, wfp.ErrNotFound) {
+		return "the guard's sublayer is gone", nil
+	} else if err != nil {
+		return "", fmt.Errorf("check guard: %w", err)
+	}
+	have, err := s.Filters(ProviderKey)
+	if err != nil {
+		return "", fmt.Errorf("check guard: %w", err)
+	}
+	got := map[wfp.Key][]byte{}
+	for _, f := range have {
+		got[f.Key] = f.Digest
+	}
+	want := g.plan.Persistent
+	if g.dyn != nil {
+		want = append(slices.Clone(want), ownedBy(g.plan.Dynamic, g.owner)...)
+	}
+	var missing []string
+	for _, f := range want {
+		if d, ok := got[f.Key]; !ok || !bytes.Equal(d, f.Digest) {
+			missing = append(missing, f.Name)
+		}
+	}
+	if len(missing) == 0 {
+		return "", nil
+	}
+	if len(missing) > 3 {
+		missing = append(missing[:3], fmt.Sprintf("and %d more", len(missing)-3))
+	}
+	return "filters missing or changed: " + strings.Join(missing, "; "), nil
+}
+
 // Armed reports whether the Guard holds its dynamic permits.
 func (g *Guard) Armed() bool {
 	g.mu.Lock()
