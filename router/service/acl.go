@@ -54,9 +54,3 @@ func Writers(aces []ACE, hasDACL bool) []string {
 	slices.Sort(out)
 	return slices.Compact(out)
 }
-
-// protectCommand is the fix the refusals print: an access list that only SYSTEM and
-// Administrators may write, Users reading.
-func protectCommand(path string) string {
-	return `icacls "` + path + `" /inheritance:r /grant:r SYSTEM:(OI)(CI)F Administrators:(OI)(CI)F Users:(OI)(CI)RX`
-}

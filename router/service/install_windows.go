@@ -300,3 +300,9 @@ func UpgradeInPlace(exe string, guarded func() (bool, error)) error {
 		Guarded: guarded,
 	})
 }
+
+// protectCommand is the fix the refusals print: an access list that only SYSTEM and
+// Administrators may write, Users reading.
+func protectCommand(path string) string {
+	return `icacls "` + path + `" /inheritance:r /grant:r SYSTEM:(OI)(CI)F Administrators:(OI)(CI)F Users:(OI)(CI)RX`
+}
