@@ -22,13 +22,13 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
@@ -103,6 +103,9 @@ type Options struct {
 	// Descriptors is the file descriptors the flow budgets are cut from (see admission);
 	// 0: this process's limit (RLIMIT_NOFILE).
 	Descriptors int
+	// Audit is the flow log for audits ([log] flows): every ended and every refused flow is
+	// added to it. Nil: none.
+	Audit *auditlog.Log
 	// SummaryEvery is the interval of the summary line of refused and failed flows; 0:
 	// one minute.
 	SummaryEvery time.Duration
@@ -167,8 +170,8 @@ type Router struct {
 	customDial bool // Options.DialTCP was given
 
 	modelOnce sync.Once
-	model     *http.Transport // the HTTP forwards' client (forward_http.go), made on first use
-	modelBufs copyBufs        // the HTTP forwards' copy buffers
+	model     modelRoundTripper // the HTTP forwards' client (forward_http.go), made on first use
+	modelBufs copyBufs          // the HTTP forwards' copy buffers
 }
 
 // maxSetups bounds the flows Serve sets up at once (deciding, connecting, the SOCKS

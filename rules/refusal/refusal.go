@@ -40,6 +40,7 @@ const (
 	NotCarried                  // from the cage, what the router cannot carry: protocols other than TCP, UDP and ICMP, TCP to link-local or multicast destinations
 	ToGuest                     // a connection from outside into a VM network, or a caged flow to another guest's network no rule names
 	ModelAPI                    // a request to a model forward that is not an inference call of its API, or whose framing is ambiguous
+	DoH                         // a caged flow to a well-known DNS-over-HTTPS endpoint
 	numReasons
 )
 
@@ -61,6 +62,7 @@ var names = [numReasons]string{
 	NotCarried:    "not-carried",
 	ToGuest:       "to-guest",
 	ModelAPI:      "model-api",
+	DoH:           "doh",
 }
 
 // String is the reason's name in status, logs and metrics labels: lower case, with dashes.
@@ -101,6 +103,8 @@ func ForStep(s policy.Step) Reason {
 		return Caged
 	case policy.StepDoT:
 		return DoT
+	case policy.StepDoH:
+		return DoH
 	case policy.StepDNS:
 		return Capture
 	case policy.StepICMP:
