@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -88,6 +89,8 @@ func TestWindowsGuardsSeenImage(t *testing.T) {
 	const portable = `D:\tools\VirtualBox\VirtualBoxVM.exe`
 	s := newWindowsScene(t)
 	s.p.deps.Resolver = pidInfo{42: {Name: "VirtualBoxVM.exe", Path: portable}, 43: {Name: "chrome.exe", Path: `C:\chrome\chrome.exe`}}
+	seen := filepath.Join(t.TempDir(), "guarded-apps.txt")
+	s.p.deps.SeenFile = seen
 	cfg := parseWindows(t, windowsCfg)
 	if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
 		t.Fatal(err)
@@ -124,6 +127,23 @@ func TestWindowsGuardsSeenImage(t *testing.T) {
 	}
 	if v := s.wfp.Classify(flow(`C:\chrome\chrome.exe`)); v.Action != wfp.Permit {
 		t.Errorf("router stopped: chrome's UDP %v, want untouched", v)
+	}
+
+	// The next start guards it from the first moment, before it is seen again.
+	deps := s.p.deps
+	deps.Resolver = nil
+	next := newRedirectPlatform(nil, deps)
+	if err := next.Install(cfg, policy.New(cfg, next.Env()), nil); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(next.GuardStatus().GuardedApps, portable) {
+		t.Errorf("restart: %q not guarded (%s kept?)", portable, seen)
+	}
+	if err := next.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := s.wfp.Classify(flow(portable)); v.Action != wfp.Block {
+		t.Errorf("stopped after a restart: the portable VirtualBox's UDP %v, want blocked", v)
 	}
 }
 

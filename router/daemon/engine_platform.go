@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -126,6 +127,9 @@ type engineDeps struct {
 	// DisarmWait bounds how long stopping waits for Windows to delete the permits before it
 	// closes WinDivert anyway (0: 30 s).
 	DisarmWait time.Duration
+	// SeenFile keeps the caged images seen running from paths the guard's lookup missed,
+	// one path a line, so that the next start guards them too ("": not kept).
+	SeenFile string
 	// WatchEvery is how often the running router checks that its guard is intact and
 	// restores it when another tool deleted or changed part of it (0: every 2 s).
 	WatchEvery time.Duration
@@ -235,10 +239,15 @@ func (p *redirectPlatform) checkRivals(cfg *conf.Config) error {
 	return nil
 }
 
-// extraApps returns the images seen running caged from paths not in have.
+// extraApps returns the images seen running caged from paths not in have (this run's, and
+// those SeenFile kept from earlier runs).
 func (p *redirectPlatform) extraApps(have []string) []string {
 	p.appsMu.Lock()
 	defer p.appsMu.Unlock()
+	if p.extra == nil {
+		p.extra = map[string]string{}
+		p.loadSeen()
+	}
 	var out []string
 	for k, path := range p.extra {
 		if !slices.ContainsFunc(have, func(h string) bool { return strings.EqualFold(h, k) }) {
@@ -272,9 +281,45 @@ func (p *redirectPlatform) noticeApp(info proc.Info) {
 		p.extra = map[string]string{}
 	}
 	p.extra[strings.ToLower(info.Path)] = info.Path
+	p.saveSeen(info.Path)
 	p.appsMu.Unlock()
 	p.log.Warn("a caged image runs from a path the guard did not know: guarding it", "app", info.Name, "path", info.Path)
 	go p.guardSeen()
+}
+
+// loadSeen adds SeenFile's paths to p.extra; p.appsMu is held.
+func (p *redirectPlatform) loadSeen() {
+	if p.deps.SeenFile == "" {
+		return
+	}
+	data, err := os.ReadFile(p.deps.SeenFile)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			p.log.Warn("the caged images seen earlier are not read", "file", p.deps.SeenFile, "err", err)
+		}
+		return
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if len(line) >= 3 && line[1] == ':' && (line[2] == '\\' || line[2] == '/') {
+			p.extra[strings.ToLower(line)] = line
+		}
+	}
+}
+
+// saveSeen appends path to SeenFile; p.appsMu is held.
+func (p *redirectPlatform) saveSeen(path string) {
+	if p.deps.SeenFile == "" {
+		return
+	}
+	f, err := os.OpenFile(p.deps.SeenFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err == nil {
+		_, err = f.WriteString(path + "\n")
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		p.log.Warn("a caged image seen running is guarded for this run only", "path", path, "file", p.deps.SeenFile, "err", err)
+	}
 }
 
 // guardSeen reinstalls the guard with the images seen running.

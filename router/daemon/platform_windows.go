@@ -63,6 +63,10 @@ func NewPlatform(log *slog.Logger) Platform {
 		ReservePorts: reservePorts,
 		Hold:         startHolder(exe),
 	}
+	if exe != "" {
+		// Beside router.exe: the install directory, which only administrators may write.
+		deps.SeenFile = filepath.Join(filepath.Dir(exe), "guarded-apps.txt")
+	}
 	return windowsPlatform{newRedirectPlatform(log, deps)}
 }
 
