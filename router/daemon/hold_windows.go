@@ -41,7 +41,15 @@ func startHolder(exe string) func(windivert.Driver, uintptr, uint32) (func() err
 		if err != nil {
 			return nil, fmt.Errorf("holder: %w", err)
 		}
-		if err := cmd.Start(); err != nil {
+		// AdditionalInheritedHandles must be inheritable already; the handle list keeps any
+		// other child from inheriting it, and the flag is cleared once the holder has it.
+		h := windows.Handle(hv)
+		if err := windows.SetHandleInformation(h, windows.HANDLE_FLAG_INHERIT, windows.HANDLE_FLAG_INHERIT); err != nil {
+			return nil, fmt.Errorf("holder: make the WinDivert handle inheritable: %w", err)
+		}
+		err = cmd.Start()
+		windows.SetHandleInformation(h, windows.HANDLE_FLAG_INHERIT, 0)
+		if err != nil {
 			return nil, fmt.Errorf("holder: %w", err)
 		}
 		ready := make(chan error, 1)
