@@ -36,10 +36,14 @@ var cagedFlows = []wfptest.Flow{
 	{Dir: wfptest.Outbound, App: cagedVM, Proto: wfp.ProtoUDP, Local: netip.MustParseAddrPort("192.168.1.10:50001"), Remote: netip.MustParseAddrPort("8.8.8.8:53")},
 }
 
+// hostDNS is a host process's query: the capture's only with [dns] capture = "all" (D2).
+var hostDNS = wfptest.Flow{Dir: wfptest.Outbound, App: `C:\Windows\System32\nslookup.exe`, Proto: wfp.ProtoUDP, Local: netip.MustParseAddrPort("192.168.1.10:50002"), Remote: netip.MustParseAddrPort("8.8.8.8:53")}
+
 // watch checks the invariant after every change and records what happened.
 type watch struct {
-	eng *wfptest.Engine
-	drv *windiverttest.Driver
+	eng   *wfptest.Engine
+	drv   *windiverttest.Driver
+	flows []wfptest.Flow // cagedFlows, and hostDNS in the "all" mode
 
 	mu     sync.Mutex
 	events []string
@@ -48,7 +52,7 @@ type watch struct {
 }
 
 func newWatch(eng *wfptest.Engine, drv *windiverttest.Driver) *watch {
-	w := &watch{eng: eng, drv: drv}
+	w := &watch{eng: eng, drv: drv, flows: cagedFlows}
 	eng.Observe(func() { w.check("wfp change") })
 	drv.Observe(func(what string) {
 		what, _, _ = strings.Cut(what, " ")
@@ -83,7 +87,7 @@ func (w *watch) check(what string) {
 	if captured {
 		return
 	}
-	for _, f := range cagedFlows {
+	for _, f := range w.flows {
 		if v := w.eng.Classify(f); v.Action == wfp.Permit {
 			w.leaks = append(w.leaks, fmt.Sprintf("after %s: %v passes uncaptured (%v)", what, f, v))
 		}
@@ -132,9 +136,11 @@ func newWindowScene(t *testing.T) *windowScene {
 	return s
 }
 
-func (s *windowScene) start(t *testing.T) {
+func (s *windowScene) start(t *testing.T) { s.startWith(t, base) }
+
+func (s *windowScene) startWith(t *testing.T, text string) {
 	t.Helper()
-	cfg := parse(t, base)
+	cfg := parse(t, text)
 	if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -217,8 +223,24 @@ func (s *windowScene) waitHolder(t *testing.T) {
 // later: no caged packet passes in between, and the holder lets the handle go once the
 // permits are gone.
 func TestWindowCrash(t *testing.T) {
+	for _, mode := range []string{"caged", "all"} {
+		t.Run("dns="+mode, func(t *testing.T) { testWindowCrash(t, mode) })
+	}
+}
+
+func testWindowCrash(t *testing.T, dnsMode string) {
 	s := newWindowScene(t)
-	s.start(t)
+	text := base
+	if dnsMode == "all" {
+		text = strings.Replace(text, "[capture]\n", "[capture]\nlocal = true\n", 1) + "[dns]\ncapture = \"all\"\n"
+		s.w.flows = append(slices.Clone(cagedFlows), hostDNS)
+	}
+	s.startWith(t, text)
+	if dnsMode == "all" {
+		if v := s.wfp.Classify(hostDNS); v.Action != wfp.Permit {
+			t.Fatalf("running, all mode: a host process's DNS %v, want passed to the capture: the test tests nothing", v)
+		}
+	}
 	s.crash()
 	time.Sleep(20 * time.Millisecond) // the rundown takes its time
 	if n := s.wfp.Rundown(); n != 1 {
