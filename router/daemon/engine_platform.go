@@ -446,11 +446,20 @@ func (p *redirectPlatform) watchGuard(stopped <-chan struct{}) {
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
-	for {
+	for tick := 1; ; tick++ {
 		select {
 		case <-stopped:
 			return
 		case <-t.C:
+		}
+		if tick%15 == 0 { // about every 30 s: a VPN switched on meanwhile shows in status
+			p.mu.Lock()
+			if !p.closing && p.cfg != nil {
+				if err := p.checkRivals(p.cfg); err != nil {
+					p.log.Error("coexistence: a rival's hard permits defeat the guard while it runs; it refuses the next start", "err", err)
+				}
+			}
+			p.mu.Unlock()
 		}
 		damage, err := p.guard.Damage()
 		if err != nil || damage == "" {
