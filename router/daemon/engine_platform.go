@@ -221,17 +221,23 @@ func (p *redirectPlatform) checkRivals(cfg *conf.Config) error {
 		p.log.Warn("coexistence check: other products' WFP sublayers not listed", "err", err)
 		return nil
 	}
-	p.rivals = p.rivals[:0]
-	var defeating []string
+	var found, defeating []string
 	for _, r := range rivals {
-		p.rivals = append(p.rivals, r.String())
-		if len(r.HardPermits) == 0 {
-			p.log.Info("coexistence: a WFP sublayer above the guard's (its blocks add to ours)", "sublayer", r.Sublayer.Name, "weight", r.Sublayer.Weight)
-			continue
+		found = append(found, r.String())
+		if len(r.HardPermits) > 0 {
+			defeating = append(defeating, r.String())
 		}
-		p.log.Warn("coexistence: a WFP sublayer above the guard's has hard permits that defeat it", "rival", r.String())
-		defeating = append(defeating, r.String())
 	}
+	if !slices.Equal(found, p.rivals) { // logged when the set changes, not at every check
+		for _, r := range rivals {
+			if len(r.HardPermits) == 0 {
+				p.log.Info("coexistence: a WFP sublayer above the guard's (its blocks add to ours)", "sublayer", r.Sublayer.Name, "weight", r.Sublayer.Weight)
+			} else {
+				p.log.Warn("coexistence: a WFP sublayer above the guard's has hard permits that defeat it", "rival", r.String())
+			}
+		}
+	}
+	p.rivals = found
 	if len(defeating) > 0 && cfg.Capture.RivalPermits == "refuse" {
 		return fmt.Errorf("coexistence check: %s; with it the guard does not hold while the router is stopped ([capture] rival_permits = \"refuse\"): turn that product's kill switch or firewall off, or set rival_permits = \"warn\" to accept it",
 			strings.Join(defeating, "; "))
