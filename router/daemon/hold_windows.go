@@ -30,8 +30,16 @@ const holdMax = 2 * time.Minute
 // release it returns closes the holder's stdin (the router lets go) and waits for it to
 // exit (bounded).
 func startHolder(exe string) func(windivert.Driver, uintptr, uint32) (func() error, error) {
+	return startHolderCmd(func(hv uintptr, owner uint32) *exec.Cmd {
+		return exec.Command(exe, "hold", "--handle", strconv.FormatUint(uint64(hv), 10), "--parent", strconv.FormatUint(uint64(owner), 10))
+	})
+}
+
+// startHolderCmd is startHolder with the holder's command line made by command (tests run
+// their own binary).
+func startHolderCmd(command func(hv uintptr, owner uint32) *exec.Cmd) func(windivert.Driver, uintptr, uint32) (func() error, error) {
 	return func(_ windivert.Driver, hv uintptr, owner uint32) (func() error, error) {
-		cmd := exec.Command(exe, "hold", "--handle", strconv.FormatUint(uint64(hv), 10), "--parent", strconv.FormatUint(uint64(owner), 10))
+		cmd := command(hv, owner)
 		cmd.SysProcAttr = &syscall.SysProcAttr{AdditionalInheritedHandles: []syscall.Handle{syscall.Handle(hv)}, HideWindow: true}
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -89,6 +97,10 @@ func startHolder(exe string) func(windivert.Driver, uintptr, uint32) (func() err
 // returns, then closes it. It writes "holding" to stdout once it holds it; stdin's end is
 // the router letting go.
 func RunHolder(handle uintptr, parent uint32, stdin io.Reader, stdout io.Writer) error {
+	return runHolder(wfp.NewEngine(), handle, parent, stdin, stdout)
+}
+
+func runHolder(eng wfp.Engine, handle uintptr, parent uint32, stdin io.Reader, stdout io.Writer) error {
 	h := windows.Handle(handle)
 	defer windows.CloseHandle(h)
 	proc, err := windows.OpenProcess(windows.SYNCHRONIZE, false, parent)
@@ -110,5 +122,5 @@ func RunHolder(handle uintptr, parent uint32, stdin io.Reader, stdout io.Writer)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), holdMax)
 	defer cancel()
-	return guard.Hold(ctx, guard.HoldConfig{WFP: wfp.NewEngine(), Owner: parent, Parent: parentGone, Stop: stop})
+	return guard.Hold(ctx, guard.HoldConfig{WFP: eng, Owner: parent, Parent: parentGone, Stop: stop})
 }
