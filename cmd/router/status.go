@@ -147,6 +147,9 @@ func flowSource(f control.FlowStat) string {
 }
 
 func flowDest(f control.FlowStat) string {
+	if f.Host != "" && f.NameFrom != "" {
+		return f.Dst + " (" + f.Host + " by " + f.NameFrom + ")"
+	}
 	if f.Host != "" {
 		return f.Dst + " (" + f.Host + ")"
 	}

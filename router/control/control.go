@@ -158,7 +158,8 @@ type FlowStat struct {
 	Src      string        `json:"src"`
 	Dst      string        `json:"dst"`
 	Host     string        `json:"host,omitempty"`
-	Inbound  string        `json:"inbound,omitempty"` // the inbound that took it; "" for a captured flow
+	NameFrom string        `json:"name_from,omitempty"` // where Host came from: "dns", "sni", "host"
+	Inbound  string        `json:"inbound,omitempty"`   // the inbound that took it; "" for a captured flow
 	App      string        `json:"app,omitempty"`
 	PID      int           `json:"pid,omitempty"`
 	Rule     string        `json:"rule"`

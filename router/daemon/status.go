@@ -116,7 +116,7 @@ func buildStatus(started time.Time, file string, r *router.Router, d *dns.Server
 	}
 	st.Flows = make([]control.FlowStat, 0, len(rs.Flows))
 	for _, f := range rs.Flows {
-		st.Flows = append(st.Flows, control.FlowStat{ID: f.ID, Src: f.Src, Dst: f.Dst, Host: f.Host, Inbound: f.Inbound, App: f.App, PID: f.PID,
+		st.Flows = append(st.Flows, control.FlowStat{ID: f.ID, Src: f.Src, Dst: f.Dst, Host: f.Host, NameFrom: f.NameFrom, Inbound: f.Inbound, App: f.App, PID: f.PID,
 			Rule: f.Verdict.Name, Action: f.Verdict.Action.String(), Proxy: f.Verdict.Proxy, Via: f.Via, Age: f.Age,
 			Up: f.Up, Down: f.Down, UpRate: f.UpRate, DownRate: f.DownRate})
 	}
