@@ -295,7 +295,7 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 		fl.to = upstream.Addr{Name: pf.Host, Port: f.Dst.Port()}
 	}
 	d := p.Decision.Decide(&pf)
-	f.Verdict, f.Step, f.pol, f.index = d.Verdict, d.Step, p, d.Index
+	f.Verdict, f.Step, f.pol, f.index, f.Caged = d.Verdict, d.Step, p, d.Index, d.Caged
 	switch {
 	case ownerErr != nil:
 		// The owner could change the decision (a caged app): without it the flow is refused,
@@ -378,7 +378,7 @@ func (r *Router) resolveUDP(p *compiled, fl *udpFlow, pf policy.Flow) {
 	f := fl.rec
 	t := &r.udp
 	t.mu.Lock()
-	f.Verdict, f.Step, f.index = d.Verdict, d.Step, d.Index
+	f.Verdict, f.Step, f.index, f.Caged = d.Verdict, d.Step, d.Index, d.Caged
 	wait := fl.wait
 	fl.resolving, fl.wait, fl.resolved = false, nil, pf.Resolved
 	if fl.ended || t.closed {

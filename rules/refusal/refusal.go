@@ -41,6 +41,8 @@ const (
 	ToGuest                     // a connection from outside into a VM network, or a caged flow to another guest's network no rule names
 	ModelAPI                    // a request to a model forward that is not an inference call of its API, or whose framing is ambiguous
 	DoH                         // a caged flow to a well-known DNS-over-HTTPS endpoint
+	NameMismatch                // a fake IP's flow whose first bytes (TLS server name, HTTP Host) ask for another name
+	QUIC                        // caged UDP to port 443 where the rules allow by name and no rule is written for UDP
 	AskDenied                   // a flow held under ask that was denied, not answered in time, over the held bounds, or unattended
 	numReasons
 )
@@ -64,6 +66,8 @@ var names = [numReasons]string{
 	ToGuest:       "to-guest",
 	ModelAPI:      "model-api",
 	DoH:           "doh",
+	NameMismatch:  "name-mismatch",
+	QUIC:          "quic",
 	AskDenied:     "ask-denied",
 }
 
@@ -107,6 +111,10 @@ func ForStep(s policy.Step) Reason {
 		return DoT
 	case policy.StepDoH:
 		return DoH
+	case policy.StepNameMismatch:
+		return NameMismatch
+	case policy.StepQUIC:
+		return QUIC
 	case policy.StepUnattended, policy.StepAsk:
 		return AskDenied
 	case policy.StepDNS:
