@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -89,6 +90,9 @@ func TestDocumentedExamples(t *testing.T) {
 		ReadFile: func(name string) ([]byte, error) {
 			if strings.HasSuffix(name, ".pem") {
 				return caPEM, nil
+			}
+			if strings.HasSuffix(name, conf.DefaultApproved) {
+				return nil, fs.ErrNotExist // no approval yet
 			}
 			return []byte("pw\n"), nil
 		},
