@@ -74,6 +74,7 @@ router_flows_total 12
 # HELP router_refusals_total Refusals since the daemon started, by reason: the router's, the DNS server's and the capture's own (the kernel's or the Windows engine's).
 # TYPE router_refusals_total counter
 router_refusals_total{reason="capture-fault"} 0
+router_refusals_total{reason="ask-denied"} 0
 router_refusals_total{reason="caged-no-rule"} 0
 router_refusals_total{reason="dns"} 0
 router_refusals_total{reason="dot-direct"} 0
