@@ -487,3 +487,20 @@ func TestWatchManyRows(t *testing.T) {
 		t.Errorf("%d lines, want 40", n)
 	}
 }
+
+// TestWatchAsking: the pending ask prompts are on screen first, one line per destination,
+// with how to answer them.
+func TestWatchAsking(t *testing.T) {
+	st := sampleStatus()
+	st.Asks = []control.Prompt{{ID: 3, Host: "new.example", Port: 443, Held: 12, Sources: []string{"vm 10.0.2.15"}, Rule: "(caged: no rule decides; ask)", Until: watchNow.Add(20 * time.Second)}}
+	m := newTestWatch(t, &fakeDaemon{st: st}, 160, 40)
+	v := m.View()
+	for _, want := range []string{"ASKING", "new.example:443", "12", "vm 10.0.2.15", "20s", "router ask --id ID --answer"} {
+		if !strings.Contains(v, want) {
+			t.Errorf("the screen lacks %q:\n%s", want, v)
+		}
+	}
+	if strings.Index(v, "ASKING") > strings.Index(v, "UPSTREAM") {
+		t.Errorf("the prompts are not first:\n%s", v)
+	}
+}

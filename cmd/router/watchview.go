@@ -183,6 +183,18 @@ func (m watchModel) sections() []section {
 	}
 	var secs []section
 
+	if len(st.Asks) > 0 {
+		asks := drawable(m, st.Asks)
+		rows := make([][]string, len(asks))
+		for i, p := range asks {
+			rows[i] = []string{fmt.Sprint(p.ID), net.JoinHostPort(p.Host, fmt.Sprint(p.Port)), fmt.Sprint(p.Held), strings.Join(p.Sources, ","), p.Rule, p.Until.Sub(now).Round(time.Second).String()}
+		}
+		lines := m.table([]column{{title: "ASKING", right: true}, {title: "DESTINATION", flex: true, min: 22}, {title: "HELD", right: true},
+			{title: "SOURCES", flex: true}, {title: "RULE", flex: true}, {title: "LEFT", right: true}}, rows, func(int, int) lipgloss.Style { return sty.plain })
+		hint := sty.dim.Render("answer: router ask --id ID --answer once|run|always|deny, or the console")
+		secs = append(secs, section{head: []string{"", lines[0]}, rows: append(lines[1:], hint), extra: len(st.Asks) - len(asks), min: 2, more: more("prompts")})
+	}
+
 	if len(st.Upstreams) > 0 {
 		ups := drawable(m, st.Upstreams)
 		rows := make([][]string, len(ups))

@@ -84,6 +84,9 @@ type Status struct {
 	// Caged are the caged processes of this host whose flows the router decided (the
 	// user-space NATs carrying guests), the one seen last first.
 	Caged []CagedStat `json:"caged,omitempty"`
+	// Asks are the pending ask prompts, oldest first (as op "asks" lists them), so that
+	// `router watch` and the console show them with the rest.
+	Asks []Prompt `json:"asks,omitempty"`
 	// Warnings are what the daemon finds wrong as it runs: a known hypervisor's process
 	// that runs uncaged, whose guests' traffic leaves as this host's own.
 	Warnings []string `json:"warnings,omitempty"`

@@ -81,6 +81,7 @@ func (h *statusHandler) Status() control.Status {
 	if pl, ok := h.d.opts.Platform.(processLister); ok {
 		st.Warnings = append(st.Warnings, uncaged(pl, policy.New(cfg, h.d.opts.Platform.Env()))...)
 	}
+	st.Asks = h.Pending()
 	b := h.d.r.Budgets()
 	st.Budgets = control.BudgetStat{Flows: b.Flows, FlowBudget: b.FlowBudget, Setups: b.Setups, SetupWaiting: b.SetupWaiting,
 		Forwards: b.Forwards, ForwardBudget: b.ForwardBudget}
