@@ -177,10 +177,10 @@ func TestAskBounds(t *testing.T) {
 	otherSrc := netip.MustParseAddr("10.0.2.16")
 	var mu sync.Mutex
 	srcOf := map[netip.AddrPort]netip.Addr{}
-	var e *env
+	orig := &origTable{m: map[netip.AddrPort]netip.AddrPort{}}
 	opts := Options{Descriptors: 3 * greedy,
 		Original: func(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
-			dst, err := e.orig.lookup(c)
+			dst, err := orig.lookup(c)
 			mu.Lock()
 			src := srcOf[netaddr.AddrPort(c.RemoteAddr())]
 			mu.Unlock()
@@ -194,7 +194,7 @@ func TestAskBounds(t *testing.T) {
 	asked := rules.Rule{Name: "asked", Action: rules.Ask, Proxy: "exit"}
 	pol := Settings{Decision: mustRules(t, open, asked), AskTimeout: time.Minute,
 		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: px.Addr.Port()}}}}
-	e = newEnv(t, pol, opts)
+	e := newEnv(t, pol, opts)
 	resets := 0
 	dialFrom := func(src netip.Addr, dst netip.AddrPort) *net.TCPConn {
 		c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
@@ -205,7 +205,7 @@ func TestAskBounds(t *testing.T) {
 		mu.Lock()
 		srcOf[netaddr.AddrPort(c.LocalAddr())] = src
 		mu.Unlock()
-		e.orig.set(netaddr.AddrPort(c.LocalAddr()), dst)
+		orig.set(netaddr.AddrPort(c.LocalAddr()), dst)
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
