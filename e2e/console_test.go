@@ -293,3 +293,83 @@ func TestConsoleRefuses(t *testing.T) {
 	}
 	s.wantNoLeak("console refusals")
 }
+
+// TestAskFloodDoesNotStopOthers: 10,000 connections from one guest address to as many
+// unknown destinations under unknown = "ask" hold at most that source's share (the rest
+// refused at once), and another guest address's allowed flows go through meanwhile.
+func TestAskFloodDoesNotStopOthers(t *testing.T) {
+	const flood = 10000
+	cfg := config(lab.GoSocksAddr, "\n[policy]\nunknown = \"ask\"\n")
+	cfg = strings.Replace(cfg, "[[rule]]\nname = \"vm\"\nsources = [\"10.0.2.0/24\"]", "[[rule]]\nname = \"vm\"\nsources = [\"10.0.2.16/32\"]", 1)
+	s := newScene(t, cfg)
+	guest := s.lab.Guest()
+	if _, code := run(s.ctx, guest, "ip", "addr", "add", "10.0.2.16/24", "dev", lab.GuestDev); code != 0 {
+		t.Fatal("second guest address")
+	}
+	var mu sync.Mutex
+	var conns []io.Closer
+	failed := 0
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	start := time.Now()
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range 64 {
+		wg.Go(func() {
+			for i := range next {
+				dst := fmt.Sprintf("203.0.%d.%d:%d", 114+i/50000, 1+i%250, 1000+i%50000)
+				c, err := guest.DialFrom(s.ctx, "tcp", lab.GuestAddr, dst)
+				mu.Lock()
+				if err != nil {
+					failed++
+				} else {
+					conns = append(conns, c)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	// The other source's flows run while the flood is under way and after it.
+	var worst time.Duration
+	others := 0
+	other := func() {
+		t0 := time.Now()
+		out, code := s.curl(guest, lab.EchoURL, "--interface", "10.0.2.16", "--max-time", "5")
+		if code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
+			t.Errorf("the other source's request: exit %d, %q", code, out)
+		}
+		worst = max(worst, time.Since(t0))
+		others++
+	}
+	for i := range flood {
+		next <- i
+		if i%2000 == 0 {
+			other()
+		}
+	}
+	close(next)
+	wg.Wait()
+	dialled := time.Since(start)
+	for range 5 {
+		other()
+	}
+	st := s.status()
+	held := 0
+	for _, p := range st.Asks {
+		held += p.Held
+	}
+	denied, _ := refusalCount(st, "ask-denied")
+	limit, _ := refusalCount(st, "limit")
+	t.Logf("%d connections from %s in %v (%d reset before the dial returned): %d held on %d prompts, %d refused ask-denied, %d limit; %d requests of 10.0.2.16 meanwhile and after, the slowest %v",
+		flood, lab.GuestAddr, dialled, failed, held, len(st.Asks), denied, limit, others, worst)
+	if held > 64 {
+		t.Errorf("%d flows held for one source, want at most 64", held)
+	}
+	if worst > 2*time.Second {
+		t.Errorf("the other source's slowest request took %v", worst)
+	}
+	s.wantNoLeak("ask flood")
+}
