@@ -208,7 +208,9 @@ func TestConsoleBrowser(t *testing.T) {
 	if r.code == 0 || time.Since(clicked) > 3*time.Second {
 		t.Errorf("denied request: exit %d after %v, want a failure at once", r.code, time.Since(clicked))
 	}
-	s.waitLog("asked=deny", 5*time.Second)
+	if n, recent := refusalCount(s.status(), "ask-denied"); n != 1 || len(recent) == 0 || recent[0].Host != lab.EchoName {
+		t.Errorf("ask-denied refusals: %d %+v, want the denied flow", n, recent)
+	}
 	s.wantNoLeak("console")
 }
 
@@ -226,7 +228,9 @@ func TestAskTimeoutAndAlways(t *testing.T) {
 	if took := time.Since(start); took < 2*time.Second || took > 6*time.Second {
 		t.Errorf("the unanswered flow ended after %v, want about 2s", took)
 	}
-	s.waitLog("asked=timeout", 5*time.Second)
+	if n, _ := refusalCount(s.status(), "ask-denied"); n != 1 {
+		t.Errorf("%d ask-denied refusals after the timeout, want 1", n)
+	}
 
 	res := make(chan int, 1)
 	go func() { _, code := s.curl(guest, echo, "--max-time", "10"); res <- code }()

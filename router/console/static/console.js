@@ -36,17 +36,32 @@ async function answer(id, a) {
   refresh();
 }
 
+// renderAsks keeps one element per prompt, made once and updated in place, so that a
+// button is never replaced under the pointer by the next poll.
+const askEls = new Map();
 function renderAsks(asks, now) {
   const box = document.getElementById("asks");
-  if (!asks.length) { box.replaceChildren(el("p", { class: "none" }, "nothing is asked")); return; }
-  box.replaceChildren(...asks.map(p => {
+  const seen = new Set();
+  for (const p of asks) {
+    seen.add(p.id);
+    let e = askEls.get(p.id);
+    if (!e) {
+      const b = (a, label, cls) => el("button", { class: cls || "", "data-answer": a, "data-id": String(p.id), onclick: () => answer(p.id, a) }, label);
+      e = el("div", { class: "ask", "data-host": p.host, "data-port": String(p.port) },
+        el("div", { class: "dst" }, p.host + ":" + p.port), el("div", { class: "meta" }),
+        b("once", "Allow once", "allow"), b("run", "Allow for this run", "allow"), b("always", "Always allow", "allow"), b("deny", "Deny", "deny"));
+      askEls.set(p.id, e);
+      box.append(e);
+    }
     const left = Math.max(0, Math.round((new Date(p.until) - now) / 1000));
-    const b = (a, label, cls) => el("button", { class: cls || "", "data-answer": a, "data-id": String(p.id), onclick: () => answer(p.id, a) }, label);
-    return el("div", { class: "ask", "data-host": p.host, "data-port": String(p.port) },
-      el("div", { class: "dst" }, p.host + ":" + p.port),
-      el("div", { class: "meta" }, p.held + " held from " + (p.sources || []).join(", ") + " · " + p.rule + " · " + left + " s left"),
-      b("once", "Allow once", "allow"), b("run", "Allow for this run", "allow"), b("always", "Always allow", "allow"), b("deny", "Deny", "deny"));
-  }));
+    e.querySelector(".meta").textContent = p.held + " held from " + (p.sources || []).join(", ") + " · " + p.rule + " · " + left + " s left";
+  }
+  for (const [id, e] of askEls) {
+    if (!seen.has(id)) { e.remove(); askEls.delete(id); }
+  }
+  let none = box.querySelector(".none");
+  if (!asks.length && !none) box.append(el("p", { class: "none" }, "nothing is asked"));
+  if (asks.length && none) none.remove();
 }
 
 function render(s) {
