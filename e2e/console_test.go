@@ -377,3 +377,78 @@ func TestAskFloodDoesNotStopOthers(t *testing.T) {
 	}
 	s.wantNoLeak("ask flood")
 }
+
+// cpuTicks is the CPU time (user and system, in clock ticks) process pid has used.
+func cpuTicks(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	var u, s int64
+	fmt.Sscan(f[11], &u) // utime, field 14
+	fmt.Sscan(f[12], &s) // stime, field 15
+	return u + s
+}
+
+// TestConsoleCost: with 2,000 live flows, the console open in a browser (polling the
+// state once a second, as it does) costs the router at most 2 % of a core more than no
+// console.
+func TestConsoleCost(t *testing.T) {
+	const live = 2000
+	s := newScene(t, askConfig("30s"))
+	guest := s.lab.Guest()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []io.Closer
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	next := make(chan struct{})
+	for range 32 {
+		wg.Go(func() {
+			for range next {
+				c, err := guest.Dial(s.ctx, "tcp", lab.ServiceAddr+":80")
+				if err != nil {
+					continue
+				}
+				io.WriteString(c, "GET / HTTP/1.1\r\nHost: held\r\n") // unfinished: the flow stays
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+			}
+		})
+	}
+	for range live {
+		next <- struct{}{}
+	}
+	close(next)
+	wg.Wait()
+	for deadline := time.Now().Add(20 * time.Second); len(s.status().Flows) < live*9/10; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d live flows, want about %d", len(s.status().Flows), live)
+		}
+	}
+	pid := s.router.PID()
+	const window = 10 * time.Second
+	measure := func() float64 {
+		t0, c0 := time.Now(), cpuTicks(t, pid)
+		time.Sleep(window)
+		return float64(cpuTicks(t, pid)-c0) / 100 / time.Since(t0).Seconds() * 100 // ticks are 1/100 s
+	}
+	idle := measure()
+	bctx := s.browser()
+	if err := chromedp.Do(bctx, chromedp.Navigate(s.consoleURL()), chromedp.WaitVisible(chromedp.CSS(`#flows tbody tr`))); err != nil {
+		t.Fatal(err)
+	}
+	open := measure()
+	rows, _ := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("#flows tbody tr").length`))
+	t.Logf("%d live flows (%d rows on the page): the router used %.2f %% of a core without the console, %.2f %% with it open (+%.2f)",
+		len(s.status().Flows), rows, idle, open, open-idle)
+	if open-idle > 2 {
+		t.Errorf("the console costs %.2f %% of a core, want at most 2", open-idle)
+	}
+}
