@@ -253,3 +253,26 @@ func namesOf(fl policy.Flow) *dnstest.Names {
 
 // noFile reads no file: a config's approved rules file is missing.
 func noFile(name string) ([]byte, error) { return nil, fs.ErrNotExist }
+
+// TestAskUDP: UDP is never held: a datagram an ask rule decides is dropped, counted as
+// ask-denied, and nothing is associated.
+func TestAskUDP(t *testing.T) {
+	e := newUDPEnv(t, nil, nil, rules.Rule{Name: "asked", Action: rules.Ask, Proxy: "exit"})
+	e.send(guest, echo, "ping")
+	deadline := time.Now().Add(waitFor)
+	for {
+		if got := e.r.Refusals(); len(got) == 1 && got[0].Reason == refusal.AskDenied {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("refusals = %+v, want one ask-denied", e.r.Refusals())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	e.mu.Lock()
+	n := len(e.assoc)
+	e.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d associations opened for an ask", n)
+	}
+}

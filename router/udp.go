@@ -359,8 +359,11 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 	if fl.drop {
 		// Counted once per flow; its later datagrams follow the decision silently.
 		why := refusal.ForStep(d.Step)
-		if f.Err != nil {
+		switch {
+		case f.Err != nil:
 			why = refusal.Capture
+		case d.Action == rules.Ask: // UDP is never held: an ask refuses it
+			why = refusal.AskDenied
 		}
 		r.refused(why, f)
 	}
@@ -391,6 +394,9 @@ func (r *Router) resolveUDP(p *compiled, fl *udpFlow, pf policy.Flow) {
 	switch {
 	case d.Action != rules.Proxy && d.Action != rules.Direct:
 		fl.drop, why = true, refusal.ForStep(d.Step)
+		if d.Action == rules.Ask {
+			why = refusal.AskDenied
+		}
 	case !r.joinSessionLocked(p, fl, d):
 		fl.drop, why = true, refusal.Limit
 		f.Err = errors.New("too many associations")
