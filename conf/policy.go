@@ -154,8 +154,8 @@ func (p Policy) ApprovedPath(file string) string {
 }
 
 // approved reads the approved rules file when the config asks (a missing file holds no
-// rule) and places its rules before the first ask rule, or last: an approval decides the
-// flows that would have been asked, and nothing a rule before them decides.
+// rule) and places its rules before the first ask rule (approvedAt): an approval decides
+// the flows that would have been asked, and nothing a rule before them decides.
 func (d *decoder) approved(c *Config) {
 	if !c.Policy.Asks() {
 		return
@@ -163,13 +163,7 @@ func (d *decoder) approved(c *Config) {
 	path := c.Policy.ApprovedPath(d.file)
 	data, err := d.opts.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		c.ApprovedAt = len(c.Rules)
-		for i, r := range c.Rules {
-			if r.Action == rules.Ask {
-				c.ApprovedAt = i
-				break
-			}
-		}
+		c.ApprovedAt = approvedAt(c.Rules)
 		return
 	}
 	if err != nil {
@@ -200,16 +194,26 @@ func (d *decoder) approved(c *Config) {
 	for _, e := range sub.errs.sorted(path) {
 		d.errs.add(e)
 	}
-	at := len(c.Rules)
-	for i, r := range c.Rules {
-		if r.Action == rules.Ask {
-			at = i
-			break
-		}
-	}
+	at := approvedAt(c.Rules)
 	c.Rules = slices.Insert(c.Rules, at, own.Rules...)
 	c.RuleLines = slices.Insert(c.RuleLines, at, own.RuleLines...)
 	c.ApprovedAt, c.ApprovedN = at, len(own.Rules)
+}
+
+// approvedAt is where the approved rules go in rs: before the first ask rule, or else
+// before the bare direct rules that end the list (this host's own catch-all, which never
+// decides a caged flow), so that the list still ends with its catch-all.
+func approvedAt(rs []rules.Rule) int {
+	for i, r := range rs {
+		if r.Action == rules.Ask {
+			return i
+		}
+	}
+	at := len(rs)
+	for at > 0 && rs[at-1].HostOnly() {
+		at--
+	}
+	return at
 }
 
 // Approval is one "always" answer, as the approved rules file keeps it.

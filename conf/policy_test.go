@@ -110,3 +110,26 @@ func TestPolicyKeys(t *testing.T) {
 		t.Errorf("console: %v %+v", err, c)
 	}
 }
+
+// TestApprovedBeforeCatchAll: with only unknown = "ask", the approved rules go before the
+// host's bare direct catch-all, which still ends the list.
+func TestApprovedBeforeCatchAll(t *testing.T) {
+	cfg := "[proxy.exit]\naddress = \"192.0.2.1:1080\"\n\n[policy]\nunknown = \"ask\"\n\n[[rule]]\nname = \"first\"\nhosts = [\"a.example\"]\naction = \"proxy\"\n\n[[rule]]\nname = \"default\"\naction = \"direct\"\n"
+	approved := "[[rule]]\nname = \"approved b.example:443\"\ncaged = true\nhosts = [\"b.example\"]\nports = [443]\naction = \"proxy\"\n"
+	c, err := Parse("/etc/router/router.toml", []byte(cfg), Options{SkipSecrets: true, ReadFile: func(name string) ([]byte, error) {
+		if name != "/etc/router/approved.toml" {
+			t.Errorf("read %s", name)
+		}
+		return []byte(approved), nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range c.Rules {
+		names = append(names, r.Name)
+	}
+	if got := strings.Join(names, ","); got != "first,approved b.example:443,default" || c.ApprovedAt != 1 || c.RuleFile(1) != "/etc/router/approved.toml" || c.RuleFile(2) != "/etc/router/router.toml" {
+		t.Errorf("rules %s, approved at %d", got, c.ApprovedAt)
+	}
+}

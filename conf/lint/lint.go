@@ -120,6 +120,9 @@ type linter struct {
 func (l *linter) add(f Finding) { l.out = append(l.out, f) }
 
 func (l *linter) ruleLine(i int) int {
+	if i >= l.cfg.ApprovedAt && i < l.cfg.ApprovedAt+l.cfg.ApprovedN {
+		return 0 // a line of the approved rules file, not of the config
+	}
 	if i >= 0 && i < len(l.cfg.RuleLines) {
 		return l.cfg.RuleLines[i]
 	}
