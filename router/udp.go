@@ -59,10 +59,12 @@ const (
 	maxUDPFlows             = 8192
 	maxUDPSessionsPerSource = 32
 	maxUDPSessions          = 1024
-	// udpBuf bounds a datagram the router relays (larger ones are cut short): a reader per
-	// association holds one buffer while it waits.
-	udpBuf = 16 << 10
 )
+
+// No datagram is ever changed: the buffers hold the largest datagram there is (a reader per
+// association holds one of upstream.ReadBufLen bytes while it waits), and a datagram a path
+// cannot carry whole (with the proxy's header more than a UDP socket can send, an answer the
+// capture cannot give back) is dropped whole and counted as udp-oversize.
 
 // Datagram is one UDP datagram a capture took.
 type Datagram struct {
@@ -154,7 +156,7 @@ func (r *Router) HandleUDP(dg Datagram, ret UDPReturn) {
 	}
 	a := s.assoc
 	t.mu.Unlock()
-	fl.send(a, dg.Payload)
+	r.sendUDP(fl, a, dg.Payload)
 }
 
 // udpTable holds the UDP flows and their associations. mu guards every field, and the
@@ -411,7 +413,7 @@ func (r *Router) resolveUDP(p *compiled, fl *udpFlow, pf policy.Flow) {
 	}
 	for _, q := range wait {
 		if a != nil {
-			fl.send(a, q)
+			r.sendUDP(fl, a, q)
 		}
 	}
 }
@@ -505,7 +507,7 @@ func (r *Router) openSession(p *compiled, s *udpSession, host string, fake bool,
 	s.queue = nil
 	t.mu.Unlock()
 	for _, d := range q {
-		d.fl.send(a, d.p)
+		r.sendUDP(d.fl, a, d.p)
 	}
 	go r.readSession(s, a)
 }
@@ -524,20 +526,42 @@ func associate(ctx context.Context, p *compiled, proxy string) (upstream.Associa
 	return a, proxy, err
 }
 
-// send sends p through a to the flow's destination.
-func (fl *udpFlow) send(a upstream.Association, p []byte) {
-	if n, err := a.WriteTo(p, fl.to); err == nil {
+// sendUDP sends p through a to fl's destination. A datagram the path cannot carry whole is
+// dropped and counted (udp-oversize); other failures are the association's to report.
+func (r *Router) sendUDP(fl *udpFlow, a upstream.Association, p []byte) {
+	n, err := a.WriteTo(p, fl.to)
+	if err == nil {
 		fl.rec.bytes.up.Add(int64(n))
+		return
 	}
+	if upstream.TooLarge(err) {
+		r.oversize(fl, len(p), err)
+	}
+}
+
+// oversize counts a datagram of n bytes of fl dropped whole because a path could not carry
+// it (udp-oversize).
+func (r *Router) oversize(fl *udpFlow, n int, err error) {
+	r.book.Add(refusal.Oversize, refusal.Event{Src: fl.rec.Src, Dst: fl.rec.Dst, Host: fl.rec.Host, App: fl.rec.App, Rule: fl.rec.Verdict.Name})
+	r.log.Debug("udp datagram dropped whole: too large for the path", "src", fl.rec.Src, "dst", fl.rec.dst(), "len", n, "err", err)
 }
 
 // readSession hands what comes back through a to the clients until a ends; then s and its
 // flows end.
 func (r *Router) readSession(s *udpSession, a upstream.Association) {
-	buf := make([]byte, udpBuf+upstreamHeader)
+	buf := make([]byte, upstream.ReadBufLen)
 	t := &r.udp
 	for {
 		n, from, err := a.ReadFrom(buf)
+		if err != nil && upstream.TooLarge(err) {
+			t.mu.Lock()
+			fl := s.flowFor(from)
+			t.mu.Unlock()
+			if fl != nil {
+				r.oversize(fl, n, err)
+			}
+			continue
+		}
 		if err != nil {
 			t.mu.Lock()
 			if t.sessions[s.key] == s {
@@ -555,15 +579,16 @@ func (r *Router) readSession(s *udpSession, a upstream.Association) {
 		}
 		fl.last.Store(time.Now().UnixNano())
 		if err := fl.ret.Reply(fl.key.src, fl.key.dst, buf[:n]); err != nil {
+			if upstream.TooLarge(err) {
+				r.oversize(fl, n, err)
+				continue
+			}
 			r.log.Debug("udp answer", "client", fl.key.src, "from", fl.key.dst, "err", err)
 			continue
 		}
 		fl.rec.bytes.down.Add(int64(n))
 	}
 }
-
-// upstreamHeader is the room ReadFrom needs beyond the payload (socks5.MaxUDPHeaderLen).
-const upstreamHeader = 262
 
 // flowFor returns the flow an answer from `from` belongs to (see the UDP comment), or nil.
 // Called with udpTable.mu held.

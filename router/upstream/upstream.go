@@ -89,18 +89,23 @@ type Upstream interface {
 type Association interface {
 	// WriteTo sends p as one datagram to dst through the relay and returns
 	// len(p) on success. A host name in dst is given to the proxy
-	// unresolved. After the end it returns Err().
+	// unresolved. A datagram that with the relay's header is more than a
+	// UDP socket can send is not sent: the error wraps [ErrTooLarge] and
+	// the association lives on. After the end it returns Err().
 	WriteTo(p []byte, dst Addr) (int, error)
 
 	// ReadFrom reads the next datagram from the relay into p and returns
 	// the payload's length and the address it came from (as the proxy
-	// reports it: an IP, or the name the datagram was sent to). p must
-	// have room for the relay's header too: [socks5.MaxUDPHeaderLen] bytes
-	// more than the longest payload expected (a larger datagram is cut
-	// short). Datagrams with a malformed header or a FRAG other than zero
-	// are dropped (logged at debug level), and ReadFrom waits for the next.
-	// It blocks until a datagram comes or the association ends; after the
-	// end it returns Err().
+	// reports it: an IP, or the name the datagram was sent to). A datagram
+	// is never cut: one whose payload is longer than p is dropped whole, and
+	// ReadFrom returns its length, its source and an error wrapping
+	// [ErrTooLarge] (the association lives on; the caller counts the drop
+	// and reads again). A p of [ReadBufLen] bytes is read in place; a
+	// shorter one costs a copy from a buffer of the association's.
+	// Datagrams with a malformed header or a FRAG other than zero are
+	// dropped (logged at debug level), and ReadFrom waits for the next. It
+	// blocks until a datagram comes or the association ends; after the end
+	// it returns Err().
 	ReadFrom(p []byte) (n int, src Addr, err error)
 
 	// Done is closed when the association has ended.
