@@ -17,12 +17,16 @@
 // returns an *[Error]. Its Refused field is true when the proxy answered
 // properly that it will not or cannot reach the destination; the proxy
 // itself works, so its health counts it up and a [Group] tries no other
-// member. Those answers are SOCKS5 REP X'02' to X'06' (not allowed, network
-// or host unreachable, connection refused, TTL expired) and HTTP 403, 502,
-// 503 and 504. Everything else (the proxy does not answer or cannot be
-// dialed, TLS fails, credentials are refused, a general failure, an
-// unsupported command or address type, a protocol error, a timeout) counts
-// against the upstream. A flow cannot tell a dead destination from a proxy
+// member. Those answers to a CONNECT are SOCKS5 REP X'02' to X'08' (not
+// allowed, network or host unreachable, connection refused, TTL expired,
+// and the command or address type not supported: a guest chooses the
+// destination, and an IPv6 literal gets X'08' from a proxy without IPv6),
+// SOCKS4 91, and HTTP 403 and every 5xx; to a UDP ASSOCIATE, whose request
+// names no destination, X'02' to X'06'. Everything else (the proxy does not
+// answer or cannot be dialed, TLS fails, credentials are refused, a general
+// failure, a protocol error, a timeout) counts against the upstream: only
+// failures to reach or speak to the proxy mark it down, so no guest can
+// move the others to a failover list's backup on purpose. A flow cannot tell a dead destination from a proxy
 // whose own uplink is dead; the periodic probe can, because its target is
 // known to work, so a probe counts every failure against the upstream.
 //
