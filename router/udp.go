@@ -43,9 +43,11 @@ import (
 // the name and reports where the answer came from). A datagram from any other address is
 // dropped: only destinations the client sent to may answer it.
 //
-// Bounds, so that a guest cannot exhaust the router's descriptors: maxUDPFlowsPerSource
-// flows and maxUDPSessionsPerSource associations (or direct sockets) per source address,
-// maxUDPFlows and maxUDPSessions in all; a datagram beyond them is dropped. A capture's
+// Bounds, so that a guest cannot exhaust the router's descriptors: maxUDPFlows and
+// maxUDPSessions associations (or direct sockets) in all, shared fairly between guests
+// (guestOf: a VM network, an app; a quarter kept for a guest not yet seen, see shares), and
+// inside a guest's share maxUDPFlowsPerSource flows and maxUDPSessionsPerSource
+// associations per source address; a datagram beyond them is dropped. A capture's
 // return path (UDPReturn) holds at most one thing per flow.
 //
 // Each flow is logged when it ends ("udp flow", the attributes of a TCP flow's record) and
@@ -166,7 +168,10 @@ type udpTable struct {
 	flows    map[udpFlowKey]*udpFlow
 	sessions map[sessionKey]*udpSession
 	sources  map[netip.Addr]*udpBudget
-	closed   bool
+	// flowShares and sessShares share maxUDPFlows and maxUDPSessions between guests
+	// (guestOf), by the flow's and the session's guest; made with flows.
+	flowShares, sessShares *shares
+	closed                 bool
 	stop     chan struct{} // closes the expiry goroutine; nil until the first datagram
 	sweeper  sync.WaitGroup
 	ending   sync.WaitGroup // flows ending: their release and log record
@@ -188,6 +193,7 @@ type udpBudget struct{ flows, sessions int }
 type udpFlow struct {
 	key     udpFlowKey
 	rec     *FlowRecord   // the log record; Up, Down and Err are filled at the end
+	guest   string        // whose shares it holds (sourceKey)
 	to      upstream.Addr // what the association is given: the name, or the IP
 	ret     UDPReturn
 	release func() // the fake IP's name, held while the flow lives; nil when none
@@ -206,7 +212,8 @@ type udpFlow struct {
 
 // udpSession is an association (or a direct socket) and the flows that use it.
 type udpSession struct {
-	key sessionKey
+	key   sessionKey
+	guest string // whose share of sessions it holds
 	// Guarded by udpTable.mu.
 	assoc  upstream.Association // nil while it is being opened, or after it failed
 	via    string               // the member of a failover list that carries it
@@ -233,6 +240,8 @@ func (t *udpTable) start(r *Router) {
 	t.flows = map[udpFlowKey]*udpFlow{}
 	t.sessions = map[sessionKey]*udpSession{}
 	t.sources = map[netip.Addr]*udpBudget{}
+	t.flowShares = newShares(maxUDPFlows, maxUDPFlows/4, maxUDPFlowsPerSource, 0)
+	t.sessShares = newShares(maxUDPSessions, maxUDPSessions/4, maxUDPSessionsPerSource, 0)
 	stop := make(chan struct{})
 	t.stop = stop
 	t.sweeper.Go(func() {
@@ -325,7 +334,9 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 		return old
 	}
 	b := t.budget(fl.key.src.Addr())
-	if b.flows >= maxUDPFlowsPerSource || len(t.flows) >= maxUDPFlows {
+	fl.guest = sourceKey(&pf, p)
+	if b.flows >= maxUDPFlowsPerSource || !t.flowShares.tryAcquire(fl.guest) {
+		t.dropBudget(fl.key.src.Addr())
 		t.mu.Unlock()
 		fl.releaseName()
 		r.log.Debug("udp flow refused: too many flows", "src", f.Src, "dst", f.Dst, "source_flows", b.flows)
@@ -343,6 +354,8 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 	r.caged.note(f, d)
 	if !fl.drop {
 		if !r.joinSessionLocked(p, fl, d) {
+			t.flowShares.release(fl.guest)
+			t.dropBudget(fl.key.src.Addr())
 			t.mu.Unlock()
 			fl.releaseName()
 			r.log.Debug("udp flow refused: too many associations", "src", f.Src, "dst", f.Dst)
@@ -440,11 +453,11 @@ func (r *Router) joinSessionLocked(p *compiled, fl *udpFlow, d policy.Decision) 
 	s := t.sessions[key]
 	if s == nil {
 		b := t.budget(key.src.Addr())
-		if b.sessions >= maxUDPSessionsPerSource || len(t.sessions) >= maxUDPSessions {
+		if b.sessions >= maxUDPSessionsPerSource || !t.sessShares.tryAcquire(fl.guest) {
 			return false
 		}
 		b.sessions++
-		s = &udpSession{key: key, flows: map[upstream.Addr]*udpFlow{}}
+		s = &udpSession{key: key, guest: fl.guest, flows: map[upstream.Addr]*udpFlow{}}
 		t.sessions[key] = s
 		host, fake := fl.rec.Host, p.Decision.InPool(fl.key.dst.Addr())
 		go r.openSession(p, s, host, fake, fl.resolved)
@@ -615,6 +628,7 @@ func (s *udpSession) flowFor(from upstream.Addr) *udpFlow {
 func (r *Router) endSessionLocked(s *udpSession, cause error) {
 	t := &r.udp
 	delete(t.sessions, s.key)
+	t.sessShares.release(s.guest)
 	if b := t.sources[s.key.src.Addr()]; b != nil {
 		b.sessions--
 		t.dropBudget(s.key.src.Addr())
@@ -641,6 +655,7 @@ func (r *Router) endFlowLocked(fl *udpFlow) {
 	if t.flows[fl.key] == fl {
 		delete(t.flows, fl.key)
 	}
+	t.flowShares.release(fl.guest)
 	if b := t.sources[fl.key.src.Addr()]; b != nil {
 		b.flows--
 		t.dropBudget(fl.key.src.Addr())
