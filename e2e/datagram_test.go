@@ -84,7 +84,7 @@ func TestUDPDatagramsNeverCut(t *testing.T) {
 			}
 			s := udpScene(t, cfg)
 			z := s.sizer(lab.UDPEchoAddr)
-			var whole, none int
+			var whole, none, cut int
 			for _, size := range datagramSizes {
 				got := z.ask(size, 2*time.Second)
 				switch {
@@ -93,12 +93,13 @@ func TestUDPDatagramsNeverCut(t *testing.T) {
 				case got == nil:
 					none++
 				case !bytes.Equal(got, lab.SizedAnswer(size)):
+					cut++
 					t.Errorf("size %d: an answer of %d bytes (or other bytes): the datagram was changed", size, len(got))
 				default:
 					whole++
 				}
 			}
-			t.Logf("%s: %d of %d sizes arrived whole, %d (above %d bytes) not at all, none cut", path.name, whole, len(datagramSizes), none, path.max)
+			t.Logf("%s: %d of %d sizes arrived whole, %d (above %d bytes) not at all, %d changed", path.name, whole, len(datagramSizes), none, path.max, cut)
 			if path.name != "proxy" {
 				return
 			}
