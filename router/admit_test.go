@@ -176,15 +176,21 @@ func TestSharesRandom(t *testing.T) {
 }
 
 func TestBudgetFor(t *testing.T) {
-	for _, c := range []struct{ limit, flows, forwards int }{
-		{20000, (20000 - reserveDescriptors) / 2, reserveDescriptors / 8},
-		{1024, (1024 - 512) / 2, 512 / 8},
-		{0, (defaultDescriptors - reserveDescriptors) / 2, reserveDescriptors / 8},
-		{10, 16, 8},
+	for _, c := range []struct{ limit, flows, forwards, inbounds int }{
+		{20000, (20000 - reserveDescriptors - 625) / 2, reserveDescriptors / 8, 312},
+		{3000, (3000 - reserveDescriptors - 128) / 2, reserveDescriptors / 8, 64},
+		{1024, (1024 - 512 - 128) / 2, 512 / 8, 64},
+		{0, (defaultDescriptors - reserveDescriptors - 2048) / 2, reserveDescriptors / 8, 1024},
+		{10, 16, 8, 16},
 	} {
-		flows, forwards := budgetFor(c.limit)
-		if flows != c.flows || forwards != c.forwards {
-			t.Errorf("budgetFor(%d) = %d, %d; want %d, %d", c.limit, flows, forwards, c.flows, c.forwards)
+		b := budgetFor(c.limit)
+		if b.flows != c.flows || b.forwards != c.forwards || b.inbounds != c.inbounds {
+			t.Errorf("budgetFor(%d) = %+v; want flows %d, forwards %d, inbounds %d", c.limit, b, c.flows, c.forwards, c.inbounds)
+		}
+		if c.limit >= 1024 {
+			if used := min(reserveDescriptors, c.limit/2) + 2*b.flows + 2*b.inbounds; used > c.limit {
+				t.Errorf("budgetFor(%d): %d descriptors in the shares, over the limit", c.limit, used)
+			}
 		}
 	}
 	// Under the lab's limit a lone source may hold 9,000 idle flows (the memory benchmark).

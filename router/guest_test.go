@@ -2,10 +2,12 @@ package router
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/refusal"
 )
 
@@ -112,4 +114,46 @@ func TestInboundSlotsPerGuest(t *testing.T) {
 		t.Errorf("another guest's client took %d slots; want its per-address limit, %d", n, inboundPerSource)
 	}
 	t.Logf("inbound: one guest of 8 addresses holds %d of %d slots; another guest's client got %d", taken, inboundTotal, n)
+}
+
+// TestIdleInboundsInTheirBudget: under a low descriptor limit (nofile 3,000), 1,024 idle
+// connections to an inbound used to be outside every budget and took the process to its
+// limit. Now they stop at the inbounds' share (a 32nd of the limit, two descriptors a
+// connection), the rest are reset at accept, and a transparent flow is still carried.
+func TestIdleInboundsInTheirBudget(t *testing.T) {
+	target := startTarget(t, "hello\n")
+	e := newEnv(t, Settings{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{Descriptors: 3000})
+	addr := e.startInbound(Inbound{Type: InboundSOCKS5})
+	budget := budgetFor(3000)
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for range 1024 {
+		c, err := net.Dial("tcp", addr.String())
+		if err != nil {
+			continue
+		}
+		conns = append(conns, c)
+	}
+	deadline := time.Now().Add(waitFor)
+	for e.r.Budgets().Inbounds < budget.inbounds && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // the accepts of the rest
+	b := e.r.Budgets()
+	if b.Inbounds != budget.inbounds || b.InboundBudget != budget.inbounds {
+		t.Errorf("inbounds hold %d of %d; want their budget, %d", b.Inbounds, b.InboundBudget, budget.inbounds)
+	}
+	if n := e.r.book.Count(refusal.Limit); n < uint64(1024-budget.inbounds) {
+		t.Errorf("%d limit refusals; want the %d connections over the budget", n, 1024-budget.inbounds)
+	}
+	c := e.dial(target)
+	if got := readN(t, c, 6); got != "hello\n" {
+		t.Errorf("a transparent flow beside the flood: banner %q", got)
+	}
+	t.Logf("nofile 3000: flows %d, forwards %d, inbounds %d connections (%d descriptors); 1,024 idle inbound connections: %d held, %d refused",
+		budget.flows, budget.forwards, budget.inbounds, 2*budget.inbounds, b.Inbounds, e.r.book.Count(refusal.Limit))
 }

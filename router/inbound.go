@@ -45,9 +45,10 @@ import (
 // CONNECT (plain-HTTP proxying; answered 405 with Allow: CONNECT; curl sends CONNECT for
 // http:// URLs too with --proxytunnel).
 //
-// Bounds: the inbound holds inboundTotal connections at once (in handshake or relayed),
-// shared fairly between guests (inboundGuest), and each client address inboundPerSource
-// inside its guest's share; more are reset at accept. A client has
+// Bounds: the inbounds hold their share of the descriptor budget (admission: a 32nd of
+// the limit, two descriptors a connection, inboundTotal connections at most) at once, in
+// handshake or relayed, shared fairly between guests (inboundGuest), and each client
+// address inboundPerSource inside its guest's share; more are reset at accept. A client has
 // inboundHandshake to send its whole request; an HTTP request head is at most
 // inboundHeadMax bytes (431 beyond). Closing the listener stops accepting; tunnels already
 // open go on, requests still being read are cut when ctx ends.
@@ -104,7 +105,7 @@ func (r *Router) ListenInbound(ctx context.Context, in Inbound) (*net.TCPListene
 // over its share, is reset at once. Requests still being read end with ctx; tunnels opened go
 // on (Wait waits for them).
 func (r *Router) ServeInbound(ctx context.Context, ln *net.TCPListener, current func() *Inbound) error {
-	s := &inboundServer{r: r, ctx: ctx, adm: newInboundAdmission(inboundPerSource, inboundTotal)}
+	s := &inboundServer{r: r, ctx: ctx, adm: r.adm.inbounds}
 	s.socks = r.newSOCKSServer()
 	return r.acceptLoop(ctx, ln, "inbound "+current().Name+": accept", func(c *net.TCPConn) {
 		in := current()
