@@ -131,7 +131,7 @@ type descriptorBudget struct {
 }
 
 // budgetFor splits a descriptor limit: the reserve (at most half of a small limit), a 32nd
-// for the inbounds (at least 128 descriptors, at most a quarter of the limit and
+// for the inbounds (at least 128 descriptors, at most an eighth of the limit and
 // inboundTotal connections), and the rest for the transparent flows; the forwards' budget
 // is cut from the reserve.
 func budgetFor(descriptors int) descriptorBudget {
@@ -139,7 +139,7 @@ func budgetFor(descriptors int) descriptorBudget {
 		descriptors = defaultDescriptors
 	}
 	reserve := min(reserveDescriptors, descriptors/2)
-	inbound := min(max(descriptors/32, 128), descriptors/4, 2*inboundTotal)
+	inbound := min(max(descriptors/32, 128), descriptors/8, 2*inboundTotal)
 	return descriptorBudget{
 		flows:    max((descriptors-reserve-inbound)/2, 16),
 		forwards: max(reserve/8, 8),

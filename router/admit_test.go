@@ -437,10 +437,13 @@ func isTimeoutErr(err error) bool {
 // they are refused at once, and another source still gets flows.
 func TestDescriptorBudget(t *testing.T) {
 	target := startTarget(t, "hello\n")
-	// 200 descriptors: 100 reserved, 50 flows; a lone source may hold 50-16 = 34.
+	// 200 descriptors: 100 reserved, 25 for the inbounds, 37 flows; a lone source may hold
+	// 37-16 = 21.
 	ts := newTwoSources(t, Settings{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{Descriptors: 200})
+	b := budgetFor(200)
+	want := b.flows - 16
 	ok := 0
-	for range 50 {
+	for range b.flows {
 		c := ts.dialFrom("10.0.2.15", target)
 		c.SetReadDeadline(time.Now().Add(time.Second))
 		b := make([]byte, 6)
@@ -448,8 +451,8 @@ func TestDescriptorBudget(t *testing.T) {
 			ok++
 		}
 	}
-	if ok != 34 {
-		t.Errorf("a lone source relayed %d flows, want 34 of a budget of 50", ok)
+	if ok != want {
+		t.Errorf("a lone source relayed %d flows, want %d of a budget of %d", ok, want, b.flows)
 	}
 	c := ts.dialFrom("10.0.2.16", target)
 	if got := readN(t, c, 6); got != "hello\n" {

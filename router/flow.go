@@ -126,7 +126,11 @@ func (r *Router) decided(p *compiled, f *FlowRecord, d policy.Decision) bool {
 	p.count(d)
 	r.caged.note(f, d)
 	if !admits(d) {
-		r.refused(refusal.ForStep(d.Step), f)
+		why := refusal.ForStep(d.Step)
+		if f.Inbound != "" {
+			why = refusal.ForInbound(d.Step)
+		}
+		r.refused(why, f)
 		return false
 	}
 	r.live.add(f)

@@ -225,8 +225,19 @@ func (s *inboundServer) serve(c *net.TCPConn, in *Inbound, id identity, slot fun
 	c.Close()
 	slot()
 	s.r.flows.Done()
-	if err != nil {
-		s.r.log.Debug("inbound request refused", "inbound", in.Name, "src", netaddr.AddrPort(c.RemoteAddr()), "err", err)
+	if err != nil && s.ctx.Err() == nil {
+		s.r.malformed(in, netaddr.AddrPort(c.RemoteAddr()), err)
+	}
+}
+
+// malformed counts a request of an inbound's client that set up no flow (malformed, cut
+// short, or asking for what an inbound does not serve: BIND, UDP ASSOCIATE, a method other
+// than CONNECT, a name resolvers would read as an address) as inbound-malformed, and logs it:
+// the first few of each inbound in an interval one by one, the rest in the refusal summary.
+func (r *Router) malformed(in *Inbound, src netip.AddrPort, err error) {
+	r.book.Add(refusal.Malformed, refusal.Event{Src: src, Dst: in.Listen, Rule: "inbound " + in.Name})
+	if r.refuse.note("inbound "+in.Name+": malformed request", src.Addr().String()) {
+		r.log.Info("inbound request refused: malformed", "inbound", in.Name, "src", src, "err", err)
 	}
 }
 

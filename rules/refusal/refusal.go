@@ -115,6 +115,15 @@ func ForStep(s policy.Step) Reason {
 	return Rule
 }
 
+// ForInbound is ForStep for a flow an inbound proxy's client asked for: DNS there is not a
+// capture fault but a client asking the inbound for port 53 (InboundDNS).
+func ForInbound(s policy.Step) Reason {
+	if s == policy.StepDNS {
+		return InboundDNS
+	}
+	return ForStep(s)
+}
+
 // Event is one refusal, as the ring keeps it.
 type Event struct {
 	At   time.Time
