@@ -96,6 +96,7 @@ func (r *Router) open(ctx context.Context, p *compiled, f *FlowRecord, pf *polic
 			d = p.Decision.Decide(pf) // with what the name resolves to
 		}
 	}
+	f.query = *pf
 	if !r.decided(p, f, d) {
 		return d, nil, nil
 	}

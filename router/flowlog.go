@@ -39,6 +39,9 @@ type FlowRecord struct {
 	pol     *compiled // the policy that decided it (nil: a forward, or not decided)
 	index   int       // the rule that decided it, -1 for an implicit step
 	relayed bool      // the flow reached the relay; set before the relay starts
+	// query is what the flow was decided on, kept so that a reload can decide it again
+	// (reload.go); set before the decision is recorded.
+	query policy.Flow
 }
 
 // dst is f's destination for logs and status: the address and port, or the name and port

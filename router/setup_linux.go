@@ -404,6 +404,7 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 	if !s.proxied {
 		s.target = f.Dst
 	}
+	f.query = pf
 	r.decided(p, f, d)
 	r.loops.setups.Add(1)
 	l.connect(s)

@@ -168,13 +168,14 @@ type udpTable struct {
 	flows    map[udpFlowKey]*udpFlow
 	sessions map[sessionKey]*udpSession
 	sources  map[netip.Addr]*udpBudget
-	// flowShares and sessShares share maxUDPFlows and maxUDPSessions between guests
-	// (guestOf), by the flow's and the session's guest; made with flows.
-	flowShares, sessShares *shares
-	closed                 bool
+	closed   bool
 	stop     chan struct{} // closes the expiry goroutine; nil until the first datagram
 	sweeper  sync.WaitGroup
 	ending   sync.WaitGroup // flows ending: their release and log record
+
+	// flowShares and sessShares share maxUDPFlows and maxUDPSessions between guests
+	// (guestOf), by the flow's and the session's guest; made with flows.
+	flowShares, sessShares *shares
 }
 
 type udpFlowKey struct{ src, dst netip.AddrPort }
@@ -303,6 +304,7 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 	}
 	d := p.Decision.Decide(&pf)
 	f.Verdict, f.Step, f.pol, f.index = d.Verdict, d.Step, p, d.Index
+	f.query = pf
 	switch {
 	case ownerErr != nil:
 		// The owner could change the decision (a caged app): without it the flow is refused,
@@ -389,6 +391,7 @@ func (r *Router) resolveUDP(p *compiled, fl *udpFlow, pf policy.Flow) {
 	f := fl.rec
 	t := &r.udp
 	t.mu.Lock()
+	f.query = pf
 	f.Verdict, f.Step, f.index = d.Verdict, d.Step, d.Index
 	wait := fl.wait
 	fl.resolving, fl.wait, fl.resolved = false, nil, pf.Resolved
