@@ -129,7 +129,7 @@ func (g *fairGate) release(k sourceKey) {
 	g.wakeLocked()
 }
 
-// failureCache remembers the relayed queries that failed (a timeout, a broken upstream) for
+// failureCache remembers the relayed queries the resolver did not answer in time for
 // failureTTL: the same question asked again meanwhile fails at once, holding no upstream
 // connection, as a resolver's answer cache keeps a SERVFAIL (RFC 2308 §7.1 allows 5 minutes;
 // a few seconds are enough to stop a retry storm). At most maxFailures are kept; when full,

@@ -91,3 +91,28 @@ func TestGuestUnansweredNamesDoNotDelayOthers(t *testing.T) {
 		t.Errorf("p99 %v; want at most 100 ms", p99)
 	}
 }
+
+// TestKeyOfGuest: a client inside a guest network is budgeted as that network (its fake-IP
+// addresses, queries and upstream connections), whichever of its addresses it asks from;
+// one outside is budgeted by its address (/64 for IPv6), its app kept.
+func TestKeyOfGuest(t *testing.T) {
+	s, err := New(Config{Mode: ModeFakeIP, Guests: []netip.Prefix{netip.MustParsePrefix("10.0.2.0/24"), netip.MustParsePrefix("fd00:2::/64")}}, Dialers{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, tc := range []struct {
+		src  Source
+		want string
+	}{
+		{Source{Addr: netip.MustParseAddr("10.0.2.15")}, "10.0.2.0/24"},
+		{Source{Addr: netip.MustParseAddr("10.0.2.200")}, "10.0.2.0/24"},
+		{Source{Addr: netip.MustParseAddr("fd00:2::99")}, "fd00:2::/64"},
+		{Source{Addr: netip.MustParseAddr("10.0.3.7")}, "10.0.3.7"},
+		{Source{Addr: netip.MustParseAddr("10.0.2.9"), App: "Qemu.exe"}, "qemu.exe@10.0.2.0/24"},
+	} {
+		if got := s.keyOf(tc.src).String(); got != tc.want {
+			t.Errorf("keyOf(%v) = %s; want %s", tc.src, got, tc.want)
+		}
+	}
+}

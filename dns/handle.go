@@ -290,7 +290,9 @@ func (s *Server) relay(ctx context.Context, q mdns.Question, src *sourceKey) (*m
 	query.Question = []mdns.Question{q}
 	r, err := s.proxy.exchange(ctx, query)
 	if err != nil {
-		if !errors.Is(err, context.Canceled) { // the client gave up: says nothing of the name
+		// A name the resolver did not answer in time is not asked again for a while; a
+		// proxy that cannot be reached says nothing of the name (the next query tries).
+		if errors.Is(err, context.DeadlineExceeded) && !errors.Is(ctx.Err(), context.Canceled) {
 			s.failed.put(k, err)
 		}
 		return nil, err
