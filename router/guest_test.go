@@ -142,7 +142,9 @@ func TestIdleInboundsInTheirBudget(t *testing.T) {
 	for e.r.Budgets().Inbounds < budget.inbounds && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	time.Sleep(50 * time.Millisecond) // the accepts of the rest
+	for e.r.book.Count(refusal.Limit) < uint64(1024-budget.inbounds) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // the accepts of the rest
+	}
 	b := e.r.Budgets()
 	if b.Inbounds != budget.inbounds || b.InboundBudget != budget.inbounds {
 		t.Errorf("inbounds hold %d of %d; want their budget, %d", b.Inbounds, b.InboundBudget, budget.inbounds)

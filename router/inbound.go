@@ -178,7 +178,7 @@ func (s *inboundServer) refusedOverLimit(in *Inbound, src netip.AddrPort) {
 	}
 	n := s.overLimit.Swap(0)
 	s.r.log.Warn("inbound refused: too many connections", "inbound", in.Name, "src", src,
-		"per_source", inboundPerSource, "total", inboundTotal, "refused", n)
+		"per_source", s.adm.perSource, "budget", s.adm.guests.capacity, "refused", n)
 }
 
 // inboundConn is an inbound client's connection while its request is read. Once a flow takes

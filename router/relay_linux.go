@@ -149,7 +149,9 @@ func (r *relay) begin(l *loop, f *relayFlow, m *meter, done func(result), own bo
 	f.idle, f.done = r.idle, done
 	f.dir[0].live, f.dir[1].live = &m.up, &m.down
 	f.cut = &m.cut
-	m.watchCut(func() {
+	// Watched once f is on l (at the return: a flow stopped before it started is ended by
+	// l's next wake-up).
+	defer m.watchCut(func() {
 		l.mu.Lock()
 		l.cutDue = true
 		l.wake()

@@ -3,6 +3,7 @@ package router
 import (
 	"slices"
 
+	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/refusal"
 )
 
@@ -15,13 +16,13 @@ import (
 // refusal under the new decision's reason (forward-source for an inbound's client), and
 // the reload logs one line per rule (or inbound) with the number of flows it ended.
 //
-// A flow being set up at the reload (deciding, connecting) keeps the decision it was
-// given; it is relayed, and ended by the next reload that refuses it.
+// A TCP flow being set up at the reload (connecting) is stopped too: its relay ends it as it
+// starts. One still being decided gets the new policy or is ended by the next reload.
 
 // endRefused ends the live flows that p refuses (see above); Use calls it.
 func (r *Router) endRefused(p *compiled) {
 	byRule := map[string]int{}
-	for _, f := range r.liveRelayed() {
+	for _, f := range r.liveTCP() {
 		q := f.query
 		d := p.Decision.Decide(&q)
 		if admits(d) {
@@ -59,7 +60,7 @@ func (r *Router) endRefused(p *compiled) {
 // reload narrowed its allow list), counted as forward-source refusals and logged once.
 func (r *Router) EndInboundClients(in *Inbound) {
 	n := 0
-	for _, f := range r.liveRelayed() {
+	for _, f := range r.liveTCP() {
 		if f.Inbound != in.Name || in.allowed(f.Src.Addr()) {
 			continue
 		}
@@ -72,13 +73,15 @@ func (r *Router) EndInboundClients(in *Inbound) {
 	}
 }
 
-// liveRelayed returns the relayed flows running now.
-func (r *Router) liveRelayed() []*FlowRecord {
+// liveTCP returns the decided TCP flows running now, relayed or being set up (a flow
+// stopped before its relay starts is ended as the relay starts). Forward flows (never
+// decided by the rules: pol nil) are not among them.
+func (r *Router) liveTCP() []*FlowRecord {
 	r.live.mu.Lock()
 	defer r.live.mu.Unlock()
 	out := make([]*FlowRecord, 0, len(r.live.m))
 	for _, f := range r.live.m {
-		if f.relayed {
+		if f.pol != nil && f.query.Network == rules.TCP {
 			out = append(out, f)
 		}
 	}
