@@ -56,25 +56,29 @@ const (
 
 // modelTransport is the forwards' client to the model servers: connections dialled with
 // the router's own dialer (never captured), kept alive and reused, no compression asked
-// for (the guest's own Accept-Encoding goes through untouched), no proxy, HTTP/1.1.
-// Expect: 100-continue is passed on: the body is sent once the server asks for it.
-func (r *Router) modelTransport() *http.Transport {
+// for (the guest's own Accept-Encoding goes through untouched), no proxy, HTTP/1.1. On
+// Linux it is modelClient (modelclient.go), elsewhere net/http's Transport.
+func (r *Router) modelTransport() modelRoundTripper {
 	r.modelOnce.Do(func() {
-		r.model = &http.Transport{
-			Proxy: nil,
-			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				ctx, cancel := context.WithTimeout(ctx, r.pol.Load().ConnectTimeout)
-				defer cancel()
-				return r.dialer.DialContext(ctx, network, addr)
-			},
-			DisableCompression:    true,
-			MaxIdleConnsPerHost:   16,
-			IdleConnTimeout:       90 * time.Second,
-			ExpectContinueTimeout: time.Second,
-		}
+		r.model = newModelRoundTripper(func(ctx context.Context, network, addr string) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(ctx, r.pol.Load().ConnectTimeout)
+			defer cancel()
+			return r.dialer.DialContext(ctx, network, addr)
+		})
 	})
 	return r.model
 }
+
+// modelRoundTripper is what the forwards need of their client.
+type modelRoundTripper interface {
+	http.RoundTripper
+	CloseIdleConnections()
+}
+
+const (
+	modelIdlePerServer = 16
+	modelIdleTimeout   = 90 * time.Second
+)
 
 // copyBufs lends the proxies their buffers for copying response bodies (one per response
 // otherwise).

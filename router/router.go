@@ -22,7 +22,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -167,8 +166,8 @@ type Router struct {
 	customDial bool // Options.DialTCP was given
 
 	modelOnce sync.Once
-	model     *http.Transport // the HTTP forwards' client (forward_http.go), made on first use
-	modelBufs copyBufs        // the HTTP forwards' copy buffers
+	model     modelRoundTripper // the HTTP forwards' client (forward_http.go), made on first use
+	modelBufs copyBufs          // the HTTP forwards' copy buffers
 }
 
 // maxSetups bounds the flows Serve sets up at once (deciding, connecting, the SOCKS
