@@ -182,3 +182,45 @@ allow = ["10.0.2.0/24"]
 	s.waitLog(`rule=no-udp-echo flows=1`, 5*time.Second)
 	s.waitLog(`inbound=guest-socks flows=1`, 5*time.Second)
 }
+
+// TestIdleInboundsUnderLowNofile: under nofile = 3000 a guest fills its share of the
+// transparent flows, then opens 1,024 idle connections to an inbound. Inbound connections
+// used to be outside every budget; now the inbounds hold at most their share (64
+// connections under 3,000 descriptors), and the model forward, the other guest's flows and
+// `router status` keep working. (This lab does not bring the old code to its limit: the
+// guest's dials stop at some 600 inbound connections; the unit test
+// TestIdleInboundsInTheirBudget counts the budget itself.)
+func TestIdleInboundsUnderLowNofile(t *testing.T) {
+	inbound := `
+[[inbound]]
+name = "guest-socks"
+listen = "10.0.2.2:1080"
+allow = ["10.0.2.0/24"]
+`
+	s := newLab(t, twoGuestConfig(lab.GoSocksAddr, inbound))
+	guest2, err := s.lab.AddSecondGuest(s.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.lab.StartRouterWithDescriptors(routerBin, s.cfg, 15*time.Second, 3000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.router = r
+	flows := s.hold(s.lab.Guest(), 1200, func(int) string { return lab.ServiceAddr + ":80" })
+	inbounds := s.hold(s.lab.Guest(), 1024, func(int) string { return "10.0.2.2:1080" })
+	time.Sleep(500 * time.Millisecond)
+	st := s.status()
+	t.Logf("nofile 3000: the guest held %d transparent and %d inbound connections; the router holds flows %d of %d, inbound connections %d of %d",
+		flows, inbounds, st.Budgets.Flows, st.Budgets.FlowBudget, st.Budgets.Inbounds, st.Budgets.InboundBudget)
+	if st.Budgets.Inbounds > st.Budgets.InboundBudget || st.Budgets.InboundBudget*2 > 3000/8 {
+		t.Errorf("inbound connections %d of a budget of %d; want within a small share of 3,000 descriptors", st.Budgets.Inbounds, st.Budgets.InboundBudget)
+	}
+	s.wantQuick("under 1,024 idle inbound connections", guest2, time.Second)
+	if out, code := s.routerCmd("status", "--config", s.cfg); code != 0 {
+		t.Errorf("router status: exit %d\n%s", code, out)
+	}
+	if l := s.log(); strings.Contains(l, "too many open files") {
+		t.Errorf("the router ran out of descriptors:\n%s", l)
+	}
+}
