@@ -149,6 +149,9 @@ func dnsHandler(rec *record[DNSQuery]) dns.Handler {
 		q := req.Question[0]
 		name := strings.ToLower(q.Name)
 		rec.add(DNSQuery{Time: time.Now(), Source: src, Name: name, Type: typeName(q.Qtype), Transport: transport})
+		if dns.IsSubDomain(SilentZone, name) {
+			return // never answered: the asker waits for its timeout
+		}
 		if !dns.IsSubDomain(zone, name) {
 			m.Authoritative = false
 			m.Rcode = dns.RcodeRefused
