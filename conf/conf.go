@@ -240,6 +240,11 @@ type DNS struct {
 	Proxy    string // the upstream that carries DNS; defaults to the only one
 	Pool     netip.Prefix
 	TTL      time.Duration
+	// AllowDoH lets caged flows reach the well-known DNS-over-HTTPS endpoints (DoHEndpoints)
+	// and DoHHosts; false (the default) refuses them, whatever the rules say.
+	AllowDoH bool
+	// DoHHosts are more DoH endpoints to refuse (names, *.suffix, addresses), the user's own.
+	DoHHosts []rules.Host
 	// Transport is how queries reach Resolver through the proxy: DNSOverTCP (default) or
 	// DNSOverUDP (SOCKS5 UDP ASSOCIATE; the DNS proxy must be a SOCKS5 one).
 	Transport   string
@@ -278,6 +283,9 @@ type Metrics struct {
 type Log struct {
 	Level  string
 	Format string
+	// Flows is the file of the flow log for audits (one JSON object per line for each
+	// ended flow and each refusal); "" writes none.
+	Flows string
 }
 
 // Options changes how Load reads secrets and expands presets.
@@ -331,6 +339,7 @@ func tooLarge(file, size string) *Error {
 
 // Parse validates data as the contents of the file named name.
 func Parse(name string, data []byte, opts Options) (*Config, error) {
+	given := opts.ReadFile
 	if opts.LookupEnv == nil {
 		opts.LookupEnv = os.LookupEnv
 	}
@@ -354,7 +363,7 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 		}
 		return nil, Errors{{File: name, Msg: "syntax: " + err.Error()}}
 	}
-	d := &decoder{file: name, loc: loc, opts: opts}
+	d := &decoder{file: name, loc: loc, opts: opts, readFile: given}
 	cfg := d.config(raw)
 	cfg.loc = loc
 	if errs := d.errs.sorted(name); len(errs) > 0 {

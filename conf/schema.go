@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,11 +22,11 @@ var (
 	captureKeys = []string{"vm_networks", "vm_interfaces", "hypervisors", "cage_subnets", "local", "local_udp_allow", "listener_port", "dns_port", "udp_port", "mark", "table"}
 	forwardKeys = []string{"name", "listen", "connect", "allow", "api", "allow_paths", "max_body", "unsafe_any_address"}
 	inboundKeys = []string{"name", "type", "listen", "allow", "unsafe_any_address"}
-	dnsKeys     = []string{"mode", "resolver", "proxy", "transport", "pool", "ttl", "direct_names", "capture"}
+	dnsKeys     = []string{"mode", "resolver", "proxy", "transport", "pool", "ttl", "direct_names", "capture", "allow_doh", "doh_hosts"}
 	relayKeys   = []string{"idle_timeout", "connect_timeout", "sockmap"}
-	logKeys     = []string{"level", "format"}
+	logKeys     = []string{"level", "format", "flows"}
 	metricsKeys = []string{"listen", "unsafe_listen"}
-	ruleKeys    = []string{"name", "enabled", "apps", "services", "sources", "caged", "hosts", "ports", "network", "action", "proxy"}
+	ruleKeys    = []string{"name", "enabled", "apps", "services", "sources", "caged", "hosts", "hosts_file", "hosts_preset", "ports", "network", "action", "proxy"}
 )
 
 // config decodes the whole file: every table, then the checks across keys (check.go).
@@ -577,6 +578,14 @@ func (d *decoder) log(c *Config, v any) {
 			c.Log.Format = s
 		}
 	}
+	if v, ok := m["flows"]; ok {
+		if s, ok := d.str(a.key("flows"), v); ok && s != "" {
+			if !filepath.IsAbs(s) {
+				s = filepath.Join(filepath.Dir(d.file), s)
+			}
+			c.Log.Flows = s
+		}
+	}
 }
 
 // metrics decodes [metrics]: where the daemon serves Prometheus metrics. An empty or absent
@@ -670,6 +679,10 @@ func (d *decoder) dns(c *Config, v any) {
 			c.DNS.Capture = s
 		}
 	}
+	if v, ok := m["allow_doh"]; ok {
+		c.DNS.AllowDoH, _ = d.boolean(a.key("allow_doh"), v)
+	}
+	c.DNS.DoHHosts = parseEach(d, a, m, "doh_hosts", rules.ParseHost)
 	if v, ok := m["direct_names"]; ok {
 		for i, s := range d.strings(a.key("direct_names"), v) {
 			h, err := rules.ParseHost(s)
@@ -783,6 +796,12 @@ func (d *decoder) ruleFields(c *Config, r *rules.Rule, a at, m map[string]any) {
 		}
 	}
 	r.Hosts = parseEach(d, a, m, "hosts", rules.ParseHost)
+	if v, ok := m["hosts_file"]; ok {
+		d.hostFiles(r, a.key("hosts_file"), v)
+	}
+	if v, ok := m["hosts_preset"]; ok {
+		d.hostPresets(r, a.key("hosts_preset"), v)
+	}
 	if v, ok := m["ports"]; ok {
 		d.ports(r, a.key("ports"), v)
 	}
@@ -791,6 +810,11 @@ func (d *decoder) ruleFields(c *Config, r *rules.Rule, a at, m map[string]any) {
 	for _, k := range []string{"sources", "hosts", "ports", "apps", "services"} {
 		if xs, ok := m[k].([]any); ok && len(xs) == 0 {
 			d.fail(a.key(k), "is empty; leave the key out to match any %s", strings.TrimSuffix(k, "s"))
+		}
+	}
+	for _, k := range []string{"hosts_file", "hosts_preset"} {
+		if xs, ok := m[k].([]any); ok && len(xs) == 0 {
+			d.fail(a.key(k), "is empty; leave the key out to match any host")
 		}
 	}
 }

@@ -27,6 +27,10 @@ type decoder struct {
 	errs errList
 	// proxies indexes Config.Proxies by name once they are decoded.
 	proxies map[string]int
+	// readFile is Options.ReadFile as the caller gave it (nil: hosts files are read with a
+	// bound, readBounded); hostBytes counts the bytes of the hosts files read so far.
+	readFile  func(string) ([]byte, error)
+	hostBytes int
 }
 
 // at names a key for messages: its path (for the line) and how people call it.

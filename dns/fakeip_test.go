@@ -65,6 +65,8 @@ func TestFakeIPAnswers(t *testing.T) {
 			want{answer: []string{"app.LOCALHOST. 10 IN AAAA ::1"}}},
 		{"localhost MX is NODATA", query("localhost.", mdns.TypeMX), nodata()},
 		{"invalid is NXDOMAIN", query("foo.invalid.", mdns.TypeA), nxdomain()},
+		{"Firefox's canary is NXDOMAIN", query("use-application-dns.net.", mdns.TypeA), nxdomain()},
+		{"Firefox's canary AAAA is NXDOMAIN", query("Use-Application-DNS.net.", mdns.TypeAAAA), nxdomain()},
 		{"ANY is NOTIMP", query("example.com.", mdns.TypeANY), want{rcode: mdns.RcodeNotImplemented}},
 		{"AXFR is NOTIMP", query("example.com.", mdns.TypeAXFR), want{rcode: mdns.RcodeNotImplemented}},
 	}

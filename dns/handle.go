@@ -9,6 +9,7 @@ import (
 
 	mdns "github.com/miekg/dns"
 
+	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/rules/refusal"
 )
 
@@ -134,6 +135,11 @@ func (s *Server) answer(ctx context.Context, k sourceKey, q mdns.Question, m *md
 		}
 		return
 	case underOrAt(name, "invalid"):
+		s.negative(m, mdns.RcodeNameError)
+		return
+	case name == conf.CanaryName:
+		// Firefox's canary: NXDOMAIN tells it not to turn DNS over HTTPS on by itself,
+		// which would take its names past this server (every mode, every type).
 		s.negative(m, mdns.RcodeNameError)
 		return
 	}

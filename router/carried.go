@@ -21,10 +21,12 @@ import (
 // port), and a listener that accepts a connection from this machine takes it back
 // (carried.take, by the connection's remote address and port). The connect returns to the
 // dialer about when the listener's accept does, so take waits up to carriedWait for the
-// dialer to put the entry; a client of this machine that the router did not carry waits
-// that long once per connection (inbounds and forwards serve guests: such a client is
-// rare). Entries are taken once; those no listener took expire after carriedTTL, and at
-// most carriedMax are kept.
+// dialer to put the entry, but only while the router is connecting to one of its own
+// listeners (carried.begin and end around such a connect): a client of this machine that
+// the router did not carry (a guest behind a user-space NAT such as slirp4netns or pasta,
+// whose connections come from this machine) is not held up when no such connect is under
+// way, and at most carriedWait when one is. Entries are taken once; those no listener took
+// expire after carriedTTL, and at most carriedMax are kept.
 
 const (
 	carriedWait = 100 * time.Millisecond
@@ -58,9 +60,25 @@ type carriedEntry struct {
 // carried holds the identities of the flows the router carries to its own listeners. It is
 // safe for concurrent use; mu guards m.
 type carried struct {
-	mu   sync.Mutex
-	cond *sync.Cond
-	m    map[netip.AddrPort]carriedEntry
+	mu      sync.Mutex
+	cond    *sync.Cond
+	m       map[netip.AddrPort]carriedEntry
+	dialing int // connects to the router's own listeners under way
+}
+
+// begin tells that the router starts connecting to what may be one of its own listeners;
+// end, that the connect is over and its entry, if any, put.
+func (c *carried) begin() {
+	c.mu.Lock()
+	c.dialing++
+	c.mu.Unlock()
+}
+
+func (c *carried) end() {
+	c.mu.Lock()
+	c.dialing--
+	c.cond.Broadcast()
+	c.mu.Unlock()
 }
 
 func (c *carried) init() {
@@ -85,7 +103,8 @@ func (c *carried) put(local netip.AddrPort, id identity) {
 }
 
 // take returns the identity of the flow the router carries on its connection from remote,
-// waiting up to carriedWait for it; false when the router carries none there.
+// waiting for it while a connect to the router's own listeners is under way (up to
+// carriedWait); false when the router carries none there.
 func (c *carried) take(remote netip.AddrPort) (identity, bool) {
 	remote = unmapAP(remote)
 	deadline := time.Now().Add(carriedWait)
@@ -102,7 +121,7 @@ func (c *carried) take(remote netip.AddrPort) (identity, bool) {
 			delete(c.m, remote)
 			return e.id, time.Since(e.at) <= carriedTTL
 		}
-		if !time.Now().Before(deadline) {
+		if c.dialing == 0 || !time.Now().Before(deadline) {
 			return identity{}, false
 		}
 		c.cond.Wait()

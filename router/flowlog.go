@@ -12,36 +12,81 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/refusal"
 )
 
 // FlowRecord is what the router knows of one connection; it is logged when the flow ends.
 type FlowRecord struct {
-	ID      uint64
-	Src     netip.AddrPort
-	Dst     netip.AddrPort // the original destination; its address is invalid when only Host is known
-	Host    string         // the destination's name, when known
-	Inbound string         // the inbound that took the flow; "" for a captured one
-	App     string
-	PID     int
-	Service string // the Windows services of the owning svchost, when known (joined ",")
-	Verdict rules.Verdict
-	Step    policy.Step // what decided: a rule, or an implicit step
-	Via     string      // the proxy that carried it (a failover list's member)
-	Up      int64       // bytes client → destination
-	Down    int64
-	Start   time.Time
-	Err     error
+	ID   uint64
+	Src  netip.AddrPort
+	Dst  netip.AddrPort // the original destination; its address is invalid when only Host is known
+	Host string         // the destination's name, when known
+	// NameFrom is where Host came from: "dns" (the fake IP's name, or a name seen in a DNS
+	// answer for the address), "sni" (the TLS ClientHello's server name), "host" (the
+	// HTTP/1 Host header); "" when Host is empty or an inbound's client asked for it.
+	NameFrom string
+	Inbound  string // the inbound that took the flow; "" for a captured one
+	App      string
+	PID      int
+	Service  string // the Windows services of the owning svchost, when known (joined ",")
+	Verdict  rules.Verdict
+	Step     policy.Step // what decided: a rule, or an implicit step
+	Via      string      // the proxy that carried it (a failover list's member)
+	Up       int64       // bytes client → destination
+	Down     int64
+	Start    time.Time
+	Err      error
 
 	bytes   meter     // live, as the relay moves them
 	rate    sample    // guarded by Router.live.mu
 	pol     *compiled // the policy that decided it (nil: a forward, or not decided)
 	index   int       // the rule that decided it, -1 for an implicit step
 	relayed bool      // the flow reached the relay; set before the relay starts
+	udp     bool      // a UDP flow (for the flow log)
+	// refused and why: the flow was counted as refused (Router.refused), for the flow log.
+	refused bool
+	why     refusal.Reason
 	// query is what the flow was decided on, kept so that a reload can decide it again
 	// (reload.go); set before the decision is recorded.
 	query policy.Flow
+}
+
+// Audit returns the flow log for audits the router writes to (Options.Audit; nil: none), for
+// a capture that refuses flows before they reach the router (the Windows engine).
+func (r *Router) Audit() *auditlog.Log { return r.opts.Audit }
+
+// audit queues f's record in the flow log for audits (Options.Audit), when one is open: a
+// refusal, or the end of a flow. It never blocks (auditlog.Log.Add).
+func (r *Router) audit(f *FlowRecord) {
+	a := r.opts.Audit
+	if a == nil || !a.On() {
+		return
+	}
+	rec := auditlog.Record{Time: time.Now(), Event: auditlog.EventFlow, ID: f.ID, Network: "tcp", Src: f.Src,
+		App: f.App, PID: f.PID, Inbound: f.Inbound, Name: f.Host, NameFrom: f.NameFrom,
+		Rule: f.Verdict.Name, Action: f.Verdict.Action.String(), Upstream: f.Via,
+		Up: f.Up, Down: f.Down, Duration: time.Since(f.Start)}
+	if f.udp {
+		rec.Network = "udp"
+	}
+	if f.Dst.Addr().IsValid() {
+		rec.Dst = f.Dst
+	} else {
+		rec.DstPort = f.Dst.Port()
+	}
+	if rec.Upstream == "" {
+		rec.Upstream = f.Verdict.Proxy
+	}
+	if f.refused {
+		rec.Event, rec.Reason = auditlog.EventRefused, f.why.String()
+	}
+	if f.Err != nil && !errors.Is(f.Err, errIdle) {
+		rec.Error = f.Err.Error()
+	}
+	a.Add(rec)
 }
 
 // dst is f's destination for logs and status: the address and port, or the name and port

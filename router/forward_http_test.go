@@ -361,3 +361,52 @@ func TestModelForwardSlowAndHopByHop(t *testing.T) {
 		t.Errorf("the server did not get the end-to-end X-End: %v", h)
 	}
 }
+
+// TestModelForwardGuestGone: a guest that goes away while the model server thinks ends the
+// server's request (the model stops working for nobody), past watchAfter.
+func TestModelForwardGuestGone(t *testing.T) {
+	e := newEnv(t, Settings{}, Options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, ended := make(chan struct{}), make(chan struct{})
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // (the server watches its client once the body is read)
+		close(started)
+		select {
+		case <-r.Context().Done():
+			close(ended)
+		case <-time.After(waitFor):
+		}
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	api, _ := modelapi.New(modelapi.Default(), nil)
+	f := Forward{Name: "model", Listen: netip.MustParseAddrPort("127.0.0.1:0"), Connect: netip.MustParseAddrPort(ln.Addr().String()),
+		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, API: api}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fl, err := e.r.ListenForward(ctx, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go e.r.ServeForward(ctx, fl, func() *Forward { return &f })
+	c, err := net.Dial("tcp", fl.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "POST /api/generate HTTP/1.1\r\nHost: m\r\nContent-Length: 2\r\n\r\n{}")
+	select {
+	case <-started:
+	case <-time.After(waitFor):
+		t.Fatal("the request did not reach the server")
+	}
+	time.Sleep(watchAfter + 100*time.Millisecond)
+	c.Close()
+	select {
+	case <-ended:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the guest left; the server's request goes on")
+	}
+}

@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
@@ -102,6 +103,9 @@ type Options struct {
 	// Descriptors is the file descriptors the flow budgets are cut from (see admission);
 	// 0: this process's limit (RLIMIT_NOFILE).
 	Descriptors int
+	// Audit is the flow log for audits ([log] flows): every ended and every refused flow is
+	// added to it. Nil: none.
+	Audit *auditlog.Log
 	// SummaryEvery is the interval of the summary line of refused and failed flows; 0:
 	// one minute.
 	SummaryEvery time.Duration

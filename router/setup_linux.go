@@ -360,6 +360,9 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 	}
 	s.h.names = r.names(&pf)
 	f.Host = pf.Host
+	if f.Host != "" {
+		f.NameFrom = "dns"
+	}
 	key := sourceKey(&pf, p)
 	if !r.adm.flows.tryAcquire(key) {
 		f.Err, f.Verdict = errOverShare, admissionVerdict

@@ -177,12 +177,14 @@ func (p *compiled) count(d policy.Decision) {
 
 // finish takes f out of the live flows and adds its bytes (f.Up, f.Down, final by now) to
 // the totals and to what decided it, in one step under live.mu: Status never sees a flow
-// in neither or in both.
+// in neither or in both. Every flow's end passes here once, so here it goes to the flow
+// log for audits.
 func (r *Router) finish(f *FlowRecord) {
 	r.live.mu.Lock()
 	delete(r.live.m, f.ID)
 	r.ended(f)
 	r.live.mu.Unlock()
+	r.audit(f)
 }
 
 // ended adds an ended flow's bytes to the totals and to what decided it; live.mu is held.
@@ -202,6 +204,9 @@ func (r *Router) ended(f *FlowRecord) {
 
 // refused counts a refused flow under its reason.
 func (r *Router) refused(why refusal.Reason, f *FlowRecord) {
+	if !f.refused {
+		f.refused, f.why = true, why
+	}
 	r.book.Add(why, refusal.Event{Src: f.Src, Dst: f.Dst, Host: f.Host, App: f.App, Rule: f.Verdict.Name})
 }
 

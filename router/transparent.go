@@ -219,6 +219,9 @@ func (r *Router) classify(c *net.TCPConn, f *FlowRecord, pf *policy.Flow, p *com
 	}
 	release = r.names(pf)
 	f.Host = pf.Host
+	if f.Host != "" {
+		f.NameFrom = "dns"
+	}
 	return release
 }
 
@@ -234,6 +237,11 @@ func (r *Router) dial(ctx context.Context, p *compiled, f *FlowRecord, d policy.
 	defer cancel()
 	if d.Action == rules.Direct {
 		byName := !f.Dst.Addr().IsValid() || p.Decision.InPool(f.Dst.Addr())
+		if byName || p.Decision.Listener(f.Dst) {
+			// Perhaps one of the router's own listeners: it waits for the entry put below.
+			r.carried.begin()
+			defer r.carried.end()
+		}
 		out, err := r.dialDirect(dctx, f.Dst, f.Host, byName, pf.Resolved)
 		if err != nil {
 			return nil, err

@@ -265,6 +265,7 @@ func (t *udpTable) start(r *Router) {
 func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 	p := r.pol.Load()
 	f := r.newFlow(dg.Src)
+	f.udp = true
 	f.Dst = dg.Dst
 	fl := &udpFlow{key: udpFlowKey{dg.Src, dg.Dst}, rec: f, ret: ret, to: upstream.Addr{IP: dg.Dst.Addr(), Port: dg.Dst.Port()}}
 	pf := policy.Flow{Network: rules.UDP, Src: f.Src.Addr(), Dst: f.Dst.Addr(), Port: f.Dst.Port()}
@@ -299,6 +300,9 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 		}
 	}
 	f.Host = pf.Host
+	if f.Host != "" {
+		f.NameFrom = "dns"
+	}
 	if pf.Host != "" {
 		fl.to = upstream.Addr{Name: pf.Host, Port: f.Dst.Port()}
 	}

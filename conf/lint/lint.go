@@ -44,6 +44,7 @@ const (
 	CheckHostResolver  = "host-resolver"    // a VM resolves through the host's Dnscache, which "caged" passes
 	CheckDisabled      = "disabled"         // a rule with enabled = false: kept, never matched
 	CheckBridged       = "bridged-vm"       // a VM bridged to a host adapter: no capture sees it
+	CheckDoH           = "doh-endpoint"     // a rule lets through a DoH resolver that caged flows never reach
 )
 
 // Finding is one problem.
@@ -203,8 +204,15 @@ func (l *linter) rules() {
 		boxes[i] = boxOf(&rs[i])
 	}
 	idx := newBoxIndex(boxes)
+	var dec *policy.Policy // for the DoH check, made on first use
 	for j := range rs {
 		r := &rs[j]
+		if !r.Disabled && r.Action != rules.Block && !l.cfg.DNS.AllowDoH {
+			if dec == nil {
+				dec = policy.New(l.cfg, policy.Env{})
+			}
+			l.dohHosts(j, dec)
+		}
 		if r.Disabled {
 			l.add(Finding{Severity: Note, Check: CheckDisabled, Line: l.ruleLine(j), Rule: r.Name,
 				Message: fmt.Sprintf("%s is disabled (enabled = false): it matches no flow, and lint checks it against no other rule", l.ruleRef(j)),
@@ -258,6 +266,25 @@ func (l *linter) rules() {
 			Message: "the last rule is not a catch-all: flows that no rule matches go direct",
 			Fix:     "end the list with a rule that has only name and action, so the default is written down"})
 	}
+}
+
+// dohHosts warns when rule j names a DNS-over-HTTPS resolver the policy refuses to caged
+// flows (policy.Policy.DoH): for caged traffic that part of the rule never applies.
+func (l *linter) dohHosts(j int, dec *policy.Policy) {
+	var hit []rules.Host
+	for _, h := range l.cfg.Rules[j].Hosts {
+		switch {
+		case h.Kind == rules.HostName && dec.DoH(h.Name, netip.Addr{}),
+			h.Kind == rules.HostRange && h.Range.Lo == h.Range.Hi && dec.DoH("", h.Range.Lo):
+			hit = append(hit, h)
+		}
+	}
+	if len(hit) == 0 {
+		return
+	}
+	l.add(Finding{Severity: Warning, Check: CheckDoH, Line: l.ruleLine(j), Rule: l.cfg.Rules[j].Name,
+		Message: fmt.Sprintf("%s names DNS-over-HTTPS resolvers (%s): caged traffic to them is refused whatever the rules say (reason doh), so for caged flows that part of the rule never applies", l.ruleRef(j), hostList(hit)),
+		Fix:     "remove them, or set [dns] allow_doh = true to let caged traffic reach DoH resolvers"})
 }
 
 func isCatchAll(r *rules.Rule) bool { return r.Network == rules.AnyNetwork && r.Bare() }

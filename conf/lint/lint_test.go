@@ -228,6 +228,19 @@ name = "after-default"
 action = "block"
 enabled = false
 `, []string{"note disabled off", "note disabled after-default"}},
+		{"a rule that names DoH resolvers", `
+[[rule]]
+name = "resolvers"
+hosts = ["dns.google", "9.9.9.9", "example.com"]
+action = "proxy"
+[[rule]]
+name = "no-doh"
+hosts = ["1.1.1.1"]
+action = "block"
+[[rule]]
+name = "default"
+action = "direct"
+`, []string{"warning doh-endpoint resolvers"}},
 		{"exception first is fine", `
 [[rule]]
 name = "no-quic"

@@ -36,11 +36,12 @@ var table = []struct{ pkg, imports, tests string }{
 	{"dns", "conf internal/accept internal/ports internal/tally rules/refusal", ""},
 
 	// The Linux data path and what it dials.
-	{"router", "dns internal/accept internal/netaddr internal/tally router/proc router/sockmap router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
+	{"router", "dns internal/accept internal/netaddr internal/tally router/auditlog router/proc router/sockmap router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
 		"conf dns/dnstest internal/modeltest internal/roottest router/upstream/socks5/socks5test router/upstream/upstreamtest rules/policy/policytest"},
 	{"router/upstream", "conf router/upstream/httpconnect router/upstream/socks4 router/upstream/socks5",
 		"internal/winetest router/upstream/httpconnect/httpconnecttest router/upstream/socks4/socks4test router/upstream/socks5/socks5test router/upstream/upstreamtest"},
 	{"router/upstream/upstreamtest", "router/upstream", ""},
+	{"router/auditlog", "", ""},
 	{"router/upstream/socks5", "internal/secret", "internal/winetest router/upstream/socks5/socks5test"},
 	{"router/upstream/socks5/socks5test", "", ""},
 	{"router/upstream/socks4", "", ""},
@@ -55,7 +56,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/proc/proctest", "router/proc", ""},
 
 	// Operations: the wiring and what it serves.
-	{"router/daemon", "conf dns internal/ports router router/control router/metrics router/nftcap router/nftcap/nflog router/proc router/service router/upstream rules rules/modelapi rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
+	{"router/daemon", "conf dns internal/ports router router/auditlog router/control router/metrics router/nftcap router/nftcap/nflog router/proc router/service router/upstream rules rules/modelapi rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
 		"internal/winetest router/daemon/daemontest router/upstream/socks5 router/upstream/socks5/socks5test rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
 	{"router/daemon/daemontest", "conf dns router/proc rules/policy rules/refusal", ""},
 	{"router/control", "internal/accept", ""},
@@ -66,7 +67,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert", "internal/netaddr internal/ports", "internal/winetest windivert/packet windivert/windiverttest"},
 	{"windivert/windiverttest", "windivert", ""},
 	{"windivert/packet", "", ""},
-	{"windivert/redirect", "dns router/proc rules rules/policy rules/refusal windivert windivert/packet",
+	{"windivert/redirect", "dns router/auditlog router/proc rules rules/policy rules/refusal windivert windivert/packet",
 		"conf dns/dnstest internal/winetest rules/policy/policytest windivert/dist windivert/windiverttest"},
 	{"windivert/wfp", "", "internal/winetest"},
 	{"windivert/wfp/guard", "internal/ports windivert/wfp", "windivert/wfp/wfptest"},

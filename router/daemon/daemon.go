@@ -34,6 +34,7 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/router"
+	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/control"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules/modelapi"
@@ -118,7 +119,8 @@ type daemon struct {
 	cfg  *conf.Config
 
 	r       *router.Router
-	book    refusal.Book // what the router (and DNS server) refused
+	book    refusal.Book  // what the router (and DNS server) refused
+	audit   *auditlog.Log // the flow log for audits ([log] flows); its file follows reloads
 	dns     *dns.Server
 	tcp     *net.TCPListener
 	dnsUDP  net.PacketConn
@@ -212,7 +214,12 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	d.status = &statusHandler{d: d, started: time.Now()}
 	l := d.compile(cfg)
 	control := pf.Control(cfg.Capture.Mark)
+	d.audit = auditlog.New(auditlog.Options{Log: d.log.With("component", "flowlog")})
+	if err := d.audit.Open(cfg.Log.Flows); err != nil {
+		return err
+	}
 	ropts := router.Options{
+		Audit:    d.audit,
 		Log:      d.log.With("component", "router"),
 		Original: pf.Original,
 		Control:  control,
@@ -428,6 +435,11 @@ func (d *daemon) stop() {
 	}
 	if d.dns != nil {
 		d.dns.Close()
+	}
+	if d.audit != nil {
+		if err := d.audit.Close(); err != nil {
+			d.log.Error("closing the flow log", "err", err)
+		}
 	}
 }
 

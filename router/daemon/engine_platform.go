@@ -261,6 +261,7 @@ func (p *redirectPlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv
 	if p.router != nil {
 		udp = &engineUDP{r: p.router}
 		opts.UDP = udp
+		opts.Audit = p.router.Audit()
 	}
 	eng, err := redirect.New(dev, pol, opts)
 	if err != nil {

@@ -3,13 +3,15 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/router"
 )
 
 // restartNeeded refuses a reload that changes what only a restart applies: the sockets
-// of the daemon itself, the [dns] table and the [control] table.
+// of the daemon itself, the [dns] table (but allow_doh and doh_hosts) and the [control]
+// table.
 func restartNeeded(old, cur *conf.Config) error {
 	var keys []string
 	if old.Capture.ListenerPort != cur.Capture.ListenerPort {
@@ -27,7 +29,10 @@ func restartNeeded(old, cur *conf.Config) error {
 	if old.Capture.Table != cur.Capture.Table {
 		keys = append(keys, "capture.table")
 	}
-	if fmt.Sprint(old.DNS) != fmt.Sprint(cur.DNS) {
+	// allow_doh and doh_hosts are the policy's (policy.DoH), applied by a reload.
+	od, cd := old.DNS, cur.DNS
+	od.AllowDoH, od.DoHHosts, cd.AllowDoH, cd.DoHHosts = false, nil, false, nil
+	if fmt.Sprint(od) != fmt.Sprint(cd) {
 		keys = append(keys, "dns")
 	}
 	if old.Control != cur.Control {
@@ -94,13 +99,26 @@ func (d *daemon) reload(ctx context.Context) error {
 			return err
 		}
 	}
+	if cfg.Log.Flows != "" && cfg.Log.Flows != d.cfg.Log.Flows {
+		// The new flow log must open before anything is swapped.
+		f, err := os.OpenFile(cfg.Log.Flows, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			closeOpened()
+			inb.abort()
+			return fmt.Errorf("open flow log: %w", err)
+		}
+		f.Close()
+	}
 	if err := d.opts.Platform.Install(cfg, l.dec, d.dns); err != nil {
 		closeOpened()
 		inb.abort()
 		return fmt.Errorf("install capture: %w", err)
 	}
-	// Nothing below can fail.
+	// Nothing below can fail (but the flow log's file, which opened above: logged).
 	d.r.Use(prepared)
+	if err := d.audit.Open(cfg.Log.Flows); err != nil {
+		d.log.Error("flow log", "err", err)
+	}
 	for addr, fr := range d.forwards {
 		nf, keep := want[addr]
 		if keep {

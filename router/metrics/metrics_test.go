@@ -87,6 +87,7 @@ router_refusals_total{reason="inbound-malformed"} 0
 router_refusals_total{reason="limit"} 0
 router_refusals_total{reason="local-udp"} 0
 router_refusals_total{reason="model-api"} 0
+router_refusals_total{reason="doh"} 0
 router_refusals_total{reason="not-carried"} 0
 router_refusals_total{reason="rule"} 1
 router_refusals_total{reason="spoofed-source"} 0

@@ -35,7 +35,13 @@
 //     an address would. The capture resolves the name only when NeedsResolve says so
 //     (Flow.Resolved); a name that could not be resolved is refused too: StepHostName (or
 //     StepToGuest for a guest's address).
-//  9. DNS over TLS or QUIC (port 853) leaves only through a proxy; a direct verdict is
+//  9. DNS past the router: a caged flow to a well-known DNS-over-HTTPS endpoint
+//     (conf.DoHEndpoints, by name or address, and [dns] doh_hosts) is refused on every port
+//     whatever the rules say, unless [dns] allow_doh = true: StepDoH (DoH, DoT and DoQ to
+//     those resolvers alike; port 53 was answered at step 1). One function, DoH, decides
+//     it from the flow's name (a fake IP's, a name seen in DNS, or one the capture read
+//     from the flow) and its address.
+//  10. DNS over TLS or QUIC (port 853) leaves only through a proxy; a direct verdict is
 //     turned into a refusal: StepDoT.
 //
 // ICMP is decided apart (DecideICMP): the router cannot carry it, so an echo request
@@ -82,6 +88,7 @@ const (
 	StepDoT                    // DNS over TLS/QUIC not through a proxy: refused
 	StepHostName               // a caged flow whose name leads to this host from this host: refused
 	StepToGuest                // a caged flow to another guest's network no rule names: refused
+	StepDoH                    // a caged flow to a well-known DNS-over-HTTPS endpoint: refused
 
 	// NumSteps is the number of steps, for tables indexed by Step.
 	NumSteps = iota
@@ -116,6 +123,8 @@ func (s Step) String() string {
 		return "(name resolves to this host)"
 	case StepToGuest:
 		return "(another guest's network)"
+	case StepDoH:
+		return "(dns over https: past the router)"
 	}
 	return "step(" + strconv.Itoa(int(s)) + ")"
 }
@@ -211,6 +220,9 @@ type Policy struct {
 	// proxyHosts are the upstreams' hosts (IP or name) by proxy name: for a chain (via),
 	// every hop's, the last first.
 	proxyHosts map[string][]string
+	// doh matches the DNS-over-HTTPS endpoints refused to caged flows (one rule); nil with
+	// [dns] allow_doh = true.
+	doh *rules.Table
 	// firstName and namedFirstName are the positions (in rules) of the first rule with a
 	// host-name entry in each table, -1 for none.
 	firstName, namedFirstName int
@@ -271,6 +283,9 @@ func New(cfg *conf.Config, env Env) *Policy {
 		p.needOwner = p.needOwner || len(r.Apps) > 0 || len(r.Services) > 0
 	}
 	p.named = rules.Compile(named)
+	if !cfg.DNS.AllowDoH {
+		p.doh = rules.Compile([]rules.Rule{{Name: "doh", Hosts: DoHHosts(cfg), Action: rules.Block}})
+	}
 	caged, services := CagedApps(cfg)
 	for _, c := range caged {
 		p.cagedApps.Apps = append(p.cagedApps.Apps, c.App)
@@ -331,6 +346,29 @@ func hasName(r *rules.Rule) bool {
 		}
 	}
 	return false
+}
+
+// DoHHosts returns the DNS-over-HTTPS endpoints cfg refuses to caged flows: the shipped
+// list (conf.DoHEndpoints) and [dns] doh_hosts.
+func DoHHosts(cfg *conf.Config) []rules.Host {
+	var hs []rules.Host
+	for _, s := range conf.DoHEndpoints() {
+		if h, err := rules.ParseHost(s); err == nil { // conf's tests parse every entry
+			hs = append(hs, h)
+		}
+	}
+	return append(hs, cfg.DNS.DoHHosts...)
+}
+
+// DoH reports whether a flow named host (may be empty) to dst (may be invalid) goes to a
+// DNS-over-HTTPS endpoint this policy refuses to caged flows (step 9): the one check, asked
+// with whatever name the flow has, wherever it came from. Always false with allow_doh.
+func (p *Policy) DoH(host string, dst netip.Addr) bool {
+	if p.doh == nil {
+		return false
+	}
+	q := rules.Query{Host: host, Dst: dst.Unmap()}
+	return p.doh.Decide(&q).Index >= 0
 }
 
 // Rules returns the rule list, in order. The caller must not modify it.
@@ -481,6 +519,9 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 				d.Step, d.Verdict = s, rules.Verdict{Action: rules.Block, Index: -1, Name: s.String()}
 			}
 		}
+	}
+	if caged && d.Action != rules.Block && p.DoH(f.Host, dst) {
+		d.Step, d.Verdict = StepDoH, rules.Verdict{Action: rules.Block, Index: -1, Name: StepDoH.String()}
 	}
 	if f.Port == ports.DoT && d.Action == rules.Direct {
 		d.Step = StepDoT
@@ -657,6 +698,12 @@ func (p *Policy) Why(f *Flow, d Decision) string {
 			return caged + ", the rules send it " + way + ", and its name " + strconv.Quote(f.Host) + " could not be resolved to check that it does not lead to this machine: refused"
 		}
 		return caged + ", the rules send it " + way + ", and its name " + strconv.Quote(f.Host) + " resolves to " + fmt.Sprint(f.Resolved) + ", this machine or its link, where the host walls let caged traffic reach only the forwards' and inbounds' addresses: it is refused"
+	case StepDoH:
+		name := dst
+		if f.Host != "" && f.Dst.IsValid() {
+			name = f.Host + " (" + f.Dst.String() + ")"
+		}
+		return caged + " and " + name + " is a well-known DNS-over-HTTPS resolver: names asked there would pass the router's DNS, so it is refused whatever the rules say ([dns] allow_doh = true lets it through)"
 	case StepDoT:
 		said := "direct, as no rule matched"
 		if d.Rule.Index >= 0 {

@@ -40,6 +40,7 @@ const (
 	NotCarried                  // from the cage, what the router cannot carry: protocols other than TCP, UDP and ICMP, TCP to link-local or multicast destinations
 	ToGuest                     // a connection from outside into a VM network, or a caged flow to another guest's network no rule names
 	ModelAPI                    // a request to a model forward that is not an inference call of its API, or whose framing is ambiguous
+	DoH                         // a caged flow to a well-known DNS-over-HTTPS endpoint
 	Oversize                    // a UDP datagram a path cannot carry whole (dropped whole, never cut)
 	Malformed                   // an inbound proxy request that is not well-formed SOCKS or HTTP
 	InboundDNS                  // DNS sent to an inbound proxy (the cage's DNS server answers names; the inbound does not carry DNS)
@@ -64,6 +65,7 @@ var names = [numReasons]string{
 	NotCarried:    "not-carried",
 	ToGuest:       "to-guest",
 	ModelAPI:      "model-api",
+	DoH:           "doh",
 	Oversize:      "udp-oversize",
 	Malformed:     "inbound-malformed",
 	InboundDNS:    "inbound-dns",
@@ -107,6 +109,8 @@ func ForStep(s policy.Step) Reason {
 		return Caged
 	case policy.StepDoT:
 		return DoT
+	case policy.StepDoH:
+		return DoH
 	case policy.StepDNS:
 		return Capture
 	case policy.StepICMP:

@@ -3,6 +3,7 @@ package redirect
 import (
 	"net/netip"
 
+	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
@@ -85,8 +86,18 @@ func (e *Engine) decideLocked(pol *policy.Policy, f *flow, now int64) outcome {
 }
 
 // refusedLocked counts f, refused or dropped, under its reason.
+// It also goes to the flow log for audits (never blocking).
 func (e *Engine) refusedLocked(f *flow) {
 	e.book.Add(f.why, refusal.Event{Src: f.key.src, Dst: f.key.dst, App: f.owner.Name, Rule: f.verdict.Name})
+	if a := e.opts.Audit; a != nil && a.On() {
+		network := "udp"
+		if f.key.proto == packet.ProtoTCP {
+			network = "tcp"
+		}
+		a.Add(auditlog.Record{Time: e.clock.Now(), Event: auditlog.EventRefused, Network: network, Src: f.key.src,
+			Dst: f.key.dst, App: f.owner.Name, PID: int(f.owner.PID), Rule: f.verdict.Name,
+			Action: f.verdict.Action.String(), Reason: f.why.String()})
+	}
 }
 
 // verdictLocked asks the policy about f (with its owner and the name behind its

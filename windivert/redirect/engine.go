@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
@@ -93,6 +94,9 @@ type Options struct {
 	// Refusals counts the flows the engine refuses or drops, by reason, once per flow (its
 	// later packets are counted in Stats only). Nil: the engine keeps its own (Refusals).
 	Refusals *refusal.Book
+	// Audit is the flow log for audits ([log] flows): every flow the engine refuses is
+	// added to it, as the router adds those it refuses. Nil: none.
+	Audit *auditlog.Log
 }
 
 // Stats are counters since New. Flows are new flows decided; the packet counters count
