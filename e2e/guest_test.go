@@ -150,7 +150,7 @@ allow = ["10.0.2.0/24"]
 		_, err := c.Read(make([]byte, 256))
 		return err == nil
 	}
-	if !echoed() && !echoed() {
+	if ok := echoed(); !ok && !echoed() { // a second try: loopback UDP may drop one
 		t.Fatal("no echo before the reload")
 	}
 	// A tunnel through the inbound that stays open, sending nothing.
