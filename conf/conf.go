@@ -169,8 +169,12 @@ type Capture struct {
 	// LocalUDPAllow are UDP ports this host may still send to directly when Local (its other
 	// UDP and ICMP are refused: the router cannot proxy them); DHCP always may.
 	LocalUDPAllow []uint16
-	ListenerPort  uint16
-	DNSPort       uint16
+	// RivalPermits (Windows) is what the daemon does when another product's sublayer above
+	// the guard's holds hard permits at the guard's layers (they defeat its blocks): "warn"
+	// (the default, also when empty) or "refuse" to start.
+	RivalPermits string
+	ListenerPort uint16
+	DNSPort      uint16
 	// UDPPort is the transparent UDP socket that captured UDP reaches (Linux, TPROXY).
 	UDPPort uint16
 	Mark    uint32

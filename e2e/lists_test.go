@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -53,27 +54,11 @@ func (s *scene) flowRecords(match func(map[string]any) bool) []map[string]any {
 // inetService serves a small HTTP answer on address in the internet namespace until the
 // test ends, and counts the connections it accepted.
 func (s *scene) inetService(address, body string) *atomic.Int32 {
-	s.t.Helper()
-	ln, err := s.lab.Inet().Listen(s.ctx, "tcp", address)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.t.Cleanup(func() { ln.Close() })
-	accepted := new(atomic.Int32)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			c.Read(make([]byte, 4096))
-			c.Write([]byte("HTTP/1.0 200 OK\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body))
-			c.Close()
-		}
-	}()
-	return accepted
+	return s.service(s.lab.Inet(), address, func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.Read(make([]byte, 4096))
+		c.Write([]byte("HTTP/1.0 200 OK\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body))
+	})
 }
 
 // TestDoHRefused: with the scene's catch-all config (every guest flow through the proxy),

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -267,8 +268,14 @@ func (s *scene) hypervisorCopy(bin, name string) string {
 // test ends, and counts the connections it accepted: a service of the host that the
 // guests must never reach.
 func (s *scene) hostService(address, reply string) *atomic.Int32 {
+	return s.service(s.lab.Host(), address, func(c net.Conn) { c.Write([]byte(reply)) })
+}
+
+// service runs answer on every connection accepted on address in ns (then closes it) until
+// the test ends, and counts the connections.
+func (s *scene) service(ns *lab.Netns, address string, answer func(net.Conn)) *atomic.Int32 {
 	s.t.Helper()
-	ln, err := s.lab.Host().Listen(s.ctx, "tcp", address)
+	ln, err := ns.Listen(s.ctx, "tcp", address)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -281,7 +288,7 @@ func (s *scene) hostService(address, reply string) *atomic.Int32 {
 				return
 			}
 			accepted.Add(1)
-			c.Write([]byte(reply))
+			answer(c)
 			c.Close()
 		}
 	}()

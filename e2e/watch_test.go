@@ -208,7 +208,7 @@ func TestWatch(t *testing.T) {
 	x.must("new-session", "-d", "-s", "watch", "-x", "160", "-y", "45", cmdline)
 	x.must("set-option", "-t", "watch", "remain-on-exit", "on")
 
-	echo := fake + ":80 (" + lab.EchoName + ")"
+	echo := fake + ":80 (" + lab.EchoName + " by dns)" // the name and where it came from
 	model := "forward model"
 	screen := x.waitPane("both guest flows and the refusal", 15*time.Second, func(p string) bool {
 		return hasFlow(p, echo, "vm", "proxy via exit") && hasFlow(p, lab.GuestAddr, model, "direct") &&

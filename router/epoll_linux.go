@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentcage/router/router/sniff"
 )
 
 // This file is the epoll loop: one per GOMAXPROCS, each owning its flows (see relay_linux.go).
@@ -56,6 +58,7 @@ type loop struct {
 	sa             unix.RawSockaddrAny
 	raw            rawFD
 	buf            [handshakeRoom + earlyMax]byte // a handshake and the client's first bytes; answers
+	sniffBuf       [sniff.Max]byte                // a client's first bytes, looked at for their name
 	out            [handshakeRoom]byte            // a lock-step handshake's next message
 }
 
@@ -469,6 +472,10 @@ func (l *loop) sweep(now time.Duration, buf []*relayFlow) []*relayFlow {
 			continue
 		}
 		if s := f.setup; s != nil {
+			if s.awaiting && now >= s.nameBy {
+				l.nameIn(s, true) // the wait for the name is over: the bytes that are in
+				continue
+			}
 			if now >= s.deadline {
 				l.expire(s)
 			}

@@ -123,7 +123,7 @@ func (r *Router) notAdmitted(f *FlowRecord, err error) {
 // decided records d as f's decision, counted under its rule or step. A flow d refuses is
 // counted among the refusals (false); one it admits is shown by status from now on (true).
 func (r *Router) decided(p *compiled, f *FlowRecord, d policy.Decision) bool {
-	f.Verdict, f.Step, f.pol, f.index = d.Verdict, d.Step, p, d.Index
+	f.Verdict, f.Step, f.pol, f.index, f.Caged = d.Verdict, d.Step, p, d.Index, d.Caged
 	p.count(d)
 	r.caged.note(f, d)
 	if !admits(d) {

@@ -29,6 +29,7 @@ type FlowRecord struct {
 	// HTTP/1 Host header); "" when Host is empty or an inbound's client asked for it.
 	NameFrom string
 	Inbound  string // the inbound that took the flow; "" for a captured one
+	Caged    bool   // the policy found the flow caged
 	App      string
 	PID      int
 	Service  string // the Windows services of the owning svchost, when known (joined ",")
@@ -66,7 +67,7 @@ func (r *Router) audit(f *FlowRecord) {
 		return
 	}
 	rec := auditlog.Record{Time: time.Now(), Event: auditlog.EventFlow, ID: f.ID, Network: "tcp", Src: f.Src,
-		App: f.App, PID: f.PID, Inbound: f.Inbound, Name: f.Host, NameFrom: f.NameFrom,
+		App: f.App, PID: f.PID, Inbound: f.Inbound, Caged: f.Caged, Name: f.Host, NameFrom: f.NameFrom,
 		Rule: f.Verdict.Name, Action: f.Verdict.Action.String(), Upstream: f.Via,
 		Up: f.Up, Down: f.Down, Duration: time.Since(f.Start)}
 	if f.udp {
@@ -116,6 +117,9 @@ func flowAttrs(f *FlowRecord, ended bool) []any {
 	}
 	if f.Host != "" {
 		attrs = append(attrs, "host", f.Host)
+		if f.NameFrom != "" {
+			attrs = append(attrs, "name_from", f.NameFrom)
+		}
 	}
 	if f.App != "" {
 		attrs = append(attrs, "app", f.App, "pid", f.PID)

@@ -28,20 +28,27 @@ func startModelForward(t *testing.T, e *env, events int, gap time.Duration, maxB
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
+	return srv, forwardTo(t, e, srv.Addr(), maxBody).Addr().String()
+}
+
+// forwardTo starts an HTTP forward with the default API (and maxBody, 0 for none) to the
+// model server at addr and returns its listener.
+func forwardTo(t *testing.T, e *env, addr string, maxBody int64) net.Listener {
+	t.Helper()
 	api, err := modelapi.New(modelapi.Default(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := Forward{Name: "model", Listen: netip.MustParseAddrPort("127.0.0.1:0"), Connect: netip.MustParseAddrPort(srv.Addr()),
+	f := Forward{Name: "model", Listen: netip.MustParseAddrPort("127.0.0.1:0"), Connect: netip.MustParseAddrPort(addr),
 		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, API: api, MaxBody: maxBody}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	ln, err := e.r.ListenForward(ctx, f)
+	fl, err := e.r.ListenForward(ctx, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	go e.r.ServeForward(ctx, ln, func() *Forward { return &f })
-	return srv, ln.Addr().String()
+	go e.r.ServeForward(ctx, fl, func() *Forward { return &f })
+	return fl
 }
 
 // exchange writes raw on a new connection and reads every response that comes back until
@@ -247,16 +254,7 @@ func TestModelForwardServerClosesIdle(t *testing.T) {
 	})}
 	go srv.Serve(ln)
 	defer srv.Close()
-	api, _ := modelapi.New(modelapi.Default(), nil)
-	f := Forward{Name: "model", Listen: netip.MustParseAddrPort("127.0.0.1:0"), Connect: netip.MustParseAddrPort(ln.Addr().String()),
-		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, API: api}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	fl, err := e.r.ListenForward(ctx, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go e.r.ServeForward(ctx, fl, func() *Forward { return &f })
+	fl := forwardTo(t, e, ln.Addr().String(), 0)
 	c, err := net.Dial("tcp", fl.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -331,16 +329,7 @@ func TestModelForwardSlowAndHopByHop(t *testing.T) {
 	})}
 	go srv.Serve(ln)
 	defer srv.Close()
-	api, _ := modelapi.New(modelapi.Default(), nil)
-	f := Forward{Name: "model", Listen: netip.MustParseAddrPort("127.0.0.1:0"), Connect: netip.MustParseAddrPort(ln.Addr().String()),
-		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, API: api}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	fl, err := e.r.ListenForward(ctx, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go e.r.ServeForward(ctx, fl, func() *Forward { return &f })
+	fl := forwardTo(t, e, ln.Addr().String(), 0)
 	raw := "POST /api/generate HTTP/1.1\r\nHost: m\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\n" +
 		"Proxy-Authorization: Basic c2VjcmV0\r\nTE: trailers\r\nX-End: 1\r\nContent-Length: 2\r\n\r\n{}"
 	rs := exchange(t, fl.Addr().String(), raw, 1)
@@ -382,16 +371,7 @@ func TestModelForwardGuestGone(t *testing.T) {
 	})}
 	go srv.Serve(ln)
 	defer srv.Close()
-	api, _ := modelapi.New(modelapi.Default(), nil)
-	f := Forward{Name: "model", Listen: netip.MustParseAddrPort("127.0.0.1:0"), Connect: netip.MustParseAddrPort(ln.Addr().String()),
-		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, API: api}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	fl, err := e.r.ListenForward(ctx, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go e.r.ServeForward(ctx, fl, func() *Forward { return &f })
+	fl := forwardTo(t, e, ln.Addr().String(), 0)
 	c, err := net.Dial("tcp", fl.Addr().String())
 	if err != nil {
 		t.Fatal(err)

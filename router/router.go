@@ -30,6 +30,7 @@ import (
 
 	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/router/sniff"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
@@ -144,22 +145,24 @@ type compiled struct {
 // Router runs the transparent listener and forwards. Its methods are safe for concurrent
 // use; Apply may be called at any time (a reload) and affects new flows only.
 type Router struct {
-	log     *slog.Logger
-	opts    Options
-	dialer  *net.Dialer
-	pol     atomic.Pointer[compiled]
-	loops   *loopSet   // relays the flows
-	adm     *admission // what flows may hold: set-up slots and descriptors, by source
-	refuse  *refusals  // refused and failed flows: a few logged, the rest summed up
-	early   sync.Pool  // *[earlyMax]byte: a client's first bytes while its flow is set up
-	flows   sync.WaitGroup
-	live    liveFlows
-	flowLog flowLog // flow records written off the relay's and the loops' goroutines
-	nextID  atomic.Uint64
-	count   counters
-	caged   cagedSeen // the caged processes whose flows were decided, for status
-	book    *refusal.Book
-	udp     udpTable // the UDP flows and their associations (udp.go)
+	log    *slog.Logger
+	opts   Options
+	dialer *net.Dialer
+	pol    atomic.Pointer[compiled]
+	loops  *loopSet   // relays the flows
+	adm    *admission // what flows may hold: set-up slots and descriptors, by source
+	refuse *refusals  // refused and failed flows: a few logged, the rest summed up
+	early  sync.Pool  // *[earlyMax]byte: a client's first bytes while its flow is set up
+	// sniffBufs: *[sniff.Max]byte, a caged flow's first bytes while their name is read.
+	sniffBufs sync.Pool
+	flows     sync.WaitGroup
+	live      liveFlows
+	flowLog   flowLog // flow records written off the relay's and the loops' goroutines
+	nextID    atomic.Uint64
+	count     counters
+	caged     cagedSeen // the caged processes whose flows were decided, for status
+	book      *refusal.Book
+	udp       udpTable // the UDP flows and their associations (udp.go)
 
 	mu      sync.Mutex            // guards tracked
 	tracked map[string]*trackedUp // the proxies in use, their health probes running
@@ -191,15 +194,16 @@ func New(p Settings, opts Options) (*Router, error) {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	r := &Router{
-		log:     opts.Log,
-		opts:    opts,
-		dialer:  &net.Dialer{Control: opts.Control, KeepAlive: 30 * time.Second},
-		loops:   newLoopSet(opts.Log),
-		adm:     newAdmission(cmp.Or(opts.Descriptors, descriptorLimit())),
-		refuse:  newRefusals(opts.Log, opts.SummaryEvery),
-		early:   sync.Pool{New: func() any { return new([earlyMax]byte) }},
-		tracked: map[string]*trackedUp{},
-		book:    opts.Refusals,
+		log:       opts.Log,
+		opts:      opts,
+		dialer:    &net.Dialer{Control: opts.Control, KeepAlive: 30 * time.Second},
+		loops:     newLoopSet(opts.Log),
+		adm:       newAdmission(cmp.Or(opts.Descriptors, descriptorLimit())),
+		refuse:    newRefusals(opts.Log, opts.SummaryEvery),
+		early:     sync.Pool{New: func() any { return new([earlyMax]byte) }},
+		sniffBufs: sync.Pool{New: func() any { return new([sniff.Max]byte) }},
+		tracked:   map[string]*trackedUp{},
+		book:      opts.Refusals,
 	}
 	if r.book == nil {
 		r.book = new(refusal.Book)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentcage/router/internal/accept"
 	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/router/sniff"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5"
 	"github.com/agentcage/router/rules"
@@ -71,9 +72,11 @@ type loopListener struct {
 type sstate uint8
 
 const (
-	sConnecting sstate = iota // waiting for the connect
-	sSending                  // part of the handshake waits to be sent (pending)
-	sAnswers                  // waiting for the proxy's answers
+	sConnecting  sstate = iota // waiting for the connect
+	sSniffing                  // waiting for the client's first bytes, for their name (sniffWait)
+	sNamePending               // connected to the proxy ahead of the name (speculate), nothing sent yet
+	sSending                   // part of the handshake waits to be sent (pending)
+	sAnswers                   // waiting for the proxy's answers
 )
 
 // setupFlow is a transparent flow the loop sets up: its record, its relay state (registered on
@@ -96,6 +99,14 @@ type setupFlow struct {
 	hs       upstream.Handshake
 	pending  []byte // handshake bytes not yet sent (a short write; rare)
 	lowat    bool   // SO_RCVLOWAT is raised on fd[1] until the reply
+	// pf is the flow as the policy sees it while its first bytes are awaited (sSniffing, or
+	// awaiting).
+	pf policy.Flow
+	// awaiting: the connect to the proxy runs ahead of the name (speculate), which is due by
+	// nameBy (loop clock); spec is the decision it was started for.
+	awaiting bool
+	nameBy   time.Duration
+	spec     policy.Decision
 }
 
 // loopOK reports whether the loops may set flows up: the capture tells a descriptor's
@@ -371,7 +382,174 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 		return
 	}
 	s.h.key = key
+	if p.Decision.NeedsSniff(&pf) {
+		// The client's first bytes, looked at and left in the socket (they go on untouched
+		// with the handshake or the relay). Not all in yet: the loop waits for them.
+		res, ok := l.peekName(s, false)
+		if !ok {
+			s.pf = pf
+			if !l.speculate(s) {
+				l.awaitName(s)
+			}
+			return
+		}
+		r.sniffed(p, f, &pf, res)
+		s.h.sniffed = true
+	}
+	l.decide(s, &pf)
+}
+
+// peekName looks at the client's first bytes of s for their name, leaving them in the
+// socket; ok is false while they may still carry one (more to come, and not final: the
+// wait is not over and the client did not end its side).
+func (l *loop) peekName(s *setupFlow, final bool) (sniff.Result, bool) {
+	n, err := recvPeek(s.fd[0], l.sniffBuf[:])
+	if err != nil {
+		n = 0
+	}
+	res := sniff.Sniff(l.sniffBuf[:n])
+	if res.More && !final && n < len(l.sniffBuf) {
+		return res, false
+	}
+	if res.More {
+		res = sniff.Result{}
+	}
+	return res, true
+}
+
+// speculate starts s's connect to its upstream while its first bytes are awaited, when the
+// decision without their name already sends it through a SOCKS5 proxy the loop speaks to:
+// the name mostly confirms it (a fake IP's flow whose bytes carry its own name), and the
+// wait hides behind the connect. Nothing is sent to the proxy before the name is in and the
+// decision stands (nameIn); a decision that changes closes the connection, which carried no
+// request, and the flow is decided afresh. False: nothing was started (awaitName waits).
+func (l *loop) speculate(s *setupFlow) bool {
+	r, p, f, key := s.ls.r, s.p, &s.f, s.h.key
+	d := p.Decision.Decide(&s.pf)
+	var up *upstream.Tracked
+	if d.Action != rules.Proxy || !loopUpstream(p, d.Proxy, &up) || r.resolved != nil && p.Decision.NeedsResolve(&s.pf) {
+		return false
+	}
+	s.dst = dstOf(&s.pf)
+	if s.slots = r.adm.trySetup(key, s.dst); !s.slots {
+		return false
+	}
+	s.slotsAt = time.Now()
+	sd := upstream.Addr{IP: f.Dst.Addr(), Port: f.Dst.Port()}
+	if f.Host != "" {
+		sd = upstream.Addr{Name: f.Host, Port: f.Dst.Port()}
+	}
+	if s.target, s.slots = up.Begin(&s.hs, sd); !s.slots {
+		r.adm.endSetup(key, s.dst, time.Time{})
+		return false
+	}
+	s.proxied, f.Via = true, d.Proxy
+	s.spec, s.awaiting, s.nameBy = d, true, l.now()+sniffWait
+	l.setTick(sniffWait)
+	r.loops.setups.Add(1)
+	l.connect(s)
+	return true
+}
+
+// nameIn goes on with a speculated flow s once its first bytes may carry their name (final:
+// the wait is over, or the client ended its side): the decision with the name, and the
+// handshake when it stands (the connect may still run: connected starts it then); else the
+// speculative connection is closed and the flow decided afresh.
+func (l *loop) nameIn(s *setupFlow, final bool) {
+	res, ok := l.peekName(s, final)
+	if !ok {
+		return
+	}
+	r, p, f := s.ls.r, s.p, &s.f
+	s.awaiting = false
+	host := f.Host
+	pf := s.pf
+	s.pf = policy.Flow{}
+	r.sniffed(p, f, &pf, res)
+	s.h.sniffed = true
 	d := p.Decision.Decide(&pf)
+	if d.Verdict == s.spec.Verdict && d.Step == s.spec.Step && f.Host == host {
+		r.decided(p, f, d)
+		if s.state == sNamePending {
+			l.handshake(s)
+		}
+		return
+	}
+	s.hs.Abandon()
+	l.endSlots(s)
+	s.setup, s.proxied, s.hs, s.target, f.Via, s.spec = nil, false, upstream.Handshake{}, netip.AddrPort{}, "", policy.Decision{}
+	if s.fd[1] >= 0 {
+		closeFD(s.fd[1]) // out of the epoll with it
+		s.fd[1] = -1
+	}
+	l.unslot(s)
+	l.decide(s, &pf)
+}
+
+// awaitName registers s's client on l until its first bytes are in (setupEvent, side 0) or
+// sniffWait has passed (the sweep's expire): then named goes on.
+func (l *loop) awaitName(s *setupFlow) {
+	s.setup, s.state = s, sSniffing
+	s.deadline = l.now() + sniffWait
+	s.last = l.now()
+	l.mu.Lock()
+	l.slotLocked(&s.relayFlow)
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: s.slot}
+	err := rawEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, s.fd[0], &ev)
+	if err != nil {
+		l.slots[s.slot] = nil
+		l.free = append(l.free, s.slot)
+		s.slot = -1
+	}
+	l.setTickLocked(sniffWait)
+	l.mu.Unlock()
+	if err != nil {
+		s.setup = nil
+		s.f.Err = fmt.Errorf("event loop: wait for the first bytes: epoll add: %w", err)
+		l.endEarly(s)
+		return
+	}
+	// Bytes that came in between the look and the registration raised no edge.
+	l.named(s, false)
+}
+
+// named goes on with s once its first bytes may carry their name (final: the wait is over,
+// or the client ended its side): their name, then decide.
+func (l *loop) named(s *setupFlow, final bool) {
+	res, ok := l.peekName(s, final)
+	if !ok {
+		return
+	}
+	s.setup = nil
+	l.unslot(s)
+	pf := s.pf
+	s.pf = policy.Flow{}
+	s.ls.r.sniffed(s.p, &s.f, &pf, res)
+	s.h.sniffed = true
+	l.decide(s, &pf)
+}
+
+// unslot takes s's client off l (named: the flow goes on as one just accepted).
+func (l *loop) unslot(s *setupFlow) {
+	if s.slot < 0 {
+		return
+	}
+	rawEpollCtl(l.epfd, unix.EPOLL_CTL_DEL, s.fd[0], &unix.EpollEvent{})
+	l.mu.Lock()
+	if int(s.slot) < len(l.slots) && l.slots[s.slot] == &s.relayFlow {
+		l.slots[s.slot] = nil
+		l.free = append(l.free, s.slot)
+	}
+	l.mu.Unlock()
+	s.slot = -1
+}
+
+// decide goes on with a classified flow that holds its share (and its name, when the policy
+// asked for it): the policy's decision, the set-up slots, the connect; or a hand-off to the
+// goroutine path for a slow step.
+func (l *loop) decide(s *setupFlow, pf *policy.Flow) {
+	r, p, f, key := s.ls.r, s.p, &s.f, s.h.key
+	d := p.Decision.Decide(pf)
 	if !admits(d) {
 		r.decided(p, f, d)
 		l.endEarly(s)
@@ -381,11 +559,11 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 	// speak to; and no set-up slot free now.
 	var up *upstream.Tracked
 	switch {
-	case r.resolved != nil && p.Decision.NeedsResolve(&pf):
+	case r.resolved != nil && p.Decision.NeedsResolve(pf):
 	case d.Action == rules.Direct && (!f.Dst.Addr().IsValid() || p.Decision.InPool(f.Dst.Addr())):
 	case d.Action == rules.Proxy && !loopUpstream(p, d.Proxy, &up):
 	default:
-		s.dst = dstOf(&pf)
+		s.dst = dstOf(pf)
 		if s.slots = r.adm.trySetup(key, s.dst); s.slots {
 			s.slotsAt = time.Now()
 		}
@@ -401,13 +579,13 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 		s.proxied, f.Via = true, d.Proxy
 	}
 	if !s.slots {
-		l.handOff(s, &pf, true)
+		l.handOff(s, pf, true)
 		return
 	}
 	if !s.proxied {
 		s.target = f.Dst
 	}
-	f.query = pf
+	f.query = *pf
 	r.decided(p, f, d)
 	r.loops.setups.Add(1)
 	l.connect(s)
@@ -491,9 +669,22 @@ func (l *loop) own(f *relayFlow) error {
 // setupEvent moves s's set-up on an event of its descriptor side.
 func (l *loop) setupEvent(s *setupFlow, side int, ev uint32) {
 	if side == 0 {
+		if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+			final := ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
+			switch {
+			case s.state == sSniffing:
+				l.named(s, final)
+			case s.awaiting:
+				l.nameIn(s, final)
+			}
+		}
 		return // the client's bytes wait for the relay, which finds its end or its error too
 	}
 	switch s.state {
+	case sNamePending:
+		if ev&(unix.EPOLLERR|unix.EPOLLHUP|unix.EPOLLRDHUP) != 0 {
+			l.fail(s, s.hs.End(s.hs.Cut(nil, l.sockErr(s.fd[1], io.EOF))))
+		}
 	case sConnecting:
 		if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 			l.connected(s, ev)
@@ -521,6 +712,16 @@ func (l *loop) connected(s *setupFlow, ev uint32) {
 		l.ready(s)
 		return
 	}
+	if s.awaiting {
+		s.state = sNamePending // nameIn starts the handshake once the name stands
+		return
+	}
+	l.handshake(s)
+}
+
+// handshake sends s's handshake to its proxy, with the client's first bytes when the proxy
+// pipelines.
+func (l *loop) handshake(s *setupFlow) {
 	buf := l.buf[:]
 	early := 0
 	if s.hs.Pipelined() {
@@ -647,6 +848,10 @@ func (l *loop) dialError(s *setupFlow, err error) error {
 
 // expire ends a set-up that ran out of time.
 func (l *loop) expire(s *setupFlow) {
+	if s.state == sSniffing {
+		l.named(s, true) // the wait is over: the bytes that are in, named or not
+		return
+	}
 	if s.proxied {
 		l.fail(s, s.hs.End(s.hs.Expired(s.state != sConnecting, nil)))
 		return

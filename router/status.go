@@ -37,6 +37,7 @@ type LiveFlow struct {
 	Src      string
 	Dst      string
 	Host     string
+	NameFrom string // where Host came from: "dns", "sni", "host" (FlowRecord.NameFrom)
 	Inbound  string // the inbound that took it; "" for a captured flow
 	App      string
 	PID      int
@@ -118,7 +119,7 @@ func (r *Router) Status() Stats {
 			s.at, s.up, s.down = now, up, down
 		}
 		st.Flows = append(st.Flows, LiveFlow{
-			ID: f.ID, Src: f.Src.String(), Dst: f.dst(), Host: f.Host, Inbound: f.Inbound, App: f.App, PID: f.PID,
+			ID: f.ID, Src: f.Src.String(), Dst: f.dst(), Host: f.Host, NameFrom: f.NameFrom, Inbound: f.Inbound, App: f.App, PID: f.PID,
 			Verdict: f.Verdict, Via: f.Via, Age: now.Sub(f.Start),
 			Up: uint64(up), Down: uint64(down), UpRate: s.upRate, DownRate: s.downRate,
 		})

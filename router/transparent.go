@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentcage/router/internal/accept"
 	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/router/sniff"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
@@ -106,6 +107,9 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
 type held struct {
 	names func() // nil: no name held
 	key   string
+	// sniffed: the event loop read the name of the flow's first bytes already (they are
+	// still in the socket), so the goroutine path does not wait for them again.
+	sniffed bool
 }
 
 // release gives back what h holds and the flow's place in the budget.
@@ -147,7 +151,17 @@ func (r *Router) classified(ctx context.Context, p *compiled, f *FlowRecord, c *
 // the relay, or a reset.
 func (r *Router) admitted(ctx context.Context, p *compiled, f *FlowRecord, c *net.TCPConn, pf *policy.Flow, h held) {
 	done := func() { r.release(h) }
-	_, out, _ := r.open(ctx, p, f, pf, early{sock: c})
+	e := early{sock: c}
+	if p.Decision.NeedsSniff(pf) && !h.sniffed {
+		// The name the client's first bytes carry (a TLS server name, an HTTP Host), read
+		// before the policy decides; the bytes go on untouched, first, through the dial.
+		buf := r.sniffBufs.Get().(*[sniff.Max]byte)
+		defer r.sniffBufs.Put(buf)
+		n, res := sniffConn(c, buf[:], sniffWait)
+		r.sniffed(p, f, pf, res)
+		e = early{read: buf[:n]}
+	}
+	_, out, _ := r.open(ctx, p, f, pf, e)
 	if out == nil {
 		reset(c) // refused or failed (fail closed): a reset, never a direct fallback
 		r.endFlow(f, done)

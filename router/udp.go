@@ -307,7 +307,7 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 		fl.to = upstream.Addr{Name: pf.Host, Port: f.Dst.Port()}
 	}
 	d := p.Decision.Decide(&pf)
-	f.Verdict, f.Step, f.pol, f.index = d.Verdict, d.Step, p, d.Index
+	f.Verdict, f.Step, f.pol, f.index, f.Caged = d.Verdict, d.Step, p, d.Index, d.Caged
 	f.query = pf
 	switch {
 	case ownerErr != nil:
@@ -396,7 +396,7 @@ func (r *Router) resolveUDP(p *compiled, fl *udpFlow, pf policy.Flow) {
 	t := &r.udp
 	t.mu.Lock()
 	f.query = pf
-	f.Verdict, f.Step, f.index = d.Verdict, d.Step, d.Index
+	f.Verdict, f.Step, f.index, f.Caged = d.Verdict, d.Step, d.Index, d.Caged
 	wait := fl.wait
 	fl.resolving, fl.wait, fl.resolved = false, nil, pf.Resolved
 	if fl.ended || t.closed {

@@ -107,6 +107,10 @@ func CheckOpenArgs(layer Layer, priority int16, flags Flag) error {
 // Filter returns the filter string the handle was opened with.
 func (h *Handle) Filter() string { return h.filter }
 
+// Raw returns the driver's handle value (a Windows HANDLE), for DuplicateHandle and
+// inheritance; it stays valid until Close.
+func (h *Handle) Raw() uintptr { return h.h }
+
 // Layer returns the layer the handle was opened at.
 func (h *Handle) Layer() Layer { return h.layer }
 

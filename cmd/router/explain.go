@@ -56,7 +56,7 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 
 // explain is `router explain`; env tells the policy this machine's addresses.
 func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
-	fs := newFlags("explain", "--config FILE [--app NAME] [--path PATH] [--service NAME]... [--src IP] [--from-vm] [--network tcp|udp] --dst HOST:PORT [--json]",
+	fs := newFlags("explain", "--config FILE [--app NAME] [--path PATH] [--service NAME]... [--src IP] [--from-vm] [--network tcp|udp] --dst HOST:PORT [--name NAME] [--sni NAME] [--json]",
 		"Shows what the router does with a flow: the implicit steps (DNS, local destinations, the\nhost off limits for caged traffic, fake IPs, DNS over TLS, caged traffic that no rule\ndecides) and the rules, with the field that did not match for each rule before the one that\ndecides. Nothing is sent anywhere; the daemon need not run.", stderr)
 	cfgPath := fs.String("config", "", "the config `file`")
 	app := fs.String("app", "", "the process's image `name`, e.g. VBoxHeadless.exe")
@@ -67,6 +67,8 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 	fromVM := fs.Bool("from-vm", false, "the flow enters from a VM-facing interface (caged whatever its source)")
 	dst := fs.String("dst", "", "the destination `HOST:PORT` (an IP or a name)")
 	network := fs.String("network", "tcp", "tcp or udp")
+	name := fs.String("name", "", "the `name` the router's DNS gave the destination's address for (a fake IP's name)")
+	sni := fs.String("sni", "", "the `name` the client's first bytes carry: a TLS server name or an HTTP Host")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	socket := fs.String("socket", "", "the running router's control `path`, to name a fake-IP pool address")
 	goos := fs.String("os", "", "judge for this operating system (`linux` or windows: presets, app names); default this one")
@@ -88,22 +90,51 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 		return exitUsage
 	}
 	q.FromVM = *fromVM
+	for _, n := range []struct {
+		flag string
+		v    *string
+		to   *string
+	}{{"--name", name, &q.Host}, {"--sni", sni, &q.Sniffed}} {
+		if *n.v == "" {
+			continue
+		}
+		h, err := rules.ParseHost(*n.v)
+		if err != nil || h.Kind != rules.HostName {
+			fmt.Fprintf(stderr, "router explain: %s %q is not a host name\n", n.flag, *n.v)
+			return exitUsage
+		}
+		*n.to = h.Name
+	}
 	pol := policy.New(cfg, env)
 	var notes []string
-	if q.Dst.IsValid() && pol.InPool(q.Dst) {
+	if q.Dst.IsValid() && pol.InPool(q.Dst) && q.Host == "" {
 		// A fake IP: the flow is decided by the name behind it, which only the daemon knows.
 		name, note := poolName(cfg, *socket, q.Dst.String())
 		q.Host = name
 		notes = append(notes, note)
 	}
 	d, steps := pol.Explain(q)
+	// Where the name the rules saw came from, as the data path logs it.
+	flowName, fromSniff := pol.Name(q)
+	nameFrom := ""
+	switch {
+	case fromSniff:
+		nameFrom = "sni"
+	case flowName != "" && (*name != "" || q.Dst.IsValid()):
+		nameFrom = "dns"
+	}
 	if *asJSON {
-		return writeJSON(stdout, stderr, explainJSON(cfg, pol, q, d, steps, notes))
+		o := explainJSON(cfg, pol, q, d, steps, notes)
+		o.Flow.SNI, o.Flow.Name, o.Flow.NameFrom = q.Sniffed, flowName, nameFrom
+		return writeJSON(stdout, stderr, o)
 	}
 	for _, p := range cfg.Capture.Presets {
 		fmt.Fprintf(stdout, "preset %s: %s\n", p.Name, presetText(p))
 	}
 	fmt.Fprintf(stdout, "flow: %s\n", describeFlow(q, d.Caged))
+	if nameFrom != "" {
+		fmt.Fprintf(stdout, "name: %s (from %s)\n", flowName, nameFrom)
+	}
 	width := 0
 	for _, s := range steps {
 		width = max(width, len(ruleRef(s.Index, s.Name)))
@@ -278,6 +309,9 @@ type explainOut struct {
 		Src      string   `json:"src,omitempty"`
 		Dst      string   `json:"dst,omitempty"`
 		Host     string   `json:"host,omitempty"`
+		SNI      string   `json:"sni,omitempty"`       // --sni: the name the first bytes carry
+		Name     string   `json:"name,omitempty"`      // the name the rules saw
+		NameFrom string   `json:"name_from,omitempty"` // "dns" or "sni", as the flow log says
 		Port     uint16   `json:"port"`
 		App      string   `json:"app,omitempty"`
 		Path     string   `json:"path,omitempty"`

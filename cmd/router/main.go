@@ -32,14 +32,16 @@ func commands() []command {
 		{"run", "--config FILE", "run the daemon in the foreground (SIGHUP reloads, SIGTERM stops)", cmdRun},
 		{"explain", "--config FILE [--app NAME] [--path PATH] [--service NAME]... [--src IP] [--from-vm] [--network tcp|udp] --dst HOST:PORT [--os linux|windows] [--json]", "show what happens to a flow: the implicit step or the rule that decides, and why each earlier rule did not", cmdExplain},
 		{"lint", "--config FILE [--os linux|windows] [--strict] [--json]", "report shadowed rules, local destinations sent to a proxy, leaks written out, caged traffic with no way out, unsafe forwards", cmdLint},
+		{"learn", "--config FILE [--flows PATH] [--suggest] [--proxy NAME] [--json]", "from a session's flow log: what the caged traffic reached, or (--suggest) an allow-list for it", cmdLearn},
 		{"check-ip", "[--echo URL]... [--expect IP] [--expect-not IP] [--model URL] [--dns-whoami NAME] [--stun HOST:PORT]... [--echo6 URL]... [--no-udp] [--no-ipv6] [--timeout D] [--json]", "from inside the guest: prove the cage holds (exit IP, model, DNS, UDP, IPv6)", cmdCheckIP},
 		{"check-proxy", "--config FILE [--proxy NAME] [--echo URL]... [--json]", "from this host: test each upstream proxy (reach, credentials, exit address, DNS through it, latency)", cmdCheckProxy},
 		{"status", "[--config FILE | --socket PATH] [--json]", "the running daemon's live flows and per-rule counters", cmdStatus},
 		{"watch", "[--config FILE | --socket PATH] [--interval D] [--sort rate|age|bytes] [--once] [--no-altscreen]", "a live terminal view of the running daemon: flows, rules, refusals, upstream health", cmdWatch},
-		{"service", "install --config FILE | uninstall | start | stop", "Windows: run the router as a service (Linux: dist/router.service)", cmdService},
+		{"service", "install --config FILE | upgrade | uninstall | start | stop", "Windows: run the router as a service (Linux: dist/router.service)", cmdService},
 		{"guard", "--config FILE", "install the fail-closed guard alone, without the daemon (at boot, after a failed start)", cmdGuard},
 		{"cleanup", "[--config FILE | --table NAME] [--socket PATH] [--force]", "remove the router's capture and guard (lets VM traffic flow unproxied); --force stops a running router first", cmdCleanup},
 		{"import", "proxifier PROFILE.ppx [-o FILE] [--force]", "turn a Proxifier profile into a config, say what could not be carried, and lint it", cmdImport},
+		{"hold", "--handle N --parent PID", "internal (Windows): the daemon's WinDivert holder, which fails closed through a crash", cmdHold},
 		{"adapters", "[--json]", "Windows: the VM-facing adapters, their subnets, and whether Windows NAT or forwarding carries their guests", cmdAdapters},
 	}
 }

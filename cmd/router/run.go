@@ -39,6 +39,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	level := new(slog.LevelVar)
 	if serviceMode() {
 		err := runService(level, func(log *slog.Logger, ctx contextT, reload <-chan struct{}, ready chan<- struct{}) error {
+			if err := checkServiceConfig(*cfgPath); err != nil {
+				log.Error("the config is refused: the guard stays and blocks the caged apps", "err", err)
+				return err
+			}
 			return daemon.Run(ctx, daemon.Options{
 				ConfigPath: *cfgPath, Platform: daemon.NewPlatform(log.With("component", "capture")),
 				Log: log, Level: level, Reload: reload, Ready: ready,

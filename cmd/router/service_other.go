@@ -15,6 +15,8 @@ func cmdService(args []string, stdout, stderr io.Writer) int {
 
 func serviceMode() bool { return false }
 
+func checkServiceConfig(string) error { return nil }
+
 func runService(level slog.Leveler, run func(log *slog.Logger, ctx contextT, reload <-chan struct{}, ready chan<- struct{}) error) error {
 	return fmt.Errorf("not a Windows service")
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/router/daemon"
@@ -13,7 +14,7 @@ import (
 )
 
 func cmdService(args []string, stdout, stderr io.Writer) int {
-	usage := "usage: router service install --config FILE | uninstall | start | stop"
+	usage := "usage: router service install --config FILE [--env NAME=VALUE]... | upgrade | uninstall | start | stop"
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, usage)
 		return exitUsage
@@ -28,6 +29,8 @@ func cmdService(args []string, stdout, stderr io.Writer) int {
 				"FILE`, and installs the persistent WFP guard, which blocks the caged apps from now on\n"+
 				"whenever no router runs. Run it from an elevated prompt.", stderr)
 		cfgPath := fs.String("config", "", "the config `file` (an absolute path)")
+		var env envFlags
+		fs.Var(&env, "env", "`NAME=VALUE` in the service's environment (repeatable; e.g. the proxy password for password_env; local users can read it, password_file keeps it from them)")
 		if code, stop := parseFlags(fs, args[1:]); stop {
 			return code
 		}
@@ -35,7 +38,7 @@ func cmdService(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "router service install: --config is required")
 			return exitUsage
 		}
-		return serviceInstall(*cfgPath, stdout, stderr)
+		return serviceInstall(*cfgPath, env, stdout, stderr)
 	case "uninstall":
 		if err := service.Uninstall(); err != nil {
 			fmt.Fprintf(stderr, "router service uninstall: %v\n", err)
@@ -47,6 +50,17 @@ func cmdService(args []string, stdout, stderr io.Writer) int {
 			return exitFindings
 		}
 		fmt.Fprintf(stdout, "router service uninstall: done; %s: VM traffic is no longer guarded (the files in Program Files stay)\n", what)
+		return exitOK
+	case "upgrade":
+		exe, err := os.Executable()
+		if err == nil {
+			err = service.UpgradeInPlace(exe, func() (bool, error) { return daemon.GuardInstalled("") })
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "router service upgrade: %v\n", err)
+			return exitFindings
+		}
+		fmt.Fprintln(stdout, "router service upgrade: done; the guard stayed in place throughout")
 		return exitOK
 	case "start":
 		err = service.Start()
@@ -70,7 +84,7 @@ func serviceMode() bool { return service.IsService() }
 
 // serviceInstall installs the service and, once its files are in Program Files, the guard
 // naming the installed router.exe and the service's SID.
-func serviceInstall(cfgPath string, stdout, stderr io.Writer) int {
+func serviceInstall(cfgPath string, env []string, stdout, stderr io.Writer) int {
 	cfgFile, err := filepath.Abs(cfgPath)
 	if err != nil {
 		fmt.Fprintf(stderr, "router service install: %v\n", err)
@@ -81,9 +95,13 @@ func serviceInstall(cfgPath string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
+	if err := service.CheckTrusted(trustedFiles(cfg)...); err != nil {
+		fmt.Fprintf(stderr, "router service install: %v\n", err)
+		return exitUsage
+	}
 	exe, err := os.Executable()
 	if err == nil {
-		err = service.Install(exe, cfgFile)
+		err = service.Install(exe, cfgFile, env...)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "router service install: %v\n", err)
@@ -101,6 +119,41 @@ func serviceInstall(cfgPath string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "router service install: done (%s); start it with `router service start`\n", what)
 	return exitOK
+}
+
+// envFlags collects repeated --env NAME=VALUE flags.
+type envFlags []string
+
+func (e *envFlags) String() string { return fmt.Sprint(len(*e), " variables") }
+
+func (e *envFlags) Set(v string) error {
+	if name, _, ok := strings.Cut(v, "="); !ok || name == "" {
+		return fmt.Errorf("want NAME=VALUE")
+	}
+	*e = append(*e, v)
+	return nil
+}
+
+// trustedFiles are the files of cfg the SYSTEM service reads and obeys: the config and the
+// proxies' password files.
+func trustedFiles(cfg *conf.Config) []string {
+	out := []string{cfg.File}
+	for _, p := range cfg.Proxies {
+		if p.PasswordFile != "" {
+			out = append(out, p.PasswordFile)
+		}
+	}
+	return out
+}
+
+// checkServiceConfig refuses, under the service manager, a config (or password file) that
+// non-administrators may change: see service.CheckTrusted.
+func checkServiceConfig(path string) error {
+	cfg, err := conf.Load(path, conf.Options{SkipSecrets: true})
+	if err != nil {
+		return nil // daemon.Run reports it with every error
+	}
+	return service.CheckTrusted(trustedFiles(cfg)...)
 }
 
 // runService runs the daemon under the service manager: "running" is reported only once

@@ -58,6 +58,15 @@ func writeStatus(w io.Writer, st *control.Status, now time.Time) {
 	case g.Watched:
 		fmt.Fprintln(w, "guard: watched, never restored")
 	}
+	if g := st.Guard; len(g.GuardedApps) > 0 {
+		fmt.Fprintf(w, "guard: blocks %s when no router runs\n", strings.Join(g.GuardedApps, ", "))
+	}
+	for _, u := range st.Guard.Unguarded {
+		fmt.Fprintf(w, "guard: NOT guarded (caged only while the router runs): %s\n", u)
+	}
+	for _, r := range st.Guard.Rivals {
+		fmt.Fprintf(w, "guard: rival: %s\n", r)
+	}
 	fmt.Fprintf(w, "flows: %d (%d live), up %s, down %s; refused: %d\n", t.Flows, t.Live, humanBytes(t.Up), humanBytes(t.Down), t.Refused)
 	if b := st.Budgets; b.FlowBudget > 0 {
 		fmt.Fprintf(w, "budgets: flows %d of %d; set-up: %d in progress, %d waiting; forwards: %d of %d; inbounds: %d of %d\n",
@@ -138,6 +147,9 @@ func flowSource(f control.FlowStat) string {
 }
 
 func flowDest(f control.FlowStat) string {
+	if f.Host != "" && f.NameFrom != "" {
+		return f.Dst + " (" + f.Host + " by " + f.NameFrom + ")"
+	}
 	if f.Host != "" {
 		return f.Dst + " (" + f.Host + ")"
 	}

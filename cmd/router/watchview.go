@@ -293,5 +293,9 @@ func compactDest(f control.FlowStat) string {
 	if f.Host == "" || err != nil {
 		return f.Dst
 	}
+	if f.NameFrom == "sni" || f.NameFrom == "host" {
+		// A name the flow's own bytes gave: said, as an address no DNS answer of ours named.
+		return net.JoinHostPort(f.Host, strconv.Itoa(int(ap.Port()))) + " (" + f.NameFrom + ")"
+	}
 	return net.JoinHostPort(f.Host, strconv.Itoa(int(ap.Port())))
 }

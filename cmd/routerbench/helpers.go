@@ -144,6 +144,7 @@ func runLoad(args []string) error {
 	size := fs.Int64("size", 1<<30, "bytes per connection")
 	count := fs.Int("n", 5000, "connections")
 	par := fs.Int("par", 32, "connections at a time")
+	host := fs.String("host", "", "rate: send the request's HTTP/1.1 form with this Host `name`")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -170,7 +171,7 @@ func runLoad(args []string) error {
 		}
 		return out.Encode(res)
 	case "rate":
-		return out.Encode(bench.Rate(ctx, d, target, *count, *par, int(*size)))
+		return out.Encode(bench.RateRequest(ctx, d, target, bench.Request(int(*size), *host), *count, *par, int(*size)))
 	case "idle":
 		set, err := bench.Idle(ctx, d, target, *count, *par)
 		if err != nil {

@@ -13,6 +13,7 @@
 //	sudo go run ./cmd/routerbench -quick                   # 1 short round, to try the setup
 //	sudo go run ./cmd/routerbench -base-rev a498d1d        # adds row router-base: that commit
 //	sudo go run ./cmd/routerbench -base-rev HEAD~1 -rows router,router-base,redsocks
+//	sudo go run ./cmd/routerbench -names                   # what reading names costs, paired
 //
 // Per round and row: a 1 GiB download (MiB/s; CPU seconds per GiB of the proxy process, of
 // the whole machine, of the lab), 5,000 connections of 1 KiB 32 at a time and 2,000 one at a
@@ -35,6 +36,13 @@
 // or -router BIN) and, with -base BIN or -base-rev REV (git archive of that commit, built in
 // a scratch directory), router-base: a second build measured exactly like router, for
 // router ÷ router-base. The report ends with the performance targets as a checklist.
+//
+// -names measures what reading a flow's name costs: row router runs an allow-list by name
+// (one rule, hosts = ["sink.test"]), row router-base the same build with the catch-all
+// rule; both rows' connections go to the fake IP their router's DNS gave sink.test, with
+// the sink's HTTP/1.1 request naming it, so both hand the proxy the same name and only the
+// wait for the first bytes and their reading differ (router ÷ router-base: conn/s, and the
+// added p50, router − router-base).
 //
 // It needs root, ip, nft, danted (the lab), redsocks and go, sends nothing outside its own
 // namespaces, stops every process it started by PID and removes the namespaces, also on
@@ -81,6 +89,7 @@ type options struct {
 	routerLog string
 	routerEnv []string
 	micro     bool
+	names     bool // -names: row router allows by name, router-base is the catch-all
 	verbose   bool
 	jsonOut   string
 	idleWait  time.Duration
@@ -89,7 +98,7 @@ type options struct {
 }
 
 func (o options) want(row string) bool { return o.rows == nil || slices.Contains(o.rows, row) }
-func (o options) hasBase() bool        { return o.baseBin != "" || o.baseRev != "" }
+func (o options) hasBase() bool        { return o.baseBin != "" || o.baseRev != "" || o.names }
 func (o options) phase(p string) bool  { return slices.Contains(o.phases, p) }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -111,6 +120,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.routerLog, "router-log", "warn", "the router's [log] level (info logs one line per flow; redsocks runs with log_info = off)")
 	routerEnv := fs.String("router-env", "", "extra environment of both router builds, comma separated (e.g. GODEBUG=gctrace=1); with -v its output is shown after each idle row")
 	fs.BoolVar(&o.micro, "micro", true, "also run BenchmarkDecide (10,000 rules) and BenchmarkFakeIPAnswer")
+	fs.BoolVar(&o.names, "names", false, "measure what reading names costs: row router runs an allow-list by name (hosts = [\""+sinkName+"\"]), row router-base the same build (or -base) with the catch-all; both rows' connections go to the fake IP of "+sinkName+" with an HTTP/1.1 request naming it (default rows router-base,router, phases rate,seq)")
 	fs.BoolVar(&o.verbose, "v", false, "log the setup steps")
 	only := fs.String("rows", "", "measure only these rows, comma separated (default all: direct,upstream,redsocks,singbox,router-base,router); ratios need their base row")
 	phases := fs.String("phases", "get,rate,seq,idle", "which measurements, comma separated")
@@ -144,6 +154,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.rounds < 1 || o.size < 1 || o.conns < 1 || o.par < 1 || o.seq < 1 {
 		fmt.Fprintln(stderr, "routerbench: rounds, size, conns, par and seq must be positive")
 		return 2
+	}
+	if o.names {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["rows"] {
+			o.rows = []string{rowRouterBase, rowRouter}
+		}
+		if !set["phases"] {
+			o.phases = []string{"rate", "seq"}
+		}
+		if !set["micro"] {
+			o.micro = false
+		}
 	}
 	if *fromJSON != "" {
 		if err := reprint(*fromJSON, stdout); err != nil {
@@ -203,7 +226,7 @@ func runBench(o options, stdout, stderr io.Writer) (err error) {
 		logf = func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
 	}
 	start := time.Now()
-	w, err := newWorld(ctx, exe, dir, rs, bins, o.routerLog, o.routerEnv, logf)
+	w, err := newWorld(ctx, exe, dir, rs, bins, o.routerLog, o.routerEnv, o.names, logf)
 	if err != nil {
 		return err
 	}
@@ -259,7 +282,7 @@ func prepareBinaries(ctx context.Context, o options, rs []row, dir string, log i
 		return err
 	}
 	has := func(name string) bool { return slices.ContainsFunc(rs, func(r row) bool { return r.name == name }) }
-	if has(rowRouter) {
+	if has(rowRouter) || o.names && has(rowRouterBase) {
 		if o.routerBin != "" {
 			bins[rowRouter] = o.routerBin
 			m.Builds = append(m.Builds, build{Row: rowRouter, What: "binary " + o.routerBin})
@@ -284,6 +307,10 @@ func prepareBinaries(ctx context.Context, o options, rs []row, dir string, log i
 		case o.baseBin != "":
 			bins[rowRouterBase] = o.baseBin
 			m.Builds = append(m.Builds, build{Row: rowRouterBase, What: "binary " + o.baseBin})
+		case o.baseRev == "" && o.names:
+			// -names alone: the same build, with the catch-all config.
+			bins[rowRouterBase] = bins[rowRouter]
+			m.Builds = append(m.Builds, build{Row: rowRouterBase, What: "the router row's build, with the catch-all rule (-names)"})
 		default:
 			if err := needRoot(); err != nil {
 				return m, nil, fmt.Errorf("-base-rev: %w", err)

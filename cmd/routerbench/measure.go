@@ -100,11 +100,14 @@ func (w *world) load(ctx context.Context, r row, out any, mode string, args ...s
 func (w *world) warmUp(ctx context.Context, rs []row) error {
 	for _, r := range rs {
 		var g bench.GetResult
-		if _, err := w.load(ctx, r, &g, "get", "-size", strconv.Itoa(64<<20), sinkBulk); err != nil {
+		if w.names {
+			// The download is by address: an allow-list by name refuses it.
+		} else if _, err := w.load(ctx, r, &g, "get", "-size", strconv.Itoa(64<<20), sinkBulk); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 		var rr bench.RateResult
-		if _, err := w.load(ctx, r, &rr, "rate", "-n", "200", "-par", "8", "-size", "1024", sinkConns); err != nil {
+		target, flags := w.conns(r)
+		if _, err := w.load(ctx, r, &rr, "rate", append(flags, "-n", "200", "-par", "8", "-size", "1024", target)...); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 		if rr.Errors > 0 {
@@ -163,7 +166,8 @@ func (w *world) round(ctx context.Context, o options, rs []row, res *results, ro
 		}
 		for _, r := range order {
 			var rr bench.RateResult
-			u, err := w.load(ctx, r, &rr, "rate", "-n", strconv.Itoa(kind.n), "-par", strconv.Itoa(kind.par), "-size", "1024", sinkConns)
+			target, flags := w.conns(r)
+			u, err := w.load(ctx, r, &rr, "rate", append(flags, "-n", strconv.Itoa(kind.n), "-par", strconv.Itoa(kind.par), "-size", "1024", target)...)
 			if err != nil {
 				return err
 			}

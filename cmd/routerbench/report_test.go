@@ -269,7 +269,7 @@ func TestRouterConfigsDoNotCollide(t *testing.T) {
 	if a.net == b.net || a.port == b.port || a.dnsPort == b.dnsPort || a.mark == b.mark || a.table == b.table || a.src == b.src {
 		t.Errorf("router and router-base share a key: %+v %+v", a, b)
 	}
-	text := routerConfig(b, upstream, "warn", "/tmp/x.sock")
+	text := routerConfig(b, upstream, "warn", "/tmp/x.sock", false)
 	for _, want := range []string{`vm_networks = ["10.0.4.0/24"]`, "listener_port = 47200", "dns_port = 47253", "mark = 0x524f5555", `table = "router_base"`, `sources = ["10.0.4.0/24"]`} {
 		if !strings.Contains(text, want) {
 			t.Errorf("config lacks %q:\n%s", want, text)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,6 +41,8 @@ const (
 	// splices through Go's io.Copy, which holds two pipes per idle flow, so at the 20,000-fd
 	// cap the upstream itself could not hold more than about 3,300 idle flows.
 	upstreamIdle = lab.InetUplinkAddr + ":1083"
+	// sinkName is the sink's name in the lab DNS, for -names.
+	sinkName = "sink.test"
 
 	srcNAT      = lab.GuestAddr
 	srcRedsocks = "10.0.2.16"
@@ -88,17 +91,26 @@ type world struct {
 	logf      func(format string, args ...any)
 	idleWait  time.Duration
 	debugMem  func(pid int) // with -v: prints the largest mappings of a proxy holding idle flows
+	// names: -names (routerConfig); connTo are the router rows' targets for the connection
+	// rows then: the fake IP each router's DNS gave sinkName, port 9001.
+	names  bool
+	connTo map[string]string
 
 	sink, socks, socksIdle *lab.Process
 	procs                  map[string]*lab.Process // row name -> its proxy
 }
 
-func newWorld(ctx context.Context, exe, dir string, rs []row, bins map[string]string, routerLog string, routerEnv []string, logf func(string, ...any)) (w *world, err error) {
-	l, err := lab.New(ctx, lab.Options{Logf: logf})
+func newWorld(ctx context.Context, exe, dir string, rs []row, bins map[string]string, routerLog string, routerEnv []string, names bool, logf func(string, ...any)) (w *world, err error) {
+	opts := lab.Options{Logf: logf}
+	if names {
+		opts.Names = map[string]netip.Addr{sinkName: netip.MustParseAddr(lab.ServiceAddr)}
+	}
+	l, err := lab.New(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	w = &world{lab: l, exe: exe, dir: dir, bins: bins, routerLog: routerLog, routerEnv: routerEnv, logf: logf, procs: map[string]*lab.Process{}}
+	w = &world{lab: l, exe: exe, dir: dir, bins: bins, routerLog: routerLog, routerEnv: routerEnv, logf: logf, procs: map[string]*lab.Process{},
+		names: names, connTo: map[string]string{}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, w.close())
@@ -166,8 +178,27 @@ func newWorld(ctx context.Context, exe, dir string, rs []row, bins map[string]st
 		if err := w.startProxy(ctx, r.name, upstream); err != nil {
 			return w, err
 		}
+		if names && (r.name == rowRouter || r.name == rowRouterBase) {
+			// The fake IP this router's DNS gives the sink's name, asked from the row's source.
+			out, err := exec.CommandContext(ctx, "ip", "netns", "exec", guest, "dig", "+short", "+time=2", "+tries=2",
+				"-b", r.src, "@"+lab.ServiceAddr, sinkName).Output()
+			a, perr := netip.ParseAddr(strings.TrimSpace(string(out)))
+			if err != nil || perr != nil {
+				return w, fmt.Errorf("%s: resolve %s through the router: %q: %w", r.name, sinkName, out, errors.Join(err, perr))
+			}
+			w.connTo[r.name] = netip.AddrPortFrom(a, 9001).String()
+		}
 	}
 	return w, nil
+}
+
+// conns is where row r's connection rows go, and the load's extra flags: the sink's
+// address, or with -names the fake IP of its name, with a request naming it.
+func (w *world) conns(r row) (target string, flags []string) {
+	if t, ok := w.connTo[r.name]; ok {
+		return t, []string{"-host", sinkName}
+	}
+	return sinkConns, nil
 }
 
 // start runs name with args in namespace ns and waits until it listens on port.
@@ -233,7 +264,15 @@ func (w *world) startSingbox(ctx context.Context, up string) (*lab.Process, erro
 }
 
 // routerConfig is the config of a router build: it captures only its own guest network.
-func routerConfig(s routerSpec, up, logLevel, controlSocket string) string {
+//
+// With names (-names, row router), its one rule allows by name: sinkName only, through the
+// proxy; an unnamed flow would fall to the caged end. Otherwise a catch-all sends every flow
+// of its network through the proxy.
+func routerConfig(s routerSpec, up, logLevel, controlSocket string, names bool) string {
+	rule := fmt.Sprintf("sources = [%q]", s.net)
+	if names {
+		rule = fmt.Sprintf("hosts = [%q]", sinkName)
+	}
 	return fmt.Sprintf(`# routerbench: the %s row captures only the guest's %s.
 [proxy.up]
 address = %q
@@ -261,15 +300,15 @@ socket = %q
 
 [[rule]]
 name = "vm"
-sources = [%q]
+%s
 action = "proxy"
 proxy = "up"
-`, s.name, s.net, up, s.net, s.port, s.dnsPort, s.mark, s.table, lab.ServiceAddr, logLevel, controlSocket, s.net)
+`, s.name, s.net, up, s.net, s.port, s.dnsPort, s.mark, s.table, lab.ServiceAddr, logLevel, controlSocket, rule)
 }
 
 func (w *world) startRouter(ctx context.Context, s routerSpec, up string) (*lab.Process, error) {
 	conf := filepath.Join(w.dir, s.name+".toml")
-	if err := os.WriteFile(conf, []byte(routerConfig(s, up, w.routerLog, filepath.Join(w.dir, s.name+".sock"))), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte(routerConfig(s, up, w.routerLog, filepath.Join(w.dir, s.name+".sock"), w.names && s.name == rowRouter)), 0o600); err != nil {
 		return nil, err
 	}
 	// The router keeps its last good guard in its state directory: the run's own, not the

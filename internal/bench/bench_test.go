@@ -261,3 +261,12 @@ func TestStats(t *testing.T) {
 		t.Errorf("PairedDiffs = %v", d)
 	}
 }
+
+// TestRateWithHost: the sink answers the HTTP/1.1 form of a request as the line.
+func TestRateWithHost(t *testing.T) {
+	_, addr := startSink(t)
+	res := RateRequest(context.Background(), Dialer{}, addr, Request(1000, "sink.test"), 20, 4, 1000)
+	if res.Errors != 0 || res.Count != 20 {
+		t.Fatalf("%+v", res)
+	}
+}

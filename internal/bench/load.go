@@ -118,7 +118,24 @@ type RateResult struct {
 // Rate makes count connections, par at a time: each connects, asks for size bytes and reads
 // to EOF. Failed connections are counted, not retried.
 func Rate(ctx context.Context, d Dialer, target string, count, par, size int) RateResult {
-	req := []byte("GET " + strconv.Itoa(size) + "\n")
+	return RateRequest(ctx, d, target, Request(size, ""), count, par, size)
+}
+
+// httpSuffix ends the request line of Request's HTTP/1.1 form (before its "\n").
+const httpSuffix = " HTTP/1.1\r"
+
+// Request is the request for size bytes: "GET size\n", or with a host its HTTP/1.1 form,
+// "GET size HTTP/1.1\r\nHost: host\r\n\r\n", which carries a name for a router that reads
+// the Host header of a flow (the sink answers both alike).
+func Request(size int, host string) []byte {
+	if host == "" {
+		return []byte("GET " + strconv.Itoa(size) + "\n")
+	}
+	return []byte("GET " + strconv.Itoa(size) + httpSuffix + "\nHost: " + host + "\r\n\r\n")
+}
+
+// RateRequest is Rate with the request req (Request) sent on each connection.
+func RateRequest(ctx context.Context, d Dialer, target string, req []byte, count, par, size int) RateResult {
 	lat := make([]time.Duration, count)
 	var next atomic.Int64
 	var errs atomic.Int64

@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// maxRequest bounds a request line.
-const maxRequest = 64
+// maxRequest bounds a request: its line, or the head of its HTTP/1.1 form.
+const maxRequest = 512
 
 // sinkChunk is the shared buffer the sink writes from.
 const sinkChunk = 1 << 20
@@ -69,8 +69,13 @@ func (s *Sink) serveConn(c net.Conn) {
 			s.parked.Add(1)
 		}
 		n += m
-		if i := bytes.IndexByte(req[:n], '\n'); i >= 0 {
+		if i := bytes.IndexByte(req[:n], '\n'); i >= 0 && !bytes.HasSuffix(req[:i], []byte(httpSuffix)) {
 			n = i
+			break
+		}
+		if i := bytes.Index(req[:n], []byte("\r\n\r\n")); i >= 0 {
+			// The HTTP/1.1 form (Request with a host): its head read whole, the line kept.
+			n = bytes.IndexByte(req[:n], '\n') - len(httpSuffix)
 			break
 		}
 		if err != nil || n == len(req) {

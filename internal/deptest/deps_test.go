@@ -36,7 +36,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"dns", "conf internal/accept internal/ports internal/tally rules/refusal", ""},
 
 	// The Linux data path and what it dials.
-	{"router", "dns internal/accept internal/netaddr internal/tally router/auditlog router/proc router/sockmap router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
+	{"router", "dns internal/accept internal/netaddr internal/tally router/auditlog router/proc router/sniff router/sockmap router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
 		"conf dns/dnstest internal/modeltest internal/roottest router/upstream/socks5/socks5test router/upstream/upstreamtest rules/policy/policytest"},
 	{"router/upstream", "conf router/upstream/httpconnect router/upstream/socks4 router/upstream/socks5",
 		"internal/winetest router/upstream/httpconnect/httpconnecttest router/upstream/socks4/socks4test router/upstream/socks5/socks5test router/upstream/upstreamtest"},
@@ -45,6 +45,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/upstream/socks5", "internal/secret", "internal/winetest router/upstream/socks5/socks5test"},
 	{"router/upstream/socks5/socks5test", "", ""},
 	{"router/upstream/socks4", "", ""},
+	{"router/sniff", "", ""},
 	{"router/upstream/socks4/socks4test", "", ""},
 	{"router/upstream/httpconnect", "internal/secret", "router/upstream/httpconnect/httpconnecttest"},
 	{"router/upstream/httpconnect/httpconnecttest", "", ""},
@@ -77,9 +78,10 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert/cmd/wdprobe", "router/proc windivert windivert/dist windivert/packet", ""},
 
 	// The commands.
-	{"cmd/router", "cmd/router/checkip cmd/router/proxycheck conf conf/lint conf/proxifier router/control router/daemon router/service router/upstream rules rules/policy windivert/adapters",
+	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck conf conf/lint conf/proxifier router/control router/daemon router/service router/upstream rules rules/policy windivert/adapters",
 		"router/upstream/socks5/socks5test rules/policy/policytest"},
 	{"cmd/router/checkip", "", ""},
+	{"cmd/router/learn", "router/auditlog", "conf conf/lint rules rules/policy"},
 	{"cmd/router/proxycheck", "router/upstream router/upstream/httpconnect router/upstream/socks5", "router/upstream/httpconnect/httpconnecttest router/upstream/socks5/socks5test"},
 	{"cmd/routerbench", "internal/bench internal/lab", ""},
 	{"cmd/routerlab", "internal/lab", "conf conf/lint rules rules/policy"},
@@ -122,6 +124,8 @@ var layers = []layer{
 		only("router/upstream/httpconnect", "internal/secret")},
 	{"the wire packages speak their protocol and nothing else: they import nothing of ours but the one redaction",
 		only("router/upstream/socks4", "internal/secret")},
+	{"the name sniffer reads a client's untrusted first bytes and imports nothing of ours",
+		only("router/sniff")},
 	{"the Linux data path and its capture (nftables, the sockmap) import nothing of the Windows capture",
 		never([]string{"router", "router/nftcap/...", "router/sockmap"}, "windivert/...")},
 	{"the Windows capture imports nothing of the Linux capture",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"os/exec"
 	"sync"
@@ -26,6 +27,9 @@ type Options struct {
 	ModelEvents int
 	// RunTimeout bounds each setup command and each Netns.Run (default 30 s).
 	RunTimeout time.Duration
+	// Names are more names the lab DNS answers, each with one IPv4 address (A; other types
+	// NODATA), outside the lab.test zone too: a test's own names (allowed.test).
+	Names map[string]netip.Addr
 }
 
 // Lab is a running lab. Its methods are safe for concurrent use. Close ends it; afterwards the

@@ -27,14 +27,14 @@ func (l *Lab) startInetServers(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if err := l.serveDNS(ctx, &dns.Server{PacketConn: pc, Handler: dnsHandler(&l.dnsLog)}); err != nil {
+	if err := l.serveDNS(ctx, &dns.Server{PacketConn: pc, Handler: dnsHandler(&l.dnsLog, opts.Names)}); err != nil {
 		return err
 	}
 	ln, err = l.inet.Listen(ctx, "tcp", DNSAddr)
 	if err != nil {
 		return err
 	}
-	if err := l.serveDNS(ctx, &dns.Server{Listener: ln, Handler: dnsHandler(&l.dnsLog)}); err != nil {
+	if err := l.serveDNS(ctx, &dns.Server{Listener: ln, Handler: dnsHandler(&l.dnsLog, opts.Names)}); err != nil {
 		return err
 	}
 

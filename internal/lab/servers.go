@@ -131,7 +131,7 @@ const (
 )
 
 // dnsHandler answers the lab.test zone (see EchoName and WhoamiName) and logs every question.
-func dnsHandler(rec *record[DNSQuery]) dns.Handler {
+func dnsHandler(rec *record[DNSQuery], names map[string]netip.Addr) dns.Handler {
 	return dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
 		src := netaddr.AddrPort(w.RemoteAddr())
 		transport := "udp"
@@ -151,6 +151,13 @@ func dnsHandler(rec *record[DNSQuery]) dns.Handler {
 		rec.add(DNSQuery{Time: time.Now(), Source: src, Name: name, Type: typeName(q.Qtype), Transport: transport})
 		if dns.IsSubDomain(SilentZone, name) {
 			return // never answered: the asker waits for its timeout
+		}
+		if a, ok := names[strings.TrimSuffix(name, ".")]; ok {
+			if q.Qtype == dns.TypeA && a.Is4() {
+				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: zoneTTL}, A: a.AsSlice()})
+			}
+			_ = w.WriteMsg(m)
+			return
 		}
 		if !dns.IsSubDomain(zone, name) {
 			m.Authoritative = false

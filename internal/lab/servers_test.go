@@ -28,7 +28,7 @@ func TestDNSHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: dnsHandler(&rec)}, {Listener: ln, Handler: dnsHandler(&rec)}} {
+	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: dnsHandler(&rec, nil)}, {Listener: ln, Handler: dnsHandler(&rec, nil)}} {
 		started := make(chan struct{})
 		srv.NotifyStartedFunc = func() { close(started) }
 		go func() { _ = srv.ActivateAndServe() }()

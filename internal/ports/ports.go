@@ -9,6 +9,9 @@ const (
 	// DoT is DNS over TLS (TCP) and DNS over QUIC (UDP): it would carry names past the
 	// router's DNS, so only a proxy may take it.
 	DoT uint16 = 853
+	// HTTPS is HTTPS over TCP and HTTP/3 over QUIC (UDP): caged QUIC is refused where the
+	// rules allow by name (its name is sealed; the client falls back to TCP).
+	HTTPS uint16 = 443
 	// DHCPServer4 and DHCPServer6 are the ports a DHCP client sends to (a guest asking its
 	// host for an address); DHCPClient4 and DHCPClient6 the ports the answers come to.
 	DHCPServer4 uint16 = 67

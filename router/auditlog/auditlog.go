@@ -25,6 +25,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,7 @@ type Record struct {
 	App      string         `json:"app,omitempty"`
 	PID      int            `json:"pid,omitempty"`
 	Inbound  string         `json:"inbound,omitempty"`
+	Caged    bool           `json:"caged,omitempty"`     // the policy found the flow caged
 	Name     string         `json:"name,omitempty"`      // the destination's name, when known
 	NameFrom string         `json:"name_from,omitempty"` // where the name came from: dns, sni, host
 	Dst      netip.AddrPort `json:"-"`
@@ -95,6 +97,43 @@ func (r Record) MarshalJSON() ([]byte, error) {
 		l.DurationMS = float64(r.Duration.Microseconds()) / 1000
 	}
 	return json.Marshal(l)
+}
+
+// UnmarshalJSON reads a line as MarshalJSON writes it (for readers of the log: router
+// learn). A dst of the form name:port sets DstPort, the name being in its own field.
+func (r *Record) UnmarshalJSON(b []byte) error {
+	type plain Record // without this method
+	var l struct {
+		plain
+		Src        string  `json:"src"`
+		Dst        string  `json:"dst"`
+		DurationMS float64 `json:"duration_ms"`
+	}
+	if err := json.Unmarshal(b, &l); err != nil {
+		return err
+	}
+	*r = Record(l.plain)
+	if l.Src != "" {
+		ap, err := netip.ParseAddrPort(l.Src)
+		if err != nil {
+			return fmt.Errorf("src: %w", err)
+		}
+		r.Src = ap
+	}
+	if l.Dst != "" {
+		if ap, err := netip.ParseAddrPort(l.Dst); err == nil {
+			r.Dst = ap
+		} else {
+			i := strings.LastIndexByte(l.Dst, ':')
+			p, perr := strconv.ParseUint(l.Dst[i+1:], 10, 16)
+			if i < 0 || perr != nil {
+				return fmt.Errorf("dst %q: neither address:port nor name:port", l.Dst)
+			}
+			r.DstPort = uint16(p)
+		}
+	}
+	r.Duration = time.Duration(l.DurationMS * float64(time.Millisecond))
+	return nil
 }
 
 // Options configures a Log. The zero value takes the defaults.

@@ -166,3 +166,26 @@ func BenchmarkWrite(b *testing.B) {
 	}
 	b.ReportMetric(float64(lost), "dropped")
 }
+
+// TestRecordRoundTrip: a line reads back into the record that wrote it (router learn reads
+// the log this way).
+func TestRecordRoundTrip(t *testing.T) {
+	for _, r := range []Record{
+		{Time: time.Date(2026, 12, 1, 22, 0, 0, 0, time.UTC), Event: EventFlow, ID: 7, Network: "tcp", Caged: true,
+			Src: netip.MustParseAddrPort("10.0.2.15:40000"), Dst: netip.MustParseAddrPort("198.18.0.5:443"),
+			Name: "registry.npmjs.org", NameFrom: "dns", Rule: "r", Action: "proxy", Upstream: "exit", Up: 1, Down: 2, Duration: 1500 * time.Microsecond},
+		{Time: time.Date(2026, 12, 1, 22, 0, 1, 0, time.UTC), Event: EventRefused, Name: "dns.google", DstPort: 443, Reason: "doh"},
+	} {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got Record
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		if got != r {
+			t.Errorf("%s read back as %+v; want %+v", b, got, r)
+		}
+	}
+}

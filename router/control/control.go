@@ -88,6 +88,13 @@ type GuardStat struct {
 	Restores    int       `json:"restores"`
 	LastRestore time.Time `json:"last_restore,omitzero"`
 	LastDamage  string    `json:"last_damage,omitempty"`
+	// Rivals (Windows) are other products' WFP sublayers evaluated before the guard's, each
+	// with its hard permits at the guard's layers and what they defeat.
+	Rivals []string `json:"rivals,omitempty"`
+	// GuardedApps (Windows) are the executables the guard blocks when no router runs;
+	// Unguarded the caged images it cannot name (caged by the capture while it runs only).
+	GuardedApps []string `json:"guarded_apps,omitempty"`
+	Unguarded   []string `json:"unguarded,omitempty"`
 }
 
 // BudgetStat is what the flows hold of the daemon's budgets: transparent flows alive (being
@@ -153,7 +160,8 @@ type FlowStat struct {
 	Src      string        `json:"src"`
 	Dst      string        `json:"dst"`
 	Host     string        `json:"host,omitempty"`
-	Inbound  string        `json:"inbound,omitempty"` // the inbound that took it; "" for a captured flow
+	NameFrom string        `json:"name_from,omitempty"` // where Host came from: "dns", "sni", "host"
+	Inbound  string        `json:"inbound,omitempty"`   // the inbound that took it; "" for a captured flow
 	App      string        `json:"app,omitempty"`
 	PID      int           `json:"pid,omitempty"`
 	Rule     string        `json:"rule"`

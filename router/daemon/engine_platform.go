@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -34,10 +36,22 @@ import (
 // The order is the guard's contract:
 //
 //	first Install: lock the instance → Install the guard's plan (persistent blocks) →
-//	               open WinDivert → run the engine → reset the caged connections older than
-//	               the engine → Arm (dynamic permits for the caged apps and the router)
+//	               open WinDivert → hand the diverting handle to the holder → run the
+//	               engine → reset the caged connections older than the engine → Arm
+//	               (dynamic permits for the caged apps and the router)
 //	next Install:  the guard's new plan in place (re-armed), then the engine's new policy
-//	Close, or the engine failing: Disarm → close WinDivert; a failure is sent on Failed
+//	Close:         Disarm → wait until Windows enforces none of our permits → close
+//	               WinDivert → let the holder go
+//	engine failing: (before the engine closes WinDivert, without mu: a reload may hold it)
+//	               Seal (disarm for good) → wait as above → close → let the holder go; the
+//	               failure is sent on Failed
+//	crash:         the kernel closes our handles at once, but the holder's reference keeps
+//	               the diverting handle open (its packets are queued, never read, dropped)
+//	               until the BFE has run our dynamic session down; then the holder exits
+//
+// The permits are the only thing that lets a caged app's packet reach the network, and
+// they must never be enforced while no diverting handle is open: their teardown in Windows
+// is not atomic with ours (docs/windows-guard.md).
 //
 // mu guards every field below it.
 type redirectPlatform struct {
@@ -60,7 +74,22 @@ type redirectPlatform struct {
 	udp     []windivert.PortRange // the UDP ports the filter takes (nil: all)
 	router  *router.Router        // carries the engine's relayed UDP (UseRouter); nil: such UDP is dropped
 	closing bool
-	failed  chan error // one failure, buffered
+	failed  chan error   // one failure, buffered
+	unhold  func() error // lets the holder go (nil: none)
+	cfg     *conf.Config // the config last installed
+	pol     *policy.Policy
+	rivals  []string // the coexistence check's findings at the last install
+	guarded []string // the executables the installed guard blocks
+	unnamed []string // caged names the guard found no executable for
+
+	restores    int // the guard found damaged and restored
+	lastRestore time.Time
+	lastDamage  string
+
+	appsMu      sync.Mutex        // guards the three below (taken after mu, never before)
+	extra       map[string]string // lower-cased path → path: caged images seen running from paths the plan missed
+	polSnap     *policy.Policy    // p.pol, for noticeApp
+	guardedSnap []string          // p.guarded, for noticeApp
 }
 
 // engineDeps are the system parts of a redirectPlatform.
@@ -89,13 +118,28 @@ type engineDeps struct {
 	// ReservePorts reserves the source ports of the router's own sockets (nil, or an
 	// error: none are; its flows are then told by OwnPID, each packet crossing user mode).
 	ReservePorts func() (OwnPorts, error)
+	// Hold hands the diverting WinDivert handle hv of drv to a holder, another process that
+	// keeps it open after this one ends until the permits owner armed are gone (guard.Hold);
+	// release lets it go once they are. An error refuses the start: without a holder a
+	// crash would let caged packets pass until Windows runs the permits down. nil: no
+	// holder (tests of other things).
+	Hold func(drv windivert.Driver, hv uintptr, owner uint32) (release func() error, err error)
+	// DisarmWait bounds how long stopping waits for Windows to delete the permits before it
+	// closes WinDivert anyway (0: 30 s).
+	DisarmWait time.Duration
+	// SeenFile keeps the caged images seen running from paths the guard's lookup missed,
+	// one path a line, so that the next start guards them too ("": not kept).
+	SeenFile string
+	// WatchEvery is how often the running router checks that its guard is intact and
+	// restores it when another tool deleted or changed part of it (0: every 2 s).
+	WatchEvery time.Duration
 }
 
 func newRedirectPlatform(log *slog.Logger, deps engineDeps) *redirectPlatform {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &redirectPlatform{log: log, deps: deps, guard: guard.New(deps.WFP, log.With("component", "guard")), failed: make(chan error, 1)}
+	return &redirectPlatform{log: log, deps: deps, guard: guard.NewFor(deps.WFP, log.With("component", "guard"), deps.OwnPID), failed: make(chan error, 1)}
 }
 
 // Env: this machine's addresses, and the known hypervisors' images, caged whatever the
@@ -131,20 +175,226 @@ func (p *redirectPlatform) vmAdapters() []adapters.Adapter {
 	return as
 }
 
-// installGuard puts the config's guard in place (re-armed when armed).
+// installGuard puts the config's guard in place (re-armed when armed), with the caged
+// images seen running from paths the plan missed; it is called with p.mu held. Before it,
+// the coexistence check: other products' sublayers above the guard's and their hard permits
+// are logged, and refuse the install with [capture] rival_permits = "refuse".
 func (p *redirectPlatform) installGuard(cfg *conf.Config) error {
+	if err := p.checkRivals(cfg); err != nil {
+		return err
+	}
 	plan, unresolved, err := GuardPlan(cfg, p.deps.Machine, p.vmAdapters(), p.deps.Router, p.deps.Service)
 	if err != nil {
 		return fmt.Errorf("guard plan: %w", err)
 	}
+	extra := p.extraApps(plan.Env.CagedApps)
+	ports := p.ownPorts()
+	if len(extra) > 0 || ports != nil {
+		env := plan.Env
+		env.CagedApps = append(slices.Clone(env.CagedApps), extra...)
+		if ports != nil {
+			for _, r := range ports.Ranges() {
+				env.OwnPorts = append(env.OwnPorts, wfp.PortRange{From: r.Lo, To: r.Hi})
+			}
+		}
+		if plan, err = guard.NewPlan(env); err != nil {
+			return fmt.Errorf("guard plan: %w", err)
+		}
+	}
 	if len(unresolved) > 0 {
-		p.log.Warn("caged apps the guard cannot name (no such executable): they are caged by the capture while it runs, not blocked while it does not; give their full paths",
+		p.log.Warn("caged apps the guard cannot name (no such executable): they are caged by the capture while it runs, and guarded once seen running; give their full paths to guard them while it does not",
 			"apps", fmt.Sprint(unresolved))
 	}
-	if _, err := p.guard.Install(plan); err != nil {
+	rep, err := p.guard.Install(plan)
+	if err != nil {
 		return err
 	}
+	p.guarded = slices.DeleteFunc(slices.Clone(plan.Env.CagedApps), func(a string) bool { return slices.Contains(rep.Unresolvable, a) })
+	p.unnamed = append(slices.Clone(unresolved), rep.Unresolvable...)
 	return nil
+}
+
+// checkRivals runs the coexistence check (see installGuard); called with p.mu held.
+func (p *redirectPlatform) checkRivals(cfg *conf.Config) error {
+	rivals, err := guard.Rivals(p.deps.WFP)
+	if err != nil {
+		p.log.Warn("coexistence check: other products' WFP sublayers not listed", "err", err)
+		return nil
+	}
+	var found, defeating []string
+	for _, r := range rivals {
+		found = append(found, r.String())
+		if len(r.HardPermits) > 0 {
+			defeating = append(defeating, r.String())
+		}
+	}
+	if !slices.Equal(found, p.rivals) { // logged when the set changes, not at every check
+		for _, r := range rivals {
+			if len(r.HardPermits) == 0 {
+				p.log.Info("coexistence: a WFP sublayer above the guard's (its blocks add to ours)", "sublayer", r.Sublayer.Name, "weight", r.Sublayer.Weight)
+			} else {
+				p.log.Warn("coexistence: a WFP sublayer above the guard's has hard permits that defeat it", "rival", r.String())
+			}
+		}
+	}
+	p.rivals = found
+	if len(defeating) > 0 && cfg.Capture.RivalPermits == "refuse" {
+		return fmt.Errorf("coexistence check: %s; with it the guard does not hold while the router is stopped ([capture] rival_permits = \"refuse\"): turn that product's kill switch or firewall off, or set rival_permits = \"warn\" to accept it",
+			strings.Join(defeating, "; "))
+	}
+	return nil
+}
+
+// extraApps returns the images seen running caged from paths not in have (this run's, and
+// those SeenFile kept from earlier runs).
+func (p *redirectPlatform) extraApps(have []string) []string {
+	p.appsMu.Lock()
+	defer p.appsMu.Unlock()
+	if p.extra == nil {
+		p.extra = map[string]string{}
+		p.loadSeen()
+	}
+	var out []string
+	for k, path := range p.extra {
+		if !slices.ContainsFunc(have, func(h string) bool { return strings.EqualFold(h, k) }) {
+			out = append(out, path)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// noticeApp is told every process the engine resolves: a caged one running from a path
+// the installed guard does not block gets persistent blocks for that path at once (in the
+// background: the engine's lookups do not wait for WFP), so it stays caged when the router
+// stops.
+func (p *redirectPlatform) noticeApp(info proc.Info) {
+	if info.Path == "" {
+		return
+	}
+	p.appsMu.Lock()
+	pol, guarded := p.polSnap, p.guardedSnap
+	if pol == nil || p.extra[strings.ToLower(info.Path)] != "" ||
+		slices.ContainsFunc(guarded, func(g string) bool { return strings.EqualFold(g, info.Path) }) {
+		p.appsMu.Unlock()
+		return
+	}
+	if !pol.Caged(&policy.Flow{App: info.Name, AppPath: info.Path, Services: info.Services}) {
+		p.appsMu.Unlock()
+		return
+	}
+	if p.extra == nil {
+		p.extra = map[string]string{}
+	}
+	p.extra[strings.ToLower(info.Path)] = info.Path
+	p.saveSeen(info.Path)
+	p.appsMu.Unlock()
+	p.log.Warn("a caged image runs from a path the guard did not know: guarding it", "app", info.Name, "path", info.Path)
+	go p.guardSeen()
+}
+
+// loadSeen adds SeenFile's paths to p.extra; p.appsMu is held.
+func (p *redirectPlatform) loadSeen() {
+	if p.deps.SeenFile == "" {
+		return
+	}
+	data, err := os.ReadFile(p.deps.SeenFile)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			p.log.Warn("the caged images seen earlier are not read", "file", p.deps.SeenFile, "err", err)
+		}
+		return
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if len(line) >= 3 && line[1] == ':' && (line[2] == '\\' || line[2] == '/') {
+			p.extra[strings.ToLower(line)] = line
+		}
+	}
+}
+
+// saveSeen appends path to SeenFile; p.appsMu is held.
+func (p *redirectPlatform) saveSeen(path string) {
+	if p.deps.SeenFile == "" {
+		return
+	}
+	f, err := os.OpenFile(p.deps.SeenFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err == nil {
+		_, err = f.WriteString(path + "\n")
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		p.log.Warn("a caged image seen running is guarded for this run only", "path", path, "file", p.deps.SeenFile, "err", err)
+	}
+}
+
+// guardSeen reinstalls the guard with the images seen running.
+func (p *redirectPlatform) guardSeen() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing || p.cfg == nil {
+		return
+	}
+	if err := p.installGuard(p.cfg); err != nil {
+		p.log.Error("guarding a caged image seen running failed: it is caged only while the router runs", "err", err)
+		return
+	}
+	p.snapshot()
+}
+
+// snapshot publishes the policy and the guarded paths to noticeApp; called with p.mu held.
+func (p *redirectPlatform) snapshot() {
+	p.appsMu.Lock()
+	p.polSnap, p.guardedSnap = p.pol, slices.Clone(p.guarded)
+	p.appsMu.Unlock()
+}
+
+// GuardStatus reports the guard for `router status`: the rivals found at the last install,
+// the executables guarded and the caged names it cannot name.
+func (p *redirectPlatform) GuardStatus() GuardStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return GuardStatus{Watched: true, Restores: p.restores, LastRestore: p.lastRestore, LastDamage: p.lastDamage,
+		Rivals: slices.Clone(p.rivals), GuardedApps: slices.Clone(p.guarded), Unguarded: slices.Clone(p.unnamed)}
+}
+
+// guardingResolver tells the platform every process the engine resolves (noticeApp).
+type guardingResolver struct {
+	inner redirect.PIDResolver
+	p     *redirectPlatform
+}
+
+func (r guardingResolver) ByPID(pid uint32) (proc.Info, error) {
+	info, err := r.inner.ByPID(pid)
+	if err == nil {
+		r.p.noticeApp(info)
+	}
+	return info, err
+}
+
+// guardingAtResolver keeps the inner resolver's PID-reuse check.
+type guardingAtResolver struct {
+	guardingResolver
+	at redirect.PIDAtResolver
+}
+
+func (r guardingAtResolver) ByPIDAt(pid uint32, t time.Time) (proc.Info, error) {
+	info, err := r.at.ByPIDAt(pid, t)
+	if err == nil {
+		r.p.noticeApp(info)
+	}
+	return info, err
+}
+
+func (p *redirectPlatform) resolver() redirect.PIDResolver {
+	if p.deps.Resolver == nil {
+		return nil
+	}
+	g := guardingResolver{inner: p.deps.Resolver, p: p}
+	if at, ok := p.deps.Resolver.(redirect.PIDAtResolver); ok {
+		return guardingAtResolver{g, at}
+	}
+	return g
 }
 
 func (p *redirectPlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dns.Server) error {
@@ -161,6 +411,8 @@ func (p *redirectPlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dn
 			return err
 		}
 		p.eng.SetPolicy(pol)
+		p.cfg, p.pol = cfg, pol
+		p.snapshot()
 		if ups := literalUpstreams(cfg); !slices.Equal(ups, p.ups) {
 			p.log.Info("proxy addresses changed: the capture filter keeps the old ones until restart; the new ones are told by the router's PID",
 				"old", fmt.Sprint(p.ups), "new", fmt.Sprint(ups))
@@ -177,6 +429,8 @@ func (p *redirectPlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dn
 	if err := p.installGuard(cfg); err != nil {
 		return err
 	}
+	p.cfg, p.pol = cfg, pol
+	p.snapshot()
 	if err := p.startEngine(cfg, pol, srv); err != nil {
 		return err
 	}
@@ -184,7 +438,56 @@ func (p *redirectPlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dn
 		p.stopEngineLocked()
 		return err
 	}
+	go p.watchGuard(p.stopped)
 	return nil
+}
+
+// watchGuard checks the guard every WatchEvery until stopped is closed, and restores it
+// (the persistent blocks and, while armed, the permits) when something else removed or
+// changed part of it; restores are counted in GuardStatus.
+func (p *redirectPlatform) watchGuard(stopped <-chan struct{}) {
+	every := p.deps.WatchEvery
+	if every <= 0 {
+		every = 2 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for tick := 1; ; tick++ {
+		select {
+		case <-stopped:
+			return
+		case <-t.C:
+		}
+		if tick%15 == 0 { // about every 30 s: a VPN switched on meanwhile shows in status
+			p.mu.Lock()
+			if !p.closing && p.cfg != nil {
+				if err := p.checkRivals(p.cfg); err != nil {
+					p.log.Error("coexistence: a rival's hard permits defeat the guard while it runs; it refuses the next start", "err", err)
+				}
+			}
+			p.mu.Unlock()
+		}
+		damage, err := p.guard.Damage()
+		if err != nil || damage == "" {
+			continue
+		}
+		p.mu.Lock()
+		if p.closing || p.cfg == nil {
+			p.mu.Unlock()
+			return
+		}
+		err = p.installGuard(p.cfg)
+		if err == nil {
+			p.restores++
+			p.lastRestore, p.lastDamage = time.Now(), damage
+		}
+		p.mu.Unlock()
+		if err != nil {
+			p.log.Error("the guard was changed by something else and could not be restored", "damage", damage, "err", err)
+			continue
+		}
+		p.log.Warn("the guard was changed by something else: restored", "damage", damage)
+	}
 }
 
 // literalUpstreams are the proxies given by address and dialed directly (no via): the
@@ -243,12 +546,22 @@ func (p *redirectPlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv
 		release()
 		return err
 	}
+	if p.deps.Hold != nil {
+		unhold, err := p.deps.Hold(drv, dev.NetworkHandle(), p.deps.OwnPID)
+		if err != nil {
+			dev.Close()
+			release()
+			return fmt.Errorf("start the WinDivert holder: %w", err)
+		}
+		p.unhold = unhold
+	}
 	opts := redirect.Options{
+		BeforeClose:  p.failClosed,
 		Log:          p.log.With("component", "redirect"),
 		ListenerPort: cfg.Capture.ListenerPort,
 		DNSPort:      cfg.Capture.DNSPort,
 		Events:       dev,
-		Resolver:     p.deps.Resolver,
+		Resolver:     p.resolver(),
 		Lookup:       p.deps.Lookup,
 		OwnPIDs:      []uint32{p.deps.OwnPID},
 	}
@@ -267,6 +580,7 @@ func (p *redirectPlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv
 	if err != nil {
 		dev.Close()
 		release()
+		p.letGo()
 		return err
 	}
 	if udp != nil {
@@ -353,16 +667,50 @@ func (p *redirectPlatform) logStats(eng *redirect.Engine, stopped <-chan struct{
 	}
 }
 
-// fail handles the engine's failure: the permits go first, then WinDivert; the daemon
-// learns it on Failed.
+// failClosed runs in the engine's Run when the device failed, before Run closes it, and
+// without p.mu (a reload may hold it; the device stays open meanwhile, so nothing passes
+// uncaptured while it waits): the guard is sealed and the permits waited for.
+func (p *redirectPlatform) failClosed(error) {
+	if err := p.guard.Seal(); err != nil {
+		p.log.Warn("capture failed: disarming the guard failed; waiting for Windows to drop the permits", "err", err)
+	}
+	p.waitNoPermits()
+}
+
+// waitNoPermits waits (bounded) until Windows enforces none of this process's permits.
+func (p *redirectPlatform) waitNoPermits() {
+	wait := p.deps.DisarmWait
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := guard.WaitNoPermits(ctx, p.deps.WFP, p.deps.OwnPID, 0); err != nil {
+		p.log.Error("the guard's permits are still in force: WinDivert closes anyway", "err", err)
+	}
+}
+
+// letGo releases the holder (once); the permits are gone by then.
+func (p *redirectPlatform) letGo() {
+	if p.unhold != nil {
+		if err := p.unhold(); err != nil {
+			p.log.Warn("release the WinDivert holder", "err", err)
+		}
+		p.unhold = nil
+	}
+}
+
+// fail handles the engine's failure, reported after Run returned: failClosed dropped the
+// permits before WinDivert closed; the holder goes and the daemon learns it on Failed.
 func (p *redirectPlatform) fail(err error) {
 	p.mu.Lock()
 	closing := p.closing
 	if !closing {
-		if derr := p.guard.Disarm(); derr != nil {
+		if derr := p.guard.Seal(); derr != nil {
 			err = errors.Join(err, derr)
 		}
 		p.closeDevLocked()
+		p.letGo()
 	}
 	p.mu.Unlock()
 	if closing {
@@ -381,8 +729,10 @@ func (p *redirectPlatform) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closing = true
-	err := p.guard.Disarm()
+	err := p.guard.Seal()
+	p.waitNoPermits()
 	p.stopEngineLocked()
+	p.letGo()
 	if p.unlock != nil {
 		p.unlock()
 		p.unlock = nil

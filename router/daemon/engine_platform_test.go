@@ -65,6 +65,16 @@ func (machine) Getenv(name string) string {
 	return ""
 }
 
+// everywhere is a machine with every known hypervisor's images installed: the guard names
+// each caged image.
+type everywhere struct{ machine }
+
+func (everywhere) ReadDir(dir string) ([]string, error) {
+	return []string{"VirtualBoxVM.exe", "VBoxHeadless.exe", "VBoxNetNAT.exe", "vmnat.exe", "vmware-vmx.exe", "qemu-system-x86_64.exe"}, nil
+}
+
+func (e everywhere) Exists(path string) bool { return true }
+
 var errDriverGone = errors.New("the driver is gone")
 
 // windowsScene is the Windows platform with a fake WinDivert and filtering engine.
@@ -377,14 +387,17 @@ action = "direct"
 		name, text string
 		narrow     bool
 		filter     string // in the NETWORK filter
+		m          guard.Machine
 	}{
-		{"narrow", narrowCfg, true, "udp.DstPort >= 3478 and udp.DstPort <= 3479"},
-		{"local", strings.Replace(narrowCfg, "hypervisors", "local = true\nhypervisors", 1), false, ""},
-		{"caged service", narrowCfg + "[[rule]]\nname = \"nat\"\nservices = [\"SharedAccess\"]\naction = \"block\"\n", false, ""},
-		{"direct without ports", strings.Replace(narrowCfg, `ports = ["3478-3479"]`, `hosts = ["203.0.113.0/24"]`, 1), false, ""},
+		{"narrow", narrowCfg, true, "udp.DstPort >= 3478 and udp.DstPort <= 3479", everywhere{}},
+		{"a known hypervisor the guard cannot name", narrowCfg, false, "", machine{}},
+		{"local", strings.Replace(narrowCfg, "hypervisors", "local = true\nhypervisors", 1), false, "", everywhere{}},
+		{"caged service", narrowCfg + "[[rule]]\nname = \"nat\"\nservices = [\"SharedAccess\"]\naction = \"block\"\n", false, "", everywhere{}},
+		{"direct without ports", strings.Replace(narrowCfg, `ports = ["3478-3479"]`, `hosts = ["203.0.113.0/24"]`, 1), false, "", everywhere{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newWindowsScene(t)
+			s.p.deps.Machine = tc.m
 			cfg, err := conf.Parse("udp.toml", []byte(tc.text), conf.Options{OS: "windows"})
 			if err != nil {
 				t.Fatal(err)

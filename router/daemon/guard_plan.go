@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/rules"
@@ -49,7 +48,7 @@ func UserNATApps(goos string) []rules.App {
 // cannot.
 func GuardPlan(cfg *conf.Config, m guard.Machine, vms []adapters.Adapter, router, service string) (guard.Plan, []string, error) {
 	var names []string
-	caged, _ := policy.CagedApps(cfg)
+	caged, services := policy.CagedApps(cfg)
 	for _, c := range caged {
 		names = append(names, c.App.String())
 	}
@@ -65,11 +64,12 @@ func GuardPlan(cfg *conf.Config, m guard.Machine, vms []adapters.Adapter, router
 		}
 	}
 	env := guard.Env{
-		CagedUDP:  cagedUDP,
-		CagedApps: apps.Paths,
-		Router:    router,
-		Service:   service,
-		Listeners: []uint16{cfg.Capture.ListenerPort},
+		CagedUDP:      cagedUDP,
+		CagedApps:     apps.Paths,
+		CagedServices: slices.Compact(slices.Sorted(slices.Values(services))),
+		Router:        router,
+		Service:       service,
+		Listeners:     []uint16{cfg.Capture.ListenerPort},
 		// The router answers every process's DNS only with [dns] capture = "all": then
 		// no other process may reach a resolver itself.
 		DNSAll: cfg.DNS.Capture == conf.DNSCaptureAll,
@@ -97,23 +97,20 @@ func GuardPlan(cfg *conf.Config, m guard.Machine, vms []adapters.Adapter, router
 
 // udpScope is the UDP the capture must take for cfg besides DNS: narrow with the ports of
 // policy.CagedUDPPorts when only the caged apps' UDP matters (local = false) and the guard
-// can refuse the rest of theirs (every caged app is an executable it names: no caged
-// service, no name it found no file for); otherwise every UDP packet (narrow false).
+// can refuse the rest of theirs (every caged name, the config's and the known hypervisors'
+// images, is an executable it names; no caged service); otherwise every UDP packet (narrow
+// false).
 //
-// A known hypervisor's image the config does not name (not installed here) does not count:
-// what no executable answers to runs nowhere.
+// A known hypervisor's image the guard found no file for counts too: a portable copy, or
+// one from Scoop or MSYS2, runs from a path the guard does not know, and its UDP to another
+// port would be neither diverted nor blocked.
 func udpScope(cfg *conf.Config, unresolved []string) (ports []rules.PortRange, narrow bool) {
 	if cfg.Capture.Local {
 		return nil, false
 	}
-	caged, services := policy.CagedApps(cfg)
-	if len(services) > 0 {
+	_, services := policy.CagedApps(cfg)
+	if len(services) > 0 || len(unresolved) > 0 {
 		return nil, false
-	}
-	for _, u := range unresolved {
-		if slices.ContainsFunc(caged, func(c policy.CagedApp) bool { return strings.EqualFold(c.App.String(), u) }) {
-			return nil, false // the config cages a name no executable answers to
-		}
 	}
 	ports, all := policy.New(cfg, policy.Env{}).CagedUDPPorts()
 	return ports, !all

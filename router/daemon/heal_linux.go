@@ -127,7 +127,9 @@ func (h *healer) close() {
 func (h *healer) status() GuardStatus {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.stats
+	st := h.stats
+	st.Watched = true
+	return st
 }
 
 // run is the loop: kernel changes, interface changes, the periodic check, restore retries.

@@ -61,6 +61,11 @@ func NewPlatform(log *slog.Logger) Platform {
 		Connections:  helper.Connections,
 		OwnPID:       uint32(os.Getpid()),
 		ReservePorts: reservePorts,
+		Hold:         startHolder(exe),
+	}
+	if exe != "" {
+		// Beside router.exe: the install directory, which only administrators may write.
+		deps.SeenFile = filepath.Join(filepath.Dir(exe), "guarded-apps.txt")
 	}
 	return windowsPlatform{newRedirectPlatform(log, deps)}
 }

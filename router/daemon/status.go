@@ -24,9 +24,14 @@ type GuardStatus struct {
 	Restores    int
 	LastRestore time.Time
 	LastDamage  string
+	// Watched: the platform restores its guard when changed (Linux).
+	Watched bool
+	// Rivals, GuardedApps, Unguarded: see control.GuardStat (Windows).
+	Rivals, GuardedApps, Unguarded []string
 }
 
-// guardReporter is a Platform that watches its guard (Linux).
+// guardReporter is a Platform that reports its guard (Linux: watched; Windows: rivals and
+// guarded paths).
 type guardReporter interface{ GuardStatus() GuardStatus }
 
 // processLister is a Platform that lists this host's processes (Linux).
@@ -70,7 +75,8 @@ func (h *statusHandler) Status() control.Status {
 	st.PID = os.Getpid()
 	if g, ok := h.d.opts.Platform.(guardReporter); ok {
 		gs := g.GuardStatus()
-		st.Guard = control.GuardStat{Watched: true, Restores: gs.Restores, LastRestore: gs.LastRestore, LastDamage: gs.LastDamage}
+		st.Guard = control.GuardStat{Watched: gs.Watched, Restores: gs.Restores, LastRestore: gs.LastRestore, LastDamage: gs.LastDamage,
+			Rivals: gs.Rivals, GuardedApps: gs.GuardedApps, Unguarded: gs.Unguarded}
 	}
 	if pl, ok := h.d.opts.Platform.(processLister); ok {
 		st.Warnings = append(st.Warnings, uncaged(pl, policy.New(cfg, h.d.opts.Platform.Env()))...)
@@ -110,7 +116,7 @@ func buildStatus(started time.Time, file string, r *router.Router, d *dns.Server
 	}
 	st.Flows = make([]control.FlowStat, 0, len(rs.Flows))
 	for _, f := range rs.Flows {
-		st.Flows = append(st.Flows, control.FlowStat{ID: f.ID, Src: f.Src, Dst: f.Dst, Host: f.Host, Inbound: f.Inbound, App: f.App, PID: f.PID,
+		st.Flows = append(st.Flows, control.FlowStat{ID: f.ID, Src: f.Src, Dst: f.Dst, Host: f.Host, NameFrom: f.NameFrom, Inbound: f.Inbound, App: f.App, PID: f.PID,
 			Rule: f.Verdict.Name, Action: f.Verdict.Action.String(), Proxy: f.Verdict.Proxy, Via: f.Via, Age: f.Age,
 			Up: f.Up, Down: f.Down, UpRate: f.UpRate, DownRate: f.DownRate})
 	}

@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/windows"
+	"golang.org/x/sys/windows/registry"
 	"golang.org/x/sys/windows/svc/eventlog"
 	"golang.org/x/sys/windows/svc/mgr"
 
@@ -27,6 +28,7 @@ type installOptions struct {
 	dir       string             // the install directory (created if missing)
 	winDivert func(string) error // writes the WinDivert files into a directory
 	checkDir  func(string) error // refuses a directory others may write (checkAdminOnly)
+	env       []string           // NAME=VALUE pairs for the service's environment
 }
 
 // InstallDir returns where `router service install` puts router.exe and the WinDivert
@@ -49,12 +51,23 @@ func InstallDir() (string, error) {
 // event log source. It refuses, with the reason, when any of that fails (not elevated,
 // the service installed already, router.exe in use), and never installs the service at
 // exe's own path. Config must be an absolute path (the service starts in System32).
-func Install(exe, config string) error {
+//
+// env are NAME=VALUE pairs the service gets in its environment (the service key's
+// Environment value, which the service manager reads at each start): a proxy password for
+// password_env without a reboot (setx /M reaches services only after one). Local users can
+// read a service's key: password_file, in a directory only administrators can read, keeps
+// the secret from them.
+func Install(exe, config string, env ...string) error {
 	dir, err := InstallDir()
 	if err != nil {
 		return fmt.Errorf("install service: %w", err)
 	}
-	return install(installOptions{name: Name, exe: exe, config: config, dir: dir, winDivert: dist.Install, checkDir: checkAdminOnly})
+	for _, e := range env {
+		if name, _, ok := strings.Cut(e, "="); !ok || name == "" || strings.ContainsAny(name, "\x00") {
+			return fmt.Errorf("install service: --env %q: want NAME=VALUE", strings.SplitN(e, "=", 2)[0])
+		}
+	}
+	return install(installOptions{name: Name, exe: exe, config: config, dir: dir, winDivert: dist.Install, checkDir: checkAdminOnly, env: env})
 }
 
 func install(o installOptions) error {
@@ -108,6 +121,17 @@ func install(o installOptions) error {
 	if err := s.SetRecoveryActionsOnNonCrashFailures(true); err != nil && !errors.Is(err, windows.ERROR_INVALID_LEVEL) {
 		return fail("recovery actions", err)
 	}
+	if len(o.env) > 0 {
+		k, err := registry.OpenKey(registry.LOCAL_MACHINE, `SYSTEM\CurrentControlSet\Services\`+o.name, registry.SET_VALUE)
+		if err != nil {
+			return fail("service environment", err)
+		}
+		err = k.SetStringsValue("Environment", o.env)
+		k.Close()
+		if err != nil {
+			return fail("service environment", err)
+		}
+	}
 	if err := eventlog.InstallAsEventCreate(o.name, eventlog.Error|eventlog.Warning|eventlog.Info); err != nil && !strings.Contains(err.Error(), "exists") {
 		return fail("event log source", err)
 	}
@@ -155,40 +179,62 @@ func placeFiles(o installOptions) (string, error) {
 	return target, nil
 }
 
-// fileDeleteChild is FILE_DELETE_CHILD (winnt.h), which x/sys does not name.
-const fileDeleteChild = 0x40
-
-// writeRights are the access rights that let an account change what runs from a
-// directory: write or append data (add files), write attributes or extended attributes,
-// delete, delete children, change the ACL or the owner, and the generic write and all.
-const writeRights = windows.FILE_WRITE_DATA | windows.FILE_APPEND_DATA | windows.FILE_WRITE_EA |
-	windows.FILE_WRITE_ATTRIBUTES | fileDeleteChild | windows.DELETE | windows.WRITE_DAC |
-	windows.WRITE_OWNER | windows.GENERIC_WRITE | windows.GENERIC_ALL
-
-// checkAdminOnly refuses dir when its DACL lets an account other than SYSTEM,
-// Administrators or TrustedInstaller write (or has no DACL at all, which lets everyone).
-func checkAdminOnly(dir string) error {
-	sd, err := windows.GetNamedSecurityInfo(dir, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION)
+// aclOf reads the access list of path as the checks see it (Writers).
+func aclOf(path string) (aces []ACE, hasDACL bool, err error) {
+	sd, err := windows.GetNamedSecurityInfo(path, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION)
 	if err != nil {
-		return fmt.Errorf("read the ACL of %s: %w", dir, err)
+		return nil, false, fmt.Errorf("read the access list of %s: %w", path, err)
 	}
 	dacl, _, err := sd.DACL()
 	if err != nil || dacl == nil {
-		return fmt.Errorf("refusing %s: it has no access list, so every user could replace router.exe, which runs as SYSTEM", dir)
+		return nil, false, nil
 	}
-	trusted := map[string]bool{"S-1-5-18": true, "S-1-5-32-544": true,
-		"S-1-5-80-956008885-3418522649-1831038044-1853292631-2271478464": true} // SYSTEM, Administrators, TrustedInstaller
 	for i := uint32(0); i < uint32(dacl.AceCount); i++ {
 		var ace *windows.ACCESS_ALLOWED_ACE
 		if err := windows.GetAce(dacl, i, &ace); err != nil {
-			return fmt.Errorf("read the ACL of %s: %w", dir, err)
-		}
-		if ace.Header.AceType != windows.ACCESS_ALLOWED_ACE_TYPE || ace.Mask&writeRights == 0 {
-			continue
+			return nil, false, fmt.Errorf("read the access list of %s: %w", path, err)
 		}
 		sid := (*windows.SID)(unsafe.Pointer(&ace.SidStart))
-		if !trusted[sid.String()] {
-			return fmt.Errorf("refusing %s: %s may write there, and could replace router.exe, which runs as SYSTEM; install from an elevated prompt into a directory only administrators can write", dir, sid)
+		aces = append(aces, ACE{SID: sid.String(), Mask: uint32(ace.Mask),
+			Allow:       ace.Header.AceType == windows.ACCESS_ALLOWED_ACE_TYPE,
+			InheritOnly: ace.Header.AceFlags&windows.INHERIT_ONLY_ACE != 0})
+	}
+	return aces, true, nil
+}
+
+// checkAdminOnly refuses dir when its access list lets an account other than SYSTEM,
+// Administrators or TrustedInstaller write (or has none at all, which lets everyone).
+func checkAdminOnly(dir string) error {
+	aces, has, err := aclOf(dir)
+	if err != nil {
+		return err
+	}
+	if w := Writers(aces, has); len(w) > 0 {
+		return fmt.Errorf("refusing %s: %s may write there, and could replace router.exe, which runs as SYSTEM; install from an elevated prompt into a directory only administrators can write", dir, strings.Join(w, ", "))
+	}
+	return nil
+}
+
+// CheckTrusted refuses each file the service reads (its config, a password_file) when an
+// account other than SYSTEM, Administrators or TrustedInstaller may change it or its
+// directory (a folder under C:\ProgramData lets every user add files; a profile lets its
+// user): the router runs as SYSTEM and would obey it. The error names the account and the
+// icacls command that fixes it.
+func CheckTrusted(paths ...string) error {
+	for _, p := range paths {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return fmt.Errorf("check %s: %w", p, err)
+		}
+		for _, obj := range []string{abs, filepath.Dir(abs)} {
+			aces, has, err := aclOf(obj)
+			if err != nil {
+				return fmt.Errorf("check %s: %w", abs, err)
+			}
+			if w := Writers(aces, has); len(w) > 0 {
+				return fmt.Errorf("refusing %s: %s may change %s, and the router service runs as SYSTEM and trusts it; fix (elevated): %s",
+					abs, strings.Join(w, ", "), obj, protectCommand(filepath.Dir(abs)))
+			}
 		}
 	}
 	return nil
@@ -233,4 +279,30 @@ func sameFile(a, b string) (bool, error) {
 		return false, err
 	}
 	return os.SameFile(sa, sb), nil
+}
+
+// UpgradeInPlace is `router service upgrade`: Upgrade with the service manager, exe as the
+// new router.exe and guarded telling whether the guard is installed.
+func UpgradeInPlace(exe string, guarded func() (bool, error)) error {
+	dir, err := InstallDir()
+	if err != nil {
+		return fmt.Errorf("upgrade service: %w", err)
+	}
+	return Upgrade(UpgradeSteps{
+		Stop: func() error {
+			return withService(func(s *mgr.Service) error { return stopAndWait(s, 60*time.Second) })
+		},
+		Place: func() error {
+			_, err := placeFiles(installOptions{name: Name, exe: exe, dir: dir, winDivert: dist.Install, checkDir: checkAdminOnly})
+			return err
+		},
+		Start:   Start,
+		Guarded: guarded,
+	})
+}
+
+// protectCommand is the fix the refusals print: an access list that only SYSTEM and
+// Administrators may write, Users reading.
+func protectCommand(path string) string {
+	return `icacls "` + path + `" /inheritance:r /grant:r SYSTEM:(OI)(CI)F Administrators:(OI)(CI)F Users:(OI)(CI)RX`
 }

@@ -342,3 +342,51 @@ func TestLockInstance(t *testing.T) {
 	}
 	again()
 }
+
+// setDACL gives path the access list of sddl (protected: nothing inherited).
+func setDACL(t *testing.T, path, sddl string) {
+	t.Helper()
+	sd, err := windows.SecurityDescriptorFromString(sddl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dacl, _, err := sd.DACL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := windows.SetNamedSecurityInfo(path, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION|windows.PROTECTED_DACL_SECURITY_INFORMATION, nil, nil, dacl, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCheckTrusted: a config that users may change (itself, or through its folder, as in
+// a C:\ProgramData subfolder) is refused with the fix; one only administrators may write is
+// accepted.
+func TestCheckTrusted(t *testing.T) {
+	dir := winetest.TempDir(t)
+	cfg := filepath.Join(dir, "router.toml")
+	if err := os.WriteFile(cfg, []byte("# config\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const protected = "D:P(A;OICI;FA;;;SY)(A;OICI;FA;;;BA)(A;OICI;0x1200a9;;;BU)"
+	// Wine reads back an access list that grants the current user full control whatever
+	// was set (see TestCheckAdminOnly): there every case is refused, so only the refusals
+	// and their message are checked; the accepted case and which object is named need
+	// Windows (and TestWriters checks the decision on the lists Windows gives).
+	wine := winetest.UnderWine()
+	setDACL(t, dir, protected)
+	setDACL(t, cfg, protected)
+	if err := CheckTrusted(cfg); err != nil && !wine {
+		t.Errorf("a protected config: %v", err)
+	}
+	setDACL(t, dir, "D:P(A;OICI;FA;;;SY)(A;OICI;FA;;;BA)(A;OICI;0x1200a9;;;BU)(A;CI;0x2;;;BU)") // ProgramData: users add files
+	err := CheckTrusted(cfg)
+	if err == nil || !strings.Contains(err.Error(), "icacls") || (!wine && !strings.Contains(err.Error(), "may change "+dir)) {
+		t.Errorf("a folder users may add files to: %v, want refused with the fix", err)
+	}
+	setDACL(t, dir, protected)
+	setDACL(t, cfg, "D:P(A;;FA;;;SY)(A;;FA;;;BA)(A;;0x1301bf;;;BU)") // users may modify the file
+	if err := CheckTrusted(cfg); err == nil || !strings.Contains(err.Error(), "may change "+cfg) {
+		t.Errorf("a file users may modify: %v, want refused", err)
+	}
+}

@@ -17,11 +17,19 @@
 //     the router's business: it goes direct, whatever the rules say: StepUncaptured
 //     (with Env.Scoped, as every capture is).
 //  4. A fake-IP pool address that no DNS answer gave out is refused: StepNoName (only the
-//     name makes such a flow routable, and nothing may guess it).
+//     name makes such a flow routable, and nothing may guess it). A fake IP's flow whose
+//     first bytes carry another name (Flow.Sniffed: a TLS server name or an HTTP Host that
+//     disagrees with the name the address was given for) is refused: StepNameMismatch (a
+//     guest that pins one name's address and asks the server for another).
 //  5. The rules, first match wins. A caged flow is decided only by a rule that names it
 //     (sources, apps, services) or its destination (hosts, ports), or by a catch-all that
 //     keeps it caged (proxy or block): a direct rule without such fields is a catch-all for
 //     this host's own traffic only. StepRule.
+//     The rules see the flow's name (Name): a fake IP's, else the name its first bytes
+//     carry, else a name seen in a DNS answer for its address; a host-name entry matches
+//     that name only, never an address. A flow with no name meets only the rules' address
+//     entries, so where the caged rules allow by name, an unnamed flow falls to the caged
+//     end (6).
 //  6. When no rule decides: a caged flow is refused (StepCaged), any other goes direct
 //     (StepNoMatch).
 //  7. A caged flow to another guest's network (an address in vm_networks) is refused unless
@@ -41,7 +49,12 @@
 //     those resolvers alike; port 53 was answered at step 1). One function, DoH, decides
 //     it from the flow's name (a fake IP's, a name seen in DNS, or one the capture read
 //     from the flow) and its address.
-//  10. DNS over TLS or QUIC (port 853) leaves only through a proxy; a direct verdict is
+//  10. QUIC: in a config whose caged rules allow by name (AllowsByName), a caged flow's UDP
+//     to port 443 is refused unless the deciding rule is written for UDP (network =
+//     "udp"): StepQUIC. Its name is sealed in the QUIC Initial, so browsers and HTTP/3
+//     clients fall back to TCP, where the name is read (NeedsSniff). In other configs the
+//     rules decide UDP 443 as any other UDP.
+//  11. DNS over TLS or QUIC (port 853) leaves only through a proxy; a direct verdict is
 //     turned into a refusal: StepDoT.
 //
 // ICMP is decided apart (DecideICMP): the router cannot carry it, so an echo request
@@ -75,20 +88,22 @@ import (
 type Step uint8
 
 const (
-	StepRule       Step = iota // a rule matched
-	StepNoMatch                // no rule matched a flow that is not caged: direct
-	StepDNS                    // port 53: answered by the router's DNS server
-	StepLocal                  // a local destination: never captured, direct
-	StepHost                   // a caged flow to this host: a forward's or inbound's address and port, DHCP (direct), or refused
-	StepNoName                 // a fake-IP pool address nobody was given: refused
-	StepCaged                  // a caged flow that no rule decides: refused
-	StepDNSUncaged             // DNS of a process that is not caged, with [dns] capture = "caged": passed
-	StepUncaptured             // local = false and the flow is not caged: this host's own, direct
-	StepICMP                   // an ICMP echo request (DecideICMP)
-	StepDoT                    // DNS over TLS/QUIC not through a proxy: refused
-	StepHostName               // a caged flow whose name leads to this host from this host: refused
-	StepToGuest                // a caged flow to another guest's network no rule names: refused
-	StepDoH                    // a caged flow to a well-known DNS-over-HTTPS endpoint: refused
+	StepRule         Step = iota // a rule matched
+	StepNoMatch                  // no rule matched a flow that is not caged: direct
+	StepDNS                      // port 53: answered by the router's DNS server
+	StepLocal                    // a local destination: never captured, direct
+	StepHost                     // a caged flow to this host: a forward's or inbound's address and port, DHCP (direct), or refused
+	StepNoName                   // a fake-IP pool address nobody was given: refused
+	StepCaged                    // a caged flow that no rule decides: refused
+	StepDNSUncaged               // DNS of a process that is not caged, with [dns] capture = "caged": passed
+	StepUncaptured               // local = false and the flow is not caged: this host's own, direct
+	StepICMP                     // an ICMP echo request (DecideICMP)
+	StepDoT                      // DNS over TLS/QUIC not through a proxy: refused
+	StepHostName                 // a caged flow whose name leads to this host from this host: refused
+	StepToGuest                  // a caged flow to another guest's network no rule names: refused
+	StepDoH                      // a caged flow to a well-known DNS-over-HTTPS endpoint: refused
+	StepNameMismatch             // a fake IP's flow whose first bytes carry another name: refused
+	StepQUIC                     // caged UDP to 443 in a config that allows by name, no UDP rule: refused
 
 	// NumSteps is the number of steps, for tables indexed by Step.
 	NumSteps = iota
@@ -125,6 +140,10 @@ func (s Step) String() string {
 		return "(another guest's network)"
 	case StepDoH:
 		return "(dns over https: past the router)"
+	case StepNameMismatch:
+		return "(name disagrees with the fake IP's)"
+	case StepQUIC:
+		return "(quic: names are allowed over tcp only)"
 	}
 	return "step(" + strconv.Itoa(int(s)) + ")"
 }
@@ -136,8 +155,12 @@ type Flow struct {
 	Dst     netip.Addr // invalid when only a name is known (explain --dst NAME)
 	Port    uint16
 	// Host is the destination's name when one is known: a fake-IP mapping, a DNS answer
-	// seen in proxy mode, or explain's --dst.
+	// seen in proxy mode, or explain's --dst and --name.
 	Host string
+	// Sniffed is the name the client's first bytes carry (a TLS ClientHello's server name, an
+	// HTTP/1 Host header: package router/sniff), when the capture read them (NeedsSniff) and
+	// they carry one; explain's --sni. "" otherwise (an Encrypted Client Hello too). See Name.
+	Sniffed string
 	// App, AppPath and Services describe the owning process when it is known. Flows from VM
 	// networks have none (see NeedsOwner).
 	App      string
@@ -226,6 +249,8 @@ type Policy struct {
 	// firstName and namedFirstName are the positions (in rules) of the first rule with a
 	// host-name entry in each table, -1 for none.
 	firstName, namedFirstName int
+	// byName: some rule that may decide a caged flow allows (proxy or direct) by host name.
+	byName bool
 }
 
 // CagedApp is one member of a config's caged-app set.
@@ -276,6 +301,7 @@ func New(cfg *conf.Config, env Env) *Policy {
 			if p.namedFirstName < 0 && hasName(r) {
 				p.namedFirstName = i
 			}
+			p.byName = p.byName || hasName(r) && !r.Disabled && r.Action != rules.Block
 		}
 		if p.firstName < 0 && hasName(r) {
 			p.firstName = i
@@ -346,6 +372,42 @@ func hasName(r *rules.Rule) bool {
 		}
 	}
 	return false
+}
+
+// NeedsSniff reports whether the decision for f may depend on the name its first bytes
+// carry: f is caged TCP, not DNS, not to this machine, and some rule that may decide a caged
+// flow names hosts. The capture then reads the client's first bytes before it decides (up to
+// a short wait: a server-speaks-first protocol sends none), fills Sniffed, and sends the
+// bytes on untouched. In a config whose caged rules name no host nothing waits: the name
+// would change no decision.
+func (p *Policy) NeedsSniff(f *Flow) bool {
+	if p.namedFirstName < 0 || f.Network != rules.TCP || f.Port == ports.DNS || !p.Caged(f) {
+		return false
+	}
+	dst := f.Dst.Unmap()
+	return !dst.IsValid() || !p.Local(dst)
+}
+
+// AllowsByName reports whether some rule that may decide a caged flow allows (proxy or
+// direct) by a host name: the config is an allow-list by name, and caged QUIC is refused
+// (StepQUIC).
+func (p *Policy) AllowsByName() bool { return p.byName }
+
+// Name is f's name as the rules see it, and where it came from: a fake IP's name (Host,
+// "dns"); else the name its first bytes carry (Sniffed, "sni" or "host" as the capture
+// says: fromSniff true); else Host (a name seen in a DNS answer for its address, or asked
+// for by an inbound's client). A name seen in a DNS answer for a real address loses to the
+// sniffed one: many names share an address, and the client says which it wants.
+func (p *Policy) Name(f *Flow) (name string, fromSniff bool) {
+	if f.Host != "" && (f.Sniffed == "" || p.InPool(f.Dst)) {
+		return f.Host, false
+	}
+	return f.Sniffed, f.Sniffed != ""
+}
+
+// sameName reports whether two host names are the same name (case and a trailing dot aside).
+func sameName(a, b string) bool {
+	return strings.EqualFold(strings.TrimSuffix(a, "."), strings.TrimSuffix(b, "."))
 }
 
 // DoHHosts returns the DNS-over-HTTPS endpoints cfg refuses to caged flows: the shipped
@@ -487,6 +549,9 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 	if p.InPool(dst) && f.Host == "" {
 		return implicit(StepNoName, rules.Block, caged), nil
 	}
+	if p.InPool(dst) && f.Sniffed != "" && !sameName(f.Host, f.Sniffed) {
+		return implicit(StepNameMismatch, rules.Block, caged), nil
+	}
 	q := p.query(f, caged)
 	var v rules.Verdict
 	var steps []rules.Step
@@ -501,7 +566,7 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 		steps = p.steps(&q, caged, v.Index)
 	}
 	d := Decision{Verdict: v, Step: StepRule, Rule: v, Caged: caged,
-		Final: f.Host != "" || first < 0 || (v.Index >= 0 && v.Index < first)}
+		Final: q.Host != "" || first < 0 || (v.Index >= 0 && v.Index < first)}
 	if v.Index < 0 {
 		d.Step = StepNoMatch
 		if caged {
@@ -520,8 +585,13 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 			}
 		}
 	}
-	if caged && d.Action != rules.Block && p.DoH(f.Host, dst) {
+	if caged && d.Action != rules.Block && p.DoH(q.Host, dst) {
 		d.Step, d.Verdict = StepDoH, rules.Verdict{Action: rules.Block, Index: -1, Name: StepDoH.String()}
+	}
+	if caged && p.byName && f.Network == rules.UDP && f.Port == ports.HTTPS && d.Action != rules.Block &&
+		(v.Index < 0 || p.rules[v.Index].Network != rules.UDP) {
+		d.Step = StepQUIC
+		d.Verdict = rules.Verdict{Action: rules.Block, Index: -1, Name: StepQUIC.String()}
 	}
 	if f.Port == ports.DoT && d.Action == rules.Direct {
 		d.Step = StepDoT
@@ -532,7 +602,8 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 
 // query is f as the rules see it.
 func (p *Policy) query(f *Flow, caged bool) rules.Query {
-	return rules.Query{Network: f.Network, Src: f.Src.Unmap(), Dst: f.Dst.Unmap(), Port: f.Port, Host: f.Host,
+	name, _ := p.Name(f)
+	return rules.Query{Network: f.Network, Src: f.Src.Unmap(), Dst: f.Dst.Unmap(), Port: f.Port, Host: name,
 		App: f.App, AppPath: f.AppPath, Comm: f.Comm, Services: f.Services, Caged: caged}
 }
 
@@ -592,7 +663,7 @@ func (p *Policy) DecideICMP(f *Flow) Decision {
 // out from this machine (see StepHostName). The capture then resolves Host through the
 // proxy's resolver, fills Resolved and decides again.
 func (p *Policy) NeedsResolve(f *Flow) bool {
-	if f.Host == "" || f.Resolved != nil || !p.Caged(f) {
+	if name, _ := p.Name(f); name == "" || f.Resolved != nil || !p.Caged(f) {
 		return false
 	}
 	d, _ := p.decide(f, false)
@@ -694,10 +765,15 @@ func (p *Policy) Why(f *Flow, d Decision) string {
 		if d.Rule.Action == rules.Proxy {
 			way = "through the proxy " + strconv.Quote(d.Rule.Proxy) + ", which runs on this machine and connects from here"
 		}
+		name, _ := p.Name(f)
 		if len(f.Resolved) == 0 {
-			return caged + ", the rules send it " + way + ", and its name " + strconv.Quote(f.Host) + " could not be resolved to check that it does not lead to this machine: refused"
+			return caged + ", the rules send it " + way + ", and its name " + strconv.Quote(name) + " could not be resolved to check that it does not lead to this machine: refused"
 		}
-		return caged + ", the rules send it " + way + ", and its name " + strconv.Quote(f.Host) + " resolves to " + fmt.Sprint(f.Resolved) + ", this machine or its link, where the host walls let caged traffic reach only the forwards' and inbounds' addresses: it is refused"
+		return caged + ", the rules send it " + way + ", and its name " + strconv.Quote(name) + " resolves to " + fmt.Sprint(f.Resolved) + ", this machine or its link, where the host walls let caged traffic reach only the forwards' and inbounds' addresses: it is refused"
+	case StepNameMismatch:
+		return dst + " is the fake IP given for " + strconv.Quote(f.Host) + ", but the flow's first bytes ask for " + strconv.Quote(f.Sniffed) + ": a guest that pins one name's address and asks for another is refused"
+	case StepQUIC:
+		return caged + ", it is UDP to port 443 (QUIC, whose name is sealed), and the caged rules allow by name: no rule written for UDP (network = \"udp\") decides it, so it is refused and the client falls back to TCP, where the name is read"
 	case StepDoH:
 		name := dst
 		if f.Host != "" && f.Dst.IsValid() {

@@ -360,3 +360,98 @@ func TestCagedAppsIsTheSet(t *testing.T) {
 		}
 	}
 }
+
+// TestNameCases: the allow-list by name, decided by the policy (the relay and explain run
+// the same cases).
+func TestNameCases(t *testing.T) {
+	p := compile(t, policytest.NameConfig)
+	if !p.AllowsByName() {
+		t.Error("AllowsByName = false for an allow-list by name")
+	}
+	for _, c := range policytest.NameCases() {
+		t.Run(c.Name, func(t *testing.T) {
+			d := p.Decide(&c.Flow)
+			if d.Step != c.Step || d.Action != c.Action || d.Proxy != c.Proxy || d.Name != c.Rule {
+				t.Errorf("got %v %v %q by %q, want %v %v %q by %q", d.Step, d.Action, d.Proxy, d.Name, c.Step, c.Action, c.Proxy, c.Rule)
+			}
+			if n, _ := p.Name(&c.Flow); n != "" && !d.Final {
+				t.Error("not final with the name known")
+			}
+			if want := c.Flow.Network == rules.TCP; p.NeedsSniff(&c.Flow) != want {
+				t.Errorf("NeedsSniff = %v, want %v", !want, want)
+			}
+			if d.Step != policy.StepRule && p.Why(&c.Flow, d) == "" {
+				t.Error("no reason for an implicit step")
+			}
+		})
+	}
+}
+
+// TestNeedsSniff: only a caged TCP flow in a config whose caged rules name hosts waits for
+// its first bytes; DNS, the host and the host's own flows never do.
+func TestNeedsSniff(t *testing.T) {
+	named := compile(t, policytest.NameConfig)
+	plain := compile(t, policytest.Config) // no host-name rule
+	guest := func(dst string, port uint16) *policy.Flow {
+		return &policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("10.0.2.15"), Dst: netip.MustParseAddr(dst), Port: port}
+	}
+	host := &policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr("203.0.113.7"), Port: 443, App: "curl"}
+	for _, c := range []struct {
+		name string
+		p    *policy.Policy
+		f    *policy.Flow
+		want bool
+	}{
+		{"guest, names", named, guest("203.0.113.7", 443), true},
+		{"guest, ssh, names", named, guest("203.0.113.7", 22), true},
+		{"guest, no names", plain, guest("203.0.113.7", 443), false},
+		{"guest, dns over tcp", named, guest("203.0.113.7", 53), false},
+		{"guest, the host", named, guest("127.0.0.1", 8080), false},
+		{"host's own", named, host, false},
+	} {
+		if got := c.p.NeedsSniff(c.f); got != c.want {
+			t.Errorf("%s: NeedsSniff = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if plain.AllowsByName() {
+		t.Error("AllowsByName for a config without host names")
+	}
+}
+
+// TestNameMatchesNameOnly: a host-name entry matches a flow by its name only: the address
+// a name was seen resolving to (Host from a DNS answer, proxy mode) loses to the name the
+// client's bytes carry, and an address alone matches no name.
+func TestNameMatchesNameOnly(t *testing.T) {
+	p := compile(t, strings.Replace(policytest.NameConfig, `mode = "fake-ip"`, `mode = "proxy"`, 1))
+	f := policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("10.0.2.15"), Dst: netip.MustParseAddr("203.0.113.7"), Port: 443, Host: "allowed.test"}
+	if d := p.Decide(&f); d.Name != "allowed" {
+		t.Errorf("name seen in DNS, nothing sniffed: %q, want allowed", d.Name)
+	}
+	f.Sniffed = "denied.test" // a CDN address that allowed.test resolved to, asked for another name
+	if d := p.Decide(&f); d.Step != policy.StepCaged {
+		t.Errorf("name seen in DNS, another sniffed: %v %q, want caged", d.Step, d.Name)
+	}
+	if n, sniffed := p.Name(&f); n != "denied.test" || !sniffed {
+		t.Errorf("Name = %q %v", n, sniffed)
+	}
+}
+
+// TestSniffedNameMeetsTheWalls: a name read from a flow's first bytes meets the host walls
+// as a fake IP's does: through a proxy on this host, a sniffed name that resolves to
+// loopback is refused, and the policy asks for its addresses first.
+func TestSniffedNameMeetsTheWalls(t *testing.T) {
+	p := compile(t, policytest.LocalProxyConfig)
+	f := policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("10.0.2.15"), Dst: netip.MustParseAddr("203.0.113.7"), Port: 443, Sniffed: "loop.example"}
+	if !p.NeedsSniff(&f) {
+		t.Error("NeedsSniff = false under a config whose caged rules name hosts")
+	}
+	if !p.NeedsResolve(&f) {
+		t.Error("NeedsResolve = false for a sniffed name through a proxy on this host")
+	}
+	f.Resolved = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	if d := p.Decide(&f); d.Step != policy.StepHostName {
+		t.Errorf("sniffed name to loopback through the local proxy: %v %q, want %v", d.Step, d.Name, policy.StepHostName)
+	} else if why := p.Why(&f, d); !strings.Contains(why, `"loop.example"`) {
+		t.Errorf("Why does not name the sniffed name: %s", why)
+	}
+}

@@ -41,6 +41,8 @@ const (
 	ToGuest                     // a connection from outside into a VM network, or a caged flow to another guest's network no rule names
 	ModelAPI                    // a request to a model forward that is not an inference call of its API, or whose framing is ambiguous
 	DoH                         // a caged flow to a well-known DNS-over-HTTPS endpoint
+	NameMismatch                // a fake IP's flow whose first bytes (TLS server name, HTTP Host) ask for another name
+	QUIC                        // caged UDP to port 443 where the rules allow by name and no rule is written for UDP
 	Oversize                    // a UDP datagram a path cannot carry whole (dropped whole, never cut)
 	Malformed                   // an inbound proxy request that is not well-formed SOCKS or HTTP
 	InboundDNS                  // DNS sent to an inbound proxy (the cage's DNS server answers names; the inbound does not carry DNS)
@@ -66,6 +68,8 @@ var names = [numReasons]string{
 	ToGuest:       "to-guest",
 	ModelAPI:      "model-api",
 	DoH:           "doh",
+	NameMismatch:  "name-mismatch",
+	QUIC:          "quic",
 	Oversize:      "udp-oversize",
 	Malformed:     "inbound-malformed",
 	InboundDNS:    "inbound-dns",
@@ -111,6 +115,10 @@ func ForStep(s policy.Step) Reason {
 		return DoT
 	case policy.StepDoH:
 		return DoH
+	case policy.StepNameMismatch:
+		return NameMismatch
+	case policy.StepQUIC:
+		return QUIC
 	case policy.StepDNS:
 		return Capture
 	case policy.StepICMP:

@@ -26,6 +26,12 @@ import (
 type Options struct {
 	Log *slog.Logger // nil: discard
 
+	// BeforeClose, when set, is called by Run with the device's error when Run ends
+	// because the device failed (not when its context ends), before the device closes:
+	// the device closes when it returns. The Windows platform drops the guard's permits
+	// there, so that nothing passes uncaptured between the failure and the close.
+	BeforeClose func(error)
+
 	// ListenerPort is the router's transparent listener. Reflected flows are addressed to
 	// it; outbound packets from it to a reflected peer are the return path.
 	ListenerPort uint16
@@ -264,7 +270,8 @@ func (e *Engine) now() int64 { return int64(e.clock.Now().Sub(e.start)) }
 // Run reads packets from the device and handles them until ctx is done (then it returns
 // nil) or the device fails (then the error). Either way it closes the device, stops the
 // engine's timers and waits for its worker goroutines before it returns. Run may be called
-// once. OriginalDst, Owner and Flow keep answering from the table afterwards.
+// once. OriginalDst, Owner and Flow keep answering from the table afterwards. On a device
+// failure, Options.BeforeClose runs before the device closes.
 func (e *Engine) Run(ctx context.Context) error {
 	if !e.running.CompareAndSwap(false, true) {
 		return errors.New("redirect: Run called twice")
@@ -311,7 +318,11 @@ func (e *Engine) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("redirect: read: %w", err)
+			err = fmt.Errorf("redirect: read: %w", err)
+			if e.opts.BeforeClose != nil {
+				e.opts.BeforeClose(err)
+			}
+			return err
 		}
 		e.inputBatch(buf[:n], metas[:count])
 	}

@@ -140,6 +140,10 @@ func OpenWinDivert(d windivert.Driver, c WinDivertConfig) (*WinDivertDevice, err
 	return dev, nil
 }
 
+// NetworkHandle returns the raw value of the diverting handle, for a holder that keeps it
+// open while the router's permits outlive the router (see the daemon's Windows platform).
+func (d *WinDivertDevice) NetworkHandle() uintptr { return d.net.Raw() }
+
 // Read implements Device.
 func (d *WinDivertDevice) Read(buf []byte, metas []Meta) (int, int, error) {
 	n := min(len(metas), windivert.BatchMax)

@@ -58,6 +58,12 @@ type Session interface {
 	// may be left nil: the Windows engine does not read them back (everything else is
 	// filled, Digest included).
 	Filters(provider Key) ([]Filter, error)
+	// AllSublayers lists every sublayer of the engine, whoever added it (another VPN's, an
+	// EDR's, Windows Firewall's).
+	AllSublayers() ([]Sublayer, error)
+	// LayerFilters lists every filter at layer l, whoever added it, boot-time ones
+	// included; as with Filters, Conditions may be nil.
+	LayerFilters(l Layer) ([]Filter, error)
 
 	Close() error
 }

@@ -80,7 +80,7 @@ func TestWine(t *testing.T) {
 		t.Errorf("Open: %v, want ErrUnavailable", err)
 	}
 	// FwpmFilterCreateEnumHandle0 is implemented: on no engine it refuses the same way.
-	if _, err := enumFilters(0, windows.GUID{Data1: 1}, windows.GUID(wf.LayerALEAuthConnectV4)); !errors.Is(codeOf(err), ErrUnavailable) {
+	if _, err := enumFilters(0, &windows.GUID{Data1: 1}, windows.GUID(wf.LayerALEAuthConnectV4)); !errors.Is(codeOf(err), ErrUnavailable) {
 		t.Errorf("enumerate filters without an engine: %v", err)
 	}
 	for _, fn := range []string{"FwpmTransactionBegin0", "FwpmGetAppIdFromFileName0"} {

@@ -126,14 +126,16 @@ func fwpmTransactionAbort0(h windows.Handle) error {
 	return call(procFwpmTransactionAbort0, uintptr(h))
 }
 
-// enumFilters lists the filters of provider at layer (boot-time ones included), reading
-// the fixed part of each FWPM_FILTER0 (not the conditions).
-func enumFilters(h windows.Handle, provider, layer windows.GUID) ([]Filter, error) {
+// enumFilters lists the filters of provider (nil: of every provider) at layer (boot-time
+// ones included), reading the fixed part of each FWPM_FILTER0 (not the conditions).
+func enumFilters(h windows.Handle, provider *windows.GUID, layer windows.GUID) ([]Filter, error) {
 	var pin runtime.Pinner
 	defer pin.Unpin()
-	pin.Pin(&provider)
+	if provider != nil {
+		pin.Pin(provider)
+	}
 	tpl := fwpmFilterEnumTemplate0{
-		providerKey: &provider,
+		providerKey: provider,
 		layerKey:    layer,
 		enumType:    fwpFilterEnumOverlapping,
 		flags:       fwpFilterEnumFlagIncludeBoot,
@@ -145,7 +147,7 @@ func enumFilters(h windows.Handle, provider, layer windows.GUID) ([]Filter, erro
 	}
 	defer call(procFwpmFilterDestroyEnumHandle0, uintptr(h), uintptr(enum))
 	var out []Filter
-	for range 10000 { // 100 per page: a bound far above what one provider holds
+	for range 10000 { // 100 per page: a bound far above what a layer holds
 		var entries **fwpmFilter0
 		var n uint32
 		if err := call(procFwpmFilterEnum0, uintptr(h), uintptr(enum), 100, uintptr(unsafe.Pointer(&entries)), uintptr(unsafe.Pointer(&n))); err != nil {

@@ -297,7 +297,8 @@ func (w *winSession) Filters(provider Key) ([]Filter, error) {
 	}
 	var out []Filter
 	for l := LayerConnectV4; l <= LayerForwardV6; l++ {
-		fs, err := enumFilters(w.h, guid(provider), windows.GUID(layerIDs[l]))
+		p := guid(provider)
+		fs, err := enumFilters(w.h, &p, windows.GUID(layerIDs[l]))
 		if err != nil {
 			return nil, fmt.Errorf("list filters at %v: %w", l, codeOf(err))
 		}
@@ -307,6 +308,39 @@ func (w *winSession) Filters(provider Key) ([]Filter, error) {
 		out = append(out, fs...)
 	}
 	return out, nil
+}
+
+func (w *winSession) AllSublayers() ([]Sublayer, error) {
+	if err := w.usable(); err != nil {
+		return nil, fmt.Errorf("list sublayers: %w", err)
+	}
+	ss, err := w.s.Sublayers()
+	if err != nil {
+		return nil, wrap("list sublayers", err)
+	}
+	out := make([]Sublayer, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, Sublayer{Key: keyOf(windows.GUID(s.ID)), Provider: keyOf(windows.GUID(s.Provider)), Name: s.Name, Weight: s.Weight, Persistent: s.Persistent})
+	}
+	return out, nil
+}
+
+func (w *winSession) LayerFilters(l Layer) ([]Filter, error) {
+	if err := w.usable(); err != nil {
+		return nil, fmt.Errorf("list filters: %w", err)
+	}
+	id, ok := layerIDs[l]
+	if !ok {
+		return nil, fmt.Errorf("list filters: invalid %v", l)
+	}
+	fs, err := enumFilters(w.h, nil, windows.GUID(id))
+	if err != nil {
+		return nil, fmt.Errorf("list filters at %v: %w", l, codeOf(err))
+	}
+	for i := range fs {
+		fs[i].Layer = l
+	}
+	return fs, nil
 }
 
 func (w *winSession) Close() error {

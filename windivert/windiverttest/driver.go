@@ -23,6 +23,26 @@ type Driver struct {
 	OpenErr func(filter string, layer windivert.Layer, priority int16, flags windivert.Flag) error
 	// Major and Minor are the driver version reported by GetParam (2.2 by NewDriver).
 	Major, Minor uint64
+
+	observe func(string)
+}
+
+// Observe installs f, called after a handle is opened or its last reference is closed,
+// without the driver's lock, with what happened ("open <filter>", "close <filter>"). nil
+// removes it.
+func (d *Driver) Observe(f func(string)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.observe = f
+}
+
+func (d *Driver) notify(what string, h *Handle) {
+	d.mu.Lock()
+	f := d.observe
+	d.mu.Unlock()
+	if f != nil {
+		f(what + " " + h.Filter)
+	}
 }
 
 // NewDriver returns an empty fake driver reporting version 2.2.
@@ -45,6 +65,7 @@ type Handle struct {
 	sent     []Sent
 	calls    SendCalls
 	params   map[windivert.Param]uint64
+	refs     int // references to the handle: the opener's and Hold's; closed at zero
 	recvShut bool
 	sendShut bool
 	closed   bool
@@ -90,12 +111,75 @@ func (d *Driver) Open(filter string, layer windivert.Layer, priority int16, flag
 		windivert.ParamQueueSize:   windivert.QueueSizeDefault,
 	}}
 	h.cond, h.idle = sync.NewCond(&h.mu), sync.NewCond(&h.mu)
+	h.refs = 1
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.next++
 	d.hs[d.next] = h
 	d.all = append(d.all, h)
-	return d.next, nil
+	hv := d.next
+	d.mu.Unlock()
+	d.notify("open", h)
+	return hv, nil
+}
+
+// Hold takes another reference to the handle hv, as DuplicateHandle into another process
+// does: the handle stays open, diverting packets into its queue (where nobody reads
+// them), after its opener closed it or died, until release. release may be called once.
+func (d *Driver) Hold(hv uintptr) (release func(), err error) {
+	h, err := d.get(hv)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.refs++
+	h.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { d.unref(h) }) }, nil
+}
+
+// Crash closes every handle value the opener holds, as the kernel does when the process
+// that opened them dies: a handle also held elsewhere (Hold) stays open.
+func (d *Driver) Crash() {
+	d.mu.Lock()
+	var hs []*Handle
+	for hv, h := range d.hs {
+		hs = append(hs, h)
+		delete(d.hs, hv)
+	}
+	d.mu.Unlock()
+	for _, h := range hs {
+		d.unref(h)
+	}
+}
+
+// Live returns the handles whose every reference is not yet closed (held ones included).
+func (d *Driver) Live() []*Handle {
+	d.mu.Lock()
+	all := append([]*Handle(nil), d.all...)
+	d.mu.Unlock()
+	var out []*Handle
+	for _, h := range all {
+		if !h.Closed() {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// unref drops one reference to h and closes it with the last one.
+func (d *Driver) unref(h *Handle) {
+	h.mu.Lock()
+	h.refs--
+	last := h.refs == 0
+	if last {
+		h.closed = true
+		h.queue = nil
+		h.cond.Broadcast()
+	}
+	h.mu.Unlock()
+	if last {
+		d.notify("close", h)
+	}
 }
 
 // Handles returns every handle opened so far, in order, closed ones included.
@@ -362,11 +446,13 @@ func (d *Driver) Close(hv uintptr) error {
 	if !ok {
 		return windivert.ErrInvalidHandle
 	}
+	// The opener's receivers wake up (its handle value is gone) even when Hold keeps
+	// the handle itself open.
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.closed = true
-	h.queue = nil
+	h.recvShut, h.sendShut = true, true
 	h.cond.Broadcast()
+	h.mu.Unlock()
+	d.unref(h)
 	return nil
 }
 

@@ -528,3 +528,96 @@ func WallCases() []WallCase {
 		byRule("udp name to a public address", named(udp, "www.corp.test", 5000, "203.0.113.5"), rules.Direct, "", "corp", Transparent),
 	}
 }
+
+// NameConfig is the config of NameCases: an allow-list by name for the guest network (one
+// name and its subdomains through the proxy, an HTTP/3 rule written for UDP), a block rule
+// by address, and the host's own catch-all; nothing else, so that whatever the guest sends
+// without an allowed name falls to the caged end.
+const NameConfig = `
+[proxy.exit]
+address = "192.0.2.1:1080"
+
+[capture]
+vm_networks = ["10.0.2.0/24"]
+
+[dns]
+mode = "fake-ip"
+
+[[rule]]
+name = "h3"
+network = "udp"
+hosts = ["h3.allowed.test"]
+ports = ["443"]
+action = "proxy"
+proxy = "exit"
+
+[[rule]]
+name = "allowed"
+hosts = ["allowed.test", "*.allowed.test"]
+action = "proxy"
+proxy = "exit"
+
+[[rule]]
+name = "blocked"
+hosts = ["203.0.113.66"]
+action = "block"
+
+[[rule]]
+name = "default"
+action = "direct"
+`
+
+// Fake IPs of NameCases, each given for one name (NameFakes).
+var (
+	AllowedFake = netip.MustParseAddr("198.18.0.20")
+	DeniedFake  = netip.MustParseAddr("198.18.0.21")
+	H3Fake      = netip.MustParseAddr("198.18.0.22")
+	NameFakes   = map[netip.Addr]string{AllowedFake: "allowed.test", DeniedFake: "denied.test", H3Fake: "h3.allowed.test"}
+)
+
+// NameCase is a Case decided under NameConfig whose flow may carry a name in its first
+// bytes (Flow.Sniffed): From says how a data path's client sends it ("sni": a TLS
+// ClientHello; "host": an HTTP/1 request; "" sends nothing, as a server-speaks-first
+// client). A fake IP's Flow.Host is the name NameFakes gives it.
+type NameCase struct {
+	Case
+	From string
+}
+
+// NameCases are the flows of an allow-list by name: the name from the fake IP, the TLS
+// server name or the HTTP Host, each allowed or not; the fake IP's name against another
+// one in the first bytes; an unnamed flow; QUIC. The policy, the relay (which reads the
+// name from the client's bytes) and explain (--name, --sni) must agree on them.
+func NameCases() []NameCase {
+	tcp, udp := rules.TCP, rules.UDP
+	guest := func(network rules.Network, dst netip.Addr, port uint16, sniffed string) policy.Flow {
+		return policy.Flow{Network: network, Src: netip.MustParseAddr("10.0.2.15"), Dst: dst, Port: port, Host: NameFakes[dst], Sniffed: sniffed}
+	}
+	bare := netip.MustParseAddr("203.0.113.7")
+	blocked := netip.MustParseAddr("203.0.113.66")
+	caged, mismatch, quic := policy.StepCaged.String(), policy.StepNameMismatch.String(), policy.StepQUIC.String()
+	return []NameCase{
+		{Case{"fake IP, allowed", guest(tcp, AllowedFake, 443, ""), policy.StepRule, rules.Proxy, "exit", "allowed"}, ""},
+		{Case{"fake IP, allowed, its SNI", guest(tcp, AllowedFake, 443, "allowed.test"), policy.StepRule, rules.Proxy, "exit", "allowed"}, "sni"},
+		{Case{"fake IP, allowed, its Host", guest(tcp, AllowedFake, 80, "allowed.test"), policy.StepRule, rules.Proxy, "exit", "allowed"}, "host"},
+		{Case{"fake IP, allowed, another SNI", guest(tcp, AllowedFake, 443, "denied.test"), policy.StepNameMismatch, rules.Block, "", mismatch}, "sni"},
+		{Case{"fake IP, allowed, an allowed subdomain's SNI", guest(tcp, AllowedFake, 443, "www.allowed.test"), policy.StepNameMismatch, rules.Block, "", mismatch}, "sni"},
+		{Case{"fake IP, allowed, another Host", guest(tcp, AllowedFake, 80, "denied.test"), policy.StepNameMismatch, rules.Block, "", mismatch}, "host"},
+		{Case{"fake IP, denied", guest(tcp, DeniedFake, 443, ""), policy.StepCaged, rules.Block, "", caged}, ""},
+		{Case{"fake IP, denied, its SNI", guest(tcp, DeniedFake, 443, "denied.test"), policy.StepCaged, rules.Block, "", caged}, "sni"},
+		{Case{"fake IP, denied, an allowed SNI", guest(tcp, DeniedFake, 443, "allowed.test"), policy.StepNameMismatch, rules.Block, "", mismatch}, "sni"},
+		{Case{"address, allowed SNI", guest(tcp, bare, 443, "allowed.test"), policy.StepRule, rules.Proxy, "exit", "allowed"}, "sni"},
+		{Case{"address, allowed subdomain SNI", guest(tcp, bare, 443, "api.allowed.test"), policy.StepRule, rules.Proxy, "exit", "allowed"}, "sni"},
+		{Case{"address, allowed Host", guest(tcp, bare, 80, "allowed.test"), policy.StepRule, rules.Proxy, "exit", "allowed"}, "host"},
+		{Case{"address, denied SNI", guest(tcp, bare, 443, "denied.test"), policy.StepCaged, rules.Block, "", caged}, "sni"},
+		{Case{"address, denied Host", guest(tcp, bare, 80, "denied.test"), policy.StepCaged, rules.Block, "", caged}, "host"},
+		{Case{"address, a look-alike SNI", guest(tcp, bare, 443, "allowed.test.evil.test"), policy.StepCaged, rules.Block, "", caged}, "sni"},
+		{Case{"address, no name", guest(tcp, bare, 443, ""), policy.StepCaged, rules.Block, "", caged}, ""},
+		{Case{"blocked address, allowed SNI", guest(tcp, blocked, 443, "allowed.test"), policy.StepRule, rules.Proxy, "exit", "allowed"}, "sni"},
+		{Case{"blocked address, no name", guest(tcp, blocked, 443, ""), policy.StepRule, rules.Block, "", "blocked"}, ""},
+		{Case{"quic, allowed name", guest(udp, AllowedFake, 443, ""), policy.StepQUIC, rules.Block, "", quic}, ""},
+		{Case{"quic, a rule written for udp", guest(udp, H3Fake, 443, ""), policy.StepRule, rules.Proxy, "exit", "h3"}, ""},
+		{Case{"udp to another port, allowed name", guest(udp, AllowedFake, 8443, ""), policy.StepRule, rules.Proxy, "exit", "allowed"}, ""},
+		{Case{"quic, address", guest(udp, bare, 443, ""), policy.StepCaged, rules.Block, "", caged}, ""},
+	}
+}

@@ -2,11 +2,14 @@ package guard
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/agentcage/router/windivert/wfp"
 )
@@ -29,20 +32,50 @@ import (
 // A Guard is safe for concurrent use; mu serializes every method and guards the fields
 // below it. The Guard owns the dynamic session it opens; Disarm (or Remove) closes it.
 type Guard struct {
-	eng wfp.Engine
-	log *slog.Logger
+	eng   wfp.Engine
+	log   *slog.Logger
+	owner uint32 // the process whose permits these are (0: untagged)
 
-	mu   sync.Mutex
-	plan *Plan       // the plan last installed by this Guard, nil before
-	dyn  wfp.Session // the dynamic session while armed, nil otherwise
+	mu     sync.Mutex
+	plan   *Plan       // the plan last installed by this Guard, nil before
+	dyn    wfp.Session // the dynamic session while armed, nil otherwise
+	sealed bool        // Seal was called: Arm fails
 }
 
-// New returns a Guard over eng that logs to log (nil: discard).
-func New(eng wfp.Engine, log *slog.Logger) *Guard {
+// New returns a Guard over eng that logs to log (nil: discard), whose permits are not
+// tagged with an owner.
+func New(eng wfp.Engine, log *slog.Logger) *Guard { return NewFor(eng, log, 0) }
+
+// NewFor returns a Guard whose permits are tagged with owner, the process that arms it:
+// their keys and names carry its PID, so that another process (Hold, the next router after
+// a crash) tells them from a later router's and waits for, or deletes, exactly those.
+func NewFor(eng wfp.Engine, log *slog.Logger, owner uint32) *Guard {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Guard{eng: eng, log: log}
+	return &Guard{eng: eng, log: log, owner: owner}
+}
+
+// ownerTag is the suffix of the names of the permits owner armed ("" for 0).
+func ownerTag(owner uint32) string {
+	if owner == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" [pid %d]", owner)
+}
+
+// ownedBy returns the plan's permits as owner arms them.
+func ownedBy(fs []wfp.Filter, owner uint32) []wfp.Filter {
+	if owner == 0 {
+		return fs
+	}
+	out := make([]wfp.Filter, len(fs))
+	for i, f := range fs {
+		f.Key = wfp.NameKey(f.Key, fmt.Sprint(owner))
+		f.Name += ownerTag(owner)
+		out[i] = f
+	}
+	return out
 }
 
 // Report says what Install changed.
@@ -199,6 +232,9 @@ func (g *Guard) Arm() error {
 	if g.plan == nil {
 		return errors.New("arm guard: install it first")
 	}
+	if g.sealed {
+		return errors.New("arm guard: sealed (the capture failed or stopped)")
+	}
 	if err := g.arm(); err != nil {
 		return fmt.Errorf("arm guard: %w", err)
 	}
@@ -220,8 +256,11 @@ func (g *Guard) arm() error {
 		if err != nil {
 			return err
 		}
+		// Every dynamic filter of the provider not in want goes: a reload's old permits,
+		// and a crashed router's that Windows has not yet run down.
+		dyn := ownedBy(g.plan.Dynamic, g.owner)
 		want := map[wfp.Key]wfp.Filter{}
-		for _, f := range g.plan.Dynamic {
+		for _, f := range dyn {
 			want[f.Key] = f
 		}
 		kept := map[wfp.Key]bool{}
@@ -233,11 +272,11 @@ func (g *Guard) arm() error {
 				kept[f.Key] = true
 				continue
 			}
-			if err := g.dyn.DeleteFilter(f.Key); err != nil {
+			if err := g.dyn.DeleteFilter(f.Key); err != nil && !errors.Is(err, wfp.ErrNotFound) {
 				return err
 			}
 		}
-		for _, f := range g.plan.Dynamic {
+		for _, f := range dyn {
 			if !kept[f.Key] {
 				if err := g.dyn.AddFilter(f); err != nil {
 					return err
@@ -293,6 +332,95 @@ func (g *Guard) disarm() error {
 	return nil
 }
 
+// Seal disarms the Guard and keeps it disarmed: Arm fails from then on, and a later Install
+// does not re-arm. The capture's failure path calls it, so that an Arm racing the failure
+// cannot put the permits back with nothing capturing.
+func (g *Guard) Seal() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sealed = true
+	return g.disarm()
+}
+
+// Permits counts the dynamic filters of the guard's provider that owner armed (owner 0:
+// every dynamic filter of the provider), as the engine enforces them now: a dead or closed
+// session's permits count until Windows has deleted them.
+func Permits(eng wfp.Engine, owner uint32) (int, error) {
+	s, err := eng.Open(wfp.SessionOptions{Name: "router guard check"})
+	if err != nil {
+		return 0, fmt.Errorf("count permits: %w", err)
+	}
+	defer s.Close()
+	have, err := s.Filters(ProviderKey)
+	if err != nil {
+		return 0, fmt.Errorf("count permits: %w", err)
+	}
+	n := 0
+	tag := ownerTag(owner)
+	for _, f := range have {
+		if !f.Persistent && !f.BootTime && strings.HasSuffix(f.Name, tag) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// WaitNoPermits returns once Permits(eng, owner) is 0, polling every poll, or ctx's error.
+// Disarming deletes the permits, but when its transaction times out (another tool holds the
+// lock) Windows deletes them only later: until then the capture must stay open.
+func WaitNoPermits(ctx context.Context, eng wfp.Engine, owner uint32, poll time.Duration) error {
+	if poll <= 0 {
+		poll = 10 * time.Millisecond
+	}
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	var last error
+	for {
+		n, err := Permits(eng, owner)
+		if err == nil && n == 0 {
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return fmt.Errorf("wait for the permits to go: %w (last: %w)", ctx.Err(), last)
+			}
+			return fmt.Errorf("wait for the permits to go: %d still in force: %w", n, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// HoldConfig configures Hold.
+type HoldConfig struct {
+	WFP   wfp.Engine
+	Owner uint32        // the router's PID, whose permits are waited for
+	Poll  time.Duration // how often the permits are counted (0: 10 ms)
+	// Parent is closed when the router's process has ended (however); Stop when the
+	// router lets the holder go after its own disarm.
+	Parent, Stop <-chan struct{}
+}
+
+// Hold is the holder's logic: it returns once the router is gone or lets go (Parent or
+// Stop) and then its permits are gone too, or with ctx's error. Until it returns, the
+// holder keeps its reference to the router's diverting WinDivert handle: when the router
+// dies the kernel closes its own handles at once, but Windows deletes its dynamic permits
+// only when the BFE runs the dead session down; meanwhile the caged apps' packets still
+// divert into the held handle, where nobody reads them, and are dropped.
+func Hold(ctx context.Context, c HoldConfig) error {
+	select {
+	case <-c.Parent:
+	case <-c.Stop:
+	case <-ctx.Done():
+		return fmt.Errorf("hold: %w", ctx.Err())
+	}
+	if err := WaitNoPermits(ctx, c.WFP, c.Owner, c.Poll); err != nil {
+		return fmt.Errorf("hold: %w", err)
+	}
+	return nil
+}
+
 // Remove deletes everything of the guard's provider, whoever added it and whatever its
 // lifetime (a running router's permits too), then its sublayer and provider, in one
 // transaction: afterwards nothing of the guard is left, and caged apps are no longer
@@ -334,6 +462,52 @@ func (g *Guard) Remove() (int, error) {
 	g.plan = nil
 	g.log.Info("guard: removed", "filters", n)
 	return n, nil
+}
+
+// Damage reports what of the guard the engine lacks, as this Guard installed and armed it:
+// persistent filters deleted or changed by someone else, the sublayer or provider gone, and
+// while armed, its permits. "" when intact (or nothing installed yet).
+func (g *Guard) Damage() (string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.plan == nil {
+		return "", nil
+	}
+	s, err := g.eng.Open(wfp.SessionOptions{Name: "router guard check"})
+	if err != nil {
+		return "", fmt.Errorf("check guard: %w", err)
+	}
+	defer s.Close()
+	if _, err := s.Sublayer(SublayerKey); errors.Is(err, wfp.ErrNotFound) {
+		return "the guard's sublayer is gone", nil
+	} else if err != nil {
+		return "", fmt.Errorf("check guard: %w", err)
+	}
+	have, err := s.Filters(ProviderKey)
+	if err != nil {
+		return "", fmt.Errorf("check guard: %w", err)
+	}
+	got := map[wfp.Key][]byte{}
+	for _, f := range have {
+		got[f.Key] = f.Digest
+	}
+	want := g.plan.Persistent
+	if g.dyn != nil {
+		want = append(slices.Clone(want), ownedBy(g.plan.Dynamic, g.owner)...)
+	}
+	var missing []string
+	for _, f := range want {
+		if d, ok := got[f.Key]; !ok || !bytes.Equal(d, f.Digest) {
+			missing = append(missing, f.Name)
+		}
+	}
+	if len(missing) == 0 {
+		return "", nil
+	}
+	if len(missing) > 3 {
+		missing = append(missing[:3], fmt.Sprintf("and %d more", len(missing)-3))
+	}
+	return "filters missing or changed: " + strings.Join(missing, "; "), nil
 }
 
 // Armed reports whether the Guard holds its dynamic permits.

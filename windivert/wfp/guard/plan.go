@@ -23,6 +23,11 @@ type Env struct {
 	// proxy and block rules and the known hypervisor images. Case and duplicates do not
 	// matter. Empty: no app is caged and the app filters are left out.
 	CagedApps []string
+	// CagedServices are the Windows services the config's proxy and block rules name:
+	// blocked by their service SID (the token of the process that hosts them carries it
+	// when the service's SID type is not "none"), like the caged apps. Case and duplicates
+	// do not matter.
+	CagedServices []string
 	// Router is the absolute path of router.exe (required).
 	Router string
 	// Service is the Windows service name when the router runs as a service; its service
@@ -51,6 +56,11 @@ type Env struct {
 	// flows): their other UDP, which the capture would drop anyway, is refused before it is
 	// sent, and the capture need not take the host's other UDP at all. Nil: any port.
 	CagedUDP []wfp.PortRange
+	// OwnPorts are the source ports reserved for the router's own sockets, which the
+	// capture's filters leave out (their packets never cross user mode): while the router
+	// runs, only its process may connect from them (R0, R1), so no other process that
+	// manages to bind one escapes the capture.
+	OwnPorts []wfp.PortRange
 	// CageSubnets are the subnets of Hyper-V internal switches (or any network the host
 	// might route for): nothing from them is forwarded, in any state, and the host takes
 	// no connection from them but at the router's forwards and inbounds and DHCP (the
@@ -134,6 +144,8 @@ const SublayerWeight uint16 = 0xFFF0
 // The filters, by the id of the design (weights are within the guard's sublayer):
 //
 //	id  layer         weight  action       conditions                                      lifetime
+//	R0  connect       17      permit       router (+SID), local port reserved for it        dynamic
+//	R1  connect       16      block        local port reserved for the router (the others)  dynamic
 //	P1  connect       15      permit       caged app, this machine, TCP, host ports         persistent
 //	                                       (and vmware-vmx.exe to authd's 902, 912)
 //	P2  connect       14      block        caged app, this machine                          persistent
@@ -151,6 +163,7 @@ const SublayerWeight uint16 = 0xFFF0
 //	S2  connect       3       hard permit  router (+SID), UDP/TCP to 53/853 ("all" only)    persistent
 //	S1  connect       2       block        UDP/TCP to 53/853 ("all" only)                   persistent + boot-time
 //	P3  connect       1       block        caged app (any protocol: TCP, UDP, ICMP)         persistent + boot-time
+//	    (the same P3 and D1 with a caged service's SID instead of an app, "P3 services")
 //	A1  accept        9       permit       UDP to the DHCP server port (67, 547)            persistent
 //	A2  accept        8       block        arrived on a VM-facing adapter, not loopback     persistent + boot-time
 //	A3  accept        8       block        remote in a VM-facing or cage subnet, not        persistent + boot-time
@@ -171,6 +184,8 @@ const SublayerWeight uint16 = 0xFFF0
 // host, whatever the address (127/8, ::1, the LAN or host-only address), which is exactly
 // "the host is off limits". There is no address list to keep up to date.
 const (
+	weightR0 = 17
+	weightR1 = 16
 	weightP1 = 15
 	weightP2 = 14
 	weightA0 = 14
@@ -278,6 +293,22 @@ func NewPlan(env Env) (Plan, error) {
 				apps, []wfp.Condition{wfp.Protocol(wfp.ProtoUDP)}, udpPorts)
 		}
 		add(&p.Persistent, "P3", "caged apps are blocked unless the router runs", connect, weightP3, wfp.Block, false, persistentAndBoot, apps)
+	}
+	if len(env.OwnPorts) > 0 {
+		var own []wfp.Condition
+		for _, r := range env.OwnPorts {
+			own = append(own, wfp.LocalPort(r))
+		}
+		add(&p.Dynamic, "R0", "the router's own sockets use its reserved source ports", connect, weightR0, wfp.Permit, false, dynamic, router, own)
+		add(&p.Dynamic, "R1", "no other process may connect from the router's reserved source ports (the capture leaves them out)", connect, weightR1, wfp.Block, false, dynamic, own)
+	}
+	if len(env.CagedServices) > 0 {
+		var svcs []wfp.Condition
+		for _, sv := range env.CagedServices {
+			svcs = append(svcs, wfp.User(ServiceSID(sv)))
+		}
+		add(&p.Dynamic, "D1 services", "caged services' TCP and UDP pass to the capture while the router runs", connect, weightD1, wfp.Permit, false, dynamic, svcs, tcpUDP)
+		add(&p.Persistent, "P3 services", "caged services (by service SID) are blocked unless the router runs", connect, weightP3, wfp.Block, false, persistentAndBoot, svcs)
 	}
 	if env.DNSAll {
 		add(&p.Dynamic, "D2", "DNS passes to the capture while the router runs", connect, weightD2, wfp.Permit, false, dynamic,
@@ -472,6 +503,19 @@ func normalize(env Env) (Env, error) {
 	}
 	slices.SortFunc(apps, func(a, b string) int { return strings.Compare(strings.ToLower(a), strings.ToLower(b)) })
 	env.CagedApps = apps
+	var svcs []string
+	for _, sv := range env.CagedServices {
+		if sv == "" || strings.ContainsAny(sv, `\/`) {
+			errs = append(errs, fmt.Errorf("caged service %q is not a service name", sv))
+			continue
+		}
+		if k := "svc " + strings.ToLower(sv); !seen[k] {
+			seen[k] = true
+			svcs = append(svcs, sv)
+		}
+	}
+	slices.SortFunc(svcs, func(a, b string) int { return strings.Compare(strings.ToLower(a), strings.ToLower(b)) })
+	env.CagedServices = svcs
 	for _, p := range append(append(slices.Clone(env.Listeners), env.DNSPorts...), env.HostPorts...) {
 		if p == 0 {
 			errs = append(errs, errors.New("port 0 in the listener, DNS or host ports"))

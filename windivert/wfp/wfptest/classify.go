@@ -180,7 +180,7 @@ func holds(c wfp.Condition, fl Flow, flags uint32) bool {
 
 // FirewallWeight is the weight the stand-in for Windows Defender Firewall's sublayer
 // (FWPM_SUBLAYER_MPSSVC_WF) gets. The real value is an item of the Windows checklist
-// (netsh wfp show sublayers); what matters is that the guard's sublayer weighs more.
+// (netsh wfp show state); what matters is that the guard's sublayer weighs more.
 const FirewallWeight uint16 = 0x7FFD
 
 // Firewall is the stand-in for Windows Defender Firewall's own objects, made by
@@ -232,4 +232,31 @@ func (fw *Firewall) Allow(name string, layer wfp.Layer, conds ...wfp.Condition) 
 	defer e.mu.Unlock()
 	e.st = e.st.clone()
 	e.st.filters[f.Key] = filter{f, owner{process: "mpssvc"}}
+}
+
+// KillSwitch installs a stand-in for WireGuard-windows' kill switch (its tunnel/firewall
+// package): a dynamic sublayer of weight 0xFFFF above everyone's, with hard permits for
+// loopback and for the tunnel interface tunnel at the connect and accept layers, and a block
+// of everything else. Its hard permits win over any lower sublayer's block: with it on, a
+// caged app's flow on the tunnel or to this machine passes whatever the guard says.
+func (e *Engine) KillSwitch(tunnel uint64) wfp.Key {
+	ns := wfp.Key{0x57, 0x47}
+	prov, sub := wfp.NameKey(ns, "provider"), wfp.NameKey(ns, "sublayer")
+	o := owner{process: "wireguard", dynamic: true}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.st = e.st.clone()
+	e.st.providers[prov] = provider{wfp.Provider{Key: prov, Name: "WireGuard"}, o}
+	e.st.sublayers[sub] = sublayer{wfp.Sublayer{Key: sub, Provider: prov, Name: "WireGuard filters", Weight: 0xFFFF}, o}
+	for _, l := range []wfp.Layer{wfp.LayerConnectV4, wfp.LayerConnectV6, wfp.LayerAcceptV4, wfp.LayerAcceptV6} {
+		for _, f := range []wfp.Filter{
+			{Name: "Permit loopback " + l.String(), Weight: 10, Action: wfp.Permit, Hard: true, Conditions: []wfp.Condition{wfp.FlagsSet(wfp.FlagLoopback)}},
+			{Name: "Permit tunnel " + l.String(), Weight: 10, Action: wfp.Permit, Hard: true, Conditions: []wfp.Condition{wfp.Interface(tunnel)}},
+			{Name: "Block all " + l.String(), Weight: 0, Action: wfp.Block},
+		} {
+			f.Key, f.Provider, f.Sublayer, f.Layer = wfp.NameKey(ns, f.Name), prov, sub, l
+			e.st.filters[f.Key] = filter{f, o}
+		}
+	}
+	return sub
 }

@@ -22,6 +22,14 @@
 //     session's change fails at once with FWP_E_TIMEOUT (Windows waits for the lock, up to
 //     the session's timeout). Changes inside a transaction are seen by that session only
 //     until Commit; Abort, a failed Commit, Close and the process's end roll them back.
+//   - Teardown is not atomic. When a process dies (Crash), Windows closes its handles at
+//     once but the BFE deletes its dynamic sessions' objects later, when the RPC context
+//     runs down, and only once it gets the machine-wide transaction lock: until Rundown,
+//     the dead process's filters are still enforced. Closing a dynamic session while
+//     another session holds a transaction likewise leaves its objects in force until that
+//     transaction ends (assumed: the deletion waits for the lock like any change). Exit
+//     is a crash whose rundown happens at once. Every session end and every deletion of
+//     its objects is recorded, in order (Events).
 //   - Reboot. Every session ends; non-persistent objects are gone; the engine is in its
 //     boot phase, where Open fails (BFE is not running) and only boot-time filters are
 //     enforced. Boot() is the BFE finishing its start: from then on persistent and session
@@ -79,6 +87,15 @@ type Engine struct {
 	observe   func()
 	def       *Process
 	commits   int
+	pending   []pendingEnd // ended dynamic sessions whose objects are still in force
+	events    []string
+}
+
+// pendingEnd is a dynamic session that ended with its objects left in force: until the next
+// Rundown (a crash), or until the transaction lock is free (auto: a close that waited).
+type pendingEnd struct {
+	s    *Session
+	auto bool
 }
 
 type phase uint8
@@ -152,9 +169,10 @@ var ErrFault = errors.New("wfptest: injected fault")
 func (e *Engine) Reboot() {
 	e.mu.Lock()
 	for _, s := range e.sessions {
-		s.end()
+		s.end(true)
 	}
 	e.txn = nil
+	e.pending = nil
 	st := newState()
 	for k, p := range e.st.providers {
 		if p.Persistent {
@@ -194,10 +212,10 @@ func (e *Engine) Boot() {
 }
 
 // ProcessExit ends s as if its process had died: its transaction is rolled back and, for
-// a dynamic session, its objects are deleted.
+// a dynamic session, its objects are deleted (at once; see Process.Crash for the gap).
 func (e *Engine) ProcessExit(s *Session) {
 	e.mu.Lock()
-	changed := s.end()
+	changed := s.end(true)
 	if changed {
 		e.commits++
 	}
@@ -206,6 +224,81 @@ func (e *Engine) ProcessExit(s *Session) {
 	if changed && obs != nil {
 		obs()
 	}
+}
+
+// Rundown deletes the objects of the dynamic sessions that ended without them (a crashed
+// process's, or a session closed while another held the transaction lock), as the BFE does
+// when it gets to them. It does nothing while a transaction is open: the BFE waits for the
+// lock. It reports how many sessions were run down.
+func (e *Engine) Rundown() int {
+	e.mu.Lock()
+	if e.txn != nil {
+		e.record("rundown waits for the transaction of session %d", e.txn.id)
+		e.mu.Unlock()
+		return 0
+	}
+	n, changed := e.rundownLocked()
+	if changed {
+		e.commits++
+	}
+	obs := e.observe
+	e.mu.Unlock()
+	if changed && obs != nil {
+		obs()
+	}
+	return n
+}
+
+// rundownLocked deletes the pending sessions' objects; e.mu is held and no transaction is
+// open.
+func (e *Engine) rundownLocked() (int, bool) {
+	return e.dropPendingLocked(func(pendingEnd) bool { return true })
+}
+
+// lockFreedLocked runs down the sessions whose close waited for the transaction lock, now
+// free; e.mu is held. It reports whether the committed state changed.
+func (e *Engine) lockFreedLocked() bool {
+	_, changed := e.dropPendingLocked(func(p pendingEnd) bool { return p.auto })
+	return changed
+}
+
+func (e *Engine) dropPendingLocked(which func(pendingEnd) bool) (int, bool) {
+	n, changed := 0, false
+	var keep []pendingEnd
+	for _, p := range e.pending {
+		if !which(p) {
+			keep = append(keep, p)
+			continue
+		}
+		n++
+		st := e.st.clone()
+		if st.dropSession(p.s.id) {
+			e.st = st
+			changed = true
+		}
+		e.record("objects of session %d (%s) deleted", p.s.id, p.s.process.name)
+	}
+	e.pending = keep
+	return n, changed
+}
+
+// Pending reports how many ended dynamic sessions still have their objects in force.
+func (e *Engine) Pending() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.pending)
+}
+
+// Events returns what happened to sessions so far, in order: processes ending, sessions
+// ending, their objects deleted, a rundown waiting for the lock.
+func (e *Engine) Events() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.events)
+}
+
+func (e *Engine) record(format string, args ...any) {
+	e.events = append(e.events, fmt.Sprintf(format, args...))
 }
 
 // Sessions returns the open sessions, in the order they were opened.
@@ -282,6 +375,7 @@ func (e *Engine) Providers() []wfp.Provider {
 type Process struct {
 	e    *Engine
 	name string
+	dead bool // Crash or Exit: Open fails (guarded by e.mu)
 }
 
 // Open opens a session. It fails with wfp.CodeEngineNotRunning in the boot phase.
@@ -294,6 +388,9 @@ func (p *Process) Open(o wfp.SessionOptions) (wfp.Session, error) {
 	}
 	if e.phase == booting {
 		return nil, fmt.Errorf("open session: %w", wfp.CodeEngineNotRunning)
+	}
+	if p.dead {
+		return nil, fmt.Errorf("open session: process %s is gone: %w", p.name, wfp.CodeInvalidHandle)
 	}
 	e.nextID++
 	s := &Session{e: e, id: e.nextID, process: p, name: o.Name, dynamic: o.Dynamic}
@@ -312,14 +409,29 @@ func (p *Process) AppID(path string) (string, error) {
 	return e.appID(path)
 }
 
-// Exit ends every session of the process, as if it had died.
+// Exit ends every session of the process, as if it had died and the BFE had run its
+// sessions down at once. The process may open sessions again (a test's shortcut for a
+// new process with the same name).
 func (p *Process) Exit() {
+	p.exit(true)
+}
+
+// Crash ends every session of the process as TerminateProcess does: the sessions are
+// gone (their transactions rolled back), but the objects of the dynamic ones stay in force
+// until Engine.Rundown. The process opens no session afterwards.
+func (p *Process) Crash() {
+	p.exit(false)
+}
+
+func (p *Process) exit(rundown bool) {
 	e := p.e
 	e.mu.Lock()
+	p.dead = p.dead || !rundown
+	e.record("process %s ends", p.name)
 	changed := false
 	for _, s := range e.sessions {
 		if s.process == p {
-			changed = s.end() || changed
+			changed = s.end(rundown) || changed
 		}
 	}
 	if changed {

@@ -119,22 +119,36 @@ func (s *Session) Process() string { return s.process.name }
 // Name returns the name the session was opened with.
 func (s *Session) Name() string { return s.name }
 
-// end closes s: its transaction rolls back and a dynamic session's objects are deleted.
-// It reports whether the committed state changed. e.mu is held.
-func (s *Session) end() bool {
+// end closes s: its transaction rolls back and a dynamic session's objects are deleted,
+// now when rundown is set and no other session holds a transaction, otherwise at the next
+// Rundown (or the end of that transaction). It reports whether the committed state changed.
+// e.mu is held.
+func (s *Session) end(rundown bool) bool {
 	if s.closed {
 		return false
 	}
 	e := s.e
 	s.closed = true
 	delete(e.sessions, s.id)
+	freed := false
 	if e.txn == s {
 		e.txn = nil
+		freed = true
 	}
 	s.work = nil
+	e.record("session %d (%s) ends", s.id, s.process.name)
 	if !s.dynamic {
-		return false
+		return freed && e.lockFreedLocked()
 	}
+	if !rundown || e.txn != nil {
+		e.pending = append(e.pending, pendingEnd{s: s, auto: rundown})
+		e.record("objects of session %d (%s) stay in force for now", s.id, s.process.name)
+		return freed && e.lockFreedLocked()
+	}
+	if freed {
+		e.lockFreedLocked()
+	}
+	e.record("objects of session %d (%s) deleted", s.id, s.process.name)
 	// Copies, not changes in place: a reader may still hold the old state.
 	if e.txn != nil && e.txn.work != nil {
 		w := e.txn.work.clone()
@@ -237,10 +251,19 @@ func (s *Session) Commit() error {
 	work := s.work
 	s.work, e.txn = nil, nil
 	if err := e.check(Op{Name: "commit", Process: s.process.name}); err != nil {
+		changed := e.lockFreedLocked()
+		if changed {
+			e.commits++
+		}
+		obs := e.observe
 		e.mu.Unlock()
+		if changed && obs != nil {
+			obs()
+		}
 		return fmt.Errorf("commit transaction: %w", err)
 	}
 	e.st = work
+	e.lockFreedLocked()
 	e.commits++
 	obs := e.observe
 	e.mu.Unlock()
@@ -262,6 +285,14 @@ func (s *Session) Abort() error {
 		return fmt.Errorf("abort transaction: %w", wfp.CodeNoTxn)
 	}
 	s.work, e.txn = nil, nil
+	if e.lockFreedLocked() {
+		e.commits++
+		if obs := e.observe; obs != nil {
+			e.mu.Unlock()
+			obs()
+			e.mu.Lock()
+		}
+	}
 	return nil
 }
 
@@ -269,7 +300,7 @@ func (s *Session) Abort() error {
 func (s *Session) Close() error {
 	e := s.e
 	e.mu.Lock()
-	changed := s.end()
+	changed := s.end(true)
 	if changed {
 		e.commits++
 	}
@@ -476,4 +507,37 @@ func (s *Session) read(op Op) (*state, error) {
 		return s.work, nil
 	}
 	return e.st, nil
+}
+
+// AllSublayers lists every sublayer, sorted by key.
+func (s *Session) AllSublayers() ([]wfp.Sublayer, error) {
+	st, err := s.read(Op{Name: "sublayers"})
+	if err != nil {
+		return nil, fmt.Errorf("list sublayers: %w", err)
+	}
+	var out []wfp.Sublayer
+	for _, sl := range st.sublayers {
+		out = append(out, sl.Sublayer)
+	}
+	slices.SortFunc(out, func(a, b wfp.Sublayer) int { return strings.Compare(a.Key.String(), b.Key.String()) })
+	return out, nil
+}
+
+// LayerFilters lists every filter at layer l (boot-time ones included), sorted by key.
+func (s *Session) LayerFilters(l wfp.Layer) ([]wfp.Filter, error) {
+	st, err := s.read(Op{Name: "filters"})
+	if err != nil {
+		return nil, fmt.Errorf("list filters: %w", err)
+	}
+	var out []wfp.Filter
+	for _, f := range st.filters {
+		if f.Layer == l {
+			g := f.Filter
+			g.Conditions = slices.Clone(g.Conditions)
+			g.Digest = slices.Clone(g.Digest)
+			out = append(out, g)
+		}
+	}
+	slices.SortFunc(out, func(a, b wfp.Filter) int { return strings.Compare(a.Key.String(), b.Key.String()) })
+	return out, nil
 }

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/agentcage/router/router/daemon"
+)
+
+// cmdHold is the WinDivert holder the daemon starts on Windows (not for people): it keeps
+// the daemon's diverting handle open after the daemon ends until Windows has deleted the
+// daemon's permits, so that a crash lets nothing pass uncaptured.
+func cmdHold(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("hold", "--handle N --parent PID", "Internal (Windows): started by the daemon; holds its WinDivert handle until its WFP permits are gone.", stderr)
+	handle := fs.Uint64("handle", 0, "the inherited WinDivert `handle`")
+	parent := fs.Uint("parent", 0, "the daemon's process `id`")
+	if code, stop := parseFlags(fs, args); stop {
+		return code
+	}
+	if *handle == 0 || *parent == 0 {
+		fmt.Fprintln(stderr, "router hold: --handle and --parent are required")
+		return exitUsage
+	}
+	if err := daemon.RunHolder(uintptr(*handle), uint32(*parent), os.Stdin, stdout); err != nil {
+		fmt.Fprintln(stderr, "router", err)
+		return exitFindings
+	}
+	return exitOK
+}

@@ -1,0 +1,13 @@
+//go:build !windows
+
+package daemon
+
+import (
+	"errors"
+	"io"
+)
+
+// RunHolder is `router hold`, Windows only.
+func RunHolder(uintptr, uint32, io.Reader, io.Writer) error {
+	return errors.New("hold: Windows only (the WinDivert holder)")
+}

@@ -1,0 +1,126 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/windows"
+
+	"github.com/agentcage/router/windivert"
+	"github.com/agentcage/router/windivert/wfp"
+	"github.com/agentcage/router/windivert/wfp/guard"
+)
+
+// The WinDivert holder: `router hold`, a child of the router that inherits the diverting
+// WinDivert handle and keeps it open (never reading it) until the router is gone, or lets
+// it go, and the router's permits are gone too (guard.Hold). See docs/windows-guard.md.
+
+// holdMax bounds how long a holder waits for the router's permits to go before it exits
+// anyway (the BFE stuck or stopped).
+const holdMax = 2 * time.Minute
+
+// startHolder starts the holder with a copy of hv and waits for it to say it holds it. The
+// release it returns closes the holder's stdin (the router lets go) and waits for it to
+// exit (bounded).
+func startHolder(exe string) func(windivert.Driver, uintptr, uint32) (func() error, error) {
+	return startHolderCmd(func(hv uintptr, owner uint32) *exec.Cmd {
+		return exec.Command(exe, "hold", "--handle", strconv.FormatUint(uint64(hv), 10), "--parent", strconv.FormatUint(uint64(owner), 10))
+	})
+}
+
+// startHolderCmd is startHolder with the holder's command line made by command (tests run
+// their own binary).
+func startHolderCmd(command func(hv uintptr, owner uint32) *exec.Cmd) func(windivert.Driver, uintptr, uint32) (func() error, error) {
+	return func(_ windivert.Driver, hv uintptr, owner uint32) (func() error, error) {
+		cmd := command(hv, owner)
+		cmd.SysProcAttr = &syscall.SysProcAttr{AdditionalInheritedHandles: []syscall.Handle{syscall.Handle(hv)}, HideWindow: true}
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, fmt.Errorf("holder: %w", err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, fmt.Errorf("holder: %w", err)
+		}
+		// AdditionalInheritedHandles must be inheritable already; the handle list keeps any
+		// other child from inheriting it, and the flag is cleared once the holder has it.
+		h := windows.Handle(hv)
+		if err := windows.SetHandleInformation(h, windows.HANDLE_FLAG_INHERIT, windows.HANDLE_FLAG_INHERIT); err != nil {
+			return nil, fmt.Errorf("holder: make the WinDivert handle inheritable: %w", err)
+		}
+		err = cmd.Start()
+		windows.SetHandleInformation(h, windows.HANDLE_FLAG_INHERIT, 0)
+		if err != nil {
+			return nil, fmt.Errorf("holder: %w", err)
+		}
+		ready := make(chan error, 1)
+		go func() {
+			line, err := bufio.NewReader(stdout).ReadString('\n')
+			if err == nil && line != "holding\n" {
+				err = fmt.Errorf("unexpected %q", line)
+			}
+			ready <- err
+			io.Copy(io.Discard, stdout)
+		}()
+		exited := make(chan error, 1)
+		select {
+		case err = <-ready:
+		case <-time.After(10 * time.Second):
+			err = errors.New("no answer in 10 s")
+		}
+		if err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return nil, fmt.Errorf("holder: %w", err)
+		}
+		go func() { exited <- cmd.Wait() }()
+		return func() error {
+			stdin.Close()
+			select {
+			case err := <-exited:
+				return err
+			case <-time.After(holdMax + 5*time.Second):
+				return errors.New("holder: still running")
+			}
+		}, nil
+	}
+}
+
+// RunHolder is `router hold`: it holds handle (inherited from parent) until guard.Hold
+// returns, then closes it. It writes "holding" to stdout once it holds it; stdin's end is
+// the router letting go.
+func RunHolder(handle uintptr, parent uint32, stdin io.Reader, stdout io.Writer) error {
+	return runHolder(wfp.NewEngine(), handle, parent, stdin, stdout)
+}
+
+func runHolder(eng wfp.Engine, handle uintptr, parent uint32, stdin io.Reader, stdout io.Writer) error {
+	h := windows.Handle(handle)
+	defer windows.CloseHandle(h)
+	proc, err := windows.OpenProcess(windows.SYNCHRONIZE, false, parent)
+	if err != nil {
+		return fmt.Errorf("hold: open the router's process %d: %w", parent, err)
+	}
+	defer windows.CloseHandle(proc)
+	parentGone, stop := make(chan struct{}), make(chan struct{})
+	go func() {
+		windows.WaitForSingleObject(proc, windows.INFINITE)
+		close(parentGone)
+	}()
+	go func() {
+		io.Copy(io.Discard, stdin)
+		close(stop)
+	}()
+	if _, err := io.WriteString(stdout, "holding\n"); err != nil {
+		return fmt.Errorf("hold: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), holdMax)
+	defer cancel()
+	return guard.Hold(ctx, guard.HoldConfig{WFP: eng, Owner: parent, Parent: parentGone, Stop: stop})
+}

@@ -1,0 +1,365 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/windivert"
+	"github.com/agentcage/router/windivert/wfp"
+	"github.com/agentcage/router/windivert/wfp/guard"
+	"github.com/agentcage/router/windivert/wfp/wfptest"
+	"github.com/agentcage/router/windivert/windiverttest"
+)
+
+// The failure windows: between the moment the router stops capturing and the moment its
+// permits are gone, a caged app's packet would leave uncaptured. These tests run the
+// Windows platform over fakes whose teardown is not atomic (wfptest: a dead process's
+// dynamic session stays in force until the BFE runs it down; a session closed behind
+// another's transaction waits for the lock; windiverttest: a handle held elsewhere stays
+// open), check after every change of either fake that no caged flow WFP permits goes
+// uncaptured, and record the teardown's order.
+
+const cagedVM = `C:\Program Files\Oracle\VirtualBox\VirtualBoxVM.exe`
+
+// cagedFlows are connections WFP classifies for the caged VM: each, when permitted, must
+// meet a live diverting WinDivert handle (the capture, or the holder's copy of it, which
+// nobody reads: its packets are dropped).
+var cagedFlows = []wfptest.Flow{
+	{Dir: wfptest.Outbound, App: cagedVM, Proto: wfp.ProtoTCP, Local: netip.MustParseAddrPort("192.168.1.10:50000"), Remote: netip.MustParseAddrPort("203.0.113.10:443")},
+	{Dir: wfptest.Outbound, App: cagedVM, Proto: wfp.ProtoUDP, Local: netip.MustParseAddrPort("192.168.1.10:50001"), Remote: netip.MustParseAddrPort("8.8.8.8:53")},
+}
+
+// hostDNS is a host process's query: the capture's only with [dns] capture = "all" (D2).
+var hostDNS = wfptest.Flow{Dir: wfptest.Outbound, App: `C:\Windows\System32\nslookup.exe`, Proto: wfp.ProtoUDP, Local: netip.MustParseAddrPort("192.168.1.10:50002"), Remote: netip.MustParseAddrPort("8.8.8.8:53")}
+
+// watch checks the invariant after every change and records what happened.
+type watch struct {
+	eng   *wfptest.Engine
+	drv   *windiverttest.Driver
+	flows []wfptest.Flow // cagedFlows, and hostDNS in the "all" mode
+
+	mu     sync.Mutex
+	events []string
+	leaks  []string
+	minP   int // the fewest persistent guard filters seen after the first
+}
+
+func newWatch(eng *wfptest.Engine, drv *windiverttest.Driver) *watch {
+	w := &watch{eng: eng, drv: drv, flows: cagedFlows}
+	eng.Observe(func() { w.check("wfp change") })
+	drv.Observe(func(what string) {
+		what, _, _ = strings.Cut(what, " ")
+		w.check("windivert " + what)
+	})
+	return w
+}
+
+func (w *watch) captured() bool {
+	for _, h := range w.drv.Live() {
+		if h.Layer == windivert.LayerNetwork && h.Flags == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *watch) check(what string) {
+	captured := w.captured()
+	persistent := 0
+	for _, f := range w.eng.Filters() {
+		if f.Provider == guard.ProviderKey && f.Lifetime != wfptest.Dynamic {
+			persistent++
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if persistent > 0 && (w.minP == 0 || persistent < w.minP) || (persistent == 0 && w.minP > 0) {
+		w.minP = persistent
+	}
+	w.events = append(w.events, fmt.Sprintf("%s (captured=%v)", what, captured))
+	if captured {
+		return
+	}
+	for _, f := range w.flows {
+		if v := w.eng.Classify(f); v.Action == wfp.Permit {
+			w.leaks = append(w.leaks, fmt.Sprintf("after %s: %v passes uncaptured (%v)", what, f, v))
+		}
+	}
+}
+
+func (w *watch) verify(t *testing.T) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, l := range w.leaks {
+		t.Error(l)
+	}
+	if t.Failed() {
+		t.Logf("windivert and wfp changes, in order:\n  %s", strings.Join(w.events, "\n  "))
+		t.Logf("wfp sessions, in order:\n  %s", strings.Join(w.eng.Events(), "\n  "))
+	}
+}
+
+// windowScene is a Windows platform whose filtering-engine calls are the router process's
+// (so that it can crash) and whose holder is a second process over the same fakes.
+type windowScene struct {
+	*windowsScene
+	router *wfptest.Process
+	w      *watch
+	holder *fakeHolder
+}
+
+func newWindowScene(t *testing.T) *windowScene {
+	s := &windowScene{windowsScene: &windowsScene{drv: windiverttest.NewDriver(), wfp: wfptest.New()}}
+	s.wfp.SetHostAddrs(netip.MustParseAddr("192.168.1.10"))
+	s.router = s.wfp.Process("router")
+	s.holder = &fakeHolder{t: t, drv: s.drv, wfp: s.wfp.Process("router hold"), released: make(chan struct{})}
+	deps := engineDeps{
+		LoadDriver: func() (windivert.Driver, func() error, error) { return s.drv, func() error { return nil }, nil },
+		WFP:        s.router,
+		Machine:    machine{},
+		Router:     `C:\Program Files\router\router.exe`,
+		Service:    "router",
+		OwnPID:     100,
+		DisarmWait: 5 * time.Second,
+	}
+	withHolder(&deps, s.holder)
+	s.p = newRedirectPlatform(nil, deps)
+	s.w = newWatch(s.wfp, s.drv)
+	return s
+}
+
+func (s *windowScene) start(t *testing.T) { s.startWith(t, base) }
+
+func (s *windowScene) startWith(t *testing.T, text string) {
+	t.Helper()
+	cfg := parse(t, text)
+	if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
+		t.Fatal(err)
+	}
+	if s.dynamic() == 0 || !s.w.captured() {
+		t.Fatalf("after Install: %d permits, captured=%v; want armed and capturing", s.dynamic(), s.w.captured())
+	}
+}
+
+// fakeHolder is the holder process: it keeps a reference to the diverting handle until the
+// router's process is gone or lets it go, and then until the router's permits are gone.
+type fakeHolder struct {
+	t   *testing.T
+	drv *windiverttest.Driver
+	wfp *wfptest.Process
+
+	mu       sync.Mutex
+	release  func()
+	parent   chan struct{} // closed when the router's process dies
+	stop     chan struct{} // closed when the router lets go
+	crashed  bool
+	released chan struct{}
+}
+
+// hold is the seam: the platform hands the holder the diverting handle.
+func (h *fakeHolder) hold(drv windivert.Driver, hv uintptr, owner uint32) (func() error, error) {
+	release, err := h.drv.Hold(hv)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.release, h.parent, h.stop = release, make(chan struct{}), make(chan struct{})
+	parent, stop := h.parent, h.stop
+	h.mu.Unlock()
+	go func() {
+		defer close(h.released)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		guard.Hold(ctx, guard.HoldConfig{WFP: h.wfp, Owner: owner, Poll: time.Millisecond, Parent: parent, Stop: stop})
+		release()
+	}()
+	return func() error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if !h.crashed {
+			select {
+			case <-h.stop:
+			default:
+				close(h.stop)
+			}
+		}
+		return nil
+	}, nil
+}
+
+// crash is TerminateProcess on the router: its handles close at once, its dynamic session
+// waits for the BFE, and the dead process does nothing more.
+func (s *windowScene) crash() {
+	s.holder.mu.Lock()
+	s.holder.crashed = true
+	s.holder.mu.Unlock()
+	s.drv.Crash()
+	s.router.Crash()
+	s.holder.mu.Lock()
+	if s.holder.parent != nil {
+		close(s.holder.parent)
+	}
+	s.holder.mu.Unlock()
+}
+
+func (s *windowScene) waitHolder(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.holder.released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder never let the handle go")
+	}
+}
+
+// TestWindowCrash: TerminateProcess on the router, then the BFE runs its session down
+// later: no caged packet passes in between, and the holder lets the handle go once the
+// permits are gone.
+func TestWindowCrash(t *testing.T) {
+	for _, mode := range []string{"caged", "all"} {
+		t.Run("dns="+mode, func(t *testing.T) { testWindowCrash(t, mode) })
+	}
+}
+
+func testWindowCrash(t *testing.T, dnsMode string) {
+	s := newWindowScene(t)
+	text := base
+	if dnsMode == "all" {
+		text = strings.Replace(text, "[capture]\n", "[capture]\nlocal = true\n", 1) + "[dns]\ncapture = \"all\"\n"
+		s.w.flows = append(slices.Clone(cagedFlows), hostDNS)
+	}
+	s.startWith(t, text)
+	if dnsMode == "all" {
+		if v := s.wfp.Classify(hostDNS); v.Action != wfp.Permit {
+			t.Fatalf("running, all mode: a host process's DNS %v, want passed to the capture: the test tests nothing", v)
+		}
+	}
+	s.crash()
+	time.Sleep(20 * time.Millisecond) // the rundown takes its time
+	if n := s.wfp.Rundown(); n != 1 {
+		t.Errorf("rundown ran down %d sessions, want the router's dynamic one", n)
+	}
+	s.waitHolder(t)
+	if s.dynamic() != 0 || s.persistent() == 0 || s.w.captured() {
+		t.Errorf("after the crash: %d permits, %d blocks, captured=%v; want the blocks alone", s.dynamic(), s.persistent(), s.w.captured())
+	}
+	s.w.verify(t)
+}
+
+// TestWindowStop: a clean stop drops the permits, then closes WinDivert.
+func TestWindowStop(t *testing.T) {
+	s := newWindowScene(t)
+	s.start(t)
+	if err := s.p.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	s.waitHolder(t)
+	if s.dynamic() != 0 || s.w.captured() {
+		t.Errorf("after the stop: %d permits, captured=%v", s.dynamic(), s.w.captured())
+	}
+	s.w.verify(t)
+}
+
+// TestWindowCaptureFailure: the capture's read fails: the permits go before WinDivert
+// closes, even while a reload holds the platform's lock.
+func TestWindowCaptureFailure(t *testing.T) {
+	s := newWindowScene(t)
+	s.start(t)
+	s.failCapture(t)
+	select {
+	case <-s.p.Failed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the failure was not reported")
+	}
+	s.waitHolder(t)
+	if s.dynamic() != 0 || s.w.captured() {
+		t.Errorf("after the failure: %d permits, captured=%v", s.dynamic(), s.w.captured())
+	}
+	s.w.verify(t)
+	if err := s.p.Close(); err != nil {
+		t.Errorf("Close after the failure: %v", err)
+	}
+}
+
+// TestWindowTimedOutDisarm: another tool holds the machine-wide transaction lock while the
+// router stops (or its capture fails): Disarm's transaction times out and its session's
+// close waits for the lock; WinDivert must stay open until the permits are really gone.
+func TestWindowTimedOutDisarm(t *testing.T) {
+	for _, how := range []string{"stop", "capture failure"} {
+		t.Run(how, func(t *testing.T) {
+			s := newWindowScene(t)
+			s.start(t)
+			other, err := s.wfp.Process("other tool").Open(wfp.SessionOptions{Name: "a VPN client"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := other.Begin(); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				time.Sleep(100 * time.Millisecond)
+				other.Abort()
+				other.Close()
+			}()
+			switch how {
+			case "stop":
+				s.p.Close() // its error (the timed-out transaction) is expected
+			default:
+				s.failCapture(t)
+				select {
+				case <-s.p.Failed():
+				case <-time.After(10 * time.Second):
+					t.Fatal("the failure was not reported")
+				}
+			}
+			s.waitHolder(t)
+			if s.dynamic() != 0 || s.w.captured() {
+				t.Errorf("afterwards: %d permits, captured=%v", s.dynamic(), s.w.captured())
+			}
+			s.w.verify(t)
+			if !slices.ContainsFunc(s.wfp.Events(), func(e string) bool { return strings.Contains(e, "stay in force") }) {
+				t.Errorf("the disarm's session close did not wait for the lock: the test tests nothing\n%s", strings.Join(s.wfp.Events(), "\n"))
+			}
+			s.p.Close()
+		})
+	}
+}
+
+func withHolder(d *engineDeps, h *fakeHolder) { d.Hold = h.hold }
+
+// TestWindowUpgrade walks `router service upgrade` over the fakes: the service stops (its
+// permits go, then WinDivert), the files are replaced, the new binary (a new process) starts:
+// the persistent blocks are never touched and no caged packet passes in between.
+func TestWindowUpgrade(t *testing.T) {
+	s := newWindowScene(t)
+	s.start(t)
+	before := s.persistent()
+	if err := s.p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.waitHolder(t)
+	// The new binary: a new process over the same machine.
+	newRouter := s.wfp.Process("router (upgraded)")
+	s.holder = &fakeHolder{t: t, drv: s.drv, wfp: s.wfp.Process("router hold 2"), released: make(chan struct{})}
+	deps := s.p.deps
+	deps.WFP, deps.OwnPID = newRouter, 200
+	withHolder(&deps, s.holder)
+	s.p = newRedirectPlatform(nil, deps)
+	s.router = newRouter
+	s.start(t)
+	s.w.mu.Lock()
+	minP := s.w.minP
+	s.w.mu.Unlock()
+	if minP < before || s.persistent() < before {
+		t.Errorf("persistent guard filters fell to %d during the upgrade (had %d)", minP, before)
+	}
+	s.w.verify(t)
+	s.p.Close()
+}
