@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/agentcage/router/internal/winetest"
 	"github.com/agentcage/router/rules"
 )
 
@@ -39,7 +40,7 @@ func hostStrings(hs []rules.Host) string {
 // TestHostsFile: a rule's hosts_file is read relative to the config file, its entries added
 // after the rule's hosts; comments and blank lines are skipped.
 func TestHostsFile(t *testing.T) {
-	dir := t.TempDir()
+	dir := winetest.TempDir(t)
 	path := writeHosts(t, dir, "# the npm registry\nregistry.npmjs.org\n\n*.npmjs.com # its CDN\n104.16.0.0/13\n2606:4700::6810:1\n",
 		"hosts = [\"example.org\"]\nhosts_file = [\"allow/npm.txt\"]\n")
 	cfg, err := Load(path, Options{LookupEnv: noEnv})
@@ -60,7 +61,7 @@ func TestHostsFile(t *testing.T) {
 // TestHostsFileErrors: each bad line is an error at the hosts file's own line, every one at
 // once; a missing file and an over-large one are errors at the key.
 func TestHostsFileErrors(t *testing.T) {
-	dir := t.TempDir()
+	dir := winetest.TempDir(t)
 	path := writeHosts(t, dir, "registry.npmjs.org\nnot a host\n*.x.*\n\n10.0.0.0/33\n", "hosts_file = [\"allow/npm.txt\"]\n")
 	_, err := Load(path, Options{LookupEnv: noEnv})
 	if err == nil {

@@ -3,6 +3,7 @@ package dns
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 
@@ -63,9 +64,10 @@ func (s *Server) HandleFrom(ctx context.Context, src Source, req *mdns.Msg) *mdn
 			return m
 		}
 	}
-	s.answer(ctx, src.key(), req.Question[0], m)
+	k := s.keyOf(src)
+	s.answer(ctx, k, req.Question[0], m)
 	if s.walls != nil && (s.mode == ModeProxy || s.direct.match(canonical(req.Question[0].Name))) && len(m.Answer) > 0 && s.walls.Caged(src) {
-		s.wall(src.key(), req.Question[0], m)
+		s.wall(k, req.Question[0], m)
 	}
 	return m
 }
@@ -267,19 +269,38 @@ func (s *Server) relay(ctx context.Context, q mdns.Question, src *sourceKey) (*m
 	if s.proxy == nil {
 		return nil, errors.New("no proxy dialer")
 	}
+	if err := s.failed.get(k); err != nil {
+		return nil, err
+	}
+	guest := routerKey
 	if src != nil {
 		if !s.inflight.enter(*src) {
 			return nil, errBusy
 		}
 		defer s.inflight.leave(*src)
+		guest = *src
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	// The guest's share of the upstream's connections: a guest whose names go unanswered
+	// holds its own share, never the others'. The wait is bounded (upstreamWait).
+	wctx, wcancel := context.WithTimeout(ctx, upstreamWait)
+	err := s.upConns.acquire(wctx, guest)
+	wcancel()
+	if err != nil {
+		return nil, fmt.Errorf("%w: its share of the upstream's connections is taken", errBusy)
+	}
+	defer s.upConns.release(guest)
 	query := new(mdns.Msg)
 	query.RecursionDesired = true
 	query.Question = []mdns.Question{q}
 	r, err := s.proxy.exchange(ctx, query)
 	if err != nil {
+		// A name the resolver did not answer in time is not asked again for a while; a
+		// proxy that cannot be reached says nothing of the name (the next query tries).
+		if errors.Is(err, context.DeadlineExceeded) && !errors.Is(ctx.Err(), context.Canceled) {
+			s.failed.put(k, err)
+		}
 		return nil, err
 	}
 	r = cleaned(r)

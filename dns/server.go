@@ -66,6 +66,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -144,6 +145,11 @@ type Config struct {
 	DirectNames []string
 	// Timeout bounds one relayed or direct query. Default 5 s.
 	Timeout time.Duration
+	// Guests are the VM networks: a client inside one is budgeted as its network, one guest
+	// however many of its addresses it asks from (fake-IP addresses, queries waiting for an
+	// upstream, the upstream's connections). A client in none is budgeted by its address
+	// (an IPv6 one by its /64).
+	Guests []netip.Prefix
 	// SummaryEvery is the interval of the summary log line of refused, failed and over-limit
 	// queries. Default DefaultSummaryEvery.
 	SummaryEvery time.Duration
@@ -221,6 +227,9 @@ type Server struct {
 
 	tally    *tally // refused, failed and over-limit queries
 	inflight *gate  // queries waiting for an upstream
+	guests   []netip.Prefix
+	upConns  *fairGate     // the relayed queries' hold on the upstream's connections, by guest
+	failed   *failureCache // names whose relayed query failed lately
 
 	// TCP limits of Serve (constants; tests lower them).
 	tcpPerSource, tcpTotal int
@@ -294,6 +303,9 @@ func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
 		seen:       newSeenAddrs(cfg.Now),
 		tally:      newTally(log, cfg.SummaryEvery),
 		inflight:   newGate(maxInflightPerSource, maxInflight),
+		guests:     slices.Clone(cfg.Guests),
+		upConns:    newFairGate(maxUpstreamConns, upstreamHeadroom, upstreamMinShare),
+		failed:     newFailureCache(cfg.Now),
 
 		tcpPerSource: tcpPerSource,
 		tcpTotal:     tcpTotal,

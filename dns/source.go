@@ -20,9 +20,10 @@ type Source struct {
 // maxAppKey bounds the part of Source.App kept in a budget key.
 const maxAppKey = 256
 
-// sourceKey is what a budget is kept under: an IPv4 address, an IPv6 /64 (a guest picks any
-// address of its /64 at will, so a finer key would only let it mint budgets; VMs that share
-// a /64 share a budget for their IPv6 queries), and the program name.
+// sourceKey is what a budget is kept under: the guest network (Config.Guests) the address is
+// in, else an IPv4 address or an IPv6 /64 (a guest picks any address of its /64 at will, so
+// a finer key would only let it mint budgets; VMs that share a /64 share a budget for their
+// IPv6 queries), and the program name.
 type sourceKey struct {
 	prefix netip.Prefix // zero when the address is unknown
 	app    string
@@ -48,13 +49,13 @@ func (s Source) key() sourceKey {
 }
 
 // String is the key as logs show it: "10.0.2.15", "fd00:1::/64", "app.exe@10.0.2.15",
-// "unknown".
+// a guest network "10.0.2.0/24", "unknown".
 func (k sourceKey) String() string {
 	var addr string
 	switch {
 	case !k.prefix.IsValid():
 		addr = "unknown"
-	case k.prefix.Addr().Is4():
+	case k.prefix.Addr().Is4() && k.prefix.Bits() == 32:
 		addr = k.prefix.Addr().String()
 	default:
 		addr = k.prefix.String()

@@ -191,3 +191,31 @@ func TestFailover(t *testing.T) {
 	s.waitLog("upstream up", 5*time.Second)
 	s.wantNoLeak("primary back")
 }
+
+// TestGuestCannotMarkUpstreamDown: the guest asks tinyproxy again and again for a port
+// nobody listens on (tinyproxy answers 500 for it). That is the destination's failure, not
+// the proxy's: tinyproxy stays up, the failover list does not move to go-socks5, and the
+// guest's next flow (and every other guest's) still leaves through tinyproxy.
+func TestGuestCannotMarkUpstreamDown(t *testing.T) {
+	s, _, _ := upstreamScene(t, `["tiny", "exit"]`)
+	if got := s.exitOf(false); got != lab.TinyproxyExitAddr {
+		t.Fatalf("before: the echo server saw %q; want tinyproxy's exit %s", got, lab.TinyproxyExitAddr)
+	}
+	for i := range 5 {
+		if _, code := s.curl(s.lab.Guest(), "http://203.0.113.10:9/"); code == 0 {
+			t.Fatalf("curl %d to a closed port succeeded", i)
+		}
+	}
+	for _, u := range s.status().Upstreams {
+		if u.Name == "tiny" && u.State != "up" {
+			t.Errorf("after 5 unreachable destinations tinyproxy is %q (%s); want up", u.State, u.LastError)
+		}
+	}
+	if got := s.exitOf(false); got != lab.TinyproxyExitAddr {
+		t.Errorf("after: the echo server saw %q; want tinyproxy's exit %s (not the backup)", got, lab.TinyproxyExitAddr)
+	}
+	if strings.Contains(s.log(), "upstream down") {
+		t.Errorf("the router marked an upstream down:\n%s", s.log())
+	}
+	s.wantNoLeak("unreachable destinations through tinyproxy")
+}

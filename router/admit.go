@@ -40,13 +40,21 @@ import (
 //     take all but a 64th of the budget (9,000 idle flows under a limit of 20,000); with
 //     others, its fair share.
 //   - forwards: the forwards' flows, a budget of their own, shared fairly between sources.
+//   - inbounds: the inbounds' connections (all inbounds together), a budget of their own
+//     (a 32nd of the descriptors, two per connection, at most inboundTotal), shared
+//     fairly between guests (inboundAdmission).
 //
-// What stays outside every budget is the reserve: the DNS server (its own limits), the
-// control channel, the listeners, the relay's pipes and the process's other descriptors.
+// Every listener has its own share of the descriptor limit (budgetFor), so that no
+// listener's flood takes another's capacity: the transparent flows, the forwards and the
+// inbounds above, and in the fixed reserve the metrics endpoint (metrics.MaxConns), the
+// control channel (control.MaxConns), the DNS server's TCP connections and sockets (its own
+// limits), the relay's pipes, the listeners themselves and the process's other
+// descriptors (netlink, logs).
 type admission struct {
 	setups   *shares
 	flows    *shares
 	forwards *shares
+	inbounds *inboundAdmission
 	total    atomic.Int64
 	maxTotal int64
 	perDst   int
@@ -106,28 +114,44 @@ const (
 	// perDestination is the flows set up to one destination at once.
 	perDestination = 32
 	// reserveDescriptors are kept out of the flow budgets: the relay's pipe pool (64 pipes,
-	// 128 descriptors), the DNS server's TCP connections (256), its sockets, the listeners,
-	// the control channel, netlink, logs (64), and the forwards' budget (256).
-	reserveDescriptors = 128 + 256 + 64 + 256
+	// 128 descriptors), the DNS server's TCP connections and sockets (256), the metrics
+	// endpoint (16) and the control channel (32) with a little room (16 more), the
+	// listeners, netlink, logs (64), and the forwards' budget (256).
+	reserveDescriptors = 128 + 256 + 64 + 64 + 256
 	// defaultDescriptors is the budget's base when the limit is unknown (Windows).
 	defaultDescriptors = 65536
 )
 
-// budgetFor splits a descriptor limit: transparent flows and forward flows, two descriptors
-// each, after the reserve (at most half of a small limit).
-func budgetFor(descriptors int) (flows, forwards int) {
+// descriptorBudget is a descriptor limit cut into the listeners' shares, in flows or
+// connections (each holds two descriptors: its client's and its destination's).
+type descriptorBudget struct {
+	flows    int // transparent flows
+	forwards int // forward flows
+	inbounds int // inbound connections, all inbounds together
+}
+
+// budgetFor splits a descriptor limit: the reserve (at most half of a small limit), a 32nd
+// for the inbounds (at least 128 descriptors, at most an eighth of the limit and
+// inboundTotal connections), and the rest for the transparent flows; the forwards' budget
+// is cut from the reserve.
+func budgetFor(descriptors int) descriptorBudget {
 	if descriptors <= 0 {
 		descriptors = defaultDescriptors
 	}
 	reserve := min(reserveDescriptors, descriptors/2)
-	flows = max((descriptors-reserve)/2, 16)
-	forwards = max(reserve/8, 8)
-	return flows, forwards
+	inbound := min(max(descriptors/32, 128), descriptors/8, 2*inboundTotal)
+	return descriptorBudget{
+		flows:    max((descriptors-reserve-inbound)/2, 16),
+		forwards: max(reserve/8, 8),
+		inbounds: max(inbound/2, 16),
+	}
 }
 
 func newAdmission(descriptors int) *admission {
-	flows, forwards := budgetFor(descriptors)
+	b := budgetFor(descriptors)
+	flows, forwards := b.flows, b.forwards
 	return &admission{
+		inbounds: newInboundAdmission(inboundPerSource, b.inbounds),
 		setups:   newShares(maxSetups, maxSetups/4, minSetupShare, flows),
 		flows:    newShares(flows, max(flows/64, 16), 16, 0),
 		forwards: newShares(forwards, max(forwards/8, 2), 2, 0),
@@ -247,15 +271,18 @@ type Budgets struct {
 	Flows, FlowBudget       int // transparent flows alive (being set up or relayed), and their budget
 	Setups, SetupWaiting    int // set-up slots in use, and flows waiting for one
 	Forwards, ForwardBudget int // forward flows alive, and their budget
+	Inbounds, InboundBudget int // inbound connections open (every inbound), and their budget
 }
 
 // Budgets reports the budgets' use (see admission).
 func (r *Router) Budgets() Budgets {
 	setups, _, waiting := r.adm.setups.stats()
 	fwd, _, _ := r.adm.forwards.stats()
+	in, _, _ := r.adm.inbounds.guests.stats()
 	return Budgets{
 		Flows: int(r.adm.total.Load()), FlowBudget: int(r.adm.maxTotal),
 		Setups: setups, SetupWaiting: waiting,
 		Forwards: fwd, ForwardBudget: r.adm.forwards.capacity,
+		Inbounds: in, InboundBudget: r.adm.inbounds.guests.capacity,
 	}
 }

@@ -176,15 +176,21 @@ func TestSharesRandom(t *testing.T) {
 }
 
 func TestBudgetFor(t *testing.T) {
-	for _, c := range []struct{ limit, flows, forwards int }{
-		{20000, (20000 - reserveDescriptors) / 2, reserveDescriptors / 8},
-		{1024, (1024 - 512) / 2, 512 / 8},
-		{0, (defaultDescriptors - reserveDescriptors) / 2, reserveDescriptors / 8},
-		{10, 16, 8},
+	for _, c := range []struct{ limit, flows, forwards, inbounds int }{
+		{20000, (20000 - reserveDescriptors - 625) / 2, reserveDescriptors / 8, 312},
+		{3000, (3000 - reserveDescriptors - 128) / 2, reserveDescriptors / 8, 64},
+		{1024, (1024 - 512 - 128) / 2, 512 / 8, 64},
+		{0, (defaultDescriptors - reserveDescriptors - 2048) / 2, reserveDescriptors / 8, 1024},
+		{10, 16, 8, 16},
 	} {
-		flows, forwards := budgetFor(c.limit)
-		if flows != c.flows || forwards != c.forwards {
-			t.Errorf("budgetFor(%d) = %d, %d; want %d, %d", c.limit, flows, forwards, c.flows, c.forwards)
+		b := budgetFor(c.limit)
+		if b.flows != c.flows || b.forwards != c.forwards || b.inbounds != c.inbounds {
+			t.Errorf("budgetFor(%d) = %+v; want flows %d, forwards %d, inbounds %d", c.limit, b, c.flows, c.forwards, c.inbounds)
+		}
+		if c.limit >= 1024 {
+			if used := min(reserveDescriptors, c.limit/2) + 2*b.flows + 2*b.inbounds; used > c.limit {
+				t.Errorf("budgetFor(%d): %d descriptors in the shares, over the limit", c.limit, used)
+			}
 		}
 	}
 	// Under the lab's limit a lone source may hold 9,000 idle flows (the memory benchmark).
@@ -431,10 +437,13 @@ func isTimeoutErr(err error) bool {
 // they are refused at once, and another source still gets flows.
 func TestDescriptorBudget(t *testing.T) {
 	target := startTarget(t, "hello\n")
-	// 200 descriptors: 100 reserved, 50 flows; a lone source may hold 50-16 = 34.
+	// 200 descriptors: 100 reserved, 25 for the inbounds, 37 flows; a lone source may hold
+	// 37-16 = 21.
 	ts := newTwoSources(t, Settings{Decision: mustRules(t, rules.Rule{Name: "all", Action: rules.Direct})}, Options{Descriptors: 200})
+	b := budgetFor(200)
+	want := b.flows - 16
 	ok := 0
-	for range 50 {
+	for range b.flows {
 		c := ts.dialFrom("10.0.2.15", target)
 		c.SetReadDeadline(time.Now().Add(time.Second))
 		b := make([]byte, 6)
@@ -442,8 +451,8 @@ func TestDescriptorBudget(t *testing.T) {
 			ok++
 		}
 	}
-	if ok != 34 {
-		t.Errorf("a lone source relayed %d flows, want 34 of a budget of 50", ok)
+	if ok != want {
+		t.Errorf("a lone source relayed %d flows, want %d of a budget of %d", ok, want, b.flows)
 	}
 	c := ts.dialFrom("10.0.2.16", target)
 	if got := readN(t, c, 6); got != "hello\n" {

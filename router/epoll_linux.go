@@ -46,6 +46,8 @@ type loop struct {
 	pfree    []int32 // the free pairs of the loop's range
 	// resumeDue: a paused listener's pause is over
 	resumeDue bool
+	// cutDue: a flow was stopped (meter.stop): the loop ends the flows whose cut is set
+	cutDue bool
 
 	// Of the loop's goroutine only: buffers for set-ups and accept, never held across
 	// events, and the kernel flows' state.
@@ -201,8 +203,8 @@ func (l *loop) run() {
 				lents[i] = l.lents[events[i].Pad]
 			}
 		}
-		failed, gone, resume := l.failed, l.gone, l.resumeDue
-		l.failed, l.gone, l.resumeDue = nil, nil, false
+		failed, gone, resume, cut := l.failed, l.gone, l.resumeDue, l.cutDue
+		l.failed, l.gone, l.resumeDue, l.cutDue = nil, nil, false, false
 		stopping := l.stopping
 		notes, l.notes = l.notes, notes[:0]
 		l.mu.Unlock()
@@ -248,6 +250,9 @@ func (l *loop) run() {
 		}
 		for _, f := range failed {
 			l.finish(f, errors.New("relay loop: epoll add failed"))
+		}
+		if cut {
+			sweep = l.cutFlows(sweep[:0])
 		}
 		if gone != nil {
 			l.goneListeners(gone)
@@ -502,6 +507,20 @@ func (l *loop) sweep(now time.Duration, buf []*relayFlow) []*relayFlow {
 				l.finish(f, errors.Join(errIdle, errors.New("the receiver took nothing")))
 				break
 			}
+		}
+	}
+	return buf[:0]
+}
+
+// cutFlows ends the relayed flows whose cut is set (a reload's rules refuse them).
+func (l *loop) cutFlows(buf []*relayFlow) []*relayFlow {
+	l.mu.Lock()
+	buf = append(buf, l.slots...)
+	l.mu.Unlock()
+	for i, f := range buf {
+		buf[i] = nil
+		if f != nil && !f.closed && f.setup == nil && f.cut != nil && f.cut.Load() {
+			l.finish(f, errCut)
 		}
 	}
 	return buf[:0]

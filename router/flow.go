@@ -104,6 +104,7 @@ func (r *Router) open(ctx context.Context, p *compiled, f *FlowRecord, pf *polic
 			d = reapprove(p.Decision.Decide(pf), asked) // with what the name resolves to
 		}
 	}
+	f.query = *pf
 	if !r.decided(p, f, d) {
 		return d, nil, nil
 	}
@@ -134,7 +135,11 @@ func (r *Router) decided(p *compiled, f *FlowRecord, d policy.Decision) bool {
 	p.count(d)
 	r.caged.note(f, d)
 	if !admits(d) {
-		r.refused(refusal.ForStep(d.Step), f)
+		why := refusal.ForStep(d.Step)
+		if f.Inbound != "" {
+			why = refusal.ForInbound(d.Step)
+		}
+		r.refused(why, f)
 		return false
 	}
 	r.live.add(f)

@@ -51,6 +51,9 @@ type FlowRecord struct {
 	// refused and why: the flow was counted as refused (Router.refused), for the flow log.
 	refused bool
 	why     refusal.Reason
+	// query is what the flow was decided on, kept so that a reload can decide it again
+	// (reload.go); set before the decision is recorded.
+	query policy.Flow
 }
 
 // Audit returns the flow log for audits the router writes to (Options.Audit; nil: none), for

@@ -45,8 +45,10 @@ import (
 // CONNECT (plain-HTTP proxying; answered 405 with Allow: CONNECT; curl sends CONNECT for
 // http:// URLs too with --proxytunnel).
 //
-// Bounds: each source may hold inboundPerSource connections at once (in handshake or
-// relayed) and the inbound inboundTotal; more are reset at accept. A client has
+// Bounds: the inbounds hold their share of the descriptor budget (admission: a 32nd of
+// the limit, two descriptors a connection, inboundTotal connections at most) at once, in
+// handshake or relayed, shared fairly between guests (inboundGuest), and each client
+// address inboundPerSource inside its guest's share; more are reset at accept. A client has
 // inboundHandshake to send its whole request; an HTTP request head is at most
 // inboundHeadMax bytes (431 beyond). Closing the listener stops accepting; tunnels already
 // open go on, requests still being read are cut when ctx ends.
@@ -103,7 +105,7 @@ func (r *Router) ListenInbound(ctx context.Context, in Inbound) (*net.TCPListene
 // over its share, is reset at once. Requests still being read end with ctx; tunnels opened go
 // on (Wait waits for them).
 func (r *Router) ServeInbound(ctx context.Context, ln *net.TCPListener, current func() *Inbound) error {
-	s := &inboundServer{r: r, ctx: ctx, adm: inboundAdmission{perSource: inboundPerSource, total: inboundTotal}}
+	s := &inboundServer{r: r, ctx: ctx, adm: r.adm.inbounds}
 	s.socks = r.newSOCKSServer()
 	return r.acceptLoop(ctx, ln, "inbound "+current().Name+": accept", func(c *net.TCPConn) {
 		in := current()
@@ -115,7 +117,8 @@ func (r *Router) ServeInbound(ctx context.Context, ln *net.TCPListener, current 
 		if !local && !s.allowed(in, c, src, a) {
 			return
 		}
-		if !s.adm.take(a) {
+		guest := inboundGuest(a, r.pol.Load().Decision.VMNetworks(), in.Allow)
+		if !s.adm.take(guest, a) {
 			r.book.Add(refusal.Limit, refusal.Event{Src: src, Dst: in.Listen, Rule: "inbound " + in.Name})
 			s.refusedOverLimit(in, src)
 			reset(c)
@@ -129,12 +132,12 @@ func (r *Router) ServeInbound(ctx context.Context, ln *net.TCPListener, current 
 					id = carried
 				}
 				if !s.allowed(in, c, src, id.src) {
-					s.adm.give(a)
+					s.adm.give(guest, a)
 					r.flows.Done()
 					return
 				}
 			}
-			s.serve(c, in, id, func() { s.adm.give(a) })
+			s.serve(c, in, id, func() { s.adm.give(guest, a) })
 		}()
 	})
 }
@@ -159,7 +162,7 @@ type inboundServer struct {
 	r     *Router
 	ctx   context.Context
 	socks socksServer
-	adm   inboundAdmission
+	adm   *inboundAdmission
 	// lastLimitLog is when a refusal over the limits was last logged (unix nanoseconds):
 	// one record a second at most, so a flood cannot flood the log too.
 	lastLimitLog atomic.Int64
@@ -175,7 +178,7 @@ func (s *inboundServer) refusedOverLimit(in *Inbound, src netip.AddrPort) {
 	}
 	n := s.overLimit.Swap(0)
 	s.r.log.Warn("inbound refused: too many connections", "inbound", in.Name, "src", src,
-		"per_source", inboundPerSource, "total", inboundTotal, "refused", n)
+		"per_source", s.adm.perSource, "budget", s.adm.guests.capacity, "refused", n)
 }
 
 // inboundConn is an inbound client's connection while its request is read. Once a flow takes
@@ -222,8 +225,19 @@ func (s *inboundServer) serve(c *net.TCPConn, in *Inbound, id identity, slot fun
 	c.Close()
 	slot()
 	s.r.flows.Done()
-	if err != nil {
-		s.r.log.Debug("inbound request refused", "inbound", in.Name, "src", netaddr.AddrPort(c.RemoteAddr()), "err", err)
+	if err != nil && s.ctx.Err() == nil {
+		s.r.malformed(in, netaddr.AddrPort(c.RemoteAddr()), err)
+	}
+}
+
+// malformed counts a request of an inbound's client that set up no flow (malformed, cut
+// short, or asking for what an inbound does not serve: BIND, UDP ASSOCIATE, a method other
+// than CONNECT, a name resolvers would read as an address) as inbound-malformed, and logs it:
+// the first few of each inbound in an interval one by one, the rest in the refusal summary.
+func (r *Router) malformed(in *Inbound, src netip.AddrPort, err error) {
+	r.book.Add(refusal.Malformed, refusal.Event{Src: src, Dst: in.Listen, Rule: "inbound " + in.Name})
+	if r.refuse.note("inbound "+in.Name+": malformed request", src.Addr().String()) {
+		r.log.Info("inbound request refused: malformed", "inbound", in.Name, "src", src, "err", err)
 	}
 }
 
@@ -354,37 +368,38 @@ func hostName(s string) bool {
 	return true
 }
 
-// inboundAdmission counts an inbound's connections, per source and in all. It is safe for
-// concurrent use; mu guards n and all.
+// inboundAdmission bounds an inbound's connections: total in all, shared fairly between
+// guests (shares: a quarter kept for a guest not yet seen; see guestOf), and perSource per
+// client address inside its guest's share. Safe for concurrent use.
 type inboundAdmission struct {
-	perSource, total int
+	perSource int
+	guests    *shares
 
-	mu  sync.Mutex
-	n   map[netip.Addr]int
-	all int
+	mu sync.Mutex
+	n  map[netip.Addr]int // connections per client address
 }
 
-// take admits a connection from src, or reports false when src or the inbound is at its
-// limit. Each admitted connection is given back once with give.
-func (a *inboundAdmission) take(src netip.Addr) bool {
+func newInboundAdmission(perSource, total int) *inboundAdmission {
+	return &inboundAdmission{perSource: perSource, guests: newShares(total, total/4, min(64, perSource), 0), n: map[netip.Addr]int{}}
+}
+
+// take admits a connection from src of guest, or reports false when src, its guest or the
+// inbound is at its limit. Each admitted connection is given back once with give.
+func (a *inboundAdmission) take(guest string, src netip.Addr) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.all >= a.total || a.n[src] >= a.perSource {
+	if a.n[src] >= a.perSource || !a.guests.tryAcquire(guest) {
 		return false
 	}
-	if a.n == nil {
-		a.n = map[netip.Addr]int{}
-	}
 	a.n[src]++
-	a.all++
 	return true
 }
 
-func (a *inboundAdmission) give(src netip.Addr) {
+func (a *inboundAdmission) give(guest string, src netip.Addr) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.n[src]--; a.n[src] <= 0 {
 		delete(a.n, src)
 	}
-	a.all--
+	a.guests.release(guest)
 }

@@ -392,7 +392,7 @@ func TestInboundRequestCutAtStop(t *testing.T) {
 }
 
 func TestAdmission(t *testing.T) {
-	a := inboundAdmission{perSource: 2, total: 3}
+	a := newInboundAdmission(2, 3)
 	x, y := netip.MustParseAddr("10.0.2.15"), netip.MustParseAddr("10.0.2.16")
 	for i, tc := range []struct {
 		take bool // else give
@@ -405,15 +405,15 @@ func TestAdmission(t *testing.T) {
 		{false, y, true}, {false, y, true}, {true, x, true},
 	} {
 		if !tc.take {
-			a.give(tc.src)
+			a.give("vm 10.0.2.0/24", tc.src)
 			continue
 		}
-		if got := a.take(tc.src); got != tc.want {
+		if got := a.take("vm 10.0.2.0/24", tc.src); got != tc.want {
 			t.Fatalf("step %d: take(%v) = %v; want %v", i, tc.src, got, tc.want)
 		}
 	}
-	if a.n[y] != 0 || a.all != 2 {
-		t.Errorf("counts %v, all %d", a.n, a.all)
+	if used, _, _ := a.guests.stats(); a.n[y] != 0 || used != 2 {
+		t.Errorf("counts %v, all %d", a.n, used)
 	}
 }
 

@@ -11,6 +11,9 @@ import (
 // errIdle ends a relay whose two directions were both quiet for the idle timeout.
 var errIdle = errors.New("idle timeout")
 
+// errCut ends a flow that a reload's rules refuse.
+var errCut = errors.New("ended at reload: the rules now refuse it")
+
 // errClosed ends the flows still running when the Router is closed.
 var errClosed = errors.New("router closed")
 
@@ -50,6 +53,27 @@ type result struct {
 type meter struct {
 	up, down atomic.Int64
 	kernel   atomic.Pointer[kernelBytes] // nil unless the kernel moves the flow's bytes
+	// cut asks the relay to end the flow (stop); onCut, set by the relay, makes it notice.
+	cut   atomic.Bool
+	onCut atomic.Pointer[func()]
+}
+
+// stop asks the relay to end the flow with errCut (a reload whose rules refuse it), once.
+// Safe from any goroutine, before or after the relay started.
+func (m *meter) stop() {
+	if m.cut.CompareAndSwap(false, true) {
+		if fn := m.onCut.Load(); fn != nil {
+			(*fn)()
+		}
+	}
+}
+
+// watchCut makes fn run when the flow is stopped: at once when it already was.
+func (m *meter) watchCut(fn func()) {
+	m.onCut.Store(&fn)
+	if m.cut.Load() {
+		fn()
+	}
 }
 
 // load returns the flow's bytes so far.

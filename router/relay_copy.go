@@ -45,6 +45,7 @@ func (r *relay) copyRelay(a, b halfCloser, m *meter, done func(result)) {
 		ba := &stream{src: b, dst: a, n: &m.down}
 		ab.last.Store(now)
 		ba.last.Store(now)
+		m.watchCut(func() { a.Close(); b.Close() })
 		var wg sync.WaitGroup
 		var errDown error
 		wg.Add(1)
@@ -56,7 +57,11 @@ func (r *relay) copyRelay(a, b halfCloser, m *meter, done func(result)) {
 		wg.Wait()
 		a.Close()
 		b.Close()
-		done(result{up: ab.n.Load() - up0, down: ba.n.Load() - down0, err: cause(errUp, errDown)})
+		err := cause(errUp, errDown)
+		if m.cut.Load() {
+			err = errCut
+		}
+		done(result{up: ab.n.Load() - up0, down: ba.n.Load() - down0, err: err})
 	}()
 }
 

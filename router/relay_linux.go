@@ -148,6 +148,15 @@ func (r *relay) start(a *net.TCPConn, bc net.Conn, m *meter, done func(result)) 
 func (r *relay) begin(l *loop, f *relayFlow, m *meter, done func(result), own bool) {
 	f.idle, f.done = r.idle, done
 	f.dir[0].live, f.dir[1].live = &m.up, &m.down
+	f.cut = &m.cut
+	// Watched once f is on l (at the return: a flow stopped before it started is ended by
+	// l's next wake-up).
+	defer m.watchCut(func() {
+		l.mu.Lock()
+		l.cutDue = true
+		l.wake()
+		l.mu.Unlock()
+	})
 	end := func(err error) {
 		if own {
 			l.finish(f, err)
@@ -256,6 +265,7 @@ type relayFlow struct {
 	idle   time.Duration
 	last   time.Duration // loop clock of the last byte moved either way
 	done   func(result)
+	cut    *atomic.Bool // set when a reload's rules refuse the flow: the loop ends it
 	closed bool
 	again  bool          // queued to go on after the batch
 	setup  *setupFlow    // the loop is setting the flow up (setup_linux.go); nil once it relays

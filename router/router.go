@@ -261,11 +261,13 @@ func (r *Router) Prepare(p Settings) (*Prepared, error) {
 	return &Prepared{c: np}, nil
 }
 
-// Use makes a prepared policy the one new flows get; flows already running keep theirs.
-// The health probes of the proxies it names run; those of proxies it dropped stop.
+// Use makes a prepared policy the one new flows get, and ends the running flows it refuses
+// (reload.go); the others keep theirs. The health probes of the proxies it names run;
+// those of proxies it dropped stop.
 func (r *Router) Use(pp *Prepared) {
 	r.useUpstreams(pp.c)
 	r.pol.Store(pp.c)
+	r.endRefused(pp.c)
 }
 
 // Apply prepares p and uses it.

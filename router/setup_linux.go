@@ -469,6 +469,7 @@ func (l *loop) nameIn(s *setupFlow, final bool) {
 	s.h.sniffed = true
 	d := p.Decision.Decide(&pf)
 	if d.Verdict == s.spec.Verdict && d.Step == s.spec.Step && f.Host == host {
+		f.query = pf
 		r.decided(p, f, d)
 		if s.state == sNamePending {
 			l.handshake(s)
@@ -589,6 +590,7 @@ func (l *loop) decide(s *setupFlow, pf *policy.Flow) {
 	if !s.proxied {
 		s.target = f.Dst
 	}
+	f.query = *pf
 	r.decided(p, f, d)
 	r.loops.setups.Add(1)
 	l.connect(s)

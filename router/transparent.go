@@ -170,20 +170,6 @@ func (r *Router) admitted(ctx context.Context, p *compiled, f *FlowRecord, c *ne
 	r.relayFlow(p, f, c, out, done)
 }
 
-// sourceKey names the source a flow is budgeted under: a VM's address, the app of a local
-// flow when its owner is known, else the local address.
-func sourceKey(pf *policy.Flow, p *compiled) string {
-	switch {
-	case pf.FromVM || p.Decision.FromVMNetwork(pf.Src):
-		return "vm " + pf.Src.String()
-	case pf.AppPath != "":
-		return "app " + pf.AppPath
-	case pf.App != "":
-		return "app " + pf.App
-	}
-	return "host " + pf.Src.String()
-}
-
 // setup takes the flow's set-up slots, its destination's and its source's (waiting up to
 // the connect timeout for a fair turn), then looks its name up when the policy asks
 // (policy.Policy.NeedsResolve: a caged flow that would leave from this machine by its

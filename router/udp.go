@@ -43,9 +43,11 @@ import (
 // the name and reports where the answer came from). A datagram from any other address is
 // dropped: only destinations the client sent to may answer it.
 //
-// Bounds, so that a guest cannot exhaust the router's descriptors: maxUDPFlowsPerSource
-// flows and maxUDPSessionsPerSource associations (or direct sockets) per source address,
-// maxUDPFlows and maxUDPSessions in all; a datagram beyond them is dropped. A capture's
+// Bounds, so that a guest cannot exhaust the router's descriptors: maxUDPFlows and
+// maxUDPSessions associations (or direct sockets) in all, shared fairly between guests
+// (guestOf: a VM network, an app; a quarter kept for a guest not yet seen, see shares), and
+// inside a guest's share maxUDPFlowsPerSource flows and maxUDPSessionsPerSource
+// associations per source address; a datagram beyond them is dropped. A capture's
 // return path (UDPReturn) holds at most one thing per flow.
 //
 // Each flow is logged when it ends ("udp flow", the attributes of a TCP flow's record) and
@@ -59,10 +61,12 @@ const (
 	maxUDPFlows             = 8192
 	maxUDPSessionsPerSource = 32
 	maxUDPSessions          = 1024
-	// udpBuf bounds a datagram the router relays (larger ones are cut short): a reader per
-	// association holds one buffer while it waits.
-	udpBuf = 16 << 10
 )
+
+// No datagram is ever changed: the buffers hold the largest datagram there is (a reader per
+// association holds one of upstream.ReadBufLen bytes while it waits), and a datagram a path
+// cannot carry whole (with the proxy's header more than a UDP socket can send, an answer the
+// capture cannot give back) is dropped whole and counted as udp-oversize.
 
 // Datagram is one UDP datagram a capture took.
 type Datagram struct {
@@ -154,7 +158,7 @@ func (r *Router) HandleUDP(dg Datagram, ret UDPReturn) {
 	}
 	a := s.assoc
 	t.mu.Unlock()
-	fl.send(a, dg.Payload)
+	r.sendUDP(fl, a, dg.Payload)
 }
 
 // udpTable holds the UDP flows and their associations. mu guards every field, and the
@@ -168,6 +172,10 @@ type udpTable struct {
 	stop     chan struct{} // closes the expiry goroutine; nil until the first datagram
 	sweeper  sync.WaitGroup
 	ending   sync.WaitGroup // flows ending: their release and log record
+
+	// flowShares and sessShares share maxUDPFlows and maxUDPSessions between guests
+	// (guestOf), by the flow's and the session's guest; made with flows.
+	flowShares, sessShares *shares
 }
 
 type udpFlowKey struct{ src, dst netip.AddrPort }
@@ -186,6 +194,7 @@ type udpBudget struct{ flows, sessions int }
 type udpFlow struct {
 	key     udpFlowKey
 	rec     *FlowRecord   // the log record; Up, Down and Err are filled at the end
+	guest   string        // whose shares it holds (sourceKey)
 	to      upstream.Addr // what the association is given: the name, or the IP
 	ret     UDPReturn
 	release func() // the fake IP's name, held while the flow lives; nil when none
@@ -204,7 +213,8 @@ type udpFlow struct {
 
 // udpSession is an association (or a direct socket) and the flows that use it.
 type udpSession struct {
-	key sessionKey
+	key   sessionKey
+	guest string // whose share of sessions it holds
 	// Guarded by udpTable.mu.
 	assoc  upstream.Association // nil while it is being opened, or after it failed
 	via    string               // the member of a failover list that carries it
@@ -231,6 +241,8 @@ func (t *udpTable) start(r *Router) {
 	t.flows = map[udpFlowKey]*udpFlow{}
 	t.sessions = map[sessionKey]*udpSession{}
 	t.sources = map[netip.Addr]*udpBudget{}
+	t.flowShares = newShares(maxUDPFlows, maxUDPFlows/4, maxUDPFlowsPerSource, 0)
+	t.sessShares = newShares(maxUDPSessions, maxUDPSessions/4, maxUDPSessionsPerSource, 0)
 	stop := make(chan struct{})
 	t.stop = stop
 	t.sweeper.Go(func() {
@@ -296,6 +308,7 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 	}
 	d := p.Decision.Decide(&pf)
 	f.Verdict, f.Step, f.pol, f.index, f.Caged = d.Verdict, d.Step, p, d.Index, d.Caged
+	f.query = pf
 	switch {
 	case ownerErr != nil:
 		// The owner could change the decision (a caged app): without it the flow is refused,
@@ -327,7 +340,9 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 		return old
 	}
 	b := t.budget(fl.key.src.Addr())
-	if b.flows >= maxUDPFlowsPerSource || len(t.flows) >= maxUDPFlows {
+	fl.guest = sourceKey(&pf, p)
+	if b.flows >= maxUDPFlowsPerSource || !t.flowShares.tryAcquire(fl.guest) {
+		t.dropBudget(fl.key.src.Addr())
 		t.mu.Unlock()
 		fl.releaseName()
 		r.log.Debug("udp flow refused: too many flows", "src", f.Src, "dst", f.Dst, "source_flows", b.flows)
@@ -345,6 +360,8 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 	r.caged.note(f, d)
 	if !fl.drop {
 		if !r.joinSessionLocked(p, fl, d) {
+			t.flowShares.release(fl.guest)
+			t.dropBudget(fl.key.src.Addr())
 			t.mu.Unlock()
 			fl.releaseName()
 			r.log.Debug("udp flow refused: too many associations", "src", f.Src, "dst", f.Dst)
@@ -381,6 +398,7 @@ func (r *Router) resolveUDP(p *compiled, fl *udpFlow, pf policy.Flow) {
 	f := fl.rec
 	t := &r.udp
 	t.mu.Lock()
+	f.query = pf
 	f.Verdict, f.Step, f.index, f.Caged = d.Verdict, d.Step, d.Index, d.Caged
 	wait := fl.wait
 	fl.resolving, fl.wait, fl.resolved = false, nil, pf.Resolved
@@ -421,7 +439,7 @@ func (r *Router) resolveUDP(p *compiled, fl *udpFlow, pf policy.Flow) {
 	}
 	for _, q := range wait {
 		if a != nil {
-			fl.send(a, q)
+			r.sendUDP(fl, a, q)
 		}
 	}
 }
@@ -448,11 +466,11 @@ func (r *Router) joinSessionLocked(p *compiled, fl *udpFlow, d policy.Decision) 
 	s := t.sessions[key]
 	if s == nil {
 		b := t.budget(key.src.Addr())
-		if b.sessions >= maxUDPSessionsPerSource || len(t.sessions) >= maxUDPSessions {
+		if b.sessions >= maxUDPSessionsPerSource || !t.sessShares.tryAcquire(fl.guest) {
 			return false
 		}
 		b.sessions++
-		s = &udpSession{key: key, flows: map[upstream.Addr]*udpFlow{}}
+		s = &udpSession{key: key, guest: fl.guest, flows: map[upstream.Addr]*udpFlow{}}
 		t.sessions[key] = s
 		host, fake := fl.rec.Host, p.Decision.InPool(fl.key.dst.Addr())
 		go r.openSession(p, s, host, fake, fl.resolved)
@@ -515,7 +533,7 @@ func (r *Router) openSession(p *compiled, s *udpSession, host string, fake bool,
 	s.queue = nil
 	t.mu.Unlock()
 	for _, d := range q {
-		d.fl.send(a, d.p)
+		r.sendUDP(d.fl, a, d.p)
 	}
 	go r.readSession(s, a)
 }
@@ -534,20 +552,42 @@ func associate(ctx context.Context, p *compiled, proxy string) (upstream.Associa
 	return a, proxy, err
 }
 
-// send sends p through a to the flow's destination.
-func (fl *udpFlow) send(a upstream.Association, p []byte) {
-	if n, err := a.WriteTo(p, fl.to); err == nil {
+// sendUDP sends p through a to fl's destination. A datagram the path cannot carry whole is
+// dropped and counted (udp-oversize); other failures are the association's to report.
+func (r *Router) sendUDP(fl *udpFlow, a upstream.Association, p []byte) {
+	n, err := a.WriteTo(p, fl.to)
+	if err == nil {
 		fl.rec.bytes.up.Add(int64(n))
+		return
 	}
+	if upstream.TooLarge(err) {
+		r.oversize(fl, len(p), err)
+	}
+}
+
+// oversize counts a datagram of n bytes of fl dropped whole because a path could not carry
+// it (udp-oversize).
+func (r *Router) oversize(fl *udpFlow, n int, err error) {
+	r.book.Add(refusal.Oversize, refusal.Event{Src: fl.rec.Src, Dst: fl.rec.Dst, Host: fl.rec.Host, App: fl.rec.App, Rule: fl.rec.Verdict.Name})
+	r.log.Debug("udp datagram dropped whole: too large for the path", "src", fl.rec.Src, "dst", fl.rec.dst(), "len", n, "err", err)
 }
 
 // readSession hands what comes back through a to the clients until a ends; then s and its
 // flows end.
 func (r *Router) readSession(s *udpSession, a upstream.Association) {
-	buf := make([]byte, udpBuf+upstreamHeader)
+	buf := make([]byte, upstream.ReadBufLen)
 	t := &r.udp
 	for {
 		n, from, err := a.ReadFrom(buf)
+		if err != nil && upstream.TooLarge(err) {
+			t.mu.Lock()
+			fl := s.flowFor(from)
+			t.mu.Unlock()
+			if fl != nil {
+				r.oversize(fl, n, err)
+			}
+			continue
+		}
 		if err != nil {
 			t.mu.Lock()
 			if t.sessions[s.key] == s {
@@ -565,15 +605,16 @@ func (r *Router) readSession(s *udpSession, a upstream.Association) {
 		}
 		fl.last.Store(time.Now().UnixNano())
 		if err := fl.ret.Reply(fl.key.src, fl.key.dst, buf[:n]); err != nil {
+			if upstream.TooLarge(err) {
+				r.oversize(fl, n, err)
+				continue
+			}
 			r.log.Debug("udp answer", "client", fl.key.src, "from", fl.key.dst, "err", err)
 			continue
 		}
 		fl.rec.bytes.down.Add(int64(n))
 	}
 }
-
-// upstreamHeader is the room ReadFrom needs beyond the payload (socks5.MaxUDPHeaderLen).
-const upstreamHeader = 262
 
 // flowFor returns the flow an answer from `from` belongs to (see the UDP comment), or nil.
 // Called with udpTable.mu held.
@@ -600,6 +641,7 @@ func (s *udpSession) flowFor(from upstream.Addr) *udpFlow {
 func (r *Router) endSessionLocked(s *udpSession, cause error) {
 	t := &r.udp
 	delete(t.sessions, s.key)
+	t.sessShares.release(s.guest)
 	if b := t.sources[s.key.src.Addr()]; b != nil {
 		b.sessions--
 		t.dropBudget(s.key.src.Addr())
@@ -626,6 +668,7 @@ func (r *Router) endFlowLocked(fl *udpFlow) {
 	if t.flows[fl.key] == fl {
 		delete(t.flows, fl.key)
 	}
+	t.flowShares.release(fl.guest)
 	if b := t.sources[fl.key.src.Addr()]; b != nil {
 		b.flows--
 		t.dropBudget(fl.key.src.Addr())

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/agentcage/router/router/upstream"
-	"github.com/agentcage/router/router/upstream/socks5"
 )
 
 // DialUpstreamUDP opens a UDP association through the named upstream (a proxy, or a
@@ -26,7 +25,7 @@ func (r *Router) DialUpstreamUDP(ctx context.Context, proxy, address string) (ne
 	if err != nil {
 		return nil, fmt.Errorf("associate for %s via %s: %w", address, proxy, err)
 	}
-	return &assocConn{a: a, dst: dst, buf: make([]byte, socks5.MaxUDPHeaderLen+65535)}, nil
+	return &assocConn{a: a, dst: dst, buf: make([]byte, upstream.ReadBufLen)}, nil
 }
 
 // assocConn is an association seen as a datagram connection to dst. Reads are not meant to
@@ -47,6 +46,9 @@ func (c *assocConn) Read(p []byte) (int, error) {
 		}
 		// A name may come back as the IP the proxy resolved it to: the port tells.
 		if from == c.dst || c.dst.Name != "" && from.Port == c.dst.Port || from.IP.Unmap() == c.dst.IP.Unmap() && from.Port == c.dst.Port {
+			if n > len(p) { // never cut: the caller learns the datagram did not fit
+				return 0, fmt.Errorf("udp association: a %d-byte answer for a %d-byte buffer: %w", n, len(p), upstream.ErrTooLarge)
+			}
 			return copy(p, c.buf[:n]), nil
 		}
 	}

@@ -49,11 +49,20 @@ type directAssoc struct {
 	once sync.Once
 }
 
-func (d *directAssoc) WriteTo(p []byte, _ upstream.Addr) (int, error) { return d.c.Write(p) }
+func (d *directAssoc) WriteTo(p []byte, _ upstream.Addr) (int, error) {
+	n, err := d.c.Write(p)
+	if err != nil && upstream.TooLarge(err) {
+		return n, fmt.Errorf("udp direct: send %d bytes: %w: %w", len(p), upstream.ErrTooLarge, err)
+	}
+	return n, err
+}
 
 func (d *directAssoc) ReadFrom(p []byte) (int, upstream.Addr, error) {
 	for {
 		n, err := d.c.Read(p)
+		if err == nil && n == len(p) { // may have been cut: the caller's buffer was too short
+			return n, d.as, fmt.Errorf("udp direct: an answer of %d bytes or more: %w", n, upstream.ErrTooLarge)
+		}
 		if err == nil {
 			return n, d.as, nil
 		}

@@ -100,6 +100,12 @@ type udpEnv struct {
 // answers the upstream's Associate instead of the default (a new in-memory association).
 func newUDPEnv(t *testing.T, names Names, associate func() (upstream.Association, error), rs ...rules.Rule) *udpEnv {
 	t.Helper()
+	return newUDPEnvIn(t, []netip.Prefix{vmNet}, names, associate, rs...)
+}
+
+// newUDPEnvIn is newUDPEnv with the VM networks nets.
+func newUDPEnvIn(t *testing.T, nets []netip.Prefix, names Names, associate func() (upstream.Association, error), rs ...rules.Rule) *udpEnv {
+	t.Helper()
 	e := &udpEnv{t: t, ret: newFakeReturn(), logs: &syncBuffer{}}
 	e.up = &upstreamtest.Fake{ID: "exit", AssociateFunc: func(context.Context) (upstream.Association, error) {
 		if associate != nil {
@@ -112,7 +118,7 @@ func newUDPEnv(t *testing.T, names Names, associate func() (upstream.Association
 		return a, nil
 	}}
 	pol := Settings{
-		Decision: decision(rs, vmNet),
+		Decision: decision(rs, nets...),
 		Upstreams: []UpstreamConfig{
 			{Config: upstream.Config{Name: "exit", Host: "192.0.2.1", Port: 1080}},
 			{Config: upstream.Config{Name: "dead", Host: "192.0.2.2", Port: 1080}},

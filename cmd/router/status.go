@@ -69,8 +69,8 @@ func writeStatus(w io.Writer, st *control.Status, now time.Time) {
 	}
 	fmt.Fprintf(w, "flows: %d (%d live), up %s, down %s; refused: %d\n", t.Flows, t.Live, humanBytes(t.Up), humanBytes(t.Down), t.Refused)
 	if b := st.Budgets; b.FlowBudget > 0 {
-		fmt.Fprintf(w, "budgets: flows %d of %d; set-up: %d in progress, %d waiting; forwards: %d of %d\n",
-			b.Flows, b.FlowBudget, b.Setups, b.SetupWaiting, b.Forwards, b.ForwardBudget)
+		fmt.Fprintf(w, "budgets: flows %d of %d; set-up: %d in progress, %d waiting; forwards: %d of %d; inbounds: %d of %d\n",
+			b.Flows, b.FlowBudget, b.Setups, b.SetupWaiting, b.Forwards, b.ForwardBudget, b.Inbounds, b.InboundBudget)
 	}
 	fmt.Fprintf(w, "dns: %s", st.DNS.Mode)
 	if st.DNS.Pool != "" {

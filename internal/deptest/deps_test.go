@@ -27,7 +27,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"rules/policy/policytest", "rules rules/policy", ""},
 	{"rules/refusal", "rules/policy", ""},
 	{"rules/modelapi", "", ""},
-	{"conf", "internal/secret rules rules/modelapi", ""},
+	{"conf", "internal/secret rules rules/modelapi", "internal/winetest"},
 	{"conf/lint", "conf internal/netaddr rules rules/policy windivert/adapters", ""},
 	{"conf/proxifier", "conf rules", "conf/lint rules/policy"},
 
@@ -41,7 +41,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/upstream", "conf router/upstream/httpconnect router/upstream/socks4 router/upstream/socks5",
 		"internal/winetest router/upstream/httpconnect/httpconnecttest router/upstream/socks4/socks4test router/upstream/socks5/socks5test router/upstream/upstreamtest"},
 	{"router/upstream/upstreamtest", "router/upstream", ""},
-	{"router/auditlog", "", ""},
+	{"router/auditlog", "", "internal/winetest"},
 	{"router/ask", "", ""},
 	{"router/console", "router/control", ""},
 	{"router/upstream/socks5", "internal/secret", "internal/winetest router/upstream/socks5/socks5test"},

@@ -55,7 +55,12 @@ const (
 	WhoamiName = "whoami.lab.test"
 	// DNSAddr is the lab resolver (UDP and TCP), also in every namespace's resolv.conf.
 	DNSAddr = "203.0.113.10:53"
-	// UDPEchoAddr answers each datagram with the sender's address as "ip:port".
+	// SilentZone's names are never answered by the lab resolver (it reads the query and
+	// says nothing), as a name whose servers are down.
+	SilentZone = "silent.lab.test."
+	// UDPEchoAddr answers each datagram with the sender's address as "ip:port", except a
+	// datagram "size:N" (N from 1 to 65,507), answered with N bytes of SizedAnswer(N). It
+	// reads datagrams of any size whole (Len in UDPLog).
 	UDPEchoAddr = "203.0.113.10:7"
 	// GoSocksAddr is go-socks5 v0.1.0 (optional user/password, see Options); DanteAddr is
 	// Debian's danted (no authentication). Both connect out from ExitAddr and resolve names

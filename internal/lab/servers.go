@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -148,6 +149,9 @@ func dnsHandler(rec *record[DNSQuery], names map[string]netip.Addr) dns.Handler 
 		q := req.Question[0]
 		name := strings.ToLower(q.Name)
 		rec.add(DNSQuery{Time: time.Now(), Source: src, Name: name, Type: typeName(q.Qtype), Transport: transport})
+		if dns.IsSubDomain(SilentZone, name) {
+			return // never answered: the asker waits for its timeout
+		}
 		if a, ok := names[strings.TrimSuffix(name, ".")]; ok {
 			if q.Qtype == dns.TypeA && a.Is4() {
 				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: zoneTTL}, A: a.AsSlice()})
@@ -206,10 +210,20 @@ func typeName(t uint16) string {
 	return fmt.Sprintf("TYPE%d", t)
 }
 
-// serveUDPEcho answers every datagram on pc with the sender's address ("ip:port") until pc is
-// closed.
+// SizedAnswer is the n bytes the UDP echo answers "size:N" with: a pattern that shows a
+// datagram cut or shifted.
+func SizedAnswer(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i ^ i>>8 ^ n)
+	}
+	return b
+}
+
+// serveUDPEcho answers every datagram on pc with the sender's address ("ip:port"), or
+// "size:N" with SizedAnswer(N), until pc is closed.
 func serveUDPEcho(pc net.PacketConn, rec *record[UDPPacket]) {
-	buf := make([]byte, 2048)
+	buf := make([]byte, 65536)
 	for {
 		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
@@ -220,6 +234,12 @@ func serveUDPEcho(pc net.PacketConn, rec *record[UDPPacket]) {
 		}
 		src := netaddr.AddrPort(from)
 		rec.add(UDPPacket{Time: time.Now(), Source: src, Len: n})
+		if size, ok := strings.CutPrefix(string(buf[:min(n, 16)]), "size:"); ok {
+			if n, err := strconv.Atoi(size); err == nil && n >= 1 && n <= 65507 {
+				_, _ = pc.WriteTo(SizedAnswer(n), from)
+			}
+			continue
+		}
 		_, _ = pc.WriteTo([]byte(src.String()+"\n"), from)
 	}
 }

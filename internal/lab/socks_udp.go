@@ -7,12 +7,17 @@ import (
 	"strings"
 
 	socks5 "github.com/things-go/go-socks5"
+	"github.com/things-go/go-socks5/bufferpool"
 )
 
 // GoSocksUDPAddr is a second go-socks5 v0.1.0 that offers UDP ASSOCIATE (the one on
 // GoSocksAddr refuses it): its relay listens on InetUplinkAddr at a port of its choosing and
 // sends out from ExitAddr, names resolved by the lab DNS. Started by StartGoSocksUDP.
 const GoSocksUDPAddr = "198.51.100.1:1082"
+
+// socksUDPBuf is the UDP-capable go-socks5's buffer: a datagram of 65,535 bytes and a
+// SOCKS5 header with a name.
+const socksUDPBuf = 65535 + 262
 
 // StartGoSocksUDP starts the UDP-capable go-socks5 on GoSocksUDPAddr (the lab stops it) and
 // makes the leak counter take the SOCKS traffic of UDP associations as the proxies' own: TCP
@@ -43,6 +48,9 @@ func (l *Lab) StartGoSocksUDP(ctx context.Context) error {
 		}),
 		socks5.WithResolver(nsResolver{ns: l.inet}),
 		socks5.WithLogger(recordLogger{&l.socksLog}),
+		// Its default 32 KiB buffers would cut larger datagrams: room for the largest one
+		// and its header, so that what the router is given is what the destination sent.
+		socks5.WithBufferPool(bufferpool.NewPool(socksUDPBuf)),
 	)
 	// go-socks5 opens the relay's socket with net.ListenUDP on the serving goroutine: serve
 	// each connection on a thread inside inet, so that the socket is inet's.

@@ -7,9 +7,9 @@
 // knows the log has a gap. A write error is logged once per file and the records are
 // dropped until Open succeeds again.
 //
-// The file is made mode 0600 (a flow log tells who went where); when it would grow past
-// Options.MaxSize it is renamed PATH.1 (PATH.1 to PATH.2, and so on) and a new PATH is
-// started; at most Options.Keep old files are kept. The records hold no secret: the
+// The file is made mode 0600 (a flow log tells who went where; on Windows it takes its
+// folder's ACL); when it would grow past Options.MaxSize it is renamed PATH.1 (PATH.1 to
+// PATH.2, and so on) and a new PATH is started; at most Options.Keep old files are kept. The records hold no secret: the
 // router's flow records carry none (a proxy is named, never its credentials).
 //
 // A Log is safe for concurrent use. Open may be called at any time (a reload): records

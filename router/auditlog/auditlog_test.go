@@ -6,9 +6,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentcage/router/internal/winetest"
 )
 
 func readLines(t *testing.T, path string) []map[string]any {
@@ -32,7 +35,7 @@ func readLines(t *testing.T, path string) []map[string]any {
 
 // TestRecords: a flow and a refusal as the schema in docs/config.md writes them.
 func TestRecords(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "flows.jsonl")
+	path := filepath.Join(winetest.TempDir(t), "flows.jsonl")
 	l := New(Options{})
 	if err := l.Open(path); err != nil {
 		t.Fatal(err)
@@ -64,15 +67,15 @@ func TestRecords(t *testing.T) {
 	if got[1]["reason"] != "doh" || got[1]["dst"] != "dns.google:443" || got[1]["event"] != "refused" {
 		t.Errorf("refusal = %v", got[1])
 	}
-	st, err := os.Stat(path)
-	if err != nil || st.Mode().Perm() != 0o600 {
+	// (Windows has no mode bits: there the file takes its folder's ACL.)
+	if st, err := os.Stat(path); runtime.GOOS != "windows" && (err != nil || st.Mode().Perm() != 0o600) {
 		t.Errorf("mode %v, %v; want 0600", st.Mode(), err)
 	}
 }
 
 // TestRotate: past MaxSize the file is renamed .1, older ones shift, at most Keep are kept.
 func TestRotate(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "flows.jsonl")
+	path := filepath.Join(winetest.TempDir(t), "flows.jsonl")
 	l := New(Options{MaxSize: 1000, Keep: 2})
 	if err := l.Open(path); err != nil {
 		t.Fatal(err)
@@ -116,7 +119,7 @@ func TestOffAndDropped(t *testing.T) {
 	if n := l.dropped.Load(); n != 0 {
 		t.Errorf("dropped %d with no file", n)
 	}
-	path := filepath.Join(t.TempDir(), "flows.jsonl")
+	path := filepath.Join(winetest.TempDir(t), "flows.jsonl")
 	l.mu.Lock() // the writer waits: the queue fills
 	l.path = path
 	if err := l.openFile(); err != nil {

@@ -132,7 +132,7 @@ type GuardStat struct {
 
 // BudgetStat is what the flows hold of the daemon's budgets: transparent flows alive (being
 // set up or relayed) and their budget, set-up slots in use and flows waiting for one,
-// forward flows and their budget.
+// forward flows and their budget, inbound connections (every inbound) and their budget.
 type BudgetStat struct {
 	Flows         int `json:"flows"`
 	FlowBudget    int `json:"flow_budget"`
@@ -140,6 +140,8 @@ type BudgetStat struct {
 	SetupWaiting  int `json:"setup_waiting"`
 	Forwards      int `json:"forwards"`
 	ForwardBudget int `json:"forward_budget"`
+	Inbounds      int `json:"inbounds"`
+	InboundBudget int `json:"inbound_budget"`
 }
 
 // RuleStat is a rule (or an implicit step, Index 0) and the flows it decided since the
@@ -225,20 +227,36 @@ type Handler interface {
 // maxLine bounds a request.
 const maxLine = 4096
 
+// MaxConns is the connections the control channel serves at once: its share of the
+// descriptor budget. A connection beyond it is closed at once (a client retries).
+const MaxConns = 32
+
 // Serve answers connections on ln until ctx is done or ln is closed; it closes ln. It
 // returns nil then: an accept error is retried after a pause (logged once per pause, at
-// most once a second), never returned.
+// most once a second), never returned. At most MaxConns connections are served at once.
 func Serve(ctx context.Context, ln net.Listener, h Handler, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	slots := make(chan struct{}, MaxConns)
 	var logged time.Time
 	return accept.Loop(ctx, ln, ln.Accept, func(err error, pause time.Duration) {
 		if time.Since(logged) >= time.Second {
 			log.Warn("control accept failed; retrying", "err", err, "pause", pause)
 			logged = time.Now()
 		}
-	}, func(c net.Conn) { go serveConn(c, h, log) })
+	}, func(c net.Conn) {
+		select {
+		case slots <- struct{}{}:
+		default:
+			c.Close()
+			return
+		}
+		go func() {
+			defer func() { <-slots }()
+			serveConn(c, h, log)
+		}()
+	})
 }
 
 func serveConn(c net.Conn, h Handler, log *slog.Logger) {

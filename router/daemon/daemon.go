@@ -344,7 +344,7 @@ func (d *daemon) startDNS(cfg *conf.Config) error {
 	if err != nil {
 		return err
 	}
-	dc := dns.Config{Mode: mode, Pool: cfg.DNS.Pool, TTL: cfg.DNS.TTL, Resolver: cfg.DNS.Resolver}
+	dc := dns.Config{Mode: mode, Pool: cfg.DNS.Pool, TTL: cfg.DNS.TTL, Resolver: cfg.DNS.Resolver, Guests: cfg.Capture.VMNetworks}
 	for _, h := range cfg.DNS.DirectNames {
 		dc.DirectNames = append(dc.DirectNames, h.String())
 	}

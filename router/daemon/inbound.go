@@ -78,6 +78,7 @@ func (d *daemon) commitInbounds(ir *inboundReload) {
 	for addr, run := range d.inbounds {
 		if ni, keep := ir.want[addr]; keep {
 			run.in.Store(&ni)
+			d.r.EndInboundClients(&ni) // clients its allow list no longer names
 			continue
 		}
 		run.cancel()

@@ -84,7 +84,7 @@ func (h *statusHandler) Status() control.Status {
 	st.Asks = h.Pending()
 	b := h.d.r.Budgets()
 	st.Budgets = control.BudgetStat{Flows: b.Flows, FlowBudget: b.FlowBudget, Setups: b.Setups, SetupWaiting: b.SetupWaiting,
-		Forwards: b.Forwards, ForwardBudget: b.ForwardBudget}
+		Forwards: b.Forwards, ForwardBudget: b.ForwardBudget, Inbounds: b.Inbounds, InboundBudget: b.InboundBudget}
 	return st
 }
 

@@ -33,12 +33,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
 
 	"github.com/agentcage/router/router/control"
 	"github.com/agentcage/router/rules/refusal"
@@ -178,16 +178,20 @@ func NewRegistry(status func() control.Status) *prometheus.Registry {
 }
 
 // Limits of the server: a scraper sends one small request and reads one answer; a client
-// that dawdles or sends a big header is cut off, and only so many connections are served
-// at once (the rest wait in the listen queue).
+// that dawdles or sends a big header is cut off, and at most MaxConns connections are open
+// at once (the metrics endpoint's share of the descriptor budget). A connection that has
+// sent nothing yet, or sits idle between requests, is closed after a second, and sooner
+// when a new connection comes while MaxConns are open: the oldest such one makes room, so
+// idle connections (a guest's 64 of them) never keep a scraper out. When every connection
+// is answering a request, the new one is closed.
 const (
-	maxConns          = 16
+	MaxConns          = 16
 	maxInFlight       = 4
 	maxHeaderBytes    = 8 << 10
-	readHeaderTimeout = 5 * time.Second
+	readHeaderTimeout = time.Second
 	readTimeout       = 10 * time.Second
 	writeTimeout      = 30 * time.Second
-	idleTimeout       = 30 * time.Second
+	idleTimeout       = time.Second
 	gatherTimeout     = 10 * time.Second
 )
 
@@ -224,8 +228,10 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logge
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	g := newGate(ln, MaxConns)
 	srv := &http.Server{
 		Handler:           h,
+		ConnState:         g.state,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -236,9 +242,74 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logge
 	}
 	stop := context.AfterFunc(ctx, func() { srv.Close() })
 	defer stop()
-	err := srv.Serve(netutil.LimitListener(ln, maxConns))
+	err := srv.Serve(g)
 	if errors.Is(err, http.ErrServerClosed) || ctx.Err() != nil {
 		return nil
 	}
 	return fmt.Errorf("metrics server: %w", err)
+}
+
+// gate is a listener that keeps at most max connections open: at the limit, a new one
+// closes the oldest that is new (nothing read yet) or idle between requests, or is closed
+// itself when all are active. state is the server's ConnState hook. mu guards conns.
+type gate struct {
+	net.Listener
+	max int
+
+	mu    sync.Mutex
+	conns map[net.Conn]gated
+}
+
+type gated struct {
+	busy  bool // a request is being answered
+	since time.Time
+}
+
+func newGate(ln net.Listener, max int) *gate {
+	return &gate{Listener: ln, max: max, conns: map[net.Conn]gated{}}
+}
+
+func (g *gate) Accept() (net.Conn, error) {
+	for {
+		c, err := g.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		g.mu.Lock()
+		if len(g.conns) >= g.max {
+			var oldest net.Conn
+			var at time.Time
+			for o, st := range g.conns {
+				if !st.busy && (oldest == nil || st.since.Before(at)) {
+					oldest, at = o, st.since
+				}
+			}
+			if oldest == nil {
+				g.mu.Unlock()
+				c.Close()
+				continue
+			}
+			delete(g.conns, oldest)
+			oldest.Close() // the server sees it closed and forgets it
+		}
+		g.conns[c] = gated{since: time.Now()}
+		g.mu.Unlock()
+		return c, nil
+	}
+}
+
+func (g *gate) state(c net.Conn, st http.ConnState) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.conns[c]; !ok {
+		return
+	}
+	switch st {
+	case http.StateActive:
+		g.conns[c] = gated{busy: true, since: time.Now()}
+	case http.StateIdle:
+		g.conns[c] = gated{since: time.Now()}
+	case http.StateClosed, http.StateHijacked:
+		delete(g.conns, c)
+	}
 }

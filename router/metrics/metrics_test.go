@@ -77,22 +77,25 @@ router_refusals_total{reason="capture-fault"} 0
 router_refusals_total{reason="ask-denied"} 0
 router_refusals_total{reason="caged-no-rule"} 0
 router_refusals_total{reason="dns"} 0
+router_refusals_total{reason="doh"} 0
 router_refusals_total{reason="dot-direct"} 0
 router_refusals_total{reason="fake-ip-unknown"} 0
 router_refusals_total{reason="forward-source"} 0
 router_refusals_total{reason="guest-udp"} 2
 router_refusals_total{reason="host-off-limits"} 2
 router_refusals_total{reason="icmp"} 0
+router_refusals_total{reason="inbound-dns"} 0
+router_refusals_total{reason="inbound-malformed"} 0
 router_refusals_total{reason="limit"} 0
 router_refusals_total{reason="local-udp"} 0
 router_refusals_total{reason="model-api"} 0
-router_refusals_total{reason="doh"} 0
 router_refusals_total{reason="name-mismatch"} 0
 router_refusals_total{reason="not-carried"} 0
 router_refusals_total{reason="quic"} 0
 router_refusals_total{reason="rule"} 1
 router_refusals_total{reason="spoofed-source"} 0
 router_refusals_total{reason="to-guest"} 0
+router_refusals_total{reason="udp-oversize"} 0
 router_refusals_total{reason="upstream-down"} 0
 # HELP router_rule_bytes_total Bytes, both ways, of the flows each rule decided (ended and live) under the rule list of the last start or reload; every reload starts them from zero (a counter reset).
 # TYPE router_rule_bytes_total counter

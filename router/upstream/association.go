@@ -1,11 +1,13 @@
 package upstream
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 
 	"github.com/agentcage/router/router/upstream/socks5"
 )
@@ -31,20 +33,39 @@ type association struct {
 	done     chan struct{}
 	watcher  sync.WaitGroup
 	bufs     sync.Pool // *[]byte for outgoing datagrams
+	rbuf     []byte    // the one reader's buffer when p is shorter than ReadBufLen; made at its first use
 
 	once sync.Once
 	mu   sync.Mutex // guards err
 	err  error      // why it ended; written once, before done is closed
 }
 
-// maxDatagram is the longest datagram a relay can send or take: the UDP
-// payload limit of IPv4.
-const maxDatagram = 65535 - 8 - 20
+// MaxDatagram is the longest payload a UDP datagram can carry over IPv4
+// (65,535 less the IP and UDP headers): the largest answer a relay on an
+// IPv4 address can be handed by its destination.
+const MaxDatagram = 65535 - 8 - 20
+
+// ReadBufLen is a buffer that no UDP datagram (of IPv4 or IPv6, with or
+// without a SOCKS5 header) fills: a read into it is never cut short, so a
+// read that fills it is known to have been cut.
+const ReadBufLen = socks5.MaxUDPHeaderLen + 65535 + 1
+
+// ErrTooLarge means that a datagram was dropped whole because the path could
+// not carry it: an answer longer than the reader's buffer, or a datagram that
+// with the relay's header exceeds what a UDP socket can send. The
+// association lives on; the caller counts the drop. Nothing is ever cut.
+var ErrTooLarge = errors.New("datagram too large for the path: dropped whole")
+
+// TooLarge reports whether err says a datagram was too large to carry: ErrTooLarge, or
+// the kernel's EMSGSIZE.
+func TooLarge(err error) bool {
+	return errors.Is(err, ErrTooLarge) || errors.Is(err, syscall.EMSGSIZE)
+}
 
 func newAssociation(upstream string, ctrl, udp net.Conn, relay netip.AddrPort, log *slog.Logger) *association {
 	a := &association{upstream: upstream, ctrl: ctrl, udp: udp, relay: relay, log: log, done: make(chan struct{})}
 	a.bufs.New = func() any {
-		b := make([]byte, 0, socks5.MaxUDPHeaderLen+maxDatagram)
+		b := make([]byte, 0, socks5.MaxUDPHeaderLen+65535)
 		return &b
 	}
 	a.watcher.Go(func() {
@@ -111,25 +132,42 @@ func (a *association) WriteTo(p []byte, dst Addr) (int, error) {
 		if end := a.ended(); end != nil {
 			return 0, end
 		}
+		if TooLarge(err) {
+			return 0, fmt.Errorf("send %d bytes to %v via %s: %w: %w", len(p), dst, a.upstream, ErrTooLarge, err)
+		}
 		return 0, fmt.Errorf("send datagram to %v via %s: %w", dst, a.upstream, err)
 	}
 	return len(p), nil
 }
 
 func (a *association) ReadFrom(p []byte) (int, Addr, error) {
+	buf := p
+	if len(p) < ReadBufLen {
+		if a.rbuf == nil {
+			a.rbuf = make([]byte, ReadBufLen)
+		}
+		buf = a.rbuf
+	}
 	for {
-		n, err := a.udp.Read(p)
+		n, err := a.udp.Read(buf)
 		if err != nil {
 			if end := a.ended(); end != nil {
 				return 0, Addr{}, end
 			}
 			return 0, Addr{}, fmt.Errorf("read datagram via %s: %w", a.upstream, err)
 		}
-		src, hl, err := socks5.ParseUDPHeader(p[:n])
+		if n == len(buf) { // cut by the kernel: longer than any datagram can be
+			a.log.Debug("udp datagram dropped: cut short", "upstream", a.upstream, "relay", a.relay, "len", n)
+			continue
+		}
+		src, hl, err := socks5.ParseUDPHeader(buf[:n])
 		if err != nil {
 			a.log.Debug("udp datagram dropped", "upstream", a.upstream, "relay", a.relay, "len", n, "err", err)
 			continue
 		}
-		return copy(p, p[hl:n]), src, nil
+		if n-hl > len(p) {
+			return n - hl, src, fmt.Errorf("answer of %d bytes from %v via %s for a %d-byte buffer: %w", n-hl, src, a.upstream, len(p), ErrTooLarge)
+		}
+		return copy(p, buf[hl:n]), src, nil
 	}
 }

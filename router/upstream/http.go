@@ -94,17 +94,15 @@ func (u *httpUpstream) Associate(context.Context) (Association, error) {
 	return nil, &Error{Upstream: u.name, Op: "associate", Err: ErrUDPUnsupported}
 }
 
-// isHTTPRefusal reports whether err is an HTTP answer that blames the
-// destination: 403 (the proxy's policy) or 502, 503, 504 (the proxy could
-// not reach it).
+// isHTTPRefusal reports whether err is an HTTP answer to CONNECT that
+// blames the destination: 403 (the proxy's policy) or any 5xx (the proxy
+// could not reach it, however it words that: tinyproxy answers 500 for an
+// unreachable port). A proxy that answers at all is up; a guest must not be
+// able to mark it down by naming unreachable places.
 func isHTTPRefusal(err error) bool {
 	var se *httpconnect.StatusError
 	if !errors.As(err, &se) {
 		return false
 	}
-	switch se.Code {
-	case 403, 502, 503, 504:
-		return true
-	}
-	return false
+	return se.Code == 403 || se.Code >= 500 && se.Code <= 599
 }

@@ -238,7 +238,12 @@ func closedText(err error) string {
 	s := err.Error()
 	for _, seen := range []string{"read: connection reset by peer", "unexpected EOF", "EOF"} {
 		if strings.HasSuffix(s, seen) {
-			return strings.TrimSuffix(s, seen) + "(closed)"
+			s = strings.TrimSuffix(s, seen)
+			// A reset names the socket ("read tcp A->B: "), each run its own ports.
+			if i := strings.LastIndex(s, "read tcp "); i >= 0 && strings.HasSuffix(s, ": ") && strings.Contains(s[i:], "->") {
+				s = s[:i]
+			}
+			return s + "(closed)"
 		}
 	}
 	return s

@@ -100,7 +100,7 @@ func (u *socksUpstream) Associate(ctx context.Context) (Association, error) {
 	}
 	if err != nil {
 		c.Close()
-		return fail(withCtx(ctx, err), isRefusal(err))
+		return fail(withCtx(ctx, err), isAssociateRefusal(err))
 	}
 	ap, err := u.relayAddr(ctx, c, relay)
 	if err != nil {
@@ -150,19 +150,24 @@ func isReply(err error) bool {
 	return errors.As(err, &re)
 }
 
-// isRefusal reports whether err is an answer that blames the destination,
-// not the proxy (see the package documentation).
+// isRefusal reports whether err is an answer to a CONNECT that blames the
+// destination, not the proxy (see the package documentation): SOCKS5 REP
+// X'02' to X'08', whatever the guest chose to make the proxy say them (an
+// IPv6 literal gets X'08' from a proxy without IPv6), or an HTTP refusal.
 func isRefusal(err error) bool {
 	var re *socks5.ReplyError
 	if errors.As(err, &re) {
-		switch re.Code {
-		case socks5.RepNotAllowed, socks5.RepNetworkUnreachable, socks5.RepHostUnreachable,
-			socks5.RepConnectionRefused, socks5.RepTTLExpired:
-			return true
-		}
-		return false
+		return re.Code >= socks5.RepNotAllowed && re.Code <= socks5.RepAddrTypeNotSupported
 	}
 	return isHTTPRefusal(err)
+}
+
+// isAssociateRefusal is isRefusal for UDP ASSOCIATE, whose request names no
+// destination a guest chose: X'07' and X'08' there say that the proxy has
+// no UDP, which counts against it.
+func isAssociateRefusal(err error) bool {
+	var re *socks5.ReplyError
+	return errors.As(err, &re) && re.Code >= socks5.RepNotAllowed && re.Code <= socks5.RepTTLExpired
 }
 
 // withCtx adds ctx's error to err when ctx has ended, so that errors.Is

@@ -17,12 +17,16 @@
 // returns an *[Error]. Its Refused field is true when the proxy answered
 // properly that it will not or cannot reach the destination; the proxy
 // itself works, so its health counts it up and a [Group] tries no other
-// member. Those answers are SOCKS5 REP X'02' to X'06' (not allowed, network
-// or host unreachable, connection refused, TTL expired) and HTTP 403, 502,
-// 503 and 504. Everything else (the proxy does not answer or cannot be
-// dialed, TLS fails, credentials are refused, a general failure, an
-// unsupported command or address type, a protocol error, a timeout) counts
-// against the upstream. A flow cannot tell a dead destination from a proxy
+// member. Those answers to a CONNECT are SOCKS5 REP X'02' to X'08' (not
+// allowed, network or host unreachable, connection refused, TTL expired,
+// and the command or address type not supported: a guest chooses the
+// destination, and an IPv6 literal gets X'08' from a proxy without IPv6),
+// SOCKS4 91, and HTTP 403 and every 5xx; to a UDP ASSOCIATE, whose request
+// names no destination, X'02' to X'06'. Everything else (the proxy does not
+// answer or cannot be dialed, TLS fails, credentials are refused, a general
+// failure, a protocol error, a timeout) counts against the upstream: only
+// failures to reach or speak to the proxy mark it down, so no guest can
+// move the others to a failover list's backup on purpose. A flow cannot tell a dead destination from a proxy
 // whose own uplink is dead; the periodic probe can, because its target is
 // known to work, so a probe counts every failure against the upstream.
 //
@@ -89,18 +93,23 @@ type Upstream interface {
 type Association interface {
 	// WriteTo sends p as one datagram to dst through the relay and returns
 	// len(p) on success. A host name in dst is given to the proxy
-	// unresolved. After the end it returns Err().
+	// unresolved. A datagram that with the relay's header is more than a
+	// UDP socket can send is not sent: the error wraps [ErrTooLarge] and
+	// the association lives on. After the end it returns Err().
 	WriteTo(p []byte, dst Addr) (int, error)
 
 	// ReadFrom reads the next datagram from the relay into p and returns
 	// the payload's length and the address it came from (as the proxy
-	// reports it: an IP, or the name the datagram was sent to). p must
-	// have room for the relay's header too: [socks5.MaxUDPHeaderLen] bytes
-	// more than the longest payload expected (a larger datagram is cut
-	// short). Datagrams with a malformed header or a FRAG other than zero
-	// are dropped (logged at debug level), and ReadFrom waits for the next.
-	// It blocks until a datagram comes or the association ends; after the
-	// end it returns Err().
+	// reports it: an IP, or the name the datagram was sent to). A datagram
+	// is never cut: one whose payload is longer than p is dropped whole, and
+	// ReadFrom returns its length, its source and an error wrapping
+	// [ErrTooLarge] (the association lives on; the caller counts the drop
+	// and reads again). A p of [ReadBufLen] bytes is read in place; a
+	// shorter one costs a copy from a buffer of the association's.
+	// Datagrams with a malformed header or a FRAG other than zero are
+	// dropped (logged at debug level), and ReadFrom waits for the next. It
+	// blocks until a datagram comes or the association ends; after the end
+	// it returns Err().
 	ReadFrom(p []byte) (n int, src Addr, err error)
 
 	// Done is closed when the association has ended.

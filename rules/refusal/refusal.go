@@ -43,6 +43,9 @@ const (
 	DoH                         // a caged flow to a well-known DNS-over-HTTPS endpoint
 	NameMismatch                // a fake IP's flow whose first bytes (TLS server name, HTTP Host) ask for another name
 	QUIC                        // caged UDP to port 443 where the rules allow by name and no rule is written for UDP
+	Oversize                    // a UDP datagram a path cannot carry whole (dropped whole, never cut)
+	Malformed                   // an inbound proxy request that is not well-formed SOCKS or HTTP
+	InboundDNS                  // DNS sent to an inbound proxy (the cage's DNS server answers names; the inbound does not carry DNS)
 	AskDenied                   // a flow held under ask that was denied, not answered in time, over the held bounds, or unattended
 	numReasons
 )
@@ -68,6 +71,9 @@ var names = [numReasons]string{
 	DoH:           "doh",
 	NameMismatch:  "name-mismatch",
 	QUIC:          "quic",
+	Oversize:      "udp-oversize",
+	Malformed:     "inbound-malformed",
+	InboundDNS:    "inbound-dns",
 	AskDenied:     "ask-denied",
 }
 
@@ -123,6 +129,15 @@ func ForStep(s policy.Step) Reason {
 		return ICMP
 	}
 	return Rule
+}
+
+// ForInbound is ForStep for a flow an inbound proxy's client asked for: DNS there is not a
+// capture fault but a client asking the inbound for port 53 (InboundDNS).
+func ForInbound(s policy.Step) Reason {
+	if s == policy.StepDNS {
+		return InboundDNS
+	}
+	return ForStep(s)
 }
 
 // Event is one refusal, as the ring keeps it.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/winetest"
 	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules/policy"
@@ -23,7 +24,7 @@ func TestRefusalInFlowLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "flows.jsonl")
+	path := filepath.Join(winetest.TempDir(t), "flows.jsonl")
 	audit := auditlog.New(auditlog.Options{})
 	if err := audit.Open(path); err != nil {
 		t.Fatal(err)

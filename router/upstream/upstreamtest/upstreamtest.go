@@ -85,6 +85,7 @@ type Association struct {
 
 	in   chan Datagram
 	done chan struct{}
+	werr chan error // WriteErr's errors, one per WriteTo
 	once sync.Once
 	mu   sync.Mutex // guards err
 	err  error
@@ -92,7 +93,7 @@ type Association struct {
 
 // NewAssociation returns a live association.
 func NewAssociation() *Association {
-	return &Association{Sent: make(chan Datagram, 256), in: make(chan Datagram, 256), done: make(chan struct{})}
+	return &Association{Sent: make(chan Datagram, 256), in: make(chan Datagram, 256), done: make(chan struct{}), werr: make(chan error, 16)}
 }
 
 // Deliver makes ReadFrom return p from src; it blocks when 256 datagrams
@@ -119,10 +120,19 @@ func (a *Association) end(err error) {
 	})
 }
 
-// WriteTo sends a copy of p to Sent.
+// WriteErr makes the next WriteTo fail with err (and send nothing), as a
+// datagram too large for the relay's socket would; up to 16 wait.
+func (a *Association) WriteErr(err error) { a.werr <- err }
+
+// WriteTo sends a copy of p to Sent, or fails with what WriteErr gave.
 func (a *Association) WriteTo(p []byte, dst upstream.Addr) (int, error) {
 	if err := a.Err(); err != nil {
 		return 0, err
+	}
+	select {
+	case err := <-a.werr:
+		return 0, err
+	default:
 	}
 	select {
 	case a.Sent <- Datagram{dst, append([]byte(nil), p...)}:
@@ -132,10 +142,14 @@ func (a *Association) WriteTo(p []byte, dst upstream.Addr) (int, error) {
 	}
 }
 
-// ReadFrom returns the next delivered datagram, cut to len(p).
+// ReadFrom returns the next delivered datagram; one longer than p is
+// dropped with an error wrapping upstream.ErrTooLarge, as the real one does.
 func (a *Association) ReadFrom(p []byte) (int, upstream.Addr, error) {
 	select {
 	case d := <-a.in:
+		if len(d.Payload) > len(p) {
+			return len(d.Payload), d.Addr, fmt.Errorf("fake: %d bytes: %w", len(d.Payload), upstream.ErrTooLarge)
+		}
 		return copy(p, d.Payload), d.Addr, nil
 	case <-a.done:
 		return 0, upstream.Addr{}, a.Err()
