@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/agentcage/router/internal/netaddr"
@@ -104,9 +105,9 @@ func (d *daemon) startConsole(cfg *conf.Config) {
 		Log: d.log.With("component", "console"),
 		Caged: func(a netip.Addr) bool {
 			d.mu.Lock()
-			nets := d.cfg.Capture.VMNetworks
+			c := d.cfg.Capture
 			d.mu.Unlock()
-			for _, n := range nets {
+			for _, n := range append(slices.Clip(c.VMNetworks), c.CageSubnets...) {
 				if n.Contains(a) {
 					return true
 				}
