@@ -47,6 +47,7 @@ func cmdWatch(args []string, stdout, stderr io.Writer) int {
 	}
 	r := lipgloss.NewRenderer(stdout) // colours as stdout takes them: none in a pipe or with NO_COLOR
 	m := newWatchModel(controlSource(path, 5*time.Second), *interval, path, newWatchStyles(r))
+	m.answer = controlAnswer(path, 5*time.Second)
 	m.sort = key
 	tty, width, height := terminal(stdout)
 
@@ -118,5 +119,20 @@ func controlSource(path string, timeout time.Duration) statusSource {
 			return nil, fmt.Errorf("ask the router for its status: %w", err)
 		}
 		return resp.Status, nil
+	}
+}
+
+// controlAnswer answers an ask prompt over the control channel at path, as `router ask` does.
+func controlAnswer(path string, timeout time.Duration) func(id uint64, answer string) error {
+	return func(id uint64, answer string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		c, err := control.Dial(ctx, path)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Do(control.Request{Op: "answer", ID: id, Answer: answer, By: "router watch"})
+		return err
 	}
 }

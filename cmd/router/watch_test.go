@@ -495,12 +495,36 @@ func TestWatchAsking(t *testing.T) {
 	st.Asks = []control.Prompt{{ID: 3, Host: "new.example", Port: 443, Held: 12, Sources: []string{"vm 10.0.2.15"}, Rule: "(caged: no rule decides; ask)", Until: watchNow.Add(20 * time.Second)}}
 	m := newTestWatch(t, &fakeDaemon{st: st}, 160, 40)
 	v := m.View()
-	for _, want := range []string{"ASKING", "new.example:443", "12", "vm 10.0.2.15", "20s", "router ask --id ID --answer"} {
+	for _, want := range []string{"ASKING", "new.example:443", "12", "vm 10.0.2.15", "20s", "o once  r this run  A always  d deny"} {
 		if !strings.Contains(v, want) {
 			t.Errorf("the screen lacks %q:\n%s", want, v)
 		}
 	}
 	if strings.Index(v, "ASKING") > strings.Index(v, "UPSTREAM") {
 		t.Errorf("the prompts are not first:\n%s", v)
+	}
+}
+
+// TestWatchAnswers: a key answers the oldest prompt over the control channel, says so,
+// and polls again.
+func TestWatchAnswers(t *testing.T) {
+	st := sampleStatus()
+	st.Asks = []control.Prompt{{ID: 3, Host: "new.example", Port: 443, Held: 1}, {ID: 4, Host: "later.example", Port: 80, Held: 1}}
+	d := &fakeDaemon{st: st}
+	m := newTestWatch(t, d, 160, 40)
+	var got []string
+	m.answer = func(id uint64, a string) error { got = append(got, fmt.Sprint(id, " ", a)); return nil }
+	next, cmd := m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("A")})
+	if cmd == nil {
+		t.Fatal("the key did nothing")
+	}
+	m = next.(watchModel)
+	next, cmd = m.Update(cmd())
+	m = next.(watchModel)
+	if len(got) != 1 || got[0] != "3 always" {
+		t.Errorf("answered %v, want the oldest prompt (3) always", got)
+	}
+	if !strings.Contains(m.View(), "answered new.example:443 always") || cmd == nil {
+		t.Errorf("no notice, or no poll after the answer:\n%s", m.View())
 	}
 }

@@ -60,7 +60,9 @@ const noticeFor = 10 * time.Second
 
 // watchModel is the state of the screen. It is a value: Update returns a changed copy.
 type watchModel struct {
-	src      statusSource
+	src statusSource
+	// answer answers an ask prompt (the control channel's "answer"); nil: watch answers none.
+	answer   func(id uint64, answer string) error
 	clock    func() time.Time // the time a poll is taken at; time.Now outside tests
 	interval time.Duration
 	where    string // the control channel's path, for messages
@@ -120,6 +122,12 @@ func (m watchModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, m.poll()
 	case statusMsg:
 		return m.withStatus(msg), m.tick()
+	case answeredMsg:
+		m.notice, m.noticeUntil = "answered "+msg.what, msg.at.Add(noticeFor)
+		if msg.err != nil {
+			m.notice = "answer " + msg.what + ": " + msg.err.Error()
+		}
+		return m, m.poll()
 	case tea.KeyMsg:
 		return m.key(msg)
 	}
@@ -218,8 +226,25 @@ func (m watchModel) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.editing, m.filter = true, ""
 	case "?":
 		m.help = !m.help
+	case "o", "r", "A", "d": // answer the oldest prompt: once, for this run, always, deny
+		if m.answer == nil || m.shown == nil || len(m.shown.Asks) == 0 {
+			return m, nil
+		}
+		p, a := m.shown.Asks[0], map[string]string{"o": "once", "r": "run", "A": "always", "d": "deny"}[string(k.Runes)]
+		answer, clock := m.answer, m.clock
+		return m, func() tea.Msg {
+			err := answer(p.ID, a)
+			return answeredMsg{what: fmt.Sprintf("%s:%d %s", p.Host, p.Port, a), err: err, at: clock()}
+		}
 	}
 	return m, nil
+}
+
+// answeredMsg is the outcome of an answer given from the keyboard.
+type answeredMsg struct {
+	what string
+	err  error
+	at   time.Time
 }
 
 // visibleFlows are the shown flows that pass the filter, in the chosen order.

@@ -170,6 +170,7 @@ func (m watchModel) footerLines() []string {
 			"s: sort the flows by rate (fastest first), age (newest first) or bytes (most first).",
 			"/: filter the flows by text in their rule, action, upstream, app, source, destination or",
 			"host; it applies as you type, Enter keeps it, Esc clears it.  ?: hide this help.",
+			"o, r, A, d: answer the oldest ask prompt once, for this run, always, or deny.",
 		}, lines...)
 	}
 	return lines
@@ -191,7 +192,7 @@ func (m watchModel) sections() []section {
 		}
 		lines := m.table([]column{{title: "ASKING", right: true}, {title: "DESTINATION", flex: true, min: 22}, {title: "HELD", right: true},
 			{title: "SOURCES", flex: true}, {title: "RULE", flex: true}, {title: "LEFT", right: true}}, rows, func(int, int) lipgloss.Style { return sty.plain })
-		hint := sty.dim.Render("answer: router ask --id ID --answer once|run|always|deny, or the console")
+		hint := sty.dim.Render("the oldest: o once  r this run  A always  d deny  (or router ask, or the console)")
 		secs = append(secs, section{head: []string{"", lines[0]}, rows: append(lines[1:], hint), extra: len(st.Asks) - len(asks), min: 2, more: more("prompts")})
 	}
 
