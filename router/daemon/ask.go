@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -61,7 +62,7 @@ func (h *statusHandler) Pending() []control.Prompt {
 func (h *statusHandler) Answer(id uint64, answer, by string) (control.Prompt, error) {
 	a, ok := ask.ParseAnswer(answer)
 	if !ok {
-		return control.Prompt{}, errBadAnswer(answer)
+		return control.Prompt{}, fmt.Errorf("answer %q: not once, run, always or deny", answer)
 	}
 	if h.d.desk == nil {
 		return control.Prompt{}, errNoAsk
@@ -75,17 +76,7 @@ func controlPrompt(p ask.Prompt) control.Prompt {
 		Held: p.Held, Since: p.Since, Until: p.Until}
 }
 
-type errBadAnswer string
-
-func (e errBadAnswer) Error() string {
-	return "answer " + string(e) + ": not once, run, always or deny"
-}
-
-var errNoAsk = errString("answer: this daemon asks nothing")
-
-type errString string
-
-func (e errString) Error() string { return string(e) }
+var errNoAsk = errors.New("answer: this daemon asks nothing")
 
 var _ control.Asker = (*statusHandler)(nil)
 
