@@ -4,6 +4,8 @@ import (
 	"io/fs"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/router/ask"
+	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
@@ -274,5 +277,29 @@ func TestAskUDP(t *testing.T) {
 	e.mu.Unlock()
 	if n != 0 {
 		t.Errorf("%d associations opened for an ask", n)
+	}
+}
+
+// TestAskAudit: the flow log for audits records the answer of a held flow.
+func TestAskAudit(t *testing.T) {
+	dir := t.TempDir()
+	a := auditlog.New(auditlog.Options{})
+	if err := a.Open(filepath.Join(dir, "flows.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	e, desk := askEnv(t, waitFor, Options{Audit: a})
+	c := e.dial(startTarget(t, "hello"))
+	p := pendingPrompt(t, desk, 1)
+	desk.Answer(p.ID, ask.Deny, "test")
+	c.Read(make([]byte, 1))
+	for deadline := time.Now().Add(waitFor); ; time.Sleep(5 * time.Millisecond) {
+		b, _ := os.ReadFile(filepath.Join(dir, "flows.jsonl"))
+		if strings.Contains(string(b), `"asked":"deny"`) && strings.Contains(string(b), `"reason":"ask-denied"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("flow log:\n%s", b)
+		}
 	}
 }

@@ -82,6 +82,7 @@ func (r *Router) audit(f *FlowRecord) {
 	if rec.Upstream == "" {
 		rec.Upstream = f.Verdict.Proxy
 	}
+	rec.Asked = f.Asked
 	if f.refused {
 		rec.Event, rec.Reason = auditlog.EventRefused, f.why.String()
 	}

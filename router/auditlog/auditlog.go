@@ -71,6 +71,7 @@ type Record struct {
 	Down     int64          `json:"down,omitempty"`     // bytes to the client
 	Duration time.Duration  `json:"-"`
 	Reason   string         `json:"reason,omitempty"` // the refusal reason (as router status names it)
+	Asked    string         `json:"asked,omitempty"`  // a flow held under ask: once, run, always, deny or timeout
 	Error    string         `json:"error,omitempty"`  // why a flow failed
 	Count    uint64         `json:"count,omitempty"`  // EventDropped: records lost
 }
