@@ -62,8 +62,8 @@ func (r *Router) ServeForward(ctx context.Context, ln *net.TCPListener, current 
 		if !r.adm.forwards.tryAcquire(src) {
 			// The forwards' budget of descriptors is their own: a source flooding one cannot
 			// take the transparent flows' nor the DNS server's.
-			reset(c)
 			r.book.Add(refusal.Limit, refusal.Event{Src: netaddr.AddrPort(c.RemoteAddr()), Dst: f.Connect, Rule: "forward " + f.Name})
+			reset(c)
 			if r.refuse.note("forward "+f.Name+": over its budget", src) {
 				r.log.Warn("forward refused: its source holds its share of the forwards' flows", "forward", f.Name, "src", src)
 			}
@@ -94,8 +94,8 @@ func (r *Router) forward(ctx context.Context, c *net.TCPConn, fw Forward) {
 		}
 	}
 	if !fw.allowed(client) {
+		r.refused(refusal.ForwardSource, f) // counted before the client sees the reset
 		reset(c)
-		r.refused(refusal.ForwardSource, f)
 		if r.refuse.note("forward "+fw.Name+": source not allowed", f.Src.Addr().String()) {
 			log.Warn("forward refused: source not allowed")
 		}
