@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -32,23 +31,9 @@ func cmdAsk(args []string, stdout, stderr io.Writer) int {
 	default:
 		req = control.Request{Op: "answer", ID: *id, Answer: *answer, By: "router ask"}
 	}
-	path, err := controlPath(*cfgPath, *socket)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return exitUsage
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := control.Dial(ctx, path)
-	if err != nil {
-		fmt.Fprintf(stderr, "router ask: %v (is the router running?)\n", err)
-		return exitFindings
-	}
-	defer c.Close()
-	resp, err := c.Do(req)
-	if err != nil {
-		fmt.Fprintf(stderr, "router ask: %v\n", err)
-		return exitFindings
+	resp, code, ok := callDaemon("ask", *cfgPath, *socket, req, stderr)
+	if !ok {
+		return code
 	}
 	if *asJSON {
 		return writeJSON(stdout, stderr, resp.Asks)
@@ -86,23 +71,9 @@ func cmdConsole(args []string, stdout, stderr io.Writer) int {
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
-	path, err := controlPath(*cfgPath, *socket)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return exitUsage
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := control.Dial(ctx, path)
-	if err != nil {
-		fmt.Fprintf(stderr, "router console: %v (is the router running?)\n", err)
-		return exitFindings
-	}
-	defer c.Close()
-	resp, err := c.Do(control.Request{Op: "console"})
-	if err != nil {
-		fmt.Fprintf(stderr, "router console: %v\n", err)
-		return exitFindings
+	resp, code, ok := callDaemon("console", *cfgPath, *socket, control.Request{Op: "console"}, stderr)
+	if !ok {
+		return code
 	}
 	fmt.Fprintln(stdout, resp.URL)
 	return exitOK

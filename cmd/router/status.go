@@ -22,23 +22,9 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
-	path, err := controlPath(*cfgPath, *socket)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return exitUsage
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := control.Dial(ctx, path)
-	if err != nil {
-		fmt.Fprintf(stderr, "router status: %v (is the router running?)\n", err)
-		return exitFindings
-	}
-	defer c.Close()
-	resp, err := c.Do(control.Request{Op: "status"})
-	if err != nil {
-		fmt.Fprintf(stderr, "router status: %v\n", err)
-		return exitFindings
+	resp, code, ok := callDaemon("status", *cfgPath, *socket, control.Request{Op: "status"}, stderr)
+	if !ok {
+		return code
 	}
 	st := resp.Status
 	if *asJSON {
@@ -46,6 +32,32 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	writeStatus(stdout, st, time.Now())
 	return exitOK
+}
+
+// callDaemon sends req to the running daemon over the control channel (the socket that
+// socket names, else the config's [control] socket, else the default) and returns its
+// answer; on a failure it has said why on stderr for the command name and returns the exit
+// code (exitUsage for a bad config, exitFindings when the daemon cannot be asked).
+func callDaemon(name, cfgPath, socket string, req control.Request, stderr io.Writer) (control.Response, int, bool) {
+	path, err := controlPath(cfgPath, socket)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return control.Response{}, exitUsage, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := control.Dial(ctx, path)
+	if err != nil {
+		fmt.Fprintf(stderr, "router %s: %v (is the router running?)\n", name, err)
+		return control.Response{}, exitFindings, false
+	}
+	defer c.Close()
+	resp, err := c.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "router %s: %v\n", name, err)
+		return control.Response{}, exitFindings, false
+	}
+	return resp, exitOK, true
 }
 
 // writeStatus prints st as `router status` shows it; now is the time ages are taken from.
