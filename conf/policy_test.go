@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/winetest"
 	"github.com/agentcage/router/rules"
 )
 
@@ -35,12 +36,12 @@ action = "ask"
 // TestApproved: "always" answers land in the router's own file beside the config, sorted
 // and commented, the user's file untouched; a load reads them before the first ask rule.
 func TestApproved(t *testing.T) {
-	dir := t.TempDir()
+	dir := winetest.TempDir(t)
 	cfgPath := filepath.Join(dir, "router.toml")
 	if err := os.WriteFile(cfgPath, []byte(askConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Load(cfgPath, Options{SkipSecrets: true})
+	c, err := Load(cfgPath, Options{SkipSecrets: true, OS: "linux"}) // (vm_networks: Linux's)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestApproved(t *testing.T) {
 	if u, _ := os.ReadFile(cfgPath); string(u) != askConfig {
 		t.Error("the user's config was changed")
 	}
-	c, err = Load(cfgPath, Options{SkipSecrets: true})
+	c, err = Load(cfgPath, Options{SkipSecrets: true, OS: "linux"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestApproved(t *testing.T) {
 	}
 	// A broken approved file is named in the error, with its line.
 	os.WriteFile(path, []byte("[[rule]]\nname = \"x\"\naction = \"ask\"\nbogus = 1\n"), 0o600)
-	_, err = Load(cfgPath, Options{SkipSecrets: true})
+	_, err = Load(cfgPath, Options{SkipSecrets: true, OS: "linux"})
 	if err == nil || !strings.Contains(err.Error(), DefaultApproved+":") || !strings.Contains(err.Error(), "bogus") {
 		t.Errorf("broken approved file: %v", err)
 	}
@@ -117,7 +118,7 @@ func TestApprovedBeforeCatchAll(t *testing.T) {
 	cfg := "[proxy.exit]\naddress = \"192.0.2.1:1080\"\n\n[policy]\nunknown = \"ask\"\n\n[[rule]]\nname = \"first\"\nhosts = [\"a.example\"]\naction = \"proxy\"\n\n[[rule]]\nname = \"default\"\naction = \"direct\"\n"
 	approved := "[[rule]]\nname = \"approved b.example:443\"\ncaged = true\nhosts = [\"b.example\"]\nports = [443]\naction = \"proxy\"\n"
 	c, err := Parse("/etc/router/router.toml", []byte(cfg), Options{SkipSecrets: true, ReadFile: func(name string) ([]byte, error) {
-		if name != "/etc/router/approved.toml" {
+		if name != filepath.FromSlash("/etc/router/approved.toml") {
 			t.Errorf("read %s", name)
 		}
 		return []byte(approved), nil
@@ -129,7 +130,7 @@ func TestApprovedBeforeCatchAll(t *testing.T) {
 	for _, r := range c.Rules {
 		names = append(names, r.Name)
 	}
-	if got := strings.Join(names, ","); got != "first,approved b.example:443,default" || c.ApprovedAt != 1 || c.RuleFile(1) != "/etc/router/approved.toml" || c.RuleFile(2) != "/etc/router/router.toml" {
+	if got := strings.Join(names, ","); got != "first,approved b.example:443,default" || c.ApprovedAt != 1 || c.RuleFile(1) != filepath.FromSlash("/etc/router/approved.toml") || c.RuleFile(2) != "/etc/router/router.toml" {
 		t.Errorf("rules %s, approved at %d", got, c.ApprovedAt)
 	}
 }

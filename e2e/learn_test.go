@@ -6,21 +6,32 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agentcage/router/internal/lab"
 )
 
-// TestLearnSuggest: a session under the scene's catch-all rule, recorded in the flow log;
-// `router learn --suggest` turns it into an allow-list that lint accepts and that, run as
-// the config (the router started again on it), lets the same session through the proxy and
-// refuses a new name and the address that came without one.
+// TestLearnSuggest: a learning session (`router run --learn`) on a config with no rule for
+// the guest (every caged flow would be refused) lets the guest through the proxy and
+// records it in the flow log (flows.jsonl beside the config, the session's default); `router
+// learn --suggest` turns it into an allow-list that lint accepts and that, run as the config
+// (the router started again on it, not learning), lets the same session through the proxy
+// and refuses a new name and the address that came without one.
 func TestLearnSuggest(t *testing.T) {
-	cfg := config(lab.GoSocksAddr, "") + flowLogKeys
-	if !strings.Contains(cfg, vmRule) {
+	full := config(lab.GoSocksAddr, "")
+	if !strings.Contains(full, vmRule) {
 		t.Fatal("the scene's config has no vm rule to replace")
 	}
+	cfg := strings.Replace(full, vmRule, "", 1)
 	s := newLab(t, cfg)
-	s.startRouter()
+	r, err := s.lab.StartRouterWith(routerBin, s.cfg, 15*time.Second, "--learn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.router = r
+	if err := s.lab.ResetLeaks(s.ctx); err != nil {
+		t.Fatal(err)
+	}
 	for range 2 {
 		if out, code := s.curl(s.lab.Guest(), "http://"+lab.EchoName+"/"); code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
 			t.Fatalf("the session by name: exit %d, %q", code, out)
@@ -47,7 +58,7 @@ func TestLearnSuggest(t *testing.T) {
 	t.Logf("suggested:\n%s", suggested)
 
 	s.stopRouter(syscall.SIGTERM)
-	s.writeConfig(strings.Replace(cfg, vmRule, suggested, 1))
+	s.writeConfig(strings.Replace(full, vmRule, suggested, 1)) // in place of the catch-all
 	if out, code := run(s.ctx, s.lab.Host(), routerBin, "lint", "--config", s.cfg); code != 0 {
 		t.Fatalf("lint of the suggested config: exit %d\n%s", code, out)
 	}

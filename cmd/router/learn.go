@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -42,8 +43,12 @@ func cmdLearn(args []string, stdout, stderr io.Writer) int {
 			*flows = cfg.Log.Flows
 		}
 		if *flows == "" {
-			fmt.Fprintf(stderr, "router learn: %s sets no [log] flows: nothing was recorded (set it, run a session, then learn)\n", *cfgPath)
-			return exitUsage
+			// A learning session's default (router run --learn).
+			*flows = filepath.Join(filepath.Dir(*cfgPath), conf.LearningFlows)
+			if _, err := os.Stat(*flows); err != nil {
+				fmt.Fprintf(stderr, "router learn: %s sets no [log] flows and there is no %s beside it: nothing was recorded (run a session with `router run --learn`, then learn)\n", *cfgPath, conf.LearningFlows)
+				return exitUsage
+			}
 		}
 		if *proxy != "" {
 			if _, ok := cfg.Proxy(*proxy); !ok {

@@ -17,9 +17,10 @@ import (
 type contextT = context.Context
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("run", "--config FILE [--log-format text|json]",
+	fs := newFlags("run", "--config FILE [--learn] [--log-format text|json]",
 		runHelp, stderr)
 	cfgPath := fs.String("config", "", "the config `file`")
+	learning := fs.Bool("learn", false, "a learning session: caged flows no rule decides go through the proxy instead of being refused, and the flow log is on (flows.jsonl beside the config unless [log] flows names one), for router learn")
 	format := fs.String("log-format", "", "text or json (default: [log] format of the config)")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
@@ -45,7 +46,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			}
 			return daemon.Run(ctx, daemon.Options{
 				ConfigPath: *cfgPath, Platform: daemon.NewPlatform(log.With("component", "capture")),
-				Log: log, Level: level, Reload: reload, Ready: ready,
+				Log: log, Level: level, Reload: reload, Ready: ready, Load: loader(*learning),
 			})
 		})
 		if err != nil {
@@ -73,12 +74,16 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}()
+	if *learning {
+		log.Warn("a learning session: caged flows that no rule decides go through the proxy and are recorded in the flow log; `router learn --config FILE --suggest` then proposes an allow-list")
+	}
 	err := daemon.Run(ctx, daemon.Options{
 		ConfigPath: *cfgPath,
 		Platform:   daemon.NewPlatform(log.With("component", "capture")),
 		Log:        log,
 		Level:      level,
 		Reload:     reload,
+		Load:       loader(*learning),
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "router run: %v\n", err)
@@ -86,6 +91,24 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	return exitOK
+}
+
+// loader is how the daemon reads the config (at start and at each reload): nil, as it is;
+// with learning, made a learning session's (conf.Learning).
+func loader(learning bool) func(string) (*conf.Config, error) {
+	if !learning {
+		return nil
+	}
+	return func(path string) (*conf.Config, error) {
+		c, err := conf.Load(path, conf.Options{})
+		if err != nil {
+			return nil, err
+		}
+		if err := conf.Learning(c, path); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return c, nil
+	}
 }
 
 // guardNote says, after a failed start, whether the guard is still closing the cage.

@@ -44,8 +44,13 @@ const ReadyLine = "router running"
 // timeout) until it logs ReadyLine. The process is stopped by Stop, by its PID; the lab's
 // Close also ends it, as every process left in its namespaces.
 func (l *Lab) StartRouter(bin, config string, timeout time.Duration) (*Router, error) {
+	return l.StartRouterWith(bin, config, timeout)
+}
+
+// StartRouterWith is StartRouter with more arguments to `router run` (--learn).
+func (l *Lab) StartRouterWith(bin, config string, timeout time.Duration, args ...string) (*Router, error) {
 	r := &Router{log: &syncBuffer{}, exited: make(chan struct{})}
-	cmd, err := l.RouterCommand(context.Background(), bin, "run", "--config", config)
+	cmd, err := l.RouterCommand(context.Background(), bin, append([]string{"run", "--config", config}, args...)...)
 	if err != nil {
 		return nil, err
 	}
