@@ -199,10 +199,19 @@ func TestAskBounds(t *testing.T) {
 		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: px.Addr.Port()}}}}
 	e := newEnv(t, pol, opts)
 	resets := 0
+	var lastErr error
 	dialFrom := func(src netip.Addr, dst netip.AddrPort) *net.TCPConn {
-		c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
+		// Each source dials from its own loopback address: a port of a greedy connection
+		// the router refused is free again, and the other source's dial from it would meet
+		// that connection's entries in the tables before its own are set.
+		var local *net.TCPAddr
+		if src == otherSrc {
+			local = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}
+		}
+		c, err := net.DialTCP("tcp", local, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
 		if err != nil {
 			resets++ // refused before the dial returned
+			lastErr = err
 			return nil
 		}
 		mu.Lock()
@@ -222,7 +231,7 @@ func TestAskBounds(t *testing.T) {
 		t0 := time.Now()
 		c := dialFrom(otherSrc, target)
 		if c == nil {
-			t.Fatal("the other source's flow was refused")
+			t.Fatalf("the other source's flow was refused: %v", lastErr)
 		}
 		c.SetDeadline(time.Now().Add(waitFor))
 		if got := readN(t, c, 5); got != "hello" {
