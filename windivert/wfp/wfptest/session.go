@@ -474,13 +474,18 @@ func (s *Session) DeleteFilter(k wfp.Key) error {
 
 // Filters lists provider's filters (boot-time ones included), sorted by key.
 func (s *Session) Filters(prov wfp.Key) ([]wfp.Filter, error) {
-	st, err := s.read(Op{Name: "filters", Key: prov})
+	return s.listFilters(Op{Name: "filters", Key: prov}, func(f wfp.Filter) bool { return f.Provider == prov })
+}
+
+// listFilters lists (copies of) the filters s sees that keep says to, sorted by key.
+func (s *Session) listFilters(op Op, keep func(wfp.Filter) bool) ([]wfp.Filter, error) {
+	st, err := s.read(op)
 	if err != nil {
 		return nil, fmt.Errorf("list filters: %w", err)
 	}
 	var out []wfp.Filter
 	for _, f := range st.filters {
-		if f.Provider == prov {
+		if keep(f.Filter) {
 			g := f.Filter
 			g.Conditions = slices.Clone(g.Conditions)
 			g.Digest = slices.Clone(g.Digest)
@@ -525,19 +530,5 @@ func (s *Session) AllSublayers() ([]wfp.Sublayer, error) {
 
 // LayerFilters lists every filter at layer l (boot-time ones included), sorted by key.
 func (s *Session) LayerFilters(l wfp.Layer) ([]wfp.Filter, error) {
-	st, err := s.read(Op{Name: "filters"})
-	if err != nil {
-		return nil, fmt.Errorf("list filters: %w", err)
-	}
-	var out []wfp.Filter
-	for _, f := range st.filters {
-		if f.Layer == l {
-			g := f.Filter
-			g.Conditions = slices.Clone(g.Conditions)
-			g.Digest = slices.Clone(g.Digest)
-			out = append(out, g)
-		}
-	}
-	slices.SortFunc(out, func(a, b wfp.Filter) int { return strings.Compare(a.Key.String(), b.Key.String()) })
-	return out, nil
+	return s.listFilters(Op{Name: "filters"}, func(f wfp.Filter) bool { return f.Layer == l })
 }
