@@ -114,30 +114,9 @@ func (d *decoder) policy(c *Config, v any) {
 }
 
 func (d *decoder) console(c *Config, v any) {
-	a := at{path: "console"}
-	m, ok := d.table(a, v)
-	if !ok {
-		return
-	}
-	d.checkKeys(a, m, consoleKeys)
-	if v, ok := m["unsafe_listen"]; ok {
-		c.Console.UnsafeListen, _ = d.boolean(a.key("unsafe_listen"), v)
-	}
-	v, ok = m["listen"]
-	if !ok {
-		return
-	}
-	if s, isStr := v.(string); isStr && s == "" {
-		return
-	}
-	ap, ok := d.addrPort(a.key("listen"), v, "(where to serve the console, e.g. "+DefaultConsoleListen+")")
-	if !ok {
-		return
-	}
-	if !ap.Addr().IsLoopback() && !c.Console.UnsafeListen {
-		d.fail(a.key("listen"), "%v is not a loopback address: the console controls the cage; set unsafe_listen = true to serve it to other machines", ap)
-	}
-	c.Console.Listen = ap
+	c.Console.Listen, c.Console.UnsafeListen = d.loopbackListener("console", v, consoleKeys,
+		"(where to serve the console, e.g. "+DefaultConsoleListen+")",
+		"the console controls the cage; set unsafe_listen = true to serve it to other machines")
 }
 
 // ApprovedPath is the approved rules file of the config at file: p.Approved (relative to

@@ -619,30 +619,41 @@ func (d *decoder) log(c *Config, v any) {
 // metrics decodes [metrics]: where the daemon serves Prometheus metrics. An empty or absent
 // listen serves none; an address other than loopback needs unsafe_listen = true.
 func (d *decoder) metrics(c *Config, v any) {
-	a := at{path: "metrics"}
+	c.Metrics.Listen, c.Metrics.UnsafeListen = d.loopbackListener("metrics", v, metricsKeys,
+		"(where to serve /metrics, e.g. 127.0.0.1:9477)",
+		"whoever reaches it reads the flows, rules and upstreams the router counts; listen on 127.0.0.1 or ::1 (or set unsafe_listen = true)")
+}
+
+// loopbackListener decodes a table of an HTTP endpoint of this host ([metrics], [console]):
+// its listen address (absent or empty: none, the zero AddrPort) and unsafe_listen, without
+// which an address other than loopback is refused, saying why. example follows the
+// address's error; keys are the table's keys.
+func (d *decoder) loopbackListener(path string, v any, keys []string, example, why string) (netip.AddrPort, bool) {
+	a := at{path: path}
 	m, ok := d.table(a, v)
 	if !ok {
-		return
+		return netip.AddrPort{}, false
 	}
-	d.checkKeys(a, m, metricsKeys)
+	d.checkKeys(a, m, keys)
+	unsafe := false
 	if v, ok := m["unsafe_listen"]; ok {
-		c.Metrics.UnsafeListen, _ = d.boolean(a.key("unsafe_listen"), v)
+		unsafe, _ = d.boolean(a.key("unsafe_listen"), v)
 	}
 	v, ok = m["listen"]
 	if !ok {
-		return
+		return netip.AddrPort{}, unsafe
 	}
 	if s, isStr := v.(string); isStr && s == "" {
-		return // off, as when the key is absent
+		return netip.AddrPort{}, unsafe // off, as when the key is absent
 	}
-	ap, ok := d.addrPort(a.key("listen"), v, "(where to serve /metrics, e.g. 127.0.0.1:9477)")
+	ap, ok := d.addrPort(a.key("listen"), v, example)
 	if !ok {
-		return
+		return netip.AddrPort{}, unsafe
 	}
-	if !ap.Addr().IsLoopback() && !c.Metrics.UnsafeListen {
-		d.fail(a.key("listen"), "%s is not a loopback address: whoever reaches it reads the flows, rules and upstreams the router counts; listen on 127.0.0.1 or ::1 (or set unsafe_listen = true)", ap)
+	if !ap.Addr().IsLoopback() && !unsafe {
+		d.fail(a.key("listen"), "%v is not a loopback address: %s", ap, why)
 	}
-	c.Metrics.Listen = ap
+	return ap, unsafe
 }
 
 func (d *decoder) dns(c *Config, v any) {
