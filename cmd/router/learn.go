@@ -7,11 +7,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/agentcage/router/cmd/router/learn"
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/router/auditlog"
 )
 
 // cmdLearn reads the flow log of a session (run with a rule that proxies every caged flow
@@ -83,15 +83,7 @@ func cmdLearn(args []string, stdout, stderr io.Writer) int {
 
 // readFlowLogs reads path's rotated files, oldest first (PATH.N ... PATH.1), then path.
 func readFlowLogs(s *learn.Session, path string) error {
-	var files []string
-	for i := 1; ; i++ {
-		name := path + "." + strconv.Itoa(i)
-		if _, err := os.Stat(name); err != nil {
-			break
-		}
-		files = append([]string{name}, files...)
-	}
-	files = append(files, path)
+	files := auditlog.Files(path)
 	for _, name := range files {
 		f, err := os.Open(name)
 		if errors.Is(err, fs.ErrNotExist) && name == path && len(files) > 1 {
@@ -122,23 +114,12 @@ func printSession(w io.Writer, s *learn.Session) {
 		if name == "" {
 			name = d.Addr.String() + " (no name)"
 		}
-		fmt.Fprintf(w, "%-40s %6d %7d %10d %10d  %-12s %s / %s\n", name, d.Flows, d.Refused, d.Up, d.Down, portList(d.PortList()),
+		fmt.Fprintf(w, "%-40s %6d %7d %10d %10d  %-12s %s / %s\n", name, d.Flows, d.Refused, d.Up, d.Down, d.PortsText(),
 			d.First.Local().Format(time.TimeOnly), d.Last.Local().Format(time.TimeOnly))
 	}
 	if s.BadName > 0 {
 		fmt.Fprintf(w, "(%d flows named something that is no plain host name: left out)\n", s.BadName)
 	}
-}
-
-func portList(ps []uint16) string {
-	out := ""
-	for i, p := range ps {
-		if i > 0 {
-			out += ","
-		}
-		out += strconv.Itoa(int(p))
-	}
-	return out
 }
 
 type learnDest struct {

@@ -80,7 +80,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert/cmd/wdprobe", "router/proc windivert windivert/dist windivert/packet", ""},
 
 	// The commands.
-	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck conf conf/lint conf/proxifier router/control router/daemon router/service router/upstream rules rules/policy windivert/adapters",
+	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck conf conf/lint conf/proxifier router/auditlog router/control router/daemon router/service router/upstream rules rules/policy windivert/adapters",
 		"router/upstream/socks5/socks5test rules/policy/policytest"},
 	{"cmd/router/checkip", "", ""},
 	{"cmd/router/learn", "router/auditlog", "conf conf/lint rules rules/policy"},

@@ -311,17 +311,34 @@ func (l *Log) rotate() error {
 		return err
 	}
 	for i := l.opts.Keep - 1; i >= 1; i-- {
-		from := l.path + "." + strconv.Itoa(i)
+		from := rotated(l.path, i)
 		if _, err := os.Stat(from); err == nil {
-			if err := os.Rename(from, l.path+"."+strconv.Itoa(i+1)); err != nil {
+			if err := os.Rename(from, rotated(l.path, i+1)); err != nil {
 				return err
 			}
 		}
 	}
-	if err := os.Rename(l.path, l.path+".1"); err != nil {
+	if err := os.Rename(l.path, rotated(l.path, 1)); err != nil {
 		return err
 	}
 	return l.openFile()
+}
+
+// rotated is the name of path's i-th rotated file (1: the newest).
+func rotated(path string, i int) string { return path + "." + strconv.Itoa(i) }
+
+// Files returns the flow log at path and its rotated files that exist, oldest first (for
+// readers of the log: router learn); path itself is last, whether or not it exists.
+func Files(path string) []string {
+	var files []string
+	for i := 1; ; i++ {
+		name := rotated(path, i)
+		if _, err := os.Stat(name); err != nil {
+			break
+		}
+		files = append([]string{name}, files...)
+	}
+	return append(files, path)
 }
 
 // fail logs a write error once and drops records until the next Open; l.mu is held.

@@ -192,3 +192,21 @@ func TestRecordRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestFiles: the rotated files that exist, oldest first, then the log itself.
+func TestFiles(t *testing.T) {
+	dir := winetest.TempDir(t)
+	path := filepath.Join(dir, "flows.jsonl")
+	if got := Files(path); len(got) != 1 || got[0] != path {
+		t.Errorf("no rotated file: %q", got)
+	}
+	for _, i := range []int{1, 2} {
+		if err := os.WriteFile(rotated(path, i), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{path + ".2", path + ".1", path}
+	if got := Files(path); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("Files = %q; want %q", got, want)
+	}
+}

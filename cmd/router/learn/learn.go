@@ -210,6 +210,16 @@ func (d *Destination) PortList() []uint16 {
 	return ps
 }
 
+// PortsText is the ports seen, ascending, comma separated; "" when none was.
+func (d *Destination) PortsText() string {
+	ps := d.PortList()
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = strconv.Itoa(int(p))
+	}
+	return strings.Join(s, ",")
+}
+
 // Preset is a shipped host list a suggestion may name instead of the hosts it covers.
 type Preset struct {
 	Name  string
@@ -443,14 +453,7 @@ func sortedPorts(m map[uint16]bool) []uint16 {
 	return ps
 }
 
-func portsText(d *Destination) string {
-	ps := d.PortList()
-	s := make([]string, len(ps))
-	for i, p := range ps {
-		s[i] = strconv.Itoa(int(p))
-	}
-	return cmp.Or(strings.Join(s, ","), "?")
-}
+func portsText(d *Destination) string { return cmp.Or(d.PortsText(), "?") }
 
 func reasons(m map[string]int) string {
 	keys := make([]string, 0, len(m))
