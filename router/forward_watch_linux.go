@@ -1,10 +1,8 @@
 package router
 
 import (
-	"errors"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -52,20 +50,4 @@ func watchGone(c *net.TCPConn, gone func()) (stop func()) {
 }
 
 // peerGone waits until c is readable and reports whether what is there is its end.
-func peerGone(c *net.TCPConn) bool {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var buf [1]byte
-	end := false
-	err = raw.Read(func(fd uintptr) bool {
-		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		if errors.Is(err, syscall.EAGAIN) {
-			return false // nothing yet: wait
-		}
-		end = err != nil || n == 0
-		return true
-	})
-	return err == nil && end
-}
+func peerGone(c *net.TCPConn) bool { return peekConn(c, true) == peekEnd }

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -255,24 +254,7 @@ func (c *retryCopy) replay() io.ReadCloser {
 
 // alive reports whether the server has not closed c (nor sent anything unasked): a peek
 // that does not wait.
-func alive(c net.Conn) bool {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var buf [1]byte
-	open := false
-	err = raw.Read(func(fd uintptr) bool {
-		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		open = n < 0 && errors.Is(err, syscall.EAGAIN)
-		return true
-	})
-	return err == nil && open
-}
+func alive(c net.Conn) bool { return peekConn(c, false) == peekEmpty }
 
 func newModelRoundTripper(dial func(ctx context.Context, network, addr string) (net.Conn, error)) modelRoundTripper {
 	return &modelClient{dial: dial, maxIdle: modelIdlePerServer, idleTimeout: modelIdleTimeout}
