@@ -109,13 +109,14 @@ func (m *modelClient) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("model client: scheme %q: only http", req.URL.Scheme)
 	}
 	addr := req.URL.Host
-	var copied *retryCopy
-	if req.Body != nil && req.Body != http.NoBody {
-		copied = &retryCopy{r: req.Body}
-		req.Body = copied
-	}
 	pc := m.get(addr)
 	reused := pc != nil
+	var copied *retryCopy
+	if req.Body != nil && req.Body != http.NoBody {
+		// Only a kept connection may be retried: a fresh one's body is not kept (over).
+		copied = &retryCopy{r: req.Body, over: !reused}
+		req.Body = copied
+	}
 	resp, err := m.exchange(req, addr, pc)
 	if err != nil && reused && errors.Is(err, errNoResponse) && copied.whole() {
 		// The kept-alive connection was closed under us before any answer: once more, on a
@@ -219,7 +220,7 @@ func (b *modelBody) Close() error {
 type retryCopy struct {
 	r    io.ReadCloser
 	kept []byte
-	over bool // more than retryBody bytes: no retry
+	over bool // more than retryBody bytes, or no retry possible: nothing kept
 	eof  bool
 	err  error // the body's own read error (a guest's body over max_body)
 }
