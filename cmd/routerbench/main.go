@@ -13,7 +13,7 @@
 //	sudo go run ./cmd/routerbench -quick                   # 1 short round, to try the setup
 //	sudo go run ./cmd/routerbench -base-rev a498d1d        # adds row router-base: that commit
 //	sudo go run ./cmd/routerbench -base-rev HEAD~1 -rows router,router-base,redsocks
-//	sudo go run ./cmd/routerbench -names                   # what reading names costs, paired
+//	sudo go run ./cmd/routerbench -names -rounds 31 -conns 2000 -seq 600   # what reading names costs, paired
 //
 // Per round and row: a 1 GiB download (MiB/s; CPU seconds per GiB of the proxy process, of
 // the whole machine, of the lab), 5,000 connections of 1 KiB 32 at a time and 2,000 one at a
