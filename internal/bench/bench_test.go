@@ -270,3 +270,92 @@ func TestRateWithHost(t *testing.T) {
 		t.Fatalf("%+v", res)
 	}
 }
+
+func startFileServer(t *testing.T) (addr string, ca []byte) {
+	t.Helper()
+	cert, key, err := SelfSigned("files.test", netip.MustParseAddr("127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewFileServer(cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() { s.Close() })
+	return ln.Addr().String(), cert
+}
+
+// TestFetch: every file arrives whole over HTTPS, directly and through SOCKS5, on a new
+// connection each (no keep-alive); a client that trusts another certificate fails every
+// fetch.
+func TestFetch(t *testing.T) {
+	addr, ca := startFileServer(t)
+	sizes := FetchSizes(60, 2<<10, 200<<10, 1)
+	var want int64
+	for _, n := range sizes {
+		want += int64(n)
+	}
+	proxy := socks5test.Start(t, socks5test.Options{})
+	for _, d := range []Dialer{{}, {Socks: proxy.Addr.String()}} {
+		res, err := Fetch(context.Background(), d, addr, "files.test", ca, sizes, 4)
+		if err != nil || res.Errors != 0 || res.Count != 60 || res.Bytes != want {
+			t.Errorf("socks %q: %+v, %v; want 60 fetches, %d bytes", d.Socks, res, err, want)
+		}
+		if !(res.P50 > 0 && res.P99 >= res.P50 && res.Seconds > 0) {
+			t.Errorf("socks %q: figures %+v", d.Socks, res)
+		}
+	}
+	other, _, err := SelfSigned("files.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := Fetch(context.Background(), Dialer{}, addr, "files.test", other, sizes[:3], 1); res.Errors != 3 {
+		t.Errorf("an untrusted server: %+v, want 3 errors", res)
+	}
+}
+
+// TestFetchSizes: the same seed draws the same sizes, within the bounds, small ones more
+// often than large ones.
+func TestFetchSizes(t *testing.T) {
+	a, b := FetchSizes(1000, 2<<10, 200<<10, 7), FetchSizes(1000, 2<<10, 200<<10, 7)
+	small := 0
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("size %d: %d and %d from the same seed", i, a[i], b[i])
+		}
+		if a[i] < 2<<10 || a[i] > 200<<10 {
+			t.Fatalf("size %d: %d out of bounds", i, a[i])
+		}
+		if a[i] < 20<<10 {
+			small++
+		}
+	}
+	if small < 400 || small > 600 {
+		t.Errorf("%d of 1000 sizes under 20 KiB; log-uniform wants about half", small)
+	}
+}
+
+// TestStream: every stream's events arrive, with their gaps about the server's.
+func TestStream(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go StreamServer{Events: 10, Gap: 2 * time.Millisecond}.Serve(ln)
+	res, err := Stream(context.Background(), Dialer{}, ln.Addr().String(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Streams != 3 || res.Events != 10 {
+		t.Errorf("got %+v, want 3 streams of 10 events", res)
+	}
+	if res.GapP50 < 1500 || res.TTFBP50 <= 0 || res.LatP50 <= 0 || res.LatP99 < res.LatP50 {
+		t.Errorf("figures %+v: want gaps of about 2000 µs", res)
+	}
+}

@@ -1,7 +1,9 @@
 // Package bench holds the parts of the data-path benchmark (cmd/routerbench) that are worth
-// testing on their own: the lean sink and its load clients, the readers of /proc that bill
-// CPU time and memory to a process, the paired statistics, and a process handle that ends
-// what it started by PID.
+// testing on their own: the lean sink and its load clients, the agent's workload (an HTTPS
+// file server with a self-signed certificate and its burst of fresh-connection fetches, a
+// streaming fake model server and its timed client), the readers of /proc that bill CPU
+// time and memory to a process, the paired statistics, and a process handle that ends what
+// it started by PID.
 //
 // # Wire protocol of the sink
 //
