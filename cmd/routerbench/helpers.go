@@ -24,9 +24,20 @@ import (
 // for every server and every load run, so that each is a process of its own and its CPU
 // time is billed to it alone.
 const (
-	cmdSink  = "__sink"  // __sink ADDR...: the lean sink on each address, until SIGTERM
+	cmdSink  = "__sink"  // __sink [-https ADDR -cert FILE -key FILE] ADDR...: the lean sink on each address (and the HTTPS file server), until SIGTERM
 	cmdSocks = "__socks" // __socks LISTEN EXIT: go-socks5 v0.1.0 connecting out from EXIT
-	cmdLoad  = "__load"  // __load get|rate|idle FLAGS: one load run, JSON on stdout
+	cmdModel = "__model" // __model -events N -gap D ADDR...: the streaming fake model server on each address, until SIGTERM
+	cmdLoad  = "__load"  // __load get|rate|idle|fetch|stream FLAGS: one load run, JSON on stdout
+)
+
+// The agent's workload: the package-manager burst's file sizes (bench.FetchSizes) and the
+// streamed model reply's shape.
+const (
+	fetchMin, fetchMax = 2 << 10, 200 << 10
+	fetchSeed          = 27 // the same files, in the same order, for every row and round
+	fetchPar           = 16
+	streamEvents       = 40
+	streamGap          = 2 * time.Millisecond
 )
 
 func helper(name string, args []string) int {
@@ -36,6 +47,8 @@ func helper(name string, args []string) int {
 		err = runSink(args)
 	case cmdSocks:
 		err = runSocks(args)
+	case cmdModel:
+		err = runModel(args)
 	case cmdLoad:
 		err = runLoad(args)
 	default:
@@ -55,7 +68,15 @@ func waitTerm() {
 	<-ctx.Done()
 }
 
-func runSink(addrs []string) error {
+func runSink(args []string) error {
+	fs := flag.NewFlagSet(cmdSink, flag.ContinueOnError)
+	https := fs.String("https", "", "also serve the HTTPS file server (bench.FileServer) on this `address`")
+	certFile := fs.String("cert", "", "its certificate, PEM `file`")
+	keyFile := fs.String("key", "", "its key, PEM `file`")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	addrs := fs.Args()
 	if len(addrs) == 0 {
 		return fmt.Errorf("no address")
 	}
@@ -67,6 +88,50 @@ func runSink(addrs []string) error {
 		}
 		defer ln.Close()
 		go s.Serve(ln)
+	}
+	if *https != "" {
+		cert, err := os.ReadFile(*certFile)
+		if err != nil {
+			return err
+		}
+		key, err := os.ReadFile(*keyFile)
+		if err != nil {
+			return err
+		}
+		fsrv, err := bench.NewFileServer(cert, key)
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", *https)
+		if err != nil {
+			return err
+		}
+		defer fsrv.Close()
+		go fsrv.Serve(ln)
+	}
+	fmt.Println("ready")
+	waitTerm()
+	return nil
+}
+
+func runModel(args []string) error {
+	fs := flag.NewFlagSet(cmdModel, flag.ContinueOnError)
+	srv := bench.StreamServer{}
+	fs.IntVar(&srv.Events, "events", streamEvents, "content events per streamed reply")
+	fs.DurationVar(&srv.Gap, "gap", streamGap, "pause between events")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return fmt.Errorf("no address")
+	}
+	for _, a := range fs.Args() {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			return err
+		}
+		defer ln.Close()
+		go srv.Serve(ln)
 	}
 	fmt.Println("ready")
 	waitTerm()
@@ -135,7 +200,7 @@ func (c noSplice) CloseWrite() error { return c.Conn.(*net.TCPConn).CloseWrite()
 
 func runLoad(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: %s get|rate|idle [flags] TARGET", cmdLoad)
+		return fmt.Errorf("usage: %s get|rate|idle|fetch|stream [flags] TARGET", cmdLoad)
 	}
 	mode := args[0]
 	fs := flag.NewFlagSet(cmdLoad+" "+mode, flag.ContinueOnError)
@@ -144,7 +209,8 @@ func runLoad(args []string) error {
 	size := fs.Int64("size", 1<<30, "bytes per connection")
 	count := fs.Int("n", 5000, "connections")
 	par := fs.Int("par", 32, "connections at a time")
-	host := fs.String("host", "", "rate: send the request's HTTP/1.1 form with this Host `name`")
+	host := fs.String("host", "", "rate: send the request's HTTP/1.1 form with this Host `name`; fetch: the name asked for (SNI, Host)")
+	caFile := fs.String("ca", "", "fetch: the PEM `file` of the one certificate trusted")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -172,6 +238,22 @@ func runLoad(args []string) error {
 		return out.Encode(res)
 	case "rate":
 		return out.Encode(bench.RateRequest(ctx, d, target, bench.Request(int(*size), *host), *count, *par, int(*size)))
+	case "fetch":
+		ca, err := os.ReadFile(*caFile)
+		if err != nil {
+			return err
+		}
+		res, err := bench.Fetch(ctx, d, target, *host, ca, bench.FetchSizes(*count, fetchMin, fetchMax, fetchSeed), *par)
+		if err != nil {
+			return err
+		}
+		return out.Encode(res)
+	case "stream":
+		res, err := bench.Stream(ctx, d, target, *count)
+		if err != nil {
+			return err
+		}
+		return out.Encode(res)
 	case "idle":
 		set, err := bench.Idle(ctx, d, target, *count, *par)
 		if err != nil {

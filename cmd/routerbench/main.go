@@ -14,6 +14,7 @@
 //	sudo go run ./cmd/routerbench -base-rev a498d1d        # adds row router-base: that commit
 //	sudo go run ./cmd/routerbench -base-rev HEAD~1 -rows router,router-base,redsocks
 //	sudo go run ./cmd/routerbench -names -rounds 31 -conns 2000 -seq 600   # what reading names costs, paired
+//	sudo go run ./cmd/routerbench -rounds 1 -phases agent                  # the agent's workload alone
 //
 // Per round and row: a 1 GiB download (MiB/s; CPU seconds per GiB of the proxy process, of
 // the whole machine, of the lab), 5,000 connections of 1 KiB 32 at a time and 2,000 one at a
@@ -23,6 +24,24 @@
 // sing-box hold two splice pipes per flow, so they are measured at 2,000 only (6 fds a flow
 // under the 20,000-fd cap); the memory rows go through a second go-socks5 with splice off,
 // because go-socks5 itself holds pipes for idle flows and could not carry 9,000 of them.
+//
+// Phase agent replays what a coding agent does through the cage, for every row but direct
+// (row upstream is the ceiling: the client speaks SOCKS itself): a package-manager burst of
+// 1,000 HTTPS fetches (-fetches) of 2–200 KiB (log-uniform, from a fixed seed: the same
+// files for every row) from a TLS server beside the sink, whose self-signed certificate is
+// made at start and is the one the client trusts, 16 at a time, each a new TCP connection and
+// a full handshake (no keep-alive, no session resumption): its wall time, p50/p99 per fetch
+// and CPU; then 30 streamed model replies (-streams) of 40 events 2 ms apart, one after
+// another on a keep-alive connection, from a fake OpenAI-compatible server in the host: a
+// router row reaches it through its [[forward]], the others straight at the server's
+// address on the host's VM-facing side (no forward, the reference), and the report says
+// which: time to the first event, the gaps between events and each event's latency from
+// the server's write (p50/p99). The workload's summary adds the download of phase get, in
+// seconds.
+//
+// Besides each figure, the table gives the machine's CPU per GiB and per connection that a
+// row adds over the ceiling (row − upstream, paired within each round), and that added cost
+// divided by redsocks' added cost in the same round (the median of the per-round ratios).
 //
 // CPU: a process's figure is utime+stime (+ waited-for children) from /proc/PID/stat; the
 // machine's is the busy time of the "cpu" line of /proc/stat (user, nice, system, irq,
@@ -35,7 +54,9 @@
 // directory the first time; -singbox=false leaves it out), router (./cmd/router of this tree,
 // or -router BIN) and, with -base BIN or -base-rev REV (git archive of that commit, built in
 // a scratch directory), router-base: a second build measured exactly like router, for
-// router ÷ router-base. The report ends with the performance targets as a checklist.
+// router ÷ router-base. The report ends with the performance targets as a checklist: each
+// with how many rounds met it, the ones against redsocks' throughput and connection rate
+// met only when every round meets them; the in-process benchmarks' targets follow them.
 //
 // -names measures what reading a flow's name costs: row router runs an allow-list by name
 // (one rule, hosts = ["sink.test"]), row router-base the same build with the catch-all
@@ -80,6 +101,8 @@ type options struct {
 	conns     int
 	par       int
 	seq       int
+	fetches   int // the agent's HTTPS fetches per burst
+	streams   int // the agent's streamed model replies per row and round
 	idle      []int
 	routerBin string
 	baseBin   string // -base: a second router build, measured as row router-base
@@ -105,12 +128,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("routerbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	quick := fs.Bool("quick", false, "one short round (256 MiB, 1000 connections, 300 sequential, 500 and 2000 idle flows)")
+	quick := fs.Bool("quick", false, "one short round (256 MiB, 1000 connections, 300 sequential, 500 and 2000 idle flows, 300 fetches, 10 streams)")
 	fs.IntVar(&o.rounds, "rounds", 5, "rounds; every row runs once per round")
 	fs.Int64Var(&o.size, "size", 1<<30, "bytes per download")
 	fs.IntVar(&o.conns, "conns", 5000, "connections of the rate row")
 	fs.IntVar(&o.par, "par", 32, "connections at a time in the rate row")
 	fs.IntVar(&o.seq, "seq", 2000, "sequential connections of the latency row")
+	fs.IntVar(&o.fetches, "fetches", 1000, "agent: HTTPS fetches of the package-manager burst (2–200 KiB each, 16 at a time, a new connection and handshake each)")
+	fs.IntVar(&o.streams, "streams", 30, "agent: streamed model replies per row and round (one keep-alive connection)")
 	idle := fs.String("idle", "2000,9000", "idle flows held per memory row, comma separated (redsocks only up to 2500: its splice pipes need 6 fds a flow)")
 	fs.StringVar(&o.routerBin, "router", "", "router binary to measure (default: build ./cmd/router)")
 	fs.StringVar(&o.baseBin, "base", "", "a second router `binary`, measured as row router-base exactly like router in every round; the report adds router ÷ router-base")
@@ -123,7 +148,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.names, "names", false, "measure what reading names costs: row router runs an allow-list by name (hosts = [\""+sinkName+"\"]), row router-base the same build (or -base) with the catch-all; both rows' connections go to the fake IP of "+sinkName+" with an HTTP/1.1 request naming it (default rows router-base,router, phases rate,seq)")
 	fs.BoolVar(&o.verbose, "v", false, "log the setup steps")
 	only := fs.String("rows", "", "measure only these rows, comma separated (default all: direct,upstream,redsocks,singbox,router-base,router); ratios need their base row")
-	phases := fs.String("phases", "get,rate,seq,idle", "which measurements, comma separated")
+	phases := fs.String("phases", "get,rate,seq,idle,agent", "which measurements, comma separated (agent: the agent's workload, rows upstream, redsocks, singbox and the routers)")
 	fs.DurationVar(&o.idleWait, "idle-wait", 2*time.Second, "how long the idle flows are held before the proxy's memory is read")
 	fs.StringVar(&o.jsonOut, "json", "", "write every per-round figure to this `file`")
 	fromJSON := fs.String("from-json", "", "measure nothing: print the report of a run saved with -json to this `file`")
@@ -139,6 +164,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *quick {
 		o.rounds, o.size, o.conns, o.seq, *idle = 1, 256<<20, 1000, 300, "500,2000"
+		o.fetches, o.streams = 300, 10
 	}
 	for _, s := range strings.Split(*idle, ",") {
 		if s = strings.TrimSpace(s); s == "" {
@@ -151,8 +177,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		o.idle = append(o.idle, n)
 	}
-	if o.rounds < 1 || o.size < 1 || o.conns < 1 || o.par < 1 || o.seq < 1 {
-		fmt.Fprintln(stderr, "routerbench: rounds, size, conns, par and seq must be positive")
+	if o.rounds < 1 || o.size < 1 || o.conns < 1 || o.par < 1 || o.seq < 1 || o.fetches < 1 || o.streams < 1 {
+		fmt.Fprintln(stderr, "routerbench: rounds, size, conns, par, seq, fetches and streams must be positive")
 		return 2
 	}
 	if o.names {
@@ -240,7 +266,7 @@ func runBench(o options, stdout, stderr io.Writer) (err error) {
 		w.debugMem = func(pid int) { printMappings(stderr, pid) }
 	}
 	res := newResults(o.rounds)
-	if err := w.warmUp(ctx, rs); err != nil {
+	if err := w.warmUp(ctx, o, rs); err != nil {
 		return err
 	}
 	for round := range o.rounds {
@@ -270,7 +296,7 @@ func runBench(o options, stdout, stderr io.Writer) (err error) {
 // prepareBinaries builds (or takes) the binaries the rows need: the router, the second
 // router build, sing-box; it returns them by row and describes each build.
 func prepareBinaries(ctx context.Context, o options, rs []row, dir string, log io.Writer) (meta, map[string]string, error) {
-	m := meta{Rounds: o.rounds, Size: o.size, Conns: o.conns, Par: o.par, Seq: o.seq, Idle: o.idle, Rows: rowNames(rs)}
+	m := meta{Rounds: o.rounds, Size: o.size, Conns: o.conns, Par: o.par, Seq: o.seq, Fetches: o.fetches, Streams: o.streams, Idle: o.idle, Rows: rowNames(rs)}
 	bins := map[string]string{}
 	var root string
 	needRoot := func() error {

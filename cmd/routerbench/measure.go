@@ -97,7 +97,7 @@ func (w *world) load(ctx context.Context, r row, out any, mode string, args ...s
 }
 
 // warmUp sends a little through every row, so that no row pays for first use.
-func (w *world) warmUp(ctx context.Context, rs []row) error {
+func (w *world) warmUp(ctx context.Context, o options, rs []row) error {
 	for _, r := range rs {
 		var g bench.GetResult
 		if w.names {
@@ -113,12 +113,45 @@ func (w *world) warmUp(ctx context.Context, rs []row) error {
 		if rr.Errors > 0 {
 			return fmt.Errorf("warm-up %s: %d of 200 connections failed: %s", r.name, rr.Errors, rr.FirstError)
 		}
+		if o.phase("agent") && agentRow(r) {
+			if _, _, err := w.fetch(ctx, r, 20); err != nil {
+				return fmt.Errorf("warm-up: %w", err)
+			}
+			if _, err := w.stream(ctx, r, 1); err != nil {
+				return fmt.Errorf("warm-up: %w", err)
+			}
+		}
 	}
 	return nil
 }
 
+// agentRow reports whether row r runs the agent's workload: every row but direct (the
+// hypervisor's NAT alone sends nothing through a proxy; the upstream row is the ceiling).
+func agentRow(r row) bool { return r.name != rowDirect }
+
+// fetch runs the agent's HTTPS burst of n fetches for row r; a failed fetch is an error.
+func (w *world) fetch(ctx context.Context, r row, n int) (bench.FetchResult, usage, error) {
+	var fr bench.FetchResult
+	u, err := w.load(ctx, r, &fr, "fetch", "-n", strconv.Itoa(n), "-par", strconv.Itoa(fetchPar), "-host", sinkName, "-ca", w.caFile, w.fetches(r))
+	if err == nil && fr.Errors > 0 {
+		err = fmt.Errorf("fetch %s: %d of %d fetches failed: %s", r.name, fr.Errors, n, fr.FirstError)
+	}
+	return fr, u, err
+}
+
+// stream runs n streamed model replies for row r: through its forward (a router row) or
+// straight to the server, never through the row's SOCKS server.
+func (w *world) stream(ctx context.Context, r row, n int) (bench.StreamResult, error) {
+	var sr bench.StreamResult
+	addr, _ := modelAt(r.name)
+	direct := r
+	direct.socks = ""
+	_, err := w.load(ctx, direct, &sr, "stream", "-n", strconv.Itoa(n), addr)
+	return sr, err
+}
+
 // round measures every row once, phase by phase (download, connection rate, sequential
-// connections, idle flows), and records the figures under round in res.
+// connections, idle flows, the agent's workload), and records the figures under round in res.
 func (w *world) round(ctx context.Context, o options, rs []row, res *results, round int, log io.Writer) error {
 	gib := float64(o.size) / (1 << 30)
 	order := roundOrder(rs, round)
@@ -192,6 +225,11 @@ func (w *world) round(ctx context.Context, o options, rs []row, res *results, ro
 			fmt.Fprintln(log, line)
 		}
 	}
+	if o.phase("agent") {
+		if err := w.agent(ctx, o, order, res, round, log); err != nil {
+			return err
+		}
+	}
 	for _, r := range order {
 		if r.proxy == nil || !o.phase("idle") {
 			continue
@@ -219,6 +257,54 @@ func (w *world) round(ctx context.Context, o options, rs []row, res *results, ro
 			fmt.Fprintf(log, "round %d  %-11s idle  %d flows: RSS %d -> %d KiB (%.1f KiB/flow), %d fds (%d pipes), %d threads\n",
 				round+1, r.name, n, before.RSSKiB, during.RSSKiB, per, during.FDs, during.Pipes, during.Threads)
 		}
+	}
+	return nil
+}
+
+// agent measures the agent's workload for the rows of order that run it, in that order: the
+// HTTPS burst of every row, then the streamed model replies of every row.
+func (w *world) agent(ctx context.Context, o options, order []row, res *results, round int, log io.Writer) error {
+	for _, r := range order {
+		if !agentRow(r) {
+			continue
+		}
+		fr, u, err := w.fetch(ctx, r, o.fetches)
+		if err != nil {
+			return err
+		}
+		res.set(r.name, "agent_wall", round, fr.Seconds)
+		res.set(r.name, "agent_p50", round, fr.P50)
+		res.set(r.name, "agent_p99", round, fr.P99)
+		res.set(r.name, "agent_mach_s", round, u.machine.Seconds())
+		line := fmt.Sprintf("round %d  %-11s fetch %d × HTTPS in %.2f s (%.0f MiB)  p50 %.1f ms  p99 %.1f ms  machine %.2f s",
+			round+1, r.name, fr.Count, fr.Seconds, float64(fr.Bytes)/(1<<20), fr.P50, fr.P99, u.machine.Seconds())
+		if r.proxy != nil {
+			res.set(r.name, "agent_cpu_s", round, u.proxy.Seconds())
+			line += fmt.Sprintf("  proxy %.2f s", u.proxy.Seconds())
+		}
+		fmt.Fprintln(log, line)
+	}
+	for _, r := range order {
+		if !agentRow(r) {
+			continue
+		}
+		sr, err := w.stream(ctx, r, o.streams)
+		if err != nil {
+			return err
+		}
+		res.set(r.name, "model_ttfb_p50", round, sr.TTFBP50)
+		res.set(r.name, "model_ttfb_p99", round, sr.TTFBP99)
+		res.set(r.name, "model_gap_p50", round, sr.GapP50)
+		res.set(r.name, "model_gap_p99", round, sr.GapP99)
+		res.set(r.name, "model_lat_p50", round, sr.LatP50)
+		res.set(r.name, "model_lat_p99", round, sr.LatP99)
+		addr, forward := modelAt(r.name)
+		via := "straight to the server"
+		if forward {
+			via = "through the forward"
+		}
+		fmt.Fprintf(log, "round %d  %-11s model %d × %d events %s (%s): TTFB p50 %.0f µs p99 %.0f  gap p50 %.0f p99 %.0f  latency p50 %.0f p99 %.0f\n",
+			round+1, r.name, sr.Streams, sr.Events, via, addr, sr.TTFBP50, sr.TTFBP99, sr.GapP50, sr.GapP99, sr.LatP50, sr.LatP99)
 	}
 	return nil
 }

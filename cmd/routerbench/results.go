@@ -25,6 +25,13 @@ import (
 //	{rate,seq}_cpu_us, _mach_us, _lab_us, _up_us   CPU µs per connection, as above
 //	idle<N>_kib               RSS growth per idle flow held, N flows (a fresh process)
 //	idle<N>_rss0, _rss        RSS KiB at rest and holding; _fds, _pipes, _threads while holding
+//	agent_wall                the agent's HTTPS burst: wall time, s
+//	agent_p50, _p99           per fetch, ms from the request to the body's last byte
+//	agent_mach_s, _cpu_s      CPU s of the burst: the machine; the proxy process
+//	model_{ttfb,gap,lat}_p50, _p99   the streamed model reply, µs: time to the first event,
+//	                          gaps between events as the client read them, and each later
+//	                          event's latency from the server's write (router rows: through
+//	                          the forward; the others straight to the server)
 type results struct {
 	rounds int
 	v      map[string]map[string][]float64
@@ -69,6 +76,8 @@ type meta struct {
 	Conns    int      `json:"rate_conns"`
 	Par      int      `json:"rate_par"`
 	Seq      int      `json:"seq_conns"`
+	Fetches  int      `json:"agent_fetches,omitempty"`
+	Streams  int      `json:"agent_streams,omitempty"`
 	Idle     []int    `json:"idle_flows"`
 	Rows     []string `json:"rows"`
 	Builds   []build  `json:"builds"`
@@ -137,7 +146,7 @@ func (d jsonDump) results() (options, *results, error) {
 	if m.Rounds < 1 || len(m.Rows) == 0 {
 		return options{}, nil, errors.New("not a routerbench -json dump (no rounds or rows)")
 	}
-	o := options{rounds: m.Rounds, size: m.Size, conns: m.Conns, par: m.Par, seq: m.Seq, idle: m.Idle}
+	o := options{rounds: m.Rounds, size: m.Size, conns: m.Conns, par: m.Par, seq: m.Seq, fetches: m.Fetches, streams: m.Streams, idle: m.Idle}
 	res := newResults(m.Rounds)
 	for row, metrics := range d.Figures {
 		for metric, v := range metrics {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentcage/router/internal/bench"
 	"github.com/agentcage/router/internal/lab"
 )
 
@@ -33,15 +34,27 @@ import (
 // router row has a veth pair of its own between guest and host (host side vmr3/vmr4 with the
 // gateway address, guest side eth3/eth4), and the guest routes the row's source address
 // through it (ip rule from SRC lookup 103/104). The other rows share the lab's vmnet.
+//
+// The agent's workload adds an HTTPS file server beside the sink (sinkTLS, a self-signed
+// certificate made at start, in the run's directory) and a streaming fake model server in the
+// host (modelLocal and modelDirect, a process of its own): each router row reaches it
+// through its [[forward]] on its gateway address (modelPort), the other rows straight at
+// modelDirect, the host's VM-facing address, with no forward in between.
 const (
 	sinkBulk  = lab.ServiceAddr + ":9000" // throughput
 	sinkConns = lab.ServiceAddr + ":9001" // connections, latency, idle flows
-	upstream  = lab.InetUplinkAddr + ":1082"
+	sinkTLS   = lab.ServiceAddr + ":9443" // the agent's HTTPS fetches
+
+	modelPort   = 47900
+	modelLocal  = "127.0.0.1:47900"          // the routers' forwards connect here
+	modelDirect = lab.GatewayAddr + ":47900" // the other rows' streams
+	upstream    = lab.InetUplinkAddr + ":1082"
 	// upstreamIdle is a second go-socks5 for the memory rows, with splice off: go-socks5
 	// splices through Go's io.Copy, which holds two pipes per idle flow, so at the 20,000-fd
 	// cap the upstream itself could not hold more than about 3,300 idle flows.
 	upstreamIdle = lab.InetUplinkAddr + ":1083"
-	// sinkName is the sink's name in the lab DNS, for -names.
+	// sinkName is the sink's name in the lab DNS, for -names, and the name in the HTTPS file
+	// server's certificate, which the agent's fetches ask for (SNI and Host) in every row.
 	sinkName = "sink.test"
 
 	srcNAT      = lab.GuestAddr
@@ -91,13 +104,15 @@ type world struct {
 	logf      func(format string, args ...any)
 	idleWait  time.Duration
 	debugMem  func(pid int) // with -v: prints the largest mappings of a proxy holding idle flows
-	// names: -names (routerConfig); connTo are the router rows' targets for the connection
-	// rows then: the fake IP each router's DNS gave sinkName, port 9001.
+	// names: -names (routerConfig); fakeIP are the router rows' targets then: the fake IP
+	// each router's DNS gave sinkName.
 	names  bool
-	connTo map[string]string
+	fakeIP map[string]netip.Addr
+	// caFile is the HTTPS file server's certificate, which the agent's fetches trust.
+	caFile string
 
-	sink, socks, socksIdle *lab.Process
-	procs                  map[string]*lab.Process // row name -> its proxy
+	sink, socks, socksIdle, model *lab.Process
+	procs                         map[string]*lab.Process // row name -> its proxy
 }
 
 func newWorld(ctx context.Context, exe, dir string, rs []row, bins map[string]string, routerLog string, routerEnv []string, names bool, logf func(string, ...any)) (w *world, err error) {
@@ -110,7 +125,7 @@ func newWorld(ctx context.Context, exe, dir string, rs []row, bins map[string]st
 		return nil, err
 	}
 	w = &world{lab: l, exe: exe, dir: dir, bins: bins, routerLog: routerLog, routerEnv: routerEnv, logf: logf, procs: map[string]*lab.Process{},
-		names: names, connTo: map[string]string{}}
+		names: names, fakeIP: map[string]netip.Addr{}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, w.close())
@@ -135,7 +150,7 @@ func newWorld(ctx context.Context, exe, dir string, rs []row, bins map[string]st
 				port = singboxPort
 			}
 			steps = append(steps, step{guest, "", []string{"ip", "addr", "add", r.src + "/24", "dev", lab.GuestDev}})
-			fmt.Fprintf(&redirects, "\t\tiifname %q ip saddr %s tcp dport { 9000, 9001 } redirect to :%d\n", lab.HostVMDev, r.src, port)
+			fmt.Fprintf(&redirects, "\t\tiifname %q ip saddr %s tcp dport { 9000, 9001, 9443 } redirect to :%d\n", lab.HostVMDev, r.src, port)
 		case rowRouter, rowRouterBase:
 			spec := routerSpecOf(r.name)
 			table := strconv.Itoa(spec.routeTable)
@@ -162,7 +177,19 @@ func newWorld(ctx context.Context, exe, dir string, rs []row, bins map[string]st
 			return w, fmt.Errorf("%s in %s: %w: %s", strings.Join(s.args, " "), s.ns, err, out)
 		}
 	}
-	if w.sink, err = w.start(ctx, "sink", inet, 9001, nil, w.exe, cmdSink, sinkBulk, sinkConns); err != nil {
+	cert, key, err := bench.SelfSigned(sinkName, netip.MustParseAddr(lab.ServiceAddr))
+	if err != nil {
+		return w, err
+	}
+	w.caFile = filepath.Join(dir, "sink.crt")
+	keyFile := filepath.Join(dir, "sink.key")
+	if err := errors.Join(os.WriteFile(w.caFile, cert, 0o644), os.WriteFile(keyFile, key, 0o600)); err != nil {
+		return w, err
+	}
+	if w.sink, err = w.start(ctx, "sink", inet, 9443, nil, w.exe, cmdSink, "-https", sinkTLS, "-cert", w.caFile, "-key", keyFile, sinkBulk, sinkConns); err != nil {
+		return w, err
+	}
+	if w.model, err = w.start(ctx, "model server", host, modelPort, nil, w.exe, cmdModel, modelLocal, modelDirect); err != nil {
 		return w, err
 	}
 	if w.socks, err = w.start(ctx, "go-socks5", inet, 1082, nil, w.exe, cmdSocks, upstream, lab.ExitAddr); err != nil {
@@ -186,7 +213,7 @@ func newWorld(ctx context.Context, exe, dir string, rs []row, bins map[string]st
 			if err != nil || perr != nil {
 				return w, fmt.Errorf("%s: resolve %s through the router: %q: %w", r.name, sinkName, out, errors.Join(err, perr))
 			}
-			w.connTo[r.name] = netip.AddrPortFrom(a, 9001).String()
+			w.fakeIP[r.name] = a
 		}
 	}
 	return w, nil
@@ -195,10 +222,29 @@ func newWorld(ctx context.Context, exe, dir string, rs []row, bins map[string]st
 // conns is where row r's connection rows go, and the load's extra flags: the sink's
 // address, or with -names the fake IP of its name, with a request naming it.
 func (w *world) conns(r row) (target string, flags []string) {
-	if t, ok := w.connTo[r.name]; ok {
-		return t, []string{"-host", sinkName}
+	if a, ok := w.fakeIP[r.name]; ok {
+		return netip.AddrPortFrom(a, 9001).String(), []string{"-host", sinkName}
 	}
 	return sinkConns, nil
+}
+
+// fetches is where row r's HTTPS fetches go: the file server's address, or with -names the
+// fake IP of its name.
+func (w *world) fetches(r row) string {
+	if a, ok := w.fakeIP[r.name]; ok {
+		return netip.AddrPortFrom(a, 9443).String()
+	}
+	return sinkTLS
+}
+
+// modelAt is where the streamed model replies of the row named row go: a router row's
+// forward on its gateway address, for the others the server itself at the host's VM-facing
+// address.
+func modelAt(row string) (addr string, forward bool) {
+	if row == rowRouter || row == rowRouterBase {
+		return netip.AddrPortFrom(netip.MustParseAddr(routerSpecOf(row).gw), modelPort).String(), true
+	}
+	return modelDirect, false
 }
 
 // start runs name with args in namespace ns and waits until it listens on port.
@@ -263,7 +309,8 @@ func (w *world) startSingbox(ctx context.Context, up string) (*lab.Process, erro
 	return w.start(ctx, "sing-box", w.lab.Host().Name(), singboxPort, nil, w.bins[rowSingbox], "run", "-c", conf)
 }
 
-// routerConfig is the config of a router build: it captures only its own guest network.
+// routerConfig is the config of a router build: it captures only its own guest network, and
+// forwards its gateway's modelPort to the model server (modelLocal) for that network.
 //
 // With names (-names, row router), its one rule allows by name: sinkName only, through the
 // proxy; an unnamed flow would fall to the caged end. Otherwise a catch-all sends every flow
@@ -298,12 +345,18 @@ level = %q
 [control]
 socket = %q
 
+[[forward]]
+name = "model"
+listen = "%s:%d"
+connect = %q
+allow = [%q]
+
 [[rule]]
 name = "vm"
 %s
 action = "proxy"
 proxy = "up"
-`, s.name, s.net, up, s.net, s.port, s.dnsPort, s.mark, s.table, lab.ServiceAddr, logLevel, controlSocket, rule)
+`, s.name, s.net, up, s.net, s.port, s.dnsPort, s.mark, s.table, lab.ServiceAddr, logLevel, controlSocket, s.gw, modelPort, modelLocal, s.net, rule)
 }
 
 func (w *world) startRouter(ctx context.Context, s routerSpec, up string) (*lab.Process, error) {
@@ -340,7 +393,7 @@ func (w *world) close() error {
 	for _, name := range []string{rowRouter, rowRouterBase, rowSingbox, rowRedsocks} {
 		ps = append(ps, w.procs[name])
 	}
-	for _, p := range append(ps, w.socksIdle, w.socks, w.sink) {
+	for _, p := range append(ps, w.model, w.socksIdle, w.socks, w.sink) {
 		if p != nil {
 			if err := p.Stop(3 * time.Second); err != nil {
 				errs = append(errs, err)
