@@ -124,6 +124,12 @@ func (g *gen) query() *Query {
 	case 1:
 		q.AppPath = genPaths[g.r.IntN(len(genPaths))]
 	}
+	if g.r.IntN(4) == 0 {
+		q.Comm = genApps[g.r.IntN(len(genApps))]
+		if g.r.IntN(2) == 0 {
+			q.Comm = strings.ToUpper(q.Comm)
+		}
+	}
 	for range g.r.IntN(3) {
 		q.Services = append(q.Services, genSvcs[g.r.IntN(len(genSvcs))])
 	}

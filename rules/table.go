@@ -108,6 +108,9 @@ func (x *fieldIndex) lookup(f *flow, parts []set) []set {
 		if f.app != "" {
 			parts = appendSet(parts, x.exact, f.app)
 		}
+		if f.comm != "" {
+			parts = appendSet(parts, x.exact, f.comm)
+		}
 		if f.path != "" {
 			parts = appendSet(parts, x.other, f.path)
 		}
