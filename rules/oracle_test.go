@@ -17,10 +17,10 @@ type gen struct {
 }
 
 var (
-	genNames = []string{"example.com", "a.example.com", "b.a.example.com", "lab.test", "echo.lab.test", "localhost", "api.openai.com", "openai.com", "x.y"}
-	genApps  = []string{"VirtualBoxVM.exe", "VBoxHeadless.exe", "vmnat.exe", "svchost.exe", "curl", "qemu-system-x86_64", "qemu-img", "firefox"}
-	genPaths = []string{`C:\Program Files\Oracle\VirtualBox\VBoxHeadless.exe`, `C:\Windows\System32\svchost.exe`, "/usr/bin/qemu-system-x86_64", "/usr/bin/curl", ""}
-	genSvcs  = []string{"iphlpsvc", "SharedAccess", "Dnscache", "BFE"}
+	genNames = []string{"example.com", "a.example.com", "b.a.example.com", "lab.test", "echo.lab.test", "localhost", "api.openai.com", "openai.com", "x.y", "bücher.example", "straße.bücher.example"}
+	genApps  = []string{"VirtualBoxVM.exe", "VBoxHeadless.exe", "vmnat.exe", "svchost.exe", "curl", "qemu-system-x86_64", "qemu-img", "firefox", "Ünïcode.exe", "\u212Aurl"}
+	genPaths = []string{`C:\Program Files\Oracle\VirtualBox\VBoxHeadless.exe`, `C:\Windows\System32\svchost.exe`, "/usr/bin/qemu-system-x86_64", "/usr/bin/curl", `D:\Spiele\ÜNÏCODE.EXE`, "/opt/Mixed/Case/Curl", ""}
+	genSvcs  = []string{"iphlpsvc", "SharedAccess", "Dnscache", "BFE", "Dienst\u212A"}
 )
 
 func (g *gen) addr() netip.Addr {
@@ -131,7 +131,11 @@ func (g *gen) query() *Query {
 		}
 	}
 	for range g.r.IntN(3) {
-		q.Services = append(q.Services, genSvcs[g.r.IntN(len(genSvcs))])
+		sv := genSvcs[g.r.IntN(len(genSvcs))]
+		if g.r.IntN(3) == 0 {
+			sv = strings.ToUpper(sv)
+		}
+		q.Services = append(q.Services, sv)
 	}
 	return q
 }

@@ -3,6 +3,7 @@ package rules
 import (
 	"math/bits"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/agentcage/router/internal/netaddr"
@@ -35,6 +36,7 @@ type Table struct {
 
 type scratch struct {
 	parts  []set
+	key    []byte       // a flow's folded text, for the maps
 	all    []fieldState // every indexed field
 	fields []fieldState // the fields intersected word by word
 	dense  [][]uint64
@@ -74,8 +76,10 @@ type fieldIndex struct {
 	caged set            // caged: the rules that want caged flows
 }
 
-// lookup appends the sets of rules that match the flow on this field.
-func (x *fieldIndex) lookup(f *flow, parts []set) []set {
+// lookup appends the sets of rules that match the flow on this field. key is a buffer for
+// the flow's folded text (see flow), returned for reuse: the maps are asked with
+// m[string(key)], which does not allocate.
+func (x *fieldIndex) lookup(f *flow, parts []set, key []byte) ([]set, []byte) {
 	switch x.field {
 	case FieldNetwork:
 		if s := x.net[f.network]; !s.empty() {
@@ -94,40 +98,49 @@ func (x *fieldIndex) lookup(f *flow, parts []set) []set {
 		if f.host == "" {
 			break
 		}
-		parts = appendSet(parts, x.exact, f.host)
+		key = appendFold(key[:0], f.host, false)
+		parts = appendSet(parts, x.exact, key)
 		if len(x.other) == 0 {
 			break
 		}
 		// Every proper suffix that starts after a dot: a.b.c → b.c, c.
-		for i := 0; i < len(f.host); i++ {
-			if f.host[i] == '.' {
-				parts = appendSet(parts, x.other, f.host[i+1:])
+		for i := 0; i < len(key); i++ {
+			if key[i] == '.' {
+				parts = appendSet(parts, x.other, key[i+1:])
 			}
 		}
 	case FieldApps:
 		if f.app != "" {
-			parts = appendSet(parts, x.exact, f.app)
+			key = appendFold(key[:0], f.app, false)
+			parts = appendSet(parts, x.exact, key)
 		}
 		if f.comm != "" {
-			parts = appendSet(parts, x.exact, f.comm)
+			key = appendFold(key[:0], f.comm, false)
+			parts = appendSet(parts, x.exact, key)
 		}
 		if f.path != "" {
-			parts = appendSet(parts, x.other, f.path)
+			key = appendFold(key[:0], f.path, true)
+			parts = appendSet(parts, x.other, key)
+		}
+	case FieldServices:
+		for _, sv := range f.services {
+			if !isASCII(sv) {
+				parts = appendSet(parts, x.exact, []byte(strings.ToLower(sv)))
+				continue
+			}
+			key = appendFold(key[:0], sv, false)
+			parts = appendSet(parts, x.exact, key)
 		}
 	case FieldCaged:
 		if f.caged {
 			parts = append(parts, x.caged)
 		}
-	case FieldServices:
-		for _, sv := range f.services {
-			parts = appendSet(parts, x.exact, lower(sv))
-		}
 	}
-	return parts
+	return parts, key
 }
 
-func appendSet(parts []set, m map[string]set, key string) []set {
-	if s, ok := m[key]; ok {
+func appendSet(parts []set, m map[string]set, key []byte) []set {
+	if s, ok := m[string(key)]; ok {
 		parts = append(parts, s)
 	}
 	return parts
@@ -194,7 +207,7 @@ func (t *Table) first(f *flow) int {
 	// dense match set (rare: a key shared by many rules) are intersected word by word.
 	folded := 0
 	for k, fi := range t.fields {
-		s.parts = fi.lookup(f, s.parts[:0])
+		s.parts, s.key = fi.lookup(f, s.parts[:0], s.key)
 		d0, s0 := len(s.dense), len(s.sparse)
 		for _, p := range s.parts {
 			if p.dense != nil {
