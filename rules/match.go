@@ -200,18 +200,6 @@ func equalFold(a, b string) bool {
 	return true
 }
 
-// appendFold appends a flow's text s folded (pathByte when path, else lowerByte) to b.
-func appendFold(b []byte, s string, path bool) []byte {
-	for i := 0; i < len(s); i++ {
-		if path {
-			b = append(b, pathByte(s[i]))
-		} else {
-			b = append(b, lowerByte(s[i]))
-		}
-	}
-	return b
-}
-
 // isASCII reports whether s has no byte >= 0x80.
 func isASCII(s string) bool {
 	for i := 0; i < len(s); i++ {

@@ -3,7 +3,6 @@ package rules
 import (
 	"math/bits"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/agentcage/router/internal/netaddr"
@@ -34,11 +33,14 @@ type Table struct {
 	pool    sync.Pool // *scratch
 }
 
+// maxFields is the number of fields a Table may index: network, sources, hosts, ports,
+// apps, services, caged.
+const maxFields = 7
+
 type scratch struct {
 	parts  []set
-	key    []byte       // a flow's folded text, for the maps
-	all    []fieldState // every indexed field
-	fields []fieldState // the fields intersected word by word
+	all    [maxFields]fieldState // all[k] for Table.fields[k]
+	fields []*fieldState         // the fields intersected word by word, into all
 	dense  [][]uint64
 	sparse []cursor
 }
@@ -70,16 +72,14 @@ type fieldIndex struct {
 	field string   // one of the Field constants
 	open  []uint64 // rules that do not constrain the field (or are confirmed by their matcher)
 	iv    *intervals
-	exact map[string]set // hosts: names; apps: image names; services: names
-	other map[string]set // hosts: suffixes; apps: full paths
-	net   [3]set         // network: by Network
-	caged set            // caged: the rules that want caged flows
+	exact names  // hosts: names; apps: image names; services: names
+	other names  // hosts: suffixes; apps: full paths
+	net   [3]set // network: by Network
+	caged set    // caged: the rules that want caged flows
 }
 
-// lookup appends the sets of rules that match the flow on this field. key is a buffer for
-// the flow's folded text (see flow), returned for reuse: the maps are asked with
-// m[string(key)], which does not allocate.
-func (x *fieldIndex) lookup(f *flow, parts []set, key []byte) ([]set, []byte) {
+// lookup appends the sets of rules that match the flow on this field.
+func (x *fieldIndex) lookup(f *flow, parts []set) []set {
 	switch x.field {
 	case FieldNetwork:
 		if s := x.net[f.network]; !s.empty() {
@@ -95,53 +95,27 @@ func (x *fieldIndex) lookup(f *flow, parts []set, key []byte) ([]set, []byte) {
 		if x.iv != nil && f.dst.IsValid() {
 			parts = x.iv.lookup(netaddr.KeyOf(f.dst), parts)
 		}
-		if f.host == "" {
-			break
-		}
-		key = appendFold(key[:0], f.host, false)
-		parts = appendSet(parts, x.exact, key)
-		if len(x.other) == 0 {
-			break
-		}
-		// Every proper suffix that starts after a dot: a.b.c → b.c, c.
-		for i := 0; i < len(key); i++ {
-			if key[i] == '.' {
-				parts = appendSet(parts, x.other, key[i+1:])
-			}
+		if f.host != "" {
+			parts = appendHost(parts, &x.exact, &x.other, f.host)
 		}
 	case FieldApps:
 		if f.app != "" {
-			key = appendFold(key[:0], f.app, false)
-			parts = appendSet(parts, x.exact, key)
+			parts = x.exact.appendText(parts, f.app, false)
 		}
 		if f.comm != "" {
-			key = appendFold(key[:0], f.comm, false)
-			parts = appendSet(parts, x.exact, key)
+			parts = x.exact.appendText(parts, f.comm, false)
 		}
 		if f.path != "" {
-			key = appendFold(key[:0], f.path, true)
-			parts = appendSet(parts, x.other, key)
+			parts = x.other.appendText(parts, f.path, true)
 		}
 	case FieldServices:
 		for _, sv := range f.services {
-			if !isASCII(sv) {
-				parts = appendSet(parts, x.exact, []byte(strings.ToLower(sv)))
-				continue
-			}
-			key = appendFold(key[:0], sv, false)
-			parts = appendSet(parts, x.exact, key)
+			parts = x.exact.appendText(parts, foldable(sv), false)
 		}
 	case FieldCaged:
 		if f.caged {
 			parts = append(parts, x.caged)
 		}
-	}
-	return parts, key
-}
-
-func appendSet(parts []set, m map[string]set, key []byte) []set {
-	if s, ok := m[string(key)]; ok {
-		parts = append(parts, s)
 	}
 	return parts
 }
@@ -200,24 +174,30 @@ func (t *Table) first(f *flow) int {
 	}
 	s := t.pool.Get().(*scratch)
 	defer t.pool.Put(s)
-	s.fields, s.dense, s.sparse, s.all = s.fields[:0], s.dense[:0], s.sparse[:0], s.all[:0]
+	s.fields, s.dense, s.sparse = s.fields[:0], s.dense[:0], s.sparse[:0]
+	all := s.all[:len(t.fields)]
 	// Fields whose matches are all short lists are folded into one precomputed bitset, the
 	// intersection of their open sets; the rules of those lists are the only candidates that
 	// bitset misses, and each is checked against every field on its own. Fields with a
 	// dense match set (rare: a key shared by many rules) are intersected word by word.
 	folded := 0
 	for k, fi := range t.fields {
-		s.parts, s.key = fi.lookup(f, s.parts[:0], s.key)
+		s.parts = fi.lookup(f, s.parts[:0])
 		d0, s0 := len(s.dense), len(s.sparse)
 		for _, p := range s.parts {
 			if p.dense != nil {
 				s.dense = append(s.dense, p.dense)
 			} else {
-				s.sparse = append(s.sparse, cursor{list: p.list})
+				s.sparse = append(s.sparse, cursor{})
+				s.sparse[len(s.sparse)-1].list = p.list
 			}
 		}
-		st := fieldState{wild: fi.open, dense: s.dense[d0:len(s.dense):len(s.dense)], sparse: s.sparse[s0:len(s.sparse):len(s.sparse)]}
-		s.all = append(s.all, st)
+		// Filled in place: a fieldState built apart and copied in costs a stalled load (its
+		// words were just stored one by one) for every field of every decision.
+		st := &all[k]
+		st.wild = fi.open
+		st.dense = s.dense[d0:len(s.dense):len(s.dense)]
+		st.sparse = s.sparse[s0:len(s.sparse):len(s.sparse)]
 		if len(st.dense) == 0 {
 			folded |= 1 << k
 		} else {
@@ -226,16 +206,16 @@ func (t *Table) first(f *flow) int {
 	}
 	// The lowest confirmed rule among the listed ones bounds the bitset scan.
 	best := -1
-	for k := range s.all {
+	for k := range all {
 		if folded&(1<<k) == 0 {
 			continue
 		}
-		for _, c := range s.all[k].sparse {
+		for _, c := range all[k].sparse {
 			for _, i := range c.list {
 				if best >= 0 && int(i) >= best {
 					break
 				}
-				if s.candidate(i) && t.rules[i].mismatch(f) == "" {
+				if candidate(all, k, i) && t.rules[i].mismatch(f) == "" {
 					best = int(i)
 					break
 				}
@@ -293,10 +273,10 @@ func (t *Table) confirm(f *flow, w int, m uint64, last int) int {
 	return -1
 }
 
-// candidate reports whether rule i passes every field's index.
-func (s *scratch) candidate(i uint32) bool {
-	for k := range s.all {
-		if !s.all[k].has(i) {
+// candidate reports whether rule i, which field k's index lists, passes every other field's.
+func candidate(all []fieldState, k int, i uint32) bool {
+	for j := range all {
+		if j != k && !all[j].has(i) {
 			return false
 		}
 	}
@@ -315,11 +295,25 @@ func (st *fieldState) has(i uint32) bool {
 		}
 	}
 	for _, c := range st.sparse {
-		if _, ok := slices.BinarySearch(c.list, i); ok {
+		if listHas(c.list, i) {
 			return true
 		}
 	}
 	return false
+}
+
+// listHas reports whether the sorted list holds i.
+func listHas(list []uint32, i uint32) bool {
+	lo, hi := 0, len(list)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if list[mid] < i {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo < len(list) && list[lo] == i
 }
 
 // word returns word w of the field's candidate set. Calls must come with w never decreasing;
@@ -380,14 +374,6 @@ func (b *builder) wildOf(rs []Rule, open func(*Rule) bool) []uint64 {
 		return nil
 	}
 	return w
-}
-
-func (b *builder) keyed(lists map[string][]uint32) map[string]set {
-	m := make(map[string]set, len(lists))
-	for k, l := range lists {
-		m[k] = b.makeSet(dedupe(l))
-	}
-	return m
 }
 
 func popcount(b []uint64) int {
@@ -463,7 +449,7 @@ func (b *builder) apps(rs []Rule) *fieldIndex {
 			}
 		}
 	}
-	return &fieldIndex{field: FieldApps, open: open, exact: b.keyed(names), other: b.keyed(paths)}
+	return &fieldIndex{field: FieldApps, open: open, exact: b.makeNames(names), other: b.makeNames(paths)}
 }
 
 func (b *builder) services(rs []Rule) *fieldIndex {
@@ -477,7 +463,7 @@ func (b *builder) services(rs []Rule) *fieldIndex {
 			lists[s] = append(lists[s], uint32(i))
 		}
 	}
-	return &fieldIndex{field: FieldServices, open: open, exact: b.keyed(lists)}
+	return &fieldIndex{field: FieldServices, open: open, exact: b.makeNames(lists)}
 }
 
 // intervals maps a point to the rules whose ranges hold it: the axis is cut into elementary
@@ -488,18 +474,23 @@ type intervals struct {
 }
 
 func (iv *intervals) lookup(p netaddr.Key, parts []set) []set {
-	// The last start <= p.
-	lo, hi := 0, len(iv.starts)
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if p.Less(iv.starts[mid]) {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
+	starts := iv.starts
+	if len(starts) == 0 || p.Less(starts[0]) {
+		return parts
 	}
-	if i := lo - 1; i >= 0 && !iv.sets[i].empty() {
-		parts = append(parts, iv.sets[i])
+	// The last start <= p, by a search without branches on the keys (a mispredicted branch
+	// at every step costs more than the step): starts[base] <= p throughout.
+	base, n := 0, len(starts)
+	for n > 1 {
+		half := n >> 1
+		s := &starts[base+half]
+		_, borrow := bits.Sub64(p.Lo, s.Lo, 0)
+		_, borrow = bits.Sub64(p.Hi, s.Hi, borrow) // 1 when p < s
+		base += half & int(borrow-1)
+		n -= half
+	}
+	if !iv.sets[base].empty() {
+		parts = append(parts, iv.sets[base])
 	}
 	return parts
 }
@@ -592,5 +583,5 @@ func (b *builder) hosts(rs []Rule) *fieldIndex {
 			}
 		}
 	}
-	return &fieldIndex{field: FieldHosts, open: open, iv: b.intervals(spans), exact: b.keyed(names), other: b.keyed(suffixes)}
+	return &fieldIndex{field: FieldHosts, open: open, iv: b.intervals(spans), exact: b.makeNames(names), other: b.makeNames(suffixes)}
 }
