@@ -310,3 +310,53 @@ func TestBenchRulesAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestTableOrder: the first matching rule wins across the table's indexes: rules of
+// different shapes (the fields they constrain), overlapping prefixes and port ranges, names
+// and suffixes in any case, a key many rules share (a dense set) and short lists.
+func TestTableOrder(t *testing.T) {
+	specs := []string{}
+	for i := range 10 {
+		specs = append(specs, fmt.Sprintf("fill-%d block ports=443 apps=filler-%d", i, i))
+	}
+	specs = append(specs,
+		"suffix-443 proxy exit hosts=*.example.com ports=443",
+		"ten block hosts=10.0.0.0/8",
+		"ports-400 direct ports=400-500",
+		"ten-one block hosts=10.1.0.0/16 ports=440-450",
+		"curl-443 block apps=curl ports=443",
+		"exact direct hosts=a.example.com",
+		"lab proxy exit hosts=*.lab.test,10.1.2.0/24 ports=22,8000-8999",
+	)
+	for i := range 200 { // enough rules for the shared keys to be dense and others short
+		specs = append(specs, fmt.Sprintf("late-%d block hosts=h%d.lab.test,11.9.%d.0/24 ports=%d", i, i, i, 1000+i))
+	}
+	specs = append(specs, "default direct")
+	rs := ruleSet(t, specs...)
+	table := Compile(rs)
+	for _, tc := range []struct{ q, want string }{
+		{"net=tcp host=x.example.com dst=10.1.2.3 port=443 app=curl", "suffix-443"},
+		{"net=tcp dst=10.1.2.3 port=445", "ten"},
+		{"net=tcp dst=11.0.0.1 port=450", "ports-400"},
+		{"net=tcp host=a.example.com port=80", "exact"},
+		{"net=tcp host=A.Example.COM. port=443 app=CURL", "suffix-443"},
+		{"net=tcp dst=10.1.2.3 port=443 app=filler-3", "fill-3"},
+		{"net=tcp dst=192.0.2.1 port=443 app=Filler-9", "fill-9"},
+		{"net=tcp dst=192.0.2.1 port=443 app=curl", "ports-400"},
+		{"net=tcp dst=192.0.2.1 port=80 app=curl", "default"},
+		{"net=tcp host=www.LAB.test port=8080", "lab"},
+		{"net=tcp host=H7.lab.test port=1007", "late-7"},
+		{"net=tcp host=h7.lab.test port=1008", "default"},
+		{"net=tcp dst=11.9.7.1 port=1007", "late-7"},
+		{"net=tcp dst=11.9.7.1 port=1008", "default"},
+		{"net=tcp dst=11.9.8.1 host=h7.lab.test port=1008", "late-8"},
+		{"net=tcp dst=192.0.2.1 port=22", "default"},
+		{"net=tcp dst=10.1.2.200 port=22", "ten"},
+	} {
+		q := query(t, tc.q)
+		got, want := table.Decide(q), Linear(rs, q)
+		if got != want || got.Name != tc.want {
+			t.Errorf("%s: table %q, linear %q, want %q", tc.q, got.Name, want.Name, tc.want)
+		}
+	}
+}

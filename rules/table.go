@@ -30,7 +30,11 @@ type Table struct {
 	// word of opens[m] that is not zero, so a scan skips empty stretches 64 words at a time.
 	opens   [][]uint64
 	nonzero [][]uint64
-	pool    sync.Pool // *scratch
+	// constrained[i] has bit k set when rule i is not in fields[k].open: the fields whose
+	// matches must list it. shapes are its distinct values but 0.
+	constrained []uint8
+	shapes      []uint8
+	pool        sync.Pool // *scratch
 }
 
 // maxFields is the number of fields a Table may index: network, sources, hosts, ports,
@@ -41,6 +45,7 @@ type scratch struct {
 	parts  []set
 	all    [maxFields]fieldState // all[k] for Table.fields[k]
 	fields []*fieldState         // the fields intersected word by word, into all
+	listed [maxFields]int        // listed[k]: the length of all[k]'s sparse lists together
 	dense  [][]uint64
 	sparse []cursor
 }
@@ -155,6 +160,19 @@ func Compile(rs []Rule) *Table {
 		}
 		t.nonzero = append(t.nonzero, nz)
 	}
+	t.constrained = make([]uint8, len(t.rules))
+	for k, fi := range t.fields {
+		for i := range t.constrained {
+			if fi.open[i/64]&(1<<(i%64)) == 0 {
+				t.constrained[i] |= 1 << k
+			}
+		}
+	}
+	for _, c := range t.constrained {
+		if c != 0 && !slices.Contains(t.shapes, c) {
+			t.shapes = append(t.shapes, c)
+		}
+	}
 	t.pool.New = func() any { return new(scratch) }
 	return t
 }
@@ -184,12 +202,14 @@ func (t *Table) first(f *flow) int {
 	for k, fi := range t.fields {
 		s.parts = fi.lookup(f, s.parts[:0])
 		d0, s0 := len(s.dense), len(s.sparse)
+		s.listed[k] = 0
 		for _, p := range s.parts {
 			if p.dense != nil {
 				s.dense = append(s.dense, p.dense)
 			} else {
 				s.sparse = append(s.sparse, cursor{})
 				s.sparse[len(s.sparse)-1].list = p.list
+				s.listed[k] += len(p.list)
 			}
 		}
 		// Filled in place: a fieldState built apart and copied in costs a stalled load (its
@@ -204,18 +224,28 @@ func (t *Table) first(f *flow) int {
 			s.fields = append(s.fields, st)
 		}
 	}
-	// The lowest confirmed rule among the listed ones bounds the bitset scan.
+	// The lowest confirmed rule among the listed ones bounds the bitset scan. A rule that
+	// some folded field constrains is a candidate only if every field that constrains it
+	// lists it: so the rules of one shape (the same constrained fields) are looked for in
+	// the shortest lists of one of its folded fields alone, and a shape one of whose folded
+	// fields lists nothing has no candidate.
 	best := -1
-	for k := range all {
-		if folded&(1<<k) == 0 {
-			continue
+	for _, sh := range t.shapes {
+		pick, fewest := -1, 0
+		for m := sh & uint8(folded); m != 0; m &= m - 1 {
+			if k := bits.TrailingZeros8(m); pick < 0 || s.listed[k] < fewest {
+				pick, fewest = k, s.listed[k]
+			}
 		}
-		for _, c := range all[k].sparse {
+		if fewest == 0 {
+			continue // open on every folded field (the bitset scan's), or no candidate
+		}
+		for _, c := range all[pick].sparse {
 			for _, i := range c.list {
 				if best >= 0 && int(i) >= best {
 					break
 				}
-				if candidate(all, k, i) && t.rules[i].mismatch(f) == "" {
+				if t.constrained[i] == sh && t.candidate(all, pick, i) && t.rules[i].mismatch(f) == "" {
 					best = int(i)
 					break
 				}
@@ -273,22 +303,20 @@ func (t *Table) confirm(f *flow, w int, m uint64, last int) int {
 	return -1
 }
 
-// candidate reports whether rule i, which field k's index lists, passes every other field's.
-func candidate(all []fieldState, k int, i uint32) bool {
-	for j := range all {
-		if j != k && !all[j].has(i) {
+// candidate reports whether rule i, which field k's matches list, passes every other field's
+// index: the fields that constrain it list it too.
+func (t *Table) candidate(all []fieldState, k int, i uint32) bool {
+	for m := t.constrained[i] &^ (1 << k); m != 0; m &= m - 1 {
+		if !all[bits.TrailingZeros8(m)].listed(i) {
 			return false
 		}
 	}
 	return true
 }
 
-// has reports whether rule i is in the field's candidate set.
-func (st *fieldState) has(i uint32) bool {
+// listed reports whether the field's matches hold rule i.
+func (st *fieldState) listed(i uint32) bool {
 	bit := uint64(1) << (i & 63)
-	if st.wild[i>>6]&bit != 0 {
-		return true
-	}
 	for _, d := range st.dense {
 		if d[i>>6]&bit != 0 {
 			return true
