@@ -31,6 +31,9 @@ func (g *gen) addr() netip.Addr {
 }
 
 func (g *gen) ipRange() IPRange {
+	if g.r.IntN(20) == 0 { // IPv6 ranges whose keys hold the IPv4 addresses' (the table's band)
+		return RangeOfPrefix(netip.MustParsePrefix([]string{"::/0", "::/80", "::ffff:0:0/96", "::ffff:10.0.0.0/120"}[g.r.IntN(4)]))
+	}
 	a := g.addr()
 	switch g.r.IntN(3) {
 	case 0:
@@ -320,6 +323,9 @@ func TestTableOrder(t *testing.T) {
 		specs = append(specs, fmt.Sprintf("fill-%d block ports=443 apps=filler-%d", i, i))
 	}
 	specs = append(specs,
+		"v6-all block hosts=::/0 ports=9", // its keys span the IPv4 addresses' too
+		"v4-low block hosts=0.0.0.0/8",
+		"v4-high block hosts=255.255.255.0/24 ports=9",
 		"suffix-443 proxy exit hosts=*.example.com ports=443",
 		"ten block hosts=10.0.0.0/8",
 		"ports-400 direct ports=400-500",
@@ -351,6 +357,14 @@ func TestTableOrder(t *testing.T) {
 		{"net=tcp dst=11.9.7.1 port=1008", "default"},
 		{"net=tcp dst=11.9.8.1 host=h7.lab.test port=1008", "late-8"},
 		{"net=tcp dst=192.0.2.1 port=22", "default"},
+		{"net=tcp dst=10.0.0.1 port=9", "ten"},
+		{"net=tcp dst=::ffff:10.0.0.1 port=9", "ten"},
+		{"net=tcp dst=2001:db8::1 port=9", "v6-all"},
+		{"net=tcp dst=::ffff:ffff port=9", "v6-all"},
+		{"net=tcp dst=0.0.0.1 port=80", "v4-low"},
+		{"net=tcp dst=255.255.255.255 port=9", "v4-high"},
+		{"net=tcp dst=255.255.255.255 port=10", "default"},
+		{"net=tcp dst=::1:0:0:0 port=10", "default"},
 		{"net=tcp dst=10.1.2.200 port=22", "ten"},
 	} {
 		q := query(t, tc.q)

@@ -499,9 +499,25 @@ func (b *builder) services(rs []Rule) *fieldIndex {
 type intervals struct {
 	starts []netaddr.Key // starts[i] begins interval i; interval i ends where i+1 begins
 	sets   []set
+	// The starts inside one band of 2^32 keys that share their upper 96 bits (the IPv4
+	// addresses, or the ports), as their low 32 bits: a point in the band is searched there,
+	// in a quarter of the memory and with one comparison a step. band is the band's first
+	// key and bandAt the index in starts of its first start.
+	band   netaddr.Key
+	bandAt int
+	band32 []uint32
 }
 
+// bandIPv4 and bandPort are the bands of intervals: the IPv4 addresses (::ffff:0.0.0.0 on),
+// and the ports (from 0).
+func bandIPv4() netaddr.Key { return netaddr.Key{Lo: 0xffff << 32} }
+func bandPort() netaddr.Key { return netaddr.Key{} }
+
+// lookup appends the set of the interval that holds p, if it has rules.
 func (iv *intervals) lookup(p netaddr.Key, parts []set) []set {
+	if p.Hi == iv.band.Hi && p.Lo>>32 == iv.band.Lo>>32 {
+		return iv.lookupBand(uint32(p.Lo), parts)
+	}
 	starts := iv.starts
 	if len(starts) == 0 || p.Less(starts[0]) {
 		return parts
@@ -517,8 +533,29 @@ func (iv *intervals) lookup(p netaddr.Key, parts []set) []set {
 		base += half & int(borrow-1)
 		n -= half
 	}
-	if !iv.sets[base].empty() {
-		parts = append(parts, iv.sets[base])
+	return iv.appendSet(base, parts)
+}
+
+// lookupBand is lookup of a point in the band, by its low 32 bits.
+func (iv *intervals) lookupBand(p uint32, parts []set) []set {
+	b := iv.band32
+	if len(b) == 0 || p < b[0] {
+		return iv.appendSet(iv.bandAt-1, parts) // the last start below the band, if any
+	}
+	base, n := 0, len(b)
+	for n > 1 {
+		half := n >> 1
+		_, borrow := bits.Sub32(p, b[base+half], 0) // 1 when p < b[base+half]
+		base += half & (int(borrow) - 1)
+		n -= half
+	}
+	return iv.appendSet(iv.bandAt+base, parts)
+}
+
+// appendSet appends the set of interval i (none when i < 0), if it has rules.
+func (iv *intervals) appendSet(i int, parts []set) []set {
+	if i >= 0 && !iv.sets[i].empty() {
+		parts = append(parts, iv.sets[i])
 	}
 	return parts
 }
@@ -528,8 +565,9 @@ type span struct {
 	rule   uint32
 }
 
-// intervals indexes inclusive spans; it returns nil when there are none.
-func (b *builder) intervals(spans []span) *intervals {
+// intervals indexes inclusive spans, with the starts in band (bandIPv4, bandPort) also in
+// 32 bits; it returns nil when there are none.
+func (b *builder) intervals(spans []span, band netaddr.Key) *intervals {
 	if len(spans) == 0 {
 		return nil
 	}
@@ -556,9 +594,16 @@ func (b *builder) intervals(spans []span) *intervals {
 			lists[i] = append(lists[i], s.rule)
 		}
 	}
-	iv := &intervals{starts: cuts, sets: make([]set, len(cuts))}
+	iv := &intervals{starts: cuts, sets: make([]set, len(cuts)), band: band}
 	for i, l := range lists {
 		iv.sets[i] = b.makeSet(dedupe(l))
+	}
+	iv.bandAt = find(band)
+	for _, c := range cuts[iv.bandAt:] {
+		if c.Hi != band.Hi || c.Lo>>32 != band.Lo>>32 {
+			break
+		}
+		iv.band32 = append(iv.band32, uint32(c.Lo))
 	}
 	return iv
 }
@@ -574,7 +619,7 @@ func (b *builder) sources(rs []Rule) *fieldIndex {
 			spans = append(spans, span{netaddr.KeyOf(r.Lo), netaddr.KeyOf(r.Hi), uint32(i)})
 		}
 	}
-	return &fieldIndex{field: FieldSources, open: open, iv: b.intervals(spans)}
+	return &fieldIndex{field: FieldSources, open: open, iv: b.intervals(spans, bandIPv4())}
 }
 
 func (b *builder) ports(rs []Rule) *fieldIndex {
@@ -588,7 +633,7 @@ func (b *builder) ports(rs []Rule) *fieldIndex {
 			spans = append(spans, span{netaddr.Key{Lo: uint64(p.Lo)}, netaddr.Key{Lo: uint64(p.Hi)}, uint32(i)})
 		}
 	}
-	return &fieldIndex{field: FieldPorts, open: open, iv: b.intervals(spans)}
+	return &fieldIndex{field: FieldPorts, open: open, iv: b.intervals(spans, bandPort())}
 }
 
 func (b *builder) hosts(rs []Rule) *fieldIndex {
@@ -611,5 +656,5 @@ func (b *builder) hosts(rs []Rule) *fieldIndex {
 			}
 		}
 	}
-	return &fieldIndex{field: FieldHosts, open: open, iv: b.intervals(spans), exact: b.makeNames(names), other: b.makeNames(suffixes)}
+	return &fieldIndex{field: FieldHosts, open: open, iv: b.intervals(spans, bandIPv4()), exact: b.makeNames(names), other: b.makeNames(suffixes)}
 }
