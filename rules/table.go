@@ -1,7 +1,9 @@
 package rules
 
 import (
+	"encoding/binary"
 	"math/bits"
+	"net/netip"
 	"slices"
 	"sync"
 
@@ -92,13 +94,13 @@ func (x *fieldIndex) lookup(f *flow, parts []set) []set {
 		}
 	case FieldSources:
 		if f.src.IsValid() {
-			parts = x.iv.lookup(netaddr.KeyOf(f.src), parts)
+			parts = x.iv.lookupAddr(f.src, parts)
 		}
 	case FieldPorts:
 		parts = x.iv.lookup(netaddr.Key{Lo: uint64(f.port)}, parts)
 	case FieldHosts:
 		if x.iv != nil && f.dst.IsValid() {
-			parts = x.iv.lookup(netaddr.KeyOf(f.dst), parts)
+			parts = x.iv.lookupAddr(f.dst, parts)
 		}
 		if f.host != "" {
 			parts = appendHost(parts, &x.exact, &x.other, f.host)
@@ -534,6 +536,15 @@ func (iv *intervals) lookup(p netaddr.Key, parts []set) []set {
 		n -= half
 	}
 	return iv.appendSet(base, parts)
+}
+
+// lookupAddr is lookup of an address (unmapped); an IPv4 one skips the 128-bit key.
+func (iv *intervals) lookupAddr(a netip.Addr, parts []set) []set {
+	if a.Is4() && iv.band == bandIPv4() {
+		b := a.As4()
+		return iv.lookupBand(binary.BigEndian.Uint32(b[:]), parts)
+	}
+	return iv.lookup(netaddr.KeyOf(a), parts)
 }
 
 // lookupBand is lookup of a point in the band, by its low 32 bits.
