@@ -22,6 +22,11 @@ import (
 // wins. An index set stores the rules as a short sorted list, or as a bitset once the list
 // would be longer than the bitset, which bounds both the time of a decision (a few passes
 // over R/64 words) and the memory of a key (R/8 bytes).
+//
+// The indexes: addresses and ports are cut into elementary intervals (intervals), searched
+// by binary search; names, app names, paths and services are hash tables asked with the
+// flow's text folded as it is read (names), a host name's suffixes all hashed in one pass.
+// A decision allocates nothing (for text with a byte >= 0x80, see flow) and iterates no map.
 type Table struct {
 	rules  []Rule
 	words  int
