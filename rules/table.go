@@ -558,6 +558,10 @@ func (iv *intervals) lookupBand(p uint32, parts []set) []set {
 	if len(b) == 0 || p < b[0] {
 		return iv.appendSet(iv.bandAt-1, parts) // the last start below the band, if any
 	}
+	if p >= b[len(b)-1] {
+		// Past the last start, as a flow to an address or port no rule lists mostly is.
+		return iv.appendSet(iv.bandAt+len(b)-1, parts)
+	}
 	base, n := 0, len(b)
 	for n > 1 {
 		half := n >> 1
