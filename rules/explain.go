@@ -51,9 +51,9 @@ func (r *Rule) why(field string, f *flow) string {
 		var what string
 		switch {
 		case f.dst.IsValid() && f.host != "":
-			what = f.dst.String() + " / " + strconv.Quote(f.host)
+			what = f.dst.String() + " / " + strconv.Quote(lower(f.host))
 		case f.host != "":
-			what = strconv.Quote(f.host)
+			what = strconv.Quote(lower(f.host))
 		case f.dst.IsValid():
 			what = f.dst.String() + " (no name known)"
 		default:
@@ -66,9 +66,9 @@ func (r *Rule) why(field string, f *flow) string {
 		if f.app == "" && f.path == "" {
 			return "the flow's process is unknown; the rule wants " + list(r.Apps)
 		}
-		who := strconv.Quote(f.app)
+		who := strconv.Quote(lower(f.app))
 		if f.path != "" {
-			who += " (" + f.path + ")"
+			who += " (" + normalizePath(f.path) + ")"
 		}
 		return fmt.Sprintf("process %s is not %s", who, list(r.Apps))
 	case FieldCaged:

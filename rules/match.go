@@ -5,17 +5,21 @@ import (
 	"strings"
 )
 
-// flow is a Query normalized once for matching: addresses unmapped, names lower-case without
-// a trailing dot, paths lower-case with forward slashes. Building it allocates only when the
-// query holds upper-case or backslashed text.
+// flow is a Query prepared once for matching: addresses unmapped, a name without its
+// trailing dot. Its text keeps the query's case (and a path its '\' separators) when the
+// text is ASCII, so that preparing a flow allocates nothing; the flow's text stands for its
+// folded form (lowerByte, pathByte on a path), and every comparison folds the flow's side
+// as it reads it, against rule entries that Parse normalized. Text with a byte >= 0x80 is
+// lower-cased here, once (strings.ToLower: Unicode case does not fold byte by byte); it is
+// then its own folded form.
 type flow struct {
 	network  Network
 	src, dst netip.Addr
 	port     uint16
-	host     string
-	app      string // lower-case image name (base name of the path when only that is known)
-	comm     string // lower-case command name, when it differs from app
-	path     string // lower-case full path with '/' separators
+	host     string // folds to the lower-case name
+	app      string // folds to the lower-case image name (the path's base name when only that is known)
+	comm     string // folds to the lower-case command name; "" when that is the app's
+	path     string // folds (pathByte) to the lower-case full path with '/' separators
 	services []string
 	caged    bool
 }
@@ -26,16 +30,16 @@ func newFlow(q *Query) flow {
 		src:      q.Src.Unmap(),
 		dst:      q.Dst.Unmap(),
 		port:     q.Port,
-		host:     normalizeName(q.Host),
-		path:     normalizePath(q.AppPath),
+		host:     foldable(strings.TrimSuffix(q.Host, ".")),
+		path:     foldable(q.AppPath),
 		services: q.Services,
 		caged:    q.Caged,
 	}
-	f.app = lower(q.App)
+	f.app = foldable(q.App)
 	if f.app == "" && f.path != "" {
 		f.app = BaseName(f.path)
 	}
-	if c := lower(q.Comm); c != f.app {
+	if c := foldable(q.Comm); !equalFold(c, f.app) {
 		f.comm = c
 	}
 	return f
@@ -90,7 +94,7 @@ func matchHosts(hs []Host, f *flow) bool {
 				return true
 			}
 		case HostName:
-			if f.host != "" && f.host == h.Name {
+			if f.host != "" && equalLower(f.host, h.Name) {
 				return true
 			}
 		case HostSuffix:
@@ -134,11 +138,84 @@ func matchServices(want, have []string) bool {
 	return false
 }
 
-// hasLabelSuffix reports whether name is a strict subdomain of suffix: "a.b.example.com" and
-// "b.example.com" have the suffix "example.com"; "example.com" itself does not, nor does
-// "badexample.com".
+// hasLabelSuffix reports whether a flow's name is a strict subdomain of a normalized suffix:
+// "a.b.example.com" and "b.example.com" have the suffix "example.com"; "example.com" itself
+// does not, nor does "badexample.com".
 func hasLabelSuffix(name, suffix string) bool {
-	return len(name) > len(suffix) && name[len(name)-len(suffix)-1] == '.' && strings.HasSuffix(name, suffix)
+	return len(name) > len(suffix) && name[len(name)-len(suffix)-1] == '.' && equalLower(name[len(name)-len(suffix):], suffix)
+}
+
+// lowerByte folds one byte of a flow's text: ASCII upper case to lower case.
+func lowerByte(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		c += 'a' - 'A'
+	}
+	return c
+}
+
+// pathByte folds one byte of a flow's path: lowerByte, and '\\' to '/'.
+func pathByte(c byte) byte {
+	if c == '\\' {
+		return '/'
+	}
+	return lowerByte(c)
+}
+
+// equalLower reports whether a flow's text s folds (lowerByte) to the normalized t.
+func equalLower(s, t string) bool {
+	if len(s) != len(t) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if lowerByte(s[i]) != t[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// equalPath reports whether a flow's path s folds (pathByte) to the normalized t.
+func equalPath(s, t string) bool {
+	if len(s) != len(t) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if pathByte(s[i]) != t[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// equalFold reports whether two flow texts fold to the same text.
+func equalFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		if lowerByte(a[i]) != lowerByte(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// isASCII reports whether s has no byte >= 0x80.
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// foldable returns s as a flow keeps it: as it is when ASCII, else lower-cased.
+func foldable(s string) string {
+	if isASCII(s) {
+		return s
+	}
+	return strings.ToLower(s)
 }
 
 // lower returns s in lower case, without allocating when it already is.
@@ -150,12 +227,6 @@ func lower(s string) string {
 		}
 	}
 	return s
-}
-
-// normalizeName lower-cases a host name and drops one trailing dot.
-func normalizeName(s string) string {
-	s = strings.TrimSuffix(s, ".")
-	return lower(s)
 }
 
 // normalizePath lower-cases a path and turns backslashes into slashes, so that Windows and
@@ -176,14 +247,21 @@ func BaseName(path string) string {
 	return path
 }
 
-// globMatch reports whether s matches pattern, where '*' matches any run of characters
-// (separators included) and '?' any one byte. Both are already normalized.
-func globMatch(pattern, s string) bool {
+// globMatch reports whether a flow's text s matches the normalized pattern, where '*'
+// matches any run of characters (separators included) and '?' any one byte; s is folded
+// as it is read (pathByte when path, else lowerByte).
+func globMatch(pattern, s string, path bool) bool {
 	p, n := 0, 0
 	star, mark := -1, 0
 	for n < len(s) {
+		c := s[n]
+		if path {
+			c = pathByte(c)
+		} else {
+			c = lowerByte(c)
+		}
 		switch {
-		case p < len(pattern) && (pattern[p] == '?' || pattern[p] == s[n]):
+		case p < len(pattern) && (pattern[p] == '?' || pattern[p] == c):
 			p++
 			n++
 		case p < len(pattern) && pattern[p] == '*':

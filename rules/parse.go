@@ -288,21 +288,21 @@ func MustApp(s string) App {
 	return a
 }
 
-// match tests a normalized image name and path.
+// match tests a flow's image name and path (see flow: folded as they are read).
 func (a *App) match(name, path string) bool {
 	if a.path {
 		if path == "" {
 			return false
 		}
 		if a.literal {
-			return a.pattern == path
+			return equalPath(path, a.pattern)
 		}
-		return globMatch(a.pattern, path)
+		return globMatch(a.pattern, path, true)
 	}
 	if a.literal {
-		return a.pattern == name
+		return equalLower(name, a.pattern)
 	}
-	return globMatch(a.pattern, name)
+	return globMatch(a.pattern, name, false)
 }
 
 // ParseService parses a services entry: a Windows service name, compared case-insensitively.

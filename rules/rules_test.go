@@ -343,6 +343,58 @@ func TestExplain(t *testing.T) {
 	}
 }
 
+// TestExplainFolds: a query's text is compared case-insensitively (a path's separators
+// either way) and shown normalized.
+func TestExplainFolds(t *testing.T) {
+	rs := ruleSet(t,
+		"named proxy exit hosts=*.lab.test apps=curl",
+		"byPath block apps=C:\\Tools\\Curl.exe",
+		"default direct",
+	)
+	v, steps := Explain(rs, query(t, "net=tcp app=Curl.EXE host=Echo.LAB.test. path=C:\\TOOLS\\curl.exe"))
+	if v.Name != "byPath" || len(steps) != 2 {
+		t.Fatalf("got %+v %+v", v, steps)
+	}
+	if got, want := steps[0].Reason, `process "curl.exe" (c:/tools/curl.exe) is not curl`; got != want {
+		t.Errorf("reason = %q, want %q", got, want)
+	}
+	_, steps = Explain(rs, query(t, "net=tcp app=CURL host=LAB.Test."))
+	if got, want := steps[0].Reason, `destination "lab.test" is not in *.lab.test`; got != want {
+		t.Errorf("reason = %q, want %q", got, want)
+	}
+}
+
+// TestDecideAllocates nothing: the table folds a query's case as it compares, and builds
+// no lower-case copy (ASCII text; non-ASCII text is lower-cased once).
+func TestDecideAllocatesNothing(t *testing.T) {
+	rs := ruleSet(t,
+		"a proxy exit hosts=*.lab.test,Example.COM ports=443",
+		"b block apps=VBoxHeadless.exe,C:\\Program_SP_Files\\Oracle\\*",
+		"c block services=SharedAccess",
+		"d block apps=qemu-*",
+		"default direct",
+	)
+	if raceOn {
+		t.Skip("the race detector's sync.Pool drops the scratch at random")
+	}
+	table := Compile(rs)
+	qs := []*Query{
+		query(t, "net=tcp dst=203.0.113.1 host=WWW.Lab.Test. port=443 app=VBoxHeadless.EXE"),
+		query(t, "net=tcp dst=203.0.113.1 host=EXAMPLE.com port=80 path=C:\\Program_SP_Files\\Oracle\\VirtualBox\\VBoxHeadless.exe"),
+		query(t, "net=udp src=10.0.2.15 dst=10.0.2.2 port=53 app=svchost.exe svc=Dnscache,SHAREDACCESS"),
+		query(t, "net=tcp dst=203.0.113.9 port=22 app=QEMU-System-x86_64"),
+	}
+	for _, q := range qs {
+		q.Comm = "Renamed"
+		if n := testing.AllocsPerRun(100, func() { table.Decide(q) }); n != 0 {
+			t.Errorf("Decide(%+v) allocates %v times", *q, n)
+		}
+		if got, want := table.Decide(q), Linear(rs, q); got != want {
+			t.Errorf("Decide(%+v) = %+v, Linear %+v", *q, got, want)
+		}
+	}
+}
+
 func TestGlob(t *testing.T) {
 	tests := []struct {
 		p, s string
@@ -353,7 +405,7 @@ func TestGlob(t *testing.T) {
 		{"*.exe", "vmnat.exe", true}, {"*.exe", "vmnat.exe.bak", false}, {"a*a*a", "aaaa", true},
 	}
 	for _, tt := range tests {
-		if got := globMatch(tt.p, tt.s); got != tt.want {
+		if got := globMatch(tt.p, tt.s, false); got != tt.want {
 			t.Errorf("globMatch(%q, %q) = %v", tt.p, tt.s, got)
 		}
 	}

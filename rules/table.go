@@ -1,7 +1,9 @@
 package rules
 
 import (
+	"encoding/binary"
 	"math/bits"
+	"net/netip"
 	"slices"
 	"sync"
 
@@ -20,6 +22,11 @@ import (
 // wins. An index set stores the rules as a short sorted list, or as a bitset once the list
 // would be longer than the bitset, which bounds both the time of a decision (a few passes
 // over R/64 words) and the memory of a key (R/8 bytes).
+//
+// The indexes: addresses and ports are cut into elementary intervals (intervals), searched
+// by binary search; names, app names, paths and services are hash tables asked with the
+// flow's text folded as it is read (names), a host name's suffixes all hashed in one pass.
+// A decision allocates nothing (for text with a byte >= 0x80, see flow) and iterates no map.
 type Table struct {
 	rules  []Rule
 	words  int
@@ -30,13 +37,22 @@ type Table struct {
 	// word of opens[m] that is not zero, so a scan skips empty stretches 64 words at a time.
 	opens   [][]uint64
 	nonzero [][]uint64
-	pool    sync.Pool // *scratch
+	// constrained[i] has bit k set when rule i is not in fields[k].open: the fields whose
+	// matches must list it. shapes are its distinct values but 0.
+	constrained []uint8
+	shapes      []uint8
+	pool        sync.Pool // *scratch
 }
+
+// maxFields is the number of fields a Table may index: network, sources, hosts, ports,
+// apps, services, caged.
+const maxFields = 7
 
 type scratch struct {
 	parts  []set
-	all    []fieldState // every indexed field
-	fields []fieldState // the fields intersected word by word
+	all    [maxFields]fieldState // all[k] for Table.fields[k]
+	fields []*fieldState         // the fields intersected word by word, into all
+	listed [maxFields]int        // listed[k]: the length of all[k]'s sparse lists together
 	dense  [][]uint64
 	sparse []cursor
 }
@@ -68,10 +84,10 @@ type fieldIndex struct {
 	field string   // one of the Field constants
 	open  []uint64 // rules that do not constrain the field (or are confirmed by their matcher)
 	iv    *intervals
-	exact map[string]set // hosts: names; apps: image names; services: names
-	other map[string]set // hosts: suffixes; apps: full paths
-	net   [3]set         // network: by Network
-	caged set            // caged: the rules that want caged flows
+	exact names  // hosts: names; apps: image names; services: names
+	other names  // hosts: suffixes; apps: full paths
+	net   [3]set // network: by Network
+	caged set    // caged: the rules that want caged flows
 }
 
 // lookup appends the sets of rules that match the flow on this field.
@@ -83,49 +99,35 @@ func (x *fieldIndex) lookup(f *flow, parts []set) []set {
 		}
 	case FieldSources:
 		if f.src.IsValid() {
-			parts = x.iv.lookup(netaddr.KeyOf(f.src), parts)
+			parts = x.iv.lookupAddr(f.src, parts)
 		}
 	case FieldPorts:
 		parts = x.iv.lookup(netaddr.Key{Lo: uint64(f.port)}, parts)
 	case FieldHosts:
 		if x.iv != nil && f.dst.IsValid() {
-			parts = x.iv.lookup(netaddr.KeyOf(f.dst), parts)
+			parts = x.iv.lookupAddr(f.dst, parts)
 		}
-		if f.host == "" {
-			break
-		}
-		parts = appendSet(parts, x.exact, f.host)
-		if len(x.other) == 0 {
-			break
-		}
-		// Every proper suffix that starts after a dot: a.b.c → b.c, c.
-		for i := 0; i < len(f.host); i++ {
-			if f.host[i] == '.' {
-				parts = appendSet(parts, x.other, f.host[i+1:])
-			}
+		if f.host != "" {
+			parts = appendHost(parts, &x.exact, &x.other, f.host)
 		}
 	case FieldApps:
 		if f.app != "" {
-			parts = appendSet(parts, x.exact, f.app)
+			parts = x.exact.appendText(parts, f.app, false)
+		}
+		if f.comm != "" {
+			parts = x.exact.appendText(parts, f.comm, false)
 		}
 		if f.path != "" {
-			parts = appendSet(parts, x.other, f.path)
+			parts = x.other.appendText(parts, f.path, true)
+		}
+	case FieldServices:
+		for _, sv := range f.services {
+			parts = x.exact.appendText(parts, foldable(sv), false)
 		}
 	case FieldCaged:
 		if f.caged {
 			parts = append(parts, x.caged)
 		}
-	case FieldServices:
-		for _, sv := range f.services {
-			parts = appendSet(parts, x.exact, lower(sv))
-		}
-	}
-	return parts
-}
-
-func appendSet(parts []set, m map[string]set, key string) []set {
-	if s, ok := m[key]; ok {
-		parts = append(parts, s)
 	}
 	return parts
 }
@@ -165,6 +167,19 @@ func Compile(rs []Rule) *Table {
 		}
 		t.nonzero = append(t.nonzero, nz)
 	}
+	t.constrained = make([]uint8, len(t.rules))
+	for k, fi := range t.fields {
+		for i := range t.constrained {
+			if fi.open[i/64]&(1<<(i%64)) == 0 {
+				t.constrained[i] |= 1 << k
+			}
+		}
+	}
+	for _, c := range t.constrained {
+		if c != 0 && !slices.Contains(t.shapes, c) {
+			t.shapes = append(t.shapes, c)
+		}
+	}
 	t.pool.New = func() any { return new(scratch) }
 	return t
 }
@@ -184,7 +199,8 @@ func (t *Table) first(f *flow) int {
 	}
 	s := t.pool.Get().(*scratch)
 	defer t.pool.Put(s)
-	s.fields, s.dense, s.sparse, s.all = s.fields[:0], s.dense[:0], s.sparse[:0], s.all[:0]
+	s.fields, s.dense, s.sparse = s.fields[:0], s.dense[:0], s.sparse[:0]
+	all := s.all[:len(t.fields)]
 	// Fields whose matches are all short lists are folded into one precomputed bitset, the
 	// intersection of their open sets; the rules of those lists are the only candidates that
 	// bitset misses, and each is checked against every field on its own. Fields with a
@@ -193,33 +209,50 @@ func (t *Table) first(f *flow) int {
 	for k, fi := range t.fields {
 		s.parts = fi.lookup(f, s.parts[:0])
 		d0, s0 := len(s.dense), len(s.sparse)
+		s.listed[k] = 0
 		for _, p := range s.parts {
 			if p.dense != nil {
 				s.dense = append(s.dense, p.dense)
 			} else {
-				s.sparse = append(s.sparse, cursor{list: p.list})
+				s.sparse = append(s.sparse, cursor{})
+				s.sparse[len(s.sparse)-1].list = p.list
+				s.listed[k] += len(p.list)
 			}
 		}
-		st := fieldState{wild: fi.open, dense: s.dense[d0:len(s.dense):len(s.dense)], sparse: s.sparse[s0:len(s.sparse):len(s.sparse)]}
-		s.all = append(s.all, st)
+		// Filled in place: a fieldState built apart and copied in costs a stalled load (its
+		// words were just stored one by one) for every field of every decision.
+		st := &all[k]
+		st.wild = fi.open
+		st.dense = s.dense[d0:len(s.dense):len(s.dense)]
+		st.sparse = s.sparse[s0:len(s.sparse):len(s.sparse)]
 		if len(st.dense) == 0 {
 			folded |= 1 << k
 		} else {
 			s.fields = append(s.fields, st)
 		}
 	}
-	// The lowest confirmed rule among the listed ones bounds the bitset scan.
+	// The lowest confirmed rule among the listed ones bounds the bitset scan. A rule that
+	// some folded field constrains is a candidate only if every field that constrains it
+	// lists it: so the rules of one shape (the same constrained fields) are looked for in
+	// the shortest lists of one of its folded fields alone, and a shape one of whose folded
+	// fields lists nothing has no candidate.
 	best := -1
-	for k := range s.all {
-		if folded&(1<<k) == 0 {
-			continue
+	for _, sh := range t.shapes {
+		pick, fewest := -1, 0
+		for m := sh & uint8(folded); m != 0; m &= m - 1 {
+			if k := bits.TrailingZeros8(m); pick < 0 || s.listed[k] < fewest {
+				pick, fewest = k, s.listed[k]
+			}
 		}
-		for _, c := range s.all[k].sparse {
+		if fewest == 0 {
+			continue // open on every folded field (the bitset scan's), or no candidate
+		}
+		for _, c := range all[pick].sparse {
 			for _, i := range c.list {
 				if best >= 0 && int(i) >= best {
 					break
 				}
-				if s.candidate(i) && t.rules[i].mismatch(f) == "" {
+				if t.constrained[i] == sh && t.candidate(all, pick, i) && t.rules[i].mismatch(f) == "" {
 					best = int(i)
 					break
 				}
@@ -277,33 +310,45 @@ func (t *Table) confirm(f *flow, w int, m uint64, last int) int {
 	return -1
 }
 
-// candidate reports whether rule i passes every field's index.
-func (s *scratch) candidate(i uint32) bool {
-	for k := range s.all {
-		if !s.all[k].has(i) {
+// candidate reports whether rule i, which field k's matches list, passes every other field's
+// index: the fields that constrain it list it too.
+func (t *Table) candidate(all []fieldState, k int, i uint32) bool {
+	for m := t.constrained[i] &^ (1 << k); m != 0; m &= m - 1 {
+		if !all[bits.TrailingZeros8(m)].listed(i) {
 			return false
 		}
 	}
 	return true
 }
 
-// has reports whether rule i is in the field's candidate set.
-func (st *fieldState) has(i uint32) bool {
+// listed reports whether the field's matches hold rule i.
+func (st *fieldState) listed(i uint32) bool {
 	bit := uint64(1) << (i & 63)
-	if st.wild[i>>6]&bit != 0 {
-		return true
-	}
 	for _, d := range st.dense {
 		if d[i>>6]&bit != 0 {
 			return true
 		}
 	}
 	for _, c := range st.sparse {
-		if _, ok := slices.BinarySearch(c.list, i); ok {
+		if listHas(c.list, i) {
 			return true
 		}
 	}
 	return false
+}
+
+// listHas reports whether the sorted list holds i.
+func listHas(list []uint32, i uint32) bool {
+	lo, hi := 0, len(list)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if list[mid] < i {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo < len(list) && list[lo] == i
 }
 
 // word returns word w of the field's candidate set. Calls must come with w never decreasing;
@@ -364,14 +409,6 @@ func (b *builder) wildOf(rs []Rule, open func(*Rule) bool) []uint64 {
 		return nil
 	}
 	return w
-}
-
-func (b *builder) keyed(lists map[string][]uint32) map[string]set {
-	m := make(map[string]set, len(lists))
-	for k, l := range lists {
-		m[k] = b.makeSet(dedupe(l))
-	}
-	return m
 }
 
 func popcount(b []uint64) int {
@@ -447,7 +484,7 @@ func (b *builder) apps(rs []Rule) *fieldIndex {
 			}
 		}
 	}
-	return &fieldIndex{field: FieldApps, open: open, exact: b.keyed(names), other: b.keyed(paths)}
+	return &fieldIndex{field: FieldApps, open: open, exact: b.makeNames(names), other: b.makeNames(paths)}
 }
 
 func (b *builder) services(rs []Rule) *fieldIndex {
@@ -461,7 +498,7 @@ func (b *builder) services(rs []Rule) *fieldIndex {
 			lists[s] = append(lists[s], uint32(i))
 		}
 	}
-	return &fieldIndex{field: FieldServices, open: open, exact: b.keyed(lists)}
+	return &fieldIndex{field: FieldServices, open: open, exact: b.makeNames(lists)}
 }
 
 // intervals maps a point to the rules whose ranges hold it: the axis is cut into elementary
@@ -469,20 +506,75 @@ func (b *builder) services(rs []Rule) *fieldIndex {
 type intervals struct {
 	starts []netaddr.Key // starts[i] begins interval i; interval i ends where i+1 begins
 	sets   []set
+	// The starts inside one band of 2^32 keys that share their upper 96 bits (the IPv4
+	// addresses, or the ports), as their low 32 bits: a point in the band is searched there,
+	// in a quarter of the memory and with one comparison a step. band is the band's first
+	// key and bandAt the index in starts of its first start.
+	band   netaddr.Key
+	bandAt int
+	band32 []uint32
 }
 
+// bandIPv4 and bandPort are the bands of intervals: the IPv4 addresses (::ffff:0.0.0.0 on),
+// and the ports (from 0).
+func bandIPv4() netaddr.Key { return netaddr.Key{Lo: 0xffff << 32} }
+func bandPort() netaddr.Key { return netaddr.Key{} }
+
+// lookup appends the set of the interval that holds p, if it has rules.
 func (iv *intervals) lookup(p netaddr.Key, parts []set) []set {
-	// The last start <= p.
-	lo, hi := 0, len(iv.starts)
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if p.Less(iv.starts[mid]) {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
+	if p.Hi == iv.band.Hi && p.Lo>>32 == iv.band.Lo>>32 {
+		return iv.lookupBand(uint32(p.Lo), parts)
 	}
-	if i := lo - 1; i >= 0 && !iv.sets[i].empty() {
+	starts := iv.starts
+	if len(starts) == 0 || p.Less(starts[0]) {
+		return parts
+	}
+	// The last start <= p, by a search without branches on the keys (a mispredicted branch
+	// at every step costs more than the step): starts[base] <= p throughout.
+	base, n := 0, len(starts)
+	for n > 1 {
+		half := n >> 1
+		s := &starts[base+half]
+		_, borrow := bits.Sub64(p.Lo, s.Lo, 0)
+		_, borrow = bits.Sub64(p.Hi, s.Hi, borrow) // 1 when p < s
+		base += half & int(borrow-1)
+		n -= half
+	}
+	return iv.appendSet(base, parts)
+}
+
+// lookupAddr is lookup of an address (unmapped); an IPv4 one skips the 128-bit key.
+func (iv *intervals) lookupAddr(a netip.Addr, parts []set) []set {
+	if a.Is4() && iv.band == bandIPv4() {
+		b := a.As4()
+		return iv.lookupBand(binary.BigEndian.Uint32(b[:]), parts)
+	}
+	return iv.lookup(netaddr.KeyOf(a), parts)
+}
+
+// lookupBand is lookup of a point in the band, by its low 32 bits.
+func (iv *intervals) lookupBand(p uint32, parts []set) []set {
+	b := iv.band32
+	if len(b) == 0 || p < b[0] {
+		return iv.appendSet(iv.bandAt-1, parts) // the last start below the band, if any
+	}
+	if p >= b[len(b)-1] {
+		// Past the last start, as a flow to an address or port no rule lists mostly is.
+		return iv.appendSet(iv.bandAt+len(b)-1, parts)
+	}
+	base, n := 0, len(b)
+	for n > 1 {
+		half := n >> 1
+		_, borrow := bits.Sub32(p, b[base+half], 0) // 1 when p < b[base+half]
+		base += half & (int(borrow) - 1)
+		n -= half
+	}
+	return iv.appendSet(iv.bandAt+base, parts)
+}
+
+// appendSet appends the set of interval i (none when i < 0), if it has rules.
+func (iv *intervals) appendSet(i int, parts []set) []set {
+	if i >= 0 && !iv.sets[i].empty() {
 		parts = append(parts, iv.sets[i])
 	}
 	return parts
@@ -493,8 +585,9 @@ type span struct {
 	rule   uint32
 }
 
-// intervals indexes inclusive spans; it returns nil when there are none.
-func (b *builder) intervals(spans []span) *intervals {
+// intervals indexes inclusive spans, with the starts in band (bandIPv4, bandPort) also in
+// 32 bits; it returns nil when there are none.
+func (b *builder) intervals(spans []span, band netaddr.Key) *intervals {
 	if len(spans) == 0 {
 		return nil
 	}
@@ -521,9 +614,16 @@ func (b *builder) intervals(spans []span) *intervals {
 			lists[i] = append(lists[i], s.rule)
 		}
 	}
-	iv := &intervals{starts: cuts, sets: make([]set, len(cuts))}
+	iv := &intervals{starts: cuts, sets: make([]set, len(cuts)), band: band}
 	for i, l := range lists {
 		iv.sets[i] = b.makeSet(dedupe(l))
+	}
+	iv.bandAt = find(band)
+	for _, c := range cuts[iv.bandAt:] {
+		if c.Hi != band.Hi || c.Lo>>32 != band.Lo>>32 {
+			break
+		}
+		iv.band32 = append(iv.band32, uint32(c.Lo))
 	}
 	return iv
 }
@@ -539,7 +639,7 @@ func (b *builder) sources(rs []Rule) *fieldIndex {
 			spans = append(spans, span{netaddr.KeyOf(r.Lo), netaddr.KeyOf(r.Hi), uint32(i)})
 		}
 	}
-	return &fieldIndex{field: FieldSources, open: open, iv: b.intervals(spans)}
+	return &fieldIndex{field: FieldSources, open: open, iv: b.intervals(spans, bandIPv4())}
 }
 
 func (b *builder) ports(rs []Rule) *fieldIndex {
@@ -553,7 +653,7 @@ func (b *builder) ports(rs []Rule) *fieldIndex {
 			spans = append(spans, span{netaddr.Key{Lo: uint64(p.Lo)}, netaddr.Key{Lo: uint64(p.Hi)}, uint32(i)})
 		}
 	}
-	return &fieldIndex{field: FieldPorts, open: open, iv: b.intervals(spans)}
+	return &fieldIndex{field: FieldPorts, open: open, iv: b.intervals(spans, bandPort())}
 }
 
 func (b *builder) hosts(rs []Rule) *fieldIndex {
@@ -576,5 +676,5 @@ func (b *builder) hosts(rs []Rule) *fieldIndex {
 			}
 		}
 	}
-	return &fieldIndex{field: FieldHosts, open: open, iv: b.intervals(spans), exact: b.keyed(names), other: b.keyed(suffixes)}
+	return &fieldIndex{field: FieldHosts, open: open, iv: b.intervals(spans, bandIPv4()), exact: b.makeNames(names), other: b.makeNames(suffixes)}
 }
