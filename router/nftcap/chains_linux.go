@@ -76,6 +76,7 @@ func (b *builder) replace(s Spec) error {
 	b.input(s, vm)
 	b.forward(s, vm)
 	b.udpCapture(s, vm)
+	b.tcpCapture(s, vm)
 	return b.err
 }
 
@@ -131,6 +132,7 @@ func (b *builder) addChains(s Spec) {
 	base(chainInput, nftables.ChainTypeFilter, nftables.ChainHookInput, prioFilter)
 	base(chainForward, nftables.ChainTypeFilter, nftables.ChainHookForward, prioFilter)
 	b.addUDPChains(s)
+	b.addTCPChains(s)
 }
 
 func (b *builder) refuseAndAntispoof(s Spec) {
@@ -198,6 +200,10 @@ func (b *builder) capture(s Spec, vm vmSets) {
 		b.rule(chainVMCapture, b.dnsMatch(), redirect(s.DNSPort))
 	} else {
 		b.rule(chainVMCapture, b.dnsMatch(), verdict(expr.VerdictReturn)) // left to the filter chains: refused
+	}
+	if s.TCPTProxy {
+		// Handed to the listener by tcp_tproxy (tcp_linux.go): no NAT.
+		b.rule(chainVMCapture, metaEq(expr.MetaKeyMARK, native32(s.UDPMark)), verdict(expr.VerdictReturn))
 	}
 	b.rule(chainVMCapture, goTo(chainCaptureTCP))
 
