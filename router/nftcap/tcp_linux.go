@@ -76,6 +76,10 @@ func (b *builder) tcpCapture(s Spec, vm vmSets) {
 		b.rule(p, ifname(expr.MetaKeyIIFNAME, i), goTo(chainTCPVM))
 	}
 
+	// The checks of the first packet: the later ones go straight to tcp_tproxy, which hands
+	// over only those of a flow it handed over (the listener's connection) and leaves alone
+	// those of the flows to this host (their sockets are not transparent).
+	b.rule(chainTCPVM, ctStateIn(expr.CtStateBitESTABLISHED), goTo(chainTCPTProxy))
 	b.rule(chainTCPVM, jump(chainAntispoof))
 	b.notLocalDst(chainTCPVM)
 	b.rule(chainTCPVM, goTo(chainTCPTProxy))
