@@ -22,7 +22,9 @@ const ip6tSOOriginalDst = 80
 // connections (also on a dual-stack [::] listener, where they appear IPv4-mapped) and
 // IP6T_SO_ORIGINAL_DST for IPv6. The socket is read through SyscallConn: no descriptor is
 // duplicated and its blocking mode is untouched. For a connection that was not NATed it
-// returns the connection's own local address; without a conntrack entry it fails (ENOENT).
+// returns the connection's own local address, which for one that TPROXY handed over
+// (Spec.TCPTProxy) is its original destination; without a conntrack entry it fails
+// (ENOENT).
 func OriginalDst(c *net.TCPConn) (netip.AddrPort, error) {
 	remote, ok := c.RemoteAddr().(*net.TCPAddr)
 	if !ok || remote == nil {
