@@ -261,11 +261,7 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	sctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	lc := net.ListenConfig{Control: control}
-	tlc := lc
-	if t, ok := pf.(ListenerControl); ok {
-		tlc.Control = t.ListenerControl(cfg.Capture.Mark)
-	}
-	ln, err := tlc.Listen(ctx, "tcp", net.JoinHostPort("::", strconv.Itoa(int(cfg.Capture.ListenerPort))))
+	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort("::", strconv.Itoa(int(cfg.Capture.ListenerPort))))
 	if err != nil {
 		return fmt.Errorf("transparent listener: %w", err)
 	}

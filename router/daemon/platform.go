@@ -51,8 +51,6 @@ type Platform interface {
 //   - FDOriginal: the original destination from a bare descriptor, so the router's event
 //     loops set flows up without a goroutine each (Linux).
 //   - DNSBinder: the address of the UDP DNS socket (default: every address).
-//   - ListenerControl: the socket options of the transparent TCP listener (default:
-//     Control's), for a capture that hands connections to it unchanged (Linux, TPROXY).
 //   - UDPSockets: the capture hands UDP to sockets of the router's own (Linux, TPROXY).
 //   - UDPRelay: the capture hands UDP to the router itself (Windows, the redirect engine).
 //   - OwnPorts (ownports.go): source ports reserved for the router's own connections, which
@@ -75,13 +73,6 @@ type FDOriginal interface {
 // sockets (router.Options.CagedSocket): Linux, where the kernel marks them.
 type CagedSockets interface {
 	CagedSocket() func(src, dst netip.AddrPort) bool
-}
-
-// ListenerControl is a Platform whose transparent TCP listener needs socket options of its
-// own, set by the returned function, besides the mark (Linux: IP_TRANSPARENT, for TPROXY).
-// Without it the listener gets Control(mark), like every other socket of the router.
-type ListenerControl interface {
-	ListenerControl(mark uint32) func(network, address string, c syscall.RawConn) error
 }
 
 // DNSBinder is a Platform that chooses the address of the daemon's UDP DNS socket. Without

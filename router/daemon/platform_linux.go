@@ -62,7 +62,6 @@ func Spec(cfg *conf.Config) nftcap.Spec {
 		Local:         cfg.Capture.Local,
 		LocalUDPAllow: cfg.Capture.LocalUDPAllow,
 		ListenerPort:  cfg.Capture.ListenerPort,
-		TCPTProxy:     true, // the listener is transparent (ListenerControl)
 		DNSPort:       cfg.Capture.DNSPort,
 		Mark:          cfg.Capture.Mark,
 		LogGroup:      nflogGroup,
@@ -195,9 +194,7 @@ func (p *linuxPlatform) listenLog() {
 	}()
 }
 
-// Original: nftables redirects (or hands over, TPROXY) in the kernel, so the peer is the
-// real source; the destination is what conntrack recorded, which for a connection TPROXY
-// handed over is its own local address.
+// Original: nftables redirects in the kernel, so the peer is the real source.
 func (p *linuxPlatform) Original(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
 	dst, err := nftcap.OriginalDst(c)
 	return c.RemoteAddr().(*net.TCPAddr).AddrPort(), dst, err
@@ -211,12 +208,6 @@ func (p *linuxPlatform) OriginalFD(fd int, peer netip.AddrPort) (netip.AddrPort,
 
 func (p *linuxPlatform) Control(mark uint32) func(network, address string, c syscall.RawConn) error {
 	return nftcap.MarkControl(mark)
-}
-
-// ListenerControl: the listener takes the VM connections TPROXY hands over
-// (nftcap.Spec.TCPTProxy), so it is transparent as well as marked.
-func (p *linuxPlatform) ListenerControl(mark uint32) func(network, address string, c syscall.RawConn) error {
-	return nftcap.TransparentControl(mark)
 }
 
 func (p *linuxPlatform) Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error) {

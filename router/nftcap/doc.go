@@ -1,8 +1,8 @@
 // Package nftcap is the Linux capture layer: one nftables table the router owns (inet
-// router by default) that takes VM and, optionally, local TCP and DNS to the router's
-// listeners (VM TCP by TPROXY with Spec.TCPTProxy, the rest by redirect) and guards the host
-// while the router is down. It talks netlink
-// (github.com/google/nftables); it never runs the nft binary.
+// router by default) that redirects VM and, optionally, local TCP and DNS to the router's
+// listeners (or, with Spec.TCPTProxy, hands VM TCP over by TPROXY) and guards the host while
+// the router is down. It talks netlink (github.com/google/nftables); it never runs the nft
+// binary.
 //
 // # Lifecycle
 //
@@ -23,8 +23,8 @@
 // # Chain layout
 //
 // For a Spec with VM networks 192.168.122.0/24 and fd00:122::/64, Local, ListenerPort L,
-// DNSPort D, Mark M, TCPTProxy with UDPMark U and one forward 192.168.122.1:47831 (`nft
-// list table inet router` prints the same; sets abbreviated):
+// DNSPort D, Mark M and one forward 192.168.122.1:47831, and the chains and rules TCPTProxy
+// (with UDPMark U) adds (`nft list table inet router` prints the same; sets abbreviated):
 //
 //	table inet router
 //	 set vm4, vm6                          VMNetworks, interval sets
@@ -49,7 +49,7 @@
 //	   udp|tcp dport 53                     redirect to :D   (any destination, the host's
 //	                                                           resolver too; D=0: return,
 //	                                                           the filter chains refuse it)
-//	   meta mark U                          return   (TCPTProxy: handed over, no NAT)
+//	   meta mark U                          return   (only with TCPTProxy: handed over)
 //	   goto capture_tcp
 //	 output      nat, hook output, priority -110          only when Local (or CagedApps)
 //	   meta mark M                          return   (the router's own sockets)
@@ -77,7 +77,7 @@
 //	                                        goto refuse_local  (the router cannot proxy it)
 //
 //	 input       filter, hook input, priority filter, policy accept
-//	   meta mark U                          accept   (handed over by TPROXY, TCP or UDP)
+//	   meta mark U                          accept   (TCPTProxy or UDPPort: handed over)
 //	   jump antispoof
 //	   tcp dport L, ct status !dnat         goto refuse_host_off_limits  (from anywhere: only
 //	   udp|tcp dport D, ct status !dnat     goto refuse_host_off_limits   redirected connections

@@ -41,7 +41,9 @@ type Spec struct {
 	// listener needs IP_TRANSPARENT (TransparentControl); without it, or with nobody
 	// listening, the connections are redirected as without TCPTProxy. It uses UDPMark and
 	// UDPTable, which it then requires, like UDPPort. The host's own TCP (Local, CagedApps)
-	// is redirected either way: TPROXY works in prerouting only.
+	// is redirected either way: TPROXY works in prerouting only. The daemon leaves it off:
+	// measured, it costs the kernel more per connection than the redirect (README,
+	// Performance).
 	TCPTProxy bool
 	// DNSPort receives captured DNS (UDP and TCP port 53) on the same addresses; 0 means
 	// captured DNS is refused instead.

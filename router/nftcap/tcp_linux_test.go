@@ -179,6 +179,9 @@ func TestTCPCaptureCost(t *testing.T) {
 				f.rate, f.cpu, busy.Seconds()*1e6/conns)
 		}
 	}
+	if os.Getenv("NFTCAP_COST_ONLY") != "" {
+		return // no pairs
+	}
 	var rate, cpu []float64
 	for r := range rounds {
 		rate = append(rate, got[1][r].rate/got[0][r].rate)
