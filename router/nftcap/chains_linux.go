@@ -274,6 +274,14 @@ func (b *builder) capture(s Spec, vm vmSets) {
 // input queues the guard of the host: listener ports, forwards, VM sources.
 func (b *builder) input(s Spec, vm vmSets) {
 	b.udpInput(s)
+	// The later packets of a connection redirected to a listener: every chain below accepts
+	// them (antispoof and the listener guard judged the first), so they stop here, one rule
+	// in, instead of running the input chain and vm_input or caged_input to their accept.
+	est := ctStateIn(expr.CtStateBitESTABLISHED)
+	b.rule(chainInput, est, ctStatusDNAT(true), l4proto(unix.IPPROTO_TCP), thDport(s.ListenerPort), verdict(expr.VerdictAccept))
+	if s.DNSPort != 0 {
+		b.rule(chainInput, est, ctStatusDNAT(true), b.l4protoIn(unix.IPPROTO_TCP, unix.IPPROTO_UDP), thDport(s.DNSPort), verdict(expr.VerdictAccept))
+	}
 	b.rule(chainInput, jump(chainAntispoof))
 	// The listener ports take only redirected connections, from anywhere.
 	b.rule(chainInput, l4proto(unix.IPPROTO_TCP), thDport(s.ListenerPort), ctStatusDNAT(false), goTo(reasonChain(refusal.Host)))
