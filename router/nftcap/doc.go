@@ -78,6 +78,9 @@
 //
 //	 input       filter, hook input, priority filter, policy accept
 //	   meta mark U                          accept   (TCPTProxy or UDPPort: handed over)
+//	   ct state established ct status dnat tcp dport L; udp|tcp dport D
+//	                                        accept   (a redirected connection's later
+//	                                                  packets: every rule below would)
 //	   jump antispoof
 //	   tcp dport L, ct status !dnat         goto refuse_host_off_limits  (from anywhere: only
 //	   udp|tcp dport D, ct status !dnat     goto refuse_host_off_limits   redirected connections
