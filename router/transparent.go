@@ -32,13 +32,14 @@ func (r *Router) Serve(ctx context.Context, ln *net.TCPListener) error {
 	if ok, err := r.serveLoops(ctx, ln); ok {
 		return err
 	}
+	port := netaddr.AddrPort(ln.Addr()).Port()
 	return r.acceptLoop(ctx, ln, "accept", func(c *net.TCPConn) {
 		if !r.adm.enter() {
 			r.refuseAtAccept(c, errOverBudget)
 			return
 		}
 		r.flows.Add(1)
-		go r.handle(ctx, c) // leaves the budget and marks r.flows done when the flow ends
+		go r.handle(ctx, c, port) // leaves the budget and marks r.flows done when the flow ends
 	})
 }
 
@@ -90,13 +91,19 @@ const earlyMax = 4 << 10
 //
 // The Linux event loop runs the same steps for most flows on its own thread (setup_linux.go)
 // and hands a flow that needs a slow step to classified or admitted, on a goroutine.
-func (r *Router) handle(ctx context.Context, c *net.TCPConn) {
+func (r *Router) handle(ctx context.Context, c *net.TCPConn, port uint16) {
 	p := r.pol.Load()
 	f := r.newFlow(netaddr.AddrPort(c.RemoteAddr()))
 	var pf policy.Flow
 	src, dst, err := r.opts.Original(c)
 	if err == nil {
-		err = r.addresses(f, &pf, src, dst, netaddr.AddrPort(c.LocalAddr()))
+		// As on the event loops (loopAccepted): only a connection to the listener's port
+		// (port) can have been made to the listener itself.
+		var local netip.AddrPort
+		if dst.Port() == port {
+			local = netaddr.AddrPort(c.LocalAddr())
+		}
+		err = r.addresses(f, &pf, src, dst, local)
 	}
 	r.classified(ctx, p, f, c, &pf, err)
 }
@@ -200,8 +207,11 @@ func (r *Router) setup(ctx context.Context, p *compiled, key string, pf *policy.
 }
 
 // addresses fills in a flow's original addresses (src, dst, as the capture reports them;
-// local is the accepted connection's own address) and whether it came from a VM. A
-// connection made to the listener itself, not redirected, is an error.
+// local is the accepted connection's own address, or zero when dst is not on the listener's
+// port) and whether it came from a VM. A connection made to the listener itself, not
+// redirected, is an error: its original destination is its own address. One that TPROXY
+// handed over (nftcap.Spec.TCPTProxy) has its original destination as local address too,
+// but never on the listener's port (the capture redirects that port), so callers pass zero.
 func (r *Router) addresses(f *FlowRecord, pf *policy.Flow, src, dst, local netip.AddrPort) error {
 	f.Src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
 	f.Dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())

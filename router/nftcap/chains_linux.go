@@ -76,6 +76,7 @@ func (b *builder) replace(s Spec) error {
 	b.input(s, vm)
 	b.forward(s, vm)
 	b.udpCapture(s, vm)
+	b.tcpCapture(s, vm)
 	return b.err
 }
 
@@ -131,6 +132,7 @@ func (b *builder) addChains(s Spec) {
 	base(chainInput, nftables.ChainTypeFilter, nftables.ChainHookInput, prioFilter)
 	base(chainForward, nftables.ChainTypeFilter, nftables.ChainHookForward, prioFilter)
 	b.addUDPChains(s)
+	b.addTCPChains(s)
 }
 
 func (b *builder) refuseAndAntispoof(s Spec) {
@@ -198,6 +200,10 @@ func (b *builder) capture(s Spec, vm vmSets) {
 		b.rule(chainVMCapture, b.dnsMatch(), redirect(s.DNSPort))
 	} else {
 		b.rule(chainVMCapture, b.dnsMatch(), verdict(expr.VerdictReturn)) // left to the filter chains: refused
+	}
+	if s.TCPTProxy {
+		// Handed to the listener by tcp_tproxy (tcp_linux.go): no NAT.
+		b.rule(chainVMCapture, metaEq(expr.MetaKeyMARK, native32(s.UDPMark)), verdict(expr.VerdictReturn))
 	}
 	b.rule(chainVMCapture, goTo(chainCaptureTCP))
 
@@ -268,6 +274,14 @@ func (b *builder) capture(s Spec, vm vmSets) {
 // input queues the guard of the host: listener ports, forwards, VM sources.
 func (b *builder) input(s Spec, vm vmSets) {
 	b.udpInput(s)
+	// The later packets of a connection redirected to a listener: every chain below accepts
+	// them (antispoof and the listener guard judged the first), so they stop here, one rule
+	// in, instead of running the input chain and vm_input or caged_input to their accept.
+	est := ctStateIn(expr.CtStateBitESTABLISHED)
+	b.rule(chainInput, est, ctStatusDNAT(true), l4proto(unix.IPPROTO_TCP), thDport(s.ListenerPort), verdict(expr.VerdictAccept))
+	if s.DNSPort != 0 {
+		b.rule(chainInput, est, ctStatusDNAT(true), b.l4protoIn(unix.IPPROTO_TCP, unix.IPPROTO_UDP), thDport(s.DNSPort), verdict(expr.VerdictAccept))
+	}
 	b.rule(chainInput, jump(chainAntispoof))
 	// The listener ports take only redirected connections, from anywhere.
 	b.rule(chainInput, l4proto(unix.IPPROTO_TCP), thDport(s.ListenerPort), ctStatusDNAT(false), goTo(reasonChain(refusal.Host)))

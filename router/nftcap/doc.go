@@ -1,7 +1,8 @@
 // Package nftcap is the Linux capture layer: one nftables table the router owns (inet
 // router by default) that redirects VM and, optionally, local TCP and DNS to the router's
-// listeners and guards the host while the router is down. It talks netlink
-// (github.com/google/nftables); it never runs the nft binary.
+// listeners (or, with Spec.TCPTProxy, hands VM TCP over by TPROXY) and guards the host while
+// the router is down. It talks netlink (github.com/google/nftables); it never runs the nft
+// binary.
 //
 // # Lifecycle
 //
@@ -22,12 +23,24 @@
 // # Chain layout
 //
 // For a Spec with VM networks 192.168.122.0/24 and fd00:122::/64, Local, ListenerPort L,
-// DNSPort D, Mark M and one forward 192.168.122.1:47831 (`nft list table inet router`
-// prints the same; sets abbreviated):
+// DNSPort D, Mark M and one forward 192.168.122.1:47831, and the chains and rules TCPTProxy
+// (with UDPMark U) adds (`nft list table inet router` prints the same; sets abbreviated):
 //
 //	table inet router
 //	 set vm4, vm6                          VMNetworks, interval sets
 //
+//	 tcp_prerouting  filter, hook prerouting, priority mangle   only with TCPTProxy
+//	   not tcp / iif lo                     return
+//	   tcp dport {53, L}                    return   (left to the redirects below)
+//	   ip saddr @vm4 / ip6 saddr @vm6 / iifname (each VMInterface)  goto tcp_vm
+//	 tcp_vm
+//	   ct state established                 goto tcp_tproxy   (checked at the first packet)
+//	   jump antispoof
+//	   fib daddr type {local,broadcast,multicast}; local prefixes  return
+//	   goto tcp_tproxy
+//	 tcp_tproxy
+//	   tproxy ip to :L / tproxy ip6 to :L meta mark set U accept   (no transparent socket on
+//	                                        L: no match, no mark; redirected below)
 //	 prerouting  nat, hook prerouting, priority dstnat-10 (ahead of libvirt/docker dstnat)
 //	   iif lo                               return   (the host's own packets)
 //	   ip saddr @vm4 / ip6 saddr @vm6       goto vm_capture
@@ -36,6 +49,7 @@
 //	   udp|tcp dport 53                     redirect to :D   (any destination, the host's
 //	                                                           resolver too; D=0: return,
 //	                                                           the filter chains refuse it)
+//	   meta mark U                          return   (only with TCPTProxy: handed over)
 //	   goto capture_tcp
 //	 output      nat, hook output, priority -110          only when Local (or CagedApps)
 //	   meta mark M                          return   (the router's own sockets)
@@ -63,6 +77,10 @@
 //	                                        goto refuse_local  (the router cannot proxy it)
 //
 //	 input       filter, hook input, priority filter, policy accept
+//	   meta mark U                          accept   (TCPTProxy or UDPPort: handed over)
+//	   ct state established ct status dnat tcp dport L; udp|tcp dport D
+//	                                        accept   (a redirected connection's later
+//	                                                  packets: every rule below would)
 //	   jump antispoof
 //	   tcp dport L, ct status !dnat         goto refuse_host_off_limits  (from anywhere: only
 //	   udp|tcp dport D, ct status !dnat     goto refuse_host_off_limits   redirected connections
@@ -117,7 +135,12 @@
 //
 //   - VM TCP to anything but the host itself, loopback, link-local, multicast or broadcast
 //     reaches the listener on [::]:L (dual stack); OriginalDst gives the address it was
-//     sent to. The accepted connection's remote address is the VM's.
+//     sent to. The accepted connection's remote address is the VM's. With TCPTProxy and a
+//     transparent listener (TransparentControl) TPROXY hands it over unchanged: its local
+//     address is its original destination, and no NAT is set up; TCP to port L or 53, and
+//     all of it while no transparent socket listens on L, is redirected. The policy routing
+//     TPROXY needs is the UDP capture's (below). The host's own TCP (Local, CagedApps) is
+//     always redirected: TPROXY works in prerouting, not on the output path.
 //   - VM DNS (UDP and TCP 53, to any address) reaches D on the VM-facing address. Local DNS
 //     is redirected to 127.0.0.1 / ::1: the DNS server must answer from the address a query
 //     was sent to (IP_PKTINFO / IPV6_PKTINFO, as miekg/dns does), or conntrack cannot map
@@ -160,7 +183,7 @@
 // rule is rate limited and never decides: without a reader, or past the limit, the packet
 // is refused all the same.
 //
-// OriginalDst, MarkControl and SetMark are the socket side: the listener asks where a
-// redirected connection was going, and the router marks its own sockets so they are never
-// captured. Off Linux every function returns an error wrapping errors.ErrUnsupported.
+// OriginalDst, MarkControl, SetMark and TransparentControl are the socket side: the
+// listener asks where a captured connection was going, the router marks its own sockets so
+// they are never captured, and its listener is transparent for TCPTProxy. Off Linux every function returns an error wrapping errors.ErrUnsupported.
 package nftcap

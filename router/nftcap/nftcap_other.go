@@ -40,6 +40,12 @@ func MarkControl(mark uint32) func(network, address string, c syscall.RawConn) e
 	return func(string, string, syscall.RawConn) error { return errUnsupported("set mark") }
 }
 
+// TransparentControl is Linux only; elsewhere the returned function fails every socket
+// with an error wrapping errors.ErrUnsupported.
+func TransparentControl(mark uint32) func(network, address string, c syscall.RawConn) error {
+	return func(string, string, syscall.RawConn) error { return errUnsupported("transparent listener") }
+}
+
 // SetMark is Linux only; elsewhere it returns an error wrapping errors.ErrUnsupported.
 func SetMark(c syscall.RawConn, mark uint32) error { return errUnsupported("set mark") }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -21,7 +22,9 @@ const ip6tSOOriginalDst = 80
 // connections (also on a dual-stack [::] listener, where they appear IPv4-mapped) and
 // IP6T_SO_ORIGINAL_DST for IPv6. The socket is read through SyscallConn: no descriptor is
 // duplicated and its blocking mode is untouched. For a connection that was not NATed it
-// returns the connection's own local address; without a conntrack entry it fails (ENOENT).
+// returns the connection's own local address, which for one that TPROXY handed over
+// (Spec.TCPTProxy) is its original destination; without a conntrack entry it fails
+// (ENOENT).
 func OriginalDst(c *net.TCPConn) (netip.AddrPort, error) {
 	remote, ok := c.RemoteAddr().(*net.TCPAddr)
 	if !ok || remote == nil {
@@ -130,4 +133,28 @@ func SetMark(c syscall.RawConn, mark uint32) error {
 		return fmt.Errorf("set mark %#x: %w", mark, serr)
 	}
 	return nil
+}
+
+// TransparentControl returns a Control function for the router's TCP listener with
+// Spec.TCPTProxy: SO_MARK mark, as MarkControl, and IP_TRANSPARENT (IPV6_TRANSPARENT on an
+// IPv6 socket: one flag of the socket, which a dual-stack listener's IPv4 connections use
+// too), without which TPROXY does not hand connections to it. It needs CAP_NET_ADMIN.
+func TransparentControl(mark uint32) func(network, address string, c syscall.RawConn) error {
+	return func(network, _ string, c syscall.RawConn) error {
+		if err := SetMark(c, mark); err != nil {
+			return err
+		}
+		level, opt, name := unix.SOL_IP, unix.IP_TRANSPARENT, "IP_TRANSPARENT"
+		if strings.HasSuffix(network, "6") {
+			level, opt, name = unix.SOL_IPV6, unix.IPV6_TRANSPARENT, "IPV6_TRANSPARENT"
+		}
+		var serr error
+		if err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), level, opt, 1) }); err != nil {
+			return fmt.Errorf("set %s: %w", name, err)
+		}
+		if serr != nil {
+			return fmt.Errorf("set %s: %w", name, serr)
+		}
+		return nil
+	}
 }

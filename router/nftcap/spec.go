@@ -36,6 +36,15 @@ type Spec struct {
 	// ListenerPort is the router's transparent TCP listener; the router listens on
 	// [::]:ListenerPort (dual stack). Required.
 	ListenerPort uint16
+	// TCPTProxy hands VM TCP to the listener by TPROXY instead of the nat chain's redirect:
+	// no NAT, the accepted connection's local address is its original destination. The
+	// listener needs IP_TRANSPARENT (TransparentControl); without it, or with nobody
+	// listening, the connections are redirected as without TCPTProxy. It uses UDPMark and
+	// UDPTable, which it then requires, like UDPPort. The host's own TCP (Local, CagedApps)
+	// is redirected either way: TPROXY works in prerouting only. The daemon leaves it off:
+	// measured, it costs the kernel more per connection than the redirect (README,
+	// Performance).
+	TCPTProxy bool
 	// DNSPort receives captured DNS (UDP and TCP port 53) on the same addresses; 0 means
 	// captured DNS is refused instead.
 	DNSPort uint16
@@ -59,11 +68,11 @@ type Spec struct {
 	// destination, instead of being refused. 0: no UDP capture (refused as the package doc
 	// says). Nobody listening (the guard alone) means refused as well.
 	UDPPort uint16
-	// UDPMark is the packet mark TPROXY puts on the UDP it hands over, and UDPTable the
-	// routing table that a policy routing rule "fwmark UDPMark lookup UDPTable" sends such
-	// packets to: it holds only "local default dev lo" for each family. Install puts the rule
-	// and routes in place, Remove takes them away. Both are required with UDPPort; UDPMark
-	// differs from Mark.
+	// UDPMark is the packet mark TPROXY puts on the UDP (and, with TCPTProxy, the TCP) it
+	// hands over, and UDPTable the routing table that a policy routing rule "fwmark UDPMark
+	// lookup UDPTable" sends such packets to: it holds only "local default dev lo" for each
+	// family. Install puts the rule and routes in place, Remove takes them away. Both are
+	// required with UDPPort or TCPTProxy; UDPMark differs from Mark.
 	UDPMark  uint32
 	UDPTable uint32
 	// CagedApps are the command names (comm, as `ps -e` shows them: at most 15 bytes, a

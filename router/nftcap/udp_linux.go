@@ -127,12 +127,15 @@ func (b *builder) notLocalDst(chain string) {
 // to the router's socket: they carry UDPMark, which only udp_tproxy sets (after the
 // antispoof check), and go to that socket only. Any other datagram to UDPPort, from
 // anywhere, is refused: the socket takes only what TPROXY hands it.
+//
+// With TCPTProxy the same mark accepts the TCP that tcp_tproxy handed to the listener.
 func (b *builder) udpInput(s Spec) {
-	if s.UDPPort == 0 {
-		return
+	if s.tproxied() {
+		b.rule(chainInput, metaEq(expr.MetaKeyMARK, native32(s.UDPMark)), verdict(expr.VerdictAccept))
 	}
-	b.rule(chainInput, metaEq(expr.MetaKeyMARK, native32(s.UDPMark)), verdict(expr.VerdictAccept))
-	b.rule(chainInput, l4proto(unix.IPPROTO_UDP), thDport(s.UDPPort), goTo(reasonChain(refusal.Host)))
+	if s.UDPPort != 0 {
+		b.rule(chainInput, l4proto(unix.IPPROTO_UDP), thDport(s.UDPPort), goTo(reasonChain(refusal.Host)))
+	}
 }
 
 // udpOutputGuard queues, in output_guard, the return of this host's UDP that udp_output

@@ -44,14 +44,15 @@ func dialRoute(o options) (*rtnetlink.Conn, error) {
 }
 
 // installUDPRoutes puts the rule and the routes of s in place (both families) and removes
-// ours that s does not want (another mark or table, or no UDP capture at all).
+// ours that s does not want (another mark or table, or no TPROXY at all: neither UDPPort
+// nor TCPTProxy).
 func installUDPRoutes(s Spec, o options) error {
 	c, err := dialRoute(o)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	want := s.UDPPort != 0
+	want := s.tproxied()
 	rules, err := c.Rule.List()
 	if err != nil {
 		return fmt.Errorf("list rules: %w", err)
