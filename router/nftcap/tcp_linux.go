@@ -1,8 +1,6 @@
 package nftcap
 
 import (
-	"encoding/binary"
-
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
@@ -84,11 +82,5 @@ func (b *builder) tcpCapture(s Spec, vm vmSets) {
 	b.notLocalDst(chainTCPVM)
 	b.rule(chainTCPVM, goTo(chainTCPTProxy))
 
-	port := binary.BigEndian.AppendUint16(nil, s.ListenerPort)
-	for _, fam := range []byte{unix.NFPROTO_IPV4, unix.NFPROTO_IPV6} {
-		b.rule(chainTCPTProxy, nfproto(fam),
-			&expr.Immediate{Register: 1, Data: port},
-			&expr.TProxy{Family: fam, TableFamily: byte(nftables.TableFamilyINet), RegPort: 1},
-			setMark(s.UDPMark), verdict(expr.VerdictAccept))
-	}
+	b.tproxyTo(chainTCPTProxy, s.ListenerPort, s.UDPMark)
 }

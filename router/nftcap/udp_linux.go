@@ -91,13 +91,7 @@ func (b *builder) udpCapture(s Spec, vm vmSets) {
 	b.notLocalDst(chainUDPVM)
 	b.rule(chainUDPVM, goTo(chainUDPTProxy))
 
-	port := binary.BigEndian.AppendUint16(nil, s.UDPPort)
-	for _, fam := range []byte{unix.NFPROTO_IPV4, unix.NFPROTO_IPV6} {
-		b.rule(chainUDPTProxy, nfproto(fam),
-			&expr.Immediate{Register: 1, Data: port},
-			&expr.TProxy{Family: fam, TableFamily: byte(nftables.TableFamilyINet), RegPort: 1},
-			setMark(s.UDPMark), verdict(expr.VerdictAccept))
-	}
+	b.tproxyTo(chainUDPTProxy, s.UDPPort, s.UDPMark)
 
 	if !s.Local && !s.caged() {
 		return
@@ -152,5 +146,18 @@ func setMark(mark uint32) []expr.Any {
 	return []expr.Any{
 		&expr.Immediate{Register: 1, Data: native32(mark)},
 		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
+	}
+}
+
+// tproxyTo fills chain with the TPROXY hand-over to port on this host, for both families:
+// the packet goes to the transparent socket listening there, marked mark (which the policy
+// route delivers locally), and is accepted.
+func (b *builder) tproxyTo(chain string, port uint16, mark uint32) {
+	p := binary.BigEndian.AppendUint16(nil, port)
+	for _, fam := range []byte{unix.NFPROTO_IPV4, unix.NFPROTO_IPV6} {
+		b.rule(chain, nfproto(fam),
+			&expr.Immediate{Register: 1, Data: p},
+			&expr.TProxy{Family: fam, TableFamily: byte(nftables.TableFamilyINet), RegPort: 1},
+			setMark(mark), verdict(expr.VerdictAccept))
 	}
 }
