@@ -364,7 +364,7 @@ func TestExplainFolds(t *testing.T) {
 	}
 }
 
-// TestDecideAllocates nothing: the table folds a query's case as it compares, and builds
+// TestDecideAllocatesNothing: the table folds a query's case as it compares, and builds
 // no lower-case copy (ASCII text; non-ASCII text is lower-cased once).
 func TestDecideAllocatesNothing(t *testing.T) {
 	rs := ruleSet(t,
