@@ -161,6 +161,14 @@ func pathByte(c byte) byte {
 	return lowerByte(c)
 }
 
+// foldByte folds one byte of a flow's text: pathByte when path, else lowerByte.
+func foldByte(c byte, path bool) byte {
+	if path {
+		return pathByte(c)
+	}
+	return lowerByte(c)
+}
+
 // equalLower reports whether a flow's text s folds (lowerByte) to the normalized t.
 func equalLower(s, t string) bool {
 	if len(s) != len(t) {
@@ -254,12 +262,7 @@ func globMatch(pattern, s string, path bool) bool {
 	p, n := 0, 0
 	star, mark := -1, 0
 	for n < len(s) {
-		c := s[n]
-		if path {
-			c = pathByte(c)
-		} else {
-			c = lowerByte(c)
-		}
+		c := foldByte(s[n], path)
 		switch {
 		case p < len(pattern) && (pattern[p] == '?' || pattern[p] == c):
 			p++

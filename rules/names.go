@@ -46,13 +46,7 @@ func mixHash(h uint64) uint64 {
 func hashText(s string, path bool) uint64 {
 	h := uint64(hashSeed)
 	for i := len(s) - 1; i >= 0; i-- {
-		c := s[i]
-		if path {
-			c = pathByte(c)
-		} else {
-			c = lowerByte(c)
-		}
-		h = hashByte(h, c)
+		h = hashByte(h, foldByte(s[i], path))
 	}
 	return mixHash(h)
 }
