@@ -330,25 +330,11 @@ func (st *fieldState) listed(i uint32) bool {
 		}
 	}
 	for _, c := range st.sparse {
-		if listHas(c.list, i) {
+		if _, ok := slices.BinarySearch(c.list, i); ok {
 			return true
 		}
 	}
 	return false
-}
-
-// listHas reports whether the sorted list holds i.
-func listHas(list []uint32, i uint32) bool {
-	lo, hi := 0, len(list)
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if list[mid] < i {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	return lo < len(list) && list[lo] == i
 }
 
 // word returns word w of the field's candidate set. Calls must come with w never decreasing;
