@@ -138,23 +138,11 @@ func SetMark(c syscall.RawConn, mark uint32) error {
 // TransparentControl returns a Control function for the router's TCP listener with
 // Spec.TCPTProxy: SO_MARK mark, as MarkControl, and IP_TRANSPARENT (IPV6_TRANSPARENT on an
 // IPv6 socket: one flag of the socket, which a dual-stack listener's IPv4 connections use
-// too), without which TPROXY does not hand connections to it. It needs CAP_NET_ADMIN.
+// too), without which TPROXY does not hand connections to it, and SO_REUSEADDR (as Go sets
+// on every listener): the same function (transparent) as the UDP capture's sockets. It needs
+// CAP_NET_ADMIN.
 func TransparentControl(mark uint32) func(network, address string, c syscall.RawConn) error {
 	return func(network, _ string, c syscall.RawConn) error {
-		if err := SetMark(c, mark); err != nil {
-			return err
-		}
-		level, opt, name := unix.SOL_IP, unix.IP_TRANSPARENT, "IP_TRANSPARENT"
-		if strings.HasSuffix(network, "6") {
-			level, opt, name = unix.SOL_IPV6, unix.IPV6_TRANSPARENT, "IPV6_TRANSPARENT"
-		}
-		var serr error
-		if err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), level, opt, 1) }); err != nil {
-			return fmt.Errorf("set %s: %w", name, err)
-		}
-		if serr != nil {
-			return fmt.Errorf("set %s: %w", name, serr)
-		}
-		return nil
+		return transparent(c, strings.HasSuffix(network, "6"), false, mark)
 	}
 }
