@@ -159,7 +159,9 @@ func (l *loop) setTickLocked(d time.Duration) {
 
 // run waits for the loop's epoll descriptor in Go's own poller (the descriptor is readable
 // while it has events), so the loop holds no thread while it waits and its wake-ups are
-// scheduled like any goroutine's; the read deadline paces the idle sweep.
+// scheduled like any goroutine's; the read deadline paces the idle sweep. A loop blocking in
+// epoll_wait on a locked thread of its own was measured against this (routerbench, paired):
+// 1.3-1.4 × the router's CPU per connection and no lower latency, so it is not done.
 func (l *loop) run() {
 	defer close(l.done)
 	var events [maxEvents]unix.EpollEvent
