@@ -94,7 +94,7 @@ func matchHosts(hs []Host, f *flow) bool {
 				return true
 			}
 		case HostName:
-			if f.host != "" && equalLower(f.host, h.Name) {
+			if f.host != "" && equalFolded(f.host, h.Name, false) {
 				return true
 			}
 		case HostSuffix:
@@ -142,7 +142,7 @@ func matchServices(want, have []string) bool {
 // "a.b.example.com" and "b.example.com" have the suffix "example.com"; "example.com" itself
 // does not, nor does "badexample.com".
 func hasLabelSuffix(name, suffix string) bool {
-	return len(name) > len(suffix) && name[len(name)-len(suffix)-1] == '.' && equalLower(name[len(name)-len(suffix):], suffix)
+	return len(name) > len(suffix) && name[len(name)-len(suffix)-1] == '.' && equalFolded(name[len(name)-len(suffix):], suffix, false)
 }
 
 // lowerByte folds one byte of a flow's text: ASCII upper case to lower case.
@@ -169,26 +169,14 @@ func foldByte(c byte, path bool) byte {
 	return lowerByte(c)
 }
 
-// equalLower reports whether a flow's text s folds (lowerByte) to the normalized t.
-func equalLower(s, t string) bool {
+// equalFolded reports whether a flow's text s folds (foldByte: pathByte when path, else
+// lowerByte) to the normalized t.
+func equalFolded(s, t string, path bool) bool {
 	if len(s) != len(t) {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if lowerByte(s[i]) != t[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// equalPath reports whether a flow's path s folds (pathByte) to the normalized t.
-func equalPath(s, t string) bool {
-	if len(s) != len(t) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if pathByte(s[i]) != t[i] {
+		if foldByte(s[i], path) != t[i] {
 			return false
 		}
 	}

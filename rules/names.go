@@ -86,7 +86,7 @@ func (n *names) find(h uint64, s string, path bool) (set, bool) {
 			continue
 		}
 		e := &n.entries[sl.entry-1]
-		if path && equalPath(s, e.key) || !path && equalLower(s, e.key) {
+		if equalFolded(s, e.key, path) {
 			return e.set, true
 		}
 	}

@@ -295,12 +295,12 @@ func (a *App) match(name, path string) bool {
 			return false
 		}
 		if a.literal {
-			return equalPath(path, a.pattern)
+			return equalFolded(path, a.pattern, true)
 		}
 		return globMatch(a.pattern, path, true)
 	}
 	if a.literal {
-		return equalLower(name, a.pattern)
+		return equalFolded(name, a.pattern, false)
 	}
 	return globMatch(a.pattern, name, false)
 }
