@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/agentcage/router/cmd/router/checkip"
+	"github.com/agentcage/router/cmd/router/daemon"
 	"github.com/agentcage/router/cmd/router/proxycheck"
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/router/daemon"
 	"github.com/agentcage/router/router/upstream"
 )
 

@@ -7,9 +7,9 @@ import (
 	"io"
 	"time"
 
+	"github.com/agentcage/router/cmd/router/daemon"
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/router/control"
-	"github.com/agentcage/router/router/daemon"
 )
 
 // stopWait bounds how long `cleanup --force` waits for the daemon to exit after SIGTERM (its

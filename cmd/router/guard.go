@@ -5,8 +5,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/agentcage/router/cmd/router/daemon"
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/router/daemon"
 )
 
 func cmdGuard(args []string, stdout, stderr io.Writer) int {

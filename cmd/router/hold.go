@@ -5,7 +5,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/agentcage/router/router/daemon"
+	"github.com/agentcage/router/cmd/router/daemon"
 )
 
 // cmdHold is the WinDivert holder the daemon starts on Windows (not for people): it keeps

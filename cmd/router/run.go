@@ -9,8 +9,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/agentcage/router/cmd/router/daemon"
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/router/daemon"
 )
 
 // contextT is context.Context, short for the service hooks' signatures.

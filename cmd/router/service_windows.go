@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/agentcage/router/cmd/router/daemon"
+	"github.com/agentcage/router/cmd/router/service"
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/router/daemon"
-	"github.com/agentcage/router/router/service"
 )
 
 func cmdService(args []string, stdout, stderr io.Writer) int {

@@ -43,7 +43,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/upstream/upstreamtest", "router/upstream", ""},
 	{"router/auditlog", "", "internal/winetest"},
 	{"router/ask", "", ""},
-	{"router/console", "router/control", ""},
+	{"cmd/router/console", "router/control", ""},
 	{"router/upstream/socks5", "internal/secret", "internal/winetest router/upstream/socks5/socks5test"},
 	{"router/upstream/socks5/socks5test", "", ""},
 	{"router/upstream/socks4", "", ""},
@@ -51,20 +51,20 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/upstream/socks4/socks4test", "", ""},
 	{"router/upstream/httpconnect", "internal/secret", "router/upstream/httpconnect/httpconnecttest"},
 	{"router/upstream/httpconnect/httpconnecttest", "", ""},
-	{"router/nftcap", "internal/netaddr internal/ports router/cagemark rules/policy rules/refusal", "internal/roottest"},
+	{"router/nftcap", "internal/netaddr internal/ports router/nftcap/cagemark rules/policy rules/refusal", "internal/roottest"},
 	{"router/nftcap/nflog", "", "internal/roottest"},
 	{"router/sockmap", "", "internal/roottest"},
-	{"router/cagemark", "", "internal/roottest"},
+	{"router/nftcap/cagemark", "", "internal/roottest"},
 	{"router/proc", "rules", "router/proc/proctest"},
 	{"router/proc/proctest", "router/proc", ""},
 
 	// Operations: the wiring and what it serves.
-	{"router/daemon", "conf dns internal/netaddr internal/ports router router/ask router/auditlog router/console router/control router/metrics router/nftcap router/nftcap/nflog router/proc router/service router/upstream rules rules/modelapi rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
-		"internal/winetest router/daemon/daemontest router/upstream/socks5 router/upstream/socks5/socks5test rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
-	{"router/daemon/daemontest", "conf dns router/proc rules/policy rules/refusal", ""},
+	{"cmd/router/daemon", "conf dns internal/netaddr internal/ports router router/ask router/auditlog cmd/router/console router/control cmd/router/metrics router/nftcap router/nftcap/nflog router/proc cmd/router/service router/upstream rules rules/modelapi rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
+		"internal/winetest cmd/router/daemon/daemontest router/upstream/socks5 router/upstream/socks5/socks5test rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
+	{"cmd/router/daemon/daemontest", "conf dns router/proc rules/policy rules/refusal", ""},
 	{"router/control", "internal/accept", ""},
-	{"router/metrics", "router/control rules/refusal", ""},
-	{"router/service", "windivert/dist", "internal/winetest"},
+	{"cmd/router/metrics", "router/control rules/refusal", ""},
+	{"cmd/router/service", "windivert/dist", "internal/winetest"},
 
 	// The Windows capture.
 	{"windivert", "internal/netaddr internal/ports", "internal/winetest windivert/packet windivert/windiverttest"},
@@ -80,7 +80,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert/cmd/wdprobe", "router/proc windivert windivert/dist windivert/packet", ""},
 
 	// The commands.
-	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck conf conf/lint conf/proxifier router/auditlog router/control router/daemon router/service router/upstream rules rules/policy windivert/adapters",
+	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck conf conf/lint conf/proxifier router/auditlog router/control cmd/router/daemon cmd/router/service router/upstream rules rules/policy windivert/adapters",
 		"router/upstream/socks5/socks5test rules/policy/policytest"},
 	{"cmd/router/checkip", "", ""},
 	{"cmd/router/learn", "router/auditlog", "conf conf/lint rules rules/policy"},
@@ -97,7 +97,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"internal/roottest", "", ""},
 	{"internal/winetest", "", ""},
 	{"internal/modeltest", "", ""},
-	{"internal/lab", "internal/netaddr router/cagemark", "internal/roottest"},
+	{"internal/lab", "internal/netaddr router/nftcap/cagemark", "internal/roottest"},
 	{"internal/bench", "router/upstream/socks5", "router/upstream/socks5/socks5test"},
 	{"internal/notices", "", ""},
 	{"internal/deptest", "", ""},
@@ -139,7 +139,7 @@ var layers = []layer{
 			}
 			return nil
 		}},
-	{"only the wiring (router/daemon, cmd/) imports both captures", bothOnlyInWiring},
+	{"only the wiring (cmd/router/daemon, cmd/) imports both captures", bothOnlyInWiring},
 	{"dns answers names and knows nothing of the data path it serves",
 		never([]string{"dns/..."}, "router", "router/...")},
 }
@@ -254,7 +254,7 @@ func TestRulesSeeViolations(t *testing.T) {
 		commandRoot("windivert/cmd/wdprobe") != "windivert/cmd/wdprobe" || commandRoot("router/control") != "" {
 		t.Error("commandRoot or within is wrong")
 	}
-	if !testSupport("router/daemon/daemontest") || !testSupport("internal/roottest") || testSupport("router/control") {
+	if !testSupport("cmd/router/daemon/daemontest") || !testSupport("internal/roottest") || testSupport("router/control") {
 		t.Error("testSupport is wrong")
 	}
 }
@@ -293,7 +293,7 @@ func never(from []string, forbidden ...string) func(string, []string) []string {
 }
 
 func bothOnlyInWiring(p string, reach []string) []string {
-	if p == "router/daemon" || within(p, "cmd") {
+	if p == "cmd/router/daemon" || within(p, "cmd") {
 		return nil
 	}
 	var win, linux []string

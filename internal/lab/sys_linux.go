@@ -9,7 +9,7 @@ import (
 	"runtime"
 	"syscall"
 
-	"github.com/agentcage/router/router/cagemark"
+	"github.com/agentcage/router/router/nftcap/cagemark"
 	"golang.org/x/sys/unix"
 )
 

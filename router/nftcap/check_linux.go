@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/nftables"
 
-	"github.com/agentcage/router/router/cagemark"
+	"github.com/agentcage/router/router/nftcap/cagemark"
 )
 
 // layout is the shape of a table: its chains with the number of rules of each, and its

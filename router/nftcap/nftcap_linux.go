@@ -13,7 +13,7 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/agentcage/router/router/cagemark"
+	"github.com/agentcage/router/router/nftcap/cagemark"
 	"github.com/agentcage/router/rules/refusal"
 )
 

@@ -12,9 +12,9 @@ import (
 
 	"golang.org/x/sys/windows"
 
+	"github.com/agentcage/router/cmd/router/service"
 	"github.com/agentcage/router/internal/ports"
 	"github.com/agentcage/router/router/proc"
-	"github.com/agentcage/router/router/service"
 	"github.com/agentcage/router/windivert"
 	"github.com/agentcage/router/windivert/adapters"
 	"github.com/agentcage/router/windivert/redirect"

@@ -9,8 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/agentcage/router/cmd/router/console"
 	"github.com/agentcage/router/internal/netaddr"
-	"github.com/agentcage/router/router/console"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/router/ask"

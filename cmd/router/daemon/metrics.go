@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"syscall"
 
-	"github.com/agentcage/router/router/metrics"
+	"github.com/agentcage/router/cmd/router/metrics"
 )
 
 // metricsRun is the Prometheus endpoint of [metrics] listen: its socket and its server.

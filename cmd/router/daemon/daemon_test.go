@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/cmd/router/daemon/daemontest"
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/router/daemon/daemontest"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 )

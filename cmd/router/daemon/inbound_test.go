@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/router/daemon/daemontest"
+	"github.com/agentcage/router/cmd/router/daemon/daemontest"
 	"github.com/agentcage/router/router/upstream/socks5"
 )
 

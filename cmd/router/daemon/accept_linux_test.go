@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentcage/router/cmd/router/daemon/daemontest"
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/router"
-	"github.com/agentcage/router/router/daemon/daemontest"
 	"github.com/agentcage/router/rules/policy"
 )
 

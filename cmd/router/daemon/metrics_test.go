@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/router/daemon/daemontest"
+	"github.com/agentcage/router/cmd/router/daemon/daemontest"
 )
 
 // scrape fetches http://addr/metrics; ok is false when nothing answers there.
