@@ -79,7 +79,7 @@ func TestShippedConfigs(t *testing.T) {
 	}
 }
 
-// TestDocumentedExamples: every TOML block in README.md and docs/config.md is a config that
+// TestDocumentedExamples: every TOML block in README.md and docs/*.md is a config that
 // parses (for Linux, or for Windows when Linux refuses it), so no example in the docs is out
 // of date. Files the examples name (passwords, CA certificates) are stood in for.
 func TestDocumentedExamples(t *testing.T) {
@@ -98,7 +98,8 @@ func TestDocumentedExamples(t *testing.T) {
 		},
 	}
 	n := 0
-	for _, doc := range []string{"../../README.md", "../../docs/config.md"} {
+	docs, _ := filepath.Glob("../../docs/*.md")
+	for _, doc := range append([]string{"../../README.md"}, docs...) {
 		data, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
