@@ -20,7 +20,10 @@ import (
 // near the edges (ports, pools, TTLs, forwards) are tried.
 func TestWhatConfAcceptsRuns(t *testing.T) {
 	var texts []string
-	files, _ := filepath.Glob("../../testdata/conf/*.toml")
+	files, _ := filepath.Glob("../../../testdata/conf/*.toml")
+	if len(files) == 0 {
+		t.Fatal("no shipped configs found under testdata/conf")
+	}
 	for _, f := range files {
 		opts := conf.Options{LookupEnv: func(string) (string, bool) { return "pw", true }}
 		if strings.HasPrefix(filepath.Base(f), "windows-") {
