@@ -15,6 +15,8 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
+
+	"github.com/agentcage/router/internal/wait"
 )
 
 // dialFrom opens a DNS-over-TCP connection to addr from the loopback address local.
@@ -92,16 +94,10 @@ func TestServeTCPLimits(t *testing.T) {
 			t.Errorf("another source: %v", err)
 		}
 		conns[0].Close()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			err := ask(dialFrom(t, "127.0.0.1", tcpAddr), "again.example.")
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no connection of the source served after one closed: %v", err)
-			}
-			time.Sleep(20 * time.Millisecond)
+		if err := wait.Until(5*time.Second, func() error {
+			return ask(dialFrom(t, "127.0.0.1", tcpAddr), "again.example.")
+		}); err != nil {
+			t.Fatalf("no connection of the source served after one closed: %v", err)
 		}
 	})
 	t.Run("in all: the source holding the most gives way", func(t *testing.T) {
@@ -303,13 +299,7 @@ func TestInflightLimit(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.For(t, "the condition", 10*time.Second, cond)
 }
 
 // recorder is a slog.Handler that keeps the records.

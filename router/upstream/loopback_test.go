@@ -15,11 +15,11 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/echotest"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/httpconnect"
 	"github.com/agentcage/router/router/upstream/httpconnect/httpconnecttest"
@@ -50,32 +50,7 @@ func (c *countingDial) dial(ctx context.Context, network, addr string) (net.Conn
 
 func startTarget(t *testing.T) netip.AddrPort {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("target listen: %v", err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(ioTimeout))
-				if _, err := io.WriteString(c, banner); err != nil {
-					return
-				}
-				_, _ = io.Copy(c, c)
-			})
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-	return ln.Addr().(*net.TCPAddr).AddrPort()
+	return echotest.Banner(t, banner, ioTimeout)
 }
 
 func startUDPEcho(t *testing.T) netip.AddrPort {

@@ -11,10 +11,10 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/echotest"
 	"github.com/agentcage/router/router/upstream/httpconnect"
 	"github.com/agentcage/router/router/upstream/httpconnect/httpconnecttest"
 )
@@ -23,32 +23,7 @@ const ioTimeout = 10 * time.Second
 
 func startTarget(t *testing.T) netip.AddrPort {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("target listen: %v", err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(ioTimeout))
-				if _, err := io.WriteString(c, banner); err != nil {
-					return
-				}
-				_, _ = io.Copy(c, c)
-			})
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-	return ln.Addr().(*net.TCPAddr).AddrPort()
+	return echotest.Banner(t, banner, ioTimeout)
 }
 
 func dial(t *testing.T, p *httpconnecttest.Proxy) net.Conn {

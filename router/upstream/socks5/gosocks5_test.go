@@ -12,10 +12,10 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/echotest"
 	"github.com/agentcage/router/internal/winetest"
 	"github.com/agentcage/router/router/upstream/socks5"
 	"github.com/agentcage/router/router/upstream/socks5/socks5test"
@@ -32,32 +32,7 @@ const (
 // accept, then echoes. It stops at cleanup.
 func startTarget(t testing.TB) netip.AddrPort {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("target listen: %v", err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(ioTimeout))
-				if _, err := io.WriteString(c, banner); err != nil {
-					return
-				}
-				_, _ = io.Copy(c, c)
-			})
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-	return ln.Addr().(*net.TCPAddr).AddrPort()
+	return echotest.Banner(t, banner, ioTimeout)
 }
 
 // startProxy runs go-socks5 (socks5test) with its username/password
