@@ -41,52 +41,33 @@ func (u *httpUpstream) Name() string { return u.name }
 
 // Connect asks the proxy for a tunnel to dst.
 func (u *httpUpstream) Connect(ctx context.Context, dst Addr, early []byte) (net.Conn, error) {
-	fail := func(err error, refused, sent bool) (net.Conn, error) {
-		return nil, &Error{Upstream: u.name, Op: "connect", Dst: dst, Refused: refused, Sent: sent, Err: err}
-	}
 	host := dst.Name
 	if host == "" {
 		host = dst.IP.String()
 	}
-	c, err := u.ep.connect(ctx)
-	if err != nil {
-		return fail(err, false, false)
+	p := protocol{
+		name: u.name, ep: u.ep, pipeline: u.pipeline,
+		shake: func(hc *handshakeConn) error {
+			_, err := u.client.Handshake(hc, host, dst.Port)
+			return err
+		},
+		// A status answer means no tunnel: nothing was relayed.
+		relayed: func(_ *handshakeConn, err error) bool {
+			var se *httpconnect.StatusError
+			return !errors.As(err, &se)
+		},
+		refused: isRefusal,
 	}
-	release := bind(ctx, c)
-	conn := c
 	if u.tls != nil {
-		tc := tls.Client(c, u.tls)
-		if err = tc.HandshakeContext(ctx); err != nil {
-			err = fmt.Errorf("tls with proxy %s: %w", u.ep, err)
-		}
-		conn = tc
-	}
-	sent := false
-	if err == nil {
-		hc := &handshakeConn{Conn: conn}
-		if u.pipeline {
-			hc.early = early
-		}
-		_, err = u.client.Handshake(hc, host, dst.Port)
-		var se *httpconnect.StatusError
-		if err != nil {
-			// A status answer means no tunnel: nothing was relayed.
-			sent = u.pipeline && len(early) > 0 && !errors.As(err, &se)
-		} else if !u.pipeline && len(early) > 0 {
-			sent = true
-			if _, werr := conn.Write(early); werr != nil {
-				err = fmt.Errorf("write early bytes: %w", werr)
+		p.secure = func(ctx context.Context, c net.Conn) (net.Conn, error) {
+			tc := tls.Client(c, u.tls)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				return tc, fmt.Errorf("tls with proxy %s: %w", u.ep, err)
 			}
+			return tc, nil
 		}
 	}
-	if cerr := release(); err == nil && cerr != nil {
-		err = cerr
-	}
-	if err != nil {
-		conn.Close()
-		return fail(withCtx(ctx, err), isRefusal(err), sent)
-	}
-	return conn, nil
+	return connectThrough(ctx, p, dst, early)
 }
 
 // Associate fails: HTTP CONNECT carries TCP only.

@@ -3,7 +3,6 @@ package upstream
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 
 	"github.com/agentcage/router/router/upstream/socks4"
@@ -30,44 +29,27 @@ func (u *socks4Upstream) Name() string { return u.name }
 
 // Connect asks the proxy to CONNECT to dst.
 func (u *socks4Upstream) Connect(ctx context.Context, dst Addr, early []byte) (net.Conn, error) {
-	fail := func(err error, refused, sent bool) (net.Conn, error) {
-		return nil, &Error{Upstream: u.name, Op: "connect", Dst: dst, Refused: refused, Sent: sent, Err: err}
-	}
 	if _, err := socks4.AppendRequest(nil, u.client.UserID, dst.Name, dst.IP, dst.Port); err != nil {
 		// The flow's fault (an IPv6 destination), not the proxy's: it stays healthy.
-		return fail(err, true, false)
+		return nil, &Error{Upstream: u.name, Op: "connect", Dst: dst, Refused: true, Err: err}
 	}
-	c, err := u.ep.connect(ctx)
-	if err != nil {
-		return fail(err, false, false)
-	}
-	release := bind(ctx, c)
-	hc := &handshakeConn{Conn: c}
-	if u.pipeline {
-		hc.early = early
-	}
-	err = u.client.Handshake(hc, dst.Name, dst.IP, dst.Port)
-	var re *socks4.ReplyError
-	isReply := errors.As(err, &re)
-	sent := false
-	if err != nil {
-		sent = u.pipeline && len(early) > 0 && !isReply
-	} else if !u.pipeline && len(early) > 0 {
-		sent = true
-		if _, werr := c.Write(early); werr != nil {
-			err = fmt.Errorf("write early bytes: %w", werr)
-		}
-	}
-	if cerr := release(); err == nil && cerr != nil {
-		err = cerr
-	}
-	if err != nil {
-		c.Close()
+	return connectThrough(ctx, protocol{
+		name: u.name, ep: u.ep, pipeline: u.pipeline,
+		shake: func(hc *handshakeConn) error {
+			return u.client.Handshake(hc, dst.Name, dst.IP, dst.Port)
+		},
+		// A reply (granted or not) means the proxy read the request and answered it.
+		relayed: func(_ *handshakeConn, err error) bool {
+			var re *socks4.ReplyError
+			return !errors.As(err, &re)
+		},
 		// 91 is the proxy's answer about the destination (or its policy); 92 and 93 (identd)
 		// are about this client, and count against the proxy like a refused login.
-		return fail(withCtx(ctx, err), isReply && re.Code == socks4.Rejected, sent)
-	}
-	return c, nil
+		refused: func(err error) bool {
+			var re *socks4.ReplyError
+			return errors.As(err, &re) && re.Code == socks4.Rejected
+		},
+	}, dst, early)
 }
 
 // Associate fails: SOCKS4 carries TCP only.

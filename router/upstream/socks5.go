@@ -42,40 +42,20 @@ func (u *socksUpstream) answerLen() int {
 
 // Connect asks the proxy to CONNECT to dst.
 func (u *socksUpstream) Connect(ctx context.Context, dst Addr, early []byte) (net.Conn, error) {
-	fail := func(err error, refused, sent bool) (net.Conn, error) {
-		return nil, &Error{Upstream: u.name, Op: "connect", Dst: dst, Refused: refused, Sent: sent, Err: err}
-	}
-	c, err := u.ep.connect(ctx)
-	if err != nil {
-		return fail(err, false, false)
-	}
-	release := bind(ctx, c)
-	hc := &handshakeConn{Conn: c}
-	if u.pipeline {
-		hc.early = early
-	}
-	_, err = u.client.Handshake(hc, dst)
-	sent := false
-	if err != nil {
-		// Pipelined early bytes went with the request; once the proxy's
-		// answers before the reply are in, it has read the request and
-		// may have connected and relayed them, unless it says it did not.
-		sent = u.pipeline && len(early) > 0 && hc.read >= u.answerLen() && !isReply(err) &&
-			!errors.Is(err, socks5.ErrAuthFailed) && !errors.Is(err, socks5.ErrNoAcceptableMethods)
-	} else if !u.pipeline && len(early) > 0 {
-		sent = true
-		if _, werr := c.Write(early); werr != nil {
-			err = fmt.Errorf("write early bytes: %w", werr)
-		}
-	}
-	if cerr := release(); err == nil && cerr != nil {
-		err = cerr
-	}
-	if err != nil {
-		c.Close()
-		return fail(withCtx(ctx, err), isRefusal(err), sent)
-	}
-	return c, nil
+	return connectThrough(ctx, protocol{
+		name: u.name, ep: u.ep, pipeline: u.pipeline,
+		shake: func(hc *handshakeConn) error {
+			_, err := u.client.Handshake(hc, dst)
+			return err
+		},
+		// Once the proxy's answers before the reply are in, it has read the request and may
+		// have connected and relayed the early bytes, unless it says it did not.
+		relayed: func(hc *handshakeConn, err error) bool {
+			return hc.read >= u.answerLen() && !isReply(err) &&
+				!errors.Is(err, socks5.ErrAuthFailed) && !errors.Is(err, socks5.ErrNoAcceptableMethods)
+		},
+		refused: isRefusal,
+	}, dst, early)
 }
 
 // Associate asks the proxy for a UDP association and opens the UDP socket
