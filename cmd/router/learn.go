@@ -58,7 +58,7 @@ func cmdLearn(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	s := learn.NewSession()
-	if err := readFlowLogs(s, *flows); err != nil {
+	if err := readFlowLogs(*flows, s.Add); err != nil {
 		fmt.Fprintf(stderr, "router learn: %v\n", err)
 		return exitUsage
 	}
@@ -81,8 +81,9 @@ func cmdLearn(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// readFlowLogs reads path's rotated files, oldest first (PATH.N ... PATH.1), then path.
-func readFlowLogs(s *learn.Session, path string) error {
+// readFlowLogs reads path's rotated files, oldest first (PATH.N ... PATH.1), then path, and
+// calls add with each record.
+func readFlowLogs(path string, add func(auditlog.Record)) error {
 	files := auditlog.Files(path)
 	for _, name := range files {
 		f, err := os.Open(name)
@@ -92,7 +93,7 @@ func readFlowLogs(s *learn.Session, path string) error {
 		if err != nil {
 			return fmt.Errorf("open the flow log: %w", err)
 		}
-		err = s.Read(f, name)
+		err = auditlog.Read(f, name, add)
 		f.Close()
 		if err != nil {
 			return err

@@ -33,6 +33,7 @@ func commands() []command {
 		{"explain", "--config FILE [--app NAME] [--path PATH] [--service NAME]... [--src IP] [--from-vm] [--network tcp|udp] --dst HOST:PORT [--os linux|windows] [--json]", "show what happens to a flow: the implicit step or the rule that decides, and why each earlier rule did not", cmdExplain},
 		{"lint", "--config FILE [--os linux|windows] [--strict] [--json]", "report shadowed rules, local destinations sent to a proxy, leaks written out, caged traffic with no way out, unsafe forwards", cmdLint},
 		{"learn", "--config FILE [--flows PATH] [--suggest] [--proxy NAME] [--json]", "from a session's flow log: what the caged traffic reached, or (--suggest) an allow-list for it", cmdLearn},
+		{"diff", "--flows PATH [--old FILE | --socket PATH] --new FILE [--os linux|windows] [--json]", "replay a recorded session under the config in force and a new one: what the new one would refuse, open or move", cmdDiff},
 		{"check-ip", "[--echo URL]... [--expect IP] [--expect-not IP] [--model URL] [--dns-whoami NAME] [--stun HOST:PORT]... [--echo6 URL]... [--no-udp] [--no-ipv6] [--timeout D] [--json]", "from inside the guest: prove the cage holds (exit IP, model, DNS, UDP, IPv6)", cmdCheckIP},
 		{"check-proxy", "--config FILE [--proxy NAME] [--echo URL]... [--json]", "from this host: test each upstream proxy (reach, credentials, exit address, DNS through it, latency)", cmdCheckProxy},
 		{"status", "[--config FILE | --socket PATH] [--json]", "the running daemon's live flows and per-rule counters", cmdStatus},

@@ -9,10 +9,7 @@
 package learn
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/netip"
@@ -24,9 +21,6 @@ import (
 	"github.com/agentcage/router/router/auditlog"
 	"golang.org/x/net/publicsuffix"
 )
-
-// maxLine bounds a line of the flow log (its records are a few hundred bytes).
-const maxLine = 64 << 10
 
 // Destination is what the session did with one destination: a name, or an address that
 // came without one.
@@ -58,43 +52,13 @@ type Session struct {
 func NewSession() *Session { return &Session{Dest: map[string]*Destination{}} }
 
 // LineError is a line of the flow log that is not a record.
-type LineError struct {
-	File string
-	Line int
-	Err  error
-}
-
-func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err) }
-func (e *LineError) Unwrap() error { return e.Err }
+type LineError = auditlog.LineError
 
 // Read adds the records of the flow log r (named file, for errors) to s. A line that is
 // not a JSON record ends the read with a *LineError, except a last line cut short (the
 // daemon may be writing it).
 func (s *Session) Read(r io.Reader, file string) error {
-	br := bufio.NewReaderSize(r, 64<<10)
-	for n := 1; ; n++ {
-		line, err := br.ReadSlice('\n')
-		if err == bufio.ErrBufferFull {
-			return &LineError{file, n, fmt.Errorf("a line longer than %d bytes", maxLine)}
-		}
-		last := err == io.EOF
-		if err != nil && !last {
-			return fmt.Errorf("read %s: %w", file, err)
-		}
-		if line = bytes.TrimSpace(line); len(line) > 0 {
-			var rec auditlog.Record
-			if jerr := json.Unmarshal(line, &rec); jerr != nil {
-				if last {
-					return nil // a record still being written
-				}
-				return &LineError{file, n, fmt.Errorf("not a flow log record: %w", jerr)}
-			}
-			s.Add(rec)
-		}
-		if last {
-			return nil
-		}
-	}
+	return auditlog.Read(r, file, s.Add)
 }
 
 // Add counts one record: a caged flow that ended or was refused. Other records (this
