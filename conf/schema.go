@@ -413,47 +413,80 @@ func checkInterface(s string) error {
 }
 
 func (d *decoder) forwards(c *Config, v any) {
-	list, ok := v.([]map[string]any)
-	if !ok {
-		d.fail(at{path: "forward"}, "must be an array of tables [[forward]], not %s", typeName(v))
-		return
-	}
-	for i, m := range list {
-		a := at{path: "forward[" + strconv.Itoa(i+1) + "]", where: "forward #" + strconv.Itoa(i+1)}
-		f := Forward{Line: d.loc.line(a.path)}
-		if v, ok := m["name"]; ok {
-			if f.Name, ok = d.str(a.key("name"), v); ok {
-				a.where += " " + strconv.Quote(f.Name)
-			}
-		}
-		d.checkKeys(a, m, forwardKeys)
-		if v, ok := m["listen"]; ok {
-			f.Listen, _ = d.addrPort(a.key("listen"), v, "(a VM-facing address of this host)")
-		} else {
-			d.fail(a, "missing key \"listen\" (the VM-facing address:port)")
-		}
+	d.listeners(v, "forward", forwardKeys, listenerText{
+		listen:     "(the VM-facing address:port)",
+		allowEmpty: "is empty: list the sources allowed to connect (the VM subnets)",
+		allowMiss:  "(the sources allowed to connect, e.g. the VM subnet)",
+	}, func(a at, m map[string]any, l listener) {
+		f := Forward{Name: l.name, Line: l.line, Listen: l.listen, Allow: l.allow, UnsafeAnyAddress: l.unsafe}
 		if v, ok := m["connect"]; ok {
 			f.Connect, _ = d.addrPort(a.key("connect"), v, "(the model server, e.g. 127.0.0.1:47831)")
 		} else {
 			d.fail(a, "missing key \"connect\" (the model server's address:port)")
 		}
+		d.forwardAPI(&f, a, m)
+		c.Forwards = append(c.Forwards, f)
+	})
+}
+
+// listener is what the listeners a guest connects to ([[forward]], [[inbound]]) have in
+// common, as decoded by listeners.
+type listener struct {
+	name   string // the name given, else DefaultName's
+	line   int
+	listen netip.AddrPort
+	allow  []netip.Prefix
+	unsafe bool // unsafe_any_address
+}
+
+// listenerText is how a listener kind words its missing or empty keys.
+type listenerText struct {
+	listen     string // after `missing key "listen"`
+	allowEmpty string // the message for an empty allow
+	allowMiss  string // after `missing key "allow"`
+}
+
+// listeners decodes an array of tables of one listener kind (kind is its key, keys its
+// allowed keys): the keys every listener has (name, listen, allow, unsafe_any_address, and
+// the refusal of an any-address listen without unsafe_any_address) once for both kinds, then
+// each calls rest with the table's position, the table and what was decoded, to decode its
+// own keys and keep the listener.
+func (d *decoder) listeners(v any, kind string, keys []string, text listenerText, rest func(a at, m map[string]any, l listener)) {
+	list, ok := v.([]map[string]any)
+	if !ok {
+		d.fail(at{path: kind}, "must be an array of tables [[%s]], not %s", kind, typeName(v))
+		return
+	}
+	for i, m := range list {
+		a := at{path: kind + "[" + strconv.Itoa(i+1) + "]", where: kind + " #" + strconv.Itoa(i+1)}
+		l := listener{line: d.loc.line(a.path)}
+		if v, ok := m["name"]; ok {
+			if l.name, ok = d.str(a.key("name"), v); ok {
+				a.where += " " + strconv.Quote(l.name)
+			}
+		}
+		d.checkKeys(a, m, keys)
+		if v, ok := m["listen"]; ok {
+			l.listen, _ = d.addrPort(a.key("listen"), v, "(a VM-facing address of this host)")
+		} else {
+			d.fail(a, "missing key \"listen\" %s", text.listen)
+		}
 		if v, ok := m["allow"]; ok {
-			f.Allow = d.prefixes(a.key("allow"), v)
+			l.allow = d.prefixes(a.key("allow"), v)
 			if xs, ok := v.([]any); ok && len(xs) == 0 {
-				d.fail(a.key("allow"), "is empty: list the sources allowed to connect (the VM subnets)")
+				d.fail(a.key("allow"), "%s", text.allowEmpty)
 			}
 		} else {
-			d.fail(a, "missing key \"allow\" (the sources allowed to connect, e.g. the VM subnet)")
+			d.fail(a, "missing key \"allow\" %s", text.allowMiss)
 		}
 		if v, ok := m["unsafe_any_address"]; ok {
-			f.UnsafeAnyAddress, _ = d.boolean(a.key("unsafe_any_address"), v)
+			l.unsafe, _ = d.boolean(a.key("unsafe_any_address"), v)
 		}
-		d.forwardAPI(&f, a, m)
-		if f.Listen.IsValid() && f.Listen.Addr().IsUnspecified() && !f.UnsafeAnyAddress {
-			d.fail(a.key("listen"), "%s listens on every address, reachable from any network this host is on; give the VM-facing address (or set unsafe_any_address = true)", f.Listen)
+		if l.listen.IsValid() && l.listen.Addr().IsUnspecified() && !l.unsafe {
+			d.fail(a.key("listen"), "%s listens on every address, reachable from any network this host is on; give the VM-facing address (or set unsafe_any_address = true)", l.listen)
 		}
-		f.Name = DefaultName(f.Name, f.Listen)
-		c.Forwards = append(c.Forwards, f)
+		l.name = DefaultName(l.name, l.listen)
+		rest(a, m, l)
 	}
 }
 
@@ -513,20 +546,12 @@ func (d *decoder) forwardAPI(f *Forward, a at, m map[string]any) {
 }
 
 func (d *decoder) inbounds(c *Config, v any) {
-	list, ok := v.([]map[string]any)
-	if !ok {
-		d.fail(at{path: "inbound"}, "must be an array of tables [[inbound]], not %s", typeName(v))
-		return
-	}
-	for i, m := range list {
-		a := at{path: "inbound[" + strconv.Itoa(i+1) + "]", where: "inbound #" + strconv.Itoa(i+1)}
-		in := Inbound{Type: ProxySOCKS5, Line: d.loc.line(a.path)}
-		if v, ok := m["name"]; ok {
-			if in.Name, ok = d.str(a.key("name"), v); ok {
-				a.where += " " + strconv.Quote(in.Name)
-			}
-		}
-		d.checkKeys(a, m, inboundKeys)
+	d.listeners(v, "inbound", inboundKeys, listenerText{
+		listen:     "(the VM-facing address:port the guest is pointed at)",
+		allowEmpty: "is empty: list the sources allowed to use the proxy (the VM subnets)",
+		allowMiss:  "(the sources allowed to use the proxy, e.g. the VM subnet)",
+	}, func(a at, m map[string]any, l listener) {
+		in := Inbound{Type: ProxySOCKS5, Name: l.name, Line: l.line, Listen: l.listen, Allow: l.allow, UnsafeAnyAddress: l.unsafe}
 		if v, ok := m["type"]; ok {
 			if s, ok := d.str(a.key("type"), v); ok {
 				if s != ProxySOCKS5 && s != ProxyHTTP {
@@ -535,28 +560,8 @@ func (d *decoder) inbounds(c *Config, v any) {
 				in.Type = s
 			}
 		}
-		if v, ok := m["listen"]; ok {
-			in.Listen, _ = d.addrPort(a.key("listen"), v, "(a VM-facing address of this host)")
-		} else {
-			d.fail(a, "missing key \"listen\" (the VM-facing address:port the guest is pointed at)")
-		}
-		if v, ok := m["allow"]; ok {
-			in.Allow = d.prefixes(a.key("allow"), v)
-			if xs, ok := v.([]any); ok && len(xs) == 0 {
-				d.fail(a.key("allow"), "is empty: list the sources allowed to use the proxy (the VM subnets)")
-			}
-		} else {
-			d.fail(a, "missing key \"allow\" (the sources allowed to use the proxy, e.g. the VM subnet)")
-		}
-		if v, ok := m["unsafe_any_address"]; ok {
-			in.UnsafeAnyAddress, _ = d.boolean(a.key("unsafe_any_address"), v)
-		}
-		if in.Listen.IsValid() && in.Listen.Addr().IsUnspecified() && !in.UnsafeAnyAddress {
-			d.fail(a.key("listen"), "%s listens on every address, reachable from any network this host is on; give the VM-facing address (or set unsafe_any_address = true)", in.Listen)
-		}
-		in.Name = DefaultName(in.Name, in.Listen)
 		c.Inbounds = append(c.Inbounds, in)
-	}
+	})
 }
 
 func (d *decoder) relay(c *Config, v any) {
