@@ -65,11 +65,22 @@ func (s *Server) HandleFrom(ctx context.Context, src Source, req *mdns.Msg) *mdn
 		}
 	}
 	k := s.keyOf(src)
-	s.answer(ctx, k, req.Question[0], m)
+	s.answer(ctx, src, k, req.Question[0], m)
 	if s.walls != nil && (s.mode == ModeProxy || s.direct.match(canonical(req.Question[0].Name))) && len(m.Answer) > 0 && s.walls.Caged(src) {
 		s.wall(k, req.Question[0], m)
 	}
 	return m
+}
+
+// blocked adds to m, when the query carried EDNS (m.Extra holds the OPT), the Extended DNS
+// Error 15 "Blocked" with text (RFC 8914 §4.16).
+func blocked(m *mdns.Msg, text string) {
+	for _, rr := range m.Extra {
+		if o, ok := rr.(*mdns.OPT); ok {
+			o.Option = append(o.Option, &mdns.EDNS0_EDE{InfoCode: mdns.ExtendedErrorCodeBlocked, ExtraText: text})
+			return
+		}
+	}
 }
 
 // wall leaves out of m's answer the addresses the host walls refuse a caged client on every
@@ -102,9 +113,9 @@ func (s *Server) wall(k sourceKey, q mdns.Question, m *mdns.Msg) {
 	}
 }
 
-// answer fills m (rcode and sections; Extra already holds the OPT, if any) for q, asked by the
-// source with key k.
-func (s *Server) answer(ctx context.Context, k sourceKey, q mdns.Question, m *mdns.Msg) {
+// answer fills m (rcode and sections; Extra already holds the OPT, if any) for q, asked by
+// src, whose key is k.
+func (s *Server) answer(ctx context.Context, src Source, k sourceKey, q mdns.Question, m *mdns.Msg) {
 	if q.Qclass != mdns.ClassINET {
 		m.Rcode = mdns.RcodeRefused
 		return
@@ -171,6 +182,14 @@ func (s *Server) answer(ctx context.Context, k sourceKey, q mdns.Question, m *md
 	if s.mode == ModeProxy {
 		s.answerRelayed(ctx, k, q, name, m)
 		return
+	}
+	if s.names != nil && name != "" && !underOrAt(name, "arpa") {
+		if why, text, refused := s.names.Refused(src, name); refused {
+			s.refused(why, k, name)
+			s.negative(m, mdns.RcodeNameError)
+			blocked(m, text)
+			return
+		}
 	}
 	switch q.Qtype {
 	case mdns.TypeA:

@@ -1,114 +1,75 @@
 package dns
 
 import (
+	"context"
 	"net/netip"
-	"slices"
-	"strings"
 	"testing"
+
+	mdns "github.com/miekg/dns"
+
+	"github.com/agentcage/router/rules/refusal"
 )
 
-func TestReversePrefix(t *testing.T) {
-	tests := []struct {
+// fakeNames refuses blocked.test to every source but 192.0.2.1.
+type fakeNames struct{}
+
+func (fakeNames) Refused(src Source, name string) (refusal.Reason, string, bool) {
+	if name == "blocked.test" && src.Addr != netip.MustParseAddr("192.0.2.1") {
+		return refusal.Rule, `refused by the router on the host: rule #2 "telemetry" blocks it`, true
+	}
+	return 0, "", false
+}
+
+// TestRefusedNameAnswer: a name the policy refuses to the asking client on every port is
+// answered NXDOMAIN with the Extended DNS Error 15 "Blocked" and the reason (when the query
+// carried EDNS), is counted, and gets no fake IP; other names and clients are answered as
+// before.
+func TestRefusedNameAnswer(t *testing.T) {
+	book := new(refusal.Book)
+	s, err := New(Config{Now: newClock().Now}, Dialers{Refusals: book, Names: fakeNames{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	guest := Source{Addr: netip.MustParseAddr("10.0.2.15")}
+	ask := func(src Source, name string, edns bool) *mdns.Msg {
+		q := query(name, mdns.TypeA)
+		if edns {
+			q.SetEdns0(1232, false)
+		}
+		return s.HandleFrom(context.Background(), src, q)
+	}
+
+	m := ask(guest, "blocked.test.", true)
+	if m.Rcode != mdns.RcodeNameError || len(m.Answer) != 0 {
+		t.Fatalf("blocked name: rcode %s, answer %v; want NXDOMAIN and no answer", mdns.RcodeToString[m.Rcode], m.Answer)
+	}
+	var ede *mdns.EDNS0_EDE
+	if opt := m.IsEdns0(); opt != nil {
+		for _, o := range opt.Option {
+			if e, ok := o.(*mdns.EDNS0_EDE); ok {
+				ede = e
+			}
+		}
+	}
+	if ede == nil || ede.InfoCode != mdns.ExtendedErrorCodeBlocked || ede.ExtraText != `refused by the router on the host: rule #2 "telemetry" blocks it` {
+		t.Errorf("blocked name: EDE %+v, want 15 (Blocked) with the reason", ede)
+	}
+	if got := book.Count(refusal.Rule); got != 1 {
+		t.Errorf("refusals counted: %d, want 1", got)
+	}
+	if m := ask(guest, "blocked.test.", false); m.Rcode != mdns.RcodeNameError || m.IsEdns0() != nil {
+		t.Errorf("without EDNS: rcode %s, OPT %v; want NXDOMAIN and no OPT", mdns.RcodeToString[m.Rcode], m.IsEdns0())
+	}
+	if st := s.pool.stats(); st.Mapped != 0 {
+		t.Errorf("the pool maps %d addresses after blocked queries, want 0", st.Mapped)
+	}
+	for _, tc := range []struct {
+		src  Source
 		name string
-		want string // "" for not a reverse name
-	}{
-		{"4.3.2.1.in-addr.arpa", "1.2.3.4/32"},
-		{"168.192.in-addr.arpa", "192.168.0.0/16"},
-		{"10.in-addr.arpa", "10.0.0.0/8"},
-		{"in-addr.arpa", "0.0.0.0/0"},
-		{"0.0.0.0.in-addr.arpa", "0.0.0.0/32"},
-		{"256.1.1.1.in-addr.arpa", ""},
-		{"01.1.1.1.in-addr.arpa", ""},
-		{"1.1.1.1.1.in-addr.arpa", ""},
-		{"x.1.1.1.in-addr.arpa", ""},
-		{"a.in-addr.arpa.example", ""},
-		{"example.com", ""},
-		{"1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.ip6.arpa", "::1/128"},
-		{"8.b.d.0.1.0.0.2.ip6.arpa", "2001:db8::/32"},
-		{"c.f.ip6.arpa", "fc00::/8"},
-		{"ip6.arpa", "::/0"},
-		{"10.f.ip6.arpa", ""},
-		{"g.f.ip6.arpa", ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, ok := reversePrefix(tt.name)
-			if tt.want == "" {
-				if ok {
-					t.Errorf("reversePrefix = %v, true; want not a reverse name", got)
-				}
-				return
-			}
-			if want := netip.MustParsePrefix(tt.want); !ok || got != want {
-				t.Errorf("reversePrefix = %v, %v; want %v, true", got, ok, want)
-			}
-		})
-	}
-	t.Run("round trip with reverseName", func(t *testing.T) {
-		for _, a := range []string{"198.18.0.1", "10.0.2.2", "2001:db8::1", "fe80::1:2"} {
-			addr := netip.MustParseAddr(a)
-			got, ok := reversePrefix(strings.TrimSuffix(reverseName(addr), "."))
-			if !ok || got != netip.PrefixFrom(addr, addr.BitLen()) {
-				t.Errorf("%s: reversePrefix(reverseName) = %v, %v", a, got, ok)
-			}
+	}{{guest, "allowed.test."}, {Source{Addr: netip.MustParseAddr("192.0.2.1")}, "blocked.test."}} {
+		if m := ask(tc.src, tc.name, true); m.Rcode != mdns.RcodeSuccess || len(m.Answer) != 1 {
+			t.Errorf("%s from %v: rcode %s, answer %v; want a fake IP", tc.name, tc.src.Addr, mdns.RcodeToString[m.Rcode], m.Answer)
 		}
-	})
-}
-
-func TestIsHostname(t *testing.T) {
-	for name, want := range map[string]bool{
-		"example.com": true, "a": true, "_sip._tcp.example.com": true, "xn--caf-dma.example": true,
-		"a-b.c": true, "": false, "a..b": false, ".a": false, "a.": false, `a\ b`: false,
-		`caf\233`: false, "a*b": false, strings.Repeat("a", 64) + ".com": false,
-		strings.Repeat("a", 63) + ".com": true, strings.Repeat("abcdefghi.", 26): false,
-	} {
-		if got := isHostname(name); got != want {
-			t.Errorf("isHostname(%q) = %v, want %v", name, got, want)
-		}
-	}
-}
-
-func TestNameSet(t *testing.T) {
-	s, err := newNameSet([]string{"*.Local.", "myhost", "*.corp.example"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range map[string]bool{
-		"printer.local": true, "a.b.local": true, "local": false, "mylocal": false,
-		"myhost": true, "myhost.local": true, "x.myhost": false,
-		"git.corp.example": true, "corp.example": false, "evilcorp.example": false,
-	} {
-		if got := s.match(name); got != want {
-			t.Errorf("match(%q) = %v, want %v", name, got, want)
-		}
-	}
-}
-
-func TestParseResolvConf(t *testing.T) {
-	conf := `# generated
-search lan
-nameserver 192.168.1.1
-nameserver 2001:db8::53 # comment
-nameserver fe80::1%eth0
-options edns0
-nameserver ::ffff:10.0.0.1
-`
-	got, err := ParseResolvConf(strings.NewReader(conf))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var gotS []string
-	for _, a := range got {
-		gotS = append(gotS, a.String())
-	}
-	want := []string{"192.168.1.1:53", "[2001:db8::53]:53", "[fe80::1%eth0]:53", "10.0.0.1:53"}
-	if !slices.Equal(gotS, want) {
-		t.Errorf("ParseResolvConf = %v, want %v", gotS, want)
-	}
-	if _, err := ParseResolvConf(strings.NewReader("nameserver dns.example\n")); err == nil {
-		t.Error("a host name as nameserver: nil error, want one")
-	}
-	if got, err := ParseResolvConf(strings.NewReader("")); err != nil || len(got) != 0 {
-		t.Errorf("empty file = %v, %v; want none, nil", got, err)
 	}
 }

@@ -186,6 +186,23 @@ type Dialers struct {
 	// with (ModeProxy, DirectNames): a caged client is never told an address that the walls
 	// refuse it on every port (see Walls).
 	Walls Walls
+	// Names, when not nil, is asked in ModeFakeIP whether a name is refused to the asking
+	// client on every port (see Names).
+	Names Names
+}
+
+// Names is the router's policy as the DNS server asks it about a name, in ModeFakeIP, where
+// a flow to a fake IP is decided by its name alone: a name that every flow from the client
+// would be refused to (a block rule, a caged client that no rule lets out) is answered
+// NXDOMAIN with an Extended DNS Error (RFC 8914, 15 "Blocked") whose text says why and how
+// the host's owner can allow it, and no fake IP is given out for it; the query is counted
+// under the reason. Names this server answers itself (localhost, reverse names, DirectNames)
+// are never asked. Methods are called concurrently.
+type Names interface {
+	// Refused reports whether every flow of src to name would be refused, the reason it is
+	// counted under, and the text for the answer (no secret: a rule's name, never its
+	// config's values).
+	Refused(src Source, name string) (why refusal.Reason, text string, refused bool)
 }
 
 // Walls are the host walls as the DNS server asks them (the router's policy): the answers
@@ -224,6 +241,7 @@ type Server struct {
 	seen  *seenAddrs
 
 	walls Walls // nil: answers are not walled
+	names Names // nil: names are not refused at the answer
 
 	tally    *tally // refused, failed and over-limit queries
 	inflight *gate  // queries waiting for an upstream
@@ -338,6 +356,7 @@ func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
 	}
 	s.book = d.Refusals
 	s.walls = d.Walls
+	s.names = d.Names
 	return s, nil
 }
 

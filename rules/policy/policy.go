@@ -265,6 +265,8 @@ type Policy struct {
 	// askProxy; unattended refuses what would be asked.
 	askUnknown, unattended bool
 	askProxy               string
+	// portPoints are the ports where a flow's decision may change, in order (names.go).
+	portPoints []uint16
 }
 
 // CagedApp is one member of a config's caged-app set.
@@ -372,6 +374,7 @@ func New(cfg *conf.Config, env Env) *Policy {
 			p.forwardAddrs = append(p.forwardAddrs, a)
 		}
 	}
+	p.portPoints = portPoints(cfg.Rules)
 	return p
 }
 

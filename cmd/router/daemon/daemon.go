@@ -348,7 +348,7 @@ func (d *daemon) startDNS(cfg *conf.Config) error {
 	for _, h := range cfg.DNS.DirectNames {
 		dc.DirectNames = append(dc.DirectNames, h.String())
 	}
-	dl := dns.Dialers{Refusals: &d.book, Walls: dnsWalls{d}}
+	dl := dns.Dialers{Refusals: &d.book, Walls: dnsWalls{d}, Names: dnsNames{d}}
 	if cfg.DNS.Proxy != "" {
 		proxy := cfg.DNS.Proxy
 		dl.Proxy = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -393,6 +393,20 @@ func (w dnsWalls) Caged(src dns.Source) bool {
 func (w dnsWalls) Refused(a netip.Addr) (refusal.Reason, bool) {
 	s, refused := w.d.r.Decision().AnswerWall(a)
 	return refusal.ForStep(s), refused
+}
+
+// dnsNames is the policy as the DNS server asks it about a name (dns.Names): a caged
+// source's name that every flow would be refused to is answered as blocked, and why.
+type dnsNames struct{ d *daemon }
+
+func (n dnsNames) Refused(src dns.Source, name string) (refusal.Reason, string, bool) {
+	p := n.d.r.Decision()
+	f := policy.Flow{Src: src.Addr, App: src.App, FromVM: src.Addr.IsValid() && !p.Local(src.Addr), Host: name}
+	dec, refused := p.RefusesName(&f)
+	if !refused {
+		return 0, "", false
+	}
+	return refusal.ForStep(dec.Step), policy.RefusalText(dec), true
 }
 
 func (d *daemon) openForward(ctx context.Context, f router.Forward) (*forwardRun, error) {
