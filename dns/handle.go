@@ -72,6 +72,39 @@ func (s *Server) HandleFrom(ctx context.Context, src Source, req *mdns.Msg) *mdn
 	return m
 }
 
+// answerSpecial answers, without leaving the process, the names that are the same in every
+// mode (an IP literal asked as a name, localhost, .invalid, Firefox's DoH canary), and
+// reports whether name was one of them.
+func (s *Server) answerSpecial(k sourceKey, q mdns.Question, name string, m *mdns.Msg) bool {
+	if IsIPLiteral(q.Name) {
+		s.tally.add(evLiteral, k.String(), func() string { return mdns.Type(q.Qtype).String() + " " + q.Name })
+		s.refused(refusal.DNS, k, name)
+		s.negative(m, mdns.RcodeNameError)
+		return true
+	}
+	switch {
+	case underOrAt(name, "localhost"):
+		switch q.Qtype {
+		case mdns.TypeA:
+			m.Answer = []mdns.RR{&mdns.A{Hdr: s.hdr(q), A: net.IPv4(127, 0, 0, 1)}}
+		case mdns.TypeAAAA:
+			m.Answer = []mdns.RR{&mdns.AAAA{Hdr: s.hdr(q), AAAA: net.IPv6loopback}}
+		default:
+			s.negative(m, mdns.RcodeSuccess)
+		}
+		return true
+	case underOrAt(name, "invalid"):
+		s.negative(m, mdns.RcodeNameError)
+		return true
+	case name == conf.CanaryName:
+		// Firefox's canary: NXDOMAIN tells it not to turn DNS over HTTPS on by itself,
+		// which would take its names past this server (every mode, every type).
+		s.negative(m, mdns.RcodeNameError)
+		return true
+	}
+	return false
+}
+
 // blocked adds to m, when the query carried EDNS (m.Extra holds the OPT), the Extended DNS
 // Error 15 "Blocked" with text (RFC 8914 §4.16).
 func blocked(m *mdns.Msg, text string) {
@@ -126,32 +159,7 @@ func (s *Server) answer(ctx context.Context, src Source, k sourceKey, q mdns.Que
 		return
 	}
 	name := canonical(q.Name)
-
-	// Answers that never leave the process.
-	if IsIPLiteral(q.Name) {
-		s.tally.add(evLiteral, k.String(), func() string { return mdns.Type(q.Qtype).String() + " " + q.Name })
-		s.refused(refusal.DNS, k, name)
-		s.negative(m, mdns.RcodeNameError)
-		return
-	}
-	switch {
-	case underOrAt(name, "localhost"):
-		switch q.Qtype {
-		case mdns.TypeA:
-			m.Answer = []mdns.RR{&mdns.A{Hdr: s.hdr(q), A: net.IPv4(127, 0, 0, 1)}}
-		case mdns.TypeAAAA:
-			m.Answer = []mdns.RR{&mdns.AAAA{Hdr: s.hdr(q), AAAA: net.IPv6loopback}}
-		default:
-			s.negative(m, mdns.RcodeSuccess)
-		}
-		return
-	case underOrAt(name, "invalid"):
-		s.negative(m, mdns.RcodeNameError)
-		return
-	case name == conf.CanaryName:
-		// Firefox's canary: NXDOMAIN tells it not to turn DNS over HTTPS on by itself,
-		// which would take its names past this server (every mode, every type).
-		s.negative(m, mdns.RcodeNameError)
+	if s.answerSpecial(k, q, name, m) {
 		return
 	}
 	rev, isRev := reversePrefix(name)
