@@ -61,6 +61,7 @@ type Config struct {
 	Metrics  Metrics
 	Policy   Policy
 	Console  Console
+	Budget   Budget
 	Rules    []rules.Rule
 	// RuleLines[i] is the line of the [[rule]] header of Rules[i] (in the approved file for
 	// the approved rules: see Policy.Approved).

@@ -17,7 +17,7 @@ import (
 
 // The keys of each table, in the order docs/config.md documents them.
 var (
-	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "metrics", "policy", "console", "rule"}
+	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "metrics", "policy", "console", "budget", "rule"}
 	proxyKeys   = []string{"type", "address", "via", "username", "password_env", "password_file", "pipeline", "ca_file", "health_check", "health_target"}
 	captureKeys = []string{"vm_networks", "vm_interfaces", "hypervisors", "cage_subnets", "local", "local_udp_allow", "rival_permits", "listener_port", "dns_port", "udp_port", "mark", "table"}
 	forwardKeys = []string{"name", "listen", "connect", "allow", "api", "allow_paths", "max_body", "unsafe_any_address"}
@@ -64,6 +64,9 @@ func (d *decoder) config(raw map[string]any) *Config {
 	}
 	if v, ok := raw["relay"]; ok {
 		d.relay(c, v)
+	}
+	if v, ok := raw["budget"]; ok {
+		d.budget(c, v)
 	}
 	if v, ok := raw["log"]; ok {
 		d.log(c, v)

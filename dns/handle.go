@@ -105,6 +105,41 @@ func (s *Server) answerSpecial(k sourceKey, q mdns.Question, name string, m *mdn
 	return false
 }
 
+// refuseName answers m, and reports true, when the policy refuses every flow of src to name
+// (see Names) or the name is past src's budget (see NameBudget). Reverse names and the root
+// are never judged.
+func (s *Server) refuseName(src Source, k sourceKey, name string, m *mdns.Msg) bool {
+	if name == "" || underOrAt(name, "arpa") {
+		return false
+	}
+	if s.names != nil {
+		if why, text, refused := s.names.Refused(src, name); refused {
+			s.refused(why, k, name)
+			s.negative(m, mdns.RcodeNameError)
+			blocked(m, text)
+			return true
+		}
+	}
+	return s.overBudget(k, name, m)
+}
+
+// overBudget answers m, and reports true, when name is past k's budget of names under its
+// registrable domain.
+func (s *Server) overBudget(k sourceKey, name string, m *mdns.Msg) bool {
+	if name == "" || underOrAt(name, "arpa") {
+		return false
+	}
+	domain, over := s.budget.over(k, name)
+	if !over {
+		return false
+	}
+	s.refused(refusal.Budget, k, name)
+	s.negative(m, mdns.RcodeNameError)
+	blocked(m, fmt.Sprintf("refused by the router on the host: past this guest's budget of %d names under %s in %v; the host's owner can raise [budget] names_per_domain",
+		s.budget.cfg.PerDomain, domain, s.budget.cfg.Window))
+	return true
+}
+
 // blocked adds to m, when the query carried EDNS (m.Extra holds the OPT), the Extended DNS
 // Error 15 "Blocked" with text (RFC 8914 §4.16).
 func blocked(m *mdns.Msg, text string) {
@@ -188,16 +223,14 @@ func (s *Server) answer(ctx context.Context, src Source, k sourceKey, q mdns.Que
 	}
 
 	if s.mode == ModeProxy {
+		if s.overBudget(k, name, m) {
+			return
+		}
 		s.answerRelayed(ctx, k, q, name, m)
 		return
 	}
-	if s.names != nil && name != "" && !underOrAt(name, "arpa") {
-		if why, text, refused := s.names.Refused(src, name); refused {
-			s.refused(why, k, name)
-			s.negative(m, mdns.RcodeNameError)
-			blocked(m, text)
-			return
-		}
+	if s.refuseName(src, k, name, m) {
+		return
 	}
 	switch q.Qtype {
 	case mdns.TypeA:

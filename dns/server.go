@@ -153,6 +153,10 @@ type Config struct {
 	// SummaryEvery is the interval of the summary log line of refused, failed and over-limit
 	// queries. Default DefaultSummaryEvery.
 	SummaryEvery time.Duration
+	// Budget bounds the distinct names a guest looks up under one registrable domain
+	// (see NameBudget); past it a new name is answered NXDOMAIN with an Extended DNS Error
+	// and counted (refusal.Budget), unless Budget.Alert. The zero value limits nothing.
+	Budget NameBudget
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -240,8 +244,9 @@ type Server struct {
 	cache *answerCache
 	seen  *seenAddrs
 
-	walls Walls // nil: answers are not walled
-	names Names // nil: names are not refused at the answer
+	walls  Walls   // nil: answers are not walled
+	names  Names   // nil: names are not refused at the answer
+	budget *budget // nil: no budget
 
 	tally    *tally // refused, failed and over-limit queries
 	inflight *gate  // queries waiting for an upstream
@@ -324,6 +329,7 @@ func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
 		guests:     slices.Clone(cfg.Guests),
 		upConns:    newFairGate(maxUpstreamConns, upstreamHeadroom, upstreamMinShare),
 		failed:     newFailureCache(cfg.Now),
+		budget:     newBudget(cfg.Budget, cfg.Now, log),
 
 		tcpPerSource: tcpPerSource,
 		tcpTotal:     tcpTotal,

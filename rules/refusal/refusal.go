@@ -47,6 +47,7 @@ const (
 	Malformed                   // an inbound proxy request that is not well-formed SOCKS or HTTP
 	InboundDNS                  // DNS sent to an inbound proxy (the cage's DNS server answers names; the inbound does not carry DNS)
 	AskDenied                   // a flow held under ask that was denied, not answered in time, over the held bounds, or unattended
+	Budget                      // past a guest's budget for one registrable domain ([budget]: distinct names per window)
 	numReasons
 )
 
@@ -75,6 +76,7 @@ var names = [numReasons]string{
 	Malformed:     "inbound-malformed",
 	InboundDNS:    "inbound-dns",
 	AskDenied:     "ask-denied",
+	Budget:        "budget",
 }
 
 // String is the reason's name in status, logs and metrics labels: lower case, with dashes.

@@ -344,7 +344,8 @@ func (d *daemon) startDNS(cfg *conf.Config) error {
 	if err != nil {
 		return err
 	}
-	dc := dns.Config{Mode: mode, Pool: cfg.DNS.Pool, TTL: cfg.DNS.TTL, Resolver: cfg.DNS.Resolver, Guests: cfg.Capture.VMNetworks}
+	dc := dns.Config{Mode: mode, Pool: cfg.DNS.Pool, TTL: cfg.DNS.TTL, Resolver: cfg.DNS.Resolver, Guests: cfg.Capture.VMNetworks,
+		Budget: dns.NameBudget{PerDomain: cfg.Budget.NamesPerDomain, Window: cfg.Budget.Window, Alert: cfg.Budget.Over == conf.BudgetAlert}}
 	for _, h := range cfg.DNS.DirectNames {
 		dc.DirectNames = append(dc.DirectNames, h.String())
 	}

@@ -10,8 +10,8 @@ import (
 )
 
 // restartNeeded refuses a reload that changes what only a restart applies: the sockets
-// of the daemon itself, the [dns] table (but allow_doh and doh_hosts) and the [control]
-// table.
+// of the daemon itself, the [dns] table (but allow_doh and doh_hosts), the [control] and
+// [console] tables and [budget].
 func restartNeeded(old, cur *conf.Config) error {
 	var keys []string
 	if old.Capture.ListenerPort != cur.Capture.ListenerPort {
@@ -40,6 +40,9 @@ func restartNeeded(old, cur *conf.Config) error {
 	}
 	if old.Console != cur.Console {
 		keys = append(keys, "console")
+	}
+	if old.Budget != cur.Budget {
+		keys = append(keys, "budget") // the DNS server's, made at start
 	}
 	if len(keys) > 0 {
 		return fmt.Errorf("%s changed: restart the router to apply that", keys)

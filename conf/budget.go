@@ -1,0 +1,70 @@
+package conf
+
+import "time"
+
+// Budget is [budget]: how much one guest may do with one registrable domain in a window,
+// against exfiltration through the paths the rules allow, without decrypting anything. The
+// router is the guests' resolver, so a DNS tunnel (a thousand labels under one domain) shows
+// as many distinct names under one registrable domain: past NamesPerDomain in a Window the
+// guest's further new names under it are refused (or, with Over = "alert", answered and
+// reported). The zero Budget (no [budget] table) limits nothing.
+type Budget struct {
+	// Window is the span a budget counts over; a guest's counts start again when it ends.
+	Window time.Duration
+	// NamesPerDomain is how many distinct names one guest may look up under one registrable
+	// domain (example.com, example.co.uk) in a Window; 0 for no limit.
+	NamesPerDomain int
+	// Over is what happens past a budget: BudgetRefuse or BudgetAlert.
+	Over string
+}
+
+// Budget outcomes, [budget] over.
+const (
+	BudgetRefuse = "refuse" // refused and counted (reason "budget"), logged once per guest, domain and window
+	BudgetAlert  = "alert"  // let through, logged once per guest, domain and window
+)
+
+// Defaults and bounds of [budget].
+const (
+	DefaultBudgetWindow = time.Minute
+	MaxBudgetWindow     = time.Hour
+)
+
+var budgetKeys = []string{"window", "names_per_domain", "over"}
+
+func (d *decoder) budget(c *Config, v any) {
+	a := at{path: "budget"}
+	m, ok := d.table(a, v)
+	if !ok {
+		return
+	}
+	d.checkKeys(a, m, budgetKeys)
+	c.Budget = Budget{Window: DefaultBudgetWindow, Over: BudgetRefuse}
+	if v, ok := m["window"]; ok {
+		if t, ok := d.duration(a.key("window"), v); ok {
+			if t < time.Second || t > MaxBudgetWindow {
+				d.fail(a.key("window"), "%v: between 1s and %v", t, MaxBudgetWindow)
+			}
+			c.Budget.Window = t
+		}
+	}
+	if v, ok := m["names_per_domain"]; ok {
+		n, isInt := v.(int64)
+		switch {
+		case !isInt:
+			d.fail(a.key("names_per_domain"), "must be a number of names, not %s", typeName(v))
+		case n < 1 || n > 1<<20:
+			d.fail(a.key("names_per_domain"), "%d: between 1 and %d", n, 1<<20)
+		default:
+			c.Budget.NamesPerDomain = int(n)
+		}
+	}
+	if v, ok := m["over"]; ok {
+		if s, ok := d.str(a.key("over"), v); ok {
+			if s != BudgetRefuse && s != BudgetAlert {
+				d.fail(a.key("over"), "%q is not refuse or alert", s)
+			}
+			c.Budget.Over = s
+		}
+	}
+}

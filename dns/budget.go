@@ -1,0 +1,147 @@
+package dns
+
+import (
+	"hash/maphash"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/publicsuffix"
+)
+
+// NameBudget is how many distinct names one guest (a source's budget key: its VM network,
+// else its address) may look up under one registrable domain in a window; the zero
+// NameBudget limits nothing. A DNS tunnel shows as many distinct labels under one domain;
+// a guest's ordinary traffic asks a few names under each.
+type NameBudget struct {
+	PerDomain int           // distinct names under one registrable domain per window; 0: no limit
+	Window    time.Duration // counts start again for a guest when its window ends
+	Alert     bool          // past the budget, answer and report instead of refusing
+}
+
+// Bounds of what a budget keeps: names counted beyond them are counted as new (a guest
+// cannot buy itself room by asking many domains), so memory stays bounded whatever it asks.
+const (
+	maxBudgetGuests  = 1024    // guests with counts of their own (then the oldest window goes)
+	maxBudgetDomains = 4096    // domains counted per guest and window
+	maxBudgetNames   = 1 << 17 // names kept in all
+)
+
+// budget counts a window's distinct names per guest and registrable domain. It is safe for
+// concurrent use.
+type budget struct {
+	cfg  NameBudget
+	now  func() time.Time
+	log  *slog.Logger
+	seed maphash.Seed
+
+	mu     sync.Mutex
+	guests map[sourceKey]*guestCount
+	names  int // names kept in all guests' sets
+}
+
+type guestCount struct {
+	start   time.Time
+	domains map[string]*domainCount
+}
+
+type domainCount struct {
+	names    map[uint64]struct{} // hashes of the names seen, at most PerDomain+1 kept
+	n        int                 // distinct names counted (kept or not)
+	reported bool                // the over-budget log line was written this window
+}
+
+func newBudget(cfg NameBudget, now func() time.Time, log *slog.Logger) *budget {
+	if cfg.PerDomain <= 0 {
+		return nil
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &budget{cfg: cfg, now: now, log: log, seed: maphash.MakeSeed(), guests: map[sourceKey]*guestCount{}}
+}
+
+// registrable is the domain a name's budget is counted under: its registrable domain
+// (eTLD+1), or the name itself when it has none (a bare TLD, a single label).
+func registrable(name string) string {
+	if d, err := publicsuffix.EffectiveTLDPlusOne(name); err == nil {
+		return d
+	}
+	return name
+}
+
+// over counts name for the guest k and reports whether the guest is past its budget for the
+// name's registrable domain (the domain is returned for the answer's text). A name counted
+// before in the window is never over: a guest may ask again what it asked.
+func (b *budget) over(k sourceKey, name string) (domain string, over bool) {
+	if b == nil || name == "" {
+		return "", false
+	}
+	domain = registrable(strings.ToLower(name))
+	now := b.now()
+	h := maphash.String(b.seed, name)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	g := b.guests[k]
+	if g != nil && now.Sub(g.start) >= b.cfg.Window {
+		b.drop(k, g)
+		g = nil
+	}
+	if g == nil {
+		if len(b.guests) >= maxBudgetGuests {
+			b.dropOldest()
+		}
+		g = &guestCount{start: now, domains: map[string]*domainCount{}}
+		b.guests[k] = g
+	}
+	dc := g.domains[domain]
+	if dc == nil {
+		if len(g.domains) >= maxBudgetDomains {
+			return domain, true // too many domains in one window: nothing more is counted
+		}
+		dc = &domainCount{names: map[uint64]struct{}{}}
+		g.domains[domain] = dc
+	}
+	if _, seen := dc.names[h]; seen {
+		return domain, false
+	}
+	dc.n++
+	if len(dc.names) <= b.cfg.PerDomain && b.names < maxBudgetNames {
+		dc.names[h] = struct{}{}
+		b.names++
+	}
+	if dc.n <= b.cfg.PerDomain {
+		return domain, false
+	}
+	if !dc.reported {
+		dc.reported = true
+		verb := "refused"
+		if b.cfg.Alert {
+			verb = "answered (alert only)"
+		}
+		b.log.Warn("dns: a guest is past its budget of names under one domain: further new names "+verb,
+			"guest", k.String(), "domain", domain, "budget", b.cfg.PerDomain, "window", b.cfg.Window)
+	}
+	return domain, !b.cfg.Alert
+}
+
+func (b *budget) drop(k sourceKey, g *guestCount) {
+	for _, dc := range g.domains {
+		b.names -= len(dc.names)
+	}
+	delete(b.guests, k)
+}
+
+func (b *budget) dropOldest() {
+	var oldK sourceKey
+	var old *guestCount
+	for k, g := range b.guests {
+		if old == nil || g.start.Before(old.start) {
+			oldK, old = k, g
+		}
+	}
+	if old != nil {
+		b.drop(oldK, old)
+	}
+}
