@@ -75,6 +75,7 @@ router_flows_total 12
 # TYPE router_refusals_total counter
 router_refusals_total{reason="capture-fault"} 0
 router_refusals_total{reason="ask-denied"} 0
+router_refusals_total{reason="budget"} 0
 router_refusals_total{reason="caged-no-rule"} 0
 router_refusals_total{reason="dns"} 0
 router_refusals_total{reason="doh"} 0
