@@ -53,7 +53,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/upstream/httpconnect/httpconnecttest", "", ""},
 	{"router/nftcap", "internal/netaddr internal/ports router/nftcap/cagemark rules/policy rules/refusal", "internal/roottest"},
 	{"router/nftcap/nflog", "", "internal/roottest"},
-	{"router/sockmap", "", "internal/roottest"},
+	{"router/sockmap", "", "internal/roottest internal/wait"},
 	{"router/nftcap/cagemark", "", "internal/roottest"},
 	{"router/proc", "rules", "router/proc/proctest"},
 	{"router/proc/proctest", "router/proc", ""},

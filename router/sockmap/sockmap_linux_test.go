@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentcage/router/internal/roottest"
+	"github.com/agentcage/router/internal/wait"
 )
 
 // Tests of the program on loopback sockets (root: ROUTER_E2E=1). The relay's use of it is
@@ -66,7 +69,7 @@ func TestRedirectsBothWays(t *testing.T) {
 	app, a := tcpPair(t)
 	b, peer := tcpPair(t)
 	app.Write([]byte("early"))
-	time.Sleep(20 * time.Millisecond) // in a's receive queue before Add
+	wait.For(t, "the early bytes in a's receive queue", 5*time.Second, func() bool { return inq(t, a) == len("early") })
 	f, err := m.Add(0, fdOf(t, a), fdOf(t, b))
 	if err != nil {
 		t.Fatal(err)
@@ -142,4 +145,14 @@ func TestBudgetStopsRedirecting(t *testing.T) {
 		t.Errorf("the sender got %d bytes in toward a reader that reads nothing", total)
 	}
 	t.Logf("sent %d KiB: redirected %d, passed %d, psock queue %d KiB", total>>10, f.Redirected(0), f.Passed(0), queued>>10)
+}
+
+// inq is how many bytes wait in c's receive queue (SIOCINQ).
+func inq(t *testing.T, c *net.TCPConn) int {
+	t.Helper()
+	n, err := unix.IoctlGetInt(fdOf(t, c), unix.SIOCINQ)
+	if err != nil {
+		t.Fatalf("SIOCINQ: %v", err)
+	}
+	return n
 }
