@@ -62,7 +62,9 @@ type Config struct {
 	Policy   Policy
 	Console  Console
 	Budget   Budget
-	Rules    []rules.Rule
+	// Credentials are the [[credential]] tables, in file order.
+	Credentials []Credential
+	Rules       []rules.Rule
 	// RuleLines[i] is the line of the [[rule]] header of Rules[i] (in the approved file for
 	// the approved rules: see Policy.Approved).
 	RuleLines []int

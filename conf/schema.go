@@ -17,7 +17,7 @@ import (
 
 // The keys of each table, in the order docs/config.md documents them.
 var (
-	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "metrics", "policy", "console", "budget", "rule"}
+	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "metrics", "policy", "console", "budget", "credential", "rule"}
 	proxyKeys   = []string{"type", "address", "via", "username", "password_env", "password_file", "pipeline", "ca_file", "health_check", "health_target"}
 	captureKeys = []string{"vm_networks", "vm_interfaces", "hypervisors", "cage_subnets", "local", "local_udp_allow", "rival_permits", "listener_port", "dns_port", "udp_port", "mark", "table"}
 	forwardKeys = []string{"name", "listen", "connect", "allow", "api", "allow_paths", "max_body", "unsafe_any_address"}
@@ -68,6 +68,9 @@ func (d *decoder) config(raw map[string]any) *Config {
 	if v, ok := raw["budget"]; ok {
 		d.budget(c, v)
 	}
+	if v, ok := raw["credential"]; ok {
+		d.credentials(c, v)
+	}
 	if v, ok := raw["log"]; ok {
 		d.log(c, v)
 	}
@@ -106,6 +109,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 	d.approved(c)
 	d.scope(c)
 	d.check(c)
+	d.checkCredentials(c)
 	return c
 }
 
@@ -205,22 +209,9 @@ func (d *decoder) decodeProxies(c *Config, v any) {
 		case CheckCredentialLen("username", p.Username) != nil:
 			d.fail(a.key("username"), "%v", CheckCredentialLen("username", p.Username))
 		case !d.opts.SkipSecrets && p.PasswordEnv != "":
-			pw, ok := d.opts.LookupEnv(p.PasswordEnv)
-			if !ok || pw == "" {
-				d.fail(a.key("password_env"), "environment variable %s is not set", p.PasswordEnv)
-			}
-			p.Password = d.checkPassword(a.key("password_env"), pw)
+			p.Password = d.checkPassword(a.key("password_env"), d.readSecret(a.key("password_env"), p.PasswordEnv, ""))
 		case !d.opts.SkipSecrets && p.PasswordFile != "":
-			b, err := d.opts.ReadFile(p.PasswordFile)
-			if err != nil {
-				d.fail(a.key("password_file"), "read password: %v", err)
-				break
-			}
-			pw := strings.TrimRight(string(b), "\r\n")
-			if pw == "" {
-				d.fail(a.key("password_file"), "%s is empty", p.PasswordFile)
-			}
-			p.Password = d.checkPassword(a.key("password_file"), pw)
+			p.Password = d.checkPassword(a.key("password_file"), d.readSecret(a.key("password_file"), "", p.PasswordFile))
 		}
 		if (p.Type == ProxyHTTP || p.Type == ProxyHTTPS) && p.Username != "" {
 			if err := CheckBasicAuth(p.Username, p.Password.Reveal()); err != nil {
@@ -276,6 +267,29 @@ func (d *decoder) proxyExtras(p *Proxy, a at, pm map[string]any) {
 	case p.HealthCheck == 0 && p.HealthTarget != "":
 		d.fail(a.key("health_target"), "health_target without health_check (the probe's period)")
 	}
+}
+
+// readSecret reads a secret the config names but never holds: the environment variable env,
+// else the file file (trailing newlines trimmed). A variable that is not set, a file that
+// cannot be read and an empty value fail at a; the value is never part of a message.
+func (d *decoder) readSecret(a at, env, file string) string {
+	if env != "" {
+		v, ok := d.opts.LookupEnv(env)
+		if !ok || v == "" {
+			d.fail(a, "environment variable %s is not set", env)
+		}
+		return v
+	}
+	b, err := d.opts.ReadFile(file)
+	if err != nil {
+		d.fail(a, "read secret: %v", err)
+		return ""
+	}
+	v := strings.TrimRight(string(b), "\r\n")
+	if v == "" {
+		d.fail(a, "%s is empty", file)
+	}
+	return v
 }
 
 func (d *decoder) checkPassword(a at, pw string) Secret {

@@ -105,6 +105,34 @@ func (s *Server) answerSpecial(k sourceKey, q mdns.Question, name string, m *mdn
 	return false
 }
 
+// maxCanaryLogged bounds the canary lines remembered as logged; past it every hit is logged.
+const maxCanaryLogged = 4096
+
+// canary answers m, and reports true, when name holds a brokered credential's placeholder
+// (see Canaries).
+func (s *Server) canary(k sourceKey, name string, m *mdns.Msg) bool {
+	if s.canaries == nil {
+		return false
+	}
+	cred, hit := s.canaries.Hit(name)
+	if !hit {
+		return false
+	}
+	s.refused(refusal.Canary, k, name)
+	s.negative(m, mdns.RcodeNameError)
+	ede(m, mdns.ExtendedErrorCodeProhibited, "refused by the router on the host: the name carries a credential's placeholder")
+	domain := registrable(name)
+	key := k.String() + " " + cred + " " + domain
+	if _, seen := s.canaryLogged.Load(key); !seen {
+		if s.canaryCount.Add(1) <= maxCanaryLogged {
+			s.canaryLogged.Store(key, true)
+		}
+		s.log.Warn("canary: a guest looked up a name carrying a brokered credential's placeholder; refused",
+			"guest", k.String(), "credential", cred, "domain", domain)
+	}
+	return true
+}
+
 // refuseName answers m, and reports true, when the policy refuses every flow of src to name
 // (see Names) or the name is past src's budget (see NameBudget). Reverse names and the root
 // are never judged.
@@ -116,7 +144,7 @@ func (s *Server) refuseName(src Source, k sourceKey, name string, m *mdns.Msg) b
 		if why, text, refused := s.names.Refused(src, name); refused {
 			s.refused(why, k, name)
 			s.negative(m, mdns.RcodeNameError)
-			blocked(m, text)
+			ede(m, mdns.ExtendedErrorCodeBlocked, text)
 			return true
 		}
 	}
@@ -135,17 +163,18 @@ func (s *Server) overBudget(k sourceKey, name string, m *mdns.Msg) bool {
 	}
 	s.refused(refusal.Budget, k, name)
 	s.negative(m, mdns.RcodeNameError)
-	blocked(m, fmt.Sprintf("refused by the router on the host: past this guest's budget of %d names under %s in %v; the host's owner can raise [budget] names_per_domain",
+	ede(m, mdns.ExtendedErrorCodeBlocked, fmt.Sprintf("refused by the router on the host: past this guest's budget of %d names under %s in %v; the host's owner can raise [budget] names_per_domain",
 		s.budget.cfg.PerDomain, domain, s.budget.cfg.Window))
 	return true
 }
 
-// blocked adds to m, when the query carried EDNS (m.Extra holds the OPT), the Extended DNS
-// Error 15 "Blocked" with text (RFC 8914 §4.16).
-func blocked(m *mdns.Msg, text string) {
+// ede adds to m, when the query carried EDNS (m.Extra holds the OPT), the Extended DNS
+// Error code with text (RFC 8914): 15 "Blocked" for a name the policy or a budget refuses,
+// 18 "Prohibited" for a canary.
+func ede(m *mdns.Msg, code uint16, text string) {
 	for _, rr := range m.Extra {
 		if o, ok := rr.(*mdns.OPT); ok {
-			o.Option = append(o.Option, &mdns.EDNS0_EDE{InfoCode: mdns.ExtendedErrorCodeBlocked, ExtraText: text})
+			o.Option = append(o.Option, &mdns.EDNS0_EDE{InfoCode: code, ExtraText: text})
 			return
 		}
 	}
@@ -194,6 +223,9 @@ func (s *Server) answer(ctx context.Context, src Source, k sourceKey, q mdns.Que
 		return
 	}
 	name := canonical(q.Name)
+	if s.canary(k, name, m) {
+		return
+	}
 	if s.answerSpecial(k, q, name, m) {
 		return
 	}

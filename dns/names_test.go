@@ -2,7 +2,10 @@ package dns
 
 import (
 	"context"
+	"log/slog"
 	"net/netip"
+	"strings"
+	"sync"
 	"testing"
 
 	mdns "github.com/miekg/dns"
@@ -72,4 +75,66 @@ func TestRefusedNameAnswer(t *testing.T) {
 			t.Errorf("%s from %v: rcode %s, answer %v; want a fake IP", tc.name, tc.src.Addr, mdns.RcodeToString[m.Rcode], m.Answer)
 		}
 	}
+}
+
+// fakeCanaries finds the placeholder "sk-placeholder-0123456789" in any case.
+type fakeCanaries struct{}
+
+func (fakeCanaries) Hit(name string) (string, bool) {
+	return "openai", strings.Contains(strings.ToLower(name), "sk-placeholder-0123456789")
+}
+
+// TestCanaryName: a query whose name carries a brokered credential's placeholder is answered
+// NXDOMAIN with the Extended DNS Error 18 (Prohibited), never relayed, and counted, in both
+// modes; logged once per guest, credential and domain.
+func TestCanaryName(t *testing.T) {
+	for _, mode := range []Mode{ModeFakeIP, ModeProxy} {
+		t.Run(mode.String(), func(t *testing.T) {
+			book := new(refusal.Book)
+			logged := &lockedLines{}
+			d := Dialers{Refusals: book, Canaries: fakeCanaries{}, Proxy: failDial(t, "proxy")}
+			s, err := New(Config{Mode: mode, Now: newClock().Now}, d, slog.New(slog.NewTextHandler(logged, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			src := Source{Addr: netip.MustParseAddr("10.0.2.15")}
+			for range 3 {
+				q := query("SK-PLACEHOLDER-0123456789.exfil.example.", mdns.TypeTXT)
+				q.SetEdns0(1232, false)
+				m := s.HandleFrom(context.Background(), src, q)
+				opt := m.IsEdns0()
+				if m.Rcode != mdns.RcodeNameError || opt == nil || len(opt.Option) != 1 {
+					t.Fatalf("canary: %s %v; want NXDOMAIN with an EDE", mdns.RcodeToString[m.Rcode], opt)
+				}
+				if e := opt.Option[0].(*mdns.EDNS0_EDE); e.InfoCode != mdns.ExtendedErrorCodeProhibited {
+					t.Errorf("EDE %d, want 18 (Prohibited)", e.InfoCode)
+				}
+			}
+			if n := book.Count(refusal.Canary); n != 3 {
+				t.Errorf("canaries counted: %d, want 3", n)
+			}
+			if n := strings.Count(logged.String(), "canary:"); n != 1 {
+				t.Errorf("canary lines logged: %d, want 1:\n%s", n, logged.String())
+			}
+		})
+	}
+}
+
+// lockedLines is an io.Writer for a logger, safe for concurrent use.
+type lockedLines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -193,6 +193,20 @@ type Dialers struct {
 	// Names, when not nil, is asked in ModeFakeIP whether a name is refused to the asking
 	// client on every port (see Names).
 	Names Names
+	// Canaries, when not nil, finds brokered credentials' placeholders in names (see
+	// Canaries).
+	Canaries Canaries
+}
+
+// Canaries find a brokered credential's placeholder in a name: a guest that writes the
+// placeholder it holds into a name it looks up (a DNS tunnel's label, a name built from its
+// environment) is carrying it out. Such a query is answered NXDOMAIN with an Extended DNS
+// Error 18 "Prohibited", never relayed, counted (refusal.Canary) and logged once per
+// guest, credential and registrable domain. Every query is asked, in every mode. Methods
+// are called concurrently.
+type Canaries interface {
+	// Hit reports the credential (its name, never its value) whose placeholder name holds.
+	Hit(name string) (credential string, hit bool)
 }
 
 // Names is the router's policy as the DNS server asks it about a name, in ModeFakeIP, where
@@ -244,9 +258,12 @@ type Server struct {
 	cache *answerCache
 	seen  *seenAddrs
 
-	walls  Walls   // nil: answers are not walled
-	names  Names   // nil: names are not refused at the answer
-	budget *budget // nil: no budget
+	walls        Walls    // nil: answers are not walled
+	names        Names    // nil: names are not refused at the answer
+	budget       *budget  // nil: no budget
+	canaries     Canaries // nil: no credential is brokered
+	canaryLogged sync.Map // "guest credential domain" -> true: the canary lines logged, bounded by maxCanaryLogged
+	canaryCount  atomic.Int64
 
 	tally    *tally // refused, failed and over-limit queries
 	inflight *gate  // queries waiting for an upstream
@@ -363,6 +380,7 @@ func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
 	s.book = d.Refusals
 	s.walls = d.Walls
 	s.names = d.Names
+	s.canaries = d.Canaries
 	return s, nil
 }
 

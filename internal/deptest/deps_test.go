@@ -48,6 +48,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/upstream/socks5/socks5test", "", ""},
 	{"router/upstream/socks4", "", ""},
 	{"router/sniff", "", ""},
+	{"router/broker", "internal/secret", ""},
 	{"router/upstream/socks4/socks4test", "", ""},
 	{"router/upstream/httpconnect", "internal/secret", "internal/echotest router/upstream/httpconnect/httpconnecttest"},
 	{"router/upstream/httpconnect/httpconnecttest", "", ""},
@@ -59,7 +60,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/proc/proctest", "router/proc", ""},
 
 	// Operations: the wiring and what it serves.
-	{"cmd/router/daemon", "conf dns internal/netaddr internal/ports router router/ask router/auditlog cmd/router/console router/control cmd/router/metrics router/nftcap router/nftcap/nflog router/proc cmd/router/service router/upstream rules rules/modelapi rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
+	{"cmd/router/daemon", "conf dns internal/netaddr internal/ports router router/ask router/auditlog router/broker cmd/router/console router/control cmd/router/metrics router/nftcap router/nftcap/nflog router/proc cmd/router/service router/upstream rules rules/modelapi rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
 		"internal/winetest cmd/router/daemon/daemontest router/upstream/socks5 router/upstream/socks5/socks5test rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
 	{"cmd/router/daemon/daemontest", "conf dns router/proc rules/policy rules/refusal", ""},
 	{"router/control", "internal/accept", ""},

@@ -48,6 +48,7 @@ const (
 	InboundDNS                  // DNS sent to an inbound proxy (the cage's DNS server answers names; the inbound does not carry DNS)
 	AskDenied                   // a flow held under ask that was denied, not answered in time, over the held bounds, or unattended
 	Budget                      // past a guest's budget for one registrable domain ([budget]: distinct names per window)
+	Canary                      // a brokered credential's placeholder where it must not go ([[credential]])
 	numReasons
 )
 
@@ -77,6 +78,7 @@ var names = [numReasons]string{
 	InboundDNS:    "inbound-dns",
 	AskDenied:     "ask-denied",
 	Budget:        "budget",
+	Canary:        "canary",
 }
 
 // String is the reason's name in status, logs and metrics labels: lower case, with dashes.

@@ -36,6 +36,7 @@ import (
 	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/router/ask"
 	"github.com/agentcage/router/router/auditlog"
+	"github.com/agentcage/router/router/broker"
 	"github.com/agentcage/router/router/control"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules/modelapi"
@@ -143,6 +144,8 @@ type daemon struct {
 	// reloadNow asks the loop for a reload (an "always" answer was written); buffered 1.
 	reloadNow chan struct{}
 	metrics   *metricsRun // the [metrics] endpoint, nil when off; start, reload and stop only
+	// creds is the running config's broker of [[credential]]s; set at start and reload.
+	creds atomic.Pointer[broker.Broker]
 }
 
 // forwardRun is one forward's socket and serving goroutine. Its settings are swapped on a
@@ -222,6 +225,7 @@ func forwardOf(f conf.Forward) router.Forward {
 
 func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	pf := d.opts.Platform
+	d.creds.Store(brokerOf(cfg))
 	d.status = &statusHandler{d: d, started: time.Now()}
 	l := d.compile(cfg)
 	control := pf.Control(cfg.Capture.Mark)
@@ -349,7 +353,7 @@ func (d *daemon) startDNS(cfg *conf.Config) error {
 	for _, h := range cfg.DNS.DirectNames {
 		dc.DirectNames = append(dc.DirectNames, h.String())
 	}
-	dl := dns.Dialers{Refusals: &d.book, Walls: dnsWalls{d}, Names: dnsNames{d}}
+	dl := dns.Dialers{Refusals: &d.book, Walls: dnsWalls{d}, Names: dnsNames{d}, Canaries: dnsCanaries{d}}
 	if cfg.DNS.Proxy != "" {
 		proxy := cfg.DNS.Proxy
 		dl.Proxy = func(ctx context.Context, network, addr string) (net.Conn, error) {

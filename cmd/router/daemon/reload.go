@@ -149,6 +149,7 @@ func (d *daemon) reload(ctx context.Context) error {
 	d.mu.Lock()
 	d.cfg = cfg
 	d.mu.Unlock()
+	d.creds.Store(brokerOf(cfg))
 	d.setLevel(cfg)
 	return nil
 }

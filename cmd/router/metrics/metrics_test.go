@@ -77,6 +77,7 @@ router_refusals_total{reason="capture-fault"} 0
 router_refusals_total{reason="ask-denied"} 0
 router_refusals_total{reason="budget"} 0
 router_refusals_total{reason="caged-no-rule"} 0
+router_refusals_total{reason="canary"} 0
 router_refusals_total{reason="dns"} 0
 router_refusals_total{reason="doh"} 0
 router_refusals_total{reason="dot-direct"} 0

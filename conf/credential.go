@@ -1,0 +1,144 @@
+package conf
+
+import (
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Credential is a [[credential]]: a real secret the guest never holds. The guest holds
+// Placeholder instead; the router puts Value in its place only in requests to the forward
+// the credential is bound to (Forward), from the guests it is for (Guests), and nowhere else.
+// A placeholder seen anywhere else in what a guest sends (a DNS name, a TLS server name, an
+// HTTP request to another place, an inbound's CONNECT) is a canary: the flow is refused and
+// counted (reason canary), and logged once with the guest and destination.
+type Credential struct {
+	Name string
+	Line int
+	// Placeholder is what the guest holds: at least MinPlaceholder bytes of letters, digits,
+	// '-', '_' and '.', unique, and no placeholder contains another.
+	Placeholder string
+	// ValueEnv and ValueFile say where the real value comes from (one of them).
+	ValueEnv, ValueFile string
+	// Value is the real value (empty when Options.SkipSecrets); never printed.
+	Value Secret
+	// Forward is the [[forward]] (by name) whose requests get the value.
+	Forward string
+	// Guests are the sources the credential is for; empty for every source the forward
+	// allows. A placeholder from any other source is a canary.
+	Guests []netip.Prefix
+}
+
+// MinPlaceholder is the shortest placeholder: long enough that it never turns up by chance
+// in what a guest sends, so that seeing it elsewhere means it was carried there.
+const MinPlaceholder = 16
+
+// credentialKeys are the keys of a [[credential]]; "value" is known only to be refused with
+// its own message.
+var credentialKeys = []string{"name", "placeholder", "value_env", "value_file", "forward", "guests", "value"}
+
+func (d *decoder) credentials(c *Config, v any) {
+	list, ok := v.([]map[string]any)
+	if !ok {
+		d.fail(at{path: "credential"}, "must be an array of tables [[credential]], not %s", typeName(v))
+		return
+	}
+	names := map[string]bool{}
+	for i, m := range list {
+		a := at{path: "credential[" + strconv.Itoa(i+1) + "]", where: "credential #" + strconv.Itoa(i+1)}
+		cr := Credential{Line: d.loc.line(a.path)}
+		d.checkKeys(a, m, credentialKeys)
+		if v, ok := m["name"]; ok {
+			if cr.Name, ok = d.str(a.key("name"), v); ok {
+				a.where += " " + strconv.Quote(cr.Name)
+				if !validName(cr.Name) {
+					d.fail(a.key("name"), "%q: use letters, digits, '-' and '_'", cr.Name)
+				} else if names[cr.Name] {
+					d.fail(a.key("name"), "%q is used by another [[credential]]", cr.Name)
+				}
+				names[cr.Name] = true
+			}
+		} else {
+			d.fail(a, "missing key \"name\"")
+		}
+		if v, ok := m["placeholder"]; ok {
+			if cr.Placeholder, ok = d.str(a.key("placeholder"), v); ok && !validPlaceholder(cr.Placeholder) {
+				d.fail(a.key("placeholder"), "must be at least %d bytes of letters, digits, '-', '_' and '.' (it stands for the secret in the guest, and must never turn up by chance)", MinPlaceholder)
+			}
+		} else {
+			d.fail(a, "missing key \"placeholder\" (what the guest holds instead of the secret)")
+		}
+		if v, ok := m["value_env"]; ok {
+			cr.ValueEnv, _ = d.str(a.key("value_env"), v)
+		}
+		if v, ok := m["value_file"]; ok {
+			cr.ValueFile, _ = d.str(a.key("value_file"), v)
+		}
+		switch {
+		case cr.ValueEnv != "" && cr.ValueFile != "":
+			d.fail(a.key("value_file"), "give value_env or value_file, not both")
+		case cr.ValueEnv == "" && cr.ValueFile == "":
+			if _, inline := m["value"]; !inline {
+				d.fail(a, "missing key \"value_env\" or \"value_file\" (where the real value comes from)")
+			}
+		case d.opts.SkipSecrets:
+		case cr.ValueEnv != "":
+			cr.Value = NewSecret(d.readSecret(a.key("value_env"), cr.ValueEnv, ""))
+		default:
+			cr.Value = NewSecret(d.readSecret(a.key("value_file"), "", cr.ValueFile))
+		}
+		if _, inline := m["value"]; inline {
+			d.fail(a.key("value"), "inline secrets are refused: put the value in an environment variable (value_env) or a file (value_file)")
+		}
+		if v, ok := m["forward"]; ok {
+			cr.Forward, _ = d.str(a.key("forward"), v)
+		} else {
+			d.fail(a, "missing key \"forward\" (the [[forward]] by name whose requests get the value)")
+		}
+		if v, ok := m["guests"]; ok {
+			cr.Guests = d.prefixes(a.key("guests"), v)
+		}
+		c.Credentials = append(c.Credentials, cr)
+	}
+}
+
+// checkCredentials checks what needs the whole config: each credential's forward exists and
+// speaks HTTP, and no placeholder is, contains or is contained in another.
+func (d *decoder) checkCredentials(c *Config) {
+	for i, cr := range c.Credentials {
+		a := at{path: "credential[" + strconv.Itoa(i+1) + "]", where: "credential #" + strconv.Itoa(i+1) + " " + strconv.Quote(cr.Name)}
+		if cr.Forward != "" {
+			var f *Forward
+			for j := range c.Forwards {
+				if c.Forwards[j].Name == cr.Forward {
+					f = &c.Forwards[j]
+				}
+			}
+			switch {
+			case f == nil:
+				d.fail(a.key("forward"), "no [[forward]] is named %q", cr.Forward)
+			case f.Raw():
+				d.fail(a.key("forward"), "forward %q passes raw TCP (api = \"tcp\"): the router cannot put a value in its requests", cr.Forward)
+			}
+		}
+		for j := range i {
+			o := c.Credentials[j]
+			if cr.Placeholder != "" && o.Placeholder != "" && (strings.Contains(cr.Placeholder, o.Placeholder) || strings.Contains(o.Placeholder, cr.Placeholder)) {
+				d.fail(a.key("placeholder"), "overlaps the placeholder of credential %q: each must be unique and contain no other", o.Name)
+			}
+		}
+	}
+}
+
+func validPlaceholder(s string) bool {
+	if len(s) < MinPlaceholder || len(s) > 256 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
