@@ -26,7 +26,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"rules/policy", "conf internal/ports rules", "rules/policy/policytest"},
 	{"rules/policy/policytest", "rules rules/policy", ""},
 	{"rules/refusal", "rules/policy", ""},
-	{"rules/modelapi", "", ""},
+	{"rules/modelapi", "", "internal/modeltest"},
 	{"conf", "internal/secret rules rules/modelapi", "internal/winetest"},
 	{"conf/lint", "conf internal/netaddr rules rules/policy windivert/adapters", ""},
 	{"conf/proxifier", "conf rules", "conf/lint rules/policy"},
