@@ -351,6 +351,9 @@ func (c *BodyCheck) beginValue(b byte) {
 				f.key = top.key // an array's elements are judged by the array's own key
 			}
 		}
+		if n := len(c.stack); n < cap(c.stack) {
+			f.name = c.stack[:n+1][n].name[:0] // the popped frame's buffer, reused
+		}
 		c.stack = append(c.stack, f)
 		if f.array {
 			c.state = stValueOrEnd

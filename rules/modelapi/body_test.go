@@ -1,6 +1,7 @@
 package modelapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -220,7 +221,9 @@ func FuzzBodyCheck(f *testing.F) {
 			t.Fatalf("passed what is not JSON: %q", body)
 		}
 		var v any
-		if err := json.Unmarshal(body, &v); err != nil {
+		d := json.NewDecoder(bytes.NewReader(body))
+		d.UseNumber() // a number too large for a float64 is still JSON
+		if err := d.Decode(&v); err != nil {
 			t.Fatalf("passed what does not decode: %v", err)
 		}
 		if why := oracle(r, v, "", false); why != "" {
@@ -258,4 +261,88 @@ func ExampleBodyCheck() {
 	_, err := c.Write([]byte(`"image_url":{"url":"http://203.0.113.66/x"}}]}]}`))
 	fmt.Println(err)
 	// Output: the field messages[0].content[0].image_url.url holds what the model server would fetch as a URL; only inline data (a data: URL) passes here
+}
+
+// goRequest is a chat or responses request as a Go server (Ollama's OpenAI layer, LM Studio)
+// decodes it with encoding/json: keys matched without case, the last duplicate kept.
+type goRequest struct {
+	Messages []struct {
+		Content []goPart `json:"content"`
+	} `json:"messages"`
+	Input []struct {
+		Content []goPart `json:"content"`
+	} `json:"input"`
+	Tools []struct {
+		Type      string `json:"type"`
+		ServerURL string `json:"server_url"`
+	} `json:"tools"`
+}
+
+type goPart struct {
+	Type     string          `json:"type"`
+	ImageURL json.RawMessage `json:"image_url"` // {"url": ...} or a string
+	AudioURL json.RawMessage `json:"audio_url"`
+	VideoURL json.RawMessage `json:"video_url"`
+	FileURL  string          `json:"file_url"`
+}
+
+// urlOf returns the URL a part's field holds, as a server reads either form.
+func urlOf(raw json.RawMessage) (string, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil && s != "" { // (null decodes as "")
+		return s, true
+	}
+	var o struct {
+		URL string `json:"url"`
+	}
+	if json.Unmarshal(raw, &o) == nil && o.URL != "" {
+		return o.URL, true
+	}
+	return "", false
+}
+
+// FuzzBodyGoServer: what a Go server decodes from a body the generic and openai kinds
+// pass holds no URL to fetch, only data: URLs, and names no MCP or host-side tool: a
+// differential test of the checker's key matching and unescaping against encoding/json's.
+func FuzzBodyGoServer(f *testing.F) {
+	for _, tc := range modeltest.BodyCases() {
+		if len(tc.Body) < 4096 {
+			f.Add([]byte(tc.Body))
+		}
+	}
+	f.Add([]byte(`{"messages":[{"content":[{"type":"image_url","Image_Url":{"Url":"http://x/"}}]}]}`))
+	f.Add([]byte(`{"input":[{"content":[{"type":"input_image","image_url":"data:image/png;base64,AA"}]}],"tools":[{"type":"function"}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, k := range []Kind{OpenAI, Generic} {
+			if checkBody(k.Reach(), body, nil) != nil {
+				continue
+			}
+			var req goRequest
+			if json.Unmarshal(body, &req) != nil {
+				continue
+			}
+			var parts []goPart
+			for _, m := range req.Messages {
+				parts = append(parts, m.Content...)
+			}
+			for _, m := range req.Input {
+				parts = append(parts, m.Content...)
+			}
+			for _, p := range parts {
+				for _, raw := range []json.RawMessage{p.ImageURL, p.AudioURL, p.VideoURL} {
+					if u, ok := urlOf(raw); ok && !strings.HasPrefix(u, "data:") {
+						t.Fatalf("%v passed %q: a Go server reads the URL %q", k, body, u)
+					}
+				}
+				if p.FileURL != "" && !strings.HasPrefix(p.FileURL, "data:") {
+					t.Fatalf("%v passed %q: a Go server reads the file URL %q", k, body, p.FileURL)
+				}
+			}
+			for _, tl := range req.Tools {
+				if strings.EqualFold(tl.Type, "mcp") || tl.ServerURL != "" && !strings.HasPrefix(tl.ServerURL, "data:") {
+					t.Fatalf("%v passed %q: a Go server reads the tool %+v", k, body, tl)
+				}
+			}
+		}
+	})
 }

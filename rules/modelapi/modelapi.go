@@ -16,6 +16,11 @@
 // (an encoded percent sign, a backslash, a dot segment above the root, a control byte) is
 // refused, never guessed at; so is a request head whose body length could be read two ways
 // (see [Framing]).
+//
+// An inference call can still make the server connect out by what its body names: an image
+// URL it downloads, an MCP server it calls. Each body a forward passes is therefore read as
+// it streams by a [BodyCheck], which refuses the fields the forward's kinds resolve as URLs
+// (see [Kind.Reach]) unless they hold inline data; see body.go.
 package modelapi
 
 import (
