@@ -2,6 +2,7 @@ package modelapi
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -189,6 +190,7 @@ type BodyCheck struct {
 	esc     uint8 // 0; 1 after '\'; 2..5 reading \u's hex digits
 	u       rune
 	buf     [maxKey]byte // a key's or a watched value's first bytes, unescaped
+	folded  [maxKey]byte // buf, folded (fold)
 	n       int
 	over    bool // buf overflowed
 	decided bool // a watched value is judged already
@@ -212,6 +214,9 @@ func (c *BodyCheck) Write(p []byte) (int, error) {
 			// The fast path through a long value: to the next quote, backslash or control
 			// byte.
 			j := i
+			for j+8 <= len(p) && !special8(binary.LittleEndian.Uint64(p[j:])) {
+				j += 8
+			}
 			for ; j < len(p); j++ {
 				if b := p[j]; b == '"' || b == '\\' || b < 0x20 {
 					break
@@ -269,6 +274,15 @@ func (c *BodyCheck) fail(field, why string) {
 
 func (c *BodyCheck) malformed(what string) {
 	c.fail("", fmt.Sprintf("the body is not one well-formed JSON value (byte %d: %s)", c.off, what))
+}
+
+// special8 reports whether the 8 bytes of w hold a quote, a backslash or a control byte
+// (the bit tricks of "Bit Twiddling Hacks": haszero and hasless; exact as a yes or no).
+func special8(w uint64) bool {
+	const lsb, msb = 0x0101010101010101, 0x8080808080808080
+	q := w ^ (lsb * '"')
+	s := w ^ (lsb * '\\')
+	return ((q-lsb)&^q|(s-lsb)&^s|(w-lsb*0x20)&^w)&msb != 0
 }
 
 func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }
@@ -579,20 +593,20 @@ func (c *BodyCheck) judge(whole bool) {
 			c.fail(c.path(), why)
 		}
 	case strType:
-		t := fold(v)
+		t := fold(c.folded[:0], v)
 		if !whole || c.over {
 			// No tool type is that long, but read strictly: a web search type, whatever
 			// follows.
-			if strings.HasPrefix(t, "web_search") && c.reach&ReachHostTools != 0 {
+			if bytes.HasPrefix(t, []byte("web_search")) && c.reach&ReachHostTools != 0 {
 				c.fail(c.path(), "names a tool type that begins as a web search's")
 			}
 			return
 		}
 		switch {
-		case t == "mcp" && c.reach&ReachMCP != 0:
+		case string(t) == "mcp" && c.reach&ReachMCP != 0:
 			c.fail(c.path(), `names a tool of type "mcp": the model server would connect to the MCP server itself`)
 		case hostTool(t) && c.reach&ReachHostTools != 0:
-			c.fail(c.path(), "names a tool of type "+strconv.Quote(t)+": the model server would run it itself, reaching out from the host")
+			c.fail(c.path(), "names a tool of type "+strconv.Quote(string(t))+": the model server would run it itself, reaching out from the host")
 		}
 	}
 }
@@ -600,8 +614,8 @@ func (c *BodyCheck) judge(whole bool) {
 // hostTool reports whether t (folded) is a tool type a server runs on the host that can
 // connect out: OpenAI's web search tools (vLLM runs them with its browser tool) and the
 // code interpreter. A call record fed back in a conversation (web_search_call) is not.
-func hostTool(t string) bool {
-	return t == "code_interpreter" || (strings.HasPrefix(t, "web_search") && !strings.HasSuffix(t, "_call"))
+func hostTool(t []byte) bool {
+	return string(t) == "code_interpreter" || (bytes.HasPrefix(t, []byte("web_search")) && !bytes.HasSuffix(t, []byte("_call")))
 }
 
 // inlineData judges the first bytes of a value the server would resolve as a URL: it must
@@ -635,53 +649,51 @@ func (c *BodyCheck) classify(raw []byte, over bool) uint8 {
 		}
 		return keyOther
 	}
-	k := fold(raw)
+	k := fold(c.folded[:0], raw)
 	for _, f := range fieldReach {
-		if k == f.name && c.reach&f.r != 0 {
+		if string(k) == f.name && c.reach&f.r != 0 {
 			return keyFetch
 		}
 	}
 	switch {
-	case c.reach&ReachAnyURL != 0 && (strings.Contains(k, "url") || strings.Contains(k, "uri")):
+	case c.reach&ReachAnyURL != 0 && (bytes.Contains(k, []byte("url")) || bytes.Contains(k, []byte("uri"))):
 		return keyFetch
-	case k == "url":
+	case string(k) == "url":
 		return keyURL
-	case k == "type":
+	case string(k) == "type":
 		return keyType
 	}
 	return keyOther
 }
 
-// fold lower-cases b as Go's encoding/json matches keys (Unicode simple folding), for
-// comparing with ASCII names: ASCII letters lower-cased, the long s (U+017F) as s and the
-// Kelvin sign (U+212A) as k, the only non-ASCII runes that fold to ASCII letters. Other
-// runes stay (and match no name).
-func fold(b []byte) string {
-	ascii := true
-	for _, x := range b {
-		if x >= 0x80 {
-			ascii = false
-			break
+// fold appends b to dst lower-cased as Go's encoding/json matches keys (Unicode simple
+// folding), for comparing with ASCII names: ASCII letters lower-cased, the long s (U+017F)
+// as s and the Kelvin sign (U+212A) as k, the only non-ASCII runes that fold to ASCII
+// letters. Other bytes stay as they are (and match no name), so the result is never longer
+// than b.
+func fold(dst, b []byte) []byte {
+	for i := 0; i < len(b); {
+		x := b[i]
+		if x < utf8.RuneSelf {
+			if x >= 'A' && x <= 'Z' {
+				x += 'a' - 'A'
+			}
+			dst = append(dst, x)
+			i++
+			continue
 		}
-	}
-	if ascii {
-		return strings.ToLower(string(b))
-	}
-	var sb strings.Builder
-	for _, r := range string(b) {
+		r, n := utf8.DecodeRune(b[i:])
 		switch r {
 		case 0x17F:
-			r = 's'
+			dst = append(dst, 's')
 		case 0x212A:
-			r = 'k'
+			dst = append(dst, 'k')
 		default:
-			if r < 0x80 {
-				r = rune(strings.ToLower(string(r))[0])
-			}
+			dst = append(dst, b[i:i+n]...)
 		}
-		sb.WriteRune(r)
+		i += n
 	}
-	return sb.String()
+	return dst
 }
 
 // path spells where the scanner is, for a refusal: keys (clipped, printable ASCII) and

@@ -184,7 +184,7 @@ func oracle(r Reach, v any, key string, fetch bool) string {
 		}
 		if strings.EqualFold(key, "type") {
 			t := strings.ToLower(v)
-			if r&ReachMCP != 0 && t == "mcp" || r&ReachHostTools != 0 && hostTool(t) {
+			if r&ReachMCP != 0 && t == "mcp" || r&ReachHostTools != 0 && hostTool([]byte(t)) {
 				return "tool " + t
 			}
 		}
