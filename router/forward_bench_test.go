@@ -26,7 +26,9 @@ import (
 // the latency of each later event (from the server's write to the client's read, stamped in
 // the event), and requests/s of GET /v1/models on one keep-alive connection. It prints the
 // figures side by side, with the added p50 over the server alone as the median of the
-// rounds' own differences.
+// rounds' own differences. The body check's own cost shows in the last pair: a chat
+// carrying a 256 KiB inline image, to the server alone and through the HTTP forward, which
+// reads all of it before the request is whole.
 //
 //	go test -run '^$' -bench BenchmarkModelForward -benchtime 1x ./router/
 func BenchmarkModelForward(b *testing.B) {
@@ -59,10 +61,19 @@ func BenchmarkModelForward(b *testing.B) {
 		go r.ServeForward(ctx, ln, func() *Forward { return &f })
 		return ln.Addr().String()
 	}
-	paths := []struct{ name, addr string }{
-		{"server alone", srv},
-		{"raw TCP forward", listen(Forward{Name: "raw"})},
-		{"HTTP forward", listen(Forward{Name: "http", API: api, MaxBody: 64 << 20})},
+	httpFwd := listen(Forward{Name: "http", API: api, MaxBody: 64 << 20})
+	small := `{"model":"bench","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	image := `{"model":"bench","stream":true,"messages":[{"role":"user","content":[{"type":"text","text":"what is it?"},` +
+		`{"type":"image_url","image_url":{"url":"data:image/png;base64,` + strings.Repeat("QUJD", 64<<10) + `"}}]}]}`
+	paths := []struct {
+		name, addr, body string
+		base             int // the path its +p50 is measured against
+	}{
+		{"server alone", srv, small, 0},
+		{"raw TCP forward", listen(Forward{Name: "raw"}), small, 0},
+		{"HTTP forward", httpFwd, small, 0},
+		{"server alone, 256K image", srv, image, 3},
+		{"HTTP forward, 256K image", httpFwd, image, 3},
 	}
 	type figures struct {
 		ttfb, chunk, gaps []time.Duration
@@ -75,7 +86,7 @@ func BenchmarkModelForward(b *testing.B) {
 	for round := range rounds {
 		for k := range paths {
 			i := (k + round) % len(paths)
-			ttfb, chunk, gaps := streamRound(b, paths[i].addr, streams)
+			ttfb, chunk, gaps := streamRound(b, paths[i].addr, paths[i].body, streams)
 			got[i].ttfb = append(got[i].ttfb, ttfb...)
 			got[i].chunk = append(got[i].chunk, chunk...)
 			got[i].gaps = append(got[i].gaps, gaps...)
@@ -90,8 +101,8 @@ func BenchmarkModelForward(b *testing.B) {
 	for i, p := range paths {
 		var dT, dC []time.Duration
 		for k := range rounds {
-			dT = append(dT, got[i].ttfbP50[k]-got[0].ttfbP50[k])
-			dC = append(dC, got[i].chunkP50[k]-got[0].chunkP50[k])
+			dT = append(dT, got[i].ttfbP50[k]-got[p.base].ttfbP50[k])
+			dC = append(dC, got[i].chunkP50[k]-got[p.base].chunkP50[k])
 		}
 		fmt.Fprintf(tw, "%s\t%v\t%v\t%+v\t%v\t%v\t%+v\t%v\t%v\t%.0f\t\n", p.name,
 			us(pct(got[i].ttfb, 50)), us(pct(got[i].ttfb, 99)), us(pct(dT, 50)),
@@ -101,7 +112,7 @@ func BenchmarkModelForward(b *testing.B) {
 		b.ReportMetric(float64(pct(got[i].ttfb, 50).Microseconds()), tag+"-ttfb-p50-µs")
 	}
 	tw.Flush()
-	fmt.Printf("(%d rounds × %d streams of %d events %v apart per path; +p50 is the median of the rounds' own differences)\n", rounds, streams, events, gap)
+	fmt.Printf("(%d rounds × %d streams of %d events %v apart per path; +p50 is the median of the rounds' own differences from the server alone with the same body)\n", rounds, streams, events, gap)
 }
 
 // startStampServer serves POST /v1/chat/completions as server-sent events, each stamped
@@ -136,17 +147,16 @@ func startStampServer(b *testing.B, events int, gap time.Duration) string {
 	return ln.Addr().String()
 }
 
-// streamRound runs n streamed completions one after another on one keep-alive connection
-// and returns each one's time to its first event, each later event's latency and the gaps
+// streamRound runs n streamed completions of body one after another on one keep-alive
+// connection and returns each one's time to its first event, each later event's latency and the gaps
 // between events as the client saw them.
-func streamRound(b *testing.B, addr string, n int) (ttfb, chunk, gaps []time.Duration) {
+func streamRound(b *testing.B, addr, body string, n int) (ttfb, chunk, gaps []time.Duration) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close()
 	br := bufio.NewReader(c)
-	body := `{"model":"bench","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	req := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, len(body), body)
 	for range n {
 		c.SetDeadline(time.Now().Add(10 * time.Second))

@@ -29,7 +29,9 @@ import (
 // one after another, each answered before the next is read:
 //
 //	guest ─► readModelRequest ─► modelHandler ─► ReverseProxy ─► modelClient ─► model server
-//	          │ framing, head size   │ method, path (modelapi.Check), Upgrade, max_body
+//	          │ framing, head size   │ method, path (modelapi.Check), Upgrade, max_body,
+//	          │                      │ Content-Encoding; the body checked as it streams
+//	          │                      │ (checkedBody: what the server would fetch)
 //	          └ refused: 403, closed └ refused: 403 JSON, counted as model-api
 //
 // readModelRequest checks the head's raw bytes for ambiguous framing (modelapi.Framing:
@@ -274,6 +276,13 @@ func (h *modelHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		req.Body = http.MaxBytesReader(w, req.Body, max)
 	}
+	if req.Body != nil && req.Body != http.NoBody {
+		if why := modelapi.ContentEncoding(req.Header.Values("Content-Encoding")); why != "" {
+			h.refuse(w, req.Method, path, why, true)
+			return
+		}
+		req.Body = &checkedBody{rc: req.Body, check: h.fw.API.Body()} // forward_body.go
+	}
 	req.URL.Path, req.URL.RawPath = path, ""
 	h.proxy.ServeHTTP(w, req)
 }
@@ -297,12 +306,17 @@ func (h *modelHandler) refuse(w http.ResponseWriter, method, path, why string, e
 	writeJSONError(w, http.StatusForbidden, h.fw.Name, why)
 }
 
-// proxyError answers what the proxy could not carry: a body over max_body (413), the model
-// server unreachable or failing mid-request (502).
+// proxyError answers what the proxy could not carry: a body over max_body or one the body
+// check refuses (403), the model server unreachable or failing mid-request (502).
 func (h *modelHandler) proxyError(w http.ResponseWriter, req *http.Request, err error) {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
 		h.refuse(w, req.Method, req.URL.Path, fmt.Sprintf("the body is larger than the forward's max_body (%d bytes)", tooBig.Limit), true)
+		return
+	}
+	var bad *modelapi.BodyError
+	if errors.As(err, &bad) {
+		h.refuse(w, req.Method, req.URL.Path, bad.Error(), true)
 		return
 	}
 	if errors.Is(err, context.Canceled) {

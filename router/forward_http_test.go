@@ -220,7 +220,7 @@ func TestModelForwardPasses(t *testing.T) {
 	if err != nil || cont.StatusCode != http.StatusContinue {
 		t.Fatalf("Expect: 100-continue answered %v, %v", cont, err)
 	}
-	io.WriteString(c, "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+	io.WriteString(c, "5\r\n{\"a\":\r\n6\r\n \"bc\"}\r\n0\r\n\r\n") // JSON, as the body check wants
 	resp, err = http.ReadResponse(br, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -290,13 +290,9 @@ func TestModelForwardServerClosesIdle(t *testing.T) {
 func TestModelForwardChunkedOverMaxBody(t *testing.T) {
 	e := newEnv(t, Settings{}, Options{})
 	_, addr := startModelForward(t, e, 1, 0, 64<<10)
-	chunk := strings.Repeat("x", 16<<10)
 	var b strings.Builder
 	fmt.Fprintf(&b, "POST /api/embed HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n", addr)
-	for range 5 {
-		fmt.Fprintf(&b, "%x\r\n%s\r\n", len(chunk), chunk)
-	}
-	b.WriteString("0\r\n\r\n")
+	b.WriteString(chunked(`{"input":"`+strings.Repeat("x", 80<<10)+`"}`, 16<<10)) // JSON, as the body check wants
 	rs := exchange(t, addr, b.String(), 1)
 	if len(rs) != 1 || rs[0].StatusCode != http.StatusForbidden {
 		t.Fatalf("responses %v; want one 403", rs)

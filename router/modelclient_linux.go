@@ -160,7 +160,7 @@ func (m *modelClient) exchange(req *http.Request, addr string, pc *modelConn) (*
 		}
 		return nil, err
 	}
-	if err := req.Write(pc.bw); err != nil {
+	if err := req.Write(heldWriter{pc.bw}); err != nil {
 		return fail(fmt.Errorf("write the request: %w", errors.Join(errNoResponse, err)))
 	}
 	if err := pc.bw.Flush(); err != nil {
@@ -182,6 +182,13 @@ func (m *modelClient) exchange(req *http.Request, addr string, pc *modelConn) (*
 		return resp, nil
 	}
 }
+
+// heldWriter is the connection's buffer as http.Request.Write sees it: not a *bufio.Writer,
+// so Write does not flush the head before it reads the body. The request then leaves in
+// one piece when its body is small, and a body the forward refuses as it reads it
+// (checkedBody) leaves nothing of it, head included, on the server when it fits the
+// buffer.
+type heldWriter struct{ *bufio.Writer }
 
 // modelBody hands the connection back once the response body was read to its end and
 // closed, and closes it when the body is closed early.

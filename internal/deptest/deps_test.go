@@ -26,7 +26,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"rules/policy", "conf internal/ports rules", "rules/policy/policytest"},
 	{"rules/policy/policytest", "rules rules/policy", ""},
 	{"rules/refusal", "rules/policy", ""},
-	{"rules/modelapi", "", ""},
+	{"rules/modelapi", "", "internal/modeltest"},
 	{"conf", "internal/secret rules rules/modelapi", "internal/winetest"},
 	{"conf/lint", "conf internal/netaddr rules rules/policy windivert/adapters", ""},
 	{"conf/proxifier", "conf rules", "conf/lint rules/policy"},
@@ -105,7 +105,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"internal/bench", "router/upstream/socks5", "router/upstream/socks5/socks5test"},
 	{"internal/notices", "", ""},
 	{"internal/deptest", "", ""},
-	{"e2e", "", "conf dns internal/lab internal/roottest router router/control router/nftcap router/proc router/upstream router/upstream/socks5 rules rules/policy rules/refusal windivert/packet windivert/redirect"},
+	{"e2e", "", "conf dns internal/lab internal/modeltest internal/roottest router router/control router/nftcap router/proc router/upstream router/upstream/socks5 rules rules/policy rules/refusal windivert/packet windivert/redirect"},
 }
 
 // A layer is a rule the table must keep, over the packages of ours that a package's code

@@ -28,6 +28,7 @@ type Request struct {
 	Method, Path string // the path as the server routed it (decoded)
 	RawURI       string // the request target as sent
 	Body         int64  // bytes of body read
+	Whole        bool   // the body was read to its end (not cut off by the client)
 }
 
 // Server is a running fake model server. Its methods are safe for concurrent use.
@@ -67,9 +68,9 @@ func (s *Server) Log() []Request {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	n, _ := io.Copy(io.Discard, io.LimitReader(r.Body, 1<<30))
+	n, err := io.Copy(io.Discard, io.LimitReader(r.Body, 1<<30))
 	s.mu.Lock()
-	s.log = append(s.log, Request{Method: r.Method, Path: r.URL.Path, RawURI: r.RequestURI, Body: n})
+	s.log = append(s.log, Request{Method: r.Method, Path: r.URL.Path, RawURI: r.RequestURI, Body: n, Whole: err == nil})
 	s.mu.Unlock()
 	switch r.Method + " " + r.URL.Path {
 	case "GET /v1/models":

@@ -16,6 +16,11 @@
 // (an encoded percent sign, a backslash, a dot segment above the root, a control byte) is
 // refused, never guessed at; so is a request head whose body length could be read two ways
 // (see [Framing]).
+//
+// An inference call can still make the server connect out by what its body names: an image
+// URL it downloads, an MCP server it calls. Each body a forward passes is therefore read as
+// it streams by a [BodyCheck], which refuses the fields the forward's kinds resolve as URLs
+// (see [Kind.Reach]) unless they hold inline data; see body.go.
 package modelapi
 
 import (
@@ -34,10 +39,14 @@ const (
 	Ollama               // Ollama's own /api calls and its OpenAI-compatible ones
 	LMStudio             // LM Studio's /api/v0 REST calls and its OpenAI-compatible ones
 	TCP                  // no HTTP at all: a raw TCP pipe that passes everything
+	LlamaCpp             // llama.cpp's server: its own inference calls and its OpenAI-compatible ones
+	VLLM                 // vLLM's server: its own inference calls and its OpenAI-compatible ones
+	Generic              // any OpenAI-compatible server, judged most strictly (see [Kind.Reach])
 	numKinds
 )
 
-var kindNames = [numKinds]string{OpenAI: "openai", Ollama: "ollama", LMStudio: "lmstudio", TCP: "tcp"}
+var kindNames = [numKinds]string{OpenAI: "openai", Ollama: "ollama", LMStudio: "lmstudio", TCP: "tcp",
+	LlamaCpp: "llamacpp", VLLM: "vllm", Generic: "generic"}
 
 func (k Kind) String() string {
 	if k < numKinds {
@@ -46,7 +55,8 @@ func (k Kind) String() string {
 	return "unknown"
 }
 
-// ParseKind returns the kind named s ("openai", "ollama", "lmstudio", "tcp").
+// ParseKind returns the kind named s ("openai", "ollama", "lmstudio", "tcp", "llamacpp",
+// "vllm", "generic").
 func ParseKind(s string) (Kind, bool) {
 	i := slices.Index(kindNames[:], s)
 	return Kind(i), i >= 0
@@ -108,12 +118,55 @@ var lmStudio = []Route{
 	{"GET", "/api/v1/models"},
 }
 
+// llamaCpp is llama.cpp's server's own inference and read-only calls (tools/server,
+// README "API Endpoints"). Left out: POST /props (changes the server's settings), /slots
+// (saves and restores the KV cache to files on the host), POST /lora-adapters, /metrics,
+// and the Anthropic-compatible /v1/messages (its image "source" may name a URL).
+var llamaCpp = []Route{
+	{"GET", "/health"},
+	{"GET", "/props"},
+	{"POST", "/completion"},
+	{"POST", "/completions"},
+	{"POST", "/infill"},
+	{"POST", "/embedding"},
+	{"POST", "/embeddings"},
+	{"POST", "/rerank"},
+	{"POST", "/reranking"},
+	{"POST", "/v1/rerank"},
+	{"POST", "/tokenize"},
+	{"POST", "/detokenize"},
+	{"POST", "/apply-template"},
+}
+
+// vLLM is vLLM's OpenAI-compatible server's own inference and read-only calls
+// (vllm/entrypoints/openai/api_server.py). Left out: the audio calls (multipart bodies),
+// /v1/load_lora_adapter and /v1/unload_lora_adapter (they load from a path or a hub),
+// sleep, wake_up, reset_prefix_cache, /metrics and the other operator calls.
+var vLLM = []Route{
+	{"GET", "/health"},
+	{"GET", "/version"},
+	{"POST", "/tokenize"},
+	{"POST", "/detokenize"},
+	{"POST", "/pooling"},
+	{"POST", "/classify"},
+	{"POST", "/score"},
+	{"POST", "/v1/score"},
+	{"POST", "/rerank"},
+	{"POST", "/v1/rerank"},
+	{"POST", "/v2/rerank"},
+}
+
 // Lists returns kind k's allow-list (nil for TCP, which has none: it passes everything).
-// Ollama's and LM Studio's include the OpenAI-compatible calls, which both serve.
+// Every kind but TCP includes the OpenAI-compatible calls, which all those servers serve;
+// Generic is those alone.
 func Lists(k Kind) []Route {
 	switch k {
-	case OpenAI:
+	case OpenAI, Generic:
 		return slices.Clone(openAI)
+	case LlamaCpp:
+		return slices.Concat(llamaCpp, openAI)
+	case VLLM:
+		return slices.Concat(vLLM, openAI)
 	case Ollama:
 		return slices.Concat(ollama, openAI)
 	case LMStudio:
@@ -127,6 +180,7 @@ func Lists(k Kind) []Route {
 type Policy struct {
 	exact  map[string]Route // key: method + " " + lower-case path
 	prefix []Route          // routes ending in "/*", Path without the "*"
+	reach  Reach            // what the bodies may not hold: the union of the kinds'
 }
 
 // ParseRoute parses an allow_paths entry: "METHOD /path" or "/path" (GET, HEAD and POST).
@@ -175,6 +229,7 @@ func New(kinds []Kind, extra []Route) (*Policy, error) {
 			return nil, errors.New(`"tcp" is a raw pipe and has no allow-list; it cannot be combined`)
 		}
 		all = append(all, Lists(k)...)
+		p.reach |= k.Reach()
 	}
 	for _, r := range append(all, extra...) {
 		if base, ok := strings.CutSuffix(r.Path, "/*"); ok {
@@ -187,6 +242,24 @@ func New(kinds []Kind, extra []Route) (*Policy, error) {
 		p.exact[r.Method+" "+strings.ToLower(r.Path)] = r
 	}
 	return p, nil
+}
+
+// Body returns a check for one request body, against what the policy's kinds resolve as
+// URLs (see [BodyCheck]). Every body a forward passes is checked, allow_paths' included:
+// a body must be JSON, whatever its Content-Type says.
+func (p *Policy) Body() *BodyCheck {
+	if p == nil {
+		return NewBodyCheck(Generic.Reach())
+	}
+	return NewBodyCheck(p.reach)
+}
+
+// Reach returns what the policy's bodies may not hold.
+func (p *Policy) Reach() Reach {
+	if p == nil {
+		return Generic.Reach()
+	}
+	return p.reach
 }
 
 // Raw reports whether kinds ask for a raw TCP pipe.
