@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/router/upstream"
+	"github.com/agentcage/router/router/upstream/socks5"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
@@ -106,4 +108,47 @@ func unquote(s string) string {
 		return s[1 : len(s)-1]
 	}
 	return s
+}
+
+// TestSpoofCasesInbound: a name an inbound's client asks for is dialed as the router
+// resolves it, every address through the walls, on both inbounds.
+func TestSpoofCasesInbound(t *testing.T) {
+	cfg, err := conf.Parse("spoof.toml", []byte(policytest.SpoofConfig), conf.Options{SkipSecrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := policy.New(cfg, policytest.Env())
+	p := startProxy(t, nil, nil)
+	for _, c := range policytest.SpoofCases() {
+		if c.Paths&policytest.Inbound == 0 {
+			continue
+		}
+		for _, typ := range []InboundType{InboundSOCKS5, InboundHTTP} {
+			t.Run(c.Name+"/"+string(typ), func(t *testing.T) {
+				fl := c.Flow
+				names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: map[netip.Addr]string{},
+					Resolved: map[string][]netip.Addr{fl.Host: fl.Resolved}}
+				pol := Settings{Decision: dec, Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Addr.Port()}}}}
+				e := newEnv(t, pol, Options{Names: names, Resolve: noLocalResolve(t)})
+				addr := e.startInbound(Inbound{Type: typ})
+				if typ == InboundSOCKS5 {
+					e.socksConnect(addr, socks5.Addr{Name: fl.Host, Port: fl.Port})
+				} else {
+					e.httpConnect(addr, net.JoinHostPort(fl.Host, strconv.Itoa(int(fl.Port))), "")
+				}
+				e.waitLog("msg=flow ")
+				m := flowEndRecord.FindStringSubmatch(e.logs.String())
+				if m == nil {
+					t.Fatalf("no flow record in\n%s", e.logs.String())
+				}
+				if rule := unquote(m[1]); rule != c.Rule || m[2] != c.Action.String() {
+					t.Errorf("inbound decided %s by %q, want %s by %q", m[2], rule, c.Action, c.Rule)
+				}
+				if c.Action == rules.Direct {
+					want := "not " + netip.AddrPortFrom(c.Dial, fl.Port).String()
+					e.waitLog(want)
+				}
+			})
+		}
+	}
 }

@@ -135,6 +135,7 @@ func SpoofCases() []SpoofCase {
 		{Case{"an unlisted SNI through the proxy", guest(SpoofAddr, 443, "elsewhere.test"), policy.StepRule, rules.Proxy, "exit", "vm"}, "sni", netip.Addr{}, false, false, data},
 		{Case{"a corp Host to the host's address", guest(netip.MustParseAddr("192.168.56.1"), 80, "x.corp.test"), policy.StepHost, rules.Block, "", policy.StepHost.String()}, "host", netip.Addr{}, false, false, data},
 		direct("an inbound's client asks for a corp name", "", asked("x.corp.test", 80, corp), "corp", CorpAddr, true, false, Inbound),
-		refused("an inbound's client asks for localhost", "", asked("localhost", 47831, "127.0.0.1"), hostName, Inbound),
+		// (An inbound takes localhost for the loopback address itself, as the router's DNS answers it.)
+		refused("an inbound's client asks for a corp name on the model's port that resolves to loopback", "", asked("model.corp.test", 47831, "127.0.0.1"), hostName, Inbound),
 	}
 }
