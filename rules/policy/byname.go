@@ -91,8 +91,9 @@ func DirectOrder(dst netip.Addr, resolved []netip.Addr) []netip.Addr {
 	return append(out, resolved[i+1:]...)
 }
 
-// DialWhy says in words where a direct way out of f (decided d) connects, for explain and
-// logs: "" unless d.ByName.
+// DialWhy says in words where a direct way out of f (decided d) connects, or would have
+// (a refusal by the walls on its name's addresses), for explain and logs: "" unless
+// d.ByName.
 func (p *Policy) DialWhy(f *Flow, d Decision) string {
 	if !d.ByName {
 		return ""
@@ -101,6 +102,9 @@ func (p *Policy) DialWhy(f *Flow, d Decision) string {
 	to := "the router dials " + strconv.Quote(name) + " as its own resolver resolves it (through the proxy), every address it resolves to checked by the host walls"
 	if len(f.Resolved) > 0 {
 		to += " (" + addrList(DirectOrder(f.Dst, f.Resolved)) + ")"
+	}
+	if d.Action != rules.Direct {
+		to = "a direct dial would go to " + strconv.Quote(name) + " as the router's own resolver resolves it, and the walls refused where it leads"
 	}
 	if !d.Untrusted {
 		return to
