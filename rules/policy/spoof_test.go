@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strings"
@@ -51,5 +52,72 @@ func TestSpoofCases(t *testing.T) {
 				t.Error("no reason")
 			}
 		})
+	}
+}
+
+// TestSpoofOracle: on random guest flows (addresses, ports, names in the first bytes, what
+// the names resolve to), a direct dial goes to the flow's own address only when the
+// address alone gets the same direct rule (the flow decided again without any name, the
+// obviously-correct statement), and otherwise only to addresses the name resolves to, each
+// of which the walls let through; the flow's address is dialled then only when it is one
+// of them.
+func TestSpoofOracle(t *testing.T) {
+	p := compile(t, policytest.SpoofConfig)
+	r := rand.New(rand.NewPCG(34, 1))
+	addrs := []string{"203.0.113.66", "198.51.100.20", "198.51.100.200", "127.0.0.1", "192.168.56.1", "10.0.2.2", "10.0.2.3", "169.254.169.254", "198.18.0.5"}
+	names := []string{"", "x.corp.test", "localhost", "www.corp.test", "elsewhere.test", "corp.test"}
+	ports := []uint16{22, 80, 443, 853, 47831}
+	pick := func(s []string) string { return s[r.IntN(len(s))] }
+	for i := range 20000 {
+		f := policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("10.0.2.15"), FromVM: r.IntN(2) == 0,
+			Dst: netip.MustParseAddr(pick(addrs)), Port: ports[r.IntN(len(ports))], Sniffed: pick(names)}
+		if p.InPool(f.Dst) {
+			f.Host = "www.corp.test"
+		}
+		if r.IntN(4) > 0 {
+			f.Resolved = []netip.Addr{}
+			for range r.IntN(3) {
+				f.Resolved = append(f.Resolved, netip.MustParseAddr(pick(addrs)))
+			}
+		}
+		d := p.Decide(&f)
+		if d.Action != rules.Direct {
+			continue
+		}
+		bare := f
+		bare.Sniffed, bare.Resolved = "", nil
+		if bare.Host != "" && !p.InPool(bare.Dst) {
+			bare.Host = ""
+		}
+		b := p.Decide(&bare)
+		byAddress := !p.InPool(f.Dst) && b.Action == rules.Direct && b.Index == d.Index
+		got := p.DialAddrs(&f, d)
+		if byAddress {
+			if d.ByName || len(got) != 1 || got[0] != f.Dst {
+				t.Fatalf("#%d %+v: the address alone gets %q, yet dials %v (ByName %v)", i, f, b.Name, got, d.ByName)
+			}
+			continue
+		}
+		if !d.ByName {
+			t.Fatalf("#%d %+v: direct by %q, won by the name, dials the address %v", i, f, d.Name, got)
+		}
+		if f.Resolved == nil {
+			if !p.NeedsResolve(&f) && p.Caged(&f) {
+				t.Fatalf("#%d %+v: direct by name without asking what the name resolves to", i, f)
+			}
+			continue
+		}
+		for _, a := range got {
+			if !slices.Contains(f.Resolved, a) {
+				t.Fatalf("#%d %+v: dials %v, not one of the name's addresses %v", i, f, a, f.Resolved)
+			}
+			if p.Caged(&f) && p.HomeOf(a) != policy.Away {
+				g := f
+				g.Dst, g.Resolved = a, nil
+				if gd := p.Decide(&g); gd.Action == rules.Block {
+					t.Fatalf("#%d %+v: dials %v, which the walls refuse (%v)", i, f, a, gd.Step)
+				}
+			}
+		}
 	}
 }
