@@ -54,6 +54,7 @@ type FlowRecord struct {
 	pol     *compiled // the policy that decided it (nil: a forward, or not decided)
 	index   int       // the rule that decided it, -1 for an implicit step
 	relayed bool      // the flow reached the relay; set before the relay starts
+	byName  bool      // the decision's ByName: a direct flow dialed its name, not Dst
 	udp     bool      // a UDP flow (for the flow log)
 	// refused and why: the flow was counted as refused (Router.refused), for the flow log.
 	refused bool

@@ -2,12 +2,14 @@ package router
 
 import (
 	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
@@ -151,4 +153,38 @@ func TestSpoofCasesInbound(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestReloadEndsFlowsANameWouldNowSendByName: a flow that went direct to its address (a rule
+// by address decided it) is ended when a reload makes the name of its first bytes win a
+// direct rule instead: under the new rules that name would not be trusted to pick the
+// address, so the flow may not keep it.
+func TestReloadEndsFlowsANameWouldNowSendByName(t *testing.T) {
+	target := startTarget(t, "t")
+	byAddr := hostRule("lab", rules.Direct, "", "198.51.100.0/24")
+	other := hostRule("other", rules.Block, "", "*.other.test") // a name rule: the router reads names
+	corp := hostRule("corp", rules.Direct, "", "*.corp.test")
+	src := netip.MustParseAddrPort("10.0.2.15:40000")
+	opts := Options{
+		Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) { return src, public(target), nil },
+		FromVM:   func(netip.Addr) bool { return true },
+	}
+	e := newEnv(t, Settings{Decision: decision([]rules.Rule{other, byAddr}, vmNet)}, opts)
+	c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(waitFor))
+	c.Write(firstBytes(t, "host", "x.corp.test"))
+	if got := readN(t, c, 1); got != "t" {
+		t.Fatalf("banner %q", got)
+	}
+	if err := e.r.Apply(Settings{Decision: decision([]rules.Rule{other, corp, byAddr}, vmNet), IdleTimeout: time.Minute, ConnectTimeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(c); err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Errorf("the flow: %v; want it ended at the reload", err)
+	}
+	e.waitLog(`msg="reload ended live flows" rule=corp flows=1`)
 }
