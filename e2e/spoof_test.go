@@ -166,3 +166,23 @@ func tlsFromGuest(s *scene, guest *lab.Netns, address, name string) string {
 	b, _ := io.ReadAll(tc)
 	return "tls: " + string(b)
 }
+
+// TestSpoofHonestNameInProxyMode: an honest client in [dns] mode = "proxy" (the guest gets
+// real addresses from the router's DNS) still reaches a corp name by the direct rule: the
+// name its Host carries is resolved again by the router and the address the guest chose is
+// one of them, so the router dials that address, and the flow log says so.
+func TestSpoofHonestNameInProxyMode(t *testing.T) {
+	roottest.Require(t, tools...)
+	names := map[string]netip.Addr{"www.corp.test": netip.MustParseAddr(lab.ServiceAddr)}
+	cfg := strings.Replace(spoofConfig(lab.DanteAddr), "[dns]\n", "[dns]\nmode = \"proxy\"\n", 1)
+	s := newLabWith(t, cfg+flowLogKeys, lab.Options{Names: names})
+	s.startRouter()
+	out, code := s.curl(s.lab.Guest(), "http://www.corp.test/")
+	if code != 0 || strings.TrimSpace(out) != lab.HostUplinkAddr {
+		t.Fatalf("http://www.corp.test/: exit %d, %q; want the echo server's answer %s (a direct flow)", code, out, lab.HostUplinkAddr)
+	}
+	s.flowRecords(func(m map[string]any) bool {
+		return m["event"] == "flow" && m["name"] == "www.corp.test" && m["rule"] == "corp" &&
+			m["dialed"] == lab.ServiceAddr+":80" && m["dst"] == lab.ServiceAddr+":80"
+	})
+}
