@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
@@ -119,5 +120,29 @@ func TestSpoofOracle(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkDecideSniffedDirect: what the second rules lookup of a direct verdict won by a
+// sniffed name costs (sniffed), against the same flow without a name (address).
+func BenchmarkDecideSniffedDirect(b *testing.B) {
+	cfg, err := conf.Parse("spoof.toml", []byte(policytest.SpoofConfig), conf.Options{SkipSecrets: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := policy.New(cfg, policytest.Env())
+	f := policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("10.0.2.15"), Dst: policytest.SpoofAddr, Port: 443,
+		Sniffed: "x.corp.test", Resolved: []netip.Addr{policytest.CorpAddr}}
+	bare := f
+	bare.Sniffed, bare.Resolved = "", nil
+	for _, c := range []struct {
+		name string
+		f    *policy.Flow
+	}{{"sniffed", &f}, {"address", &bare}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				p.Decide(c.f)
+			}
+		})
 	}
 }
