@@ -41,9 +41,9 @@
 //     connect from this machine: a direct verdict by name (Decision.ByName: a fake IP, a
 //     name an inbound's client asked for, or a name from the flow's first bytes that won
 //     the verdict on an address of the guest's choosing, which never picks where a direct
-//     dial goes: byname.go; the router resolves the name and connects itself), or a proxy that runs
-//     on this machine (an `ssh -D`, tor or sing-box on 127.0.0.1, which resolves the name
-//     and connects from here). Every address the name resolves to meets the host walls as
+//     dial goes: byname.go; the router resolves the name and connects itself), or a
+//     proxy that runs on this machine (an `ssh -D`, tor or sing-box on 127.0.0.1, which
+//     resolves the name and connects from here). Every address the name resolves to meets the host walls as
 //     an address would. The capture resolves the name only when NeedsResolve says so
 //     (Flow.Resolved); a name that could not be resolved is refused too: StepHostName (or
 //     StepToGuest for a guest's address).
@@ -592,9 +592,6 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 	}
 	d := Decision{Verdict: v, Step: StepRule, Rule: v, Caged: caged,
 		Final: q.Host != "" || first < 0 || (v.Index >= 0 && v.Index < first)}
-	if v.Action == rules.Direct {
-		d.ByName, d.Untrusted = p.directByName(f, &q, caged, v)
-	}
 	if v.Index < 0 {
 		d.Step = StepNoMatch
 		if caged && p.askUnknown {
@@ -604,6 +601,9 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 			d.Step = StepCaged
 			d.Verdict = rules.Verdict{Action: rules.Block, Index: -1, Name: StepCaged.String()}
 		}
+	}
+	if d.Action == rules.Direct {
+		d.ByName, d.Untrusted = p.directByName(f, &q, caged, v)
 	}
 	if caged && d.Action != rules.Block {
 		// dst is not this machine's (local is false): of the walls only a guest's network
