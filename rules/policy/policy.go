@@ -43,10 +43,10 @@
 //     the verdict on an address of the guest's choosing, which never picks where a direct
 //     dial goes: byname.go; the router resolves the name and connects itself), or a
 //     proxy that runs on this machine (an `ssh -D`, tor or sing-box on 127.0.0.1, which
-//     resolves the name and connects from here). Every address the name resolves to meets the host walls as
-//     an address would. The capture resolves the name only when NeedsResolve says so
-//     (Flow.Resolved); a name that could not be resolved is refused too: StepHostName (or
-//     StepToGuest for a guest's address).
+//     resolves the name and connects from here). Every address the name resolves to
+//     meets the host walls as an address would. The capture resolves the name only when
+//     NeedsResolve says so (Flow.Resolved); a name that could not be resolved is refused
+//     too: StepHostName (or StepToGuest for a guest's address).
 //  9. DNS past the router: a caged flow to a well-known DNS-over-HTTPS endpoint
 //     (conf.DoHEndpoints, by name or address, and [dns] doh_hosts) is refused on every port
 //     whatever the rules say, unless [dns] allow_doh = true: StepDoH (DoH, DoT and DoQ to
