@@ -132,6 +132,7 @@ func (r *Router) notAdmitted(f *FlowRecord, err error) {
 // counted among the refusals (false); one it admits is shown by status from now on (true).
 func (r *Router) decided(p *compiled, f *FlowRecord, d policy.Decision) bool {
 	f.Verdict, f.Step, f.pol, f.index, f.Caged = d.Verdict, d.Step, p, d.Index, d.Caged
+	f.NameUntrusted, f.byName = d.Untrusted, d.ByName
 	p.count(d)
 	r.caged.note(f, d)
 	if !admits(d) {

@@ -28,25 +28,33 @@ type FlowRecord struct {
 	// answer for the address), "sni" (the TLS ClientHello's server name), "host" (the
 	// HTTP/1 Host header); "" when Host is empty or an inbound's client asked for it.
 	NameFrom string
-	Inbound  string // the inbound that took the flow; "" for a captured one
-	Caged    bool   // the policy found the flow caged
-	App      string
-	PID      int
-	Service  string // the Windows services of the owning svchost, when known (joined ",")
-	Verdict  rules.Verdict
-	Step     policy.Step // what decided: a rule, or an implicit step
-	Via      string      // the proxy that carried it (a failover list's member)
-	Asked    string      // a flow held under ask: the answer (ask.Answer's name); "" when not asked
-	Up       int64       // bytes client → destination
-	Down     int64
-	Start    time.Time
-	Err      error
+	// NameUntrusted: Host came from the flow's first bytes and won a direct verdict on an
+	// address the client chose, so the router dialed Host as its resolver resolves it, or
+	// refused the flow (policy.Decision.Untrusted).
+	NameUntrusted bool
+	// Dialed is the address a direct flow by name connected to (policy.Decision.ByName);
+	// zero otherwise (a direct flow goes to Dst).
+	Dialed  netip.AddrPort
+	Inbound string // the inbound that took the flow; "" for a captured one
+	Caged   bool   // the policy found the flow caged
+	App     string
+	PID     int
+	Service string // the Windows services of the owning svchost, when known (joined ",")
+	Verdict rules.Verdict
+	Step    policy.Step // what decided: a rule, or an implicit step
+	Via     string      // the proxy that carried it (a failover list's member)
+	Asked   string      // a flow held under ask: the answer (ask.Answer's name); "" when not asked
+	Up      int64       // bytes client → destination
+	Down    int64
+	Start   time.Time
+	Err     error
 
 	bytes   meter     // live, as the relay moves them
 	rate    sample    // guarded by Router.live.mu
 	pol     *compiled // the policy that decided it (nil: a forward, or not decided)
 	index   int       // the rule that decided it, -1 for an implicit step
 	relayed bool      // the flow reached the relay; set before the relay starts
+	byName  bool      // the decision's ByName: a direct flow dialed its name, not Dst
 	udp     bool      // a UDP flow (for the flow log)
 	// refused and why: the flow was counted as refused (Router.refused), for the flow log.
 	refused bool
@@ -69,6 +77,7 @@ func (r *Router) audit(f *FlowRecord) {
 	}
 	rec := auditlog.Record{Time: time.Now(), Event: auditlog.EventFlow, ID: f.ID, Network: "tcp", Src: f.Src,
 		App: f.App, PID: f.PID, Inbound: f.Inbound, Caged: f.Caged, Name: f.Host, NameFrom: f.NameFrom,
+		NameUntrusted: f.NameUntrusted, Dialed: f.Dialed,
 		Rule: f.Verdict.Name, Action: f.Verdict.Action.String(), Upstream: f.Via,
 		Up: f.Up, Down: f.Down, Duration: time.Since(f.Start)}
 	if f.udp {
@@ -122,6 +131,12 @@ func flowAttrs(f *FlowRecord, ended bool) []any {
 		if f.NameFrom != "" {
 			attrs = append(attrs, "name_from", f.NameFrom)
 		}
+	}
+	if f.NameUntrusted {
+		attrs = append(attrs, "name_untrusted", true)
+	}
+	if f.Dialed.IsValid() {
+		attrs = append(attrs, "dialed", f.Dialed)
 	}
 	if f.App != "" {
 		attrs = append(attrs, "app", f.App, "pid", f.PID)

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
 )
 
@@ -17,7 +18,9 @@ import (
 // the reload logs one line per rule (or inbound) with the number of flows it ended.
 //
 // A TCP flow being set up at the reload (connecting) is stopped too: its relay ends it as it
-// starts. One still being decided gets the new policy or is ended by the next reload.
+// starts. One still being decided gets the new policy or is ended by the next reload. A
+// direct flow that went to its own address is ended too when the new rules would dial the
+// name its first bytes carry instead (nowByName).
 
 // endRefused ends the live flows that p refuses (see above); Use calls it.
 func (r *Router) endRefused(p *compiled) {
@@ -25,7 +28,7 @@ func (r *Router) endRefused(p *compiled) {
 	for _, f := range r.liveTCP() {
 		q := f.query
 		d := p.Decision.Decide(&q)
-		if admits(d) {
+		if admits(d) && !nowByName(f, d) {
 			continue
 		}
 		f.bytes.stop()
@@ -54,6 +57,14 @@ func (r *Router) endRefused(p *compiled) {
 	}
 	t.mu.Unlock()
 	r.logEnded(byRule, "rule")
+}
+
+// nowByName reports whether f went direct to its own address while d, the new policy's
+// decision for it, would dial its name instead (policy.Decision.ByName: the name of its
+// first bytes now wins a direct rule the address alone does not): the name may not keep
+// the address it never picked, so the reload ends the flow as refused.
+func nowByName(f *FlowRecord, d policy.Decision) bool {
+	return f.Verdict.Action == rules.Direct && !f.byName && d.Action == rules.Direct && d.ByName
 }
 
 // EndInboundClients ends the tunnels of inbound name whose client in no longer allows (a

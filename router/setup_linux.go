@@ -565,7 +565,7 @@ func (l *loop) decide(s *setupFlow, pf *policy.Flow) {
 	var up *upstream.Tracked
 	switch {
 	case r.resolved != nil && p.Decision.NeedsResolve(pf):
-	case d.Action == rules.Direct && (!f.Dst.Addr().IsValid() || p.Decision.InPool(f.Dst.Addr())):
+	case d.Action == rules.Direct && d.ByName:
 	case d.Action == rules.Proxy && !loopUpstream(p, d.Proxy, &up):
 	default:
 		s.dst = dstOf(pf)

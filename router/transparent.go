@@ -253,14 +253,16 @@ func (r *Router) classify(c *net.TCPConn, f *FlowRecord, pf *policy.Flow, p *com
 // member of a failover list). A proxied flow takes the client's first bytes along (e): the
 // upstream sends them with the request when it pipelines, right after its answer otherwise. A
 // direct one delivers the bytes a listener already read, and leaves those still in the
-// client's socket to the relay. A destination known by its name only (an inbound's client
-// asked for a name) or by a fake IP is resolved through the proxy when it goes direct
-// (unless setup resolved it already: pf.Resolved, the addresses the policy checked).
+// client's socket to the relay. A direct verdict by name (policy.Decision.ByName: a
+// destination known by its name only, a fake IP, or a name from the first bytes that won
+// the verdict) dials the name resolved through the proxy, never the address the client
+// chose unless the name resolves there (setup resolved it already: pf.Resolved, the
+// addresses the policy checked).
 func (r *Router) dial(ctx context.Context, p *compiled, f *FlowRecord, d policy.Decision, pf *policy.Flow, e early) (net.Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, p.ConnectTimeout)
 	defer cancel()
 	if d.Action == rules.Direct {
-		byName := !f.Dst.Addr().IsValid() || p.Decision.InPool(f.Dst.Addr())
+		byName := d.ByName // no address, a fake IP, or a name from the first bytes (policy: byname.go)
 		if byName || p.Decision.Listener(f.Dst) {
 			// Perhaps one of the router's own listeners: it waits for the entry put below.
 			r.carried.begin()
@@ -269,6 +271,9 @@ func (r *Router) dial(ctx context.Context, p *compiled, f *FlowRecord, d policy.
 		out, err := r.dialDirect(dctx, f.Dst, f.Host, byName, pf.Resolved)
 		if err != nil {
 			return nil, err
+		}
+		if byName {
+			f.Dialed = netaddr.AddrPort(out.RemoteAddr())
 		}
 		if p.Decision.Listener(netaddr.AddrPort(out.RemoteAddr())) {
 			// One of the router's own listeners: it judges the flow's client, not this host.
@@ -315,15 +320,16 @@ func (r *Router) dial(ctx context.Context, p *compiled, f *FlowRecord, d policy.
 	return up.Connect(dctx, sd, first)
 }
 
-// dialDirect connects to dst with the router's own dialer. With byName, dst's address is a
-// fake IP or none at all: host is first resolved through the proxy (a name never goes to the
-// local resolver); when setup resolved it already (resolved), those addresses, which the
-// policy checked, are the ones dialed.
+// dialDirect connects to dst with the router's own dialer. With byName, host is first
+// resolved through the proxy (a name never goes to the local resolver); when setup resolved
+// it already (resolved), those addresses, which the policy checked, are the ones dialed:
+// dst's address is then tried first when it is one of them (policy.DirectOrder), never
+// otherwise.
 func (r *Router) dialDirect(ctx context.Context, dst netip.AddrPort, host string, byName bool, resolved []netip.Addr) (*net.TCPConn, error) {
 	targets := []netip.Addr{dst.Addr()}
 	switch {
 	case byName && len(resolved) > 0:
-		targets = resolved
+		targets = policy.DirectOrder(dst.Addr(), resolved)
 	case byName:
 		if r.opts.Names == nil {
 			return nil, fmt.Errorf("resolve %s via proxy: no DNS side to ask", host)
@@ -332,7 +338,7 @@ func (r *Router) dialDirect(ctx context.Context, dst netip.AddrPort, host string
 		if err != nil {
 			return nil, fmt.Errorf("resolve %s via proxy: %w", host, err)
 		}
-		targets = addrs
+		targets = policy.DirectOrder(dst.Addr(), addrs)
 	}
 	var err error
 	for _, a := range targets {

@@ -472,7 +472,7 @@ func (r *Router) joinSessionLocked(p *compiled, fl *udpFlow, d policy.Decision) 
 		b.sessions++
 		s = &udpSession{key: key, guest: fl.guest, flows: map[upstream.Addr]*udpFlow{}}
 		t.sessions[key] = s
-		host, fake := fl.rec.Host, p.Decision.InPool(fl.key.dst.Addr())
+		host, fake := fl.rec.Host, d.ByName // a fake IP's name (UDP carries no name of its own)
 		go r.openSession(p, s, host, fake, fl.resolved)
 	}
 	s.flows[fl.to] = fl

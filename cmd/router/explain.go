@@ -56,7 +56,7 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 
 // explain is `router explain`; env tells the policy this machine's addresses.
 func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
-	fs := newFlags("explain", "--config FILE [--app NAME] [--path PATH] [--service NAME]... [--src IP] [--from-vm] [--network tcp|udp] --dst HOST:PORT [--name NAME] [--sni NAME] [--json]",
+	fs := newFlags("explain", "--config FILE [--app NAME] [--path PATH] [--service NAME]... [--src IP] [--from-vm] [--network tcp|udp] --dst HOST:PORT [--name NAME] [--sni NAME] [--resolved IP,...] [--json]",
 		"Shows what the router does with a flow: the implicit steps (DNS, local destinations, the\nhost off limits for caged traffic, fake IPs, DNS over TLS, caged traffic that no rule\ndecides) and the rules, with the field that did not match for each rule before the one that\ndecides. Nothing is sent anywhere; the daemon need not run.", stderr)
 	cfgPath := fs.String("config", "", "the config `file`")
 	app := fs.String("app", "", "the process's image `name`, e.g. VBoxHeadless.exe")
@@ -69,6 +69,7 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 	network := fs.String("network", "tcp", "tcp or udp")
 	name := fs.String("name", "", "the `name` the router's DNS gave the destination's address for (a fake IP's name)")
 	sni := fs.String("sni", "", "the `name` the client's first bytes carry: a TLS server name or an HTTP Host")
+	resolved := fs.String("resolved", "", "the `addresses` (comma-separated) the flow's name resolves to through the proxy's resolver, as the daemon would look them up (none: the lookup finds nothing): explain does not resolve; with them it checks where a direct dial by name goes")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	socket := fs.String("socket", "", "the running router's control `path`, to name a fake-IP pool address")
 	goos := fs.String("os", "", "judge for this operating system (`linux` or windows: presets, app names); default this one")
@@ -105,6 +106,20 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 		}
 		*n.to = h.Name
 	}
+	if *resolved != "" {
+		q.Resolved = []netip.Addr{}
+		for _, v := range strings.Split(*resolved, ",") {
+			if *resolved == "none" { // the name resolves to nothing
+				break
+			}
+			a, err := netip.ParseAddr(strings.TrimSpace(v))
+			if err != nil {
+				fmt.Fprintf(stderr, "router explain: --resolved %q: %q is not an IP address\n", *resolved, v)
+				return exitUsage
+			}
+			q.Resolved = append(q.Resolved, a.Unmap())
+		}
+	}
 	pol := policy.New(cfg, env)
 	var notes []string
 	if q.Dst.IsValid() && pol.InPool(q.Dst) && q.Host == "" {
@@ -114,6 +129,9 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 		notes = append(notes, note)
 	}
 	d, steps := pol.Explain(q)
+	if q.Resolved == nil && pol.NeedsResolve(q) {
+		notes = append(notes, "the daemon would look the name up through the proxy's resolver and check every address against the host walls before it decides; explain does not resolve (give the addresses with --resolved)")
+	}
 	// Where the name the rules saw came from, as the data path logs it.
 	flowName, fromSniff := pol.Name(q)
 	nameFrom := ""
@@ -149,6 +167,11 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 	fmt.Fprintf(stdout, "verdict: %s\n", verdictText(cfg, d))
 	if d.Step != policy.StepRule {
 		fmt.Fprintf(stdout, "implicit: %s\n", pol.Why(q, d))
+	}
+	if d.Untrusted || d.Action == rules.Direct {
+		if why := pol.DialWhy(q, d); why != "" {
+			fmt.Fprintf(stdout, "dial: %s\n", why)
+		}
 	}
 	for _, n := range notes {
 		fmt.Fprintf(stdout, "note: %s\n", n)
@@ -326,6 +349,14 @@ type explainOut struct {
 		Line   int    `json:"line,omitempty"`
 		Step   string `json:"step"`          // "rule", or the implicit step's name
 		Why    string `json:"why,omitempty"` // the implicit step in words
+		// Dial is where a direct verdict connects, in order: the destination's address, or
+		// the addresses its name resolves to (--resolved; none given: empty) when the dial
+		// goes by name; DialWhy says why in words.
+		Dial    []string `json:"dial,omitempty"`
+		DialWhy string   `json:"dial_why,omitempty"`
+		// NameUntrusted: the name came from the flow's first bytes (--sni) and won the
+		// verdict on the address given, so a direct dial goes to the name, never to it.
+		NameUntrusted bool `json:"name_untrusted,omitempty"`
 	} `json:"verdict"`
 	Steps []rules.Step `json:"steps"`
 	Note  string       `json:"note,omitempty"`
@@ -343,6 +374,17 @@ func explainJSON(cfg *conf.Config, pol *policy.Policy, q *policy.Flow, d policy.
 	o.Caged = d.Caged
 	o.Verdict.Action, o.Verdict.Proxy, o.Verdict.Rule, o.Verdict.Index = d.Action.String(), d.Proxy, d.Name, d.Index+1
 	o.Verdict.Step = d.Step.String()
+	o.Verdict.NameUntrusted = d.Untrusted
+	if d.Action == rules.Direct {
+		for _, a := range pol.DialAddrs(q, d) {
+			if a.IsValid() {
+				o.Verdict.Dial = append(o.Verdict.Dial, a.String())
+			}
+		}
+	}
+	if d.Untrusted || d.Action == rules.Direct {
+		o.Verdict.DialWhy = pol.DialWhy(q, d)
+	}
 	if d.Step != policy.StepRule {
 		o.Verdict.Why = pol.Why(q, d)
 	}

@@ -62,18 +62,23 @@ type Record struct {
 	Caged    bool           `json:"caged,omitempty"`     // the policy found the flow caged
 	Name     string         `json:"name,omitempty"`      // the destination's name, when known
 	NameFrom string         `json:"name_from,omitempty"` // where the name came from: dns, sni, host
-	Dst      netip.AddrPort `json:"-"`
-	DstPort  uint16         `json:"-"`                  // with a name only (Dst invalid)
-	Rule     string         `json:"rule,omitempty"`     // the deciding rule, or the implicit step
-	Action   string         `json:"action,omitempty"`   // direct, proxy or block (an ask is recorded as what it became)
-	Upstream string         `json:"upstream,omitempty"` // the proxy that carried it
-	Up       int64          `json:"up,omitempty"`       // bytes from the client
-	Down     int64          `json:"down,omitempty"`     // bytes to the client
-	Duration time.Duration  `json:"-"`
-	Reason   string         `json:"reason,omitempty"` // the refusal reason (as router status names it)
-	Asked    string         `json:"asked,omitempty"`  // a flow held under ask: once, run, always, deny or timeout
-	Error    string         `json:"error,omitempty"`  // why a flow failed
-	Count    uint64         `json:"count,omitempty"`  // EventDropped: records lost
+	// NameUntrusted: the name came from the flow's first bytes and won a direct verdict on
+	// an address the client chose; the router dialed the name as its resolver resolves it
+	// (Dialed), or refused the flow.
+	NameUntrusted bool           `json:"name_untrusted,omitempty"`
+	Dialed        netip.AddrPort `json:"-"` // where a direct flow by name connected
+	Dst           netip.AddrPort `json:"-"`
+	DstPort       uint16         `json:"-"`                  // with a name only (Dst invalid)
+	Rule          string         `json:"rule,omitempty"`     // the deciding rule, or the implicit step
+	Action        string         `json:"action,omitempty"`   // direct, proxy or block (an ask is recorded as what it became)
+	Upstream      string         `json:"upstream,omitempty"` // the proxy that carried it
+	Up            int64          `json:"up,omitempty"`       // bytes from the client
+	Down          int64          `json:"down,omitempty"`     // bytes to the client
+	Duration      time.Duration  `json:"-"`
+	Reason        string         `json:"reason,omitempty"` // the refusal reason (as router status names it)
+	Asked         string         `json:"asked,omitempty"`  // a flow held under ask: once, run, always, deny or timeout
+	Error         string         `json:"error,omitempty"`  // why a flow failed
+	Count         uint64         `json:"count,omitempty"`  // EventDropped: records lost
 }
 
 // MarshalJSON writes r as the log does.
@@ -83,10 +88,14 @@ func (r Record) MarshalJSON() ([]byte, error) {
 		plain
 		Src        string  `json:"src,omitempty"`
 		Dst        string  `json:"dst,omitempty"`
+		Dialed     string  `json:"dialed,omitempty"`
 		DurationMS float64 `json:"duration_ms,omitempty"`
 	}{plain: plain(r)}
 	if r.Src.IsValid() {
 		l.Src = r.Src.String()
+	}
+	if r.Dialed.IsValid() {
+		l.Dialed = r.Dialed.String()
 	}
 	switch {
 	case r.Dst.Addr().IsValid():
@@ -108,12 +117,20 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 		plain
 		Src        string  `json:"src"`
 		Dst        string  `json:"dst"`
+		Dialed     string  `json:"dialed"`
 		DurationMS float64 `json:"duration_ms"`
 	}
 	if err := json.Unmarshal(b, &l); err != nil {
 		return err
 	}
 	*r = Record(l.plain)
+	if l.Dialed != "" {
+		ap, err := netip.ParseAddrPort(l.Dialed)
+		if err != nil {
+			return fmt.Errorf("dialed: %w", err)
+		}
+		r.Dialed = ap
+	}
 	if l.Src != "" {
 		ap, err := netip.ParseAddrPort(l.Src)
 		if err != nil {

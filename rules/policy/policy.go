@@ -38,13 +38,15 @@
 //     the deciding rule names that address in its hosts: StepToGuest.
 //  8. A caged flow whose name resolves to this machine (loopback, link-local, unspecified
 //     or one of its addresses) or to a guest's network is refused when its way out would
-//     connect from this machine: a direct verdict by name (a fake IP, or a name an inbound's
-//     client asked for: the router resolves it and connects itself), or a proxy that runs
-//     on this machine (an `ssh -D`, tor or sing-box on 127.0.0.1, which resolves the name
-//     and connects from here). Every address the name resolves to meets the host walls as
-//     an address would. The capture resolves the name only when NeedsResolve says so
-//     (Flow.Resolved); a name that could not be resolved is refused too: StepHostName (or
-//     StepToGuest for a guest's address).
+//     connect from this machine: a direct verdict by name (Decision.ByName: a fake IP, a
+//     name an inbound's client asked for, or a name from the flow's first bytes that won
+//     the verdict on an address of the guest's choosing, which never picks where a direct
+//     dial goes: byname.go; the router resolves the name and connects itself), or a
+//     proxy that runs on this machine (an `ssh -D`, tor or sing-box on 127.0.0.1, which
+//     resolves the name and connects from here). Every address the name resolves to
+//     meets the host walls as an address would. The capture resolves the name only when
+//     NeedsResolve says so (Flow.Resolved); a name that could not be resolved is refused
+//     too: StepHostName (or StepToGuest for a guest's address).
 //  9. DNS past the router: a caged flow to a well-known DNS-over-HTTPS endpoint
 //     (conf.DoHEndpoints, by name or address, and [dns] doh_hosts) is refused on every port
 //     whatever the rules say, unless [dns] allow_doh = true: StepDoH (DoH, DoT and DoQ to
@@ -208,6 +210,14 @@ type Decision struct {
 	// before the deciding one: a capture that decides before the name is known (the Windows
 	// engine at the SYN) must then let the router decide with the name.
 	Final bool
+	// ByName and Untrusted say where the direct way out the rules chose connects
+	// (directByName, the one decision every path takes; DialAddrs gives the addresses):
+	// ByName, to the flow's name as the router resolves it (Flow.Resolved), not to
+	// Flow.Dst; Untrusted, because that name came from the flow's first bytes (Sniffed) and
+	// won the verdict while the flow had an address of its own, which the guest chose. Both
+	// are kept when a later step refuses the flow (the walls on the name's addresses), for
+	// the flow log. False for a proxy (it gets the name) and a block rule.
+	ByName, Untrusted bool
 }
 
 // Env is what the policy needs to know of the machine beyond the config. The zero Env is
@@ -595,6 +605,9 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 			d.Verdict = rules.Verdict{Action: rules.Block, Index: -1, Name: StepCaged.String()}
 		}
 	}
+	if d.Action == rules.Direct {
+		d.ByName, d.Untrusted = p.directByName(f, &q, caged, v)
+	}
 	if caged && d.Action != rules.Block {
 		// dst is not this machine's (local is false): of the walls only a guest's network
 		// is left to check.
@@ -695,13 +708,13 @@ func (p *Policy) NeedsResolve(f *Flow) bool {
 	return d.Action != rules.Block && d.Step != StepHost && d.Step != StepLocal && d.Step != StepDNS && p.connectsHere(f, d)
 }
 
-// connectsHere reports whether d sends f out from this machine by its name: direct to a
-// fake IP or to a name only (an inbound's client asked for it; the router resolves the name
-// and connects), or through a proxy on this machine.
+// connectsHere reports whether d sends f out from this machine by its name: direct by name
+// (Decision.ByName: a fake IP, a name only, a name from the first bytes; the router
+// resolves the name and connects), or through a proxy on this machine.
 func (p *Policy) connectsHere(f *Flow, d Decision) bool {
 	switch d.Action {
 	case rules.Direct:
-		return !f.Dst.IsValid() || p.InPool(f.Dst)
+		return d.ByName
 	case rules.Proxy, rules.Ask: // an approved ask leaves through d.Proxy
 		return p.ProxyOnHost(d.Proxy)
 	}

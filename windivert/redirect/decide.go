@@ -112,7 +112,10 @@ func (e *Engine) refusedLocked(f *flow) {
 //     once final;
 //   - a fake-IP pool address is reflected for TCP (only the router can resolve or hand on
 //     its name) and relayed for UDP (Options.UDP; dropped without it);
-//   - direct passes (or is reflected with Options.ReflectDirect), once final;
+//   - direct passes (or is reflected with Options.ReflectDirect), once final, unless it
+//     goes by name (policy.Decision.ByName: a fake IP; at the SYN no first bytes were read,
+//     so a name they carry is the router's to judge, as the decision is not final while a
+//     host-name rule could change it);
 //   - anything else, or a decision a host-name rule could still change (not Final),
 //     reflects TCP (the router decides with the name) and relays UDP (the router decides
 //     again and sends it through an association; dropped without Options.UDP).
@@ -166,7 +169,7 @@ func (e *Engine) verdictLocked(pol *policy.Policy, f *flow) action {
 		}
 		return actDrop
 	case !tcp:
-		if d.Action == rules.Direct && d.Final && !pol.InPool(pf.Dst) {
+		if d.Action == rules.Direct && d.Final && !d.ByName {
 			return actPass
 		}
 		if e.opts.UDP != nil {
@@ -178,7 +181,7 @@ func (e *Engine) verdictLocked(pol *policy.Policy, f *flow) action {
 			f.why = refusal.LocalUDP
 		}
 		return actDrop
-	case d.Action == rules.Direct && d.Final && !e.opts.ReflectDirect && !pol.InPool(pf.Dst):
+	case d.Action == rules.Direct && d.Final && !e.opts.ReflectDirect && !d.ByName:
 		return actPass
 	}
 	return actReflect

@@ -1,0 +1,190 @@
+package router
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/dns/dnstest"
+	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/router/upstream"
+	"github.com/agentcage/router/router/upstream/socks5"
+	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/policy/policytest"
+)
+
+// TestSpoofCasesTransparent: through the transparent listener, a name the guest writes in
+// its first bytes (a ClientHello's server name, an HTTP Host) picks the rule but never where
+// a direct dial goes: the relay resolves the name through the router's resolver, the walls
+// check every address, and the dial goes there (the tests' dialer refuses every address but
+// loopback, so the error names the address tried), never to the address the guest chose;
+// the flow log says the name was not trusted.
+func TestSpoofCasesTransparent(t *testing.T) {
+	cfg, err := conf.Parse("spoof.toml", []byte(policytest.SpoofConfig), conf.Options{SkipSecrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := policy.New(cfg, policytest.Env())
+	p := startProxy(t, nil, nil) // it dials loopback only: no case's traffic leaves
+	for _, c := range policytest.SpoofCases() {
+		if c.Paths&policytest.Transparent == 0 {
+			continue
+		}
+		t.Run(c.Name, func(t *testing.T) {
+			fl := c.Flow
+			names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: map[netip.Addr]string{},
+				Resolved: map[string][]netip.Addr{fl.Sniffed: fl.Resolved}}
+			opts := Options{
+				Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
+					return netip.AddrPortFrom(fl.Src, 40000), netip.AddrPortFrom(fl.Dst, fl.Port), nil
+				},
+				FromVM: func(netip.Addr) bool { return fl.FromVM },
+				Names:  names,
+			}
+			pol := Settings{Decision: dec, Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Addr.Port()}}}}
+			e := newEnv(t, pol, opts)
+			before := len(p.Asked())
+			cl, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
+			switch {
+			case errors.Is(err, syscall.ECONNRESET):
+			case err != nil:
+				t.Fatal(err)
+			default:
+				defer cl.Close()
+				cl.Write(firstBytes(t, c.From, fl.Sniffed))
+			}
+			e.waitLog("msg=flow ")
+			m := flowEndRecord.FindStringSubmatch(e.logs.String())
+			if m == nil {
+				t.Fatalf("no flow record in\n%s", e.logs.String())
+			}
+			if rule := unquote(m[1]); rule != c.Rule || m[2] != c.Action.String() {
+				t.Errorf("relay decided %s by %q, want %s by %q", m[2], rule, c.Action, c.Rule)
+			}
+			logs := e.logs.String()
+			spoofed := "not " + netip.AddrPortFrom(fl.Dst, fl.Port).String()
+			if c.Action == rules.Direct {
+				// The dial failed (the tests dial loopback only): wait for the flow's end.
+				e.waitLog("err=")
+				logs = e.logs.String()
+				tried := false
+				for _, a := range append([]netip.Addr{c.Dial}, fl.Resolved...) {
+					tried = tried || strings.Contains(logs, "not "+netip.AddrPortFrom(a, fl.Port).String())
+				}
+				if !tried {
+					t.Errorf("no dial to %v (or the name's other addresses %v):\n%s", c.Dial, fl.Resolved, logs)
+				}
+			}
+			if c.Dial != fl.Dst && strings.Contains(logs, spoofed) {
+				t.Errorf("dialed the address the guest chose:\n%s", logs)
+			}
+			if got := strings.Contains(logs, "name_untrusted=true"); got != c.Untrusted {
+				t.Errorf("flow log name_untrusted=%v, want %v:\n%s", got, c.Untrusted, logs)
+			}
+			asked := p.Asked()[before:]
+			if (c.Action == rules.Proxy) != (len(asked) == 1 && asked[0] == fl.Sniffed) {
+				t.Errorf("the proxy was asked for %q", asked)
+			}
+			want := 0
+			if fl.Resolved != nil {
+				want = 1
+			}
+			if n := len(names.Lookups()); n != want {
+				t.Errorf("%d lookups of the name, want %d", n, want)
+			}
+		})
+	}
+}
+
+// unquote is a log value without its quotes, when it has them.
+func unquote(s string) string {
+	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
+		return s[1 : len(s)-1]
+	}
+	return s
+}
+
+// TestSpoofCasesInbound: a name an inbound's client asks for is dialed as the router
+// resolves it, every address through the walls, on both inbounds.
+func TestSpoofCasesInbound(t *testing.T) {
+	cfg, err := conf.Parse("spoof.toml", []byte(policytest.SpoofConfig), conf.Options{SkipSecrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := policy.New(cfg, policytest.Env())
+	p := startProxy(t, nil, nil)
+	for _, c := range policytest.SpoofCases() {
+		if c.Paths&policytest.Inbound == 0 {
+			continue
+		}
+		for _, typ := range []InboundType{InboundSOCKS5, InboundHTTP} {
+			t.Run(c.Name+"/"+string(typ), func(t *testing.T) {
+				fl := c.Flow
+				names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: map[netip.Addr]string{},
+					Resolved: map[string][]netip.Addr{fl.Host: fl.Resolved}}
+				pol := Settings{Decision: dec, Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Addr.Port()}}}}
+				e := newEnv(t, pol, Options{Names: names, Resolve: noLocalResolve(t)})
+				addr := e.startInbound(Inbound{Type: typ})
+				if typ == InboundSOCKS5 {
+					e.socksConnect(addr, socks5.Addr{Name: fl.Host, Port: fl.Port})
+				} else {
+					e.httpConnect(addr, net.JoinHostPort(fl.Host, strconv.Itoa(int(fl.Port))), "")
+				}
+				e.waitLog("msg=flow ")
+				m := flowEndRecord.FindStringSubmatch(e.logs.String())
+				if m == nil {
+					t.Fatalf("no flow record in\n%s", e.logs.String())
+				}
+				if rule := unquote(m[1]); rule != c.Rule || m[2] != c.Action.String() {
+					t.Errorf("inbound decided %s by %q, want %s by %q", m[2], rule, c.Action, c.Rule)
+				}
+				if c.Action == rules.Direct {
+					want := "not " + netip.AddrPortFrom(c.Dial, fl.Port).String()
+					e.waitLog(want)
+				}
+			})
+		}
+	}
+}
+
+// TestReloadEndsFlowsANameWouldNowSendByName: a flow that went direct to its address (a rule
+// by address decided it) is ended when a reload makes the name of its first bytes win a
+// direct rule instead: under the new rules that name would not be trusted to pick the
+// address, so the flow may not keep it.
+func TestReloadEndsFlowsANameWouldNowSendByName(t *testing.T) {
+	target := startTarget(t, "t")
+	byAddr := hostRule("lab", rules.Direct, "", "198.51.100.0/24")
+	other := hostRule("other", rules.Block, "", "*.other.test") // a name rule: the router reads names
+	corp := hostRule("corp", rules.Direct, "", "*.corp.test")
+	src := netip.MustParseAddrPort("10.0.2.15:40000")
+	opts := Options{
+		Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) { return src, public(target), nil },
+		FromVM:   func(netip.Addr) bool { return true },
+	}
+	e := newEnv(t, Settings{Decision: decision([]rules.Rule{other, byAddr}, vmNet)}, opts)
+	c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(waitFor))
+	c.Write(firstBytes(t, "host", "x.corp.test"))
+	if got := readN(t, c, 1); got != "t" {
+		t.Fatalf("banner %q", got)
+	}
+	if err := e.r.Apply(Settings{Decision: decision([]rules.Rule{other, corp, byAddr}, vmNet), IdleTimeout: time.Minute, ConnectTimeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(c); err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Errorf("the flow: %v; want it ended at the reload", err)
+	}
+	e.waitLog(`msg="reload ended live flows" rule=corp flows=1`)
+}
