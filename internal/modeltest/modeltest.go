@@ -28,6 +28,7 @@ type Request struct {
 	Method, Path string // the path as the server routed it (decoded)
 	RawURI       string // the request target as sent
 	Body         int64  // bytes of body read
+	Auth         string // the Authorization header as it arrived
 }
 
 // Server is a running fake model server. Its methods are safe for concurrent use.
@@ -69,7 +70,7 @@ func (s *Server) Log() []Request {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n, _ := io.Copy(io.Discard, io.LimitReader(r.Body, 1<<30))
 	s.mu.Lock()
-	s.log = append(s.log, Request{Method: r.Method, Path: r.URL.Path, RawURI: r.RequestURI, Body: n})
+	s.log = append(s.log, Request{Method: r.Method, Path: r.URL.Path, RawURI: r.RequestURI, Body: n, Auth: r.Header.Get("Authorization")})
 	s.mu.Unlock()
 	switch r.Method + " " + r.URL.Path {
 	case "GET /v1/models":
