@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/router/broker"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/modelapi"
 	"github.com/agentcage/router/rules/refusal"
@@ -27,6 +28,9 @@ type Forward struct {
 	Allow   []netip.Prefix
 	API     *modelapi.Policy
 	MaxBody int64
+	// Credentials are the brokered credentials: in a request to this forward the values of
+	// those bound to it take their placeholders' place (forward_credential.go); nil for none.
+	Credentials *broker.Broker
 }
 
 func (f Forward) allowed(a netip.Addr) bool {

@@ -265,6 +265,9 @@ func (h *modelHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		h.refuse(w, req.Method, req.URL.EscapedPath(), v.Reason, false)
 		return
 	}
+	if !h.credentials(w, req, path) {
+		return
+	}
 	if req.Header.Get("Upgrade") != "" {
 		h.refuse(w, req.Method, path, "a protocol upgrade would end the forward's checks", true)
 		return

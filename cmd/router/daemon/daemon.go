@@ -300,8 +300,11 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 			}
 		})
 	}
+	creds := d.creds.Load()
 	for _, f := range cfg.Forwards {
-		fr, err := d.openForward(ctx, forwardOf(f))
+		rf := forwardOf(f)
+		rf.Credentials = creds
+		fr, err := d.openForward(ctx, rf)
 		if err != nil {
 			return err
 		}
