@@ -188,6 +188,9 @@ func routerPolicy(cfg *conf.Config, dec *policy.Policy) router.Settings {
 	for _, px := range cfg.Proxies {
 		p.Upstreams = append(p.Upstreams, UpstreamConfig(px))
 	}
+	for _, f := range cfg.Forwards {
+		p.Forwards = append(p.Forwards, forwardOf(f)) // their gates serve caged flows to the model
+	}
 	return p
 }
 
