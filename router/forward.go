@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,9 @@ type Forward struct {
 	Allow   []netip.Prefix
 	API     *modelapi.Policy
 	MaxBody int64
+	// IdleTimeout ends a connection idle this long: between two requests of an HTTP
+	// forward, both directions quiet for a raw one. 0: the relay's (Settings.IdleTimeout).
+	IdleTimeout time.Duration
 }
 
 func (f Forward) allowed(a netip.Addr) bool {
@@ -122,6 +126,7 @@ func (r *Router) forward(ctx context.Context, c *net.TCPConn, fw Forward) {
 	}
 	r.live.add(f)
 	rl := r.relayFor(p)
+	rl.idle = cmp.Or(fw.IdleTimeout, rl.idle)
 	up, down, err := rl.run(c, out.(*net.TCPConn), &f.bytes)
 	f.Up, f.Down = up, down
 	r.finish(f)

@@ -3,6 +3,7 @@ package router
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -133,7 +134,7 @@ func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, first []byte, 
 	connCtx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) }) // a stopping router ends any wait
 	for connCtx.Err() == nil {
-		req, why, err := readModelRequest(c, br, p.IdleTimeout)
+		req, why, err := readModelRequest(c, br, cmp.Or(fw.IdleTimeout, p.IdleTimeout))
 		if err != nil {
 			break // the guest closed, the idle timeout passed, or the router stops
 		}
