@@ -92,6 +92,7 @@ func check(cfg *conf.Config, h Host, every bool) []Finding {
 	l.local = l.localSet()
 	l.rules()
 	l.forwards()
+	l.ungated()
 	l.inbounds()
 	l.metrics()
 	l.proxies()
