@@ -8,6 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,11 +57,14 @@ func nsExchange(t *testing.T, s *scene, ns *lab.Netns, addr, raw string, want in
 // refused (403) and never reach the model server, while a chat completion streams
 // through; `router check-ip --model` in the guest passes. Before the gate, the NAT's
 // connection to 127.0.0.1:47831 was relayed raw and every call reached the server.
+//
+// Each guest's router runs the recipe docs/model.md gives for it (testdata/model), with the
+// lab's proxy, resolver and model port.
 func TestModelGateUserNAT(t *testing.T) {
-	for _, kind := range []string{lab.Slirp4netns, lab.Pasta} {
+	for kind, recipe := range map[string]string{lab.Slirp4netns: "qemu-user.toml", lab.Pasta: "pasta.toml"} {
 		t.Run(kind, func(t *testing.T) {
 			roottest.Require(t, kind)
-			s := newLab(t, userNATConfig())
+			s := newLab(t, recipeConfig(t, recipe))
 			u, err := s.lab.AddUserNATGuest(s.ctx, kind)
 			if err != nil {
 				t.Fatal(err)
@@ -100,6 +106,18 @@ func TestModelGateUserNAT(t *testing.T) {
 			}
 		})
 	}
+}
+
+// recipeConfig is the model recipe file (testdata/model) for the lab: its proxy, its
+// resolver, its model server's port (47831; the forward listens on 47832).
+func recipeConfig(t *testing.T, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "testdata", "model", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.NewReplacer(`"203.0.113.1:1080"`, strconv.Quote(lab.GoSocksAddr), ":11434", ":47831", ":11435", ":47832").Replace(string(b))
+	return cfg + "\n[dns]\nresolver = \"203.0.113.10:53\"\n"
 }
 
 // modelGateTwoGuests is the lab's config with a second guest network and a forward of its

@@ -63,3 +63,22 @@ action = "direct"
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
 }
+
+// TestCagedAppsCaptured: on Linux a caged app's sockets are captured whatever local says
+// (a user-space NAT preset, or a proxy rule naming the NAT), so such a config captures
+// something; a direct rule's apps are not caged.
+func TestCagedAppsCaptured(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		want      bool
+	}{
+		{"qemu preset", "[capture]\nhypervisors = [\"qemu\"]\n[[rule]]\nname = \"default\"\naction = \"direct\"\n", false},
+		{"proxy rule by app", "[proxy.exit]\naddress = \"192.0.2.1:1080\"\n[[rule]]\nname = \"pasta\"\napps = [\"pasta\"]\naction = \"proxy\"\n[[rule]]\nname = \"default\"\naction = \"direct\"\n", false},
+		{"direct rule by app", "[[rule]]\nname = \"app\"\napps = [\"curl\"]\naction = \"direct\"\n[[rule]]\nname = \"default\"\naction = \"direct\"\n", true},
+	} {
+		got := slices.ContainsFunc(Check(parse(t, tc.src), Host{OS: "linux"}), func(f Finding) bool { return f.Check == CheckNothingCaught })
+		if got != tc.want {
+			t.Errorf("%s: nothing-captured %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
