@@ -73,7 +73,11 @@ func (r *Router) serveGate(ctx context.Context, p *compiled, c *net.TCPConn, fir
 		self = net.JoinHostPort(f.Host, strconv.Itoa(int(f.Dst.Port())))
 	}
 	log := r.log.With("forward", fw.Name, "src", f.Src, "dst", self, "connect", fw.Connect, "gate", "caged flow")
-	r.forwardHTTP(ctx, c, first, self, *fw, f, log)
+	// A reload whose rules refuse the flow ends it (endRefused), as it ends a relayed one.
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	f.bytes.watchCut(cancel)
+	r.forwardHTTP(gctx, c, first, self, *fw, f, log)
 	if release != nil {
 		release()
 	}

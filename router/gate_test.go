@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5"
+	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/modelapi"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
@@ -151,4 +153,40 @@ func TestGateCasesInbound(t *testing.T) {
 			gateExchange(t, conn, srv, dst.String())
 		})
 	}
+}
+
+// TestReloadEndsRefusedGatedFlow: a gated flow whose new rules refuse it is ended at the
+// reload, as a relayed one is.
+func TestReloadEndsRefusedGatedFlow(t *testing.T) {
+	srv, s := gateSettings(t, 2, 0)
+	dst := netip.MustParseAddrPort(srv.Addr())
+	e := newEnv(t, s, Options{
+		Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
+			return netip.MustParseAddrPort("127.0.0.1:40000"), dst, nil
+		},
+		Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (proc.Info, error) {
+			return proc.Info{PID: 7, Name: "slirp4netns"}, nil
+		},
+	})
+	conn, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(waitFor))
+	br := bufio.NewReader(conn)
+	fmt.Fprintf(conn, "GET /v1/models HTTP/1.1\r\nHost: %s\r\n\r\n", dst)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("a call through the gate: %v, %v", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	block := rules.Rule{Name: "no-more", Apps: []rules.App{rules.MustApp("slirp4netns")}, Action: rules.Block}
+	if err := e.r.Apply(Settings{Decision: mustRules(t, block), IdleTimeout: time.Minute, ConnectTimeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the gated flow after the reload: %v; want it ended at once", err)
+	}
+	e.waitLog(`msg="reload ended live flows"`)
 }
