@@ -41,7 +41,12 @@ func gateSettings(t *testing.T, events int, gap time.Duration) (*modeltest.Serve
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	port := netip.MustParseAddrPort(srv.Addr()).Port()
+	return srv, gateSettingsAt(t, netip.MustParseAddrPort(srv.Addr()).Port())
+}
+
+// gateSettingsAt is the router settings of GateConfig with port as the model's.
+func gateSettingsAt(t testing.TB, port uint16) Settings {
+	t.Helper()
 	cfg, err := conf.Parse("gate.toml", []byte(policytest.GateConfigAt(port)), conf.Options{SkipSecrets: true, OS: "linux"})
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +62,7 @@ func gateSettings(t *testing.T, events int, gap time.Duration) (*modeltest.Serve
 		}
 		s.Forwards = append(s.Forwards, rf)
 	}
-	return srv, s
+	return s
 }
 
 // gateExchange sends an Ollama pull and a streamed chat completion on c (a connection that
