@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -185,5 +186,68 @@ func TestModelForwardSharedPerGuest(t *testing.T) {
 	body, code := s.curl(guest2, "http://"+lab.SecondGatewayAddr+":47832/v1/models")
 	if code != 0 || !strings.Contains(body, lab.ModelID) {
 		t.Errorf("the second guest's forward while the first holds its share idle: exit %d, %q", code, body)
+	}
+}
+
+// nodeCall is what testdata/modelclients/clients.mjs reports of each call.
+type nodeCall struct {
+	OK     bool            `json:"ok"`
+	Status int             `json:"status"`
+	Error  string          `json:"error"`
+	Result json.RawMessage `json:"result"`
+}
+
+// TestModelGateNodeClients: the real clients an agent uses (the OpenAI Node SDK and
+// ollama-js, testdata/modelclients, installed by `npm ci` there), run in a slirp4netns and
+// a pasta guest against the model at the gateway: the completion and the chat stream
+// through, Ollama's pull, push, create and delete are refused (403) and never reach the
+// model server.
+func TestModelGateNodeClients(t *testing.T) {
+	dir, err := filepath.Abs(filepath.Join("..", "testdata", "modelclients"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for kind, recipe := range map[string]string{lab.Slirp4netns: "qemu-user.toml", lab.Pasta: "pasta.toml"} {
+		t.Run(kind, func(t *testing.T) {
+			roottest.Require(t, kind, "node")
+			if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
+				t.Fatalf("the Node clients are not installed (run npm ci in %s): %v", dir, err)
+			}
+			s := newLab(t, recipeConfig(t, recipe))
+			u, err := s.lab.AddUserNATGuest(s.ctx, kind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.startRouter()
+			base := "http://" + net.JoinHostPort(u.Gateway, "47831")
+			out, code := run(s.ctx, u.Guest, "node", filepath.Join(dir, "clients.mjs"), base, lab.ModelID)
+			var got map[string]nodeCall
+			if code != 0 || json.Unmarshal([]byte(out), &got) != nil {
+				t.Fatalf("node clients: exit %d\n%s", code, out)
+			}
+			for _, name := range []string{"openai_models", "openai_stream", "ollama_chat"} {
+				if c := got[name]; !c.OK {
+					t.Errorf("%s: status %d, %s; want it through", name, c.Status, c.Error)
+				}
+			}
+			if r := string(got["openai_stream"].Result); !strings.Contains(r, "lab-event-0") {
+				t.Errorf("the OpenAI SDK's stream: %s", r)
+			}
+			if r := string(got["ollama_chat"].Result); !strings.Contains(r, "hello from the lab") {
+				t.Errorf("ollama-js's chat: %s", r)
+			}
+			for _, name := range []string{"ollama_pull", "ollama_push", "ollama_create", "ollama_delete"} {
+				if c := got[name]; c.OK || c.Status != http.StatusForbidden {
+					t.Errorf("%s: ok %v, status %d, %s%s; want refused with 403", name, c.OK, c.Status, c.Error, c.Result)
+				}
+			}
+			for _, r := range s.lab.ModelRequests() {
+				switch r.Method + " " + r.Path {
+				case "GET /v1/models", "POST /v1/chat/completions", "POST /api/chat":
+				default:
+					t.Errorf("the model server saw %s %s from the %s guest", r.Method, r.Path, kind)
+				}
+			}
+		})
 	}
 }
