@@ -169,6 +169,10 @@ func (r *Router) admitted(ctx context.Context, p *compiled, f *FlowRecord, c *ne
 		e = early{read: buf[:n]}
 	}
 	_, out, _ := r.open(ctx, p, f, pf, e)
+	if out == nil && f.gate != nil {
+		r.serveGate(ctx, p, c, e.read, f.gate.fw, f, pf, done)
+		return
+	}
 	if out == nil {
 		reset(c) // refused or failed (fail closed): a reset, never a direct fallback
 		r.endFlow(f, done)

@@ -92,6 +92,7 @@ func check(cfg *conf.Config, h Host, every bool) []Finding {
 	l.local = l.localSet()
 	l.rules()
 	l.forwards()
+	l.ungated()
 	l.inbounds()
 	l.metrics()
 	l.proxies()
@@ -540,7 +541,10 @@ func (l *linter) proxies() {
 func (l *linter) capture() {
 	c := &l.cfg.Capture
 	// Windows captures processes whatever local says: the presets' and the rules' apps.
-	apps := l.goos() == "windows" && (len(c.CagedApps) > 0 || slices.ContainsFunc(l.cfg.Rules, func(r rules.Rule) bool { return len(r.Apps) > 0 || len(r.Services) > 0 }))
+	// Linux captures the caged apps' sockets whatever local says (the kernel marks them):
+	// the presets' and the proxy and block rules' apps.
+	apps := l.goos() == "windows" && (len(c.CagedApps) > 0 || slices.ContainsFunc(l.cfg.Rules, func(r rules.Rule) bool { return len(r.Apps) > 0 || len(r.Services) > 0 })) ||
+		l.goos() != "windows" && (len(c.CagedApps) > 0 || slices.ContainsFunc(l.cfg.Rules, func(r rules.Rule) bool { return r.Cages() && len(r.Apps) > 0 }))
 	if len(c.VMNetworks) == 0 && len(c.VMInterfaces) == 0 && !c.Local && !apps {
 		l.add(Finding{Severity: Warning, Check: CheckNothingCaught,
 			Message: "[capture] has no vm_networks, vm_interfaces or hypervisors and local = false: the router takes no traffic",

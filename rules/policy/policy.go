@@ -260,6 +260,7 @@ type Policy struct {
 	listenEnds   []netip.AddrPort
 	connectEnds  []netip.AddrPort
 	forwardAddrs []netip.Addr
+	gates        []gateEnd // the forwards' targets, in config order (gate.go)
 	// proxyHosts are the upstreams' hosts (IP or name) by proxy name: for a chain (via),
 	// every hop's, the last first.
 	proxyHosts map[string][]string
@@ -378,6 +379,7 @@ func New(cfg *conf.Config, env Env) *Policy {
 			p.forwardAddrs = append(p.forwardAddrs, a)
 		}
 	}
+	p.gates = gateEnds(cfg)
 	for _, in := range cfg.Inbounds {
 		p.listenEnds = append(p.listenEnds, unmapped(in.Listen))
 		if a := in.Listen.Addr(); !a.IsUnspecified() {

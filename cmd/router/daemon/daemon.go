@@ -191,6 +191,9 @@ func routerPolicy(cfg *conf.Config, dec *policy.Policy) router.Settings {
 	for _, px := range cfg.Proxies {
 		p.Upstreams = append(p.Upstreams, UpstreamConfig(px))
 	}
+	for _, f := range cfg.Forwards {
+		p.Forwards = append(p.Forwards, forwardOf(f)) // their gates serve caged flows to the model
+	}
 	return p
 }
 
@@ -211,7 +214,7 @@ func UpstreamConfig(px conf.Proxy) router.UpstreamConfig {
 }
 
 func forwardOf(f conf.Forward) router.Forward {
-	rf := router.Forward{Name: f.Name, Listen: f.Listen, Connect: f.Connect, Allow: f.Allow, MaxBody: f.MaxBody}
+	rf := router.Forward{Name: f.Name, Listen: f.Listen, Connect: f.Connect, Allow: f.Allow, MaxBody: f.MaxBody, IdleTimeout: f.IdleTimeout}
 	if !f.Raw() {
 		// conf took only kinds that compile (tcp alone, never in a list), so New cannot
 		// fail here; should it, the forward refuses every call rather than pass them all.
