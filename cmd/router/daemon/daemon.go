@@ -191,8 +191,11 @@ func routerPolicy(cfg *conf.Config, dec *policy.Policy) router.Settings {
 	for _, px := range cfg.Proxies {
 		p.Upstreams = append(p.Upstreams, UpstreamConfig(px))
 	}
+	creds := brokerOf(cfg)
 	for _, f := range cfg.Forwards {
-		p.Forwards = append(p.Forwards, forwardOf(f)) // their gates serve caged flows to the model
+		rf := forwardOf(f) // its gate serves caged flows to the model, with its credentials
+		rf.Credentials = creds
+		p.Forwards = append(p.Forwards, rf)
 	}
 	return p
 }
