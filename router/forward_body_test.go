@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -64,7 +65,8 @@ func chunked(body string, n int) string {
 // (modeltest.BodyCases) through the forward, each with a Content-Length and chunked, with
 // Content-Types that lie: what the check passes reaches the server whole (a streamed chat
 // still streams); what it refuses is a 403 counted as model-api naming the field, and the
-// server never receives the whole request (a body under the client's buffer, none of it).
+// server never receives the whole request (on Linux, a body under the client's buffer:
+// none of it).
 func TestModelForwardBodies(t *testing.T) {
 	e := newEnv(t, Settings{}, Options{})
 	srv, err := modeltest.Start(3, 0)
@@ -134,7 +136,7 @@ func TestModelForwardBodies(t *testing.T) {
 		switch {
 		case refused && r.Whole:
 			t.Errorf("the server received %s whole", r.RawURI)
-		case refused && n < 8<<10:
+		case refused && n < 8<<10 && runtime.GOOS == "linux": // (net/http's Transport sends the head first)
 			t.Errorf("the server received %s (%d of %d bytes of body)", r.RawURI, r.Body, n)
 		}
 	}
