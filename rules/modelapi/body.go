@@ -59,7 +59,7 @@ const (
 	ReachServerURL                   // server_url: a /v1/responses tool of type "mcp"
 	ReachMCP                         // a tool of type "mcp" (the server connects to it by its label or URL)
 	ReachHostTools                   // tools the server runs itself: web_search*, code_interpreter
-	ReachAnyURL                      // any key whose name holds "url" or "uri" (the generic kind)
+	ReachAnyURL                      // any key whose name has a word url or uri, or href (the generic kind; see urlish)
 )
 
 // fieldReach names the fields each Reach bit watches, as the servers spell them.
@@ -656,7 +656,7 @@ func (c *BodyCheck) classify(raw []byte, over bool) uint8 {
 		}
 	}
 	switch {
-	case c.reach&ReachAnyURL != 0 && (bytes.Contains(k, []byte("url")) || bytes.Contains(k, []byte("uri"))):
+	case c.reach&ReachAnyURL != 0 && urlish(raw):
 		return keyFetch
 	case string(k) == "url":
 		return keyURL
@@ -664,6 +664,42 @@ func (c *BodyCheck) classify(raw []byte, over bool) uint8 {
 		return keyType
 	}
 	return keyOther
+}
+
+// urlish reports whether a key (raw: unescaped, unfolded) names a URL by one of its words:
+// the key cut at every byte that is not an ASCII letter or digit and where a lower-case
+// letter or digit is followed by an upper-case one (image_url, imageURL, callbackUri,
+// URLs, urlPath), a word that begins or ends with "url" or "uri" (urls and uris too), or is
+// "href". A word merely holding the letters (security, during) is not one.
+func urlish(raw []byte) bool {
+	word := func(w []byte) bool {
+		var low [maxKey]byte
+		l := fold(low[:0], w)
+		for _, x := range []string{"url", "uri"} {
+			if bytes.HasPrefix(l, []byte(x)) || bytes.HasSuffix(l, []byte(x)) || bytes.HasSuffix(l, []byte(x+"s")) {
+				return true
+			}
+		}
+		return string(l) == "href"
+	}
+	alnum := func(b byte) bool { return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' }
+	start := 0
+	for i := 0; i <= len(raw); i++ {
+		cut := i == len(raw) || !alnum(raw[i]) ||
+			i > start && raw[i] >= 'A' && raw[i] <= 'Z' && (raw[i-1] >= 'a' && raw[i-1] <= 'z' || raw[i-1] >= '0' && raw[i-1] <= '9')
+		if !cut {
+			continue
+		}
+		if i > start && word(raw[start:i]) {
+			return true
+		}
+		if i < len(raw) && alnum(raw[i]) {
+			start = i // an upper-case letter begins the next word
+		} else {
+			start = i + 1
+		}
+	}
+	return false
 }
 
 // fold appends b to dst lower-cased as Go's encoding/json matches keys (Unicode simple
