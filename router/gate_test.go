@@ -112,7 +112,12 @@ func TestGateCasesTransparent(t *testing.T) {
 			port := netip.MustParseAddrPort(srv.Addr()).Port()
 			fl := c.Flow
 			dst := policytest.GateAddr(fl, port)
+			if fl.Host != "" {
+				// A fake IP with the case's name, which resolves to the model's address.
+				fl.Resolved = []netip.Addr{netip.MustParseAddrPort(srv.Addr()).Addr()}
+			}
 			e := newEnv(t, s, Options{
+				Names: wallNames(fl),
 				Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
 					return netip.AddrPortFrom(fl.Src, 40000), dst, nil
 				},

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -43,5 +46,26 @@ func TestModelRecipes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestModelDocExamples: the recipes as docs/model.md prints them lint clean too.
+func TestModelDocExamples(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "model.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```toml\n(.*?)```").FindAllSubmatch(data, -1)
+	if len(blocks) != 3 {
+		t.Fatalf("docs/model.md has %d TOML blocks; want its 3 recipes", len(blocks))
+	}
+	for i, m := range blocks {
+		path := filepath.Join(t.TempDir(), fmt.Sprintf("model-%d.toml", i+1))
+		if err := os.WriteFile(path, m[1], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if o, e, code := run(t, "lint", "--os", "linux", "--config", path); code != exitOK || !strings.Contains(o+e, "0 errors, 0 warnings") {
+			t.Errorf("docs/model.md recipe %d: lint exit %d\n%s%s", i+1, code, o, e)
+		}
 	}
 }

@@ -42,9 +42,9 @@ func gateEnds(cfg *conf.Config) []gateEnd {
 // guest), and, when the connect address is this machine's (loopback, one of its addresses,
 // unspecified), any of this machine's addresses at the connect port: 127.0.0.1, ::1 or
 // another address a direct rule names (a server listening on every address serves them
-// all, and the router cannot see which address it bound). "localhost" by name is one of
-// those addresses once resolved. A flow by name (no address) is judged by every address it
-// resolved to (f.Resolved). When two forwards connect to the port, the one whose connect
+// all, and the router cannot see which address it bound). A flow the router dials by its
+// name (a fake IP's, an inbound's client's) is judged by every address the name resolved
+// to (f.Resolved): a name that leads to the model meets its gate. When two forwards connect to the port, the one whose connect
 // address is the destination's wins, else the first in the config.
 //
 // A forward's or an inbound's listen address and port is not a gate's target: the flow
@@ -58,9 +58,13 @@ func (p *Policy) Gate(f *Flow, d Decision) (g Gate, ok bool) {
 	if len(p.gates) == 0 || f.Network != rules.TCP || !d.Caged || d.Action != rules.Direct {
 		return Gate{}, false
 	}
-	if f.Dst.IsValid() {
-		return p.gateAt(netip.AddrPortFrom(f.Dst.Unmap(), f.Port))
+	if f.Dst.IsValid() && !p.InPool(f.Dst) {
+		if g, ok := p.gateAt(netip.AddrPortFrom(f.Dst.Unmap(), f.Port)); ok {
+			return g, true
+		}
 	}
+	// A name the router dials by what it resolves to: a fake IP's, or an inbound's
+	// client's.
 	for _, a := range f.Resolved {
 		if g, ok := p.gateAt(netip.AddrPortFrom(a.Unmap(), f.Port)); ok {
 			return g, true

@@ -61,6 +61,12 @@ ports = ["8080"]
 action = "direct"
 
 [[rule]]
+name = "corp"
+apps = ["slirp4netns", "pasta", "qemu-system-*"]
+hosts = ["*.corp.test"]
+action = "direct"
+
+[[rule]]
 name = "usernat"
 apps = ["slirp4netns", "pasta", "qemu-system-*"]
 action = "proxy"
@@ -98,6 +104,13 @@ func GateCases() []GateCase {
 		f.FromVM = true
 		return f
 	}
+	named := func(f policy.Flow, name string, resolved ...string) policy.Flow {
+		f.Host, f.Resolved = name, []netip.Addr{}
+		for _, a := range resolved {
+			f.Resolved = append(f.Resolved, netip.MustParseAddr(a))
+		}
+		return f
+	}
 	host := policy.StepHost.String()
 	all := Transparent | Inbound | Explain
 	return []GateCase{
@@ -109,6 +122,9 @@ func GateCases() []GateCase {
 		{"usernat, the uplink at the model port", usernat("198.51.100.2:11434"), rules.Block, host, "", false, Transparent | Explain},
 		{"usernat, a web server on the gateway", usernat("10.0.2.2:8080"), rules.Direct, "gateway-web", "", false, Transparent | Explain},
 		{"usernat, public", usernat("203.0.113.10:443"), rules.Proxy, "usernat", "", false, Transparent | Explain},
+		// A name a direct rule lets through, which resolves to the model's loopback: its fake
+		// IP is not the model's address, what it resolves to is.
+		{"usernat, a name resolving to the model's loopback", named(usernat(PoolAddr.String()+":11434"), "model.corp.test", "127.0.0.1"), rules.Direct, "corp", "model", false, Transparent},
 		{"vm, the gateway at the model port", vm("10.0.2.2:11434"), rules.Direct, "model-gateway", "model", false, all},
 		{"vm, the forward's listen address", vm("10.0.2.2:11435"), rules.Direct, host, "", false, all},
 		{"vm, loopback at the model port", vm("127.0.0.1:11434"), rules.Block, host, "", false, all},
