@@ -16,8 +16,9 @@ import (
 
 // Config is what Install puts in place.
 type Config struct {
-	// Names are the command names (comm) whose sockets are marked: exact, or a prefix with
-	// a trailing '*'. Names with other wildcards, or paths, are skipped (see Keys). No name
+	// Names are the file names of the executables whose processes' sockets are marked, and
+	// those of their descendants (see the package doc): exact, or a prefix with a trailing
+	// '*'. Names with other wildcards, or paths, are skipped (see Keys). No name
 	// at all: Install removes the program of the namespace.
 	Names []string
 	// Mark is the socket mark put on the sockets of Names. Required (not 0).
@@ -34,7 +35,7 @@ const (
 	namesName  = "cage_names"
 	maxNames   = 256
 	configSize = 16 // u64 cookie, u32 mark, u32 padding
-	keySize    = 4 + commLen
+	keySize    = 4 + nameLen
 	// soNetnsCookie is SO_NETNS_COOKIE (include/uapi/asm-generic/socket.h).
 	soNetnsCookie = 71
 )
@@ -58,15 +59,16 @@ func Keys(names []string) (keys [][]byte, skipped []string) {
 }
 
 // key encodes one name as an LPM trie key: the prefix length in bits, then the bytes of
-// comm that must match (an exact name ends with its NUL; comm holds at most 15 bytes).
+// the executable's name that must match (an exact name ends with its NUL; the program
+// reads at most nameLen-1 bytes of a name).
 func key(name string) ([]byte, bool) {
 	base, prefix := strings.CutSuffix(name, "*")
 	if base == "" || strings.ContainsAny(base, "*?[]/\\\x00") {
 		return nil, false
 	}
 	data := []byte(base)
-	if len(data) > commLen-1 {
-		data = data[:commLen-1]
+	if len(data) > nameLen-1 {
+		data = data[:nameLen-1]
 	}
 	if !prefix {
 		data = append(data, 0)
@@ -110,6 +112,11 @@ func Install(cfg Config) error {
 	have := map[ebpf.AttachType]bool{}
 	for _, p := range found {
 		switch {
+		case p.stale:
+			if err := detach(cg, p); err != nil {
+				return fmt.Errorf("cagemark install: %w", err)
+			}
+			continue
 		case m == nil:
 			m = p
 		case p.configID != m.configID || have[p.hook.attach]:
@@ -129,11 +136,17 @@ func Install(cfg Config) error {
 	if err := fill(m, config(cookie, cfg.Mark), keys); err != nil {
 		return fmt.Errorf("cagemark install: %w", err)
 	}
+	var l layout
+	if len(have) < len(hooks) {
+		if l, err = kernelLayout(nil); err != nil {
+			return fmt.Errorf("cagemark install: %w", err)
+		}
+	}
 	for _, h := range hooks {
 		if have[h.attach] {
 			continue
 		}
-		if err := attach(cg, h, m); err != nil {
+		if err := attach(cg, h, l, m); err != nil {
 			return fmt.Errorf("cagemark install: %w", err)
 		}
 	}
@@ -184,6 +197,9 @@ func Installed(netNS int) (names []string, mark uint32, ok bool, err error) {
 	defer found.close()
 	have := map[ebpf.AttachType]bool{}
 	for _, p := range found {
+		if p.stale {
+			return nil, 0, false, nil
+		}
 		have[p.hook.attach] = true
 	}
 	if len(have) != len(hooks) {
@@ -215,6 +231,9 @@ type prog struct {
 	config, names *ebpf.Map
 	configID      ebpf.MapID
 	mark          uint32 // the mark its config holds (attached)
+	// stale: a program of an older version of this package (its names map has another
+	// key), which Install replaces.
+	stale bool
 }
 
 func (p *prog) close() {
@@ -262,10 +281,10 @@ func newMaps() (_ *prog, err error) {
 
 // attach loads the program of h over the maps of m and attaches it to the cgroup cg; the
 // attachment holds it.
-func attach(cg int, h hook, m *prog) error {
+func attach(cg int, h hook, l layout, m *prog) error {
 	pr, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
 		Name: h.name, Type: h.typ, AttachType: h.attach,
-		Instructions: program(h, m.config.FD(), m.names.FD()), License: "Dual MIT/GPL",
+		Instructions: program(h, l, m.config.FD(), m.names.FD()), License: "Dual MIT/GPL",
 	}, ebpf.ProgramOptions{})
 	if err != nil {
 		return fmt.Errorf("load program %s: %w", h.name, err)
@@ -389,6 +408,9 @@ func open(id ebpf.ProgramID, h hook, cookie uint64) (*prog, error) {
 		return nil, nil
 	}
 	p.mark = binary.NativeEndian.Uint32(conf[offMark:])
+	if mi, err := p.names.Info(); err != nil || mi.KeySize != keySize {
+		p.stale = true
+	}
 	return p, nil
 }
 
