@@ -62,14 +62,11 @@ func Keys(names []string) (keys [][]byte, skipped []string) {
 // the executable's name that must match (an exact name ends with its NUL; the program
 // reads at most nameLen-1 bytes of a name).
 func key(name string) ([]byte, bool) {
-	base, prefix := strings.CutSuffix(name, "*")
-	if base == "" || strings.ContainsAny(base, "*?[]/\\\x00") {
+	base, prefix, ok := rule(name)
+	if !ok {
 		return nil, false
 	}
 	data := []byte(base)
-	if len(data) > nameLen-1 {
-		data = data[:nameLen-1]
-	}
 	if !prefix {
 		data = append(data, 0)
 	}
@@ -211,7 +208,7 @@ func Installed(netNS int) (names []string, mark uint32, ok bool, err error) {
 	for it.Next(&k, &v) {
 		n := binary.NativeEndian.Uint32(k) / 8
 		s := string(k[4 : 4+n])
-		if exact, cut := strings.CutSuffix(s, "\x00"); cut {
+		if exact, whole := strings.CutSuffix(s, "\x00"); whole {
 			s = exact
 		} else {
 			s += "*"

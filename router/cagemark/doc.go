@@ -41,5 +41,7 @@
 // The cost for the host: one short program run per inet socket created, per connect and per
 // unconnected datagram sent on this machine (for a process of no caged line, six kernel
 // reads and a map lookup per generation up to init); nothing per packet of a connected
-// socket. Off Linux the package is empty.
+// socket. Matches and Line tell in user space what the program decides (router status
+// shows the caged processes as the kernel sees them); off Linux they are all the package
+// has.
 package cagemark

@@ -14,16 +14,13 @@ const (
 	stPtr       = -16 // u64: a pointer read from the kernel
 	stLPM       = -88 // u32 prefix length, then the nameLen bytes of the name: the names trie's key
 	stName      = -84
-	nameLen     = 64 // bytes of an executable's name the program reads, the NUL included
-	offCookie   = 0  // config value: u64 network namespace cookie
-	offMark     = 8  //               u32 mark
-	offSockMark = 16 // struct bpf_sock: bound_dev_if, family, type, protocol, mark
-	offAddrSk   = 64 // struct bpf_sock_addr: ..., msg_src_ip6[4], then the socket
-	solSocket   = 1  // SOL_SOCKET
-	soMark      = 36 // SO_MARK
-	// generations is how many processes of the calling one's line the program asks about:
-	// itself, its parent, and so on up to init.
-	generations = 8
+	nameLen     = nameMax + 1 // bytes of an executable's name the program reads, the NUL included
+	offCookie   = 0           // config value: u64 network namespace cookie
+	offMark     = 8           //               u32 mark
+	offSockMark = 16          // struct bpf_sock: bound_dev_if, family, type, protocol, mark
+	offAddrSk   = 64          // struct bpf_sock_addr: ..., msg_src_ip6[4], then the socket
+	solSocket   = 1           // SOL_SOCKET
+	soMark      = 36          // SO_MARK
 )
 
 // hook is one cgroup hook the package attaches a program to.
@@ -49,7 +46,7 @@ var hooks = []hook{
 //
 //	c = config[0]; if (!c || bpf_get_netns_cookie(ctx) != c->cookie) return 1;
 //	t = bpf_get_current_task();
-//	for (i = 0; i < generations; i++) {    // unrolled
+//	for (i = 0; i < Generations; i++) {    // unrolled
 //		key = {nameLen*8, t->mm->exe_file->f_path.dentry->d_name.name};   // bpf_probe_read_kernel(_str)
 //		if (t->mm && t->mm->exe_file && names[key]) goto caged;   // longest prefix: an exact name or a "prefix*"
 //		p = t->real_parent; if (!p || p == t) return 1; t = p;
@@ -91,7 +88,7 @@ func program(h hook, l layout, config, names int) asm.Instructions {
 			asm.LoadMem(asm.R3, asm.RFP, stPtr, asm.DWord),
 		}
 	}
-	for i := range generations {
+	for i := range Generations {
 		up := fmt.Sprintf("up%d", i)
 		insns = append(insns, asm.Mov.Reg(asm.R3, asm.R8))
 		insns = append(insns, read(l.taskMM)...)
@@ -112,7 +109,7 @@ func program(h hook, l layout, config, names int) asm.Instructions {
 			asm.FnMapLookupElem.Call(),
 			asm.JNE.Imm(asm.R0, 0, "caged"),
 		)
-		if i == generations-1 {
+		if i == Generations-1 {
 			insns = append(insns, asm.Ja.Label("pass").WithSymbol(up))
 			break
 		}
