@@ -117,23 +117,19 @@ func (f *LinuxFinder) lookup(proto byte, local, remote netip.AddrPort) (Info, er
 }
 
 // info describes pid: Path from /proc/PID/exe, Name its base name, or /proc/PID/comm when
-// the link cannot be read (kernel threads, some zombies).
+// the link cannot be read (kernel threads, some zombies). The name the process gives itself
+// is not in it: Comm is for a process list (see Processes).
 func (f *LinuxFinder) info(pid int) (Info, error) {
 	dir := filepath.Join(f.procRoot, strconv.Itoa(pid))
-	comm, commErr := os.ReadFile(filepath.Join(dir, "comm"))
-	c := strings.TrimSuffix(string(comm), "\n")
 	if exe, err := os.Readlink(filepath.Join(dir, "exe")); err == nil {
 		exe = strings.TrimSuffix(exe, " (deleted)")
-		info := Info{PID: pid, Name: filepath.Base(exe), Path: exe}
-		if commErr == nil && c != info.Name {
-			info.Comm = c
-		}
-		return info, nil
+		return Info{PID: pid, Name: filepath.Base(exe), Path: exe}, nil
 	}
-	if commErr != nil {
-		return Info{}, fmt.Errorf("process %d: %w", pid, commErr)
+	comm, err := os.ReadFile(filepath.Join(dir, "comm"))
+	if err != nil {
+		return Info{}, fmt.Errorf("process %d: %w", pid, err)
 	}
-	return Info{PID: pid, Name: c}, nil
+	return Info{PID: pid, Name: strings.TrimSuffix(string(comm), "\n")}, nil
 }
 
 // pidOf returns the PID holding socket inode: the cache, then recent owners, then all of
@@ -431,8 +427,9 @@ func parseDiagReply(b []byte, seq uint32) (inode, uid uint32, err error) {
 
 func nlmsgAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
 
-// Processes lists the processes of this host with what Info knows of each (no services);
-// a process that ends while it reads is left out.
+// Processes lists the processes of this host with what Info knows of each (no services),
+// and the name each goes by (Comm, when it is not Name) and its parent (PPID); a process
+// that ends while it reads is left out.
 func (f *LinuxFinder) Processes() ([]Info, error) {
 	names, err := readDirNames(f.procRoot)
 	if err != nil {
@@ -444,9 +441,41 @@ func (f *LinuxFinder) Processes() ([]Info, error) {
 		if err != nil || pid <= 0 {
 			continue
 		}
-		if info, err := f.info(pid); err == nil {
-			out = append(out, info)
+		info, err := f.info(pid)
+		if err != nil {
+			continue
 		}
+		stat, err := os.ReadFile(filepath.Join(f.procRoot, n, "stat"))
+		if err != nil {
+			continue
+		}
+		comm, ppid, ok := parseStat(stat)
+		if !ok {
+			continue
+		}
+		if comm != info.Name {
+			info.Comm = comm
+		}
+		info.PPID = ppid
+		out = append(out, info)
 	}
 	return out, nil
+}
+
+// parseStat reads the command name and the parent's PID of /proc/PID/stat: "pid (comm)
+// state ppid ...", where comm may hold spaces and parentheses (the last ')' ends it).
+func parseStat(b []byte) (comm string, ppid int, ok bool) {
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return "", 0, false
+	}
+	fields := strings.Fields(string(b[end+1:]))
+	if len(fields) < 2 {
+		return "", 0, false
+	}
+	ppid, err := strconv.Atoi(fields[1])
+	if err != nil || ppid < 0 {
+		return "", 0, false
+	}
+	return string(b[open+1 : end]), ppid, true
 }
