@@ -59,7 +59,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/proc/proctest", "router/proc", ""},
 
 	// Operations: the wiring and what it serves.
-	{"router/daemon", "conf dns internal/netaddr internal/ports router router/ask router/auditlog router/console router/control router/metrics router/nftcap router/nftcap/nflog router/proc router/service router/upstream rules rules/modelapi rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
+	{"router/daemon", "conf dns internal/netaddr internal/ports router router/ask router/auditlog router/cagemark router/console router/control router/metrics router/nftcap router/nftcap/nflog router/proc router/service router/upstream rules rules/modelapi rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
 		"internal/winetest router/daemon/daemontest router/upstream/socks5 router/upstream/socks5/socks5test rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
 	{"router/daemon/daemontest", "conf dns router/proc rules/policy rules/refusal", ""},
 	{"router/control", "internal/accept", ""},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
+	"github.com/agentcage/router/router/cagemark"
 	"github.com/agentcage/router/router/nftcap"
 	"github.com/agentcage/router/router/nftcap/nflog"
 	"github.com/agentcage/router/router/proc"
@@ -75,7 +76,7 @@ func Spec(cfg *conf.Config) nftcap.Spec {
 	for _, in := range cfg.Inbounds {
 		s.Inbounds = append(s.Inbounds, nftcap.Forward{Listen: in.Listen, Allow: in.Allow})
 	}
-	if s.CagedApps = CagedComms(cfg); len(s.CagedApps) > 0 {
+	if s.CagedApps = CagedNames(cfg); len(s.CagedApps) > 0 {
 		s.CagedMark = conf.CagedSocketMark
 	}
 	return s
@@ -318,5 +319,12 @@ func (p *linuxPlatform) Refusals() []refusal.Stat {
 	return out
 }
 
-// Processes lists this host's processes, for the uncaged hypervisors status warns of.
+// Processes lists this host's processes, for the caged processes status shows and the
+// uncaged hypervisors it warns of.
 func (p *linuxPlatform) Processes() ([]proc.Info, error) { return p.finder.Processes() }
+
+// KernelCage reads the names the kernel's cage program holds for this namespace.
+func (p *linuxPlatform) KernelCage() ([]string, bool, error) {
+	names, _, ok, err := cagemark.Installed(0)
+	return names, ok, err
+}

@@ -1,0 +1,99 @@
+package daemon
+
+import (
+	"fmt"
+
+	"github.com/agentcage/router/router/cagemark"
+	"github.com/agentcage/router/router/control"
+	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/rules"
+)
+
+// cageReader is a Platform whose kernel cages processes by what they run (Linux): it lists
+// this host's processes and reads the names its kernel program holds.
+type cageReader interface {
+	Processes() ([]proc.Info, error)
+	// KernelCage returns the names the kernel's cage program holds for the daemon's
+	// network namespace, or false when it is not attached.
+	KernelCage() (names []string, installed bool, err error)
+}
+
+// maxKernelCaged bounds the caged processes status lists.
+const maxKernelCaged = 100
+
+// kernelCaged returns this host's processes the kernel cages, as its program decides
+// (cagemark.Line: the executable the process or one of its ancestors runs, never the name
+// it gives itself), and a warning for each process of a known hypervisor's binary (every
+// preset's user-space NAT on goos, judged by its executable whatever it calls itself) that
+// it does not cage: its guests' traffic leaves as this host's own.
+func kernelCaged(cr cageReader, goos string) ([]control.KernelCagedStat, []string) {
+	names, installed, err := cr.KernelCage()
+	if err != nil {
+		return nil, []string{"cannot read the kernel's cage to find uncaged hypervisors: " + err.Error()}
+	}
+	procs, err := cr.Processes()
+	if err != nil {
+		return nil, []string{"cannot list the processes to find uncaged hypervisors: " + err.Error()}
+	}
+	byPID := make(map[int]*proc.Info, len(procs))
+	for i := range procs {
+		byPID[procs[i].PID] = &procs[i]
+	}
+	known := rules.Rule{Apps: UserNATApps(goos)}
+	var caged []control.KernelCagedStat
+	var warns []string
+	more := 0
+	for i := range procs {
+		p := &procs[i]
+		var line []*proc.Info
+		var exes []string
+		for q := p; q != nil && len(line) < cagemark.Generations; q = byPID[q.PPID] {
+			line = append(line, q)
+			exes = append(exes, exeName(q))
+			if q.PPID == 0 || q.PPID == q.PID {
+				break
+			}
+		}
+		at := -1
+		if installed {
+			at = cagemark.Line(names, exes)
+		}
+		if at < 0 {
+			if known.MatchApp(&rules.Query{App: p.Name, AppPath: p.Path}) {
+				warns = append(warns, fmt.Sprintf("%s (pid %d%s) is a hypervisor's user-space NAT and runs uncaged: its guests' traffic leaves as this host's own; name its hypervisor in [capture] hypervisors or its executable's name in a proxy rule's apps",
+					p.Name, p.PID, goesBy(p)))
+			}
+			continue
+		}
+		if len(caged) == maxKernelCaged {
+			more++
+			continue
+		}
+		c := control.KernelCagedStat{PID: p.PID, Exe: p.Name, Comm: p.Comm}
+		if at > 0 {
+			c.By, c.ByPID = line[at].Name, line[at].PID
+		}
+		caged = append(caged, c)
+	}
+	if more > 0 {
+		warns = append(warns, fmt.Sprintf("%d more caged processes than status lists", more))
+	}
+	return caged, warns
+}
+
+// exeName is the name the kernel program reads for p: its executable's file name, none
+// when its executable cannot be read (a kernel thread).
+func exeName(p *proc.Info) string {
+	if p.Path == "" {
+		return ""
+	}
+	return p.Name
+}
+
+// goesBy is ", named C" when p calls itself C.
+func goesBy(p *proc.Info) string {
+	if p.Comm == "" {
+		return ""
+	}
+	return ", named " + p.Comm
+}

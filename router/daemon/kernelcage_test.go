@@ -1,0 +1,74 @@
+package daemon
+
+import (
+	"errors"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/agentcage/router/router/control"
+	"github.com/agentcage/router/router/proc"
+)
+
+// fakeCage is a cageReader over a fixed process table and the names a kernel program holds.
+type fakeCage struct {
+	procs     []proc.Info
+	names     []string
+	installed bool
+	err       error
+}
+
+func (f fakeCage) Processes() ([]proc.Info, error)     { return f.procs, nil }
+func (f fakeCage) KernelCage() ([]string, bool, error) { return f.names, f.installed, f.err }
+
+// TestKernelCaged: status shows the processes the kernel cages as its program decides (by
+// the executable a process or an ancestor runs, whatever it calls itself) and warns of a
+// known hypervisor binary it does not cage, under any name: RHEL's qemu-kvm under a preset
+// that did not name it, one caged by path only (the kernel cannot tell paths), every one
+// when no program is attached. A binary that only calls itself a hypervisor is neither.
+func TestKernelCaged(t *testing.T) {
+	procs := []proc.Info{
+		{PID: 1, Name: "systemd", Path: "/usr/lib/systemd/systemd"},
+		{PID: 100, Name: "qemu-system-x86_64", Path: "/usr/bin/qemu-system-x86_64", Comm: "VM", PPID: 1},
+		{PID: 101, Name: "qemu-kvm", Path: "/usr/libexec/qemu-kvm", PPID: 1},
+		{PID: 102, Name: "sh", Path: "/usr/bin/sh", PPID: 100},
+		{PID: 103, Name: "VBoxHeadless", Path: "/usr/lib/virtualbox/VBoxHeadless", PPID: 1},
+		{PID: 104, Name: "plainbin", Path: "/tmp/plainbin", Comm: "qemu-system-x86", PPID: 1},
+		{PID: 105, Name: "kthreadd"}, // no executable: the kernel knows no name
+	}
+	caged, warns := kernelCaged(fakeCage{procs: procs, names: []string{"qemu-system-*", "VBoxHeadless", "/usr/libexec/qemu-kvm"}, installed: true}, "linux")
+	want := []control.KernelCagedStat{
+		{PID: 100, Exe: "qemu-system-x86_64", Comm: "VM"},
+		{PID: 102, Exe: "sh", By: "qemu-system-x86_64", ByPID: 100},
+		{PID: 103, Exe: "VBoxHeadless"},
+	}
+	if !slices.Equal(caged, want) {
+		t.Errorf("caged %+v, want %+v", caged, want)
+	}
+	if len(warns) != 1 || !strings.Contains(warns[0], "qemu-kvm (pid 101)") || !strings.Contains(warns[0], "uncaged") {
+		t.Errorf("warnings %q, want one of qemu-kvm (pid 101)", warns)
+	}
+
+	// No program attached: every hypervisor process runs uncaged, whatever it calls itself.
+	caged, warns = kernelCaged(fakeCage{procs: procs}, "linux")
+	if len(caged) != 0 {
+		t.Errorf("no program: caged %+v", caged)
+	}
+	var pids []string
+	for _, w := range warns {
+		pids = append(pids, regexp.MustCompile(`pid \d+`).FindString(w))
+	}
+	if want := []string{"pid 100", "pid 101", "pid 103"}; !slices.Equal(pids, want) {
+		t.Errorf("no program: warnings of %q, want %q: %q", pids, want, warns)
+	}
+	if !strings.Contains(warns[0], "VM") {
+		t.Errorf("the warning does not say the name it goes by: %q", warns[0])
+	}
+
+	// The kernel cannot be read: one warning saying so.
+	_, warns = kernelCaged(fakeCage{procs: procs, err: errors.New("permission denied")}, "linux")
+	if len(warns) != 1 || !strings.Contains(warns[0], "permission denied") {
+		t.Errorf("unreadable: %q", warns)
+	}
+}
