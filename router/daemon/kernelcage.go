@@ -60,7 +60,7 @@ func kernelCaged(cr cageReader, goos string) ([]control.KernelCagedStat, []strin
 		}
 		if at < 0 {
 			if known.MatchApp(&rules.Query{App: p.Name, AppPath: p.Path}) {
-				warns = append(warns, fmt.Sprintf("%s (pid %d%s) is a hypervisor's user-space NAT and runs uncaged: its guests' traffic leaves as this host's own; name its hypervisor in [capture] hypervisors or its executable's name in a proxy rule's apps",
+				warns = append(warns, fmt.Sprintf("%s (pid %d) is a hypervisor's user-space NAT and runs uncaged%s: its guests' traffic leaves as this host's own; name its hypervisor in [capture] hypervisors or its executable's name in a proxy rule's apps",
 					p.Name, p.PID, goesBy(p)))
 			}
 			continue
@@ -90,10 +90,10 @@ func exeName(p *proc.Info) string {
 	return p.Name
 }
 
-// goesBy is ", named C" when p calls itself C.
+// goesBy is " (named C)" when p calls itself C.
 func goesBy(p *proc.Info) string {
 	if p.Comm == "" {
 		return ""
 	}
-	return ", named " + p.Comm
+	return " (named " + p.Comm + ")"
 }

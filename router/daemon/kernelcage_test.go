@@ -62,7 +62,7 @@ func TestKernelCaged(t *testing.T) {
 	if want := []string{"pid 100", "pid 101", "pid 103"}; !slices.Equal(pids, want) {
 		t.Errorf("no program: warnings of %q, want %q: %q", pids, want, warns)
 	}
-	if !strings.Contains(warns[0], "VM") {
+	if !strings.Contains(warns[0], "qemu-system-x86_64 (pid 100) is a hypervisor's user-space NAT and runs uncaged (named VM)") {
 		t.Errorf("the warning does not say the name it goes by: %q", warns[0])
 	}
 
