@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"golang.org/x/sys/unix"
 
@@ -291,4 +292,78 @@ func benchSocket(b *testing.B, install bool) {
 	}
 	unix.Close(orig)
 	runtime.UnlockOSThread()
+}
+
+// TestReplacesOlderPrograms: programs an older version attached for the namespace (its
+// names map keyed by comm's 16 bytes) are not taken for this version's: Installed says
+// none, and Install detaches them and attaches its own.
+func TestReplacesOlderPrograms(t *testing.T) {
+	roottest.Require(t, "ip")
+	name := fmt.Sprintf("cageold%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	fd, err := unix.Open("/run/netns/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	t.Cleanup(func() {
+		if err := Remove(fd); err != nil {
+			t.Error(err)
+		}
+	})
+	cookie, err := netnsCookie(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := kernelLayout(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg, err := openCgroupRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(cg)
+	old := &prog{}
+	defer old.close()
+	if old.config, err = ebpf.NewMap(&ebpf.MapSpec{Name: configName, Type: ebpf.Array, KeySize: 4, ValueSize: configSize, MaxEntries: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if old.names, err = ebpf.NewMap(&ebpf.MapSpec{Name: namesName, Type: ebpf.LPMTrie, KeySize: 4 + 16, ValueSize: 1,
+		MaxEntries: maxNames, Flags: unix.BPF_F_NO_PREALLOC}); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.config.Put(uint32(0), config(cookie, 0x52434147)); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hooks {
+		if err := attach(cg, h, l, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, ok, err := Installed(fd); err != nil || ok {
+		t.Errorf("Installed with an older version's programs: %v %v, want false", ok, err)
+	}
+	if err := Install(Config{Names: []string{"cagehv"}, Mark: 0x52434147, NetNS: fd}); err != nil {
+		t.Fatal(err)
+	}
+	found, err := attached(cg, cookie)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer found.close()
+	if len(found) != len(hooks) {
+		t.Errorf("%d programs for the namespace after Install, want %d", len(found), len(hooks))
+	}
+	for _, p := range found {
+		if p.stale {
+			t.Errorf("an older program left on %s", p.hook.name)
+		}
+	}
+	if names, _, ok, err := Installed(fd); err != nil || !ok || len(names) != 1 || names[0] != "cagehv" {
+		t.Errorf("Installed: %q %v %v", names, ok, err)
+	}
 }
