@@ -55,7 +55,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/nftcap/nflog", "", "internal/roottest"},
 	{"router/sockmap", "", "internal/roottest"},
 	{"router/cagemark", "", "internal/roottest"},
-	{"router/proc", "rules", "router/proc/proctest"},
+	{"router/proc", "rules", "internal/roottest router/proc/proctest"},
 	{"router/proc/proctest", "router/proc", ""},
 
 	// Operations: the wiring and what it serves.
