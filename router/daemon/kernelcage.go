@@ -14,8 +14,9 @@ import (
 type cageReader interface {
 	Processes() ([]proc.Info, error)
 	// KernelCage returns the names the kernel's cage program holds for the daemon's
-	// network namespace, or false when it is not attached.
-	KernelCage() (names []string, installed bool, err error)
+	// network namespace, or false when it is not attached, and that namespace (as
+	// proc.Info.NetNS tells it; 0: unknown).
+	KernelCage() (names []string, installed bool, netNS uint64, err error)
 }
 
 // maxKernelCaged bounds the caged processes status lists.
@@ -25,9 +26,10 @@ const maxKernelCaged = 100
 // (cagemark.Line: the executable the process or one of its ancestors runs, never the name
 // it gives itself), and a warning for each process of a known hypervisor's binary (every
 // preset's user-space NAT on goos, judged by its executable whatever it calls itself) that
-// it does not cage: its guests' traffic leaves as this host's own.
+// it does not cage: its guests' traffic leaves as this host's own. Processes in another
+// network namespace than the daemon's are neither.
 func kernelCaged(cr cageReader, goos string) ([]control.KernelCagedStat, []string) {
-	names, installed, err := cr.KernelCage()
+	names, installed, netNS, err := cr.KernelCage()
 	if err != nil {
 		return nil, []string{"cannot read the kernel's cage to find uncaged hypervisors: " + err.Error()}
 	}
@@ -45,6 +47,9 @@ func kernelCaged(cr cageReader, goos string) ([]control.KernelCagedStat, []strin
 	more := 0
 	for i := range procs {
 		p := &procs[i]
+		if netNS != 0 && p.NetNS != 0 && p.NetNS != netNS {
+			continue // its sockets are another namespace's, which this cage does not see
+		}
 		var line []*proc.Info
 		var exes []string
 		for q := p; q != nil && len(line) < cagemark.Generations; q = byPID[q.PPID] {

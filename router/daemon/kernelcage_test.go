@@ -16,17 +16,21 @@ type fakeCage struct {
 	procs     []proc.Info
 	names     []string
 	installed bool
+	netNS     uint64
 	err       error
 }
 
-func (f fakeCage) Processes() ([]proc.Info, error)     { return f.procs, nil }
-func (f fakeCage) KernelCage() ([]string, bool, error) { return f.names, f.installed, f.err }
+func (f fakeCage) Processes() ([]proc.Info, error) { return f.procs, nil }
+func (f fakeCage) KernelCage() ([]string, bool, uint64, error) {
+	return f.names, f.installed, f.netNS, f.err
+}
 
 // TestKernelCaged: status shows the processes the kernel cages as its program decides (by
 // the executable a process or an ancestor runs, whatever it calls itself) and warns of a
 // known hypervisor binary it does not cage, under any name: RHEL's qemu-kvm under a preset
 // that did not name it, one caged by path only (the kernel cannot tell paths), every one
-// when no program is attached. A binary that only calls itself a hypervisor is neither.
+// when no program is attached. A binary that only calls itself a hypervisor is neither, nor
+// is a process of another network namespace.
 func TestKernelCaged(t *testing.T) {
 	procs := []proc.Info{
 		{PID: 1, Name: "systemd", Path: "/usr/lib/systemd/systemd"},
@@ -36,8 +40,14 @@ func TestKernelCaged(t *testing.T) {
 		{PID: 103, Name: "VBoxHeadless", Path: "/usr/lib/virtualbox/VBoxHeadless", PPID: 1},
 		{PID: 104, Name: "plainbin", Path: "/tmp/plainbin", Comm: "qemu-system-x86", PPID: 1},
 		{PID: 105, Name: "kthreadd"}, // no executable: the kernel knows no name
+		{PID: 106, Name: "qemu-kvm", Path: "/usr/libexec/qemu-kvm", PPID: 1, NetNS: 9}, // another namespace's
 	}
-	caged, warns := kernelCaged(fakeCage{procs: procs, names: []string{"qemu-system-*", "VBoxHeadless", "/usr/libexec/qemu-kvm"}, installed: true}, "linux")
+	for i := range procs {
+		if procs[i].NetNS == 0 {
+			procs[i].NetNS = 7
+		}
+	}
+	caged, warns := kernelCaged(fakeCage{procs: procs, names: []string{"qemu-system-*", "VBoxHeadless", "/usr/libexec/qemu-kvm"}, installed: true, netNS: 7}, "linux")
 	want := []control.KernelCagedStat{
 		{PID: 100, Exe: "qemu-system-x86_64", Comm: "VM"},
 		{PID: 102, Exe: "sh", By: "qemu-system-x86_64", ByPID: 100},
@@ -51,7 +61,7 @@ func TestKernelCaged(t *testing.T) {
 	}
 
 	// No program attached: every hypervisor process runs uncaged, whatever it calls itself.
-	caged, warns = kernelCaged(fakeCage{procs: procs}, "linux")
+	caged, warns = kernelCaged(fakeCage{procs: procs, netNS: 7}, "linux")
 	if len(caged) != 0 {
 		t.Errorf("no program: caged %+v", caged)
 	}

@@ -340,7 +340,8 @@ func (p *linuxPlatform) Refusals() []refusal.Stat {
 func (p *linuxPlatform) Processes() ([]proc.Info, error) { return p.finder.Processes() }
 
 // KernelCage reads the names the kernel's cage program holds for this namespace.
-func (p *linuxPlatform) KernelCage() ([]string, bool, error) {
+func (p *linuxPlatform) KernelCage() ([]string, bool, uint64, error) {
 	names, _, ok, err := cagemark.Installed(0)
-	return names, ok, err
+	ns, _ := proc.NetNSOf("/proc/self")
+	return names, ok, ns, err
 }

@@ -65,9 +65,18 @@ func TestAttributedByExecutable(t *testing.T) {
 	switch {
 	case got == nil:
 		t.Errorf("process %d not listed", pid)
-	case got.Name != filepath.Base(real) || got.Path != real || got.Comm != "qemu-system-x86" || got.PPID != os.Getpid():
+	case got.Name != filepath.Base(real) || got.Path != real || got.Comm != "qemu-system-x86" || got.PPID != os.Getpid() || got.NetNS != selfNS(t):
 		t.Errorf("listed: %+v, want name %q, path %q, comm qemu-system-x86, parent %d", *got, filepath.Base(real), real, os.Getpid())
 	}
+}
+
+func selfNS(t *testing.T) uint64 {
+	t.Helper()
+	ns, err := NetNSOf("/proc/self")
+	if err != nil || ns == 0 {
+		t.Fatalf("this process's namespace: %d, %v", ns, err)
+	}
+	return ns
 }
 
 // FuzzParseStat: a command name is the process's to choose (spaces, parentheses, a

@@ -19,6 +19,9 @@ type Info struct {
 	Comm string
 	// PPID is the parent's PID, in a process list (Linux) only; 0 when unknown.
 	PPID int
+	// NetNS identifies the network namespace its main thread is in (the namespace file's
+	// inode), in a process list (Linux) only; 0 when unknown.
+	NetNS uint64
 	// Services are the names of the Windows services hosted by the process (svchost.exe);
 	// empty elsewhere.
 	Services []string

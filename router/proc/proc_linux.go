@@ -520,9 +520,20 @@ func (f *LinuxFinder) Processes() ([]Info, error) {
 			info.Comm = comm
 		}
 		info.PPID = ppid
+		info.NetNS, _ = NetNSOf(filepath.Join(f.procRoot, n))
 		out = append(out, info)
 	}
 	return out, nil
+}
+
+// NetNSOf returns the inode of the network namespace of the process whose /proc directory
+// is dir (/proc/self: the caller's main thread).
+func NetNSOf(dir string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, "ns", "net"), &st); err != nil {
+		return 0, fmt.Errorf("network namespace: %w", err)
+	}
+	return st.Ino, nil
 }
 
 // parseStat reads the command name and the parent's PID of /proc/PID/stat: "pid (comm)
