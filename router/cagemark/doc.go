@@ -14,7 +14,9 @@
 // through a link or with another argv[0] is caged, every child a caged process forks or
 // executes is caged, and an uncaged binary that takes a caged name (comm, argv[0], a link's
 // name) is not. A child whose caged parent ended before it made the socket (re-parented to
-// init or a subreaper) no longer has the caged parent in its line. The offsets of the
+// init or a subreaper) no longer has the caged parent in its line, and a caged process
+// that executes another binary in its place is judged by that binary (and its line): the
+// program keeps no set of the processes it caged once. The offsets of the
 // kernel's structures come from its BTF (/sys/kernel/btf/vmlinux); the helpers
 // (bpf_get_current_task, bpf_probe_read_kernel) need CAP_PERFMON, which root has.
 //
