@@ -143,7 +143,16 @@ func Install(cfg Config) error {
 		if have[h.attach] {
 			continue
 		}
-		if err := attach(cg, h, l, m); err != nil {
+		err := attach(cg, h, l, m)
+		if errors.Is(err, unix.E2BIG) {
+			// The cgroup holds 64 programs a hook: room is made by detaching those left
+			// for namespaces that are gone, and never one of a namespace that lives.
+			if gerr := collectGone(cg); gerr != nil {
+				return fmt.Errorf("cagemark install: %w (%w)", err, gerr)
+			}
+			err = attach(cg, h, l, m)
+		}
+		if err != nil {
 			return fmt.Errorf("cagemark install: %w", err)
 		}
 	}
@@ -228,6 +237,7 @@ type prog struct {
 	config, names *ebpf.Map
 	configID      ebpf.MapID
 	mark          uint32 // the mark its config holds (attached)
+	cookie        uint64 // the namespace's cookie its config holds (attached)
 	// stale: a program of an older version of this package (its names map has another
 	// key), which Install replaces.
 	stale bool
@@ -333,6 +343,12 @@ func fill(p *prog, conf []byte, keys [][]byte) error {
 // attached returns the programs of this package attached to the cgroup cg, on every hook,
 // for the namespace cookie.
 func attached(cg int, cookie uint64) (progs, error) {
+	return attachedIf(cg, func(c uint64) bool { return c == cookie })
+}
+
+// attachedIf returns the programs of this package attached to the cgroup cg, on every hook,
+// for the namespaces whose cookie serve says.
+func attachedIf(cg int, serve func(cookie uint64) bool) (progs, error) {
 	var out progs
 	for _, h := range hooks {
 		res, err := link.QueryPrograms(link.QueryOptions{Target: cg, Attach: h.attach})
@@ -341,7 +357,7 @@ func attached(cg int, cookie uint64) (progs, error) {
 			return nil, fmt.Errorf("query the cgroup root's programs: %w", err)
 		}
 		for _, ap := range res.Programs {
-			p, err := open(ap.ID, h, cookie)
+			p, err := open(ap.ID, h, serve)
 			if err != nil {
 				out.close()
 				return nil, err
@@ -354,9 +370,9 @@ func attached(cg int, cookie uint64) (progs, error) {
 	return out, nil
 }
 
-// open returns the program id of hook h with its maps when it is ours and serves cookie,
-// else nil.
-func open(id ebpf.ProgramID, h hook, cookie uint64) (*prog, error) {
+// open returns the program id of hook h with its maps when it is ours and serves a
+// namespace whose cookie serve says, else nil.
+func open(id ebpf.ProgramID, h hook, serve func(cookie uint64) bool) (*prog, error) {
 	pr, err := ebpf.NewProgramFromID(id)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil // detached meanwhile
@@ -400,10 +416,11 @@ func open(id ebpf.ProgramID, h hook, cookie uint64) (*prog, error) {
 	}
 	var conf []byte
 	if err := p.config.Lookup(uint32(0), &conf); err != nil || len(conf) < configSize ||
-		binary.NativeEndian.Uint64(conf[offCookie:]) != cookie {
+		!serve(binary.NativeEndian.Uint64(conf[offCookie:])) {
 		p.close()
 		return nil, nil
 	}
+	p.cookie = binary.NativeEndian.Uint64(conf[offCookie:])
 	p.mark = binary.NativeEndian.Uint32(conf[offMark:])
 	if mi, err := p.names.Info(); err != nil || mi.KeySize != keySize {
 		p.stale = true

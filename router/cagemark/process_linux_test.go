@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -40,7 +41,24 @@ func TestMain(m *testing.M) {
 //	thread:NAME     the thread names itself NAME (prctl PR_SET_NAME), then makes the socket
 //	proc:NAME       the process renames its main thread (/proc/self/comm) and the thread NAME
 //	child:EXE:MODE  runs EXE (fork and exec) in MODE and prints what it prints
+//	exec:EXE:MODE   makes a socket, then executes EXE in its place in MODE
 func helper(mode string) int {
+	if rest, ok := strings.CutPrefix(mode, "exec:"); ok {
+		exe, sub, _ := strings.Cut(rest, ":")
+		if code := helper("quiet"); code != 0 {
+			return code
+		}
+		// Exec takes the first of duplicate variables: the mode is replaced, not added.
+		var env []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, helperEnv+"=") {
+				env = append(env, kv)
+			}
+		}
+		err := syscall.Exec(exe, []string{exe}, append(env, helperEnv+"="+sub))
+		fmt.Fprintln(os.Stderr, "exec:", err)
+		return 1
+	}
 	if rest, ok := strings.CutPrefix(mode, "child:"); ok {
 		exe, sub, _ := strings.Cut(rest, ":")
 		cmd := exec.Command(exe)
@@ -101,7 +119,9 @@ func helper(mode string) int {
 		fmt.Fprintln(os.Stderr, r.err)
 		return 1
 	}
-	fmt.Println(r.out)
+	if kind != "quiet" {
+		fmt.Println(r.out)
+	}
 	return 0
 }
 
@@ -190,6 +210,8 @@ func TestMarksByExecutable(t *testing.T) {
 		{"a caged binary's child running an uncaged binary", caged, "child:" + plain + ":plain", true, "plainbin"},
 		{"a caged binary's child through a link named VM", caged, "child:" + filepath.Join(dir, "VM") + ":plain", true, "VM"},
 		{"a caged name longer than comm", long, "plain", true, "cagehv-system-x"},
+		// Judged by what it runs now: the program keeps no set of the processes it caged.
+		{"a caged binary that made a socket, then executed an uncaged one in its place", caged, "exec:" + plain + ":plain", false, "plainbin"},
 		{"an uncaged binary", plain, "plain", false, "plainbin"},
 		{"an uncaged binary renamed to a caged name", plain, "proc:cagehv", false, "cagehv"},
 		{"an uncaged binary's thread named as a caged one", plain, "thread:cagehv", false, "cagehv"},
