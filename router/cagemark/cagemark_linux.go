@@ -33,6 +33,8 @@ const (
 	progPrefix = "router_cage"
 	configName = "cage_config"
 	namesName  = "cage_names"
+	procsName  = "cage_procs"
+	maxProcs   = 4096
 	maxNames   = 256
 	configSize = 16 // u64 cookie, u32 mark, u32 padding
 	keySize    = 4 + nameLen
@@ -230,11 +232,49 @@ func Installed(netNS int) (names []string, mark uint32, ok bool, err error) {
 	return names, found[0].mark, true, nil
 }
 
+// Once returns the thread group IDs of the processes the programs attached for netNS (0:
+// the caller's) remember having caged (see the package doc); none when none is attached.
+func Once(netNS int) (map[int]bool, error) {
+	cookie, err := netnsCookie(netNS)
+	if err != nil {
+		return nil, fmt.Errorf("cagemark once: %w", err)
+	}
+	cg, err := openCgroupRoot()
+	if err != nil {
+		return nil, fmt.Errorf("cagemark once: %w", err)
+	}
+	defer unix.Close(cg)
+	found, err := attached(cg, cookie)
+	if err != nil {
+		return nil, fmt.Errorf("cagemark once: %w", err)
+	}
+	defer found.close()
+	out := map[int]bool{}
+	for _, p := range found {
+		if p.stale || p.procs == nil {
+			continue
+		}
+		var k, v []byte
+		it := p.procs.Iterate()
+		for it.Next(&k, &v) {
+			if len(k) >= 4 {
+				out[int(binary.NativeEndian.Uint32(k))] = true
+			}
+		}
+		if err := it.Err(); err != nil {
+			return nil, fmt.Errorf("cagemark once: %w", err)
+		}
+		break // the programs of one namespace share the map
+	}
+	return out, nil
+}
+
 // prog is one attached program (prog, hook) with its maps, or the maps alone.
 type prog struct {
 	prog          *ebpf.Program
 	hook          hook
 	config, names *ebpf.Map
+	procs         *ebpf.Map // the processes caged once, by (tgid, start time)
 	configID      ebpf.MapID
 	mark          uint32 // the mark its config holds (attached)
 	cookie        uint64 // the namespace's cookie its config holds (attached)
@@ -247,7 +287,7 @@ func (p *prog) close() {
 	if p.prog != nil {
 		p.prog.Close()
 	}
-	for _, m := range []*ebpf.Map{p.config, p.names} {
+	for _, m := range []*ebpf.Map{p.config, p.names, p.procs} {
 		if m != nil {
 			m.Close()
 		}
@@ -283,6 +323,10 @@ func newMaps() (_ *prog, err error) {
 		MaxEntries: maxNames, Flags: unix.BPF_F_NO_PREALLOC}); err != nil {
 		return nil, fmt.Errorf("names map: %w", err)
 	}
+	if p.procs, err = ebpf.NewMap(&ebpf.MapSpec{Name: procsName, Type: ebpf.LRUHash, KeySize: 16, ValueSize: 1,
+		MaxEntries: maxProcs}); err != nil {
+		return nil, fmt.Errorf("procs map: %w", err)
+	}
 	return p, nil
 }
 
@@ -291,7 +335,7 @@ func newMaps() (_ *prog, err error) {
 func attach(cg int, h hook, l layout, m *prog) error {
 	pr, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
 		Name: h.name, Type: h.typ, AttachType: h.attach,
-		Instructions: program(h, l, m.config.FD(), m.names.FD()), License: "Dual MIT/GPL",
+		Instructions: program(h, l, m.config.FD(), m.names.FD(), m.procs.FD()), License: "Dual MIT/GPL",
 	}, ebpf.ProgramOptions{})
 	if err != nil {
 		return fmt.Errorf("load program %s: %w", h.name, err)
@@ -334,8 +378,33 @@ func fill(p *prog, conf []byte, keys [][]byte) error {
 			return fmt.Errorf("names map: %w", err)
 		}
 	}
+	if len(stale) > 0 && p.procs != nil {
+		// A name no longer caged: the processes caged once are judged again.
+		if err := clearMap(p.procs); err != nil {
+			return fmt.Errorf("procs map: %w", err)
+		}
+	}
 	if err := p.config.Put(uint32(0), conf); err != nil {
 		return fmt.Errorf("config map: %w", err)
+	}
+	return nil
+}
+
+// clearMap deletes every key of m.
+func clearMap(m *ebpf.Map) error {
+	var keys [][]byte
+	var k, v []byte
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
 	}
 	return nil
 }
@@ -406,6 +475,8 @@ func open(id ebpf.ProgramID, h hook, serve func(cookie uint64) bool) (*prog, err
 			p.config, p.configID = m, mid
 		case mi.Name == namesName && p.names == nil:
 			p.names = m
+		case mi.Name == procsName && p.procs == nil:
+			p.procs = m
 		default:
 			m.Close()
 		}
@@ -422,7 +493,7 @@ func open(id ebpf.ProgramID, h hook, serve func(cookie uint64) bool) (*prog, err
 	}
 	p.cookie = binary.NativeEndian.Uint64(conf[offCookie:])
 	p.mark = binary.NativeEndian.Uint32(conf[offMark:])
-	if mi, err := p.names.Info(); err != nil || mi.KeySize != keySize {
+	if mi, err := p.names.Info(); err != nil || mi.KeySize != keySize || p.procs == nil {
 		p.stale = true
 	}
 	return p, nil

@@ -16,6 +16,9 @@ type layout struct {
 	mmExe      int16 // mm_struct.exe_file: the file the process executed (what /proc/PID/exe shows)
 	fileDentry int16 // file.f_path.dentry
 	dentryName int16 // dentry.d_name.name: the file's name, NUL-terminated
+	taskTgid   int16 // task_struct.tgid: the process's ID
+	taskLeader int16 // task_struct.group_leader: the process's first thread
+	taskStart  int16 // task_struct.start_time: when it started (ns), which with tgid is unique
 }
 
 // kernelLayout reads the running kernel's layout from spec (nil: the kernel's BTF).
@@ -36,6 +39,9 @@ func kernelLayout(spec *btf.Spec) (layout, error) {
 		{&l.mmExe, "mm_struct", "exe_file"},
 		{&l.fileDentry, "file", "f_path.dentry"},
 		{&l.dentryName, "dentry", "d_name.name"},
+		{&l.taskTgid, "task_struct", "tgid"},
+		{&l.taskLeader, "task_struct", "group_leader"},
+		{&l.taskStart, "task_struct", "start_time"},
 	} {
 		off, err := offsetOf(spec, f.typ, f.members)
 		if err != nil {

@@ -41,16 +41,22 @@ func Matches(names []string, exe string) bool {
 	return false
 }
 
-// Line reports whether the kernel program marks the sockets of a process whose line of
-// executables' file names is line (the process's own, its parent's, and so on): the index
-// in line of the first that Matches, up to Generations, or -1. An empty name (a kernel
-// thread, an executable that cannot be read) matches nothing.
-func Line(names []string, line []string) int {
-	for i, exe := range line {
+// Gen is one generation of a process's line, as the kernel program asks about it.
+type Gen struct {
+	Exe  string // the file name of the executable it runs; "" when none can be read
+	Once bool   // the program caged it once and remembers it (see Cage.Once)
+}
+
+// Line reports whether the kernel program marks the sockets of a process whose line is line
+// (the process, its parent, and so on): the index in line of the first generation the
+// program remembers or whose executable Matches, up to Generations, or -1. An empty name
+// (a kernel thread, an executable that cannot be read) matches nothing.
+func Line(names []string, line []Gen) int {
+	for i, g := range line {
 		if i == Generations {
 			break
 		}
-		if exe != "" && Matches(names, exe) {
+		if g.Once || g.Exe != "" && Matches(names, g.Exe) {
 			return i
 		}
 	}

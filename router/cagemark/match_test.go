@@ -31,18 +31,28 @@ func TestMatches(t *testing.T) {
 			t.Errorf("Matches(%q): %v, want %v", tc.exe, got, tc.want)
 		}
 	}
+	gens := func(exes string) []Gen {
+		var out []Gen
+		for _, e := range strings.Split(exes, " ") {
+			out = append(out, Gen{Exe: strings.TrimPrefix(e, "-")})
+		}
+		return out
+	}
+	once := gens("sh plainbin bash")
+	once[1].Once = true
 	for _, tc := range []struct {
-		line []string
+		line []Gen
 		want int
 	}{
-		{[]string{"qemu-kvm", "libvirtd", "systemd"}, 0},
-		{[]string{"sh", "qemu-system-x86_64", "bash"}, 1},
-		{[]string{"sh", "", "bash", "systemd"}, -1},
-		{append(strings.Split("a b c d e f g h", " "), "qemu-kvm"), -1}, // beyond Generations
-		{strings.Split("a b c d e f g qemu-kvm", " "), 7},
+		{gens("qemu-kvm libvirtd systemd"), 0},
+		{gens("sh qemu-system-x86_64 bash"), 1},
+		{gens("sh - bash systemd"), -1},
+		{gens("a b c d e f g h qemu-kvm"), -1}, // beyond Generations
+		{gens("a b c d e f g qemu-kvm"), 7},
+		{once, 1}, // a process the program caged once, whatever it runs now
 	} {
 		if got := Line(names, tc.line); got != tc.want {
-			t.Errorf("Line(%q): %d, want %d", tc.line, got, tc.want)
+			t.Errorf("Line(%v): %d, want %d", tc.line, got, tc.want)
 		}
 	}
 }

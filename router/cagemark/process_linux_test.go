@@ -210,8 +210,8 @@ func TestMarksByExecutable(t *testing.T) {
 		{"a caged binary's child running an uncaged binary", caged, "child:" + plain + ":plain", true, "plainbin"},
 		{"a caged binary's child through a link named VM", caged, "child:" + filepath.Join(dir, "VM") + ":plain", true, "VM"},
 		{"a caged name longer than comm", long, "plain", true, "cagehv-system-x"},
-		// Judged by what it runs now: the program keeps no set of the processes it caged.
-		{"a caged binary that made a socket, then executed an uncaged one in its place", caged, "exec:" + plain + ":plain", false, "plainbin"},
+		{"a caged binary that made a socket, then executed an uncaged one in its place", caged, "exec:" + plain + ":plain", true, "plainbin"},
+		{"its child", caged, "exec:" + plain + ":child:" + plain + ":thread:NAT", true, "NAT"},
 		{"an uncaged binary", plain, "plain", false, "plainbin"},
 		{"an uncaged binary renamed to a caged name", plain, "proc:cagehv", false, "cagehv"},
 		{"an uncaged binary's thread named as a caged one", plain, "thread:cagehv", false, "cagehv"},
@@ -241,6 +241,16 @@ func TestMarksByExecutable(t *testing.T) {
 		}
 		if m != want {
 			t.Errorf("%s (%s, %s): mark %#x, want %#x", tc.what, filepath.Base(tc.exe), tc.mode, m, want)
+		}
+		// The program remembers the process that made the socket, when it caged it.
+		if !strings.Contains(tc.mode, "child:") {
+			once, err := Once(fd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if once[cmd.Process.Pid] != tc.marked {
+				t.Errorf("%s: remembered %v, want %v", tc.what, once[cmd.Process.Pid], tc.marked)
+			}
 		}
 	}
 }
@@ -364,6 +374,9 @@ func TestReplacesOlderPrograms(t *testing.T) {
 	}
 	if old.names, err = ebpf.NewMap(&ebpf.MapSpec{Name: namesName, Type: ebpf.LPMTrie, KeySize: 4 + 16, ValueSize: 1,
 		MaxEntries: maxNames, Flags: unix.BPF_F_NO_PREALLOC}); err != nil {
+		t.Fatal(err)
+	}
+	if old.procs, err = ebpf.NewMap(&ebpf.MapSpec{Name: "old_procs", Type: ebpf.Hash, KeySize: 16, ValueSize: 1, MaxEntries: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := old.config.Put(uint32(0), config(cookie, 0x52434147)); err != nil {

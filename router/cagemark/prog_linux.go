@@ -14,6 +14,9 @@ const (
 	stPtr       = -16 // u64: a pointer read from the kernel
 	stLPM       = -88 // u32 prefix length, then the nameLen bytes of the name: the names trie's key
 	stName      = -84
+	stSelf      = -112        // the calling process's key in the procs map: u32 tgid, u32 0, u64 start time
+	stProc      = -128        // an ancestor's key in the procs map
+	stVal       = -136        // u8 1: the procs map's value
 	nameLen     = nameMax + 1 // bytes of an executable's name the program reads, the NUL included
 	offCookie   = 0           // config value: u64 network namespace cookie
 	offMark     = 8           //               u32 mark
@@ -46,13 +49,16 @@ var hooks = []hook{
 //
 //	c = config[0]; if (!c || bpf_get_netns_cookie(ctx) != c->cookie) return 1;
 //	t = bpf_get_current_task();
+//	self = {t->tgid, t->group_leader->start_time};   // bpf_probe_read_kernel
 //	for (i = 0; i < Generations; i++) {    // unrolled
+//		if (procs[{t->tgid, t->group_leader->start_time}]) goto caged;  // caged before
 //		key = {nameLen*8, t->mm->exe_file->f_path.dentry->d_name.name};   // bpf_probe_read_kernel(_str)
 //		if (t->mm && t->mm->exe_file && names[key]) goto caged;   // longest prefix: an exact name or a "prefix*"
 //		p = t->real_parent; if (!p || p == t) return 1; t = p;
 //	}
 //	return 1;
 //	caged:
+//	procs[self] = 1;                       // caged for as long as it lives, whatever it executes
 //	sock_create:  ctx->mark = c->mark;
 //	connect:      if (ctx->sk->mark != c->mark) bpf_setsockopt(ctx, SOL_SOCKET, SO_MARK, &c->mark, 4);
 //	sendmsg:      if (ctx->sk->mark != c->mark) return 0;   // EPERM
@@ -60,7 +66,7 @@ var hooks = []hook{
 //
 // The calling task's mm is its process's, shared by every thread: what a thread or the
 // process calls itself (comm) plays no part.
-func program(h hook, l layout, config, names int) asm.Instructions {
+func program(h hook, l layout, config, names, procs int) asm.Instructions {
 	insns := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.StoreImm(asm.RFP, stKey, 0, asm.Word),
@@ -88,8 +94,41 @@ func program(h hook, l layout, config, names int) asm.Instructions {
 			asm.LoadMem(asm.R3, asm.RFP, stPtr, asm.DWord),
 		}
 	}
+	// procKey writes at the stack offset at the procs map's key of the task in R8, and
+	// jumps to caged when the map has it.
+	procKey := func(at int16) asm.Instructions {
+		insns := asm.Instructions{
+			asm.StoreImm(asm.RFP, at, 0, asm.Word),
+			asm.StoreImm(asm.RFP, at+4, 0, asm.Word),
+			asm.Mov.Reg(asm.R1, asm.RFP),
+			asm.Add.Imm(asm.R1, int32(at)),
+			asm.Mov.Imm(asm.R2, 4),
+			asm.Mov.Reg(asm.R3, asm.R8),
+			asm.Add.Imm(asm.R3, int32(l.taskTgid)),
+			asm.FnProbeReadKernel.Call(),
+			asm.Mov.Reg(asm.R3, asm.R8),
+		}
+		insns = append(insns, read(l.taskLeader)...)
+		return append(insns,
+			asm.Add.Imm(asm.R3, int32(l.taskStart)),
+			asm.Mov.Reg(asm.R1, asm.RFP),
+			asm.Add.Imm(asm.R1, int32(at)+8),
+			asm.Mov.Imm(asm.R2, 8),
+			asm.FnProbeReadKernel.Call(),
+			asm.LoadMapPtr(asm.R1, procs),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, int32(at)),
+			asm.FnMapLookupElem.Call(),
+			asm.JNE.Imm(asm.R0, 0, "caged"),
+		)
+	}
 	for i := range Generations {
 		up := fmt.Sprintf("up%d", i)
+		if i == 0 {
+			insns = append(insns, procKey(stSelf)...)
+		} else {
+			insns = append(insns, procKey(stProc)...)
+		}
 		insns = append(insns, asm.Mov.Reg(asm.R3, asm.R8))
 		insns = append(insns, read(l.taskMM)...)
 		insns = append(insns, asm.JEq.Imm(asm.R3, 0, up)) // a kernel thread
@@ -121,7 +160,17 @@ func program(h hook, l layout, config, names int) asm.Instructions {
 			asm.Mov.Reg(asm.R8, asm.R3),
 		)
 	}
-	insns = append(insns, asm.LoadMem(asm.R8, asm.R7, offMark, asm.Word).WithSymbol("caged"))
+	insns = append(insns,
+		asm.StoreImm(asm.RFP, stVal, 1, asm.Word).WithSymbol("caged"),
+		asm.LoadMapPtr(asm.R1, procs),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, stSelf),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, stVal),
+		asm.Mov.Imm(asm.R4, 0), // BPF_ANY
+		asm.FnMapUpdateElem.Call(),
+		asm.LoadMem(asm.R8, asm.R7, offMark, asm.Word),
+	)
 	switch h.attach {
 	case ebpf.AttachCGroupInetSockCreate:
 		insns = append(insns, asm.StoreMem(asm.R6, offSockMark, asm.R8, asm.Word))

@@ -13,23 +13,29 @@ import (
 // this host's processes and reads the names its kernel program holds.
 type cageReader interface {
 	Processes() ([]proc.Info, error)
-	// KernelCage returns the names the kernel's cage program holds for the daemon's
-	// network namespace, or false when it is not attached, and that namespace (as
-	// proc.Info.NetNS tells it; 0: unknown).
-	KernelCage() (names []string, installed bool, netNS uint64, err error)
+	// KernelCage reads the kernel's cage program for the daemon's network namespace.
+	KernelCage() (KernelCage, error)
+}
+
+// KernelCage is what the kernel's cage program holds for a network namespace.
+type KernelCage struct {
+	Names     []string     // the executables' names it cages
+	Once      map[int]bool // the processes it caged once and remembers (thread group IDs)
+	Installed bool         // false: no program is attached
+	NetNS     uint64       // the namespace, as proc.Info.NetNS tells it; 0: unknown
 }
 
 // maxKernelCaged bounds the caged processes status lists.
 const maxKernelCaged = 100
 
 // kernelCaged returns this host's processes the kernel cages, as its program decides
-// (cagemark.Line: the executable the process or one of its ancestors runs, never the name
-// it gives itself), and a warning for each process of a known hypervisor's binary (every
+// (cagemark.Line: the executable the process or one of its ancestors runs, or one it caged
+// once and remembers, never the name it gives itself), and a warning for each process of a known hypervisor's binary (every
 // preset's user-space NAT on goos, judged by its executable whatever it calls itself) that
 // it does not cage: its guests' traffic leaves as this host's own. Processes in another
 // network namespace than the daemon's are neither.
 func kernelCaged(cr cageReader, goos string) ([]control.KernelCagedStat, []string) {
-	names, installed, netNS, err := cr.KernelCage()
+	kc, err := cr.KernelCage()
 	if err != nil {
 		return nil, []string{"cannot read the kernel's cage to find uncaged hypervisors: " + err.Error()}
 	}
@@ -47,21 +53,21 @@ func kernelCaged(cr cageReader, goos string) ([]control.KernelCagedStat, []strin
 	more := 0
 	for i := range procs {
 		p := &procs[i]
-		if netNS != 0 && p.NetNS != 0 && p.NetNS != netNS {
+		if kc.NetNS != 0 && p.NetNS != 0 && p.NetNS != kc.NetNS {
 			continue // its sockets are another namespace's, which this cage does not see
 		}
 		var line []*proc.Info
-		var exes []string
+		var gens []cagemark.Gen
 		for q := p; q != nil && len(line) < cagemark.Generations; q = byPID[q.PPID] {
 			line = append(line, q)
-			exes = append(exes, exeName(q))
+			gens = append(gens, cagemark.Gen{Exe: exeName(q), Once: kc.Once[q.PID]})
 			if q.PPID == 0 || q.PPID == q.PID {
 				break
 			}
 		}
 		at := -1
-		if installed {
-			at = cagemark.Line(names, exes)
+		if kc.Installed {
+			at = cagemark.Line(kc.Names, gens)
 		}
 		if at < 0 {
 			if known.MatchApp(&rules.Query{App: p.Name, AppPath: p.Path}) {

@@ -17,12 +17,13 @@ type fakeCage struct {
 	names     []string
 	installed bool
 	netNS     uint64
+	once      map[int]bool
 	err       error
 }
 
 func (f fakeCage) Processes() ([]proc.Info, error) { return f.procs, nil }
-func (f fakeCage) KernelCage() ([]string, bool, uint64, error) {
-	return f.names, f.installed, f.netNS, f.err
+func (f fakeCage) KernelCage() (KernelCage, error) {
+	return KernelCage{Names: f.names, Once: f.once, Installed: f.installed, NetNS: f.netNS}, f.err
 }
 
 // TestKernelCaged: status shows the processes the kernel cages as its program decides (by
@@ -41,17 +42,21 @@ func TestKernelCaged(t *testing.T) {
 		{PID: 104, Name: "plainbin", Path: "/tmp/plainbin", Comm: "qemu-system-x86", PPID: 1},
 		{PID: 105, Name: "kthreadd"}, // no executable: the kernel knows no name
 		{PID: 106, Name: "qemu-kvm", Path: "/usr/libexec/qemu-kvm", PPID: 1, NetNS: 9}, // another namespace's
+		{PID: 107, Name: "sh", Path: "/usr/bin/sh", PPID: 1},                           // caged once, then executed sh
+		{PID: 108, Name: "curl", Path: "/usr/bin/curl", PPID: 107},                     // its child
 	}
 	for i := range procs {
 		if procs[i].NetNS == 0 {
 			procs[i].NetNS = 7
 		}
 	}
-	caged, warns := kernelCaged(fakeCage{procs: procs, names: []string{"qemu-system-*", "VBoxHeadless", "/usr/libexec/qemu-kvm"}, installed: true, netNS: 7}, "linux")
+	caged, warns := kernelCaged(fakeCage{procs: procs, names: []string{"qemu-system-*", "VBoxHeadless", "/usr/libexec/qemu-kvm"}, installed: true, netNS: 7, once: map[int]bool{107: true}}, "linux")
 	want := []control.KernelCagedStat{
 		{PID: 100, Exe: "qemu-system-x86_64", Comm: "VM"},
 		{PID: 102, Exe: "sh", By: "qemu-system-x86_64", ByPID: 100},
 		{PID: 103, Exe: "VBoxHeadless"},
+		{PID: 107, Exe: "sh"},
+		{PID: 108, Exe: "curl", By: "sh", ByPID: 107},
 	}
 	if !slices.Equal(caged, want) {
 		t.Errorf("caged %+v, want %+v", caged, want)

@@ -339,9 +339,16 @@ func (p *linuxPlatform) Refusals() []refusal.Stat {
 // uncaged hypervisors it warns of.
 func (p *linuxPlatform) Processes() ([]proc.Info, error) { return p.finder.Processes() }
 
-// KernelCage reads the names the kernel's cage program holds for this namespace.
-func (p *linuxPlatform) KernelCage() ([]string, bool, uint64, error) {
+// KernelCage reads the kernel's cage program for this namespace.
+func (p *linuxPlatform) KernelCage() (KernelCage, error) {
 	names, _, ok, err := cagemark.Installed(0)
+	if err != nil {
+		return KernelCage{}, err
+	}
+	once, err := cagemark.Once(0)
+	if err != nil {
+		return KernelCage{}, err
+	}
 	ns, _ := proc.NetNSOf("/proc/self")
-	return names, ok, ns, err
+	return KernelCage{Names: names, Once: once, Installed: ok, NetNS: ns}, nil
 }
