@@ -499,8 +499,11 @@ func open(id ebpf.ProgramID, h hook, serve func(cookie uint64) bool) (*prog, err
 	return p, nil
 }
 
+// detach detaches p from the cgroup cg; one detached meanwhile (by another router's
+// install making room) is not an error.
 func detach(cg int, p *prog) error {
-	if err := link.RawDetachProgram(link.RawDetachProgramOptions{Target: cg, Program: p.prog, Attach: p.hook.attach}); err != nil {
+	err := link.RawDetachProgram(link.RawDetachProgramOptions{Target: cg, Program: p.prog, Attach: p.hook.attach})
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("detach %s from the cgroup root: %w", p.hook.name, err)
 	}
 	return nil
