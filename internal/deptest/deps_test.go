@@ -56,11 +56,11 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/nftcap/nflog", "", "internal/roottest"},
 	{"router/sockmap", "", "internal/roottest internal/wait"},
 	{"router/nftcap/cagemark", "", "internal/roottest"},
-	{"router/proc", "rules", "router/proc/proctest"},
+	{"router/proc", "rules", "internal/roottest router/proc/proctest"},
 	{"router/proc/proctest", "router/proc", ""},
 
 	// Operations: the wiring and what it serves.
-	{"cmd/router/daemon", "conf dns internal/netaddr internal/ports router router/ask router/auditlog router/broker cmd/router/console router/control cmd/router/metrics router/nftcap router/nftcap/nflog router/proc cmd/router/service router/upstream rules rules/modelapi rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
+	{"cmd/router/daemon", "conf dns internal/netaddr internal/ports router router/ask router/auditlog router/broker router/nftcap/cagemark cmd/router/console router/control cmd/router/metrics router/nftcap router/nftcap/nflog router/proc cmd/router/service router/upstream rules rules/modelapi rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
 		"internal/winetest cmd/router/daemon/daemontest router/upstream/socks5 router/upstream/socks5/socks5test rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
 	{"cmd/router/daemon/daemontest", "conf dns router/proc rules/policy rules/refusal", ""},
 	{"router/control", "internal/accept", ""},

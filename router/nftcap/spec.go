@@ -75,9 +75,10 @@ type Spec struct {
 	// required with UDPPort or TCPTProxy; UDPMark differs from Mark.
 	UDPMark  uint32
 	UDPTable uint32
-	// CagedApps are the command names (comm, as `ps -e` shows them: at most 15 bytes, a
-	// trailing '*' matching any suffix) of the caged processes of this host: the user-space
-	// NATs that carry guests' traffic in their own sockets. Install has the kernel mark
+	// CagedApps are the executables' file names (a trailing '*' matching any suffix; see
+	// package cagemark: a process running one, or a child of one, is caged, whatever it
+	// calls itself) of the caged processes of this host: the user-space NATs that carry
+	// guests' traffic in their own sockets. Install has the kernel mark
 	// every socket they open with CagedMark (package cagemark), and the table captures
 	// those sockets whatever Local says: their DNS to any address (a loopback stub such as
 	// 127.0.0.53 included) goes to DNSPort, their TCP to every destination (loopback and

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
+	"github.com/agentcage/router/router/cagemark"
 	"github.com/agentcage/router/router/nftcap"
 	"github.com/agentcage/router/router/nftcap/nflog"
 	"github.com/agentcage/router/router/proc"
@@ -75,7 +76,7 @@ func Spec(cfg *conf.Config) nftcap.Spec {
 	for _, in := range cfg.Inbounds {
 		s.Inbounds = append(s.Inbounds, nftcap.Forward{Listen: in.Listen, Allow: in.Allow})
 	}
-	if s.CagedApps = CagedComms(cfg); len(s.CagedApps) > 0 {
+	if s.CagedApps = CagedNames(cfg); len(s.CagedApps) > 0 {
 		s.CagedMark = conf.CagedSocketMark
 	}
 	return s
@@ -117,14 +118,30 @@ func (p *linuxPlatform) FromVM() func(netip.Addr) bool {
 // (loopback, link-local, a host address) only from a caged process's socket, which the
 // kernel marked (nftcap.Spec.CagedApps), and without local = true every flow of this host
 // it redirects is one. Such a flow is caged whether or not sock_diag still finds its owner.
+// With local = true a flow of this host to another host is caged when its socket carries
+// the cage's mark (a child of a caged process, whatever it runs).
 func (p *linuxPlatform) CagedSocket() func(src, dst netip.AddrPort) bool {
 	return func(src, dst netip.AddrPort) bool {
-		if !p.host.Has(src.Addr()) && !src.Addr().IsLoopback() {
-			return false
-		}
-		d := dst.Addr().Unmap()
-		return !p.local.Load() || policy.IsLocal(d) || p.host.Has(d)
+		return cagedSocket(p.local.Load(), p.host.Has, p.finder.Mark, src, dst)
 	}
+}
+
+// cagedSocket decides CagedSocket: local is [capture] local, hostHas tells this host's
+// addresses, and mark reads the mark of the socket of a flow (proc.LinuxFinder.Mark).
+func cagedSocket(local bool, hostHas func(netip.Addr) bool, mark func(proto byte, src, dst netip.AddrPort) (uint32, error), src, dst netip.AddrPort) bool {
+	if !hostHas(src.Addr()) && !src.Addr().IsLoopback() {
+		return false
+	}
+	d := dst.Addr().Unmap()
+	if !local || policy.IsLocal(d) || hostHas(d) {
+		return true
+	}
+	for _, proto := range []byte{syscall.IPPROTO_TCP, syscall.IPPROTO_UDP} {
+		if m, err := mark(proto, src, dst); err == nil {
+			return m == conf.CagedSocketMark
+		}
+	}
+	return false
 }
 
 // Failed is nil: the kernel's capture cannot fail while the daemon runs (a table that goes
@@ -318,5 +335,20 @@ func (p *linuxPlatform) Refusals() []refusal.Stat {
 	return out
 }
 
-// Processes lists this host's processes, for the uncaged hypervisors status warns of.
+// Processes lists this host's processes, for the caged processes status shows and the
+// uncaged hypervisors it warns of.
 func (p *linuxPlatform) Processes() ([]proc.Info, error) { return p.finder.Processes() }
+
+// KernelCage reads the kernel's cage program for this namespace.
+func (p *linuxPlatform) KernelCage() (KernelCage, error) {
+	names, _, ok, err := cagemark.Installed(0)
+	if err != nil {
+		return KernelCage{}, err
+	}
+	once, err := cagemark.Once(0)
+	if err != nil {
+		return KernelCage{}, err
+	}
+	ns, _ := proc.NetNSOf("/proc/self")
+	return KernelCage{Names: names, Once: once, Installed: ok, NetNS: ns}, nil
+}
