@@ -3,8 +3,8 @@ package daemon
 import (
 	"fmt"
 
-	"github.com/agentcage/router/router/cagemark"
 	"github.com/agentcage/router/router/control"
+	"github.com/agentcage/router/router/nftcap/cagemark"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 )

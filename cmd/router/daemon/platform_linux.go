@@ -14,8 +14,8 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
-	"github.com/agentcage/router/router/cagemark"
 	"github.com/agentcage/router/router/nftcap"
+	"github.com/agentcage/router/router/nftcap/cagemark"
 	"github.com/agentcage/router/router/nftcap/nflog"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules/policy"
