@@ -413,14 +413,18 @@ func (w dnsWalls) Refused(a netip.Addr) (refusal.Reason, bool) {
 // source's name that every flow would be refused to is answered as blocked, and why.
 type dnsNames struct{ d *daemon }
 
-func (n dnsNames) Refused(src dns.Source, name string) (refusal.Reason, string, bool) {
+func (n dnsNames) Refused(src dns.Source, name string) (refusal.Reason, string, string, bool) {
 	p := n.d.r.Decision()
 	f := policy.Flow{Src: src.Addr, App: src.App, FromVM: src.Addr.IsValid() && !p.Local(src.Addr), Host: name}
 	dec, refused := p.RefusesName(&f)
 	if !refused {
-		return 0, "", false
+		return 0, "", "", false
 	}
-	return refusal.ForStep(dec.Step), policy.RefusalText(dec), true
+	why := refusal.ForStep(dec.Step)
+	// The flow log records the refusal as it would a refused connection to the name.
+	n.d.audit.Add(auditlog.Record{Time: time.Now(), Event: auditlog.EventRefused, Src: netip.AddrPortFrom(src.Addr, 0),
+		App: src.App, Caged: true, Name: name, NameFrom: "dns", Rule: dec.Name, Action: dec.Action.String(), Reason: why.String()})
+	return why, dec.Name, policy.RefusalText(dec), true
 }
 
 func (d *daemon) openForward(ctx context.Context, f router.Forward) (*forwardRun, error) {
