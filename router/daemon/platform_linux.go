@@ -26,6 +26,7 @@ type linuxPlatform struct {
 	log    *slog.Logger
 	finder *proc.LinuxFinder
 	host   hostAddrs
+	guests guestNets
 	mu     sync.Mutex // guards the fields below
 	table  string     // the table installed last
 	base   map[refusal.Reason]uint64
@@ -81,9 +82,12 @@ func Spec(cfg *conf.Config) nftcap.Spec {
 	return s
 }
 
-// Env: the policy learns this machine's addresses from the interface list; nftables takes
-// this host's own flows only with local = true (Scoped).
-func (p *linuxPlatform) Env() policy.Env { return policy.Env{HostAddr: p.host.Has, Scoped: true} }
+// Env: the policy learns this machine's addresses and the VM-facing interfaces' subnets
+// (guests' networks) from the interface list; nftables takes this host's own flows only
+// with local = true (Scoped).
+func (p *linuxPlatform) Env() policy.Env {
+	return policy.Env{HostAddr: p.host.Has, GuestNet: p.guests.Has, Scoped: true}
+}
 
 // Install replaces the nftables table and keeps it in place from then on (see healer); the
 // kernel decides what it captures and the router decides the rest, and DNS reaches the
