@@ -1,0 +1,108 @@
+//go:build linux
+
+package e2e
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentcage/router/internal/lab"
+)
+
+// guestLoad sends, from inside the guest, a TCP SYN (a non-blocking connect, closed at
+// once) and a UDP datagram to the internet's echo address every millisecond, until stop is
+// closed or limit passes. It returns how many of each it sent.
+func guestLoad(guest *lab.Netns, stop <-chan struct{}, limit time.Duration) (sent int, err error) {
+	dst := netip.MustParseAddrPort(lab.UDPEchoAddr).Addr().As4()
+	err = guest.Do(func() error {
+		udp, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(udp)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		end := time.After(limit)
+		for {
+			select {
+			case <-stop:
+				return nil
+			case <-end:
+				return errors.New("the load ran past its limit")
+			case <-tick.C:
+			}
+			// UDP; a full socket buffer (EAGAIN) only skips a datagram.
+			_ = unix.Sendto(udp, []byte("leak?"), 0, &unix.SockaddrInet4{Port: 7, Addr: dst})
+			s, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			if err := unix.Connect(s, &unix.SockaddrInet4{Port: 80, Addr: dst}); err != nil && !errors.Is(err, unix.EINPROGRESS) {
+				unix.Close(s)
+				return err
+			}
+			unix.Close(s)
+			sent++
+		}
+	})
+	return sent, err
+}
+
+// TestFlushNoWindow: `nft flush ruleset` (what a reload of the nftables service or of
+// firewalld runs) takes the router's table away, and the router puts it back within tens of
+// milliseconds; meanwhile the guest's traffic must not be forwarded. A guest sends SYNs and
+// UDP datagrams every millisecond while the ruleset is flushed 100 times, each time waiting
+// for the table to come back: the uplink's leak counter stays at 0.
+func TestFlushNoWindow(t *testing.T) {
+	s := newScene(t, config(lab.GoSocksAddr, ""))
+	if out, code := s.curl(s.lab.Guest(), lab.EchoURL); code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
+		t.Fatalf("before: exit %d, %q; want the proxy's exit address", code, out)
+	}
+	if err := s.lab.ResetLeaks(s.ctx); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var sent atomic.Int64
+	loadErr := make(chan error, 1)
+	go func() {
+		n, err := guestLoad(s.lab.Guest(), stop, 2*time.Minute)
+		sent.Store(int64(n))
+		loadErr <- err
+	}()
+	const flushes = 100
+	var slowest time.Duration
+	for i := range flushes {
+		cmd := s.lab.Host().Command(s.ctx, "nft", "flush", "ruleset")
+		start := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			close(stop)
+			t.Fatalf("flush %d: %v\n%s", i, err, out)
+		}
+		took := s.tableBack(start, 3*time.Second)
+		if took == 0 {
+			close(stop)
+			t.Fatalf("flush %d: the table was not back within 3 s", i)
+		}
+		slowest = max(slowest, took)
+	}
+	close(stop)
+	if err := <-loadErr; err != nil {
+		t.Fatalf("guest load: %v", err)
+	}
+	if sent.Load() < flushes {
+		t.Fatalf("the guest sent %d rounds during %d flushes; the load did not run", sent.Load(), flushes)
+	}
+	t.Logf("%d flushes, the table back after %v at the slowest; the guest sent %d SYNs and %d datagrams", flushes, slowest, sent.Load(), sent.Load())
+	s.wantNoLeak("flushes under load")
+	// The guest is still caged and served after the flushes.
+	s.lab.ResetLogs()
+	if out, code := s.curl(s.lab.Guest(), lab.EchoURL); code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
+		t.Errorf("after: exit %d, %q; want the proxy's exit address", code, out)
+	}
+}
