@@ -16,16 +16,24 @@ import (
 )
 
 // guestLoad sends, from inside the guest, a TCP SYN (a non-blocking connect, closed at
-// once) and a UDP datagram to the internet's echo address every millisecond, until stop is
-// closed or limit passes. It returns how many of each it sent.
+// once) and a UDP datagram to the internet's echo address, and a SYN to the host's port
+// 2222, every millisecond, until stop is closed or limit passes. It returns how many
+// rounds it sent.
 func guestLoad(guest *lab.Netns, stop <-chan struct{}, limit time.Duration) (sent int, err error) {
 	dst := netip.MustParseAddrPort(lab.UDPEchoAddr).Addr().As4()
+	gw := netip.MustParseAddr(lab.GatewayAddr).As4()
 	err = guest.Do(func() error {
 		udp, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return err
 		}
 		defer unix.Close(udp)
+		host := -1
+		defer func() {
+			if host >= 0 {
+				unix.Close(host)
+			}
+		}()
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
 		end := time.After(limit)
@@ -48,6 +56,18 @@ func guestLoad(guest *lab.Netns, stop <-chan struct{}, limit time.Duration) (sen
 				return err
 			}
 			unix.Close(s)
+			// The host's own service: off limits, also while the table is missing. Kept
+			// open until the next round, so that a connection the host accepts is
+			// established (and counted) before it is closed.
+			if host >= 0 {
+				unix.Close(host)
+			}
+			if host, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0); err != nil {
+				return err
+			}
+			if err := unix.Connect(host, &unix.SockaddrInet4{Port: 2222, Addr: gw}); err != nil && !errors.Is(err, unix.EINPROGRESS) {
+				return err
+			}
 			sent++
 		}
 	})
@@ -56,14 +76,16 @@ func guestLoad(guest *lab.Netns, stop <-chan struct{}, limit time.Duration) (sen
 
 // TestFlushNoWindow: `nft flush ruleset` (what a reload of the nftables service or of
 // firewalld runs) takes the router's table away, and the router puts it back within tens of
-// milliseconds; meanwhile the guest's traffic must not be forwarded. A guest sends SYNs and
-// UDP datagrams every millisecond while the ruleset is flushed 100 times, each time waiting
-// for the table to come back: the uplink's leak counter stays at 0.
+// milliseconds; meanwhile the guest's traffic must not be forwarded, nor reach the host. A
+// guest sends SYNs and UDP datagrams out and a SYN to a host service every millisecond
+// while the ruleset is flushed 100 times, each time waiting for the table to come back:
+// the uplink's leak counter stays at 0 and the host's service is never reached.
 func TestFlushNoWindow(t *testing.T) {
 	s := newScene(t, config(lab.GoSocksAddr, ""))
 	if out, code := s.curl(s.lab.Guest(), lab.EchoURL); code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
 		t.Fatalf("before: exit %d, %q; want the proxy's exit address", code, out)
 	}
+	hostSvc := s.tcpService(s.lab.Host(), ":2222", "HTTP/1.0 200 OK\r\n\r\nhost service\n")
 	if err := s.lab.ResetLeaks(s.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +122,9 @@ func TestFlushNoWindow(t *testing.T) {
 	}
 	t.Logf("%d flushes, the table back after %v at the slowest; the guest sent %d SYNs and %d datagrams", flushes, slowest, sent.Load(), sent.Load())
 	s.wantNoLeak("flushes under load")
+	if n := hostSvc.Load(); n != 0 {
+		t.Errorf("the guest reached the host's service on :2222 %d times during the flushes", n)
+	}
 	// The guest is still caged and served after the flushes.
 	s.lab.ResetLogs()
 	if out, code := s.curl(s.lab.Guest(), lab.EchoURL); code != 0 || strings.TrimSpace(out) != lab.ExitAddr {

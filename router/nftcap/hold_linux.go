@@ -208,10 +208,25 @@ func ownedBatch(conn *netlink.Conn, flags uint32) func([]netlink.Message) ([]net
 //	 forward   filter, hook forward, priority filter+1, policy accept
 //	   ip saddr @vm4 / ip6 saddr @vm6 / iifname (each VMInterface)   drop
 //	   ip daddr @vm4 / ip6 daddr @vm6 / oifname (each VMInterface)   drop
+//	 input     filter, hook input, priority filter+1
+//	   iif lo meta mark C                   goto hold_guest   (only with CagedApps)
+//	   iif lo                               accept   (this host's own)
+//	   ip saddr @vm4 / ip6 saddr @vm6 / iifname (each VMInterface)  goto hold_guest
+//	 hold_guest   what the router's table lets a guest or a caged socket reach on this host
+//	   meta mark U                          accept   (handed over by TPROXY)
+//	   ct state established,related ct direction reply  accept
+//	   ct status dnat                       accept   (redirected to the listeners)
+//	   a forward's or inbound's listen address and port  accept   (its allow was checked)
+//	   udp dport {67,547}; icmpv6 type {nd-router-solicit, nd-neighbor-*}  accept
+//	   drop
 //	 output    filter, hook output, priority filter+1   only with CagedApps
 //	   meta mark != C / oif lo / fib daddr type local   return
 //	   local prefixes; udp dport {DHCP, LocalUDPAllow}  return
 //	   drop   (a caged socket's packet leaving the host: the capture is missing)
+//
+// An accept in one base chain does not stop the next, so the input chain sees what the
+// router's table accepted: hold_guest accepts all of that (and, while that table is there,
+// nothing else reaches it).
 func (b *builder) hold(s Spec) {
 	b.chains = map[string]*nftables.Chain{}
 	var vm4, vm6 []netip.Prefix
@@ -240,6 +255,7 @@ func (b *builder) hold(s Spec) {
 		b.rule(chainForward, ifname(expr.MetaKeyIIFNAME, i), drop)
 		b.rule(chainForward, ifname(expr.MetaKeyOIFNAME, i), drop)
 	}
+	b.holdInput(s, set4, set6)
 	if !s.caged() {
 		return
 	}
@@ -253,4 +269,40 @@ func (b *builder) hold(s Spec) {
 	b.rule(out, nfproto(unix.NFPROTO_IPV6), daddr(true), b.anonPrefixSet(true, notCaptured(true)), ret)
 	b.rule(out, l4proto(unix.IPPROTO_UDP), b.thDportIn(append(ports.DHCP(), s.LocalUDPAllow...)...), ret)
 	b.rule(out, drop)
+}
+
+// chainHoldGuest is the hold table's judge of what reaches this host from a guest or a
+// caged socket.
+const chainHoldGuest = "hold_guest"
+
+// holdInput queues the hold table's input chain and hold_guest (see hold).
+func (b *builder) holdInput(s Spec, set4, set6 *nftables.Set) {
+	b.chains[chainHoldGuest] = b.c.AddChain(&nftables.Chain{Name: chainHoldGuest, Table: b.t})
+	accept := nftables.ChainPolicyAccept
+	b.chains[chainInput] = b.c.AddChain(&nftables.Chain{
+		Name: chainInput, Table: b.t, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookInput,
+		Priority: nftables.ChainPriorityRef(prioHold), Policy: &accept,
+	})
+	if s.caged() {
+		b.rule(chainInput, iifLo(), b.cagedMark(s), goTo(chainHoldGuest))
+	}
+	// This host's own packets on lo carry its VM-facing address (inside a VM network) too.
+	b.rule(chainInput, iifLo(), verdict(expr.VerdictAccept))
+	b.rule(chainInput, saddrIn(set4, false), goTo(chainHoldGuest))
+	b.rule(chainInput, saddrIn(set6, true), goTo(chainHoldGuest))
+	for _, i := range s.VMInterfaces {
+		b.rule(chainInput, ifname(expr.MetaKeyIIFNAME, i), goTo(chainHoldGuest))
+	}
+	g, ok := chainHoldGuest, verdict(expr.VerdictAccept)
+	if s.tproxied() {
+		b.rule(g, metaEq(expr.MetaKeyMARK, native32(s.UDPMark)), ok)
+	}
+	b.rule(g, ctStateIn(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), ctDirection(ctDirReply), ok)
+	b.rule(g, ctStatusDNAT(true), ok)
+	for _, f := range append(slices.Clip(s.Forwards), s.Inbounds...) {
+		b.rule(g, listenMatch(f.Listen.Addr()), l4proto(unix.IPPROTO_TCP), thDport(f.Listen.Port()), ok)
+	}
+	b.rule(g, l4proto(unix.IPPROTO_UDP), b.thDportIn(ports.DHCPServers()...), ok)
+	b.rule(g, l4proto(unix.IPPROTO_ICMPV6), b.icmp6TypeIn(ndRouterSolicit, ndNeighborSolicit, ndNeighborAdvert), ok)
+	b.rule(g, verdict(expr.VerdictDrop))
 }
