@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,15 +18,16 @@ type ifaceNet struct {
 // guestNets knows the subnets of this machine's interfaces, for policy.Env.GuestNet: an
 // address inside the subnet of a VM-facing interface is a guest's. The list is read on the
 // first question and again when it is older than the refresh period, so an interface or
-// address that appears is known within a period. It is safe for concurrent use.
+// address that appears is known within a period. It is safe for concurrent use; a question
+// takes no lock but when the list is due (one caller reads it, the others use the old one).
 type guestNets struct {
 	list    func() ([]ifaceNet, error) // nil: this machine's interfaces
 	refresh time.Duration              // 0: one second
 	now     func() time.Time           // nil: time.Now
 
-	mu   sync.Mutex // guards the fields below
-	cur  []ifaceNet
-	read time.Time
+	cur  atomic.Pointer[[]ifaceNet] // the last list read
+	read atomic.Int64               // when it was read, in Unix nanoseconds
+	mu   sync.Mutex                 // serialises reads of the list
 }
 
 // Has reports whether a is inside the subnet of an interface whose name matches one of
@@ -40,20 +42,20 @@ func (g *guestNets) Has(ifaces []string, a netip.Addr) bool {
 	if every == 0 {
 		every = time.Second
 	}
-	g.mu.Lock()
-	if t := now(); g.read.IsZero() || t.Sub(g.read) >= every {
-		g.read = t
-		list := g.list
-		if list == nil {
-			list = interfaceNets
-		}
-		if l, err := list(); err == nil {
-			g.cur = l
-		}
+	t := now()
+	if cur := g.cur.Load(); cur == nil {
+		g.mu.Lock() // the first question waits for the first list
+		g.load(t)
+		g.mu.Unlock()
+	} else if t.UnixNano()-g.read.Load() >= int64(every) && g.mu.TryLock() {
+		g.load(t)
+		g.mu.Unlock()
 	}
-	cur := g.cur
-	g.mu.Unlock()
-	for _, ifc := range cur {
+	cur := g.cur.Load()
+	if cur == nil {
+		return false
+	}
+	for _, ifc := range *cur {
 		if !matchIface(ifaces, ifc.name) {
 			continue
 		}
@@ -64,6 +66,23 @@ func (g *guestNets) Has(ifaces []string, a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// load reads the list at time t, unless another caller has since; g.mu is held.
+func (g *guestNets) load(t time.Time) {
+	if g.cur.Load() != nil && t.UnixNano() < g.read.Load() {
+		return
+	}
+	g.read.Store(t.UnixNano())
+	list := g.list
+	if list == nil {
+		list = interfaceNets
+	}
+	if l, err := list(); err == nil {
+		g.cur.Store(&l)
+	} else if g.cur.Load() == nil {
+		g.cur.Store(&[]ifaceNet{})
+	}
 }
 
 // matchIface reports whether name matches one of patterns (a trailing * matches any suffix).

@@ -45,3 +45,25 @@ func TestGuestNets(t *testing.T) {
 		t.Error("an interface that appeared is not known after a period")
 	}
 }
+
+// TestGuestNetsConcurrent: questions from many goroutines while the list is read again
+// (run with -race).
+func TestGuestNetsConcurrent(t *testing.T) {
+	ifs := []ifaceNet{{name: "virbr0", nets: []netip.Prefix{netip.MustParsePrefix("192.168.122.0/24")}}}
+	g := &guestNets{list: func() ([]ifaceNet, error) { return ifs, nil }, refresh: time.Nanosecond}
+	done := make(chan bool)
+	for range 8 {
+		go func() {
+			ok := true
+			for range 200 {
+				ok = ok && g.Has([]string{"virbr*"}, netip.MustParseAddr("192.168.122.9"))
+			}
+			done <- ok
+		}()
+	}
+	for range 8 {
+		if !<-done {
+			t.Error("a question missed the interface's subnet")
+		}
+	}
+}
