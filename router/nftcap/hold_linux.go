@@ -84,7 +84,7 @@ func installHold(spec Spec, o options) error {
 	send := func(conn *netlink.Conn) error {
 		// A kernel before 6.9 refuses persist (EOPNOTSUPP): the table is then the owner's
 		// alone and goes with it (the router's table still stays); one before 5.12 refuses
-		// owner too, and has no hold table.
+		// owner too (EOPNOTSUPP, or EINVAL on older ones), and has no hold table.
 		for _, flags := range []uint32{tableFlagOwner | tableFlagPersist, tableFlagOwner} {
 			c, err := nftables.New(nftables.WithTestDial(ownedBatch(conn, flags)))
 			if err != nil {
@@ -99,7 +99,7 @@ func installHold(spec Spec, o options) error {
 			if b.err != nil {
 				return b.err
 			}
-			if err = c.Flush(); !errors.Is(err, unix.EOPNOTSUPP) {
+			if err = c.Flush(); !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EINVAL) {
 				return err
 			}
 		}
