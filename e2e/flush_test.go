@@ -7,12 +7,14 @@ import (
 	"net/netip"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/router/nftcap"
 )
 
 // guestLoad sends, from inside the guest, a TCP SYN (a non-blocking connect, closed at
@@ -129,5 +131,52 @@ func TestFlushNoWindow(t *testing.T) {
 	s.lab.ResetLogs()
 	if out, code := s.curl(s.lab.Guest(), lab.EchoURL); code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
 		t.Errorf("after: exit %d, %q; want the proxy's exit address", code, out)
+	}
+}
+
+// tableThere reports whether the inet table name exists in the host namespace.
+func (s *scene) tableThere(name string) bool {
+	s.t.Helper()
+	var ok bool
+	var err error
+	if derr := s.lab.Host().Do(func() error { ok, err = nftcap.Installed(name); return nil }); derr != nil {
+		s.t.Fatal(derr)
+	}
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return ok
+}
+
+// TestHoldTableAfterKill: the router dies by SIGKILL: its table and the hold table stay, and
+// the guest still does not get out; a new router starts over them (adopting the hold
+// table), and once it is stopped `router cleanup` removes both.
+func TestHoldTableAfterKill(t *testing.T) {
+	s := newScene(t, config(lab.GoSocksAddr, ""))
+	hold := nftcap.HoldTable("router")
+	if !s.tableThere("router") || !s.tableThere(hold) {
+		t.Fatal("the router runs without its table or its hold table")
+	}
+	s.stopRouter(syscall.SIGKILL)
+	if !s.tableThere("router") || !s.tableThere(hold) {
+		t.Fatal("a table went with the killed router")
+	}
+	if err := s.lab.ResetLeaks(s.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := s.curl(s.lab.Guest(), lab.EchoURL); code == 0 {
+		t.Errorf("the guest got out after the router was killed: %q", out)
+	}
+	s.wantNoLeak("after SIGKILL")
+	s.startRouter()
+	if out, code := s.curl(s.lab.Guest(), lab.EchoURL); code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
+		t.Errorf("after a restart over the tables: exit %d, %q; want the proxy's exit address", code, out)
+	}
+	s.stopRouter(syscall.SIGTERM)
+	if out, code := s.routerCmd("cleanup", "--config", s.cfg); code != 0 {
+		t.Fatalf("router cleanup: exit %d\n%s", code, out)
+	}
+	if s.tableThere("router") || s.tableThere(hold) {
+		t.Error("router cleanup left a table")
 	}
 }
