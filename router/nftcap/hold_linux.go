@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -99,7 +101,11 @@ func installHold(spec Spec, o options) error {
 			if b.err != nil {
 				return b.err
 			}
-			if err = c.Flush(); !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EINVAL) {
+			err = c.Flush()
+			if err != nil {
+				drain(conn) // the next batch on conn must read its own answers
+			}
+			if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EINVAL) {
 				return err
 			}
 		}
@@ -128,6 +134,23 @@ func installHold(spec Spec, o options) error {
 		return err
 	}
 	return nil
+}
+
+// drain reads and drops what the kernel still has to say on conn after a failed batch
+// (the answers to its later messages), waiting at most a moment for each.
+func drain(conn *netlink.Conn) {
+	defer conn.SetReadDeadline(time.Time{})
+	for range 10_000 { // bounded: a batch is at most a few thousand messages
+		if err := conn.SetReadDeadline(time.Now().Add(20 * time.Millisecond)); err != nil {
+			return
+		}
+		if _, err := conn.Receive(); err != nil {
+			var oe *netlink.OpError
+			if errors.As(err, &oe) && (oe.Timeout() || errors.Is(oe.Err, os.ErrDeadlineExceeded)) || errors.Is(err, os.ErrDeadlineExceeded) {
+				return
+			}
+		}
+	}
 }
 
 // removeHold deletes the hold table of table; one that is not there is no error, one that

@@ -36,6 +36,15 @@ func TestHoldTable(t *testing.T) {
 	if err := Install(spec, WithNetNS(ns.fd), WithHolder(h)); err != nil {
 		t.Fatalf("install again through the holder: %v", err)
 	}
+	// Another Holder is refused the held table; its socket stays usable (see below).
+	h2, err := NewHolder(WithNetNS(ns.fd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Close()
+	if err := Install(spec, WithNetNS(ns.fd), WithHolder(h2)); !errors.Is(err, unix.EPERM) {
+		t.Errorf("install through a second holder: %v, want a refusal", err)
+	}
 	// Without a Holder: the router's table is replaced, the held one left alone.
 	if err := Install(spec, WithNetNS(ns.fd)); err != nil {
 		t.Fatalf("install without the holder while one holds: %v", err)
@@ -59,13 +68,16 @@ func TestHoldTable(t *testing.T) {
 	if !installed(t, ns, HoldTable("router")) {
 		t.Fatal("the hold table went with its holder")
 	}
-	// A new install adopts the table its owner left.
-	h2, err := NewHolder(WithNetNS(ns.fd))
-	if err != nil {
-		t.Fatal(err)
+	// The second Holder, refused before, adopts the table its owner left, twice (its
+	// socket reads its own answers).
+	for range 2 {
+		if err := Install(spec, WithNetNS(ns.fd), WithHolder(h2)); err != nil {
+			t.Fatalf("install over an orphaned hold table: %v", err)
+		}
 	}
-	if err := Install(spec, WithNetNS(ns.fd), WithHolder(h2)); err != nil {
-		t.Fatalf("install over an orphaned hold table: %v", err)
+	ns.nft(t, "flush ruleset\n")
+	if !installed(t, ns, HoldTable("router")) {
+		t.Fatal("the adopted hold table did not survive a flush")
 	}
 	h2.Close()
 	if err := Remove("router", WithNetNS(ns.fd)); err != nil {
