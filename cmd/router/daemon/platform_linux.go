@@ -27,12 +27,17 @@ type linuxPlatform struct {
 	log    *slog.Logger
 	finder *proc.LinuxFinder
 	host   hostAddrs
+	guests guestNets
 	mu     sync.Mutex // guards the fields below
 	table  string     // the table installed last
 	base   map[refusal.Reason]uint64
 	events refusal.Book // the refused packets NFLOG gave, for their rings only
 	log4   *nflog.Reader
 	heal   *healer // keeps the table in place while the daemon runs
+	// holder owns the hold table from the first install to Close (see nftcap.Holder): no
+	// other process can flush it meanwhile. holdMu guards it.
+	holdMu sync.Mutex
+	holder *nftcap.Holder
 	// local is [capture] local of the config installed last (CagedSocket).
 	local atomic.Bool
 }
@@ -82,9 +87,12 @@ func Spec(cfg *conf.Config) nftcap.Spec {
 	return s
 }
 
-// Env: the policy learns this machine's addresses from the interface list; nftables takes
-// this host's own flows only with local = true (Scoped).
-func (p *linuxPlatform) Env() policy.Env { return policy.Env{HostAddr: p.host.Has, Scoped: true} }
+// Env: the policy learns this machine's addresses and the VM-facing interfaces' subnets
+// (guests' networks) from the interface list; nftables takes this host's own flows only
+// with local = true (Scoped).
+func (p *linuxPlatform) Env() policy.Env {
+	return policy.Env{HostAddr: p.host.Has, GuestNet: p.guests.Has, Scoped: true}
+}
 
 // Install replaces the nftables table and keeps it in place from then on (see healer); the
 // kernel decides what it captures and the router decides the rest, and DNS reaches the
@@ -152,6 +160,12 @@ func (p *linuxPlatform) Failed() <-chan error { return nil }
 // stays.
 func (p *linuxPlatform) Close() error {
 	p.heal.close()
+	p.holdMu.Lock()
+	if p.holder != nil {
+		p.holder.Close() // the hold table stays, owned by nobody
+		p.holder = nil
+	}
+	p.holdMu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.log4 != nil {
@@ -166,8 +180,12 @@ func (p *linuxPlatform) Close() error {
 // added to the base first. Between the read and the install a few refusals may go
 // uncounted.
 func (p *linuxPlatform) installKeepingCounts(s nftcap.Spec) error {
+	h, err := p.hold()
+	if err != nil {
+		return err
+	}
 	before, rerr := nftcap.Refusals(s.Table)
-	if err := nftcap.Install(s); err != nil {
+	if err := nftcap.Install(s, nftcap.WithHolder(h)); err != nil {
 		return err
 	}
 	if rerr != nil {
@@ -182,6 +200,20 @@ func (p *linuxPlatform) installKeepingCounts(s nftcap.Spec) error {
 		p.base[r] += n
 	}
 	return nil
+}
+
+// hold returns the platform's Holder, opened on the first call.
+func (p *linuxPlatform) hold() (*nftcap.Holder, error) {
+	p.holdMu.Lock()
+	defer p.holdMu.Unlock()
+	if p.holder == nil {
+		h, err := nftcap.NewHolder()
+		if err != nil {
+			return nil, err
+		}
+		p.holder = h
+	}
+	return p.holder, nil
 }
 
 // listenLog starts reading the table's refusal log, once; p.mu is held. Without it status
