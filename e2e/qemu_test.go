@@ -52,17 +52,28 @@ connect_timeout = "3s"
 }
 
 // qemuHostServices are the host's services a QEMU guest must never reach, each counting
-// what it received: TCP and UDP on the host's loopback (the guest's 10.0.2.2), TCP on every
-// address of the host (the guest dials the host's uplink address).
+// what it received: TCP and UDP on the host's loopback, IPv4 and IPv6 (the guest's 10.0.2.2
+// and fec0::2), TCP on every address of the host (the guest dials the host's uplink
+// addresses).
 type qemuHostServices struct {
-	loopTCP, loopUDP, anyTCP *atomic.Int32
+	loopTCP, loopUDP, loopTCP6, loopUDP6, anyTCP *atomic.Int32
 }
 
 const (
-	qemuLoopTCP = "2222" // 127.0.0.1
-	qemuLoopUDP = "2223" // 127.0.0.1
-	qemuAnyTCP  = "2224" // 0.0.0.0
+	qemuLoopTCP = "2222" // 127.0.0.1 and ::1
+	qemuLoopUDP = "2223" // 127.0.0.1 and ::1
+	qemuAnyTCP  = "2224" // every address
 )
+
+func (s *scene) startQEMUHostServices() qemuHostServices {
+	return qemuHostServices{
+		loopTCP:  s.hostService("127.0.0.1:"+qemuLoopTCP, "host service\n"),
+		loopUDP:  s.udpHostService("127.0.0.1:" + qemuLoopUDP),
+		loopTCP6: s.hostService("[::1]:"+qemuLoopTCP, "host service\n"),
+		loopUDP6: s.udpHostService("[::1]:" + qemuLoopUDP),
+		anyTCP:   s.hostService("[::]:"+qemuAnyTCP, "host service\n"),
+	}
+}
 
 // qemuGuestCase is one of the QEMU guests of TestQEMUGuest.
 type qemuGuestCase struct {
@@ -89,11 +100,12 @@ func TestQEMUGuest(t *testing.T) {
 	start := time.Now()
 	requireStatic(t, routerBin)
 	s := newLab(t, qemuConfig(t))
-	hs := qemuHostServices{
-		loopTCP: s.hostService("127.0.0.1:"+qemuLoopTCP, "host service\n"),
-		loopUDP: s.udpHostService("127.0.0.1:" + qemuLoopUDP),
-		anyTCP:  s.hostService("0.0.0.0:"+qemuAnyTCP, "host service\n"),
-	}
+	// Under TCG on a busy machine a boot alone can take a minute or two (9 s on an idle
+	// one): the scene's 3 minutes are too short for the whole test.
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	t.Cleanup(cancel)
+	s.ctx = ctx
+	hs := s.startQEMUHostServices()
 	guests := []*qemuGuestCase{
 		{name: "qemu", opts: lab.QEMUOptions{Files: map[string]string{"/bin/router": routerBin}}},
 		{name: "process=VM", opts: lab.QEMUOptions{Name: "VM,process=VM"}},
@@ -217,11 +229,14 @@ func (s *scene) wantQEMUOut(t *testing.T, g *lab.QEMUGuest) {
 }
 
 // wantQEMUWalls tries the host's services from the guest: its loopback through the gateway
-// (TCP, UDP, the router's metrics page) and the host's own uplink address. None may answer,
-// and none may hear anything.
+// (TCP, UDP, the router's metrics page; IPv4 and IPv6) and the host's own uplink addresses.
+// None may answer, and none may hear anything.
 func (s *scene) wantQEMUWalls(t *testing.T, g *lab.QEMUGuest, hs qemuHostServices) {
 	t.Helper()
-	for _, n := range []*atomic.Int32{hs.loopTCP, hs.loopUDP, hs.anyTCP} {
+	if g.Addr6 == "" {
+		t.Error("the guest has no IPv6 address from QEMU's router advertisement: IPv6 is not tried")
+	}
+	for _, n := range []*atomic.Int32{hs.loopTCP, hs.loopUDP, hs.loopTCP6, hs.loopUDP6, hs.anyTCP} {
 		n.Store(0)
 	}
 	if err := s.lab.ResetLeaks(s.ctx); err != nil {
@@ -230,7 +245,9 @@ func (s *scene) wantQEMUWalls(t *testing.T, g *lab.QEMUGuest, hs qemuHostService
 	for _, dst := range []string{
 		net.JoinHostPort(lab.QEMUGateway, qemuLoopTCP),
 		net.JoinHostPort(lab.QEMUGateway, "9464"),
+		net.JoinHostPort(lab.QEMUGateway6, qemuLoopTCP),
 		net.JoinHostPort(lab.HostUplinkAddr, qemuAnyTCP),
+		net.JoinHostPort(lab.HostUplinkAddr6, qemuAnyTCP),
 	} {
 		host, port, _ := net.SplitHostPort(dst)
 		out, _ := qemuRun(t, s.ctx, g, 6*time.Second, "printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' | timeout 4 nc -w 3 "+host+" "+port)
@@ -239,11 +256,14 @@ func (s *scene) wantQEMUWalls(t *testing.T, g *lab.QEMUGuest, hs qemuHostService
 		}
 	}
 	// busybox's tftp is the guest's UDP client: its read request is a datagram to the port.
-	if out, code := qemuRun(t, s.ctx, g, 6*time.Second, "timeout 4 tftp -g -r probe -l /tmp/probe "+lab.QEMUGateway+" "+qemuLoopUDP); code == 0 {
-		t.Errorf("the guest got an answer from the host at %s:%s (udp): %q", lab.QEMUGateway, qemuLoopUDP, out)
+	for _, gw := range []string{lab.QEMUGateway, lab.QEMUGateway6} {
+		if out, code := qemuRun(t, s.ctx, g, 6*time.Second, "timeout 4 tftp -g -r probe -l /tmp/probe "+gw+" "+qemuLoopUDP); code == 0 {
+			t.Errorf("the guest got an answer from the host at %s port %s (udp): %q", gw, qemuLoopUDP, out)
+		}
 	}
 	for name, n := range map[string]*atomic.Int32{"tcp 127.0.0.1:" + qemuLoopTCP: hs.loopTCP,
-		"udp 127.0.0.1:" + qemuLoopUDP: hs.loopUDP, "tcp 0.0.0.0:" + qemuAnyTCP: hs.anyTCP} {
+		"udp 127.0.0.1:" + qemuLoopUDP: hs.loopUDP, "tcp [::1]:" + qemuLoopTCP: hs.loopTCP6,
+		"udp [::1]:" + qemuLoopUDP: hs.loopUDP6, "tcp [::]:" + qemuAnyTCP: hs.anyTCP} {
 		if v := n.Load(); v != 0 {
 			t.Errorf("the host's service %s heard the guest %d times", name, v)
 		}

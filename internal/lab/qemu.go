@@ -40,6 +40,9 @@ const (
 	QEMUGuestAddr = "10.0.2.15"
 	QEMUGateway   = "10.0.2.2"
 	QEMUDNS       = "10.0.2.3"
+	// QEMUGateway6 is the IPv6 gateway (the host's ::1); the guest takes an address in
+	// fec0::/64 from QEMU's router advertisement.
+	QEMUGateway6 = "fec0::2"
 )
 
 // QEMUOptions tune StartQEMUGuest. The zero value boots the newest /boot kernel with 256 MiB.
@@ -63,8 +66,9 @@ type QEMUOptions struct {
 // one at a time).
 type QEMUGuest struct {
 	Proc *Process
-	// Addr, Gateway and DNS are what the guest's DHCP lease said.
-	Addr, Gateway, DNS string
+	// Addr, Gateway and DNS are what the guest's DHCP lease said; Addr6 is its IPv6
+	// address from QEMU's router advertisement, "" when it had none 5 s after the lease.
+	Addr, Gateway, DNS, Addr6 string
 	// Boot is the time from QEMU's start to the guest's lease.
 	Boot time.Duration
 
@@ -126,7 +130,7 @@ func (l *Lab) StartQEMUGuest(ctx context.Context, opts QEMUOptions) (*QEMUGuest,
 		g.stdin.Close()
 		return p.Stop(2 * time.Second)
 	})
-	ready := regexp.MustCompile(`@@(READY ([0-9.]+) ([0-9.]+) ([0-9.]+)|NOLEASE)@@`)
+	ready := regexp.MustCompile(`@@(READY ([0-9.]+) ([0-9.]+) ([0-9.]+) ([0-9a-f:]+|-)|NOLEASE)@@`)
 	m, err := g.serial.wait(ctx, 0, ready, opts.BootTimeout, p)
 	if err != nil {
 		return nil, fmt.Errorf("qemu guest: boot: %w\nserial:\n%s\nqemu:\n%s", err, g.serial.tail(4096), p.Output())
@@ -136,8 +140,11 @@ func (l *Lab) StartQEMUGuest(ctx context.Context, opts QEMUOptions) (*QEMUGuest,
 	}
 	g.Boot = time.Since(start)
 	g.Addr, g.Gateway, g.DNS = m[2], m[3], m[4]
-	l.logf("lab %s: qemu guest (pid %d, -name %q) up in %v: %s via %s, dns %s", l.id, p.PID(), opts.Name,
-		g.Boot.Round(time.Millisecond), g.Addr, g.Gateway, g.DNS)
+	if m[5] != "-" {
+		g.Addr6 = m[5]
+	}
+	l.logf("lab %s: qemu guest (pid %d, -name %q) up in %v: %s via %s, dns %s, ipv6 %q", l.id, p.PID(), opts.Name,
+		g.Boot.Round(time.Millisecond), g.Addr, g.Gateway, g.DNS, g.Addr6)
 	return g, nil
 }
 
@@ -423,7 +430,7 @@ func buildQEMUInitramfs(ctx context.Context, file, modDir string, files map[stri
 // udhcpcScript configures eth0 from busybox udhcpc's lease and records it in /tmp/lease.
 const udhcpcScript = `#!/bin/sh
 [ "$1" = bound ] || [ "$1" = renew ] || exit 0
-ip addr flush dev "$interface"
+ip -4 addr flush dev "$interface"
 ip addr add "$ip/${mask:-24}" dev "$interface"
 ip route add default via "$router" dev "$interface"
 : > /etc/resolv.conf
@@ -432,7 +439,8 @@ echo "$ip $router ${dns%% *}" > /tmp/lease
 `
 
 // qemuInit is the guest's /init: mount the pseudo file systems, load the NIC's modules,
-// take a lease with udhcpc, say READY (or NOLEASE) on the console, then run each command
+// take a lease with udhcpc, wait (at most 5 s) for the IPv6 address of QEMU's router
+// advertisement, say READY (or NOLEASE) on the console, then run each command
 // line "SEQ SECONDS BASE64-SCRIPT" read from the console between BEGIN and END markers.
 func qemuInit(insmod []string) string {
 	return `#!/bin/busybox sh
@@ -449,7 +457,10 @@ ip link set eth0 up
 i=0
 while [ "$(cat /sys/class/net/eth0/carrier 2>/dev/null)" != 1 ] && [ $i -lt 100 ]; do usleep 50000; i=$((i+1)); done
 if udhcpc -i eth0 -s /etc/udhcpc.sh -q -n -t 10 -T 1 >/tmp/udhcpc.log 2>&1 && [ -s /tmp/lease ]; then
-	echo "@@READY $(cat /tmp/lease)@@"
+	i=0
+	while [ -z "$(ip -6 addr show dev eth0 | grep inet6 | grep -v -e 'scope link' -e tentative)" ] && [ $i -lt 100 ]; do usleep 50000; i=$((i+1)); done
+	a6=$(ip -6 addr show dev eth0 | grep inet6 | grep -v -e 'scope link' -e tentative | sed -n 's/.*inet6 \([0-9a-f:]*\)\/.*/\1/p' | head -n 1)
+	echo "@@READY $(cat /tmp/lease) ${a6:--}@@"
 else
 	cat /tmp/udhcpc.log
 	echo "@@NOLEASE@@"

@@ -92,6 +92,9 @@ func TestQEMUGuest(t *testing.T) {
 	if g.Addr != QEMUGuestAddr || g.Gateway != QEMUGateway || g.DNS != QEMUDNS {
 		t.Errorf("lease %s via %s dns %s; want %s via %s dns %s", g.Addr, g.Gateway, g.DNS, QEMUGuestAddr, QEMUGateway, QEMUDNS)
 	}
+	if !strings.HasPrefix(g.Addr6, "fec0::") {
+		t.Errorf("IPv6 address %q; want one in fec0::/64 from QEMU's router advertisement", g.Addr6)
+	}
 	out, code, err := g.Run(ctx, 5*time.Second, "echo one; echo two >&2; exit 3")
 	if err != nil || code != 3 || out != "one\ntwo\n" {
 		t.Errorf("Run: %q, exit %d, %v; want \"one\\ntwo\\n\", exit 3", out, code, err)
