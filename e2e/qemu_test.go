@@ -59,6 +59,10 @@ type qemuHostServices struct {
 	loopTCP, loopUDP, loopTCP6, loopUDP6, anyTCP *atomic.Int32
 }
 
+// qemuModelGap is the model server's pause between streamed events, long enough for the
+// guest's clock (10 ms) to tell a stream from a buffered answer.
+const qemuModelGap = 200 * time.Millisecond
+
 const (
 	qemuLoopTCP = "2222" // 127.0.0.1 and ::1
 	qemuLoopUDP = "2223" // 127.0.0.1 and ::1
@@ -99,7 +103,7 @@ func TestQEMUGuest(t *testing.T) {
 	roottest.Require(t, lab.QEMUBinary, "busybox")
 	start := time.Now()
 	requireStatic(t, routerBin)
-	s := newLab(t, qemuConfig(t))
+	s := newLabWith(t, qemuConfig(t), lab.Options{ModelGap: qemuModelGap})
 	// Under TCG on a busy machine a boot alone can take a minute or two (9 s on an idle
 	// one): the scene's 3 minutes are too short for the whole test.
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
@@ -304,9 +308,37 @@ func (s *scene) wantQEMUModelGate(t *testing.T, g *lab.QEMUGuest) {
 	model := net.JoinHostPort(lab.QEMUGateway, "47831")
 	stream := `{"model":"` + lab.ModelID + `","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	t.Run("chat streams", func(t *testing.T) {
-		out, code := qemuRun(t, s.ctx, g, 15*time.Second, "wget -q -O - --header 'Content-Type: application/json' --post-data '"+stream+"' http://"+model+"/v1/chat/completions")
+		s.lab.ResetLogs()
+		// Each event is stamped with the guest's clock (/proc/uptime, 10 ms) as it arrives.
+		out, code := qemuRun(t, s.ctx, g, 20*time.Second, "wget -q -O - --header 'Content-Type: application/json' --post-data '"+stream+
+			"' http://"+model+"/v1/chat/completions | while IFS= read -r l; do case \"$l\" in data:*) read up _ </proc/uptime; echo \"$up $l\";; esac; done")
 		if code != 0 || !strings.Contains(out, "lab-event-0") || !strings.Contains(out, "[DONE]") {
-			t.Errorf("streamed POST /v1/chat/completions: exit %d, %q", code, out)
+			t.Fatalf("streamed POST /v1/chat/completions: exit %d, %q", code, out)
+		}
+		var got []float64
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			up, _, _ := strings.Cut(line, " ")
+			v, err := strconv.ParseFloat(up, 64)
+			if err != nil {
+				t.Fatalf("guest's stamped line %q: %v", line, err)
+			}
+			got = append(got, v)
+		}
+		// The model server records a stream when its handler returns, just after [DONE].
+		streams := s.lab.ModelLog()
+		for deadline := time.Now().Add(2 * time.Second); len(streams) == 0 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+			streams = s.lab.ModelLog()
+		}
+		if len(streams) != 1 || len(streams[0].Sent) != len(got) {
+			t.Fatalf("model log %+v; the guest read %d events", streams, len(got))
+		}
+		sent := streams[0].Sent
+		// Buffered, the events would arrive together; streamed, as far apart as they left
+		// (half of it is allowed for a guest slowed by the machine's load).
+		spread, want := time.Duration((got[len(got)-1]-got[0])*float64(time.Second)), sent[len(sent)-1].Sub(sent[0])
+		if spread < want/2 {
+			t.Errorf("the guest read the events within %v; the server sent them over %v: buffered on the way", spread, want)
 		}
 	})
 	image := `{"model":"` + lab.ModelID + `","messages":[{"role":"user","content":[{"type":"text","text":"describe"},` +
