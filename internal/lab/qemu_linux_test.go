@@ -4,8 +4,12 @@ package lab
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -111,5 +115,69 @@ func TestQEMUGuest(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("serial:\n%s", g.Serial())
+	}
+}
+
+// TestModuleChain: a module's file comes last, after what it needs in the reverse of
+// modules.dep's order (what it needs nearest first), names compared with - as _.
+func TestModuleChain(t *testing.T) {
+	dir := t.TempDir()
+	dep := "kernel/drivers/net/virtio_net.ko.xz: kernel/drivers/net/net_failover.ko.xz kernel/net/core/failover.ko.xz kernel/drivers/virtio/virtio.ko\n" +
+		"kernel/drivers/net/ethernet/intel/e1000/e1000.ko:\n" +
+		"kernel/drivers/x/snd-hda.ko.zst:\n"
+	if err := os.WriteFile(filepath.Join(dir, "modules.dep"), []byte(dep), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string][]string{
+		"virtio_net": {"kernel/drivers/virtio/virtio.ko", "kernel/net/core/failover.ko.xz", "kernel/drivers/net/net_failover.ko.xz", "kernel/drivers/net/virtio_net.ko.xz"},
+		"e1000":      {"kernel/drivers/net/ethernet/intel/e1000/e1000.ko"},
+		"snd_hda":    {"kernel/drivers/x/snd-hda.ko.zst"},
+	} {
+		got, err := moduleChain(dir, name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for i := range want {
+			want[i] = filepath.Join(dir, want[i])
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s: %v, want %v", name, got, want)
+		}
+	}
+	if _, err := moduleChain(dir, "e100"); err == nil {
+		t.Error("e100: no error for a module modules.dep does not list")
+	}
+}
+
+// TestReadModule reads a module plain and compressed as the distributions ship them (with
+// the xz and zstd tools, which scripts/test installs).
+func TestReadModule(t *testing.T) {
+	roottest.Require(t, "xz", "zstd")
+	dir := t.TempDir()
+	want := bytes.Repeat([]byte("\x7fELF module "), 100)
+	plain := filepath.Join(dir, "m.ko")
+	if err := os.WriteFile(plain, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(want)
+	zw.Close()
+	if err := os.WriteFile(plain+".gz", gz.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range [][]string{{"xz", "-k", plain}, {"zstd", "-q", "-k", plain}} {
+		if out, err := exec.Command(tool[0], tool[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v %s", tool, err, out)
+		}
+	}
+	for _, f := range []string{plain, plain + ".gz", plain + ".xz", plain + ".zst"} {
+		got, err := readModule(context.Background(), f)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s: %d bytes, %v; want the %d bytes of the module", filepath.Base(f), len(got), err, len(want))
+		}
+	}
+	if _, err := readModule(context.Background(), filepath.Join(dir, "m.ko.bz2")); err == nil {
+		t.Error("m.ko.bz2: no error")
 	}
 }
