@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"debug/elf"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/agentcage/router/internal/lab"
 	"github.com/agentcage/router/internal/roottest"
+	"github.com/agentcage/router/router/control"
 )
 
 // qemuRecipe is the QEMU user-networking config the docs cite; qemuConfig runs it in the
@@ -96,9 +98,9 @@ type qemuGuestCase struct {
 // guest started with -name VM,process=VM (QEMU renames its process to VM, as quickemu
 // does) must get the same verdicts. The model gate: from the guest, through 10.0.2.2 to the
 // model's own port, Ollama's pull, delete, create and push and a chat completion whose
-// image_url would make the server fetch an outside address never reach the model server,
-// while a plain chat completion streams through; `router check-ip --model` in the guest
-// passes.
+// image_url would make the server fetch an outside address never reach the model server
+// (each is the forward's 403, counted as model-api), while a plain chat completion streams
+// through; `router check-ip --model` in the guest passes.
 func TestQEMUGuest(t *testing.T) {
 	roottest.Require(t, lab.QEMUBinary, "busybox")
 	start := time.Now()
@@ -302,7 +304,8 @@ func (s *scene) wantQEMUClosed(t *testing.T, g *lab.QEMUGuest) {
 
 // wantQEMUModelGate: from the guest, through 10.0.2.2 to the model's own port (QEMU
 // connects to the host's 127.0.0.1:47831), the calls that make the model server act
-// outside inference never reach it; a plain chat completion streams through.
+// outside inference never reach it: each is answered by the forward's 403 and counted as a
+// model-api refusal. A plain chat completion streams through.
 func (s *scene) wantQEMUModelGate(t *testing.T, g *lab.QEMUGuest) {
 	t.Helper()
 	model := net.JoinHostPort(lab.QEMUGateway, "47831")
@@ -341,6 +344,7 @@ func (s *scene) wantQEMUModelGate(t *testing.T, g *lab.QEMUGuest) {
 			t.Errorf("the guest read the events within %v; the server sent them over %v: buffered on the way", spread, want)
 		}
 	})
+	var refused uint64
 	image := `{"model":"` + lab.ModelID + `","messages":[{"role":"user","content":[{"type":"text","text":"describe"},` +
 		`{"type":"image_url","image_url":{"url":"http://203.0.113.66/x"}}]}]}`
 	for _, c := range []struct{ name, method, path, body string }{
@@ -360,6 +364,18 @@ func (s *scene) wantQEMUModelGate(t *testing.T, g *lab.QEMUGuest) {
 			for _, r := range s.lab.ModelRequests() {
 				t.Errorf("%s %s reached the model server (%s %s); the guest read %q", c.method, c.path, r.Method, r.Path, status)
 			}
+			if !strings.HasPrefix(status, "HTTP/1.1 403 ") {
+				t.Errorf("%s %s: the guest read %q; want the forward's 403", c.method, c.path, status)
+			}
 		})
+		refused++
+	}
+	out, code := s.routerCmd("status", "--json", "--config", s.cfg)
+	var st control.Status
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
+		t.Fatalf("router status --json: exit %d, %v\n%s", code, err, out)
+	}
+	if n, _ := refusalCount(st, "model-api"); n < refused {
+		t.Errorf("status counts %d model-api refusals; want %d", n, refused)
 	}
 }
