@@ -56,7 +56,9 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	routerBin = filepath.Join(dir, "router")
+	// Static, as released (scripts/package): the QEMU guest runs it in a busybox initramfs.
 	build := exec.Command("go", "build", "-o", routerBin, "../cmd/router")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: build router: %v\n%s", err, out)
 		return 1

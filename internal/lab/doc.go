@@ -16,6 +16,11 @@
 // 127.0.0.1:47831. Each namespace has /etc/netns/<name>/resolv.conf pointing at the lab DNS
 // server, so commands started through Netns.Command resolve names inside the lab.
 //
+// More guests on demand: AddUserNATGuest puts a namespace behind a real slirp4netns or pasta
+// running in "host", and StartQEMUGuest (Linux) boots a real QEMU virtual machine (TCG, the
+// machine's kernel, a busybox initramfs) on QEMU's own -netdev user in "host", which the test
+// drives through its serial console.
+//
 // Every name carries a per-instance prefix "rl<pid>-<hex>-" so parallel labs and stale runs never
 // collide; Cleanup removes what a killed process left behind. The lab needs root and the tools
 // ip, nft and danted; on other systems New returns an error (the package still compiles, so
