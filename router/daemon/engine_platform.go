@@ -547,6 +547,13 @@ func (p *redirectPlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv
 		return err
 	}
 	if p.deps.Hold != nil {
+		// The holder's copy shares the handle's object: closing ours must never shut it
+		// down (that would stop the holder's copy diverting too).
+		if err := dev.ShareNetwork(); err != nil {
+			dev.Close()
+			release()
+			return fmt.Errorf("start the WinDivert holder: %w", err)
+		}
 		unhold, err := p.deps.Hold(drv, dev.NetworkHandle(), p.deps.OwnPID)
 		if err != nil {
 			dev.Close()

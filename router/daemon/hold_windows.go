@@ -2,11 +2,12 @@ package daemon
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -14,17 +15,18 @@ import (
 	"golang.org/x/sys/windows"
 
 	"github.com/agentcage/router/windivert"
+	"github.com/agentcage/router/windivert/redirect"
 	"github.com/agentcage/router/windivert/wfp"
 	"github.com/agentcage/router/windivert/wfp/guard"
 )
 
 // The WinDivert holder: `router hold`, a child of the router that inherits the diverting
 // WinDivert handle and keeps it open (never reading it) until the router is gone, or lets
-// it go, and the router's permits are gone too (guard.Hold). See docs/windows-guard.md.
+// it go, and the router's permits are gone too (keepHandle). See docs/windows-guard.md.
 
-// holdMax bounds how long a holder waits for the router's permits to go before it exits
-// anyway (the BFE stuck or stopped).
-const holdMax = 2 * time.Minute
+// releaseWait bounds how long the router's release waits for the holder to exit: it holds
+// on (without the router) while a permit is in force.
+const releaseWait = 10 * time.Second
 
 // startHolder starts the holder with a copy of hv and waits for it to say it holds it. The
 // release it returns closes the holder's stdin (the router lets go) and waits for it to
@@ -86,25 +88,33 @@ func startHolderCmd(command func(hv uintptr, owner uint32) *exec.Cmd) func(windi
 			select {
 			case err := <-exited:
 				return err
-			case <-time.After(holdMax + 5*time.Second):
-				return errors.New("holder: still running")
+			case <-time.After(releaseWait):
+				return errors.New("holder: still holding the WinDivert handle (a permit is still in force); it lets go once Windows deleted them")
 			}
 		}, nil
 	}
 }
 
-// RunHolder is `router hold`: it holds handle (inherited from parent) until guard.Hold
-// returns, then closes it. It writes "holding" to stdout once it holds it; stdin's end is
-// the router letting go.
+// RunHolder is `router hold`: it holds handle (inherited from parent) as keepHandle does,
+// with WinDivert.dll beside its executable for the queue time. It writes "holding" to
+// stdout once it holds it; stdin's end is the router letting go.
 func RunHolder(handle uintptr, parent uint32, stdin io.Reader, stdout io.Writer) error {
-	return runHolder(wfp.NewEngine(), handle, parent, stdin, stdout)
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("hold: %w", err)
+	}
+	drv, release, err := redirect.LoadWinDivert(filepath.Dir(exe))
+	if err != nil {
+		return fmt.Errorf("hold: %w", err)
+	}
+	defer release()
+	return runHolder(wfp.NewEngine(), drv, handle, parent, stdin, stdout)
 }
 
-func runHolder(eng wfp.Engine, handle uintptr, parent uint32, stdin io.Reader, stdout io.Writer) error {
-	h := windows.Handle(handle)
-	defer windows.CloseHandle(h)
+func runHolder(eng wfp.Engine, drv windivert.Driver, handle uintptr, parent uint32, stdin io.Reader, stdout io.Writer) error {
 	proc, err := windows.OpenProcess(windows.SYNCHRONIZE, false, parent)
 	if err != nil {
+		drv.Close(handle)
 		return fmt.Errorf("hold: open the router's process %d: %w", parent, err)
 	}
 	defer windows.CloseHandle(proc)
@@ -120,7 +130,5 @@ func runHolder(eng wfp.Engine, handle uintptr, parent uint32, stdin io.Reader, s
 	if _, err := io.WriteString(stdout, "holding\n"); err != nil {
 		return fmt.Errorf("hold: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), holdMax)
-	defer cancel()
-	return guard.Hold(ctx, guard.HoldConfig{WFP: eng, Owner: parent, Parent: parentGone, Stop: stop})
+	return keepHandle(drv, handle, guard.HoldConfig{WFP: eng, Owner: parent, Parent: parentGone, Stop: stop}, time.Sleep)
 }

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/windows"
 
+	"github.com/agentcage/router/windivert"
 	"github.com/agentcage/router/windivert/wfp/wfptest"
 )
 
@@ -22,10 +23,17 @@ func TestHolderHelper(t *testing.T) {
 	}
 	h, _ := strconv.ParseUint(hv, 10, 64)
 	p, _ := strconv.ParseUint(parent, 10, 32)
-	if err := runHolder(wfptest.New(), uintptr(h), uint32(p), os.Stdin, os.Stdout); err != nil {
+	if err := runHolder(wfptest.New(), pipeDriver{}, uintptr(h), uint32(p), os.Stdin, os.Stdout); err != nil {
 		t.Fatal(err)
 	}
 }
+
+// pipeDriver stands for WinDivert.dll in the holder's helper: the handle is a pipe's, so
+// the queue time is not set and Close is CloseHandle.
+type pipeDriver struct{ windivert.Driver }
+
+func (pipeDriver) SetParam(uintptr, windivert.Param, uint64) error { return nil }
+func (pipeDriver) Close(h uintptr) error                           { return windows.CloseHandle(windows.Handle(h)) }
 
 // TestHolderKeepsTheHandle: the holder inherits a handle and keeps it open after its
 // opener closed its own, until the opener lets it go. The handle is a pipe's write end:

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -23,8 +22,12 @@ import (
 // Windows platform over fakes whose teardown is not atomic (wfptest: a dead process's
 // dynamic session stays in force until the BFE runs it down; a session closed behind
 // another's transaction waits for the lock; windiverttest: a handle held elsewhere stays
-// open), check after every change of either fake that no caged flow WFP permits goes
-// uncaptured, and record the teardown's order.
+// open; its object is shared by the copies, so that a shutdown through one stops them all;
+// its last close re-injects the queued packets younger than QUEUE_TIME), check after every
+// change of either fake that no caged flow WFP permits goes uncaptured, queue a packet of
+// each caged flow WFP permits in a diverting handle nobody reads (the guest keeps
+// sending: the window's packets), count each packet re-injected at a last close as a
+// leak, and record the teardown's order.
 
 const cagedVM = `C:\Program Files\Oracle\VirtualBox\VirtualBoxVM.exe`
 
@@ -56,19 +59,30 @@ func newWatch(eng *wfptest.Engine, drv *windiverttest.Driver) *watch {
 	eng.Observe(func() { w.check("wfp change") })
 	drv.Observe(func(what string) {
 		what, _, _ = strings.Cut(what, " ")
+		if what == "reinject" {
+			w.mu.Lock()
+			w.leaks = append(w.leaks, "a packet of the window queued in the held handle was re-injected at its last close (below ALE: it left uncaught)")
+			w.mu.Unlock()
+		}
 		w.check("windivert " + what)
 	})
 	return w
 }
 
-func (w *watch) captured() bool {
+func (w *watch) captured() bool { return w.diverting() != nil }
+
+// diverting returns the live handle that diverts the caged flows, or nil.
+func (w *watch) diverting() *windiverttest.Handle {
 	for _, h := range w.drv.Live() {
-		if h.Layer == windivert.LayerNetwork && h.Flags == 0 {
-			return true
+		if h.Layer == windivert.LayerNetwork && h.Diverting() {
+			return h
 		}
 	}
-	return false
+	return nil
 }
+
+// windowPacket is what the watch queues for a permitted caged flow: a minimal IPv4 packet.
+var windowPacket = []byte{0x45, 0, 0, 20, 0, 0, 0, 0, 64, 6, 0, 0, 192, 168, 1, 10, 203, 0, 113, 10}
 
 func (w *watch) check(what string) {
 	captured := w.captured()
@@ -84,12 +98,18 @@ func (w *watch) check(what string) {
 		w.minP = persistent
 	}
 	w.events = append(w.events, fmt.Sprintf("%s (captured=%v)", what, captured))
-	if captured {
-		return
-	}
 	for _, f := range w.flows {
-		if v := w.eng.Classify(f); v.Action == wfp.Permit {
+		at := time.Now()
+		v := w.eng.Classify(f)
+		switch {
+		case v.Action != wfp.Permit:
+		case !captured:
 			w.leaks = append(w.leaks, fmt.Sprintf("after %s: %v passes uncaptured (%v)", what, f, v))
+		default:
+			// The guest keeps sending: a held handle (nobody reads it) queues the packet.
+			if h := w.diverting(); h != nil && h.Orphan() {
+				h.DeliverAt(windowPacket, windivert.Address{}, at)
+			}
 		}
 	}
 }
@@ -157,29 +177,28 @@ type fakeHolder struct {
 	wfp *wfptest.Process
 
 	mu       sync.Mutex
-	release  func()
 	parent   chan struct{} // closed when the router's process dies
 	stop     chan struct{} // closed when the router lets go
 	crashed  bool
 	released chan struct{}
 }
 
-// hold is the seam: the platform hands the holder the diverting handle.
+// hold is the seam: the platform hands the holder the diverting handle, of which the holder
+// gets its own copy (inherited), and runs the holder's logic over it.
 func (h *fakeHolder) hold(drv windivert.Driver, hv uintptr, owner uint32) (func() error, error) {
-	release, err := h.drv.Hold(hv)
+	copied, err := h.drv.Copy(hv)
 	if err != nil {
 		return nil, err
 	}
 	h.mu.Lock()
-	h.release, h.parent, h.stop = release, make(chan struct{}), make(chan struct{})
+	h.parent, h.stop = make(chan struct{}), make(chan struct{})
 	parent, stop := h.parent, h.stop
 	h.mu.Unlock()
 	go func() {
 		defer close(h.released)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		guard.Hold(ctx, guard.HoldConfig{WFP: h.wfp, Owner: owner, Poll: time.Millisecond, Parent: parent, Stop: stop})
-		release()
+		if err := keepHandle(h.drv, copied, guard.HoldConfig{WFP: h.wfp, Owner: owner, Poll: time.Millisecond, Parent: parent, Stop: stop}, time.Sleep); err != nil {
+			h.t.Errorf("holder: %v", err)
+		}
 	}()
 	return func() error {
 		h.mu.Lock()
@@ -298,10 +317,17 @@ func TestWindowCaptureFailure(t *testing.T) {
 // TestWindowTimedOutDisarm: another tool holds the machine-wide transaction lock while the
 // router stops (or its capture fails): Disarm's transaction times out and its session's
 // close waits for the lock; WinDivert must stay open until the permits are really gone.
+// In "stop, permits outlive the wait" the lock outlasts the stop's wait for the permits
+// (30 s on Windows): the router closes its handle anyway, and the holder's copy, which
+// shares its object, must go on diverting (a shutdown would stop it).
 func TestWindowTimedOutDisarm(t *testing.T) {
-	for _, how := range []string{"stop", "capture failure"} {
+	for _, how := range []string{"stop", "capture failure", "stop, permits outlive the wait"} {
 		t.Run(how, func(t *testing.T) {
 			s := newWindowScene(t)
+			lock := 100 * time.Millisecond
+			if how == "stop, permits outlive the wait" {
+				s.p.deps.DisarmWait, lock = 20*time.Millisecond, 300*time.Millisecond
+			}
 			s.start(t)
 			other, err := s.wfp.Process("other tool").Open(wfp.SessionOptions{Name: "a VPN client"})
 			if err != nil {
@@ -311,12 +337,12 @@ func TestWindowTimedOutDisarm(t *testing.T) {
 				t.Fatal(err)
 			}
 			go func() {
-				time.Sleep(100 * time.Millisecond)
+				time.Sleep(lock)
 				other.Abort()
 				other.Close()
 			}()
 			switch how {
-			case "stop":
+			case "stop", "stop, permits outlive the wait":
 				s.p.Close() // its error (the timed-out transaction) is expected
 			default:
 				s.failCapture(t)
