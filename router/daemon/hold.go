@@ -31,3 +31,27 @@ func keepHandle(drv windivert.Driver, hv uintptr, c guard.HoldConfig, wait func(
 	}
 	return nil
 }
+
+// holderStart is how the holder's process is started so that it outlives the ways the
+// router's process is ended while the permits may still be in force: one decision, which
+// the Windows start (startHolder) applies and the window walks judge against each kill.
+type holderStart struct {
+	// Image is the holder's executable's file name, a link to (or copy of) router.exe
+	// beside it: `taskkill /F /IM router.exe` does not match it.
+	Image string
+	// NewGroup (CREATE_NEW_PROCESS_GROUP) keeps a Ctrl+C or Ctrl+Break sent to the
+	// router's console group from reaching it.
+	NewGroup bool
+	// Detached (DETACHED_PROCESS) gives it no console: closing the router's console
+	// window does not end it.
+	Detached bool
+	// Breakaway (CREATE_BREAKAWAY_FROM_JOB) takes it out of the router's job, e.g. an ssh
+	// session's, which ends every process in it; a job that forbids breakaway makes the
+	// start fail, and the router refuses to run there (run it as its service).
+	Breakaway bool
+}
+
+// holderPlan is the holder's start.
+func holderPlan() holderStart {
+	return holderStart{Image: "router-hold.exe", NewGroup: true, Detached: true, Breakaway: true}
+}

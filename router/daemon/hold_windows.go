@@ -30,11 +30,55 @@ const releaseWait = 10 * time.Second
 
 // startHolder starts the holder with a copy of hv and waits for it to say it holds it. The
 // release it returns closes the holder's stdin (the router lets go) and waits for it to
-// exit (bounded).
+// exit (bounded). The holder runs from holderPlan's image, a link to exe beside it.
 func startHolder(exe string) func(windivert.Driver, uintptr, uint32) (func() error, error) {
 	return startHolderCmd(func(hv uintptr, owner uint32) *exec.Cmd {
-		return exec.Command(exe, "hold", "--handle", strconv.FormatUint(uint64(hv), 10), "--parent", strconv.FormatUint(uint64(owner), 10))
+		img, err := holderImage(exe, holderPlan().Image)
+		if err != nil {
+			img = exe // (reported when it fails to start: the start refuses then)
+		}
+		return exec.Command(img, "hold", "--handle", strconv.FormatUint(uint64(hv), 10), "--parent", strconv.FormatUint(uint64(owner), 10))
 	})
+}
+
+// holderImage returns the path of the holder's image beside exe: a hard link to exe
+// (made or remade when it is not one), or a copy when the volume has no links.
+func holderImage(exe, name string) (string, error) {
+	img := filepath.Join(filepath.Dir(exe), name)
+	a, err := os.Stat(exe)
+	if err != nil {
+		return "", fmt.Errorf("holder image: %w", err)
+	}
+	if b, err := os.Stat(img); err == nil && os.SameFile(a, b) {
+		return img, nil
+	}
+	os.Remove(img)
+	if err := os.Link(exe, img); err == nil {
+		return img, nil
+	}
+	src, err := os.ReadFile(exe)
+	if err != nil {
+		return "", fmt.Errorf("holder image: %w", err)
+	}
+	if err := os.WriteFile(img, src, 0o755); err != nil {
+		return "", fmt.Errorf("holder image: %w", err)
+	}
+	return img, nil
+}
+
+// creationFlags are the process creation flags of holderPlan's start.
+func creationFlags(s holderStart) uint32 {
+	var f uint32
+	if s.NewGroup {
+		f |= windows.CREATE_NEW_PROCESS_GROUP
+	}
+	if s.Detached {
+		f |= windows.DETACHED_PROCESS
+	}
+	if s.Breakaway {
+		f |= windows.CREATE_BREAKAWAY_FROM_JOB
+	}
+	return f
 }
 
 // startHolderCmd is startHolder with the holder's command line made by command (tests run
@@ -42,7 +86,7 @@ func startHolder(exe string) func(windivert.Driver, uintptr, uint32) (func() err
 func startHolderCmd(command func(hv uintptr, owner uint32) *exec.Cmd) func(windivert.Driver, uintptr, uint32) (func() error, error) {
 	return func(_ windivert.Driver, hv uintptr, owner uint32) (func() error, error) {
 		cmd := command(hv, owner)
-		cmd.SysProcAttr = &syscall.SysProcAttr{AdditionalInheritedHandles: []syscall.Handle{syscall.Handle(hv)}, HideWindow: true}
+		cmd.SysProcAttr = &syscall.SysProcAttr{AdditionalInheritedHandles: []syscall.Handle{syscall.Handle(hv)}, HideWindow: true, CreationFlags: creationFlags(holderPlan())}
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
 			return nil, fmt.Errorf("holder: %w", err)
@@ -59,6 +103,9 @@ func startHolderCmd(command func(hv uintptr, owner uint32) *exec.Cmd) func(windi
 		}
 		err = cmd.Start()
 		windows.SetHandleInformation(h, windows.HANDLE_FLAG_INHERIT, 0)
+		if errors.Is(err, windows.ERROR_ACCESS_DENIED) {
+			return nil, fmt.Errorf("holder: %w (the router runs in a job that forbids breakaway, e.g. an ssh session's: a holder there would end with the job; run the router as its service)", err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("holder: %w", err)
 		}

@@ -181,6 +181,8 @@ type fakeHolder struct {
 	stop     chan struct{} // closed when the router lets go
 	crashed  bool
 	released chan struct{}
+	copied   uintptr       // the holder's copy of the handle
+	killed   chan struct{} // closed when the holder's process is ended too
 }
 
 // hold is the seam: the platform hands the holder the diverting handle, of which the holder
@@ -191,13 +193,25 @@ func (h *fakeHolder) hold(drv windivert.Driver, hv uintptr, owner uint32) (func(
 		return nil, err
 	}
 	h.mu.Lock()
-	h.parent, h.stop = make(chan struct{}), make(chan struct{})
-	parent, stop := h.parent, h.stop
+	h.parent, h.stop, h.copied, h.killed = make(chan struct{}), make(chan struct{}), copied, make(chan struct{})
+	parent, stop, killed := h.parent, h.stop, h.killed
 	h.mu.Unlock()
+	// A killed holder does nothing more: its waits end at once and its calls fail.
+	wait := func(d time.Duration) {
+		select {
+		case <-killed:
+		case <-time.After(d):
+		}
+	}
 	go func() {
 		defer close(h.released)
-		if err := keepHandle(h.drv, copied, guard.HoldConfig{WFP: h.wfp, Owner: owner, Poll: time.Millisecond, Parent: parent, Stop: stop}, time.Sleep); err != nil {
-			h.t.Errorf("holder: %v", err)
+		err := keepHandle(h.drv, copied, guard.HoldConfig{WFP: h.wfp, Owner: owner, Poll: time.Millisecond, Parent: parent, Stop: stop}, wait)
+		select {
+		case <-killed:
+		default:
+			if err != nil {
+				h.t.Errorf("holder: %v", err)
+			}
 		}
 	}()
 	return func() error {
@@ -229,6 +243,15 @@ func (s *windowScene) crash() {
 	s.holder.mu.Unlock()
 }
 
+// killHolder ends the holder's process: the kernel closes its copy of the handle.
+func (s *windowScene) killHolder() {
+	s.holder.mu.Lock()
+	close(s.holder.killed)
+	copied := s.holder.copied
+	s.holder.mu.Unlock()
+	s.drv.Close(copied)
+}
+
 func (s *windowScene) waitHolder(t *testing.T) {
 	t.Helper()
 	select {
@@ -244,6 +267,72 @@ func (s *windowScene) waitHolder(t *testing.T) {
 func TestWindowCrash(t *testing.T) {
 	for _, mode := range []string{"caged", "all"} {
 		t.Run("dns="+mode, func(t *testing.T) { testWindowCrash(t, mode) })
+	}
+}
+
+// killKinds are the ways the router's process is ended, each with whether a holder started
+// as start says survives it (what Windows does to the processes it started).
+var killKinds = []struct {
+	name     string
+	survives func(holderStart) bool
+}{
+	{"TerminateProcess on the router's PID (taskkill /F /PID)", func(holderStart) bool { return true }},
+	{"taskkill /F /IM router.exe", func(s holderStart) bool { return !strings.EqualFold(s.Image, "router.exe") }},
+	{"Ctrl+C in the router's console", func(s holderStart) bool { return s.NewGroup || s.Detached }},
+	{"the router's console window closed", func(s holderStart) bool { return s.Detached }},
+	{"the router's job ends (an ssh session)", func(s holderStart) bool { return s.Breakaway }},
+}
+
+// TestWindowKills: every kind of kill of the router, the holder started as holderPlan
+// says: no caged packet passes before the BFE runs the dead router's permits down. (A
+// holder started as the router's plain child, image router.exe, dies with it in all but
+// the first.)
+func TestWindowKills(t *testing.T) {
+	for _, k := range killKinds {
+		t.Run(k.name, func(t *testing.T) {
+			s := newWindowScene(t)
+			s.start(t)
+			s.crash()
+			if !k.survives(holderPlan()) {
+				s.killHolder()
+			}
+			s.rundown(t)
+			s.waitHolder(t)
+			s.w.verify(t)
+		})
+	}
+}
+
+// TestWindowKillsOldHolder: the walk tests something: a holder started as a plain child
+// dies with the router under a kill by image name, and caged packets pass.
+func TestWindowKillsOldHolder(t *testing.T) {
+	if killKinds[1].survives(holderStart{Image: "router.exe"}) {
+		t.Fatal("a plain child survives taskkill /IM")
+	}
+	s := newWindowScene(t)
+	s.start(t)
+	s.crash()
+	s.killHolder()
+	s.w.mu.Lock()
+	leaks := len(s.w.leaks)
+	s.w.mu.Unlock()
+	if leaks == 0 {
+		t.Error("the holder killed with the router: no leak seen; the walk tests nothing")
+	}
+	s.rundown(t)
+	s.waitHolder(t)
+}
+
+// rundown runs the dead router's session down, tried until it does (up to 2 s): it waits
+// for a transaction another session holds (the fake's Rundown returns 0 then).
+func (s *windowScene) rundown(t *testing.T) {
+	t.Helper()
+	time.Sleep(20 * time.Millisecond)
+	for deadline := time.Now().Add(2 * time.Second); s.dynamic() > 0 && s.wfp.Rundown() == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s.dynamic() != 0 {
+		t.Errorf("the rundown left %d permits", s.dynamic())
 	}
 }
 
