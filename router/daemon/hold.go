@@ -49,9 +49,13 @@ type holderStart struct {
 	// session's, which ends every process in it; a job that forbids breakaway makes the
 	// start fail, and the router refuses to run there (run it as its service).
 	Breakaway bool
+	// Relay starts it through a relay process (`router hold --relay`) that starts the
+	// holder and exits: the holder's parent is gone, so killing the router's process tree
+	// (taskkill /T) does not reach it.
+	Relay bool
 }
 
 // holderPlan is the holder's start.
 func holderPlan() holderStart {
-	return holderStart{Image: "router-hold.exe", NewGroup: true, Detached: true, Breakaway: true}
+	return holderStart{Image: "router-hold.exe", NewGroup: true, Detached: true, Breakaway: true, Relay: true}
 }

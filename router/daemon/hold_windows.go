@@ -37,8 +37,34 @@ func startHolder(exe string) func(windivert.Driver, uintptr, uint32) (func() err
 		if err != nil {
 			img = exe // (reported when it fails to start: the start refuses then)
 		}
-		return exec.Command(img, "hold", "--handle", strconv.FormatUint(uint64(hv), 10), "--parent", strconv.FormatUint(uint64(owner), 10))
+		args := []string{"hold", "--handle", strconv.FormatUint(uint64(hv), 10), "--parent", strconv.FormatUint(uint64(owner), 10)}
+		if holderPlan().Relay {
+			args = append(args, "--relay")
+		}
+		return exec.Command(img, args...)
 	})
+}
+
+// RelayHolder is `router hold --relay`: it starts the holder (this executable, `hold`
+// with the same handle and parent) as holderPlan says, passing on the inherited handle and
+// its standard handles, and returns without waiting: the holder's parent is then a process
+// that has ended, so a kill of the router's process tree does not reach it.
+func RelayHolder(handle uintptr, parent uint32) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("hold relay: %w", err)
+	}
+	return relayHolder(exec.Command(exe, "hold", "--handle", strconv.FormatUint(uint64(handle), 10), "--parent", strconv.FormatUint(uint64(parent), 10)), handle)
+}
+
+func relayHolder(cmd *exec.Cmd, handle uintptr) error {
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{AdditionalInheritedHandles: []syscall.Handle{syscall.Handle(handle)}, HideWindow: true, CreationFlags: creationFlags(holderPlan())}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("hold relay: start the holder: %w", err)
+	}
+	cmd.Process.Release()
+	return nil
 }
 
 // holderImage returns the path of the holder's image beside exe: a hard link to exe
@@ -109,8 +135,12 @@ func startHolderCmd(command func(hv uintptr, owner uint32) *exec.Cmd) func(windi
 		if err != nil {
 			return nil, fmt.Errorf("holder: %w", err)
 		}
-		ready := make(chan error, 1)
+		// The holder's stdout ends when every process holding it is gone: the relay (if
+		// any) at once, the holder when it lets go. cmd.Wait, which closes the pipes, runs
+		// only after that.
+		ready, drained := make(chan error, 1), make(chan struct{})
 		go func() {
+			defer close(drained)
 			line, err := bufio.NewReader(stdout).ReadString('\n')
 			if err == nil && line != "holding\n" {
 				err = fmt.Errorf("unexpected %q", line)
@@ -118,7 +148,6 @@ func startHolderCmd(command func(hv uintptr, owner uint32) *exec.Cmd) func(windi
 			ready <- err
 			io.Copy(io.Discard, stdout)
 		}()
-		exited := make(chan error, 1)
 		select {
 		case err = <-ready:
 		case <-time.After(10 * time.Second):
@@ -129,13 +158,14 @@ func startHolderCmd(command func(hv uintptr, owner uint32) *exec.Cmd) func(windi
 			cmd.Wait()
 			return nil, fmt.Errorf("holder: %w", err)
 		}
-		go func() { exited <- cmd.Wait() }()
 		return func() error {
 			stdin.Close()
 			select {
-			case err := <-exited:
-				return err
+			case <-drained:
+				cmd.Wait()
+				return nil
 			case <-time.After(releaseWait):
+				go cmd.Wait()
 				return errors.New("holder: still holding the WinDivert handle (a permit is still in force); it lets go once Windows deleted them")
 			}
 		}, nil

@@ -281,6 +281,7 @@ var killKinds = []struct {
 	{"Ctrl+C in the router's console", func(s holderStart) bool { return s.NewGroup || s.Detached }},
 	{"the router's console window closed", func(s holderStart) bool { return s.Detached }},
 	{"the router's job ends (an ssh session)", func(s holderStart) bool { return s.Breakaway }},
+	{"taskkill /F /T /PID: the router's process tree", func(s holderStart) bool { return s.Relay }},
 }
 
 // TestWindowKills: every kind of kill of the router, the holder started as holderPlan
