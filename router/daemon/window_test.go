@@ -234,8 +234,10 @@ func (s *windowScene) crash() {
 	s.holder.mu.Lock()
 	s.holder.crashed = true
 	s.holder.mu.Unlock()
-	s.drv.Crash()
+	// The filtering engine first: the dead process's goroutines, woken by its closed
+	// handles, must not disarm in between (a real crash stops them at once).
 	s.router.Crash()
+	s.drv.Crash()
 	s.holder.mu.Lock()
 	if s.holder.parent != nil {
 		close(s.holder.parent)
