@@ -29,6 +29,7 @@ func (l *linter) windows() {
 	if l.goos() != "windows" {
 		return
 	}
+	l.svchostApps()
 	w := l.host.Windows
 	for _, a := range w.Adapters {
 		if !a.Uncageable() || coveredAll(l.cfg.Capture.CageSubnets, a.Subnets) {
@@ -53,6 +54,27 @@ func (l *linter) windows() {
 	l.add(Finding{Severity: Warning, Check: CheckHostResolver, Line: l.line("dns"),
 		Message: fmt.Sprintf("VirtualBox VM %s resolves through the host (NAT host resolver on): its queries come from the Dnscache svchost, which [dns] capture = \"caged\" passes untouched, so its names leak to the host's resolver", strings.Join(quoteAll(w.HostResolverVMs), ", ")),
 		Fix:     "turn the host resolver off (VBoxManage modifyvm VM --natdnshostresolver1 off), or set [dns] capture = \"all\""})
+}
+
+// svchostApps flags the proxy and block rules whose apps name svchost.exe: it hosts most of
+// Windows' services, so caging it by image cages them all (DHCP, DNS, Windows Update, time
+// sync), and the guard never blocks a Windows image by path, so it would not hold them
+// while the router is stopped either. A service is caged by its name (services).
+func (l *linter) svchostApps() {
+	for i := range l.cfg.Rules {
+		r := &l.cfg.Rules[i]
+		if r.Action == rules.Direct {
+			continue
+		}
+		for _, a := range r.Apps {
+			if !strings.Contains(a.Pattern(), "svchost") {
+				continue
+			}
+			l.add(Finding{Severity: Error, Check: CheckSvchostApp, Line: l.ruleLine(i),
+				Message: fmt.Sprintf("%s: apps names %q, the host of most Windows services: caging it by image takes the host's DHCP, DNS, Windows Update and time sync into the cage, and the guard does not hold it while the router is stopped", l.ruleRef(i), a.String()),
+				Fix:     "name the services instead, e.g. services = [\"Dnscache\"] (tasklist /svc lists the services of each svchost.exe)"})
+		}
+	}
 }
 
 // dnscacheCaged reports whether a proxy or block rule names the DNS Client service, which

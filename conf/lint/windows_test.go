@@ -2,6 +2,7 @@ package lint
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/agentcage/router/conf"
@@ -49,6 +50,45 @@ func TestWindowsFacts(t *testing.T) {
 			}
 			if len(got) != len(tc.want) {
 				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSvchostApp: a proxy or block rule naming svchost.exe in apps is an error on Windows
+// that points at services; a direct rule, or the same config linted for Linux, is not.
+func TestSvchostApp(t *testing.T) {
+	rule := func(apps, action string) string {
+		return "[proxy.exit]\naddress = \"192.0.2.1:1080\"\n[[rule]]\nname = \"hyp\"\napps = [" + apps + "]\naction = \"" + action + "\"\n[[rule]]\nname = \"default\"\naction = \"direct\"\n"
+	}
+	for _, tc := range []struct {
+		name, text, goos string
+		want             int
+	}{
+		{"proxy", rule(`"VirtualBoxVM.exe", "svchost.exe"`, "proxy"), "windows", 1},
+		{"block, upper case", rule(`"SVCHOST.EXE"`, "block"), "windows", 1},
+		{"by path", rule(`'C:\Windows\System32\svchost.exe'`, "proxy"), "windows", 1},
+		{"glob", rule(`"svc*.exe"`, "proxy"), "windows", 0},
+		{"direct", rule(`"svchost.exe"`, "direct"), "windows", 0},
+		{"linux", rule(`"svchost.exe"`, "proxy"), "linux", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := conf.Parse("w.toml", []byte(tc.text), conf.Options{SkipSecrets: true, OS: tc.goos})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, f := range Check(cfg, Host{OS: tc.goos}) {
+				if f.Check != CheckSvchostApp {
+					continue
+				}
+				n++
+				if f.Severity != Error || f.Line == 0 || !strings.Contains(f.Fix, "services") {
+					t.Errorf("finding %+v: want an error with a line, pointing at services", f)
+				}
+			}
+			if n != tc.want {
+				t.Errorf("%d svchost-app findings, want %d", n, tc.want)
 			}
 		})
 	}

@@ -269,7 +269,9 @@ func (p *redirectPlatform) extraApps(have []string) []string {
 // background: the engine's lookups do not wait for WFP), so it stays caged when the router
 // stops.
 func (p *redirectPlatform) noticeApp(info proc.Info) {
-	if info.Path == "" {
+	// Windows' own images (svchost.exe) are never guarded by path (guard.SystemImage):
+	// the seen file would put them in the persistent guard.
+	if info.Path == "" || guard.SystemImage(p.deps.Machine.Getenv("SystemRoot"), info.Path) {
 		return
 	}
 	p.appsMu.Lock()

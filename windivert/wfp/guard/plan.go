@@ -23,6 +23,10 @@ type Env struct {
 	// proxy and block rules and the known hypervisor images. Case and duplicates do not
 	// matter. Empty: no app is caged and the app filters are left out.
 	CagedApps []string
+	// SystemRoot is the Windows directory (%SystemRoot%; "": C:\Windows). The caged apps
+	// that are Windows' own images (SystemImage) are left out of the plan: never guarded
+	// by path.
+	SystemRoot string
 	// CagedServices are the Windows services the config's proxy and block rules name:
 	// blocked by their service SID (the token of the process that hosts them carries it
 	// when the service's SID type is not "none"), like the caged apps. Case and duplicates
@@ -494,6 +498,9 @@ func normalize(env Env) (Env, error) {
 	for _, a := range env.CagedApps {
 		if !isAbsWindows(a) {
 			errs = append(errs, fmt.Errorf("caged app %q is not an absolute path", a))
+			continue
+		}
+		if SystemImage(env.SystemRoot, a) {
 			continue
 		}
 		if k := strings.ToLower(a); !seen[k] {
