@@ -180,9 +180,6 @@ func (p *redirectPlatform) vmAdapters() []adapters.Adapter {
 // the coexistence check: other products' sublayers above the guard's and their hard permits
 // are logged, and refuse the install with [capture] rival_permits = "refuse".
 func (p *redirectPlatform) installGuard(cfg *conf.Config) error {
-	if err := p.checkRivals(cfg); err != nil {
-		return err
-	}
 	plan, unresolved, err := GuardPlan(cfg, p.deps.Machine, p.vmAdapters(), p.deps.Router, p.deps.Service)
 	if err != nil {
 		return fmt.Errorf("guard plan: %w", err)
@@ -201,6 +198,9 @@ func (p *redirectPlatform) installGuard(cfg *conf.Config) error {
 			return fmt.Errorf("guard plan: %w", err)
 		}
 	}
+	if err := p.checkRivals(cfg, plan.Env.CagedApps); err != nil {
+		return err
+	}
 	if len(unresolved) > 0 {
 		p.log.Warn("caged apps the guard cannot name (no such executable): they are caged by the capture while it runs, and guarded once seen running; give their full paths to guard them while it does not",
 			"apps", fmt.Sprint(unresolved))
@@ -214,9 +214,10 @@ func (p *redirectPlatform) installGuard(cfg *conf.Config) error {
 	return nil
 }
 
-// checkRivals runs the coexistence check (see installGuard); called with p.mu held.
-func (p *redirectPlatform) checkRivals(cfg *conf.Config) error {
-	rivals, err := guard.Rivals(p.deps.WFP)
+// checkRivals runs the coexistence check (see installGuard) against the guard's caged
+// apps; called with p.mu held.
+func (p *redirectPlatform) checkRivals(cfg *conf.Config, caged []string) error {
+	rivals, err := guard.Rivals(p.deps.WFP, caged)
 	if err != nil {
 		p.log.Warn("coexistence check: other products' WFP sublayers not listed", "err", err)
 		return nil
@@ -230,8 +231,11 @@ func (p *redirectPlatform) checkRivals(cfg *conf.Config) error {
 	}
 	if !slices.Equal(found, p.rivals) { // logged when the set changes, not at every check
 		for _, r := range rivals {
+			if b := r.Breaks(); b != "" {
+				p.log.Warn("coexistence: a WFP sublayer above the guard's breaks the router's own flows", "sublayer", r.Sublayer.Name, "weight", r.Sublayer.Weight, "breaks", b)
+			}
 			if len(r.HardPermits) == 0 {
-				p.log.Info("coexistence: a WFP sublayer above the guard's (its blocks add to ours)", "sublayer", r.Sublayer.Name, "weight", r.Sublayer.Weight)
+				p.log.Info("coexistence: a WFP sublayer above the guard's (its blocks add to ours, its soft permits do not override them)", "sublayer", r.Sublayer.Name, "weight", r.Sublayer.Weight)
 			} else {
 				p.log.Warn("coexistence: a WFP sublayer above the guard's has hard permits that defeat it", "rival", r.String())
 			}
@@ -463,7 +467,7 @@ func (p *redirectPlatform) watchGuard(stopped <-chan struct{}) {
 		if tick%15 == 0 { // about every 30 s: a VPN switched on meanwhile shows in status
 			p.mu.Lock()
 			if !p.closing && p.cfg != nil {
-				if err := p.checkRivals(p.cfg); err != nil {
+				if err := p.checkRivals(p.cfg, p.guarded); err != nil {
 					p.log.Error("coexistence: a rival's hard permits defeat the guard while it runs; it refuses the next start", "err", err)
 				}
 			}
