@@ -179,8 +179,14 @@ type Capture struct {
 	// the guard's holds hard permits at the guard's layers (they defeat its blocks): "warn"
 	// (the default, also when empty) or "refuse" to start.
 	RivalPermits string
-	ListenerPort uint16
-	DNSPort      uint16
+	// UncagedAdapters (Windows) is what the daemon does when a VM-facing adapter's guests
+	// can leave through Windows where no capture sees them (adapters.Uncaged: Hyper-V's
+	// Default Switch, WSL2's NAT, a switch with NAT or forwarding, a host-only adapter with
+	// forwarding or ICS): "refuse" to start (the default, also when empty) or "accept" it
+	// (each start logs them).
+	UncagedAdapters string
+	ListenerPort    uint16
+	DNSPort         uint16
 	// UDPPort is the transparent UDP socket that captured UDP reaches (Linux, TPROXY).
 	UDPPort uint16
 	Mark    uint32

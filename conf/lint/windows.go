@@ -22,6 +22,9 @@ type WindowsFacts struct {
 	// Bridged are the VMs with an adapter bridged to a host adapter: no capture sees
 	// their guests (package adapters, BridgedVMs).
 	Bridged []adapters.Bridged
+	// WSL is what can be told of WSL2's networking (the Hyper-V firewall's default
+	// outbound for WSL closes its adapter).
+	WSL adapters.WSL
 }
 
 // windows checks the config against what is known of this Windows machine.
@@ -31,17 +34,21 @@ func (l *linter) windows() {
 	}
 	l.svchostApps()
 	w := l.host.Windows
-	for _, a := range w.Adapters {
-		if !a.Uncageable() || coveredAll(l.cfg.Capture.CageSubnets, a.Subnets) {
-			continue
-		}
-		how := "Windows NATs its guests in the kernel"
-		if a.NAT != adapters.NATWinNAT && a.NAT != adapters.NATHNS {
+	for _, a := range adapters.Uncaged(w.Adapters, l.cfg.Capture.CageSubnets, w.WSL) {
+		how, fix := "Windows NATs its guests in the kernel", "run the agent's VM on an Internal switch without NAT and put its subnet in [capture] cage_subnets (docs/hyperv.md); for WSL2 set the Hyper-V firewall's default outbound to Block"
+		switch {
+		case a.Kind == adapters.KindVirtualBox || a.Kind == adapters.KindVMware:
+			how, fix = "IP forwarding (or Internet Connection Sharing) is on for it, so its guests can route out past the hypervisor's caged processes", "turn forwarding and ICS off for it (Set-NetIPInterface -InterfaceAlias NAME -Forwarding Disabled)"
+		case a.NAT != adapters.NATWinNAT && a.NAT != adapters.NATHNS:
 			how = "IP forwarding is on for it"
 		}
-		l.add(Finding{Severity: Warning, Check: CheckUncagedSwitch, Line: l.line("capture"),
-			Message: fmt.Sprintf("adapter %q (%s, %s): %s, where no capture sees them: a VM or WSL distribution on it is not caged", a.Name, a.Kind, subnetList(a.Subnets), how),
-			Fix:     "run the agent's VM on an Internal switch without NAT and put its subnet in [capture] cage_subnets (docs/hyperv.md); for WSL2 set the Hyper-V firewall's default outbound to Block"})
+		sev, then := Error, "the router refuses to start while it is there unless [capture] uncaged_adapters = \"accept\""
+		if l.cfg.Capture.UncagedAdapters == "accept" {
+			sev, then = Warning, "accepted ([capture] uncaged_adapters = \"accept\")"
+		}
+		l.add(Finding{Severity: sev, Check: CheckUncagedSwitch, Line: l.line("capture"),
+			Message: fmt.Sprintf("adapter %q (%s, %s): %s, where no capture sees them: a VM or WSL distribution on it is not caged; %s", a.Name, a.Kind, subnetList(a.Subnets), how, then),
+			Fix:     fix})
 	}
 	for _, b := range w.Bridged {
 		l.add(Finding{Severity: Warning, Check: CheckBridged, Line: l.line("capture"),
@@ -91,24 +98,6 @@ func (l *linter) dnscacheCaged() bool {
 		}
 	}
 	return false
-}
-
-func coveredAll(cages, subnets []netip.Prefix) bool {
-	if len(subnets) == 0 {
-		return false
-	}
-	for _, s := range subnets {
-		ok := false
-		for _, c := range cages {
-			if c.Bits() <= s.Bits() && c.Contains(s.Addr()) {
-				ok = true
-			}
-		}
-		if !ok {
-			return false
-		}
-	}
-	return true
 }
 
 func subnetList(ps []netip.Prefix) string {

@@ -32,6 +32,10 @@ func TestWindowsFacts(t *testing.T) {
 		{"host resolver, caged scope", base, WindowsFacts{HostResolverVMs: []string{"agent"}}, []string{CheckHostResolver}},
 		{"host resolver, all", base + "[dns]\ncapture = \"all\"\n", WindowsFacts{HostResolverVMs: []string{"agent"}}, nil},
 		{"host resolver, Dnscache caged", base + "[[rule]]\nname = \"dns\"\nservices = [\"Dnscache\"]\naction = \"proxy\"\n", WindowsFacts{HostResolverVMs: []string{"agent"}}, nil},
+		{"wsl closed by the Hyper-V firewall", base, WindowsFacts{Adapters: []adapters.Adapter{wsl}, WSL: adapters.WSL{Firewall: &on, DefaultOutbound: "Block"}}, nil},
+		{"host-only with ICS", base, WindowsFacts{Adapters: []adapters.Adapter{{Interface: adapters.Interface{Name: "VirtualBox Host-Only Ethernet Adapter", Forwarding: &on}, Kind: adapters.KindVirtualBox, NAT: adapters.NATUser,
+			Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.56.0/24")}}}}, []string{CheckUncagedSwitch}},
+		{"default switch accepted", strings.Replace(base, "[capture]\n", "[capture]\nuncaged_adapters = \"accept\"\n", 1), WindowsFacts{Adapters: []adapters.Adapter{defSwitch}}, []string{CheckUncagedSwitch}},
 		{"bridged VM", base, WindowsFacts{Bridged: []adapters.Bridged{{Hypervisor: "vmware", VM: "lan", Slot: "ethernet0"}}}, []string{CheckBridged}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -43,7 +47,11 @@ func TestWindowsFacts(t *testing.T) {
 			for _, f := range Check(cfg, Host{OS: "windows", Windows: tc.facts}) {
 				if f.Check == CheckUncagedSwitch || f.Check == CheckHostResolver || f.Check == CheckBridged {
 					got = append(got, f.Check)
-					if f.Severity != Warning || f.Fix == "" {
+					want := Warning
+					if f.Check == CheckUncagedSwitch && !strings.Contains(tc.text, "uncaged_adapters") {
+						want = Error // the start refuses it
+					}
+					if f.Severity != want || f.Fix == "" {
 						t.Errorf("finding %+v", f)
 					}
 				}

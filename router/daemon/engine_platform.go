@@ -103,6 +103,8 @@ type engineDeps struct {
 	// Adapters lists the VM-facing adapters whose guests the guard walls the host from
 	// (nil: none, only the cage subnets).
 	Adapters func() ([]adapters.Adapter, error)
+	// WSL reads WSL2's networking settings (nil, or an error: unknown).
+	WSL func() (adapters.WSL, error)
 	// Router is the absolute path of the router's executable; Service its Windows service
 	// name when it runs as one ("" in the foreground).
 	Router, Service string
@@ -173,6 +175,29 @@ func (p *redirectPlatform) vmAdapters() []adapters.Adapter {
 		return nil
 	}
 	return as
+}
+
+// checkUncaged refuses the start while a VM-facing adapter's guests can leave through
+// Windows where no capture sees them (adapters.Uncaged, the decision lint warns with),
+// unless the config accepts it; accepted ones are logged at each start.
+func (p *redirectPlatform) checkUncaged(cfg *conf.Config) error {
+	var wsl adapters.WSL
+	if p.deps.WSL != nil {
+		wsl, _ = p.deps.WSL()
+	}
+	u := adapters.Uncaged(p.vmAdapters(), cfg.Capture.CageSubnets, wsl)
+	if len(u) == 0 {
+		return nil
+	}
+	var names []string
+	for _, a := range u {
+		names = append(names, fmt.Sprintf("%q (%s)", a.Name, a.Kind))
+	}
+	if cfg.Capture.UncagedAdapters == "accept" {
+		p.log.Warn("adapters whose guests leave uncaged (accepted: [capture] uncaged_adapters = \"accept\")", "adapters", strings.Join(names, ", "))
+		return nil
+	}
+	return fmt.Errorf("adapters whose guests leave through Windows where no capture sees them (kernel NAT or IP forwarding): %s; close them (docs/hyperv.md: an Internal switch in cage_subnets, the Hyper-V firewall's default outbound Block for WSL, forwarding and ICS off), or set [capture] uncaged_adapters = \"accept\" to run with them uncaged", strings.Join(names, ", "))
 }
 
 // installGuard puts the config's guard in place (re-armed when armed), with the caged
@@ -424,6 +449,9 @@ func (p *redirectPlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dn
 				"old", fmt.Sprint(p.ups), "new", fmt.Sprint(ups))
 		}
 		return nil
+	}
+	if err := p.checkUncaged(cfg); err != nil {
+		return err
 	}
 	if p.deps.Lock != nil && p.unlock == nil {
 		unlock, err := p.deps.Lock()

@@ -271,6 +271,8 @@ func natText(n NAT) string {
 
 func cageText(a Adapter) string {
 	switch {
+	case (a.Kind == KindVirtualBox || a.Kind == KindVMware) && a.Forwarding != nil && *a.Forwarding:
+		return "UNCAGED: IP forwarding is on (Internet Connection Sharing turns it on): its guests can route out through the host's kernel, past the hypervisor's caged processes; turn forwarding and ICS off for it (Set-NetIPInterface -Forwarding Disabled); the router refuses to start meanwhile"
 	case a.Kind == KindVirtualBox || a.Kind == KindVMware:
 		return "guests leave through the hypervisor's processes: cage them with hypervisors = [\"virtualbox\"] or [\"vmware\"]; forwards may listen here; the guard walls this host's services off from its guests (only the forwards, the inbounds and DHCP answer them); a VM bridged to a host adapter instead is not caged (see BRIDGED)"
 	case a.Uncageable():
@@ -303,4 +305,29 @@ func boolText(b *bool, on string) string {
 		return on
 	}
 	return "off"
+}
+
+// Uncaged returns the adapters whose guests can leave through Windows where no capture
+// sees them and that nothing closes: Uncageable ones (kernel NAT, or forwarding on a
+// Hyper-V switch) whose subnets are not all in cageSubnets (the guard then blocks
+// forwarding from them) and, for WSL's adapter, whose Hyper-V firewall default outbound is
+// not Block (docs/hyperv.md's recipe); and VirtualBox or VMware adapters with IP forwarding
+// on (Internet Connection Sharing turns it on), whose guests can route out through the
+// host's kernel past the hypervisor's caged processes. It is the one decision `router
+// lint` warns with and the Windows daemon refuses to start on unless the config accepts
+// it ([capture] uncaged_adapters = "accept").
+func Uncaged(as []Adapter, cageSubnets []netip.Prefix, wsl WSL) []Adapter {
+	var out []Adapter
+	for _, a := range as {
+		switch {
+		case (a.Kind == KindVirtualBox || a.Kind == KindVMware) && a.Forwarding != nil && *a.Forwarding:
+			out = append(out, a)
+		case !a.Uncageable():
+		case len(a.Subnets) > 0 && allCovered(cageSubnets, a.Subnets):
+		case a.Kind == KindWSL && strings.EqualFold(wsl.DefaultOutbound, "Block") && (wsl.Firewall == nil || *wsl.Firewall):
+		default:
+			out = append(out, a)
+		}
+	}
+	return out
 }
