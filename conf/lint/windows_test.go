@@ -36,6 +36,8 @@ func TestWindowsFacts(t *testing.T) {
 		{"host-only with ICS", base, WindowsFacts{Adapters: []adapters.Adapter{{Interface: adapters.Interface{Name: "VirtualBox Host-Only Ethernet Adapter", Forwarding: &on}, Kind: adapters.KindVirtualBox, NAT: adapters.NATUser,
 			Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.56.0/24")}}}}, []string{CheckUncagedSwitch}},
 		{"default switch accepted", strings.Replace(base, "[capture]\n", "[capture]\nuncaged_adapters = \"accept\"\n", 1), WindowsFacts{Adapters: []adapters.Adapter{defSwitch}}, []string{CheckUncagedSwitch}},
+		{"external switch", base, WindowsFacts{Adapters: []adapters.Adapter{{Interface: adapters.Interface{Name: "vEthernet (LAN)", Forwarding: new(bool), Gateway: true}, Kind: adapters.KindHyperV, NAT: adapters.NATNone,
+			Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24")}}}}, []string{CheckBridged}},
 		{"bridged VM", base, WindowsFacts{Bridged: []adapters.Bridged{{Hypervisor: "vmware", VM: "lan", Slot: "ethernet0"}}}, []string{CheckBridged}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -61,6 +61,10 @@ type Interface struct {
 	// Forwarding is true when IP forwarding is on for the adapter (either family); nil
 	// when unknown.
 	Forwarding *bool
+	// Gateway is true when the adapter has a default gateway: a Hyper-V External switch's
+	// host adapter shares the physical network and its gateway; an Internal switch's has
+	// none.
+	Gateway bool
 }
 
 // WSL is what can be told of WSL2's networking: the user's .wslconfig and the Hyper-V
@@ -91,6 +95,11 @@ type Adapter struct {
 	// Subnets are the networks of its addresses (link-local left out).
 	Subnets []netip.Prefix
 }
+
+// External reports whether the adapter is a Hyper-V External switch's (a vEthernet adapter
+// with a default gateway): its guests are bridged to the host's LAN, below the host's
+// network stack, where neither WinDivert nor WFP sees them: not caged, and not closed.
+func (a Adapter) External() bool { return a.Kind == KindHyperV && a.Gateway }
 
 // Forwards reports whether something carries the adapter's guests off the host by itself
 // (Windows NAT, or IP forwarding), where no capture sees them.
@@ -277,6 +286,8 @@ func cageText(a Adapter) string {
 		return "guests leave through the hypervisor's processes: cage them with hypervisors = [\"virtualbox\"] or [\"vmware\"]; forwards may listen here; the guard walls this host's services off from its guests (only the forwards, the inbounds and DHCP answer them); a VM bridged to a host adapter instead is not caged (see BRIDGED)"
 	case a.Uncageable():
 		return "UNCAGED: Windows carries its guests out in the kernel, where no capture sees them; for an agent use an Internal switch without NAT and put its subnet in cage_subnets"
+	case a.External():
+		return "BRIDGED: an External switch (it has the LAN's gateway): its guests are machines of the host's LAN, whose frames pass below the host's network stack where neither WinDivert nor WFP sees them: not caged, and the guard does not hold them; for an agent use an Internal switch without NAT in cage_subnets"
 	case a.NAT == NATUnknown:
 		return "unknown: if nothing NATs or forwards for it (an Internal switch), its subnet goes in cage_subnets"
 	}

@@ -153,3 +153,18 @@ func TestUncaged(t *testing.T) {
 		})
 	}
 }
+
+// TestExternalSwitch: a vEthernet adapter with the LAN's gateway is an External switch:
+// reported as bridged, never "closed by construction".
+func TestExternalSwitch(t *testing.T) {
+	off := false
+	ext := Adapter{Interface: Interface{Name: "vEthernet (LAN)", Forwarding: &off, Gateway: true}, Kind: KindHyperV, NAT: NATNone, Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24")}}
+	if !ext.External() {
+		t.Fatal("not External")
+	}
+	var b strings.Builder
+	Write(&b, []Adapter{ext}, WSL{})
+	if out := b.String(); !strings.Contains(out, "cage:        BRIDGED") || strings.Contains(out, "closed by construction") {
+		t.Errorf("report:\n%s", out)
+	}
+}
