@@ -196,6 +196,7 @@ const (
 	weightD3 = 13
 	weightD4 = 12
 	weightP4 = 11
+	weightP5 = 11
 	weightD1 = 10
 	weightA1 = 9
 	weightA2 = 8
@@ -297,6 +298,11 @@ func NewPlan(env Env) (Plan, error) {
 				apps, []wfp.Condition{wfp.Protocol(wfp.ProtoUDP)}, udpPorts)
 		}
 		add(&p.Persistent, "P3", "caged apps are blocked unless the router runs", connect, weightP3, wfp.Block, false, persistentAndBoot, apps)
+		// The hypervisors' NAT port forwards (VirtualBox's NAT rules, vmnat.exe's, QEMU's
+		// hostfwd) listen in the caged processes: another machine never reaches a guest
+		// through one, in every state; this host's own connections (loopback) still do.
+		add(&p.Persistent, "P5", "caged apps take no connection from another machine (the hypervisors' NAT port forwards)", accept, weightP5, wfp.Block, false, persistentAndBoot,
+			apps, []wfp.Condition{wfp.FlagsClear(wfp.FlagLoopback)})
 	}
 	if len(env.OwnPorts) > 0 {
 		var own []wfp.Condition
