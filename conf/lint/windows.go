@@ -40,6 +40,8 @@ func (l *linter) windows() {
 		switch {
 		case a.Kind == adapters.KindVirtualBox || a.Kind == adapters.KindVMware:
 			how, fix = "IP forwarding (or Internet Connection Sharing) is on for it, so its guests can route out past the hypervisor's caged processes", "turn forwarding and ICS off for it (Set-NetIPInterface -InterfaceAlias NAME -Forwarding Disabled)"
+		case a.Kind == adapters.KindWSL && len(a.Subnets) == 0:
+			how = "mirrored networking puts WSL on the host's own adapters, below any process of the host"
 		case a.NAT != adapters.NATWinNAT && a.NAT != adapters.NATHNS:
 			how = "IP forwarding is on for it"
 		}

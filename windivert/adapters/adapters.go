@@ -324,21 +324,32 @@ func boolText(b *bool, on string) string {
 // forwarding from them) and, for WSL's adapter, whose Hyper-V firewall default outbound is
 // not Block (docs/hyperv.md's recipe); and VirtualBox or VMware adapters with IP forwarding
 // on (Internet Connection Sharing turns it on), whose guests can route out through the
-// host's kernel past the hypervisor's caged processes. It is the one decision `router
-// lint` warns with and the Windows daemon refuses to start on unless the config accepts
-// it ([capture] uncaged_adapters = "accept").
+// host's kernel past the hypervisor's caged processes. WSL2 in mirrored networking mode
+// has no adapter of its own: it counts, as "WSL2 (mirrored networking)", unless the
+// Hyper-V firewall blocks WSL's outbound. It is the one decision `router lint` reports
+// and the Windows daemon refuses to start on unless the config accepts it ([capture]
+// uncaged_adapters = "accept").
 func Uncaged(as []Adapter, cageSubnets []netip.Prefix, wsl WSL) []Adapter {
 	var out []Adapter
+	if strings.EqualFold(wsl.Mode, "mirrored") && !wslClosed(wsl) {
+		out = append(out, Adapter{Interface: Interface{Name: "WSL2 (mirrored networking)"}, Kind: KindWSL})
+	}
 	for _, a := range as {
 		switch {
 		case (a.Kind == KindVirtualBox || a.Kind == KindVMware) && a.Forwarding != nil && *a.Forwarding:
 			out = append(out, a)
 		case !a.Uncageable():
 		case len(a.Subnets) > 0 && allCovered(cageSubnets, a.Subnets):
-		case a.Kind == KindWSL && strings.EqualFold(wsl.DefaultOutbound, "Block") && (wsl.Firewall == nil || *wsl.Firewall):
+		case a.Kind == KindWSL && wslClosed(wsl):
 		default:
 			out = append(out, a)
 		}
 	}
 	return out
+}
+
+// wslClosed reports whether the Hyper-V firewall blocks WSL's outbound by default (and is
+// not turned off for WSL): docs/hyperv.md's recipe.
+func wslClosed(wsl WSL) bool {
+	return strings.EqualFold(wsl.DefaultOutbound, "Block") && (wsl.Firewall == nil || *wsl.Firewall)
 }

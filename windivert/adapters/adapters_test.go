@@ -141,6 +141,8 @@ func TestUncaged(t *testing.T) {
 	}{
 		{"default switch and wsl", []Adapter{defSwitch, wsl, internal, vbox}, WSL{}, "vEthernet (Default Switch), vEthernet (WSL)"},
 		{"wsl closed by the Hyper-V firewall", []Adapter{wsl}, WSL{Firewall: &on, DefaultOutbound: "Block"}, ""},
+		{"wsl mirrored", nil, WSL{Mode: "mirrored"}, "WSL2 (mirrored networking)"},
+		{"wsl mirrored, closed by the Hyper-V firewall", nil, WSL{Mode: "mirrored", DefaultOutbound: "Block"}, ""},
 		{"wsl firewall off", []Adapter{wsl}, WSL{Firewall: &off, DefaultOutbound: "Block"}, "vEthernet (WSL)"},
 		{"internal forwarding, a cage subnet", []Adapter{routed}, WSL{}, ""},
 		{"host-only (the hypervisor NATs, caged as its processes)", []Adapter{vbox}, WSL{}, ""},
