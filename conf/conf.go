@@ -49,19 +49,23 @@ import (
 
 // Config is a validated configuration.
 type Config struct {
-	File     string
-	Proxies  []Proxy // in file order
-	Capture  Capture
-	Forwards []Forward
-	Inbounds []Inbound
-	DNS      DNS
-	Relay    Relay
-	Log      Log
-	Control  Control
-	Metrics  Metrics
-	Policy   Policy
-	Console  Console
-	Rules    []rules.Rule
+	File string
+	// HostsFiles are the files the rules' hosts_file read, as opened (relative ones joined
+	// to File's directory): the Windows service refuses them, like File, when an account
+	// other than the administrators may change them.
+	HostsFiles []string
+	Proxies    []Proxy // in file order
+	Capture    Capture
+	Forwards   []Forward
+	Inbounds   []Inbound
+	DNS        DNS
+	Relay      Relay
+	Log        Log
+	Control    Control
+	Metrics    Metrics
+	Policy     Policy
+	Console    Console
+	Rules      []rules.Rule
 	// RuleLines[i] is the line of the [[rule]] header of Rules[i] (in the approved file for
 	// the approved rules: see Policy.Approved).
 	RuleLines []int

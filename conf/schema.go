@@ -99,6 +99,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 	if v, ok := raw["rule"]; ok {
 		d.rules(c, v)
 		d.appAliases(c)
+		c.HostsFiles = d.hostPaths
 	}
 	d.approved(c)
 	d.scope(c)

@@ -134,18 +134,6 @@ func (e *envFlags) Set(v string) error {
 	return nil
 }
 
-// trustedFiles are the files of cfg the SYSTEM service reads and obeys: the config and the
-// proxies' password files.
-func trustedFiles(cfg *conf.Config) []string {
-	out := []string{cfg.File}
-	for _, p := range cfg.Proxies {
-		if p.PasswordFile != "" {
-			out = append(out, p.PasswordFile)
-		}
-	}
-	return out
-}
-
 // checkServiceConfig refuses, under the service manager, a config (or password file) that
 // non-administrators may change: see service.CheckTrusted.
 func checkServiceConfig(path string) error {
