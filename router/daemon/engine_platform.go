@@ -105,6 +105,10 @@ type engineDeps struct {
 	Adapters func() ([]adapters.Adapter, error)
 	// WSL reads WSL2's networking settings (nil, or an error: unknown).
 	WSL func() (adapters.WSL, error)
+	// SIDTypeNone reports whether the service name's SID type is NONE (nil, or an error:
+	// unknown): its processes carry no service SID, so the guard's blocks by service SID
+	// never match them while the router is stopped.
+	SIDTypeNone func(name string) (bool, error)
 	// Router is the absolute path of the router's executable; Service its Windows service
 	// name when it runs as one ("" in the foreground).
 	Router, Service string
@@ -200,6 +204,20 @@ func (p *redirectPlatform) checkUncaged(cfg *conf.Config) error {
 	return fmt.Errorf("adapters whose guests leave through Windows where no capture sees them (kernel NAT or IP forwarding): %s; close them (docs/hyperv.md: an Internal switch in cage_subnets, the Hyper-V firewall's default outbound Block for WSL, forwarding and ICS off), or set [capture] uncaged_adapters = \"accept\" to run with them uncaged", strings.Join(names, ", "))
 }
 
+// warnSIDTypeNone warns of each caged service whose SID type is NONE: the guard blocks
+// caged services by their service SID, which such a service's processes do not carry, so
+// it is caged only while the router runs (the capture sees its host process's services).
+func (p *redirectPlatform) warnSIDTypeNone(services []string) {
+	if p.deps.SIDTypeNone == nil {
+		return
+	}
+	for _, name := range services {
+		if none, err := p.deps.SIDTypeNone(name); err == nil && none {
+			p.log.Warn("a caged service's SID type is NONE: the guard cannot block it while the router is stopped; fix (elevated): sc.exe sidtype "+name+" unrestricted, then restart that service", "service", name)
+		}
+	}
+}
+
 // installGuard puts the config's guard in place (re-armed when armed), with the caged
 // images seen running from paths the plan missed; it is called with p.mu held. Before it,
 // the coexistence check: other products' sublayers above the guard's and their hard permits
@@ -230,6 +248,7 @@ func (p *redirectPlatform) installGuard(cfg *conf.Config) error {
 		p.log.Warn("caged apps the guard cannot name (no such executable): they are caged by the capture while it runs, and guarded once seen running; give their full paths to guard them while it does not",
 			"apps", fmt.Sprint(unresolved))
 	}
+	p.warnSIDTypeNone(plan.Env.CagedServices)
 	rep, err := p.guard.Install(plan)
 	if err != nil {
 		return err

@@ -66,6 +66,7 @@ func NewPlatform(log *slog.Logger) Platform {
 		OwnPID:       uint32(os.Getpid()),
 		ReservePorts: reservePorts,
 		Hold:         startHolder(exe),
+		SIDTypeNone:  serviceSIDTypeNone,
 	}
 	if exe != "" {
 		// Beside router.exe: the install directory, which only administrators may write.
