@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/router/daemon"
@@ -153,6 +154,9 @@ func runService(level slog.Leveler, run func(log *slog.Logger, ctx contextT, rel
 		return err
 	}
 	defer closeLog()
+	// One event log record per flow would flood the Application log: they are summarized.
+	h, flush := service.SummarizeFlows(h, time.Minute, time.Now)
+	defer flush()
 	log := slog.New(h)
 	return service.RunDaemon(service.RunOptions{}, func(ctx contextT, reload <-chan struct{}, armed func()) error {
 		ready := make(chan struct{})
