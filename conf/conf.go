@@ -49,19 +49,23 @@ import (
 
 // Config is a validated configuration.
 type Config struct {
-	File     string
-	Proxies  []Proxy // in file order
-	Capture  Capture
-	Forwards []Forward
-	Inbounds []Inbound
-	DNS      DNS
-	Relay    Relay
-	Log      Log
-	Control  Control
-	Metrics  Metrics
-	Policy   Policy
-	Console  Console
-	Budget   Budget
+	File string
+	// HostsFiles are the files the rules' hosts_file read, as opened (relative ones joined
+	// to File's directory): the Windows service refuses them, like File, when an account
+	// other than the administrators may change them.
+	HostsFiles []string
+	Proxies    []Proxy // in file order
+	Capture    Capture
+	Forwards   []Forward
+	Inbounds   []Inbound
+	DNS        DNS
+	Relay      Relay
+	Log        Log
+	Control    Control
+	Metrics    Metrics
+	Policy     Policy
+	Console    Console
+	Budget     Budget
 	// Credentials are the [[credential]] tables, in file order.
 	Credentials []Credential
 	Rules       []rules.Rule
@@ -182,8 +186,14 @@ type Capture struct {
 	// the guard's holds hard permits at the guard's layers (they defeat its blocks): "warn"
 	// (the default, also when empty) or "refuse" to start.
 	RivalPermits string
-	ListenerPort uint16
-	DNSPort      uint16
+	// UncagedAdapters (Windows) is what the daemon does when a VM-facing adapter's guests
+	// can leave through Windows where no capture sees them (adapters.Uncaged: Hyper-V's
+	// Default Switch, WSL2's NAT, a switch with NAT or forwarding, a host-only adapter with
+	// forwarding or ICS): "refuse" to start (the default, also when empty) or "accept" it
+	// (each start logs them).
+	UncagedAdapters string
+	ListenerPort    uint16
+	DNSPort         uint16
 	// UDPPort is the transparent UDP socket that captured UDP reaches (Linux, TPROXY).
 	UDPPort uint16
 	Mark    uint32

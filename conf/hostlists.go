@@ -102,6 +102,7 @@ func (d *decoder) hostFiles(r *rules.Rule, a at, v any) {
 			d.fail(ea, "read hosts file: %v", err)
 			continue
 		}
+		d.hostPaths = append(d.hostPaths, path)
 		d.hostBytes += len(data)
 		if d.hostBytes > MaxHostFilesSize {
 			d.fail(ea, "the hosts files of this config hold more than %d bytes (16 MiB) together", MaxHostFilesSize)

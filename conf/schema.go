@@ -19,7 +19,7 @@ import (
 var (
 	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "metrics", "policy", "console", "budget", "credential", "rule"}
 	proxyKeys   = []string{"type", "address", "via", "username", "password_env", "password_file", "pipeline", "ca_file", "health_check", "health_target"}
-	captureKeys = []string{"vm_networks", "vm_interfaces", "hypervisors", "cage_subnets", "local", "local_udp_allow", "rival_permits", "listener_port", "dns_port", "udp_port", "mark", "table"}
+	captureKeys = []string{"vm_networks", "vm_interfaces", "hypervisors", "cage_subnets", "local", "local_udp_allow", "rival_permits", "uncaged_adapters", "listener_port", "dns_port", "udp_port", "mark", "table"}
 	forwardKeys = []string{"name", "listen", "connect", "allow", "api", "allow_paths", "max_body", "idle_timeout", "unsafe_any_address"}
 	inboundKeys = []string{"name", "type", "listen", "allow", "unsafe_any_address"}
 	dnsKeys     = []string{"mode", "resolver", "proxy", "transport", "pool", "ttl", "direct_names", "capture", "allow_doh", "doh_hosts"}
@@ -105,6 +105,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 	if v, ok := raw["rule"]; ok {
 		d.rules(c, v)
 		d.appAliases(c)
+		c.HostsFiles = d.hostPaths
 	}
 	d.approved(c)
 	d.scope(c)
@@ -371,6 +372,16 @@ func (d *decoder) capture(c *Config, v any) {
 				c.Capture.RivalPermits = str
 			default:
 				d.fail(a.key("rival_permits"), "%q: want \"warn\" or \"refuse\"", str)
+			}
+		}
+	}
+	if v, ok := m["uncaged_adapters"]; ok {
+		if str, ok := d.str(a.key("uncaged_adapters"), v); ok {
+			switch str {
+			case "refuse", "accept":
+				c.Capture.UncagedAdapters = str
+			default:
+				d.fail(a.key("uncaged_adapters"), "%q: want \"refuse\" or \"accept\"", str)
 			}
 		}
 	}

@@ -31,6 +31,7 @@ type decoder struct {
 	// bound, readBounded); hostBytes counts the bytes of the hosts files read so far.
 	readFile  func(string) ([]byte, error)
 	hostBytes int
+	hostPaths []string // the hosts files read (Config.HostsFiles)
 }
 
 // at names a key for messages: its path (for the line) and how people call it.

@@ -227,6 +227,17 @@ func (d *DLL) Close(h uintptr) error {
 	return nil
 }
 
+// CancelIO implements Canceler (CancelIoEx on the handle: this process's calls in progress
+// return ERROR_OPERATION_ABORTED; the handle's object, which a holder's copy shares, is
+// not shut down).
+func (d *DLL) CancelIO(h uintptr) error {
+	err := windows.CancelIoEx(windows.Handle(h), nil)
+	if err == windows.ERROR_NOT_FOUND {
+		return nil // nothing in progress
+	}
+	return err
+}
+
 // SetParam implements Driver (WinDivertSetParam).
 func (d *DLL) SetParam(h uintptr, p Param, v uint64) error {
 	if r, _, e := syscall.SyscallN(d.setParam, h, uintptr(p), uintptr(v)); r == 0 {
@@ -302,3 +313,4 @@ func (d *DLL) CalcChecksums(pkt []byte, addr *Address, flags ChecksumFlag) error
 }
 
 var _ Driver = (*DLL)(nil)
+var _ Canceler = (*DLL)(nil)

@@ -21,6 +21,7 @@ const (
 	ErrInvalidParameter   Errno = 87   // ERROR_INVALID_PARAMETER
 	ErrInsufficientBuffer Errno = 122  // ERROR_INSUFFICIENT_BUFFER
 	ErrNoData             Errno = 232  // ERROR_NO_DATA
+	ErrOperationAborted   Errno = 995  // ERROR_OPERATION_ABORTED
 	ErrIOPending          Errno = 997  // ERROR_IO_PENDING
 	ErrInvalidImageHash   Errno = 577  // ERROR_INVALID_IMAGE_HASH
 	ErrDriverFailedPrior  Errno = 654  // ERROR_DRIVER_FAILED_PRIOR_UNLOAD
@@ -46,6 +47,8 @@ func (e Errno) text() string {
 		return "the packet was larger than the buffer and was truncated"
 	case ErrNoData:
 		return "the handle was shut down and its queue is empty"
+	case ErrOperationAborted:
+		return "the call was cancelled (the handle is closing)"
 	case ErrIOPending:
 		return "overlapped I/O pending"
 	case ErrInvalidImageHash:

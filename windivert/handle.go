@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Driver is the raw call surface of WinDivert.dll: one method per C function, the handle an
@@ -25,6 +26,13 @@ type Driver interface {
 	GetParam(h uintptr, p Param) (uint64, error)
 }
 
+// Canceler is implemented by a Driver that can cancel the calls in progress through one
+// handle value without shutting the object down (CancelIoEx on Windows): they return
+// ErrOperationAborted. A Handle needs it to be Shared.
+type Canceler interface {
+	CancelIO(h uintptr) error
+}
+
 // Handle is an open WinDivert handle: a filter attached at one layer and priority.
 //
 // Contract:
@@ -36,9 +44,19 @@ type Driver interface {
 //     may run at once (WinDivert queues are thread-safe). A goroutine blocked in Recv is
 //     released by Shutdown(ShutdownRecv) or Close.
 //   - Close shuts the handle down for both directions, waits for calls in progress to
-//     return, then closes the driver handle; packets still queued are dropped (for a
-//     diverting handle: lost, which is what failing closed means). After Close every method
-//     returns ErrClosed; a second Close returns ErrClosed.
+//     return, then closes the driver handle. After Close every method returns ErrClosed; a
+//     second Close returns ErrClosed.
+//   - Shutdown and the queue parameters act on the driver's object, which every copy of
+//     the handle shares (a holder process's, made by inheritance or DuplicateHandle): a
+//     receive shutdown makes the driver let matching packets pass, whichever copy asked.
+//     A Shared handle's Close therefore never shuts it down: it cancels this process's
+//     calls in progress instead and closes its own value, and the other copy keeps
+//     diverting.
+//   - At the last close of the object (every copy) the driver re-injects the queued
+//     packets younger than QUEUE_TIME of a non-SNIFF handle, below ALE where no WFP filter
+//     stops them, and drops the older ones: a diverting handle whose packets must be lost
+//     (failing closed) sets the shortest QUEUE_TIME and waits past it before that close
+//     (see ExpireQueue).
 //   - Errors are *Error values naming the operation and wrapping an Errno (whose message
 //     says what to do) or ErrShutdown / ErrClosed.
 //
@@ -53,6 +71,7 @@ type Handle struct {
 
 	mu     sync.Mutex
 	closed bool
+	shared bool           // another process holds a copy: Close never shuts it down
 	calls  sync.WaitGroup // calls in progress on h
 }
 
@@ -135,12 +154,37 @@ func (h *Handle) begin() error {
 
 func (h *Handle) end() { h.calls.Done() }
 
-// recvErr turns a driver error of a receive into the documented one.
-func recvErr(op string, err error) error {
+// recvErr turns a driver error of a receive into the documented one: a receive cancelled
+// by a Shared handle's Close ends like one ended by a shutdown.
+func (h *Handle) recvErr(op string, err error) error {
 	if errors.Is(err, ErrNoData) {
 		return ErrShutdown
 	}
+	if errors.Is(err, ErrOperationAborted) {
+		h.mu.Lock()
+		closing := h.closed
+		h.mu.Unlock()
+		if closing {
+			return ErrShutdown
+		}
+	}
 	return &Error{Op: op, Err: err}
+}
+
+// Share records that another process holds a copy of the handle (inheritance,
+// DuplicateHandle): from then on Close cancels this process's calls in progress instead
+// of shutting the shared object down. The driver must be a Canceler.
+func (h *Handle) Share() error {
+	if _, ok := h.d.(Canceler); !ok {
+		return &Error{Op: "share", Err: errors.New("the driver cannot cancel a receive without shutting the handle down")}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return ErrClosed
+	}
+	h.shared = true
+	return nil
 }
 
 // Recv receives one packet (or event) into buf and its metadata into addr, and returns the
@@ -154,7 +198,7 @@ func (h *Handle) Recv(buf []byte, addr *Address) (int, error) {
 	defer h.end()
 	n, err := h.d.Recv(h.h, buf, addr)
 	if err != nil {
-		return n, recvErr("recv", err)
+		return n, h.recvErr("recv", err)
 	}
 	return n, nil
 }
@@ -172,7 +216,7 @@ func (h *Handle) RecvEx(buf []byte, addrs []Address) (n, count int, err error) {
 	defer h.end()
 	n, count, err = h.d.RecvEx(h.h, buf, addrs)
 	if err != nil {
-		return n, count, recvErr("recv", err)
+		return n, count, h.recvErr("recv", err)
 	}
 	return n, count, nil
 }
@@ -206,8 +250,8 @@ func (h *Handle) SendEx(buf []byte, addrs []Address) (int, error) {
 	return n, nil
 }
 
-// Shutdown stops receiving, sending or both. Receives in progress return the packets
-// still queued, then ErrShutdown.
+// Shutdown stops receiving, sending or both, for every copy of the handle (see the type's
+// contract). Receives in progress return the packets still queued, then ErrShutdown.
 func (h *Handle) Shutdown(how ShutdownHow) error {
 	if how < ShutdownRecv || how > ShutdownBoth {
 		return &Error{Op: "shutdown", Err: fmt.Errorf("bad mode %d", how)}
@@ -258,6 +302,41 @@ func checkParam(p Param, v uint64) error {
 	return nil
 }
 
+// cancelCalls cancels the calls in progress until none is left: a call registered just
+// before Close may reach the driver after a cancel, so the cancel is repeated.
+func (h *Handle) cancelCalls() {
+	done := make(chan struct{})
+	go func() {
+		h.calls.Wait()
+		close(done)
+	}()
+	c := h.d.(Canceler)
+	for {
+		c.CancelIO(h.h)
+		select {
+		case <-done:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// ExpireQueue makes the packets queued in the object behind the handle value hv (a copy
+// this process holds, e.g. a holder's inherited one) expire instead of being re-injected
+// at its last close: it sets the shortest QUEUE_TIME and then calls wait with a duration
+// past it (time.Sleep, or a test's clock). Call it once no matching packet can reach the
+// queue any more (the WFP permits are gone) and right before the last close.
+func ExpireQueue(d Driver, hv uintptr, wait func(time.Duration)) error {
+	if err := d.SetParam(hv, ParamQueueTime, QueueTimeMin); err != nil {
+		return &Error{Op: "set the shortest queue time", Err: err}
+	}
+	wait(ExpireWait)
+	return nil
+}
+
+// ExpireWait is how long ExpireQueue waits after setting the shortest QUEUE_TIME: twice it.
+const ExpireWait = 2 * QueueTimeMin * time.Millisecond
+
 // GetParam reads a parameter.
 func (h *Handle) GetParam(p Param) (uint64, error) {
 	if p > ParamVersionMinor {
@@ -274,8 +353,9 @@ func (h *Handle) GetParam(p Param) (uint64, error) {
 	return v, nil
 }
 
-// Close shuts the handle down, waits for calls in progress, and closes it; see the type's
-// contract. The driver's error, if any, is returned, but the handle is closed either way.
+// Close shuts the handle down (a Shared one: cancels this process's calls in progress),
+// waits for calls in progress, and closes it; see the type's contract. The driver's error,
+// if any, is returned, but the handle is closed either way.
 func (h *Handle) Close() error {
 	h.mu.Lock()
 	if h.closed {
@@ -283,9 +363,15 @@ func (h *Handle) Close() error {
 		return ErrClosed
 	}
 	h.closed = true
+	shared := h.shared
 	h.mu.Unlock()
-	shutErr := h.d.Shutdown(h.h, ShutdownBoth)
-	h.calls.Wait()
+	var shutErr error
+	if shared {
+		h.cancelCalls()
+	} else {
+		shutErr = h.d.Shutdown(h.h, ShutdownBoth)
+		h.calls.Wait()
+	}
 	if err := h.d.Close(h.h); err != nil {
 		return &Error{Op: "close", Err: err}
 	}

@@ -13,8 +13,8 @@ import (
 // left out (lint then says nothing about it).
 func windowsFacts() lint.WindowsFacts {
 	var f lint.WindowsFacts
-	if as, _, err := adapters.List(adapters.NewSystem()); err == nil {
-		f.Adapters = as
+	if as, wsl, err := adapters.List(adapters.NewSystem()); err == nil {
+		f.Adapters, f.WSL = as, wsl
 	}
 	if dir := vboxDir(); dir != "" {
 		f.HostResolverVMs, _ = adapters.HostResolverVMs(dir, os.ReadFile)

@@ -15,12 +15,20 @@ func cmdHold(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("hold", "--handle N --parent PID", "Internal (Windows): started by the daemon; holds its WinDivert handle until its WFP permits are gone.", stderr)
 	handle := fs.Uint64("handle", 0, "the inherited WinDivert `handle`")
 	parent := fs.Uint("parent", 0, "the daemon's process `id`")
+	relay := fs.Bool("relay", false, "start the holder and exit (its parent is then gone)")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
 	if *handle == 0 || *parent == 0 {
 		fmt.Fprintln(stderr, "router hold: --handle and --parent are required")
 		return exitUsage
+	}
+	if *relay {
+		if err := daemon.RelayHolder(uintptr(*handle), uint32(*parent)); err != nil {
+			fmt.Fprintln(stderr, "router", err)
+			return exitFindings
+		}
+		return exitOK
 	}
 	if err := daemon.RunHolder(uintptr(*handle), uint32(*parent), os.Stdin, stdout); err != nil {
 		fmt.Fprintln(stderr, "router", err)

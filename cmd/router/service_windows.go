@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/agentcage/router/cmd/router/daemon"
 	"github.com/agentcage/router/cmd/router/service"
@@ -134,18 +135,6 @@ func (e *envFlags) Set(v string) error {
 	return nil
 }
 
-// trustedFiles are the files of cfg the SYSTEM service reads and obeys: the config and the
-// proxies' password files.
-func trustedFiles(cfg *conf.Config) []string {
-	out := []string{cfg.File}
-	for _, p := range cfg.Proxies {
-		if p.PasswordFile != "" {
-			out = append(out, p.PasswordFile)
-		}
-	}
-	return out
-}
-
 // checkServiceConfig refuses, under the service manager, a config (or password file) that
 // non-administrators may change: see service.CheckTrusted.
 func checkServiceConfig(path string) error {
@@ -165,6 +154,9 @@ func runService(level slog.Leveler, run func(log *slog.Logger, ctx contextT, rel
 		return err
 	}
 	defer closeLog()
+	// One event log record per flow would flood the Application log: they are summarized.
+	h, flush := service.SummarizeFlows(h, time.Minute, time.Now)
+	defer flush()
 	log := slog.New(h)
 	return service.RunDaemon(service.RunOptions{}, func(ctx contextT, reload <-chan struct{}, armed func()) error {
 		ready := make(chan struct{})

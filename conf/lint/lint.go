@@ -45,6 +45,7 @@ const (
 	CheckDisabled      = "disabled"         // a rule with enabled = false: kept, never matched
 	CheckBridged       = "bridged-vm"       // a VM bridged to a host adapter: no capture sees it
 	CheckDoH           = "doh-endpoint"     // a rule lets through a DoH resolver that caged flows never reach
+	CheckSvchostApp    = "svchost-app"      // a proxy or block rule cages svchost.exe by image (Windows)
 )
 
 // Finding is one problem.

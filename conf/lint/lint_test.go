@@ -89,7 +89,7 @@ action = "direct"
 [[rule]]
 name = "default"
 action = "direct"
-`, []string{"error local-via-proxy model-direct<hypervisor"}},
+`, []string{"error local-via-proxy model-direct<hypervisor", "error svchost-app "}},
 		{"the trap with the model rule limited to svchost: unreachable", `
 [[forward]]
 name = "model"
@@ -109,7 +109,7 @@ action = "direct"
 [[rule]]
 name = "default"
 action = "direct"
-`, []string{"error unreachable model-direct<hypervisor"}},
+`, []string{"error unreachable model-direct<hypervisor", "error svchost-app "}},
 		{"rule below a catch-all", `
 [[rule]]
 name = "all"

@@ -2,6 +2,7 @@ package lint
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/agentcage/router/conf"
@@ -31,6 +32,13 @@ func TestWindowsFacts(t *testing.T) {
 		{"host resolver, caged scope", base, WindowsFacts{HostResolverVMs: []string{"agent"}}, []string{CheckHostResolver}},
 		{"host resolver, all", base + "[dns]\ncapture = \"all\"\n", WindowsFacts{HostResolverVMs: []string{"agent"}}, nil},
 		{"host resolver, Dnscache caged", base + "[[rule]]\nname = \"dns\"\nservices = [\"Dnscache\"]\naction = \"proxy\"\n", WindowsFacts{HostResolverVMs: []string{"agent"}}, nil},
+		{"wsl closed by the Hyper-V firewall", base, WindowsFacts{Adapters: []adapters.Adapter{wsl}, WSL: adapters.WSL{Firewall: &on, DefaultOutbound: "Block"}}, nil},
+		{"host-only with ICS", base, WindowsFacts{Adapters: []adapters.Adapter{{Interface: adapters.Interface{Name: "VirtualBox Host-Only Ethernet Adapter", Forwarding: &on}, Kind: adapters.KindVirtualBox, NAT: adapters.NATUser,
+			Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.56.0/24")}}}}, []string{CheckUncagedSwitch}},
+		{"default switch accepted", strings.Replace(base, "[capture]\n", "[capture]\nuncaged_adapters = \"accept\"\n", 1), WindowsFacts{Adapters: []adapters.Adapter{defSwitch}}, []string{CheckUncagedSwitch}},
+		{"external switch", base, WindowsFacts{Adapters: []adapters.Adapter{{Interface: adapters.Interface{Name: "vEthernet (LAN)", Forwarding: new(bool), Gateway: true}, Kind: adapters.KindHyperV, NAT: adapters.NATNone,
+			Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24")}}}}, []string{CheckBridged}},
+		{"wsl mirrored", base, WindowsFacts{WSL: adapters.WSL{Mode: "mirrored"}}, []string{CheckUncagedSwitch}},
 		{"bridged VM", base, WindowsFacts{Bridged: []adapters.Bridged{{Hypervisor: "vmware", VM: "lan", Slot: "ethernet0"}}}, []string{CheckBridged}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,13 +50,56 @@ func TestWindowsFacts(t *testing.T) {
 			for _, f := range Check(cfg, Host{OS: "windows", Windows: tc.facts}) {
 				if f.Check == CheckUncagedSwitch || f.Check == CheckHostResolver || f.Check == CheckBridged {
 					got = append(got, f.Check)
-					if f.Severity != Warning || f.Fix == "" {
+					want := Warning
+					if f.Check == CheckUncagedSwitch && !strings.Contains(tc.text, "uncaged_adapters") {
+						want = Error // the start refuses it
+					}
+					if f.Severity != want || f.Fix == "" {
 						t.Errorf("finding %+v", f)
 					}
 				}
 			}
 			if len(got) != len(tc.want) {
 				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSvchostApp: a proxy or block rule naming svchost.exe in apps is an error on Windows
+// that points at services; a direct rule, or the same config linted for Linux, is not.
+func TestSvchostApp(t *testing.T) {
+	rule := func(apps, action string) string {
+		return "[proxy.exit]\naddress = \"192.0.2.1:1080\"\n[[rule]]\nname = \"hyp\"\napps = [" + apps + "]\naction = \"" + action + "\"\n[[rule]]\nname = \"default\"\naction = \"direct\"\n"
+	}
+	for _, tc := range []struct {
+		name, text, goos string
+		want             int
+	}{
+		{"proxy", rule(`"VirtualBoxVM.exe", "svchost.exe"`, "proxy"), "windows", 1},
+		{"block, upper case", rule(`"SVCHOST.EXE"`, "block"), "windows", 1},
+		{"by path", rule(`'C:\Windows\System32\svchost.exe'`, "proxy"), "windows", 1},
+		{"glob", rule(`"svc*.exe"`, "proxy"), "windows", 0},
+		{"direct", rule(`"svchost.exe"`, "direct"), "windows", 0},
+		{"linux", rule(`"svchost.exe"`, "proxy"), "linux", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := conf.Parse("w.toml", []byte(tc.text), conf.Options{SkipSecrets: true, OS: tc.goos})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, f := range Check(cfg, Host{OS: tc.goos}) {
+				if f.Check != CheckSvchostApp {
+					continue
+				}
+				n++
+				if f.Severity != Error || f.Line == 0 || !strings.Contains(f.Fix, "services") {
+					t.Errorf("finding %+v: want an error with a line, pointing at services", f)
+				}
+			}
+			if n != tc.want {
+				t.Errorf("%d svchost-app findings, want %d", n, tc.want)
 			}
 		})
 	}

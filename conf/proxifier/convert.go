@@ -503,6 +503,18 @@ func (c *converter) writeRules() {
 	}
 }
 
+// svchostCaged reports (and notes) an application of a proxy or block rule that names
+// svchost.exe: the router never cages it by image (it hosts most of Windows' services;
+// `router lint` calls that an error), and which of its services the profile meant is not
+// known, so it is not carried: the user names them (services = [...]).
+func (c *converter) svchostCaged(r *Rule, app string) bool {
+	if r.Action == "Direct" || !strings.Contains(strings.ToLower(app), "svchost") {
+		return false
+	}
+	c.note(r.Applications.Line, NotCarried, "rule %q: application %q: svchost.exe hosts most Windows services, and caging it by image would cage them all (DHCP, DNS, Windows Update, time sync); add the services it should cage by hand (services = [\"Dnscache\"]; tasklist /svc lists them)", r.Name, app)
+	return true
+}
+
 // rule writes one rule's match fields and action, or says why it cannot be carried.
 func (c *converter) rule(r *Rule) (body, why string) {
 	var b strings.Builder
@@ -511,6 +523,9 @@ func (c *converter) rule(r *Rule) (body, why string) {
 		s = strings.Trim(s, "\"")
 		if _, err := rules.ParseApp(s); err != nil {
 			c.note(r.Applications.Line, NotCarried, "rule %q: application %q: %v", r.Name, s, err)
+			continue
+		}
+		if c.svchostCaged(r, s) {
 			continue
 		}
 		apps = append(apps, s)

@@ -61,6 +61,10 @@ type Interface struct {
 	// Forwarding is true when IP forwarding is on for the adapter (either family); nil
 	// when unknown.
 	Forwarding *bool
+	// Gateway is true when the adapter has a default gateway: a Hyper-V External switch's
+	// host adapter shares the physical network and its gateway; an Internal switch's has
+	// none.
+	Gateway bool
 }
 
 // WSL is what can be told of WSL2's networking: the user's .wslconfig and the Hyper-V
@@ -91,6 +95,11 @@ type Adapter struct {
 	// Subnets are the networks of its addresses (link-local left out).
 	Subnets []netip.Prefix
 }
+
+// External reports whether the adapter is a Hyper-V External switch's (a vEthernet adapter
+// with a default gateway): its guests are bridged to the host's LAN, below the host's
+// network stack, where neither WinDivert nor WFP sees them: not caged, and not closed.
+func (a Adapter) External() bool { return a.Kind == KindHyperV && a.Gateway }
 
 // Forwards reports whether something carries the adapter's guests off the host by itself
 // (Windows NAT, or IP forwarding), where no capture sees them.
@@ -271,10 +280,14 @@ func natText(n NAT) string {
 
 func cageText(a Adapter) string {
 	switch {
+	case (a.Kind == KindVirtualBox || a.Kind == KindVMware) && a.Forwarding != nil && *a.Forwarding:
+		return "UNCAGED: IP forwarding is on (Internet Connection Sharing turns it on): its guests can route out through the host's kernel, past the hypervisor's caged processes; turn forwarding and ICS off for it (Set-NetIPInterface -Forwarding Disabled); the router refuses to start meanwhile"
 	case a.Kind == KindVirtualBox || a.Kind == KindVMware:
 		return "guests leave through the hypervisor's processes: cage them with hypervisors = [\"virtualbox\"] or [\"vmware\"]; forwards may listen here; the guard walls this host's services off from its guests (only the forwards, the inbounds and DHCP answer them); a VM bridged to a host adapter instead is not caged (see BRIDGED)"
 	case a.Uncageable():
 		return "UNCAGED: Windows carries its guests out in the kernel, where no capture sees them; for an agent use an Internal switch without NAT and put its subnet in cage_subnets"
+	case a.External():
+		return "BRIDGED: an External switch (it has the LAN's gateway): its guests are machines of the host's LAN, whose frames pass below the host's network stack where neither WinDivert nor WFP sees them: not caged, and the guard does not hold them; for an agent use an Internal switch without NAT in cage_subnets"
 	case a.NAT == NATUnknown:
 		return "unknown: if nothing NATs or forwards for it (an Internal switch), its subnet goes in cage_subnets"
 	}
@@ -303,4 +316,40 @@ func boolText(b *bool, on string) string {
 		return on
 	}
 	return "off"
+}
+
+// Uncaged returns the adapters whose guests can leave through Windows where no capture
+// sees them and that nothing closes: Uncageable ones (kernel NAT, or forwarding on a
+// Hyper-V switch) whose subnets are not all in cageSubnets (the guard then blocks
+// forwarding from them) and, for WSL's adapter, whose Hyper-V firewall default outbound is
+// not Block (docs/hyperv.md's recipe); and VirtualBox or VMware adapters with IP forwarding
+// on (Internet Connection Sharing turns it on), whose guests can route out through the
+// host's kernel past the hypervisor's caged processes. WSL2 in mirrored networking mode
+// has no adapter of its own: it counts, as "WSL2 (mirrored networking)", unless the
+// Hyper-V firewall blocks WSL's outbound. It is the one decision `router lint` reports
+// and the Windows daemon refuses to start on unless the config accepts it ([capture]
+// uncaged_adapters = "accept").
+func Uncaged(as []Adapter, cageSubnets []netip.Prefix, wsl WSL) []Adapter {
+	var out []Adapter
+	if strings.EqualFold(wsl.Mode, "mirrored") && !wslClosed(wsl) {
+		out = append(out, Adapter{Interface: Interface{Name: "WSL2 (mirrored networking)"}, Kind: KindWSL})
+	}
+	for _, a := range as {
+		switch {
+		case (a.Kind == KindVirtualBox || a.Kind == KindVMware) && a.Forwarding != nil && *a.Forwarding:
+			out = append(out, a)
+		case !a.Uncageable():
+		case len(a.Subnets) > 0 && allCovered(cageSubnets, a.Subnets):
+		case a.Kind == KindWSL && wslClosed(wsl):
+		default:
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// wslClosed reports whether the Hyper-V firewall blocks WSL's outbound by default (and is
+// not turned off for WSL): docs/hyperv.md's recipe.
+func wslClosed(wsl WSL) bool {
+	return strings.EqualFold(wsl.DefaultOutbound, "Block") && (wsl.Firewall == nil || *wsl.Firewall)
 }

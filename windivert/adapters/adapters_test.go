@@ -114,3 +114,59 @@ dnsTunneling=true
 		t.Fatalf("%+v %v", w, err)
 	}
 }
+
+func TestUncaged(t *testing.T) {
+	on, off := true, false
+	defSwitch := Adapter{Interface: Interface{Name: "vEthernet (Default Switch)"}, Kind: KindDefaultSwitch, NAT: NATHNS, Subnets: []netip.Prefix{netip.MustParsePrefix("172.22.64.0/20")}}
+	wsl := Adapter{Interface: Interface{Name: "vEthernet (WSL)"}, Kind: KindWSL, NAT: NATHNS, Subnets: []netip.Prefix{netip.MustParsePrefix("172.29.160.0/20")}}
+	internal := Adapter{Interface: Interface{Name: "vEthernet (AgentCage)", Forwarding: &off}, Kind: KindHyperV, NAT: NATNone, Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.200.0/24")}}
+	routed := internal
+	routed.Forwarding = &on
+	vbox := Adapter{Interface: Interface{Name: "VirtualBox Host-Only Ethernet Adapter", Forwarding: &off}, Kind: KindVirtualBox, NAT: NATUser, Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.56.0/24")}}
+	icsVbox := vbox
+	icsVbox.Forwarding = &on
+	cage := []netip.Prefix{netip.MustParsePrefix("192.168.200.0/24")}
+	names := func(as []Adapter) string {
+		var s []string
+		for _, a := range as {
+			s = append(s, a.Name)
+		}
+		return strings.Join(s, ", ")
+	}
+	for _, tc := range []struct {
+		name string
+		as   []Adapter
+		wsl  WSL
+		want string
+	}{
+		{"default switch and wsl", []Adapter{defSwitch, wsl, internal, vbox}, WSL{}, "vEthernet (Default Switch), vEthernet (WSL)"},
+		{"wsl closed by the Hyper-V firewall", []Adapter{wsl}, WSL{Firewall: &on, DefaultOutbound: "Block"}, ""},
+		{"wsl mirrored", nil, WSL{Mode: "mirrored"}, "WSL2 (mirrored networking)"},
+		{"wsl mirrored, closed by the Hyper-V firewall", nil, WSL{Mode: "mirrored", DefaultOutbound: "Block"}, ""},
+		{"wsl firewall off", []Adapter{wsl}, WSL{Firewall: &off, DefaultOutbound: "Block"}, "vEthernet (WSL)"},
+		{"internal forwarding, a cage subnet", []Adapter{routed}, WSL{}, ""},
+		{"host-only (the hypervisor NATs, caged as its processes)", []Adapter{vbox}, WSL{}, ""},
+		{"host-only with forwarding on (ICS)", []Adapter{icsVbox}, WSL{}, "VirtualBox Host-Only Ethernet Adapter"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := names(Uncaged(tc.as, cage, tc.wsl)); got != tc.want {
+				t.Errorf("Uncaged = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestExternalSwitch: a vEthernet adapter with the LAN's gateway is an External switch:
+// reported as bridged, never "closed by construction".
+func TestExternalSwitch(t *testing.T) {
+	off := false
+	ext := Adapter{Interface: Interface{Name: "vEthernet (LAN)", Forwarding: &off, Gateway: true}, Kind: KindHyperV, NAT: NATNone, Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24")}}
+	if !ext.External() {
+		t.Fatal("not External")
+	}
+	var b strings.Builder
+	Write(&b, []Adapter{ext}, WSL{})
+	if out := b.String(); !strings.Contains(out, "cage:        BRIDGED") || strings.Contains(out, "closed by construction") {
+		t.Errorf("report:\n%s", out)
+	}
+}

@@ -31,14 +31,14 @@ type winSystem struct{}
 func NewSystem() System { return winSystem{} }
 
 func (winSystem) Interfaces() ([]Interface, error) {
-	aas, err := winipcfg.GetAdaptersAddresses(windows.AF_UNSPEC, winipcfg.GAAFlagIncludeAllInterfaces)
+	aas, err := winipcfg.GetAdaptersAddresses(windows.AF_UNSPEC, winipcfg.GAAFlagIncludeAllInterfaces|winipcfg.GAAFlagIncludeGateways)
 	if err != nil {
 		return nil, fmt.Errorf("get adapters addresses: %w", err)
 	}
 	fwd := forwarding()
 	var out []Interface
 	for _, a := range aas {
-		i := Interface{Name: a.FriendlyName(), Description: a.Description(), Up: a.OperStatus == winipcfg.IfOperStatusUp, LUID: uint64(a.LUID)}
+		i := Interface{Name: a.FriendlyName(), Description: a.Description(), Up: a.OperStatus == winipcfg.IfOperStatusUp, LUID: uint64(a.LUID), Gateway: a.FirstGatewayAddress != nil}
 		for u := a.FirstUnicastAddress; u != nil; u = u.Next {
 			ip := u.Address.IP()
 			if ip == nil {

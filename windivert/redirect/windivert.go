@@ -144,6 +144,11 @@ func OpenWinDivert(d windivert.Driver, c WinDivertConfig) (*WinDivertDevice, err
 // open while the router's permits outlive the router (see the daemon's Windows platform).
 func (d *WinDivertDevice) NetworkHandle() uintptr { return d.net.Raw() }
 
+// ShareNetwork marks the diverting handle as shared with a holder (windivert.Handle.Share):
+// Close then cancels this process's reads instead of shutting down the object the
+// holder's copy shares.
+func (d *WinDivertDevice) ShareNetwork() error { return d.net.Share() }
+
 // Read implements Device.
 func (d *WinDivertDevice) Read(buf []byte, metas []Meta) (int, int, error) {
 	n := min(len(metas), windivert.BatchMax)

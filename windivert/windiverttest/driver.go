@@ -1,6 +1,20 @@
 // Package windiverttest provides a fake windivert.Driver, so that code built on
 // windivert.Handle (the redirect engine) runs on any OS without the WinDivert driver: tests
 // deliver packets and events to the handles the code opened and read back what it sent.
+//
+// The fake models what the WinDivert 2.2 driver (sys/windivert.c) does with the object
+// behind a handle, which every copy of the handle shares (DuplicateHandle, inheritance:
+// Driver.Copy):
+//   - WinDivertShutdown acts on the object: once it is shut down for receiving, the driver's
+//     classify lets matching packets pass (Diverting reports false, Deliver refuses them),
+//     whichever copy asked;
+//   - closing one handle value while another copy stays open does not wake a receive in
+//     progress (the file object lives on); CancelIO (CancelIoEx) does, with
+//     ERROR_OPERATION_ABORTED;
+//   - a queued packet older than the object's QUEUE_TIME expires: a receive drops it;
+//   - at the last close of the object (IRP_MJ_CLEANUP) every queued packet younger than
+//     QUEUE_TIME of a non-SNIFF handle is re-injected below ALE, where no WFP filter stops
+//     it (Reinjected lists them); older ones are dropped.
 package windiverttest
 
 import (
@@ -13,10 +27,11 @@ import (
 // Driver is an in-memory windivert.Driver. Its zero value is not usable; call NewDriver.
 // All methods are safe for concurrent use; mu guards every field below it.
 type Driver struct {
-	mu   sync.Mutex
-	next uintptr
-	hs   map[uintptr]*Handle
-	all  []*Handle
+	mu     sync.Mutex
+	next   uintptr
+	hs     map[uintptr]*Handle // the opener's handle values
+	copies map[uintptr]*Handle // other processes' (Copy)
+	all    []*Handle
 
 	// OpenErr, when non-nil, is called by Open and its error (if any) returned instead of
 	// opening a handle: e.g. return windivert.ErrAccessDenied.
@@ -24,12 +39,39 @@ type Driver struct {
 	// Major and Minor are the driver version reported by GetParam (2.2 by NewDriver).
 	Major, Minor uint64
 
-	observe func(string)
+	// Now is the driver's clock, for packet ages (time.Now by NewDriver).
+	Now func() time.Time
+
+	observe    func(string)
+	reinjected []Reinjected
 }
 
-// Observe installs f, called after a handle is opened or its last reference is closed,
-// without the driver's lock, with what happened ("open <filter>", "close <filter>"). nil
-// removes it.
+// Reinjected is a queued packet the driver injected when the last copy of its handle
+// closed: it left the host (or reached its socket) without passing any WFP filter.
+type Reinjected struct {
+	Filter string
+	Packet []byte
+	Addr   windivert.Address
+}
+
+// Reinjected returns the packets re-injected at the last close of a handle, in order.
+func (d *Driver) Reinjected() []Reinjected {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]Reinjected(nil), d.reinjected...)
+}
+
+func (d *Driver) now() time.Time {
+	if d.Now != nil {
+		return d.Now()
+	}
+	return time.Now()
+}
+
+// Observe installs f, called after a handle is opened, shut down for receiving, or its
+// last reference is closed, and for each packet re-injected at that close (before the
+// close), without the driver's lock, with what happened ("open <filter>", "shutdown
+// <filter>", "reinject <filter>", "close <filter>"). nil removes it.
 func (d *Driver) Observe(f func(string)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -47,25 +89,28 @@ func (d *Driver) notify(what string, h *Handle) {
 
 // NewDriver returns an empty fake driver reporting version 2.2.
 func NewDriver() *Driver {
-	return &Driver{next: 0x100, hs: map[uintptr]*Handle{}, Major: 2, Minor: 2}
+	return &Driver{next: 0x100, hs: map[uintptr]*Handle{}, copies: map[uintptr]*Handle{}, Major: 2, Minor: 2, Now: time.Now}
 }
 
-// Handle is one fake WinDivert handle: what it was opened with, its receive queue and what
-// was sent through it. mu guards the fields below it; cond and idle wait on mu.
+// Handle is one fake WinDivert object (what every copy of a handle refers to): what it was
+// opened with, its receive queue and what was sent through it. mu guards the fields below
+// it; cond and idle wait on mu.
 type Handle struct {
 	Filter   string
 	Layer    windivert.Layer
 	Priority int16
 	Flags    windivert.Flag
 
+	d        *Driver
 	mu       sync.Mutex
-	cond     *sync.Cond // a packet, a failure or a shutdown for the receivers
-	idle     *sync.Cond // a receiver blocked on the empty queue, for WaitReceivers
+	cancels  map[uintptr]int // CancelIO calls per handle value
+	cond     *sync.Cond      // a packet, a failure or a shutdown for the receivers
+	idle     *sync.Cond      // a receiver blocked on the empty queue, for WaitReceivers
 	queue    []item
 	sent     []Sent
 	calls    SendCalls
 	params   map[windivert.Param]uint64
-	refs     int // references to the handle: the opener's and Hold's; closed at zero
+	refs     int // references to the handle: every value of the opener and of Copy; closed at zero
 	recvShut bool
 	sendShut bool
 	closed   bool
@@ -76,6 +121,7 @@ type Handle struct {
 type item struct {
 	pkt  []byte
 	addr windivert.Address
+	at   time.Time // when it was queued
 }
 
 // Sent is one packet injected through a handle; Call numbers the send call that carried
@@ -111,7 +157,7 @@ func (d *Driver) Open(filter string, layer windivert.Layer, priority int16, flag
 		windivert.ParamQueueSize:   windivert.QueueSizeDefault,
 	}}
 	h.cond, h.idle = sync.NewCond(&h.mu), sync.NewCond(&h.mu)
-	h.refs = 1
+	h.refs, h.d, h.cancels = 1, d, map[uintptr]int{}
 	d.mu.Lock()
 	d.next++
 	d.hs[d.next] = h
@@ -122,23 +168,27 @@ func (d *Driver) Open(filter string, layer windivert.Layer, priority int16, flag
 	return hv, nil
 }
 
-// Hold takes another reference to the handle hv, as DuplicateHandle into another process
-// does: the handle stays open, diverting packets into its queue (where nobody reads
-// them), after its opener closed it or died, until release. release may be called once.
-func (d *Driver) Hold(hv uintptr) (release func(), err error) {
+// Copy returns a new value for the handle hv, held by another process (a holder that
+// inherited it or got it by DuplicateHandle): the object stays open, diverting packets
+// into its queue, after its opener closed its value or died (Crash leaves a copy), until
+// the copy is closed with Close too.
+func (d *Driver) Copy(hv uintptr) (uintptr, error) {
 	h, err := d.get(hv)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	h.mu.Lock()
 	h.refs++
 	h.mu.Unlock()
-	var once sync.Once
-	return func() { once.Do(func() { d.unref(h) }) }, nil
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.next++
+	d.copies[d.next] = h
+	return d.next, nil
 }
 
 // Crash closes every handle value the opener holds, as the kernel does when the process
-// that opened them dies: a handle also held elsewhere (Hold) stays open.
+// that opened them dies: an object another process holds a Copy of stays open.
 func (d *Driver) Crash() {
 	d.mu.Lock()
 	var hs []*Handle
@@ -166,20 +216,77 @@ func (d *Driver) Live() []*Handle {
 	return out
 }
 
-// unref drops one reference to h and closes it with the last one.
+// unref drops one reference to h and closes it with the last one, as the driver's cleanup
+// does: the queued packets younger than QUEUE_TIME of a non-SNIFF handle are re-injected,
+// the older ones dropped.
 func (d *Driver) unref(h *Handle) {
 	h.mu.Lock()
 	h.refs--
 	last := h.refs == 0
+	var again []item
 	if last {
 		h.closed = true
+		if h.Flags&windivert.FlagSniff == 0 {
+			now := d.now()
+			for _, it := range h.queue {
+				if !h.expiredLocked(it, now) {
+					again = append(again, it)
+				}
+			}
+		}
 		h.queue = nil
 		h.cond.Broadcast()
 	}
 	h.mu.Unlock()
-	if last {
-		d.notify("close", h)
+	if !last {
+		return
 	}
+	for _, it := range again {
+		d.mu.Lock()
+		d.reinjected = append(d.reinjected, Reinjected{Filter: h.Filter, Packet: it.pkt, Addr: it.addr})
+		d.mu.Unlock()
+		d.notify("reinject", h)
+	}
+	d.notify("close", h)
+}
+
+// expiredLocked reports whether it has waited in the queue longer than QUEUE_TIME.
+func (h *Handle) expiredLocked(it item, now time.Time) bool {
+	return now.Sub(it.at) > time.Duration(h.params[windivert.ParamQueueTime])*time.Millisecond
+}
+
+// expireLocked drops the expired packets at the head of the queue (they are queued in
+// time order), as the driver's read service does.
+func (h *Handle) expireLocked() {
+	now := h.d.now()
+	for len(h.queue) > 0 && h.expiredLocked(h.queue[0], now) {
+		h.queue = h.queue[1:]
+	}
+}
+
+// Diverting reports whether the object still takes the packets its filter matches into
+// its queue: open, not shut down for receiving (by any copy), neither SNIFF (the packets
+// pass anyway) nor DROP (they are dropped, never queued).
+func (h *Handle) Diverting() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.closed && !h.recvShut && h.Flags&(windivert.FlagSniff|windivert.FlagDrop) == 0
+}
+
+// Orphan reports whether the object is open though no handle value of its opener's is
+// left (Crash or Close ran): only another process's Copy keeps it.
+func (h *Handle) Orphan() bool {
+	if h.Closed() {
+		return false
+	}
+	h.d.mu.Lock()
+	defer h.d.mu.Unlock()
+	for _, x := range h.d.hs {
+		if x == h {
+			return false
+		}
+	}
+	return true
 }
 
 // Handles returns every handle opened so far, in order, closed ones included.
@@ -205,20 +312,31 @@ func (d *Driver) get(h uintptr) (*Handle, error) {
 	defer d.mu.Unlock()
 	fh, ok := d.hs[h]
 	if !ok {
+		fh, ok = d.copies[h]
+	}
+	if !ok {
 		return nil, windivert.ErrInvalidHandle
 	}
 	return fh, nil
 }
 
 // Deliver queues a packet (nil for SOCKET/FLOW events) with its metadata for the next
-// receive on h. It is a no-op on a closed handle. pkt is copied.
+// receive on h. It is a no-op on a closed handle or one shut down for receiving (the
+// driver lets the packet pass). pkt is copied.
 func (h *Handle) Deliver(pkt []byte, addr windivert.Address) {
+	h.DeliverAt(pkt, addr, h.d.now())
+}
+
+// DeliverAt is Deliver of a packet the driver classified at time at (the packet's age
+// counts from then): a test that decides whether a packet is diverted and then queues
+// it stamps it with the moment it decided, as the driver's callout does in one step.
+func (h *Handle) DeliverAt(pkt []byte, addr windivert.Address, at time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed {
+	if h.closed || h.recvShut {
 		return
 	}
-	h.queue = append(h.queue, item{pkt: append([]byte(nil), pkt...), addr: addr})
+	h.queue = append(h.queue, item{pkt: append([]byte(nil), pkt...), addr: addr, at: at})
 	h.cond.Broadcast()
 }
 
@@ -245,19 +363,24 @@ func (h *Handle) Fail(err error) {
 	h.cond.Broadcast()
 }
 
-// Queued is the number of packets waiting to be received.
+// Queued is the number of packets waiting to be received (expired ones included until a
+// receive or the last close drops them).
 func (h *Handle) Queued() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.queue)
 }
 
-// waitLocked blocks until a packet is queued, or returns the error a real handle would.
-func (h *Handle) waitLocked() error {
-	for len(h.queue) == 0 {
+// waitLocked blocks until a packet is queued, or returns the error a real handle would;
+// hv is the handle value the receive came through (CancelIO on it aborts the wait).
+func (h *Handle) waitLocked(hv uintptr) error {
+	gen := h.cancels[hv]
+	for h.expireLocked(); len(h.queue) == 0; h.expireLocked() {
 		switch {
 		case h.closed:
 			return windivert.ErrInvalidHandle
+		case h.cancels[hv] != gen:
+			return windivert.ErrOperationAborted
 		case h.failErr != nil:
 			return h.failErr
 		case h.recvShut:
@@ -302,7 +425,7 @@ func (d *Driver) Recv(hv uintptr, buf []byte, addr *windivert.Address) (int, err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if err := h.waitLocked(); err != nil {
+	if err := h.waitLocked(hv); err != nil {
 		return 0, err
 	}
 	it := h.queue[0]
@@ -326,7 +449,7 @@ func (d *Driver) RecvEx(hv uintptr, buf []byte, addrs []windivert.Address) (int,
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if err := h.waitLocked(); err != nil {
+	if err := h.waitLocked(hv); err != nil {
 		return 0, 0, err
 	}
 	n, count := 0, 0
@@ -419,20 +542,39 @@ func split(buf []byte, n int) ([][]byte, bool) {
 	return out, len(buf) == 0
 }
 
-// Shutdown implements windivert.Driver.
+// Shutdown implements windivert.Driver: it acts on the object, which every copy of the
+// handle shares.
 func (d *Driver) Shutdown(hv uintptr, how windivert.ShutdownHow) error {
 	h, err := d.get(hv)
 	if err != nil {
 		return err
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	shut := how&windivert.ShutdownRecv != 0 && !h.recvShut
 	if how&windivert.ShutdownRecv != 0 {
 		h.recvShut = true
 	}
 	if how&windivert.ShutdownSend != 0 {
 		h.sendShut = true
 	}
+	h.cond.Broadcast()
+	h.mu.Unlock()
+	if shut {
+		d.notify("shutdown", h)
+	}
+	return nil
+}
+
+// CancelIO implements windivert.Canceler (CancelIoEx): the receives in progress through
+// the handle value hv return ErrOperationAborted; the object is not shut down.
+func (d *Driver) CancelIO(hv uintptr) error {
+	h, err := d.get(hv)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cancels[hv]++
 	h.cond.Broadcast()
 	return nil
 }
@@ -442,16 +584,16 @@ func (d *Driver) Close(hv uintptr) error {
 	d.mu.Lock()
 	h, ok := d.hs[hv]
 	delete(d.hs, hv)
+	if !ok {
+		h, ok = d.copies[hv]
+		delete(d.copies, hv)
+	}
 	d.mu.Unlock()
 	if !ok {
 		return windivert.ErrInvalidHandle
 	}
-	// The opener's receivers wake up (its handle value is gone) even when Hold keeps
-	// the handle itself open.
-	h.mu.Lock()
-	h.recvShut, h.sendShut = true, true
-	h.cond.Broadcast()
-	h.mu.Unlock()
+	// A receive in progress through hv goes on while another copy (Copy) keeps the
+	// object open, as on Windows: CancelIO or Shutdown wakes it.
 	d.unref(h)
 	return nil
 }
@@ -489,4 +631,7 @@ func (d *Driver) GetParam(hv uintptr, p windivert.Param) (uint64, error) {
 	return v, nil
 }
 
-var _ windivert.Driver = (*Driver)(nil)
+var (
+	_ windivert.Driver   = (*Driver)(nil)
+	_ windivert.Canceler = (*Driver)(nil)
+)

@@ -40,35 +40,54 @@ func parseWindows(t *testing.T, text string) *conf.Config {
 	return cfg
 }
 
-// TestWindowsRivals: WireGuard's kill switch above the guard is reported at start and in
-// status; with rival_permits = "refuse" the start is refused, naming it.
+// TestWindowsRivals: a kill switch above the guard is reported at start and in status.
+// WireGuard's (soft permits, one hard permit for wireguard.exe) defeats nothing: even with
+// rival_permits = "refuse" the router starts, and status says what its block breaks. One
+// with hard tunnel and loopback permits is refused, named, with "refuse".
 func TestWindowsRivals(t *testing.T) {
-	for _, refuse := range []bool{false, true} {
-		s := newWindowsScene(t)
-		s.wfp.KillSwitch(0x77)
-		text := windowsCfg
-		if refuse {
-			text = strings.Replace(text, "[capture]\n", "[capture]\nrival_permits = \"refuse\"\n", 1)
-		}
-		cfg := parseWindows(t, text)
-		err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil)
-		if refuse {
-			if err == nil || !strings.Contains(err.Error(), "WireGuard filters") || !strings.Contains(err.Error(), "rival_permits") {
-				t.Errorf("refuse: Install = %v, want refused naming WireGuard and the option", err)
+	for _, tc := range []struct {
+		name         string
+		hard, refuse bool
+		want         string
+	}{
+		{"wireguard, warn", false, false, "no hard permit reaches the caged apps"},
+		{"wireguard, refuse", false, true, "no hard permit reaches the caged apps"},
+		{"hard, warn", true, false, "hard permits"},
+		{"hard, refuse", true, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newWindowsScene(t)
+			name := "WireGuard filters"
+			if tc.hard {
+				s.wfp.HardKillSwitch(0x77)
+				name = "HardVPN filters"
+			} else {
+				s.wfp.KillSwitch(0x77)
 			}
-			if n, _ := guard.Permits(s.wfp, 0); n != 0 || s.openHandles() != 0 {
-				t.Errorf("refused, yet %d permits and %d handles", n, s.openHandles())
+			text := windowsCfg
+			if tc.refuse {
+				text = strings.Replace(text, "[capture]\n", "[capture]\nrival_permits = \"refuse\"\n", 1)
 			}
-			continue
-		}
-		if err != nil {
-			t.Fatalf("warn: Install = %v", err)
-		}
-		rs := s.p.GuardStatus().Rivals
-		if len(rs) != 1 || !strings.Contains(rs[0], "WireGuard filters") || !strings.Contains(rs[0], "hard permits") {
-			t.Errorf("status rivals = %q, want WireGuard's with its hard permits", rs)
-		}
-		s.p.Close()
+			cfg := parseWindows(t, text)
+			err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil)
+			if tc.hard && tc.refuse {
+				if err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "rival_permits") {
+					t.Errorf("refuse: Install = %v, want refused naming the kill switch and the option", err)
+				}
+				if n, _ := guard.Permits(s.wfp, 0); n != 0 || s.openHandles() != 0 {
+					t.Errorf("refused, yet %d permits and %d handles", n, s.openHandles())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Install = %v", err)
+			}
+			rs := s.p.GuardStatus().Rivals
+			if len(rs) != 1 || !strings.Contains(rs[0], name) || !strings.Contains(rs[0], tc.want) || !strings.Contains(rs[0], "redirected connections") {
+				t.Errorf("status rivals = %q, want %s's, with %q and what its block breaks", rs, name, tc.want)
+			}
+			s.p.Close()
+		})
 	}
 }
 

@@ -103,6 +103,12 @@ type engineDeps struct {
 	// Adapters lists the VM-facing adapters whose guests the guard walls the host from
 	// (nil: none, only the cage subnets).
 	Adapters func() ([]adapters.Adapter, error)
+	// WSL reads WSL2's networking settings (nil, or an error: unknown).
+	WSL func() (adapters.WSL, error)
+	// SIDTypeNone reports whether the service name's SID type is NONE (nil, or an error:
+	// unknown): its processes carry no service SID, so the guard's blocks by service SID
+	// never match them while the router is stopped.
+	SIDTypeNone func(name string) (bool, error)
 	// Router is the absolute path of the router's executable; Service its Windows service
 	// name when it runs as one ("" in the foreground).
 	Router, Service string
@@ -175,14 +181,48 @@ func (p *redirectPlatform) vmAdapters() []adapters.Adapter {
 	return as
 }
 
+// checkUncaged refuses the start while a VM-facing adapter's guests can leave through
+// Windows where no capture sees them (adapters.Uncaged, the decision lint warns with),
+// unless the config accepts it; accepted ones are logged at each start.
+func (p *redirectPlatform) checkUncaged(cfg *conf.Config) error {
+	var wsl adapters.WSL
+	if p.deps.WSL != nil {
+		wsl, _ = p.deps.WSL()
+	}
+	u := adapters.Uncaged(p.vmAdapters(), cfg.Capture.CageSubnets, wsl)
+	if len(u) == 0 {
+		return nil
+	}
+	var names []string
+	for _, a := range u {
+		names = append(names, fmt.Sprintf("%q (%s)", a.Name, a.Kind))
+	}
+	if cfg.Capture.UncagedAdapters == "accept" {
+		p.log.Warn("adapters whose guests leave uncaged (accepted: [capture] uncaged_adapters = \"accept\")", "adapters", strings.Join(names, ", "))
+		return nil
+	}
+	return fmt.Errorf("adapters whose guests leave through Windows where no capture sees them (kernel NAT or IP forwarding): %s; close them (docs/hyperv.md: an Internal switch in cage_subnets, the Hyper-V firewall's default outbound Block for WSL, forwarding and ICS off), or set [capture] uncaged_adapters = \"accept\" to run with them uncaged", strings.Join(names, ", "))
+}
+
+// warnSIDTypeNone warns of each caged service whose SID type is NONE: the guard blocks
+// caged services by their service SID, which such a service's processes do not carry, so
+// it is caged only while the router runs (the capture sees its host process's services).
+func (p *redirectPlatform) warnSIDTypeNone(services []string) {
+	if p.deps.SIDTypeNone == nil {
+		return
+	}
+	for _, name := range services {
+		if none, err := p.deps.SIDTypeNone(name); err == nil && none {
+			p.log.Warn("a caged service's SID type is NONE: the guard cannot block it while the router is stopped; fix (elevated): sc.exe sidtype "+name+" unrestricted, then restart that service", "service", name)
+		}
+	}
+}
+
 // installGuard puts the config's guard in place (re-armed when armed), with the caged
 // images seen running from paths the plan missed; it is called with p.mu held. Before it,
 // the coexistence check: other products' sublayers above the guard's and their hard permits
 // are logged, and refuse the install with [capture] rival_permits = "refuse".
 func (p *redirectPlatform) installGuard(cfg *conf.Config) error {
-	if err := p.checkRivals(cfg); err != nil {
-		return err
-	}
 	plan, unresolved, err := GuardPlan(cfg, p.deps.Machine, p.vmAdapters(), p.deps.Router, p.deps.Service)
 	if err != nil {
 		return fmt.Errorf("guard plan: %w", err)
@@ -201,10 +241,14 @@ func (p *redirectPlatform) installGuard(cfg *conf.Config) error {
 			return fmt.Errorf("guard plan: %w", err)
 		}
 	}
+	if err := p.checkRivals(cfg, plan.Env.CagedApps); err != nil {
+		return err
+	}
 	if len(unresolved) > 0 {
 		p.log.Warn("caged apps the guard cannot name (no such executable): they are caged by the capture while it runs, and guarded once seen running; give their full paths to guard them while it does not",
 			"apps", fmt.Sprint(unresolved))
 	}
+	p.warnSIDTypeNone(plan.Env.CagedServices)
 	rep, err := p.guard.Install(plan)
 	if err != nil {
 		return err
@@ -214,9 +258,10 @@ func (p *redirectPlatform) installGuard(cfg *conf.Config) error {
 	return nil
 }
 
-// checkRivals runs the coexistence check (see installGuard); called with p.mu held.
-func (p *redirectPlatform) checkRivals(cfg *conf.Config) error {
-	rivals, err := guard.Rivals(p.deps.WFP)
+// checkRivals runs the coexistence check (see installGuard) against the guard's caged
+// apps; called with p.mu held.
+func (p *redirectPlatform) checkRivals(cfg *conf.Config, caged []string) error {
+	rivals, err := guard.Rivals(p.deps.WFP, caged)
 	if err != nil {
 		p.log.Warn("coexistence check: other products' WFP sublayers not listed", "err", err)
 		return nil
@@ -230,8 +275,11 @@ func (p *redirectPlatform) checkRivals(cfg *conf.Config) error {
 	}
 	if !slices.Equal(found, p.rivals) { // logged when the set changes, not at every check
 		for _, r := range rivals {
+			if b := r.Breaks(); b != "" {
+				p.log.Warn("coexistence: a WFP sublayer above the guard's breaks the router's own flows", "sublayer", r.Sublayer.Name, "weight", r.Sublayer.Weight, "breaks", b)
+			}
 			if len(r.HardPermits) == 0 {
-				p.log.Info("coexistence: a WFP sublayer above the guard's (its blocks add to ours)", "sublayer", r.Sublayer.Name, "weight", r.Sublayer.Weight)
+				p.log.Info("coexistence: a WFP sublayer above the guard's (its blocks add to ours, its soft permits do not override them)", "sublayer", r.Sublayer.Name, "weight", r.Sublayer.Weight)
 			} else {
 				p.log.Warn("coexistence: a WFP sublayer above the guard's has hard permits that defeat it", "rival", r.String())
 			}
@@ -269,7 +317,9 @@ func (p *redirectPlatform) extraApps(have []string) []string {
 // background: the engine's lookups do not wait for WFP), so it stays caged when the router
 // stops.
 func (p *redirectPlatform) noticeApp(info proc.Info) {
-	if info.Path == "" {
+	// Windows' own images (svchost.exe) are never guarded by path (guard.SystemImage):
+	// the seen file would put them in the persistent guard.
+	if info.Path == "" || guard.SystemImage(p.deps.Machine.Getenv("SystemRoot"), info.Path) {
 		return
 	}
 	p.appsMu.Lock()
@@ -419,6 +469,9 @@ func (p *redirectPlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dn
 		}
 		return nil
 	}
+	if err := p.checkUncaged(cfg); err != nil {
+		return err
+	}
 	if p.deps.Lock != nil && p.unlock == nil {
 		unlock, err := p.deps.Lock()
 		if err != nil {
@@ -461,7 +514,7 @@ func (p *redirectPlatform) watchGuard(stopped <-chan struct{}) {
 		if tick%15 == 0 { // about every 30 s: a VPN switched on meanwhile shows in status
 			p.mu.Lock()
 			if !p.closing && p.cfg != nil {
-				if err := p.checkRivals(p.cfg); err != nil {
+				if err := p.checkRivals(p.cfg, p.guarded); err != nil {
 					p.log.Error("coexistence: a rival's hard permits defeat the guard while it runs; it refuses the next start", "err", err)
 				}
 			}
@@ -547,6 +600,13 @@ func (p *redirectPlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv
 		return err
 	}
 	if p.deps.Hold != nil {
+		// The holder's copy shares the handle's object: closing ours must never shut it
+		// down (that would stop the holder's copy diverting too).
+		if err := dev.ShareNetwork(); err != nil {
+			dev.Close()
+			release()
+			return fmt.Errorf("start the WinDivert holder: %w", err)
+		}
 		unhold, err := p.deps.Hold(drv, dev.NetworkHandle(), p.deps.OwnPID)
 		if err != nil {
 			dev.Close()

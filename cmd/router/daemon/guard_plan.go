@@ -66,6 +66,7 @@ func GuardPlan(cfg *conf.Config, m guard.Machine, vms []adapters.Adapter, router
 	env := guard.Env{
 		CagedUDP:      cagedUDP,
 		CagedApps:     apps.Paths,
+		SystemRoot:    m.Getenv("SystemRoot"),
 		CagedServices: slices.Compact(slices.Sorted(slices.Values(services))),
 		Router:        router,
 		Service:       service,

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/windows"
 
+	"github.com/agentcage/router/windivert"
 	"github.com/agentcage/router/windivert/wfp/wfptest"
 )
 
@@ -22,13 +23,29 @@ func TestHolderHelper(t *testing.T) {
 	}
 	h, _ := strconv.ParseUint(hv, 10, 64)
 	p, _ := strconv.ParseUint(parent, 10, 32)
-	if err := runHolder(wfptest.New(), uintptr(h), uint32(p), os.Stdin, os.Stdout); err != nil {
+	if os.Getenv("ROUTER_TEST_HOLD_RELAY") != "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHolderHelper$")
+		cmd.Env = append(os.Environ(), "ROUTER_TEST_HOLD_RELAY=")
+		if err := relayHolder(cmd, uintptr(h)); err != nil {
+			t.Fatal(err)
+		}
+		os.Exit(0) // as `router hold --relay`: nothing on stdout (no PASS line)
+	}
+	if err := runHolder(wfptest.New(), pipeDriver{}, uintptr(h), uint32(p), os.Stdin, os.Stdout); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// TestHolderKeepsTheHandle: the holder inherits a handle and keeps it open after its
-// opener closed its own, until the opener lets it go. The handle is a pipe's write end:
+// pipeDriver stands for WinDivert.dll in the holder's helper: the handle is a pipe's, so
+// the queue time is not set and Close is CloseHandle.
+type pipeDriver struct{ windivert.Driver }
+
+func (pipeDriver) SetParam(uintptr, windivert.Param, uint64) error { return nil }
+func (pipeDriver) Close(h uintptr) error                           { return windows.CloseHandle(windows.Handle(h)) }
+
+// TestHolderKeepsTheHandle: the holder, started through a relay that exits at once,
+// inherits a handle and keeps it open after its opener closed its own, until the opener
+// lets it go. The handle is a pipe's write end:
 // its read end sees the end only once no process holds it.
 func TestHolderKeepsTheHandle(t *testing.T) {
 	var r, w windows.Handle
@@ -38,7 +55,7 @@ func TestHolderKeepsTheHandle(t *testing.T) {
 	// (r is closed through rf below.)
 	start := startHolderCmd(func(hv uintptr, owner uint32) *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestHolderHelper$")
-		cmd.Env = append(os.Environ(), "ROUTER_TEST_HOLD_HANDLE="+strconv.FormatUint(uint64(hv), 10), "ROUTER_TEST_HOLD_PARENT="+strconv.FormatUint(uint64(owner), 10))
+		cmd.Env = append(os.Environ(), "ROUTER_TEST_HOLD_HANDLE="+strconv.FormatUint(uint64(hv), 10), "ROUTER_TEST_HOLD_PARENT="+strconv.FormatUint(uint64(owner), 10), "ROUTER_TEST_HOLD_RELAY=1")
 		return cmd
 	})
 	release, err := start(nil, uintptr(w), uint32(os.Getpid()))

@@ -53,6 +53,10 @@ func NewPlatform(log *slog.Logger) Platform {
 			as, _, err := adapters.List(adapters.NewSystem())
 			return as, err
 		},
+		WSL: func() (adapters.WSL, error) {
+			_, wsl, err := adapters.List(adapters.NewSystem())
+			return wsl, err
+		},
 		Router:       exe,
 		Service:      serviceName(),
 		Lock:         func() (func(), error) { return service.LockInstance(service.Name) },
@@ -62,6 +66,7 @@ func NewPlatform(log *slog.Logger) Platform {
 		OwnPID:       uint32(os.Getpid()),
 		ReservePorts: reservePorts,
 		Hold:         startHolder(exe),
+		SIDTypeNone:  serviceSIDTypeNone,
 	}
 	if exe != "" {
 		// Beside router.exe: the install directory, which only administrators may write.

@@ -28,6 +28,9 @@ type RunOptions struct {
 	// StartTimeout bounds "start pending": a daemon that has not called armed by then is
 	// cancelled and the service fails (and is restarted). Zero means 2 minutes.
 	StartTimeout time.Duration
+	// CheckpointEvery is how often a pending start or stop is renewed with a new
+	// checkpoint (the wait hint gives the manager twice that). Zero means 2 s.
+	CheckpointEvery time.Duration
 }
 
 // RunDaemon runs d as the service until the service control manager stops it or d ends.
@@ -52,15 +55,18 @@ func Run(fn RunFunc) error {
 	})
 }
 
-// checkpointEvery is how often "start pending" is renewed with a new checkpoint; the
-// wait hint gives the manager twice that.
+// checkpointEvery is how often "start pending" and "stop pending" are renewed with a new
+// checkpoint by default; the wait hint gives the manager twice that.
 const checkpointEvery = 2 * time.Second
 
 func newHandler(o RunOptions, d Daemon) *handler {
 	if o.StartTimeout == 0 {
 		o.StartTimeout = 2 * time.Minute
 	}
-	return &handler{daemon: d, startTimeout: o.StartTimeout}
+	if o.CheckpointEvery == 0 {
+		o.CheckpointEvery = checkpointEvery
+	}
+	return &handler{daemon: d, startTimeout: o.StartTimeout, every: o.CheckpointEvery}
 }
 
 // handler is the service control handler: Stop and Shutdown cancel the daemon's context,
@@ -68,6 +74,27 @@ func newHandler(o RunOptions, d Daemon) *handler {
 type handler struct {
 	daemon       Daemon
 	startTimeout time.Duration
+	every        time.Duration // checkpoint period
+}
+
+// stopPending reports "stop pending" with a new checkpoint every h.every until the daemon
+// ends (a stop waits for Windows to delete the permits, up to 30 s, and a caller such as
+// `router service upgrade` waits on the checkpoints), and returns the daemon's error.
+func (h *handler) stopPending(status chan<- svc.Status, done <-chan error) error {
+	hint := uint32(2 * h.every / time.Millisecond)
+	checkpoint := uint32(1)
+	status <- svc.Status{State: svc.StopPending, CheckPoint: checkpoint, WaitHint: hint}
+	t := time.NewTicker(h.every)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-t.C:
+			checkpoint++
+			status <- svc.Status{State: svc.StopPending, CheckPoint: checkpoint, WaitHint: hint}
+		}
+	}
 }
 
 // errStartTimeout ends a daemon that did not arm in time.
@@ -77,7 +104,7 @@ var errStartTimeout = errors.New("service: the capture was not armed in time")
 func (h *handler) Execute(args []string, requests <-chan svc.ChangeRequest, status chan<- svc.Status) (bool, uint32) {
 	const accepts = svc.AcceptStop | svc.AcceptShutdown | svc.AcceptParamChange
 	checkpoint := uint32(1)
-	pending := svc.Status{State: svc.StartPending, CheckPoint: checkpoint, WaitHint: uint32(2 * checkpointEvery / time.Millisecond)}
+	pending := svc.Status{State: svc.StartPending, CheckPoint: checkpoint, WaitHint: uint32(2 * h.every / time.Millisecond)}
 	status <- pending
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
@@ -88,7 +115,7 @@ func (h *handler) Execute(args []string, requests <-chan svc.ChangeRequest, stat
 	armed := func() { once.Do(func() { close(armedCh) }) }
 	go func() { done <- h.daemon(ctx, reload, armed) }()
 
-	tick := time.NewTicker(checkpointEvery)
+	tick := time.NewTicker(h.every)
 	defer tick.Stop()
 	deadline := time.NewTimer(h.startTimeout)
 	defer deadline.Stop()
@@ -117,9 +144,8 @@ func (h *handler) Execute(args []string, requests <-chan svc.ChangeRequest, stat
 			}
 		case <-deadline.C:
 			if !running {
-				status <- svc.Status{State: svc.StopPending}
 				cancel(errStartTimeout)
-				<-done
+				h.stopPending(status, done)
 				return exit(errStartTimeout)
 			}
 		case err := <-done:
@@ -132,9 +158,8 @@ func (h *handler) Execute(args []string, requests <-chan svc.ChangeRequest, stat
 				status <- current
 			case svc.Stop, svc.Shutdown:
 				stopped = true
-				status <- svc.Status{State: svc.StopPending}
 				cancel(nil)
-				return exit(<-done)
+				return exit(h.stopPending(status, done))
 			case svc.ParamChange:
 				select {
 				case reload <- struct{}{}:

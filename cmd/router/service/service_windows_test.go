@@ -100,6 +100,36 @@ func TestExecute(t *testing.T) {
 	}
 }
 
+// TestExecuteStopCheckpoints: a stop that takes a while (the permits' wait) renews "stop
+// pending" with rising checkpoints and a wait hint until the daemon has ended.
+func TestExecuteStopCheckpoints(t *testing.T) {
+	release := make(chan struct{})
+	h := newHandler(RunOptions{CheckpointEvery: 10 * time.Millisecond}, func(ctx context.Context, _ <-chan struct{}, armed func()) error {
+		armed()
+		<-ctx.Done()
+		<-release
+		return nil
+	})
+	requests := make(chan svc.ChangeRequest)
+	status := make(chan svc.Status, 64)
+	done := execute(h, requests, status)
+	for st := next(t, status); st.State != svc.Running; st = next(t, status) {
+	}
+	requests <- svc.ChangeRequest{Cmd: svc.Stop}
+	last := uint32(0)
+	for i := 0; i < 3; i++ {
+		st := next(t, status)
+		if st.State != svc.StopPending || st.CheckPoint <= last || st.WaitHint == 0 {
+			t.Fatalf("stop status %d: %+v, want stop pending with a rising checkpoint and a wait hint", i, st)
+		}
+		last = st.CheckPoint
+	}
+	close(release)
+	if r := <-done; r.special || r.code != 0 {
+		t.Fatalf("exit %+v", r)
+	}
+}
+
 // TestExecuteFailures: a daemon that fails, or ends by itself, or never arms, makes the
 // service fail, so the recovery actions restart it; it is never reported running when it
 // failed before arming.

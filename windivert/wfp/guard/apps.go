@@ -69,6 +69,30 @@ var hypervisors = []hypervisor{
 	},
 }
 
+// SystemImage reports whether path is an executable of Windows itself: it lies in the
+// Windows directory root (%SystemRoot%; "" is C:\Windows) and is no known hypervisor's
+// image (VMware's vmnat.exe is installed in SysWOW64). Such an image is never guarded by
+// path: one is often shared by many services (svchost.exe hosts DHCP, DNS, Windows Update
+// and time sync), and blocking it while the router is stopped would cut the host off. A
+// service is caged by its service SID instead (a rule's services).
+func SystemImage(root, path string) bool {
+	if root == "" {
+		root = `C:\Windows`
+	}
+	dir := strings.ToLower(strings.TrimRight(strings.ReplaceAll(root, "/", `\`), `\`)) + `\`
+	p := strings.ToLower(strings.ReplaceAll(path, "/", `\`))
+	if !strings.HasPrefix(p, dir) {
+		return false
+	}
+	name := p[strings.LastIndexByte(p, '\\')+1:]
+	for _, h := range hypervisors {
+		if matchAny(h.images, name) {
+			return false
+		}
+	}
+	return true
+}
+
 // Apps is the result of ResolveApps.
 type Apps struct {
 	// Paths are the caged executables found, absolute, each once, sorted.

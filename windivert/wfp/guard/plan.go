@@ -23,6 +23,10 @@ type Env struct {
 	// proxy and block rules and the known hypervisor images. Case and duplicates do not
 	// matter. Empty: no app is caged and the app filters are left out.
 	CagedApps []string
+	// SystemRoot is the Windows directory (%SystemRoot%; "": C:\Windows). The caged apps
+	// that are Windows' own images (SystemImage) are left out of the plan: never guarded
+	// by path.
+	SystemRoot string
 	// CagedServices are the Windows services the config's proxy and block rules name:
 	// blocked by their service SID (the token of the process that hosts them carries it
 	// when the service's SID type is not "none"), like the caged apps. Case and duplicates
@@ -192,6 +196,7 @@ const (
 	weightD3 = 13
 	weightD4 = 12
 	weightP4 = 11
+	weightP5 = 11
 	weightD1 = 10
 	weightA1 = 9
 	weightA2 = 8
@@ -293,6 +298,11 @@ func NewPlan(env Env) (Plan, error) {
 				apps, []wfp.Condition{wfp.Protocol(wfp.ProtoUDP)}, udpPorts)
 		}
 		add(&p.Persistent, "P3", "caged apps are blocked unless the router runs", connect, weightP3, wfp.Block, false, persistentAndBoot, apps)
+		// The hypervisors' NAT port forwards (VirtualBox's NAT rules, vmnat.exe's, QEMU's
+		// hostfwd) listen in the caged processes: another machine never reaches a guest
+		// through one, in every state; this host's own connections (loopback) still do.
+		add(&p.Persistent, "P5", "caged apps take no connection from another machine (the hypervisors' NAT port forwards)", accept, weightP5, wfp.Block, false, persistentAndBoot,
+			apps, []wfp.Condition{wfp.FlagsClear(wfp.FlagLoopback)})
 	}
 	if len(env.OwnPorts) > 0 {
 		var own []wfp.Condition
@@ -494,6 +504,9 @@ func normalize(env Env) (Env, error) {
 	for _, a := range env.CagedApps {
 		if !isAbsWindows(a) {
 			errs = append(errs, fmt.Errorf("caged app %q is not an absolute path", a))
+			continue
+		}
+		if SystemImage(env.SystemRoot, a) {
 			continue
 		}
 		if k := strings.ToLower(a); !seen[k] {

@@ -234,26 +234,48 @@ func (fw *Firewall) Allow(name string, layer wfp.Layer, conds ...wfp.Condition) 
 	e.st.filters[f.Key] = filter{f, owner{process: "mpssvc"}}
 }
 
+// WireGuardExe is the image of WireGuard's service in the KillSwitch stand-in.
+const WireGuardExe = `C:\Program Files\WireGuard\wireguard.exe`
+
 // KillSwitch installs a stand-in for WireGuard-windows' kill switch (its tunnel/firewall
-// package): a dynamic sublayer of weight 0xFFFF above everyone's, with hard permits for
-// loopback and for the tunnel interface tunnel at the connect and accept layers, and a block
-// of everything else. Its hard permits win over any lower sublayer's block: with it on, a
-// caged app's flow on the tunnel or to this machine passes whatever the guard says.
+// package, rules.go): a dynamic sublayer of weight 0xFFFF above everyone's, at the connect
+// and accept layers: soft permits for loopback and for the tunnel interface tunnel, one hard
+// permit (FWPM_FILTER_FLAG_CLEAR_ACTION_RIGHT) scoped to WireGuard's own service
+// (wireguard.exe's app ID and LocalSystem), and a soft block of everything else. Its soft
+// permits do not override a lower sublayer's block: a caged app stays blocked by the guard
+// while the router is stopped. Its block refuses whatever it does not permit.
 func (e *Engine) KillSwitch(tunnel uint64) wfp.Key {
-	ns := wfp.Key{0x57, 0x47}
+	return e.killSwitch("WireGuard", tunnel, false)
+}
+
+// HardKillSwitch is KillSwitch with hard loopback and tunnel permits (not WireGuard's, a
+// VPN client that clears the action right of what it permits): those win over any lower
+// sublayer's block, so a caged app's flow on the tunnel or to this machine passes whatever
+// the guard says.
+func (e *Engine) HardKillSwitch(tunnel uint64) wfp.Key {
+	return e.killSwitch("HardVPN", tunnel, true)
+}
+
+func (e *Engine) killSwitch(name string, tunnel uint64, hard bool) wfp.Key {
+	ns := wfp.Key{0x57, 0x47, byte(len(name))}
 	prov, sub := wfp.NameKey(ns, "provider"), wfp.NameKey(ns, "sublayer")
-	o := owner{process: "wireguard", dynamic: true}
+	o := owner{process: strings.ToLower(name), dynamic: true}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.st = e.st.clone()
-	e.st.providers[prov] = provider{wfp.Provider{Key: prov, Name: "WireGuard"}, o}
-	e.st.sublayers[sub] = sublayer{wfp.Sublayer{Key: sub, Provider: prov, Name: "WireGuard filters", Weight: 0xFFFF}, o}
+	e.st.providers[prov] = provider{wfp.Provider{Key: prov, Name: name}, o}
+	e.st.sublayers[sub] = sublayer{wfp.Sublayer{Key: sub, Provider: prov, Name: name + " filters", Weight: 0xFFFF}, o}
 	for _, l := range []wfp.Layer{wfp.LayerConnectV4, wfp.LayerConnectV6, wfp.LayerAcceptV4, wfp.LayerAcceptV6} {
-		for _, f := range []wfp.Filter{
-			{Name: "Permit loopback " + l.String(), Weight: 10, Action: wfp.Permit, Hard: true, Conditions: []wfp.Condition{wfp.FlagsSet(wfp.FlagLoopback)}},
-			{Name: "Permit tunnel " + l.String(), Weight: 10, Action: wfp.Permit, Hard: true, Conditions: []wfp.Condition{wfp.Interface(tunnel)}},
+		fs := []wfp.Filter{
+			{Name: "Permit loopback " + l.String(), Weight: 10, Action: wfp.Permit, Hard: hard, Conditions: []wfp.Condition{wfp.FlagsSet(wfp.FlagLoopback)}},
+			{Name: "Permit tunnel " + l.String(), Weight: 10, Action: wfp.Permit, Hard: hard, Conditions: []wfp.Condition{wfp.Interface(tunnel)}},
 			{Name: "Block all " + l.String(), Weight: 0, Action: wfp.Block},
-		} {
+		}
+		if !hard {
+			fs = append(fs, wfp.Filter{Name: "Permit WireGuard service " + l.String(), Weight: 15, Action: wfp.Permit, Hard: true,
+				Conditions: []wfp.Condition{wfp.App(WireGuardExe), wfp.User("S-1-5-18")}})
+		}
+		for _, f := range fs {
 			f.Key, f.Provider, f.Sublayer, f.Layer = wfp.NameKey(ns, f.Name), prov, sub, l
 			e.st.filters[f.Key] = filter{f, o}
 		}
