@@ -120,6 +120,8 @@ func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, fw Forward, f 
 	r.live.add(f)
 	connCtx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) }) // a stopping router ends any wait
+	// answered: the loop ended after an answer, and the guest may still be sending (lingerClose).
+	answered := false
 	for connCtx.Err() == nil {
 		req, why, err := readModelRequest(c, br, p.IdleTimeout)
 		if err != nil {
@@ -132,6 +134,7 @@ func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, fw Forward, f 
 			w := &modelResponse{bw: bw, req: req, h: http.Header{}}
 			h.refuse(w, "", "", why, true) // no method, no path
 			w.finish()
+			answered = true
 			break
 		}
 		req.RemoteAddr = f.Src.String()
@@ -151,6 +154,7 @@ func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, fw Forward, f 
 			w.WriteHeader(http.StatusExpectationFailed)
 			w.finish()
 			done()
+			answered = true
 			break
 		}
 		unwatch := watchGone(c, done)
@@ -158,8 +162,12 @@ func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, fw Forward, f 
 		unwatch()
 		done()
 		if !w.finish() {
+			answered = true
 			break
 		}
+	}
+	if answered {
+		lingerClose(connCtx, c, br)
 	}
 	stop()
 	cancel()
