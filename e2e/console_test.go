@@ -3,9 +3,11 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -407,18 +409,36 @@ func TestConsoleCost(t *testing.T) {
 			c.Close()
 		}
 	})
+	// Each of 32 openers opens its next flow once the last one is relayed (its answer came
+	// back): a flow being set up holds one of its source's set-up slots, and flows opened
+	// faster than the router sets them up would wait for one, and be refused after the
+	// connect timeout, at a pace set by the machine's load. The server keeps each
+	// connection open after its answer (keep-alive), so the flow stays live.
 	next := make(chan struct{})
+	errs := make(chan error, live)
 	for range 32 {
 		wg.Go(func() {
 			for range next {
 				c, err := guest.Dial(s.ctx, "tcp", lab.ServiceAddr+":80")
 				if err != nil {
+					errs <- err
 					continue
 				}
-				io.WriteString(c, "GET / HTTP/1.1\r\nHost: held\r\n") // unfinished: the flow stays
 				mu.Lock()
 				conns = append(conns, c)
 				mu.Unlock()
+				c.SetDeadline(time.Now().Add(30 * time.Second))
+				if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: "+lab.ServiceAddr+"\r\n\r\n"); err != nil {
+					errs <- err
+					continue
+				}
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					errs <- fmt.Errorf("flow %v: %w", c.LocalAddr(), err)
+					continue
+				}
+				resp.Body.Close() // (a small body, read whole: the connection stays usable)
+				c.SetDeadline(time.Time{})
 			}
 		})
 	}
@@ -427,6 +447,10 @@ func TestConsoleCost(t *testing.T) {
 	}
 	close(next)
 	wg.Wait()
+	close(errs)
+	if n := len(errs); n > 0 {
+		t.Fatalf("%d of %d flows failed to open, the first: %v", n, live, <-errs)
+	}
 	for deadline := time.Now().Add(20 * time.Second); len(s.status().Flows) < live*9/10; time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d live flows, want about %d", len(s.status().Flows), live)
