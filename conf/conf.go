@@ -30,7 +30,9 @@ package conf
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -70,6 +72,16 @@ type Config struct {
 	ApprovedAt, ApprovedN int
 
 	loc *locator // the lines of the file's keys; nil for a Config built in code
+	sum string   // the SHA-256 of the file's bytes, hex; "" for a Config built in code
+}
+
+// SHA256 is the hex SHA-256 of the bytes the config was parsed from (the main file; the
+// approved rules file is not part of it); "" for a Config built in code.
+func (c *Config) SHA256() string {
+	if c == nil {
+		return ""
+	}
+	return c.sum
 }
 
 // Line returns the line where the file writes the key path (as in Error.Key, e.g.
@@ -376,6 +388,8 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 	d := &decoder{file: name, loc: loc, opts: opts, readFile: given}
 	cfg := d.config(raw)
 	cfg.loc = loc
+	sum := sha256.Sum256(data)
+	cfg.sum = hex.EncodeToString(sum[:])
 	if errs := d.errs.sorted(name); len(errs) > 0 {
 		return nil, errs
 	}

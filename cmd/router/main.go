@@ -36,6 +36,7 @@ func commands() []command {
 		{"check-ip", "[--echo URL]... [--expect IP] [--expect-not IP] [--model URL] [--dns-whoami NAME] [--stun HOST:PORT]... [--echo6 URL]... [--no-udp] [--no-ipv6] [--timeout D] [--json]", "from inside the guest: prove the cage holds (exit IP, model, DNS, UDP, IPv6)", cmdCheckIP},
 		{"check-proxy", "--config FILE [--proxy NAME] [--echo URL]... [--json]", "from this host: test each upstream proxy (reach, credentials, exit address, DNS through it, latency)", cmdCheckProxy},
 		{"status", "[--config FILE | --socket PATH] [--json]", "the running daemon's live flows and per-rule counters", cmdStatus},
+		{"reload", "[--config FILE | --socket PATH]", "make the running daemon read its config again; exit 1 with the reason when it refuses the new one", cmdReload},
 		{"ask", "[--config FILE | --socket PATH] [--id ID --answer once|run|always|deny]", "list what the daemon asks about, or answer it", cmdAsk},
 		{"console", "[--config FILE | --socket PATH]", "print the web console's URL (with its token)", cmdConsole},
 		{"watch", "[--config FILE | --socket PATH] [--interval D] [--sort rate|age|bytes] [--once] [--no-altscreen]", "a live terminal view of the running daemon: flows, rules, refusals, upstream health", cmdWatch},
