@@ -317,6 +317,10 @@ type Options struct {
 	// OS is the operating system presets expand for ("linux", "windows"); empty means the
 	// one the router runs on.
 	OS string
+	// StateDir is the router's state directory (DefaultStateDir), where its own files
+	// default to: the approved rules, a learning session's flow log. Empty: beside the
+	// config file.
+	StateDir string
 	// LookupEnv and ReadFile default to os.LookupEnv and os.ReadFile.
 	LookupEnv func(string) (string, bool)
 	ReadFile  func(string) ([]byte, error)

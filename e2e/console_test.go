@@ -244,17 +244,15 @@ func TestAskTimeoutAndAlways(t *testing.T) {
 	if code := <-res; code != 0 {
 		t.Errorf("the approved flow: curl exit %d", code)
 	}
-	approved, err := os.ReadFile(filepath.Join(s.dir, "approved.toml"))
+	approved, err := os.ReadFile(s.stateFile("approved.toml")) // the router's own file, in its state directory
 	if err != nil || !strings.Contains(string(approved), `name = "approved `+lab.EchoName+`:80"`) || !strings.Contains(string(approved), "by router ask") {
 		t.Fatalf("approved.toml: %v\n%s", err, approved)
 	}
-	out, err = exec.CommandContext(s.ctx, routerBin, "explain", "--config", s.cfg, "--src", "10.0.2.15", "--dst", lab.EchoName+":80").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "approved.toml") || !strings.Contains(string(out), "verdict: proxy") {
-		t.Errorf("explain after always: %v\n%s", err, out)
+	if out, code := s.routerRun("explain", "--config", s.cfg, "--src", "10.0.2.15", "--dst", lab.EchoName+":80"); code != 0 || !strings.Contains(out, "approved.toml") || !strings.Contains(out, "verdict: proxy") {
+		t.Errorf("explain after always: exit %d\n%s", code, out)
 	}
-	out, err = exec.CommandContext(s.ctx, routerBin, "lint", "--config", s.cfg).CombinedOutput()
-	if err != nil {
-		t.Errorf("lint after always: %v\n%s", err, out)
+	if out, code := s.routerRun("lint", "--config", s.cfg); code != 0 {
+		t.Errorf("lint after always: exit %d\n%s", code, out)
 	}
 	s.stopRouter(syscall.SIGTERM)
 	s.startRouter()

@@ -79,7 +79,7 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 		fmt.Fprintln(stderr, "router explain: --config and --dst are required")
 		return exitUsage
 	}
-	cfg, err := conf.Load(*cfgPath, conf.Options{SkipSecrets: true, OS: *goos})
+	cfg, err := conf.Load(*cfgPath, stateOptions(conf.Options{SkipSecrets: true, OS: *goos}))
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitUsage

@@ -240,7 +240,7 @@ func controlPath(cfgPath, socket string) (string, error) {
 	if socket != "" || cfgPath == "" {
 		return cmp.Or(socket, control.DefaultPath), nil
 	}
-	cfg, err := conf.Load(cfgPath, conf.Options{SkipSecrets: true})
+	cfg, err := conf.Load(cfgPath, stateOptions(conf.Options{SkipSecrets: true}))
 	if err != nil {
 		return "", err
 	}
