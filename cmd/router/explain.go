@@ -30,6 +30,9 @@ func newFlags(name, args, summary string, stderr io.Writer) *flag.FlagSet {
 		fmt.Fprintf(stderr, "Usage: router %s %s\n\n%s\n\nFlags:\n", name, args, summary)
 		fs.PrintDefaults()
 	}
+	if c, ok := stderr.(*flagCollector); ok {
+		c.collectUsage(fs, args, summary) // router man, router completion (describe.go)
+	}
 	return fs
 }
 

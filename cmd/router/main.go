@@ -46,6 +46,7 @@ func commands() []command {
 		{"import", "proxifier PROFILE.ppx [-o FILE] [--force]", "turn a Proxifier profile into a config, say what could not be carried, and lint it", cmdImport},
 		{"hold", "--handle N --parent PID", "internal (Windows): the daemon's WinDivert holder, which fails closed through a crash", cmdHold},
 		{"adapters", "[--json]", "Windows: the VM-facing adapters, their subnets, and whether Windows NAT or forwarding carries their guests", cmdAdapters},
+		{"version", "", "print the version, the commit and the Go release (also --version)", cmdVersion},
 	}
 }
 
@@ -62,6 +63,12 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return exitOK
+	case "--version", "-version":
+		return cmdVersion(nil, stdout, stderr)
+	case "man": // hidden: the package's man page, router(1)
+		return cmdMan(args[1:], stdout, stderr)
+	case "completion": // hidden: the package's bash, zsh and fish completions
+		return cmdCompletion(args[1:], stdout, stderr)
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
