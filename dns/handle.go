@@ -99,6 +99,7 @@ func (s *Server) wall(k sourceKey, q mdns.Question, m *mdns.Msg) {
 	if walled {
 		m.Answer = out
 		s.refused(why, k, canonical(q.Name))
+		extendedError(m, mdns.ExtendedErrorCodeBlocked, refusedText(why, "addresses a caged guest may not reach were left out"))
 	}
 }
 
@@ -121,6 +122,7 @@ func (s *Server) answer(ctx context.Context, k sourceKey, q mdns.Question, m *md
 		s.tally.add(evLiteral, k.String(), func() string { return mdns.Type(q.Qtype).String() + " " + q.Name })
 		s.refused(refusal.DNS, k, name)
 		s.negative(m, mdns.RcodeNameError)
+		extendedError(m, mdns.ExtendedErrorCodeBlocked, refusedText(refusal.DNS, "an address written as a name is not resolved"))
 		return
 	}
 	switch {
@@ -187,6 +189,7 @@ func (s *Server) answer(ctx context.Context, k sourceKey, q mdns.Question, m *md
 			s.tally.add(evPoolFull, k.String(), func() string { return name })
 			s.refused(refusal.Limit, k, name)
 			m.Rcode = mdns.RcodeServerFailure
+			extendedError(m, mdns.ExtendedErrorCodeOther, refusedText(refusal.Limit, "no fake address is free for this source"))
 			return
 		}
 		if g.early {
