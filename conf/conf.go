@@ -30,7 +30,9 @@ package conf
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -77,6 +79,16 @@ type Config struct {
 	ApprovedAt, ApprovedN int
 
 	loc *locator // the lines of the file's keys; nil for a Config built in code
+	sum string   // the SHA-256 of the file's bytes, hex; "" for a Config built in code
+}
+
+// SHA256 is the hex SHA-256 of the bytes the config was parsed from (the main file; the
+// approved rules file is not part of it); "" for a Config built in code.
+func (c *Config) SHA256() string {
+	if c == nil {
+		return ""
+	}
+	return c.sum
 }
 
 // Line returns the line where the file writes the key path (as in Error.Key, e.g.
@@ -322,6 +334,10 @@ type Options struct {
 	// OS is the operating system presets expand for ("linux", "windows"); empty means the
 	// one the router runs on.
 	OS string
+	// StateDir is the router's state directory (DefaultStateDir), where its own files
+	// default to: the approved rules, a learning session's flow log. Empty: beside the
+	// config file.
+	StateDir string
 	// LookupEnv and ReadFile default to os.LookupEnv and os.ReadFile.
 	LookupEnv func(string) (string, bool)
 	ReadFile  func(string) ([]byte, error)
@@ -393,6 +409,8 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 	d := &decoder{file: name, loc: loc, opts: opts, readFile: given}
 	cfg := d.config(raw)
 	cfg.loc = loc
+	sum := sha256.Sum256(data)
+	cfg.sum = hex.EncodeToString(sum[:])
 	if errs := d.errs.sorted(name); len(errs) > 0 {
 		return nil, errs
 	}

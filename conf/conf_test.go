@@ -128,6 +128,7 @@ func TestDefaults(t *testing.T) {
 		Log:     Log{Level: "info", Format: "text"},
 		Policy:  Policy{Unknown: rules.Block, AskTimeout: DefaultAskTimeout},
 		loc:     cfg.loc,
+		sum:     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", // of no bytes
 	}
 	if fmt.Sprintf("%+v", *cfg) != fmt.Sprintf("%+v", want) {
 		t.Errorf("got  %+v\nwant %+v", *cfg, want)

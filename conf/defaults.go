@@ -50,7 +50,7 @@ const (
 	DefaultAskTimeout = 30 * time.Second
 	// MaxAskTimeout bounds [policy] ask_timeout.
 	MaxAskTimeout = 10 * time.Minute
-	// DefaultApproved is the router's own rules file, beside the config.
+	// DefaultApproved is the router's own rules file, in the state directory (DefaultStateDir).
 	DefaultApproved = "approved.toml"
 	// DefaultConsoleListen is the address docs give for [console] listen (off unless set).
 	DefaultConsoleListen = "127.0.0.1:9478"

@@ -32,9 +32,12 @@ type Policy struct {
 	// refusal is logged and counted as a denied ask.
 	Unattended bool
 	// Approved is the router's own rules file, where "always" answers are written and
-	// from which they are read (DefaultApproved beside the config unless the key names one).
-	// The user's config is never written.
+	// from which they are read (DefaultApproved in StateDir unless the key names one,
+	// relative to the config's directory). The user's config is never written.
 	Approved string
+	// StateDir is the state directory the config was read for (Options.StateDir); empty:
+	// the router's own files sit beside the config.
+	StateDir string
 
 	asks bool // some rule's action is ask
 }
@@ -120,11 +123,12 @@ func (d *decoder) console(c *Config, v any) {
 }
 
 // ApprovedPath is the approved rules file of the config at file: p.Approved (relative to
-// the config's directory) or DefaultApproved beside it.
+// the config's directory) or DefaultApproved in the state directory (beside the config
+// when there is none).
 func (p Policy) ApprovedPath(file string) string {
 	a := p.Approved
 	if a == "" {
-		a = DefaultApproved
+		return stateFile(p.StateDir, file, DefaultApproved)
 	}
 	if !filepath.IsAbs(a) {
 		a = filepath.Join(filepath.Dir(file), a)
@@ -259,6 +263,9 @@ func WriteApproval(path string, a Approval) error {
 	sb.WriteString(approvedHeader)
 	for _, n := range names {
 		sb.WriteString("\n" + blocks[n])
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil { // a state directory not made yet
+		return fmt.Errorf("write approval: %w", err)
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(sb.String()), 0o600); err != nil {

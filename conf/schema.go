@@ -43,7 +43,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 		DNS:    DNS{Mode: DefaultDNSMode, Resolver: DefaultResolver, Pool: DefaultPool(), TTL: DefaultFakeTTL, Transport: DefaultDNSTransport},
 		Relay:  Relay{IdleTimeout: DefaultIdleTimeout, ConnectTimeout: DefaultConnectTimeout, Sockmap: DefaultSockmap},
 		Log:    Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
-		Policy: Policy{Unknown: rules.Block, AskTimeout: DefaultAskTimeout},
+		Policy: Policy{Unknown: rules.Block, AskTimeout: DefaultAskTimeout, StateDir: d.opts.StateDir},
 	}
 	d.checkKeys(at{}, raw, topKeys)
 	if v, ok := raw["proxy"]; ok {

@@ -80,6 +80,7 @@ func (s *Server) answerSpecial(k sourceKey, q mdns.Question, name string, m *mdn
 		s.tally.add(evLiteral, k.String(), func() string { return mdns.Type(q.Qtype).String() + " " + q.Name })
 		s.refused(refusal.DNS, k, name)
 		s.negative(m, mdns.RcodeNameError)
+		extendedError(m, mdns.ExtendedErrorCodeBlocked, refusedText(refusal.DNS, "an address written as a name is not resolved"))
 		return true
 	}
 	switch {
@@ -120,7 +121,7 @@ func (s *Server) canary(k sourceKey, name string, m *mdns.Msg) bool {
 	}
 	s.refused(refusal.Canary, k, name)
 	s.negative(m, mdns.RcodeNameError)
-	ede(m, mdns.ExtendedErrorCodeProhibited, "refused by the router on the host: the name carries a credential's placeholder")
+	extendedError(m, mdns.ExtendedErrorCodeProhibited, "refused by the router on the host: the name carries a credential's placeholder")
 	domain := registrable(name)
 	key := k.String() + " " + cred + " " + domain
 	if _, seen := s.canaryLogged.Load(key); !seen {
@@ -144,7 +145,7 @@ func (s *Server) refuseName(src Source, k sourceKey, name string, m *mdns.Msg) b
 		if why, rule, text, refused := s.names.Refused(src, name); refused {
 			s.refusedName(why, src, name, rule)
 			s.negative(m, mdns.RcodeNameError)
-			ede(m, mdns.ExtendedErrorCodeBlocked, text)
+			extendedError(m, mdns.ExtendedErrorCodeBlocked, text)
 			return true
 		}
 	}
@@ -163,21 +164,9 @@ func (s *Server) overBudget(k sourceKey, name string, m *mdns.Msg) bool {
 	}
 	s.refused(refusal.Budget, k, name)
 	s.negative(m, mdns.RcodeNameError)
-	ede(m, mdns.ExtendedErrorCodeBlocked, fmt.Sprintf("refused by the router on the host: past this guest's budget of %d names under %s in %v; the host's owner can raise [budget] names_per_domain",
+	extendedError(m, mdns.ExtendedErrorCodeBlocked, fmt.Sprintf("refused by the router on the host: past this guest's budget of %d names under %s in %v; the host's owner can raise [budget] names_per_domain",
 		s.budget.cfg.PerDomain, domain, s.budget.cfg.Window))
 	return true
-}
-
-// ede adds to m, when the query carried EDNS (m.Extra holds the OPT), the Extended DNS
-// Error code with text (RFC 8914): 15 "Blocked" for a name the policy or a budget refuses,
-// 18 "Prohibited" for a canary.
-func ede(m *mdns.Msg, code uint16, text string) {
-	for _, rr := range m.Extra {
-		if o, ok := rr.(*mdns.OPT); ok {
-			o.Option = append(o.Option, &mdns.EDNS0_EDE{InfoCode: code, ExtraText: text})
-			return
-		}
-	}
 }
 
 // wall leaves out of m's answer the addresses the host walls refuse a caged client on every
@@ -207,6 +196,7 @@ func (s *Server) wall(k sourceKey, q mdns.Question, m *mdns.Msg) {
 	if walled {
 		m.Answer = out
 		s.refused(why, k, canonical(q.Name))
+		extendedError(m, mdns.ExtendedErrorCodeBlocked, refusedText(why, "addresses a caged guest may not reach were left out"))
 	}
 }
 
@@ -279,6 +269,7 @@ func (s *Server) answer(ctx context.Context, src Source, k sourceKey, q mdns.Que
 			s.tally.add(evPoolFull, k.String(), func() string { return name })
 			s.refused(refusal.Limit, k, name)
 			m.Rcode = mdns.RcodeServerFailure
+			extendedError(m, mdns.ExtendedErrorCodeOther, refusedText(refusal.Limit, "no fake address is free for this source"))
 			return
 		}
 		if g.early {

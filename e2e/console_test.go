@@ -3,9 +3,11 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -242,17 +244,15 @@ func TestAskTimeoutAndAlways(t *testing.T) {
 	if code := <-res; code != 0 {
 		t.Errorf("the approved flow: curl exit %d", code)
 	}
-	approved, err := os.ReadFile(filepath.Join(s.dir, "approved.toml"))
+	approved, err := os.ReadFile(s.stateFile("approved.toml")) // the router's own file, in its state directory
 	if err != nil || !strings.Contains(string(approved), `name = "approved `+lab.EchoName+`:80"`) || !strings.Contains(string(approved), "by router ask") {
 		t.Fatalf("approved.toml: %v\n%s", err, approved)
 	}
-	out, err = exec.CommandContext(s.ctx, routerBin, "explain", "--config", s.cfg, "--src", "10.0.2.15", "--dst", lab.EchoName+":80").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "approved.toml") || !strings.Contains(string(out), "verdict: proxy") {
-		t.Errorf("explain after always: %v\n%s", err, out)
+	if out, code := s.routerRun("explain", "--config", s.cfg, "--src", "10.0.2.15", "--dst", lab.EchoName+":80"); code != 0 || !strings.Contains(out, "approved.toml") || !strings.Contains(out, "verdict: proxy") {
+		t.Errorf("explain after always: exit %d\n%s", code, out)
 	}
-	out, err = exec.CommandContext(s.ctx, routerBin, "lint", "--config", s.cfg).CombinedOutput()
-	if err != nil {
-		t.Errorf("lint after always: %v\n%s", err, out)
+	if out, code := s.routerRun("lint", "--config", s.cfg); code != 0 {
+		t.Errorf("lint after always: exit %d\n%s", code, out)
 	}
 	s.stopRouter(syscall.SIGTERM)
 	s.startRouter()
@@ -407,18 +407,36 @@ func TestConsoleCost(t *testing.T) {
 			c.Close()
 		}
 	})
+	// Each of 32 openers opens its next flow once the last one is relayed (its answer came
+	// back): a flow being set up holds one of its source's set-up slots, and flows opened
+	// faster than the router sets them up would wait for one, and be refused after the
+	// connect timeout, at a pace set by the machine's load. The server keeps each
+	// connection open after its answer (keep-alive), so the flow stays live.
 	next := make(chan struct{})
+	errs := make(chan error, live)
 	for range 32 {
 		wg.Go(func() {
 			for range next {
 				c, err := guest.Dial(s.ctx, "tcp", lab.ServiceAddr+":80")
 				if err != nil {
+					errs <- err
 					continue
 				}
-				io.WriteString(c, "GET / HTTP/1.1\r\nHost: held\r\n") // unfinished: the flow stays
 				mu.Lock()
 				conns = append(conns, c)
 				mu.Unlock()
+				c.SetDeadline(time.Now().Add(30 * time.Second))
+				if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: "+lab.ServiceAddr+"\r\n\r\n"); err != nil {
+					errs <- err
+					continue
+				}
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					errs <- fmt.Errorf("flow %v: %w", c.LocalAddr(), err)
+					continue
+				}
+				resp.Body.Close() // (a small body, read whole: the connection stays usable)
+				c.SetDeadline(time.Time{})
 			}
 		})
 	}
@@ -427,6 +445,10 @@ func TestConsoleCost(t *testing.T) {
 	}
 	close(next)
 	wg.Wait()
+	close(errs)
+	if n := len(errs); n > 0 {
+		t.Fatalf("%d of %d flows failed to open, the first: %v", n, live, <-errs)
+	}
 	for deadline := time.Now().Add(20 * time.Second); len(s.status().Flows) < live*9/10; time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d live flows, want about %d", len(s.status().Flows), live)

@@ -13,7 +13,7 @@ import (
 
 // TestLearnSuggest: a learning session (`router run --learn`) on a config with no rule for
 // the guest (every caged flow would be refused) lets the guest through the proxy and
-// records it in the flow log (flows.jsonl beside the config, the session's default); `router
+// records it in the flow log (flows.jsonl in the state directory, the session's default); `router
 // learn --suggest` turns it into an allow-list that lint accepts and that, run as the config
 // (the router started again on it, not learning), lets the same session through the proxy
 // and refuses a new name and the address that came without one.
@@ -47,11 +47,11 @@ func TestLearnSuggest(t *testing.T) {
 		return m["event"] == "flow" && m["caged"] == true && m["dst"] == lab.ServiceAddr+":80"
 	})
 
-	out, code := run(s.ctx, s.lab.Host(), routerBin, "learn", "--config", s.cfg)
+	out, code := s.routerRun("learn", "--config", s.cfg)
 	if code != 0 || !strings.Contains(out, lab.EchoName) || !strings.Contains(out, lab.ServiceAddr+" (no name)") {
 		t.Fatalf("learn: exit %d\n%s", code, out)
 	}
-	suggested, code := run(s.ctx, s.lab.Host(), routerBin, "learn", "--config", s.cfg, "--suggest")
+	suggested, code := s.routerRun("learn", "--config", s.cfg, "--suggest")
 	if code != 0 || !strings.Contains(suggested, `hosts = ["`+lab.EchoName+`"]`) {
 		t.Fatalf("learn --suggest: exit %d\n%s", code, suggested)
 	}

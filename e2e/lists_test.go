@@ -29,7 +29,13 @@ func (s *scene) flowRecords(match func(map[string]any) bool) []map[string]any {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		var recs []map[string]any
-		if f, err := os.Open(filepath.Join(s.dir, "flows.jsonl")); err == nil {
+		// [log] flows = "flows.jsonl" beside the config, or a learning session's default
+		// in the state directory.
+		path := filepath.Join(s.dir, "flows.jsonl")
+		if _, err := os.Stat(path); err != nil {
+			path = s.stateFile("flows.jsonl")
+		}
+		if f, err := os.Open(path); err == nil {
 			sc := bufio.NewScanner(f)
 			for sc.Scan() {
 				var m map[string]any

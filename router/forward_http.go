@@ -135,6 +135,8 @@ func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, first []byte, 
 	r.live.add(f)
 	connCtx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) }) // a stopping router ends any wait
+	// answered: the loop ended after an answer, and the guest may still be sending (lingerClose).
+	answered := false
 	for connCtx.Err() == nil {
 		req, why, err := readModelRequest(c, br, cmp.Or(fw.IdleTimeout, p.IdleTimeout))
 		if err != nil {
@@ -147,6 +149,7 @@ func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, first []byte, 
 			w := &modelResponse{bw: bw, req: req, h: http.Header{}}
 			h.refuse(w, "", "", why, true) // no method, no path
 			w.finish()
+			answered = true
 			break
 		}
 		req.RemoteAddr = f.Src.String()
@@ -166,6 +169,7 @@ func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, first []byte, 
 			w.WriteHeader(http.StatusExpectationFailed)
 			w.finish()
 			done()
+			answered = true
 			break
 		}
 		unwatch := watchGone(c, done)
@@ -173,8 +177,12 @@ func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, first []byte, 
 		unwatch()
 		done()
 		if !w.finish() {
+			answered = true
 			break
 		}
+	}
+	if answered {
+		lingerClose(connCtx, c, br)
 	}
 	stop()
 	cancel()

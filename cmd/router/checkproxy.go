@@ -34,7 +34,7 @@ func cmdCheckProxy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "router check-proxy: --config is required")
 		return exitUsage
 	}
-	cfg, err := conf.Load(*cfgPath, conf.Options{})
+	cfg, err := conf.Load(*cfgPath, stateOptions(conf.Options{}))
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitUsage

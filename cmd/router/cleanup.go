@@ -28,7 +28,7 @@ func cmdCleanup(args []string, stdout, stderr io.Writer) int {
 	}
 	path := cmp.Or(*socket, control.DefaultPath)
 	if *cfgPath != "" {
-		cfg, err := conf.Load(*cfgPath, conf.Options{SkipSecrets: true})
+		cfg, err := conf.Load(*cfgPath, stateOptions(conf.Options{SkipSecrets: true}))
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return exitUsage

@@ -30,6 +30,9 @@ func newFlags(name, args, summary string, stderr io.Writer) *flag.FlagSet {
 		fmt.Fprintf(stderr, "Usage: router %s %s\n\n%s\n\nFlags:\n", name, args, summary)
 		fs.PrintDefaults()
 	}
+	if c, ok := stderr.(*flagCollector); ok {
+		c.collectUsage(fs, args, summary) // router man, router completion (describe.go)
+	}
 	return fs
 }
 
@@ -80,7 +83,7 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 		fmt.Fprintln(stderr, "router explain: --config and --dst are required")
 		return exitUsage
 	}
-	cfg, err := conf.Load(*cfgPath, conf.Options{SkipSecrets: true, OS: *goos})
+	cfg, err := conf.Load(*cfgPath, stateOptions(conf.Options{SkipSecrets: true, OS: *goos}))
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitUsage

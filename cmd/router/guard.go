@@ -25,7 +25,7 @@ func cmdGuard(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "router guard: --config is required")
 		return exitUsage
 	}
-	cfg, err := conf.Load(*cfgPath, conf.Options{SkipSecrets: true})
+	cfg, err := conf.Load(*cfgPath, stateOptions(conf.Options{SkipSecrets: true}))
 	if err != nil {
 		fmt.Fprintf(stderr, "router guard: %v\n", err)
 		from, written, lerr := daemon.InstallLastGuard()

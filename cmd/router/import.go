@@ -67,7 +67,7 @@ func cmdImport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "router import: the config made from %s would be %d bytes, more than the %d a config may have: split the profile's largest lists\n", pos[1], len(res.TOML), conf.MaxFileSize)
 		return exitUsage
 	}
-	cfg, err := conf.Parse(name, res.TOML, conf.Options{SkipSecrets: true, OS: res.OS})
+	cfg, err := conf.Parse(name, res.TOML, stateOptions(conf.Options{SkipSecrets: true, OS: res.OS}))
 	if err != nil {
 		// A bug of the importer: its output must always load.
 		fmt.Fprintf(stderr, "router import: the config written from %s does not load (a bug, please report it):\n%v\n", pos[1], err)

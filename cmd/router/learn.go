@@ -35,7 +35,7 @@ func cmdLearn(args []string, stdout, stderr io.Writer) int {
 	var cfg *conf.Config
 	if *cfgPath != "" {
 		var err error
-		if cfg, err = conf.Load(*cfgPath, conf.Options{SkipSecrets: true}); err != nil {
+		if cfg, err = conf.Load(*cfgPath, stateOptions(conf.Options{SkipSecrets: true})); err != nil {
 			fmt.Fprintln(stderr, err)
 			return exitUsage
 		}
@@ -44,9 +44,9 @@ func cmdLearn(args []string, stdout, stderr io.Writer) int {
 		}
 		if *flows == "" {
 			// A learning session's default (router run --learn).
-			*flows = filepath.Join(filepath.Dir(*cfgPath), conf.LearningFlows)
+			*flows = filepath.Join(cfg.Policy.StateDir, conf.LearningFlows)
 			if _, err := os.Stat(*flows); err != nil {
-				fmt.Fprintf(stderr, "router learn: %s sets no [log] flows and there is no %s beside it: nothing was recorded (run a session with `router run --learn`, then learn)\n", *cfgPath, conf.LearningFlows)
+				fmt.Fprintf(stderr, "router learn: %s sets no [log] flows and there is no %s in the state directory %s: nothing was recorded (run a session with `router run --learn`, then learn)\n", *cfgPath, conf.LearningFlows, cfg.Policy.StateDir)
 				return exitUsage
 			}
 		}

@@ -26,7 +26,7 @@ func cmdLint(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "router lint: --config is required")
 		return exitUsage
 	}
-	cfg, err := conf.Load(*cfgPath, conf.Options{SkipSecrets: true, OS: *goos})
+	cfg, err := conf.Load(*cfgPath, stateOptions(conf.Options{SkipSecrets: true, OS: *goos}))
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitUsage

@@ -37,6 +37,7 @@ func commands() []command {
 		{"check-ip", "[--echo URL]... [--expect IP] [--expect-not IP] [--model URL] [--dns-whoami NAME] [--stun HOST:PORT]... [--echo6 URL]... [--no-udp] [--no-ipv6] [--timeout D] [--json]", "from inside the guest: prove the cage holds (exit IP, model, DNS, UDP, IPv6)", cmdCheckIP},
 		{"check-proxy", "--config FILE [--proxy NAME] [--echo URL]... [--json]", "from this host: test each upstream proxy (reach, credentials, exit address, DNS through it, latency)", cmdCheckProxy},
 		{"status", "[--config FILE | --socket PATH] [--json]", "the running daemon's live flows and per-rule counters", cmdStatus},
+		{"reload", "[--config FILE | --socket PATH]", "make the running daemon read its config again; exit 1 with the reason when it refuses the new one", cmdReload},
 		{"ask", "[--config FILE | --socket PATH] [--id ID --answer once|run|always|deny]", "list what the daemon asks about, or answer it", cmdAsk},
 		{"console", "[--config FILE | --socket PATH]", "print the web console's URL (with its token)", cmdConsole},
 		{"watch", "[--config FILE | --socket PATH] [--interval D] [--sort rate|age|bytes] [--once] [--no-altscreen]", "a live terminal view of the running daemon: flows, rules, refusals, upstream health", cmdWatch},
@@ -46,6 +47,7 @@ func commands() []command {
 		{"import", "proxifier PROFILE.ppx [-o FILE] [--force]", "turn a Proxifier profile into a config, say what could not be carried, and lint it", cmdImport},
 		{"hold", "--handle N --parent PID", "internal (Windows): the daemon's WinDivert holder, which fails closed through a crash", cmdHold},
 		{"adapters", "[--json]", "Windows: the VM-facing adapters, their subnets, and whether Windows NAT or forwarding carries their guests", cmdAdapters},
+		{"version", "", "print the version, the commit and the Go release (also --version)", cmdVersion},
 	}
 }
 
@@ -62,6 +64,12 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return exitOK
+	case "--version", "-version":
+		return cmdVersion(nil, stdout, stderr)
+	case "man": // hidden: the package's man page, router(1)
+		return cmdMan(args[1:], stdout, stderr)
+	case "completion": // hidden: the package's bash, zsh and fish completions
+		return cmdCompletion(args[1:], stdout, stderr)
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {

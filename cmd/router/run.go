@@ -20,7 +20,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("run", "--config FILE [--learn] [--log-format text|json]",
 		runHelp, stderr)
 	cfgPath := fs.String("config", "", "the config `file`")
-	learning := fs.Bool("learn", false, "a learning session: caged flows no rule decides go through the proxy instead of being refused, and the flow log is on (flows.jsonl beside the config unless [log] flows names one), for router learn")
+	learning := fs.Bool("learn", false, "a learning session: caged flows no rule decides go through the proxy instead of being refused, and the flow log is on (flows.jsonl in the state directory unless [log] flows names one), for router learn")
 	format := fs.String("log-format", "", "text or json (default: [log] format of the config)")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
@@ -33,9 +33,15 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	// daemon.Run with every error.
 	if *format == "" {
 		*format = conf.DefaultLogFormat
-		if cfg, err := conf.Load(*cfgPath, conf.Options{SkipSecrets: true}); err == nil {
+		if cfg, err := conf.Load(*cfgPath, stateOptions(conf.Options{SkipSecrets: true})); err == nil {
 			*format = cfg.Log.Format
 		}
+	}
+	// The state directory (approved rules, a learning session's flow log) is the router's
+	// own: made here when missing, as systemd's StateDirectory= would.
+	if err := os.MkdirAll(stateOptions(conf.Options{}).StateDir, 0o700); err != nil {
+		fmt.Fprintf(stderr, "router run: make the state directory: %v\n", err)
+		return exitUsage
 	}
 	level := new(slog.LevelVar)
 	if serviceMode() {
@@ -93,16 +99,13 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// loader is how the daemon reads the config (at start and at each reload): nil, as it is;
-// with learning, made a learning session's (conf.Learning).
+// loader is how the daemon reads the config (at start and at each reload): as it is, for
+// the state directory; with learning, made a learning session's (conf.Learning).
 func loader(learning bool) func(string) (*conf.Config, error) {
-	if !learning {
-		return nil
-	}
 	return func(path string) (*conf.Config, error) {
-		c, err := conf.Load(path, conf.Options{})
-		if err != nil {
-			return nil, err
+		c, err := conf.Load(path, stateOptions(conf.Options{}))
+		if err != nil || !learning {
+			return c, err
 		}
 		if err := conf.Learning(c, path); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
@@ -114,7 +117,7 @@ func loader(learning bool) func(string) (*conf.Config, error) {
 // guardNote says, after a failed start, whether the guard is still closing the cage.
 func guardNote(cfgPath string) string {
 	table := conf.DefaultTable
-	if cfg, err := conf.Load(cfgPath, conf.Options{SkipSecrets: true}); err == nil {
+	if cfg, err := conf.Load(cfgPath, stateOptions(conf.Options{SkipSecrets: true})); err == nil {
 		table = cfg.Capture.Table
 	}
 	switch ok, err := daemon.GuardInstalled(table); {

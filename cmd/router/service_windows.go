@@ -91,7 +91,7 @@ func serviceInstall(cfgPath string, env []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "router service install: %v\n", err)
 		return exitUsage
 	}
-	cfg, err := conf.Load(cfgFile, conf.Options{SkipSecrets: true})
+	cfg, err := conf.Load(cfgFile, stateOptions(conf.Options{SkipSecrets: true}))
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
@@ -138,7 +138,7 @@ func (e *envFlags) Set(v string) error {
 // checkServiceConfig refuses, under the service manager, a config (or password file) that
 // non-administrators may change: see service.CheckTrusted.
 func checkServiceConfig(path string) error {
-	cfg, err := conf.Load(path, conf.Options{SkipSecrets: true})
+	cfg, err := conf.Load(path, stateOptions(conf.Options{SkipSecrets: true}))
 	if err != nil {
 		return nil // daemon.Run reports it with every error
 	}

@@ -64,6 +64,7 @@ func callDaemon(name, cfgPath, socket string, req control.Request, stderr io.Wri
 func writeStatus(w io.Writer, st *control.Status, now time.Time) {
 	t := st.Totals
 	fmt.Fprintf(w, "router running since %s (%s), pid %d, config %s\n", st.Started.Format(time.RFC3339), now.Sub(st.Started).Round(time.Second), st.PID, st.Config)
+	writeRunning(w, st.Running, now)
 	switch g := st.Guard; {
 	case g.Restores > 0:
 		fmt.Fprintf(w, "guard: restored %d times; last at %s: %s\n", g.Restores, g.LastRestore.Format(time.RFC3339), g.LastDamage)
@@ -249,7 +250,7 @@ func controlPath(cfgPath, socket string) (string, error) {
 	if socket != "" || cfgPath == "" {
 		return cmp.Or(socket, control.DefaultPath), nil
 	}
-	cfg, err := conf.Load(cfgPath, conf.Options{SkipSecrets: true})
+	cfg, err := conf.Load(cfgPath, stateOptions(conf.Options{SkipSecrets: true}))
 	if err != nil {
 		return "", err
 	}

@@ -24,7 +24,7 @@ import (
 
 // Request is one question to the daemon.
 type Request struct {
-	Op   string     `json:"op"`            // "status", "name", "asks", "answer" or "console"
+	Op   string     `json:"op"`            // "status", "name", "asks", "answer", "console" or "reload"
 	Addr netip.Addr `json:"addr,omitzero"` // for "name"
 	// ID and Answer ("once", "run", "always" or "deny") answer a pending prompt ("answer");
 	// By says who answers, for the log and the approved rules file.
@@ -43,6 +43,35 @@ type Response struct {
 	URL string `json:"url,omitempty"`
 	// Asks are the pending prompts ("asks"; "answer": the one answered), oldest first.
 	Asks []Prompt `json:"asks,omitempty"`
+	// Config is the config running after a "reload": the new one, or (the reload refused,
+	// Error set) the one that stays, with the refusal.
+	Config *ConfigStat `json:"config,omitempty"`
+}
+
+// ConfigStat is the config the daemon runs: the SHA-256 of its file's bytes as loaded,
+// when it was loaded, the reloads since the start by outcome, and the last reload refused
+// (nil when none was).
+type ConfigStat struct {
+	SHA256      string         `json:"sha256,omitempty"`
+	Loaded      time.Time      `json:"loaded,omitzero"`
+	Reloads     uint64         `json:"reloads"` // applied
+	Refused     uint64         `json:"refused"` // refused; the running config stayed
+	LastRefused *RefusedReload `json:"last_refused,omitempty"`
+}
+
+// RefusedReload is a reload the daemon refused: when, and why (the config's own error,
+// which names file, line and key and never a secret).
+type RefusedReload struct {
+	At    time.Time `json:"at"`
+	Error string    `json:"error"`
+}
+
+// Reloader is the part of a Handler that reloads the config on request; a Handler without
+// it refuses "reload".
+type Reloader interface {
+	// Reload reads the config file again and applies it, all or nothing, and returns the
+	// config running afterwards; err is why the new file was refused.
+	Reload() (ConfigStat, error)
 }
 
 // Prompt is one destination the router asks about, and the flows it holds for it.
@@ -71,6 +100,8 @@ type Asker interface {
 type Status struct {
 	Started time.Time `json:"started"`
 	Config  string    `json:"config"`
+	// Running is the config running: its hash and load time, and the reloads.
+	Running ConfigStat `json:"running,omitzero"`
 	// PID is the daemon's process id: `router cleanup --force` stops it by this number.
 	PID       int            `json:"pid"`
 	Guard     GuardStat      `json:"guard"`
@@ -274,9 +305,16 @@ func Serve(ctx context.Context, ln net.Listener, h Handler, log *slog.Logger) er
 	})
 }
 
+// connTimeout bounds a control connection; a reload (which reads, checks and installs a
+// config) may take longer than any other answer, and has reloadTimeout.
+const (
+	connTimeout   = 10 * time.Second
+	reloadTimeout = 30 * time.Second
+)
+
 func serveConn(c net.Conn, h Handler, log *slog.Logger) {
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.SetDeadline(time.Now().Add(connTimeout))
 	sc := bufio.NewScanner(c)
 	sc.Buffer(make([]byte, 0, 512), maxLine)
 	enc := json.NewEncoder(c)
@@ -286,6 +324,9 @@ func serveConn(c net.Conn, h Handler, log *slog.Logger) {
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
 			resp.Error = "bad request: " + err.Error()
 		} else {
+			if req.Op == "reload" {
+				c.SetDeadline(time.Now().Add(reloadTimeout))
+			}
 			resp = answer(req, h)
 		}
 		if err := enc.Encode(resp); err != nil {
@@ -335,6 +376,16 @@ func answer(req Request, h Handler) Response {
 			return Response{Error: err.Error()}
 		}
 		return Response{Asks: []Prompt{p}}
+	case "reload":
+		rl, ok := h.(Reloader)
+		if !ok {
+			return Response{Error: "reload: this daemon reloads on SIGHUP only"}
+		}
+		cs, err := rl.Reload()
+		if err != nil {
+			return Response{Config: &cs, Error: err.Error()}
+		}
+		return Response{Config: &cs}
 	}
 	return Response{Error: fmt.Sprintf("unknown op %q", req.Op)}
 }
@@ -368,7 +419,12 @@ func (cl *Client) Close() error { return cl.c.Close() }
 
 // Do sends req and returns the answer; an answer with Error set is returned as an error too.
 func (cl *Client) Do(req Request) (Response, error) {
-	cl.c.SetDeadline(time.Now().Add(10 * time.Second))
+	return cl.DoTimeout(req, 10*time.Second)
+}
+
+// DoTimeout is Do waiting up to d for the answer.
+func (cl *Client) DoTimeout(req Request, d time.Duration) (Response, error) {
+	cl.c.SetDeadline(time.Now().Add(d))
 	b, _ := json.Marshal(req)
 	if _, err := cl.c.Write(append(b, '\n')); err != nil {
 		return Response{}, fmt.Errorf("control: %w", err)

@@ -145,6 +145,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, deps Dep
 func parseArgs(args []string, stderr io.Writer) (opts Options, asJSON bool, err error) {
 	fs := flag.NewFlagSet("check-ip", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if c, ok := stderr.(interface{ Collect(*flag.FlagSet) }); ok {
+		c.Collect(fs) // the man page and the completions are made from this flag set
+	}
 	shortUsage := func() { fmt.Fprintf(stderr, "%sRun 'router check-ip --help' for details.\n", usageLine) }
 	fs.Usage = func() {} // --help is printed by Main to stdout; errors get shortUsage below
 	appendTo := func(list *[]string) func(string) error {

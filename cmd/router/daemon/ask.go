@@ -18,7 +18,7 @@ import (
 )
 
 // newDesk is the daemon's desk for flows held under ask: "always" answers are written to
-// the router's own rules file (conf.WriteApproval, beside the config or where [policy]
+// the router's own rules file (conf.WriteApproval, in the state directory or where [policy]
 // approved says) and a reload reads them; every answer is logged. The desk lives as long
 // as the daemon: a reload keeps the prompts and the answers for the run.
 func (d *daemon) newDesk() *ask.Desk {

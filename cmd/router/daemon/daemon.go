@@ -9,10 +9,12 @@
 // removes it). While the daemon runs, the platform keeps the guard whole: on Linux a table
 // that something else removes or changes is restored within milliseconds (see healer).
 //
-// Reload (a value on Options.Reload) applies a new file atomically: it is parsed and
+// Reload (a value on Options.Reload, or `router reload` over the control channel, which
+// waits for the outcome) applies a new file atomically: it is parsed and
 // checked whole, new forward and inbound listeners (and the metrics socket, when [metrics]
 // listen changed) are opened and the new capture installed before the new rules take
-// effect; any failure leaves the running config untouched and is logged. Keys that need new
+// effect; any failure leaves the running config untouched, is logged, answered to
+// `router reload` and kept for status and the metrics (reloadop.go). Keys that need new
 // sockets of the daemon itself ([capture] listener_port, dns_port, udp_port, mark and table),
 // the [dns] table and the [control] table need a restart; a reload that changes them is
 // refused (restartNeeded, reload.go).
@@ -80,7 +82,9 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	d := &daemon{opts: opts, log: opts.Log, forwards: map[string]*forwardRun{}, reloadNow: make(chan struct{}, 1)}
+	d := &daemon{opts: opts, log: opts.Log, forwards: map[string]*forwardRun{}, reloadNow: make(chan struct{}, 1),
+		reloadReq: make(chan reloadRequest), looping: make(chan struct{})}
+	defer close(d.looping)
 	d.setLevel(cfg)
 	if err := d.start(ctx, cfg); err != nil {
 		d.stop()
@@ -101,16 +105,12 @@ func Run(ctx context.Context, opts Options) error {
 			d.stop()
 			return fmt.Errorf("the capture failed, the router stops (the guard stays and keeps VM traffic blocked): %w", err)
 		case <-d.reloadNow:
-			if err := d.reload(ctx); err != nil {
-				d.log.Error("reload after an approval failed; the approval holds for this run", "err", err)
-			}
+			d.applyReload(ctx, reloadApproval)
+		case req := <-d.reloadReq:
+			cs, err := d.applyReload(ctx, reloadControl)
+			req.reply <- reloadReply{cs, err}
 		case <-opts.Reload:
-			err := d.reload(ctx)
-			if err != nil {
-				d.log.Error("reload failed; the running config stays", "err", err)
-			} else {
-				d.log.Info("reloaded", "config", d.cfg.File, "rules", len(d.cfg.Rules), "forwards", len(d.cfg.Forwards))
-			}
+			_, err := d.applyReload(ctx, reloadSignal)
 			if opts.Reloaded != nil {
 				opts.Reloaded <- err
 			}
@@ -144,6 +144,11 @@ type daemon struct {
 	// reloadNow asks the loop for a reload (an "always" answer was written); buffered 1.
 	reloadNow chan struct{}
 	metrics   *metricsRun // the [metrics] endpoint, nil when off; start, reload and stop only
+	// reloadReq carries the control channel's reloads to the loop (reloadop.go); looping
+	// is closed when the loop ends. Both nil for a daemon started without Run.
+	reloadReq chan reloadRequest
+	looping   chan struct{}
+	running   control.ConfigStat // the running config and the reloads; guarded by mu
 	// creds is the running config's broker of [[credential]]s; set at start and reload.
 	creds atomic.Pointer[broker.Broker]
 }
@@ -268,6 +273,7 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		return err
 	}
 	d.r, d.cfg = r, cfg
+	d.running = d.loaded(cfg)
 	sctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	lc := net.ListenConfig{Control: control}

@@ -31,12 +31,7 @@ type savedGuard struct {
 
 // StateDir is where the last good guard is kept: $STATE_DIRECTORY (systemd's
 // StateDirectory=router sets it) or /var/lib/router.
-func StateDir() string {
-	if d := os.Getenv("STATE_DIRECTORY"); d != "" {
-		return filepath.SplitList(d)[0]
-	}
-	return "/var/lib/router"
-}
+func StateDir() string { return conf.DefaultStateDir("linux", os.Getenv) }
 
 // InstallGuard installs the guard for cfg and records it as the last good one; it returns
 // what the guard closes, in words. It is idempotent: the table is replaced whole.

@@ -41,10 +41,12 @@ var _ control.Handler = (*statusHandler)(nil)
 func (h *statusHandler) Status() control.Status {
 	h.d.mu.Lock()
 	cfg := h.d.cfg
+	running := h.d.runningLocked()
 	h.d.mu.Unlock()
 	st := buildStatus(h.started, cfg.File, h.d.r, h.d.dns,
 		refusal.Merge(h.d.book.Snapshot(), h.d.opts.Platform.Refusals()))
 	st.PID = os.Getpid()
+	st.Running = running
 	if g, ok := h.d.opts.Platform.(guardReporter); ok {
 		gs := g.GuardStatus()
 		st.Guard = control.GuardStat{Watched: gs.Watched, Restores: gs.Restores, LastRestore: gs.LastRestore, LastDamage: gs.LastDamage,

@@ -58,6 +58,7 @@ type Collector struct {
 	ruleDisabled                                 *prometheus.Desc
 	upstreamUp, upstreamLatency, upstreamFailure *prometheus.Desc
 	poolSize, poolMapped, poolInUse              *prometheus.Desc
+	reloads, configLoaded                        *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -96,13 +97,17 @@ func NewCollector(status func() control.Status) *Collector {
 			"Fake-IP addresses that stand for a name now (fake-ip mode only).", nil, nil),
 		poolInUse: prometheus.NewDesc("router_dns_pool_in_use",
 			"Fake-IP addresses with at least one open flow (fake-ip mode only).", nil, nil),
+		reloads: prometheus.NewDesc("router_reloads_total",
+			"Reloads since the daemon started, by outcome: \"applied\", or \"refused\" (the running config stayed; router status shows the last refusal's error).", []string{"outcome"}, nil),
+		configLoaded: prometheus.NewDesc("router_config_loaded_time_seconds",
+			"When the running config was loaded (the start or the last reload applied), in seconds since the Unix epoch.", nil, nil),
 	}
 }
 
 // Describe sends every metric's description.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.start, c.flows, c.live, c.bytes, c.refusals, c.ruleFlows, c.ruleBytes, c.ruleDisabled,
-		c.upstreamUp, c.upstreamLatency, c.upstreamFailure, c.poolSize, c.poolMapped, c.poolInUse} {
+		c.upstreamUp, c.upstreamLatency, c.upstreamFailure, c.poolSize, c.poolMapped, c.poolInUse, c.reloads, c.configLoaded} {
 		ch <- d
 	}
 }
@@ -120,6 +125,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.start, float64(st.Started.UnixNano())/1e9)
 	}
 	counter(c.flows, st.Totals.Flows)
+	counter(c.reloads, st.Running.Reloads, "applied")
+	counter(c.reloads, st.Running.Refused, "refused")
+	if !st.Running.Loaded.IsZero() {
+		gauge(c.configLoaded, float64(st.Running.Loaded.UnixNano())/1e9)
+	}
 	gauge(c.live, float64(st.Totals.Live))
 	counter(c.bytes, st.Totals.Up, "up")
 	counter(c.bytes, st.Totals.Down, "down")

@@ -26,6 +26,7 @@ func fakeStatus() control.Status {
 	return control.Status{
 		Started: time.Unix(1700000000, 500_000_000),
 		Config:  "/etc/router/router.toml",
+		Running: control.ConfigStat{SHA256: "ab12", Loaded: time.Unix(1700000100, 0), Reloads: 3, Refused: 1},
 		Totals:  control.Totals{Flows: 12, Live: 2, Up: 3000, Down: 120000, Refused: 5},
 		Rules: []control.RuleStat{
 			{Index: 1, Name: "model-direct", Action: "direct", Hits: 3, Bytes: 4096},
@@ -56,6 +57,9 @@ const wantExposition = `
 # TYPE router_bytes_total counter
 router_bytes_total{direction="down"} 120000
 router_bytes_total{direction="up"} 3000
+# HELP router_config_loaded_time_seconds When the running config was loaded (the start or the last reload applied), in seconds since the Unix epoch.
+# TYPE router_config_loaded_time_seconds gauge
+router_config_loaded_time_seconds 1.7000001e+09
 # HELP router_dns_pool_in_use Fake-IP addresses with at least one open flow (fake-ip mode only).
 # TYPE router_dns_pool_in_use gauge
 router_dns_pool_in_use 2
@@ -99,6 +103,10 @@ router_refusals_total{reason="spoofed-source"} 0
 router_refusals_total{reason="to-guest"} 0
 router_refusals_total{reason="udp-oversize"} 0
 router_refusals_total{reason="upstream-down"} 0
+# HELP router_reloads_total Reloads since the daemon started, by outcome: "applied", or "refused" (the running config stayed; router status shows the last refusal's error).
+# TYPE router_reloads_total counter
+router_reloads_total{outcome="applied"} 3
+router_reloads_total{outcome="refused"} 1
 # HELP router_rule_bytes_total Bytes, both ways, of the flows each rule decided (ended and live) under the rule list of the last start or reload; every reload starts them from zero (a counter reset).
 # TYPE router_rule_bytes_total counter
 router_rule_bytes_total{action="block",index="0",rule="host-off-limits"} 0
