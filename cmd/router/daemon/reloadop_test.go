@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/cmd/router/daemon/daemontest"
 	"github.com/agentcage/router/router/control"
-	"github.com/agentcage/router/router/daemon/daemontest"
 )
 
 // TestReloadOverControl: `router reload`'s request. A refused config answers with the
