@@ -1,0 +1,135 @@
+package router
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/router/auditlog"
+	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/refusal"
+)
+
+// profileDecision: by default every caged flow goes direct; the profile "offline" lets only
+// the flows to port model through.
+func profileDecision(model uint16) *policy.Policy {
+	all := rules.Rule{Name: "all", Caged: true, Action: rules.Direct}
+	only := rules.Rule{Name: "model", Caged: true, Action: rules.Direct, Ports: []rules.PortRange{{Lo: model, Hi: model}}}
+	cfg := &conf.Config{Rules: []rules.Rule{all}, Profiles: []conf.Profile{{Name: "offline", Rules: []rules.Rule{only}}},
+		DNS: conf.DNS{Mode: conf.DNSFakeIP, Pool: netip.MustParsePrefix("198.18.0.0/15")}}
+	return policy.New(cfg, policy.Env{})
+}
+
+// dialFrom is dial from the loopback address src (another guest).
+func (e *env) dialFrom(src netip.Addr, dst netip.AddrPort) *net.TCPConn {
+	e.t.Helper()
+	c, err := net.DialTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0)), net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.orig.set(netaddr.AddrPort(c.LocalAddr()), dst)
+	c.SetDeadline(time.Now().Add(waitFor))
+	e.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestProfileSwitchEndsRefusedFlows: switching a guest to a profile ends, within a second,
+// its live flows the profile refuses, counted as refusals; its flows the profile allows and
+// another guest's flows go on; its new flows are decided by the profile; back on the
+// default profile they are allowed again.
+func TestProfileSwitchEndsRefusedFlows(t *testing.T) {
+	web := startTarget(t, "w")
+	model := startTarget(t, "m")
+	path := filepath.Join(t.TempDir(), "flows.jsonl")
+	audit := auditlog.New(auditlog.Options{})
+	if err := audit.Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer audit.Close()
+	e := newEnv(t, Settings{Decision: profileDecision(model.Port())}, Options{FromVM: func(netip.Addr) bool { return true }, Audit: audit})
+	other := netip.MustParseAddr("127.0.0.2")
+	cw, cm, co := e.dial(web), e.dial(model), e.dialFrom(other, web)
+	if readN(t, cw, 1) != "w" || readN(t, cm, 1) != "m" || readN(t, co, 1) != "w" {
+		t.Fatal("no banners")
+	}
+	before := e.r.book.Count(refusal.Caged)
+	start := time.Now()
+	key, ended, err := e.r.SwitchProfile("127.0.0.1", "offline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "vm 127.0.0.1" || ended != 1 {
+		t.Errorf("switch: guest %q, %d flows ended; want vm 127.0.0.1, 1", key, ended)
+	}
+	_ = cw.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := io.ReadAll(cw); err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Errorf("the refused flow: %v; want it ended within a second", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the refused flow ended %v after the switch; want within a second", d)
+	}
+	if n := e.r.book.Count(refusal.Caged) - before; n != 1 {
+		t.Errorf("%d caged refusals at the switch; want 1", n)
+	}
+	for _, c := range []*net.TCPConn{cm, co} {
+		c.Write([]byte("ping"))
+		if got := readN(t, c, 4); got != "ping" {
+			t.Errorf("a flow the switch must not end echoed %q", got)
+		}
+	}
+	e.waitLog(`msg="profile switch ended live flows" rule=`)
+	if got := e.r.GuestProfiles(); len(got) != 1 || got["vm 127.0.0.1"] != "offline" {
+		t.Errorf("GuestProfiles = %v", got)
+	}
+	wantReset(t, e.dial(web))
+	if c := e.dialFrom(other, web); readN(t, c, 1) != "w" {
+		t.Error("the other guest's new flow was not let through")
+	}
+	if _, _, err := e.r.SwitchProfile("127.0.0.1", policy.DefaultProfile); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.dial(web); readN(t, c, 1) != "w" {
+		t.Error("back on the default profile, the guest's new flow was not let through")
+	}
+	if got := e.r.GuestProfiles(); len(got) != 0 {
+		t.Errorf("GuestProfiles = %v after the switch back", got)
+	}
+	// The flow log names the profile that refused the guest's new flow.
+	deadline := time.Now().Add(waitFor)
+	for {
+		var found bool
+		for _, m := range readJSONLines(t, path) {
+			if m["event"] == "refused" && m["profile"] == "offline" && m["rule"] == policy.StepCaged.String() {
+				found = true
+			}
+		}
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no refusal by profile offline in the flow log:\n%v", readJSONLines(t, path))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSwitchProfileErrors(t *testing.T) {
+	e := newEnv(t, Settings{Decision: profileDecision(1)}, Options{})
+	if _, _, err := e.r.SwitchProfile("127.0.0.1", "nope"); !errors.Is(err, ErrNoProfile) {
+		t.Errorf("unknown profile: %v", err)
+	}
+	if _, _, err := e.r.SwitchProfile("10.9.0.0/16", "offline"); err == nil || !strings.Contains(err.Error(), "vm_networks") {
+		t.Errorf("a network that is no guest's: %v", err)
+	}
+	if _, _, err := e.r.SwitchProfile("guest1", "offline"); err == nil {
+		t.Error("a name was taken for a guest")
+	}
+}
