@@ -7,7 +7,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/router/control"
+	"github.com/agentcage/router/rules/policy"
 )
 
 // cmdProfile switches a guest of the running daemon to one of the config's profiles.
@@ -58,4 +60,18 @@ func writeProfiles(w io.Writer, st *control.Status) {
 	fmt.Fprintf(tw, "(others)\tdefault\n")
 	tw.Flush()
 	fmt.Fprintf(w, "profiles: %s (switch with: router profile GUEST PROFILE); the rules above are the default's\n", strings.Join(st.ProfileNames, ", "))
+}
+
+// profileOf is the policy of cfg's profile name, and cfg as that profile's rules see it
+// (its rules and their lines in place of the top-level ones), for explain; false when cfg
+// has no such profile (then pol and cfg are returned as they are).
+func profileOf(pol *policy.Policy, cfg *conf.Config, name string) (*policy.Policy, *conf.Config, bool) {
+	pp, ok := pol.Profile(name)
+	prof, ok2 := cfg.Profile(name)
+	if !ok || !ok2 {
+		return pol, cfg, false
+	}
+	c := *cfg
+	c.Rules, c.RuleLines = prof.Rules, prof.RuleLines
+	return pp, &c, true
 }

@@ -13,6 +13,9 @@ import "github.com/agentcage/router/conf"
 // A profile's Policy has no profiles of its own. Its rule indexes are positions in its own
 // rule list (Rules).
 
+// DefaultProfile names the top-level [[rule]] list as a profile (conf.DefaultProfile).
+const DefaultProfile = conf.DefaultProfile
+
 // compileProfiles compiles cfg's profiles into p.profiles; New calls it last.
 func (p *Policy) compileProfiles(cfg *conf.Config, env Env) {
 	if len(cfg.Profiles) == 0 {
