@@ -2,6 +2,7 @@ package conf
 
 import (
 	"slices"
+	"strconv"
 
 	"github.com/agentcage/router/rules"
 )
@@ -75,6 +76,7 @@ func (d *decoder) profiles(c *Config, v any) {
 		if rv, ok := m["rule"]; ok {
 			p.Rules, p.RuleLines = d.ruleList(c, rv, a.path+".rule", "profile "+n+" ")
 		}
+		d.profileUDP(c, &p)
 		c.Profiles = append(c.Profiles, p)
 	}
 	if d.opts.goos() == "windows" {
@@ -82,5 +84,22 @@ func (d *decoder) profiles(c *Config, v any) {
 	}
 	for i := range c.Profiles {
 		aliasApps(c.Profiles[i].Rules)
+	}
+}
+
+// profileUDP is checkUDP for p's rules: a rule that takes UDP through a proxy that cannot
+// carry it cannot work.
+func (d *decoder) profileUDP(c *Config, p *Profile) {
+	for i, r := range p.Rules {
+		if r.Network != rules.UDP || r.Action != rules.Proxy {
+			continue
+		}
+		for _, n := range ProxyNames(r.Proxy) {
+			if k, ok := d.proxies[n]; ok && !c.Proxies[k].CarriesUDP() {
+				a := at{path: "profile." + p.Name + ".rule[" + strconv.Itoa(i+1) + "].proxy",
+					where: "profile " + p.Name + " rule #" + strconv.Itoa(i+1) + " " + strconv.Quote(r.Name) + ", proxy"}
+				d.fail(a, "the rule takes UDP (network = \"udp\") but [proxy.%s] %s: use a socks5 proxy reached directly for it", n, c.Proxies[k].noUDP())
+			}
+		}
 	}
 }

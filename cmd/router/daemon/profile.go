@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"errors"
+	"runtime"
 	"slices"
 
 	"github.com/agentcage/router/router"
@@ -13,6 +15,11 @@ var _ control.Switcher = (*statusHandler)(nil)
 // NAME): router.Router.SwitchProfile. The switch lives as long as the daemon (a reload
 // keeps it); a restart puts every guest back on the default profile.
 func (h *statusHandler) SwitchProfile(guest, profile string) (control.ProfileSwitch, error) {
+	if runtime.GOOS == "windows" {
+		// The engine decides a flow at its first packet by the default rules and passes a
+		// direct one without the router: a profile would not hold there.
+		return control.ProfileSwitch{}, errors.New("profile: switching a guest's profile is not supported on Windows yet")
+	}
 	key, ended, err := h.d.r.SwitchProfile(guest, profile)
 	if err != nil {
 		return control.ProfileSwitch{}, err
