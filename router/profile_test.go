@@ -133,3 +133,66 @@ func TestSwitchProfileErrors(t *testing.T) {
 		t.Error("a name was taken for a guest")
 	}
 }
+
+// withProfile is decision(rs, nets...) with a profile name of rules prs.
+func withProfile(rs []rules.Rule, name string, prs []rules.Rule, nets ...netip.Prefix) *policy.Policy {
+	cfg := &conf.Config{Rules: rs, Profiles: []conf.Profile{{Name: name, Rules: prs}}, Capture: conf.Capture{VMNetworks: nets},
+		DNS: conf.DNS{Mode: conf.DNSFakeIP, Pool: netip.MustParsePrefix("198.18.0.0/15")}}
+	return policy.New(cfg, policy.Env{})
+}
+
+// TestProfileSwitchEndsUDPFlows: a guest's live UDP flow its new profile refuses is ended at
+// the switch; its next datagrams are dropped, not sent on.
+func TestProfileSwitchEndsUDPFlows(t *testing.T) {
+	e := newUDPEnv(t, nil, nil, proxyAll)
+	st := e.r.pol.Load().Settings
+	st.Decision = withProfile([]rules.Rule{proxyAll}, "offline", nil, vmNet)
+	if err := e.r.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	e.r.pol.Load().ups["exit"] = e.up // shared by the profiles
+	e.send(guest, echo, "ping")
+	a := e.association(0)
+	sent(t, a, ipAddr(echo), "ping")
+	key, ended, err := e.r.SwitchProfile(vmNet.String(), "offline")
+	if err != nil || key != "vm "+vmNet.String() || ended != 1 {
+		t.Fatalf("switch: %q, %d ended, %v; want 1 flow of vm %s", key, ended, err, vmNet)
+	}
+	e.waitLog(`msg="profile switch ended live flows"`)
+	e.send(guest, echo, "after")
+	select {
+	case d := <-a.Sent:
+		t.Errorf("after the switch the association sent %q", d.Payload)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// TestProfileSwitchAcrossReload: a reload keeps a guest's switch while the new config has
+// the profile, and puts the guest back on the default rules when it has not.
+func TestProfileSwitchAcrossReload(t *testing.T) {
+	web := startTarget(t, "w")
+	e := newEnv(t, Settings{Decision: profileDecision(1)}, Options{FromVM: func(netip.Addr) bool { return true }})
+	if _, _, err := e.r.SwitchProfile("127.0.0.1", "offline"); err != nil {
+		t.Fatal(err)
+	}
+	wantReset(t, e.dial(web))
+	st := e.r.pol.Load().Settings
+	if err := e.r.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.r.GuestProfiles(); got["vm 127.0.0.1"] != "offline" {
+		t.Errorf("after a reload with the profile: %v", got)
+	}
+	wantReset(t, e.dial(web))
+	st.Decision = mustRules(t, rules.Rule{Name: "all", Caged: true, Action: rules.Direct})
+	if err := e.r.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.r.GuestProfiles(); len(got) != 0 {
+		t.Errorf("after a reload without the profile: %v", got)
+	}
+	e.waitLog(`guest back on the default profile`)
+	if c := e.dial(web); readN(t, c, 1) != "w" {
+		t.Error("back on the default rules, the guest's flow was not let through")
+	}
+}
