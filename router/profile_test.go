@@ -196,3 +196,29 @@ func TestProfileSwitchAcrossReload(t *testing.T) {
 		t.Error("back on the default rules, the guest's flow was not let through")
 	}
 }
+
+// TestProfileSwitchEndsInboundTunnels: a guest's tunnel through an inbound is a flow of that
+// guest: a switch to a profile that refuses it ends it.
+func TestProfileSwitchEndsInboundTunnels(t *testing.T) {
+	target := startTarget(t, "x")
+	e := newEnv(t, Settings{Decision: profileDecision(1)}, Options{})
+	in := Inbound{Type: InboundHTTP, Name: "web", Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	addr := e.startInbound(in)
+	c, br, code := e.httpConnect(addr, target.String(), "")
+	if code != 200 {
+		t.Fatalf("CONNECT: %d", code)
+	}
+	if b, _ := br.ReadByte(); b != 'x' {
+		t.Fatalf("banner %q", b)
+	}
+	if _, ended, err := e.r.SwitchProfile("127.0.0.1", "offline"); err != nil || ended != 1 {
+		t.Fatalf("switch: %d ended, %v; want 1", ended, err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(waitFor))
+	if _, err := io.ReadAll(br); err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Errorf("the tunnel: %v; want it ended", err)
+	}
+	if _, _, code := e.httpConnect(addr, target.String(), ""); code == 200 {
+		t.Error("a new tunnel of the switched guest was let through")
+	}
+}
