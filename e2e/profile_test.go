@@ -26,10 +26,10 @@ action = "direct"
 
 // TestProfileSwitch: `router profile 10.0.2.0/24 offline` ends the first guest's live flow
 // to an echo server within a second (counted), refuses its new ones and shows the switch in
-// `router status`; the second guest's flow goes on and its new ones get through. Back on
-// the default profile the first guest reaches the echo again.
+// `router status` and the flow log; the second guest's flow goes on and its new ones get
+// through. Back on the default profile the first guest reaches the echo again.
 func TestProfileSwitch(t *testing.T) {
-	s := newLab(t, twoGuestConfig(lab.GoSocksAddr, "")+offlineProfile)
+	s := newLab(t, twoGuestConfig(lab.GoSocksAddr, "")+offlineProfile+flowLogKeys)
 	guest2, err := s.lab.AddSecondGuest(s.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +115,11 @@ func TestProfileSwitch(t *testing.T) {
 	} else {
 		c.Close()
 	}
+	// The flow log names the profile that refused the guest's new flow.
+	s.flowRecords(func(m map[string]any) bool {
+		src, _ := m["src"].(string)
+		return m["event"] == "refused" && m["profile"] == "offline" && strings.HasPrefix(src, lab.GuestAddr+":")
+	})
 	st := s.status()
 	if len(st.Profiles) != 1 || st.Profiles[0].Guest != "vm 10.0.2.0/24" || st.Profiles[0].Profile != "offline" {
 		t.Errorf("status profiles = %+v", st.Profiles)
