@@ -77,6 +77,8 @@ type Config struct {
 	// ApprovedAt and ApprovedN place the approved rules (the router's own file, read when
 	// the config asks) in Rules: Rules[ApprovedAt:ApprovedAt+ApprovedN].
 	ApprovedAt, ApprovedN int
+	// Profiles are the [profile.NAME] tables, in name order (profile.go).
+	Profiles []Profile
 
 	loc *locator // the lines of the file's keys; nil for a Config built in code
 	sum string   // the SHA-256 of the file's bytes, hex; "" for a Config built in code

@@ -171,8 +171,13 @@ func (d *decoder) appAliases(c *Config) {
 	if d.opts.goos() == "windows" {
 		return
 	}
-	for i := range c.Rules {
-		r := &c.Rules[i]
+	aliasApps(c.Rules)
+}
+
+// aliasApps adds to each rule of rs the aliases of the apps it lists (see appAliases).
+func aliasApps(rs []rules.Rule) {
+	for i := range rs {
+		r := &rs[i]
 		for _, a := range r.Apps {
 			for _, alias := range appAliases[a.Pattern()] {
 				if !slices.ContainsFunc(r.Apps, func(b rules.App) bool { return b.Pattern() == alias }) {

@@ -17,7 +17,7 @@ import (
 
 // The keys of each table, in the order docs/config.md documents them.
 var (
-	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "metrics", "policy", "console", "budget", "credential", "rule"}
+	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "metrics", "policy", "console", "budget", "credential", "rule", "profile"}
 	proxyKeys   = []string{"type", "address", "via", "username", "password_env", "password_file", "pipeline", "ca_file", "health_check", "health_target"}
 	captureKeys = []string{"vm_networks", "vm_interfaces", "hypervisors", "cage_subnets", "local", "local_udp_allow", "rival_permits", "uncaged_adapters", "listener_port", "dns_port", "udp_port", "mark", "table"}
 	forwardKeys = []string{"name", "listen", "connect", "allow", "api", "allow_paths", "max_body", "idle_timeout", "unsafe_any_address"}
@@ -106,6 +106,9 @@ func (d *decoder) config(raw map[string]any) *Config {
 		d.rules(c, v)
 		d.appAliases(c)
 		c.HostsFiles = d.hostPaths
+	}
+	if v, ok := raw["profile"]; ok {
+		d.profiles(c, v)
 	}
 	d.approved(c)
 	d.scope(c)
@@ -794,14 +797,20 @@ func (d *decoder) known(c *Config) string {
 }
 
 func (d *decoder) rules(c *Config, v any) {
+	c.Rules, c.RuleLines = d.ruleList(c, v, "rule", "")
+}
+
+// ruleList decodes an array of [[rule]] tables at path (a profile's: "profile.NAME.rule",
+// named where, "profile NAME ", in messages) and the lines of their headers.
+func (d *decoder) ruleList(c *Config, v any, path, where string) (rs []rules.Rule, lines []int) {
 	list, ok := v.([]map[string]any)
 	if !ok {
-		d.fail(at{path: "rule"}, "must be an array of tables [[rule]], not %s", typeName(v))
-		return
+		d.fail(at{path: path}, "must be an array of tables [[%s]], not %s", path, typeName(v))
+		return nil, nil
 	}
 	seen := map[string]int{}
 	for i, m := range list {
-		a := at{path: "rule[" + strconv.Itoa(i+1) + "]", where: "rule #" + strconv.Itoa(i+1)}
+		a := at{path: path + "[" + strconv.Itoa(i+1) + "]", where: where + "rule #" + strconv.Itoa(i+1)}
 		r := rules.Rule{Name: "rule-" + strconv.Itoa(i+1)}
 		if v, ok := m["name"]; ok {
 			if s, ok := d.str(a.key("name"), v); ok {
@@ -827,9 +836,10 @@ func (d *decoder) rules(c *Config, v any) {
 		if r.Action == rules.Ask {
 			c.Policy.asks = true
 		}
-		c.Rules = append(c.Rules, r)
-		c.RuleLines = append(c.RuleLines, d.loc.line(a.path))
+		rs = append(rs, r)
+		lines = append(lines, d.loc.line(a.path))
 	}
+	return rs, lines
 }
 
 func (d *decoder) ruleFields(c *Config, r *rules.Rule, a at, m map[string]any) {

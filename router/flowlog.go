@@ -94,6 +94,9 @@ func (r *Router) audit(f *FlowRecord) {
 		rec.Upstream = f.Verdict.Proxy
 	}
 	rec.Asked = f.Asked
+	if f.pol != nil {
+		rec.Profile = f.pol.profile
+	}
 	if f.refused {
 		rec.Event, rec.Reason = auditlog.EventRefused, f.why.String()
 	}
@@ -125,6 +128,9 @@ func flowAttrs(f *FlowRecord, ended bool) []any {
 	attrs := make([]any, 0, 24)
 	attrs = append(attrs, "id", f.ID, "src", f.Src, "dst", f.dst(),
 		"rule", f.Verdict.Name, "action", f.Verdict.Action.String())
+	if f.pol != nil && f.pol.profile != "" {
+		attrs = append(attrs, "profile", f.pol.profile)
+	}
 	if ended {
 		attrs = append(attrs, "up", f.Up, "down", f.Down, "duration", time.Since(f.Start).Round(time.Millisecond))
 	}

@@ -275,6 +275,7 @@ func (s *inboundServer) flow(c *inboundConn, req inboundRequest, rep inboundRepl
 	f.Inbound, f.Dst, f.Host, f.App = c.in.Name, req.dst, req.name, c.id.app
 	pf := policy.Flow{Network: rules.TCP, Dst: req.dst.Addr(), Port: req.dst.Port(), Host: req.name}
 	c.id.apply(&pf)
+	p = r.forGuest(p, &pf) // a switched guest's profile (profile.go)
 	release := r.names(&pf)
 	f.Host = pf.Host
 	done := func() {

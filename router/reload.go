@@ -22,17 +22,24 @@ import (
 // direct flow that went to its own address is ended too when the new rules would dial the
 // name its first bytes carry instead (nowByName).
 
-// endRefused ends the live flows that p refuses (see above); Use calls it.
-func (r *Router) endRefused(p *compiled) {
+// endRefused ends the live flows that p refuses (see above), those of guest (a guestOf key)
+// only unless it is "", each decided by its guest's profile (profile.go), and returns how
+// many it ended; msg heads the log lines. Use calls it, and a profile switch.
+func (r *Router) endRefused(p *compiled, guest, msg string) int {
 	byRule := map[string]int{}
+	n := 0
 	for _, f := range r.liveTCP() {
 		q := f.query
-		d := p.Decision.Decide(&q)
+		if guest != "" && !r.ofGuest(p, &q, guest) {
+			continue
+		}
+		d := r.forGuest(p, &q).Decision.Decide(&q)
 		if admits(d) && !nowByName(f, d) {
 			continue
 		}
 		f.bytes.stop()
 		byRule[d.Verdict.Name]++
+		n++
 		r.book.Add(refusal.ForStep(d.Step), refusal.Event{Src: f.Src, Dst: f.Dst, Host: f.Host, App: f.App, Rule: d.Verdict.Name})
 	}
 	t := &r.udp
@@ -43,7 +50,10 @@ func (r *Router) endRefused(p *compiled) {
 			continue
 		}
 		q := fl.rec.query
-		if d := p.Decision.Decide(&q); !admits(d) {
+		if guest != "" && !r.ofGuest(p, &q, guest) {
+			continue
+		}
+		if d := r.forGuest(p, &q).Decision.Decide(&q); !admits(d) {
 			byRule[d.Verdict.Name]++
 			r.book.Add(refusal.ForStep(d.Step), refusal.Event{Src: fl.rec.Src, Dst: fl.rec.Dst, Host: fl.rec.Host, App: fl.rec.App, Rule: d.Verdict.Name})
 			ended = append(ended, fl)
@@ -56,7 +66,9 @@ func (r *Router) endRefused(p *compiled) {
 		r.endFlowLocked(fl)
 	}
 	t.mu.Unlock()
-	r.logEnded(byRule, "rule")
+	n += len(ended)
+	r.logEnded(byRule, "rule", msg)
+	return n
 }
 
 // nowByName reports whether f went direct to its own address while d, the new policy's
@@ -80,7 +92,7 @@ func (r *Router) EndInboundClients(in *Inbound) {
 		r.book.Add(refusal.ForwardSource, refusal.Event{Src: f.Src, Dst: in.Listen, Rule: "inbound " + in.Name})
 	}
 	if n > 0 {
-		r.logEnded(map[string]int{in.Name: n}, "inbound")
+		r.logEnded(map[string]int{in.Name: n}, "inbound", "reload ended live flows")
 	}
 }
 
@@ -99,14 +111,14 @@ func (r *Router) liveTCP() []*FlowRecord {
 	return out
 }
 
-// logEnded logs one line per rule (or inbound) of the flows a reload ended.
-func (r *Router) logEnded(by map[string]int, what string) {
+// logEnded logs one line per rule (or inbound) of the flows a reload ended, headed msg.
+func (r *Router) logEnded(by map[string]int, what, msg string) {
 	names := make([]string, 0, len(by))
 	for n := range by {
 		names = append(names, n)
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		r.log.Warn("reload ended live flows", what, n, "flows", by[n])
+		r.log.Warn(msg, what, n, "flows", by[n])
 	}
 }

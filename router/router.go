@@ -151,6 +151,10 @@ type compiled struct {
 	// of those that ended.
 	steps     [policy.NumSteps][rules.Ask + 1]atomic.Uint64
 	stepBytes [policy.NumSteps][rules.Ask + 1]atomic.Uint64
+	// profiles are the config's other profiles by name (profile.go); profile is the name of
+	// this one's, "" for the default.
+	profiles map[string]*compiled
+	profile  string
 }
 
 // Router runs the transparent listener and forwards. Its methods are safe for concurrent
@@ -180,6 +184,7 @@ type Router struct {
 
 	resolved *resolvedNames // what flows' names resolve to, for policy.StepHostName; nil without Names
 	carried  carried        // the identities of the flows carried to the router's own listeners (carried.go)
+	profiles guestProfiles  // the guests switched to a profile (profile.go)
 
 	customDial bool // Options.DialTCP was given
 
@@ -262,6 +267,9 @@ func (r *Router) Prepare(p Settings) (*Prepared, error) {
 	if err := r.prepareUpstreams(np); err != nil {
 		return nil, err
 	}
+	if err := r.prepareProfiles(np); err != nil {
+		return nil, err
+	}
 	return &Prepared{c: np}, nil
 }
 
@@ -271,7 +279,8 @@ func (r *Router) Prepare(p Settings) (*Prepared, error) {
 func (r *Router) Use(pp *Prepared) {
 	r.useUpstreams(pp.c)
 	r.pol.Store(pp.c)
-	r.endRefused(pp.c)
+	r.dropGoneProfiles(pp.c)
+	r.endRefused(pp.c, "", "reload ended live flows")
 }
 
 // Apply prepares p and uses it.

@@ -365,6 +365,8 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 		l.endEarly(s)
 		return
 	}
+	p = r.forGuest(p, &pf) // a switched guest's profile (profile.go)
+	s.p = p
 	if r.opts.Owner != nil && p.Decision.NeedsOwner(&pf) {
 		l.handOff(s, &pf, false)
 		return

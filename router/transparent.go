@@ -104,6 +104,7 @@ func (r *Router) handle(ctx context.Context, c *net.TCPConn, port uint16) {
 			local = netaddr.AddrPort(c.LocalAddr())
 		}
 		err = r.addresses(f, &pf, src, dst, local)
+		p = r.forGuest(p, &pf) // a switched guest's profile (profile.go)
 	}
 	r.classified(ctx, p, f, c, &pf, err)
 }

@@ -275,6 +275,7 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 	if r.opts.CagedSocket != nil {
 		pf.CagedSocket = r.opts.CagedSocket(f.Src, f.Dst)
 	}
+	p = r.forGuest(p, &pf) // a switched guest's profile (profile.go)
 	var ownerErr error
 	if p.Decision.NeedsOwner(&pf) {
 		info, known := dg.Owner, dg.OwnerKnown

@@ -74,6 +74,7 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 	sni := fs.String("sni", "", "the `name` the client's first bytes carry: a TLS server name or an HTTP Host")
 	resolved := fs.String("resolved", "", "the `addresses` (comma-separated) the flow's name resolves to through the proxy's resolver, as the daemon would look them up (none: the lookup finds nothing): explain does not resolve; with them it checks where a direct dial by name goes")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	profile := fs.String("profile", "", "decide by this [profile.`NAME`]'s rules, as for a guest switched to it (router profile); default: the top-level rules")
 	socket := fs.String("socket", "", "the running router's control `path`, to name a fake-IP pool address")
 	goos := fs.String("os", "", "judge for this operating system (`linux` or windows: presets, app names); default this one")
 	if code, stop := parseFlags(fs, args); stop {
@@ -124,6 +125,13 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 		}
 	}
 	pol := policy.New(cfg, env)
+	if *profile != "" {
+		var ok bool
+		if pol, cfg, ok = profileOf(pol, cfg, *profile); !ok {
+			fmt.Fprintf(stderr, "router explain: --profile %q: no such profile (defined: %s)\n", *profile, strings.Join(cfg.ProfileNames(), ", "))
+			return exitUsage
+		}
+	}
 	var notes []string
 	if q.Dst.IsValid() && pol.InPool(q.Dst) && q.Host == "" {
 		// A fake IP: the flow is decided by the name behind it, which only the daemon knows.
@@ -151,6 +159,9 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 	}
 	for _, p := range cfg.Capture.Presets {
 		fmt.Fprintf(stdout, "preset %s: %s\n", p.Name, presetText(p))
+	}
+	if *profile != "" {
+		fmt.Fprintf(stdout, "profile: %s\n", *profile)
 	}
 	fmt.Fprintf(stdout, "flow: %s\n", describeFlow(q, d.Caged))
 	if nameFrom != "" {

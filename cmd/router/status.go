@@ -104,6 +104,8 @@ func writeStatus(w io.Writer, st *control.Status, now time.Time) {
 	for _, r := range st.Rules {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", statusRule(r.Index, r.Name), ruleAction(r), r.Hits, humanBytes(r.Bytes))
 	}
+	tw.Flush()
+	writeProfiles(w, st)
 	if len(st.Caged) > 0 {
 		fmt.Fprintln(tw, "\nCAGED PROCESS\tPID\tFLOWS\tREFUSED\tLAST")
 		for _, c := range st.Caged {

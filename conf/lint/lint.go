@@ -92,6 +92,7 @@ func check(cfg *conf.Config, h Host, every bool) []Finding {
 	l := &linter{cfg: cfg, host: h, every: every}
 	l.local = l.localSet()
 	l.rules()
+	l.profiles()
 	l.forwards()
 	l.ungated()
 	l.inbounds()

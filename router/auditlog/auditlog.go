@@ -70,6 +70,7 @@ type Record struct {
 	Dst           netip.AddrPort `json:"-"`
 	DstPort       uint16         `json:"-"`                  // with a name only (Dst invalid)
 	Rule          string         `json:"rule,omitempty"`     // the deciding rule, or the implicit step
+	Profile       string         `json:"profile,omitempty"`  // the guest's profile that decided it; "" for the default
 	Action        string         `json:"action,omitempty"`   // direct, proxy or block (an ask is recorded as what it became)
 	Upstream      string         `json:"upstream,omitempty"` // the proxy that carried it
 	Up            int64          `json:"up,omitempty"`       // bytes from the client

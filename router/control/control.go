@@ -24,13 +24,17 @@ import (
 
 // Request is one question to the daemon.
 type Request struct {
-	Op   string     `json:"op"`            // "status", "name", "asks", "answer", "console" or "reload"
+	Op   string     `json:"op"`            // "status", "name", "asks", "answer", "console", "reload" or "profile"
 	Addr netip.Addr `json:"addr,omitzero"` // for "name"
 	// ID and Answer ("once", "run", "always" or "deny") answer a pending prompt ("answer");
 	// By says who answers, for the log and the approved rules file.
 	ID     uint64 `json:"id,omitempty"`
 	Answer string `json:"answer,omitempty"`
 	By     string `json:"by,omitempty"`
+	// Guest (a VM network's CIDR or a guest's address) and Profile switch a guest's
+	// profile ("profile").
+	Guest   string `json:"guest,omitempty"`
+	Profile string `json:"profile,omitempty"`
 }
 
 // Response is the daemon's answer; Error is set when the request failed.
@@ -43,6 +47,8 @@ type Response struct {
 	URL string `json:"url,omitempty"`
 	// Asks are the pending prompts ("asks"; "answer": the one answered), oldest first.
 	Asks []Prompt `json:"asks,omitempty"`
+	// Switch is a profile switch done ("profile").
+	Switch *ProfileSwitch `json:"switch,omitempty"`
 	// Config is the config running after a "reload": the new one, or (the reload refused,
 	// Error set) the one that stays, with the refusal.
 	Config *ConfigStat `json:"config,omitempty"`
@@ -125,6 +131,10 @@ type Status struct {
 	// Warnings are what the daemon finds wrong as it runs: a known hypervisor's process
 	// that runs uncaged, whose guests' traffic leaves as this host's own.
 	Warnings []string `json:"warnings,omitempty"`
+	// Profiles are the guests switched to a profile other than the default, by guest;
+	// ProfileNames the profiles the config defines, "default" first.
+	Profiles     []GuestProfile `json:"profiles,omitempty"`
+	ProfileNames []string       `json:"profile_names,omitempty"`
 }
 
 // CagedStat is one caged process: its flows decided and refused since the daemon started,
@@ -386,6 +396,8 @@ func answer(req Request, h Handler) Response {
 			return Response{Config: &cs, Error: err.Error()}
 		}
 		return Response{Config: &cs}
+	case "profile":
+		return answerProfile(req, h)
 	}
 	return Response{Error: fmt.Sprintf("unknown op %q", req.Op)}
 }

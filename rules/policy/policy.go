@@ -287,6 +287,11 @@ type Policy struct {
 	askProxy               string
 	// portPoints are the ports where a flow's decision may change, in order (names.go).
 	portPoints []uint16
+	// name is the profile p was compiled for ("": the default); profiles and profileNames
+	// are the config's other profiles (profile.go), nil in a profile's own Policy.
+	name         string
+	profiles     map[string]*Policy
+	profileNames []string
 }
 
 // CagedApp is one member of a config's caged-app set.
@@ -397,6 +402,7 @@ func New(cfg *conf.Config, env Env) *Policy {
 		}
 	}
 	p.portPoints = portPoints(cfg.Rules)
+	p.compileProfiles(cfg, env)
 	return p
 }
 

@@ -58,6 +58,7 @@ func (h *statusHandler) Status() control.Status {
 		st.Warnings = append(st.Warnings, warns...)
 	}
 	st.Asks = h.Pending()
+	profileStatus(&st, h.d.r)
 	b := h.d.r.Budgets()
 	st.Budgets = control.BudgetStat{Flows: b.Flows, FlowBudget: b.FlowBudget, Setups: b.Setups, SetupWaiting: b.SetupWaiting,
 		Forwards: b.Forwards, ForwardBudget: b.ForwardBudget, Inbounds: b.Inbounds, InboundBudget: b.InboundBudget}

@@ -73,6 +73,9 @@ function render(s) {
   renderAsks(s.asks, now);
   fill("flows", (st.flows || []).map(f => [f.host || f.dst, f.rule, f.action, num(bytes(f.up + f.down)), num(bytes(f.up_rate + f.down_rate) + "/s"), f.src]));
   fill("upstreams", (st.upstreams || []).map(u => [u.name, el("td", { class: u.state }, u.state), num(u.latency_ns ? (u.latency_ns / 1e6).toFixed(1) + " ms" : ""), u.last_error || ""]));
+  // The switched guests (router profile); shown only when the config defines profiles.
+  document.getElementById("profiles-section").hidden = (st.profile_names || []).length < 2;
+  fill("profiles", (st.profiles || []).map(p => [p.guest, p.profile]).concat([["others", "default"]]));
   fill("rules", (st.rules || []).map(r => [r.index || "", r.name, r.action + (r.proxy ? " " + r.proxy : ""), num(String(r.hits)), num(bytes(r.bytes))]));
   const refs = (st.refusals || []).filter(r => r.count > 0);
   document.getElementById("refusals").replaceChildren(...(refs.length ? refs.map(r =>

@@ -1,0 +1,149 @@
+//go:build linux
+
+package e2e
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentcage/router/internal/lab"
+)
+
+// offlineProfile lets a guest reach only the model forward.
+const offlineProfile = `
+[profile.offline]
+[[profile.offline.rule]]
+name = "model"
+hosts = ["10.0.2.2", "127.0.0.1"]
+ports = [47831]
+action = "direct"
+`
+
+// TestProfileSwitch: `router profile 10.0.2.0/24 offline` ends the first guest's live flow
+// to an echo server within a second (counted), refuses its new ones and shows the switch in
+// `router status` and the flow log; the second guest's flow goes on and its new ones get
+// through. Back on the default profile the first guest reaches the echo again.
+func TestProfileSwitch(t *testing.T) {
+	s := newLab(t, twoGuestConfig(lab.GoSocksAddr, "")+offlineProfile+flowLogKeys)
+	guest2, err := s.lab.AddSecondGuest(s.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const echo = lab.ServiceAddr + ":9007"
+	ln, err := s.lab.Inet().Listen(s.ctx, "tcp", echo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(time.Minute))
+				io.WriteString(c, "hi")
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	s.startRouter()
+	open := func(ns *lab.Netns) (net.Conn, error) {
+		c, err := ns.Dial(s.ctx, "tcp", echo)
+		if err != nil {
+			return nil, err
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		b := make([]byte, 2)
+		if _, err := io.ReadFull(c, b); err != nil || string(b) != "hi" {
+			c.Close()
+			return nil, errors.Join(errors.New("no banner"), err)
+		}
+		return c, nil
+	}
+	echoes := func(c net.Conn) bool {
+		c.SetDeadline(time.Now().Add(3 * time.Second))
+		if _, err := c.Write([]byte("ping")); err != nil {
+			return false
+		}
+		b := make([]byte, 4)
+		_, err := io.ReadFull(c, b)
+		return err == nil && string(b) == "ping"
+	}
+	c1, err := open(s.lab.Guest())
+	if err != nil {
+		t.Fatalf("the first guest before the switch: %v", err)
+	}
+	defer c1.Close()
+	c2, err := open(guest2)
+	if err != nil {
+		t.Fatalf("the second guest before the switch: %v", err)
+	}
+	defer c2.Close()
+
+	start := time.Now()
+	out, code := s.routerCmd("profile", "--config", s.cfg, lab.GuestNetwork, "offline")
+	if code != 0 || !strings.Contains(out, "vm 10.0.2.0/24: profile offline; 1 live flows it refuses ended") {
+		t.Fatalf("router profile: exit %d\n%s", code, out)
+	}
+	c1.SetReadDeadline(time.Now().Add(time.Second))
+	_, err = c1.Read(make([]byte, 1))
+	took := time.Since(start)
+	if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the first guest's live flow after the switch: %v; want it ended", err)
+	}
+	t.Logf("the live flow ended %v after the switch began (the command's start included)", took)
+	if took > time.Second {
+		t.Errorf("the live flow ended %v after the switch; want within a second", took)
+	}
+	if !echoes(c2) {
+		t.Error("the second guest's live flow was ended by the first guest's switch")
+	}
+	if c, err := open(s.lab.Guest()); err == nil {
+		c.Close()
+		t.Error("the first guest's new flow got through on the offline profile")
+	}
+	if c, err := open(guest2); err != nil {
+		t.Errorf("the second guest's new flow: %v", err)
+	} else {
+		c.Close()
+	}
+	// The flow log names the profile that refused the guest's new flow.
+	s.flowRecords(func(m map[string]any) bool {
+		src, _ := m["src"].(string)
+		return m["event"] == "refused" && m["profile"] == "offline" && strings.HasPrefix(src, lab.GuestAddr+":")
+	})
+	st := s.status()
+	if len(st.Profiles) != 1 || st.Profiles[0].Guest != "vm 10.0.2.0/24" || st.Profiles[0].Profile != "offline" {
+		t.Errorf("status profiles = %+v", st.Profiles)
+	}
+	var caged uint64
+	for _, r := range st.Refusals {
+		if r.Reason == "caged-no-rule" {
+			caged = r.Count
+		}
+	}
+	if caged < 2 { // the live flow ended, the new one refused
+		t.Errorf("caged refusals = %d, want at least 2 (%+v)", caged, st.Refusals)
+	}
+	s.waitLog(`profile switch ended live flows`, 5*time.Second)
+
+	if out, code := s.routerCmd("profile", "--config", s.cfg, lab.GuestAddr, "default"); code != 0 {
+		t.Fatalf("router profile back: exit %d\n%s", code, out)
+	}
+	c, err := open(s.lab.Guest())
+	if err != nil {
+		t.Fatalf("the first guest back on the default profile: %v", err)
+	}
+	c.Close()
+	if st := s.status(); len(st.Profiles) != 0 {
+		t.Errorf("status profiles after the switch back = %+v", st.Profiles)
+	}
+}

@@ -1,0 +1,224 @@
+package router
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/router/auditlog"
+	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/refusal"
+)
+
+// profileDecision: by default every caged flow goes direct; the profile "offline" lets only
+// the flows to port model through.
+func profileDecision(model uint16) *policy.Policy {
+	all := rules.Rule{Name: "all", Caged: true, Action: rules.Direct}
+	only := rules.Rule{Name: "model", Caged: true, Action: rules.Direct, Ports: []rules.PortRange{{Lo: model, Hi: model}}}
+	cfg := &conf.Config{Rules: []rules.Rule{all}, Profiles: []conf.Profile{{Name: "offline", Rules: []rules.Rule{only}}},
+		DNS: conf.DNS{Mode: conf.DNSFakeIP, Pool: netip.MustParsePrefix("198.18.0.0/15")}}
+	return policy.New(cfg, policy.Env{})
+}
+
+// dialFrom is dial from the loopback address src (another guest).
+func (e *env) dialFrom(src netip.Addr, dst netip.AddrPort) *net.TCPConn {
+	e.t.Helper()
+	c, err := net.DialTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0)), net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.orig.set(netaddr.AddrPort(c.LocalAddr()), dst)
+	c.SetDeadline(time.Now().Add(waitFor))
+	e.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestProfileSwitchEndsRefusedFlows: switching a guest to a profile ends, within a second,
+// its live flows the profile refuses, counted as refusals; its flows the profile allows and
+// another guest's flows go on; its new flows are decided by the profile; back on the
+// default profile they are allowed again.
+func TestProfileSwitchEndsRefusedFlows(t *testing.T) {
+	web := startTarget(t, "w")
+	model := startTarget(t, "m")
+	path := filepath.Join(t.TempDir(), "flows.jsonl")
+	audit := auditlog.New(auditlog.Options{})
+	if err := audit.Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer audit.Close()
+	e := newEnv(t, Settings{Decision: profileDecision(model.Port())}, Options{FromVM: func(netip.Addr) bool { return true }, Audit: audit})
+	other := netip.MustParseAddr("127.0.0.2")
+	cw, cm, co := e.dial(web), e.dial(model), e.dialFrom(other, web)
+	if readN(t, cw, 1) != "w" || readN(t, cm, 1) != "m" || readN(t, co, 1) != "w" {
+		t.Fatal("no banners")
+	}
+	before := e.r.book.Count(refusal.Caged)
+	start := time.Now()
+	key, ended, err := e.r.SwitchProfile("127.0.0.1", "offline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "vm 127.0.0.1" || ended != 1 {
+		t.Errorf("switch: guest %q, %d flows ended; want vm 127.0.0.1, 1", key, ended)
+	}
+	_ = cw.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := io.ReadAll(cw); err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Errorf("the refused flow: %v; want it ended within a second", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the refused flow ended %v after the switch; want within a second", d)
+	}
+	if n := e.r.book.Count(refusal.Caged) - before; n != 1 {
+		t.Errorf("%d caged refusals at the switch; want 1", n)
+	}
+	for _, c := range []*net.TCPConn{cm, co} {
+		c.Write([]byte("ping"))
+		if got := readN(t, c, 4); got != "ping" {
+			t.Errorf("a flow the switch must not end echoed %q", got)
+		}
+	}
+	e.waitLog(`msg="profile switch ended live flows" rule=`)
+	if got := e.r.GuestProfiles(); len(got) != 1 || got["vm 127.0.0.1"] != "offline" {
+		t.Errorf("GuestProfiles = %v", got)
+	}
+	wantReset(t, e.dial(web))
+	if c := e.dialFrom(other, web); readN(t, c, 1) != "w" {
+		t.Error("the other guest's new flow was not let through")
+	}
+	if _, _, err := e.r.SwitchProfile("127.0.0.1", policy.DefaultProfile); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.dial(web); readN(t, c, 1) != "w" {
+		t.Error("back on the default profile, the guest's new flow was not let through")
+	}
+	if got := e.r.GuestProfiles(); len(got) != 0 {
+		t.Errorf("GuestProfiles = %v after the switch back", got)
+	}
+	// The flow log names the profile that refused the guest's new flow.
+	deadline := time.Now().Add(waitFor)
+	for {
+		var found bool
+		for _, m := range readJSONLines(t, path) {
+			if m["event"] == "refused" && m["profile"] == "offline" && m["rule"] == policy.StepCaged.String() {
+				found = true
+			}
+		}
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no refusal by profile offline in the flow log:\n%v", readJSONLines(t, path))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSwitchProfileErrors(t *testing.T) {
+	e := newEnv(t, Settings{Decision: profileDecision(1)}, Options{})
+	if _, _, err := e.r.SwitchProfile("127.0.0.1", "nope"); !errors.Is(err, ErrNoProfile) {
+		t.Errorf("unknown profile: %v", err)
+	}
+	if _, _, err := e.r.SwitchProfile("10.9.0.0/16", "offline"); err == nil || !strings.Contains(err.Error(), "vm_networks") {
+		t.Errorf("a network that is no guest's: %v", err)
+	}
+	if _, _, err := e.r.SwitchProfile("guest1", "offline"); err == nil {
+		t.Error("a name was taken for a guest")
+	}
+}
+
+// withProfile is decision(rs, nets...) with a profile name of rules prs.
+func withProfile(rs []rules.Rule, name string, prs []rules.Rule, nets ...netip.Prefix) *policy.Policy {
+	cfg := &conf.Config{Rules: rs, Profiles: []conf.Profile{{Name: name, Rules: prs}}, Capture: conf.Capture{VMNetworks: nets},
+		DNS: conf.DNS{Mode: conf.DNSFakeIP, Pool: netip.MustParsePrefix("198.18.0.0/15")}}
+	return policy.New(cfg, policy.Env{})
+}
+
+// TestProfileSwitchEndsUDPFlows: a guest's live UDP flow its new profile refuses is ended at
+// the switch; its next datagrams are dropped, not sent on.
+func TestProfileSwitchEndsUDPFlows(t *testing.T) {
+	e := newUDPEnv(t, nil, nil, proxyAll)
+	st := e.r.pol.Load().Settings
+	st.Decision = withProfile([]rules.Rule{proxyAll}, "offline", nil, vmNet)
+	if err := e.r.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	e.r.pol.Load().ups["exit"] = e.up // shared by the profiles
+	e.send(guest, echo, "ping")
+	a := e.association(0)
+	sent(t, a, ipAddr(echo), "ping")
+	key, ended, err := e.r.SwitchProfile(vmNet.String(), "offline")
+	if err != nil || key != "vm "+vmNet.String() || ended != 1 {
+		t.Fatalf("switch: %q, %d ended, %v; want 1 flow of vm %s", key, ended, err, vmNet)
+	}
+	e.waitLog(`msg="profile switch ended live flows"`)
+	e.send(guest, echo, "after")
+	select {
+	case d := <-a.Sent:
+		t.Errorf("after the switch the association sent %q", d.Payload)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// TestProfileSwitchAcrossReload: a reload keeps a guest's switch while the new config has
+// the profile, and puts the guest back on the default rules when it has not.
+func TestProfileSwitchAcrossReload(t *testing.T) {
+	web := startTarget(t, "w")
+	e := newEnv(t, Settings{Decision: profileDecision(1)}, Options{FromVM: func(netip.Addr) bool { return true }})
+	if _, _, err := e.r.SwitchProfile("127.0.0.1", "offline"); err != nil {
+		t.Fatal(err)
+	}
+	wantReset(t, e.dial(web))
+	st := e.r.pol.Load().Settings
+	if err := e.r.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.r.GuestProfiles(); got["vm 127.0.0.1"] != "offline" {
+		t.Errorf("after a reload with the profile: %v", got)
+	}
+	wantReset(t, e.dial(web))
+	st.Decision = mustRules(t, rules.Rule{Name: "all", Caged: true, Action: rules.Direct})
+	if err := e.r.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.r.GuestProfiles(); len(got) != 0 {
+		t.Errorf("after a reload without the profile: %v", got)
+	}
+	e.waitLog(`guest back on the default profile`)
+	if c := e.dial(web); readN(t, c, 1) != "w" {
+		t.Error("back on the default rules, the guest's flow was not let through")
+	}
+}
+
+// TestProfileSwitchEndsInboundTunnels: a guest's tunnel through an inbound is a flow of that
+// guest: a switch to a profile that refuses it ends it.
+func TestProfileSwitchEndsInboundTunnels(t *testing.T) {
+	target := startTarget(t, "x")
+	e := newEnv(t, Settings{Decision: profileDecision(1)}, Options{})
+	in := Inbound{Type: InboundHTTP, Name: "web", Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	addr := e.startInbound(in)
+	c, br, code := e.httpConnect(addr, target.String(), "")
+	if code != 200 {
+		t.Fatalf("CONNECT: %d", code)
+	}
+	if b, _ := br.ReadByte(); b != 'x' {
+		t.Fatalf("banner %q", b)
+	}
+	if _, ended, err := e.r.SwitchProfile("127.0.0.1", "offline"); err != nil || ended != 1 {
+		t.Fatalf("switch: %d ended, %v; want 1", ended, err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(waitFor))
+	if _, err := io.ReadAll(br); err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Errorf("the tunnel: %v; want it ended", err)
+	}
+	if _, _, code := e.httpConnect(addr, target.String(), ""); code == 200 {
+		t.Error("a new tunnel of the switched guest was let through")
+	}
+}
