@@ -20,11 +20,14 @@ func TestModelForwardRefusalBeforeBody(t *testing.T) {
 	e := newEnv(t, Settings{}, Options{})
 	const max = 64 << 10
 	_, addr := startModelForward(t, e, 1, 0, max)
-	body := strings.Repeat("x", 1<<20)
+	// A JSON body (the forward checks bodies as JSON as they stream), 1 MiB: over max_body.
+	body := `{"input":"` + strings.Repeat("x", 1<<20-13) + `"}`
 	var chunked strings.Builder
 	fmt.Fprintf(&chunked, "POST /api/embed HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n", addr)
-	for range 64 {
-		fmt.Fprintf(&chunked, "%x\r\n%s\r\n", 16<<10, body[:16<<10])
+	for rest := body; rest != ""; {
+		n := min(len(rest), 16<<10)
+		fmt.Fprintf(&chunked, "%x\r\n%s\r\n", n, rest[:n])
+		rest = rest[n:]
 	}
 	chunked.WriteString("0\r\n\r\n")
 	cases := []struct{ name, raw string }{
