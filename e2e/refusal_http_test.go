@@ -1,0 +1,95 @@
+//go:build linux
+
+package e2e
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentcage/router/internal/lab"
+)
+
+// refusedHTTPConfig: the guest may reach the echo server's name over TLS (443) only; plain
+// HTTP to it is blocked by a rule of its own, and the rest of the guest's traffic is refused
+// (no rule lets it out), so the name itself resolves (to a fake IP).
+func refusedHTTPConfig() string {
+	return fmt.Sprintf(`
+[proxy.exit]
+address = %q
+
+[capture]
+vm_networks = ["10.0.2.0/24"]
+
+[dns]
+resolver = "203.0.113.10:53"
+
+[[rule]]
+name = "echo-tls"
+hosts = [%q]
+ports = [443]
+action = "proxy"
+
+[[rule]]
+name = "no-plain-http"
+hosts = [%q]
+ports = [80]
+action = "block"
+
+[[rule]]
+name = "default"
+action = "direct"
+`, lab.GoSocksAddr, lab.EchoName, lab.EchoName)
+}
+
+// TestRefusedFlowsAnswered: curl from the guest to a name whose plain HTTP a rule refuses
+// prints the router's 403 text, naming the rule and how to allow it; a refused TLS flow is
+// reset within 100 ms of its ClientHello (no wait), and curl says it was reset.
+func TestRefusedFlowsAnswered(t *testing.T) {
+	s := newScene(t, refusedHTTPConfig())
+	g := s.lab.Guest()
+	out, code := s.curl(g, "http://"+lab.EchoName+"/", "-i")
+	for _, want := range []string{"HTTP/1.1 403 Forbidden", "router: " + lab.EchoName + ":80 refused",
+		`rule #2 "no-plain-http" blocks it`, "the host's owner can allow it in the router's config"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("curl http://%s/: exit %d, want %q in:\n%s", lab.EchoName, code, want, out)
+		}
+	}
+
+	ip, code := run(s.ctx, g, "dig", "+short", "+time=2", "+tries=1", "@"+lab.ServiceAddr, lab.EchoName)
+	fake, err := netip.ParseAddr(strings.TrimSpace(ip))
+	if code != 0 || err != nil {
+		t.Fatalf("dig %s: exit %d, %q", lab.EchoName, code, ip)
+	}
+	for i := range 5 {
+		c, err := g.Dial(s.ctx, "tcp", netip.AddrPortFrom(fake, 8443).String())
+		if err != nil {
+			t.Fatalf("dial %v:8443: %v", fake, err)
+		}
+		tc := tls.Client(c, &tls.Config{ServerName: lab.EchoName})
+		tc.SetDeadline(time.Now().Add(5 * time.Second))
+		start := time.Now()
+		err = tc.Handshake()
+		took := time.Since(start)
+		c.Close()
+		var op *net.OpError
+		if !errors.Is(err, syscall.ECONNRESET) && !(errors.As(err, &op) && strings.Contains(op.Error(), "reset")) {
+			t.Fatalf("TLS to a refused port (%d): %v, want a reset", i, err)
+		}
+		if took > 100*time.Millisecond {
+			t.Errorf("TLS to a refused port (%d): reset after %v, want within 100 ms", i, took)
+		}
+		t.Logf("TLS refused: reset %v after the ClientHello", took)
+	}
+	out, code = s.curl(g, "https://"+lab.EchoName+":8443/", "-k")
+	if code == 0 || !strings.Contains(strings.ToLower(out), "reset") {
+		t.Errorf("curl https://%s:8443/: exit %d, want a reset:\n%s", lab.EchoName, code, out)
+	}
+	s.wantNoLeak("refused flows")
+}
