@@ -11,8 +11,8 @@ import (
 // WhyZone is the reserved name under which a client asks the router why a destination is
 // refused to it: a TXT query for PORT.HOST.why.router.invalid (HOST a name, an IPv4 address,
 // or an IPv6 address with each ':' written '-') is answered by this server itself, in every
-// mode, with what Why says about the asking client (Source) and that destination, one TXT
-// string per line. The answer is the asking client's alone: the server judges the source
+// mode, with what Why says about the asking client (Source) and that destination: one TXT
+// record whose strings, joined, are its lines separated by line feeds. The answer is the asking client's alone: the server judges the source
 // the query came from, never one the query names. Under .invalid (RFC 6761), which no other
 // resolver answers, so a client outside the cage gets NXDOMAIN, never another's answer.
 const WhyZone = "why.router.invalid"
@@ -40,13 +40,15 @@ func (s *Server) answerWhy(src Source, q mdns.Question, name string, m *mdns.Msg
 	case q.Qtype != mdns.TypeTXT:
 		s.negative(m, mdns.RcodeSuccess)
 	default:
+		// One record, its lines joined by line feeds, cut in strings of 255 bytes: a
+		// resolver may reorder the records of a set, and joins a record's strings
+		// (Go's LookupTXT does), so the text comes back whole and in order.
 		var txt []string
-		for _, line := range s.why.Why(src, host, port) {
-			for len(line) > 255 {
-				txt, line = append(txt, line[:255]), line[255:]
-			}
-			txt = append(txt, line)
+		text := strings.Join(s.why.Why(src, host, port), "\n")
+		for len(text) > 255 {
+			txt, text = append(txt, text[:255]), text[255:]
 		}
+		txt = append(txt, text)
 		// TTL 0: the answer is the running config's, which a reload may change.
 		m.Answer = []mdns.RR{&mdns.TXT{Hdr: mdns.RR_Header{Name: q.Name, Rrtype: mdns.TypeTXT, Class: mdns.ClassINET}, Txt: txt}}
 	}
