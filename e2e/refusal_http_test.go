@@ -93,3 +93,33 @@ func TestRefusedFlowsAnswered(t *testing.T) {
 	}
 	s.wantNoLeak("refused flows")
 }
+
+// TestCheckIPWhy: `router check-ip --why` in the guest asks the router's DNS and prints its
+// decision for this guest: the rule that refuses plain HTTP to the echo name (exit 1), the
+// proxy rule that lets TLS out (exit 0); from the host, whose DNS the router does not answer
+// here, no router answers (exit 3).
+func TestCheckIPWhy(t *testing.T) {
+	s := newScene(t, refusedHTTPConfig())
+	g := s.lab.Guest()
+	for _, c := range []struct {
+		dst  string
+		code int
+		want []string
+	}{
+		{lab.EchoName + ":80", 1, []string{"tcp " + lab.EchoName + ":80 from 10.0.2.15 (caged)", `rule #1 "echo-tls": no (ports)`,
+			`verdict: block by rule #2 "no-plain-http"`, `refused by the router on the host: rule #2 "no-plain-http" blocks it`}},
+		{lab.EchoName, 0, []string{`verdict: proxy via exit by rule #1 "echo-tls"`}},
+		{"203.0.113.99:22", 1, []string{"caged traffic, and no rule lets it out"}},
+	} {
+		out, code := run(s.ctx, g, routerBin, "check-ip", "--why", c.dst, "--timeout", "3s")
+		for _, w := range c.want {
+			if code != c.code || !strings.Contains(out, w) {
+				t.Errorf("check-ip --why %s: exit %d, want %d with %q:\n%s", c.dst, code, c.code, w, out)
+			}
+		}
+	}
+	out, code := run(s.ctx, s.lab.Host(), routerBin, "check-ip", "--why", lab.EchoName, "--timeout", "3s")
+	if code != 3 || !strings.Contains(out, "no router answered") {
+		t.Errorf("check-ip --why from the host: exit %d, want 3 (no router answered):\n%s", code, out)
+	}
+}
