@@ -205,7 +205,7 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = <-denied
-	if reached(r.out, r.code) || time.Since(clicked) > 3*time.Second {
+	if gotThrough(r.out, r.code) || time.Since(clicked) > 3*time.Second {
 		t.Errorf("denied request: exit %d after %v, want a refusal at once", r.code, time.Since(clicked))
 	}
 	if n, recent := refusalCount(s.status(), "ask-denied"); n != 1 || len(recent) == 0 || recent[0].Host != lab.EchoName {
@@ -222,7 +222,7 @@ func TestAskTimeoutAndAlways(t *testing.T) {
 	guest := s.lab.Guest()
 	start := time.Now()
 	echo := "http://" + lab.EchoName + "/"
-	if out, code := s.curl(guest, echo, "--max-time", "10"); reached(out, code) {
+	if out, code := s.curl(guest, echo, "--max-time", "10"); gotThrough(out, code) {
 		t.Error("an unanswered flow went through")
 	}
 	if took := time.Since(start); took < 2*time.Second || took > 6*time.Second {

@@ -68,7 +68,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("curl's counts %q: %v", lines[1:], err)
 	}
 	// A refused one: the block rule refuses it (the router answers the request 403).
-	if out, code := s.curl(s.lab.Guest(), "http://"+lab.ServiceAddr+":8080/"); reached(out, code) {
+	if out, code := s.curl(s.lab.Guest(), "http://"+lab.ServiceAddr+":8080/"); gotThrough(out, code) {
 		t.Fatalf("the guest got through the block rule: %q", out)
 	}
 

@@ -124,9 +124,9 @@ func TestCheckIPWhy(t *testing.T) {
 	}
 }
 
-// reached reports whether a guest's curl got through to its destination: it exited 0 with
+// gotThrough reports whether a guest's curl got through to its destination: it exited 0 with
 // an answer other than the router's own refusal (the router answers a caged flow's refused
 // plain HTTP request with a 403 that says why, and curl exits 0 on it).
-func reached(out string, code int) bool {
+func gotThrough(out string, code int) bool {
 	return code == 0 && !strings.Contains(out, "refused by the router on the host")
 }
