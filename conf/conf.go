@@ -203,6 +203,10 @@ type Forward struct {
 	AllowPaths []modelapi.Route
 	// MaxBody bounds a request body, in bytes (DefaultMaxBody when left out).
 	MaxBody int64
+	// IdleTimeout ends a connection idle this long (idle_timeout): between two requests of
+	// an HTTP forward (DefaultForwardIdleTimeout when left out), both directions quiet for a
+	// raw one (0 when left out: [relay] idle_timeout).
+	IdleTimeout time.Duration
 	// UnsafeAnyAddress allows listening on 0.0.0.0 or ::; lint still reports it.
 	UnsafeAnyAddress bool
 	Line             int

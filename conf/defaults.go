@@ -36,6 +36,11 @@ const (
 	// images at OpenAI's 20 MB per image, and still stops a guest from streaming gigabytes
 	// into the model server's memory.
 	DefaultMaxBody = 64 << 20
+	// DefaultForwardIdleTimeout is an HTTP forward's idle_timeout: how long a guest's
+	// connection may wait between two requests. It runs between requests only (never while a
+	// model thinks or streams), so it can be short: a client's keep-alive reuse within it
+	// still saves a connect, and a guest's idle connections give their slots back soon.
+	DefaultForwardIdleTimeout = 2 * time.Minute
 	// DefaultAskTimeout is how long a flow held under ask waits for an answer. The
 	// client's connection was accepted at once, so what runs meanwhile is its wait for a
 	// first answer, which most clients allow 30 s or more (curl and Go none by default; pip

@@ -33,6 +33,10 @@ type Preset struct {
 	Note string
 }
 
+// qemuUserNAT are the Linux executables of QEMU and of the user-space NAT libvirt gives
+// it (passt, as Debian runs it).
+func qemuUserNAT() []string { return []string{"qemu-system-*", "qemu-kvm", "passt", "passt.avx2"} }
+
 // presetNames are the presets a config may name, in the order the docs list them.
 var presetNames = [...]string{"virtualbox", "vmware", "qemu", "libvirt", "hyperv"}
 
@@ -78,10 +82,13 @@ func LookupPreset(name, goos string) (Preset, string) {
 		p.NAT = NATUser
 		p.Apps = exe("qemu-system-*")
 		if !win {
-			// The user-space NATs under the names they run as: Debian's passt and pasta
-			// re-execute themselves as passt.avx2 (pasta.avx2 links to it) where the CPU
-			// has AVX2; libslirp's slirp4netns; QEMU's own -nic user is qemu-system-*.
-			p.Apps = append(p.Apps, "passt", "passt.avx2", "pasta", "pasta.avx2", "slirp4netns")
+			// The executables as they are installed (what /proc/PID/exe names, whatever
+			// name the process gives itself: quickemu's -name process=): QEMU is
+			// qemu-system-* (Debian's kvm wrapper executes it, Fedora's qemu-kvm links to
+			// it) or /usr/libexec/qemu-kvm (RHEL, CentOS); its own -nic user is libslirp
+			// in it. The user-space NATs: Debian's passt and pasta re-execute themselves
+			// as passt.avx2 (pasta.avx2 links to it) where the CPU has AVX2; slirp4netns.
+			p.Apps = append(qemuUserNAT(), "pasta", "pasta.avx2", "slirp4netns")
 			p.Note = "QEMU's user networking (libslirp, passt, pasta, slirp4netns) leaves from those processes, whose sockets the kernel marks"
 		}
 	case "libvirt":
@@ -91,6 +98,10 @@ func LookupPreset(name, goos string) (Preset, string) {
 		p.NAT = NATKernel
 		p.Interfaces = []string{"virbr0"}
 		p.Networks = []netip.Prefix{netip.MustParsePrefix("192.168.122.0/24")}
+		// The session instance (qemu:///session: GNOME Boxes, virt-manager as a user) has
+		// no bridge: it runs QEMU with user networking, libslirp in QEMU or passt.
+		p.Apps = qemuUserNAT()
+		p.Note = "libvirt's system instance NATs in the kernel through virbr0; its session instance (GNOME Boxes) runs QEMU with user networking, whose processes are caged"
 	case "hyperv":
 		if !win {
 			return Preset{}, "Hyper-V runs on Windows"

@@ -20,7 +20,7 @@ var (
 	topKeys     = []string{"proxy", "capture", "forward", "inbound", "dns", "relay", "log", "control", "metrics", "policy", "console", "budget", "credential", "rule"}
 	proxyKeys   = []string{"type", "address", "via", "username", "password_env", "password_file", "pipeline", "ca_file", "health_check", "health_target"}
 	captureKeys = []string{"vm_networks", "vm_interfaces", "hypervisors", "cage_subnets", "local", "local_udp_allow", "rival_permits", "listener_port", "dns_port", "udp_port", "mark", "table"}
-	forwardKeys = []string{"name", "listen", "connect", "allow", "api", "allow_paths", "max_body", "unsafe_any_address"}
+	forwardKeys = []string{"name", "listen", "connect", "allow", "api", "allow_paths", "max_body", "idle_timeout", "unsafe_any_address"}
 	inboundKeys = []string{"name", "type", "listen", "allow", "unsafe_any_address"}
 	dnsKeys     = []string{"mode", "resolver", "proxy", "transport", "pool", "ttl", "direct_names", "capture", "allow_doh", "doh_hosts"}
 	relayKeys   = []string{"idle_timeout", "connect_timeout", "sockmap"}
@@ -442,6 +442,11 @@ func (d *decoder) forwards(c *Config, v any) {
 			d.fail(a, "missing key \"connect\" (the model server's address:port)")
 		}
 		d.forwardAPI(&f, a, m)
+		if v, ok := m["idle_timeout"]; ok {
+			f.IdleTimeout, _ = d.duration(a.key("idle_timeout"), v)
+		} else if !f.Raw() {
+			f.IdleTimeout = DefaultForwardIdleTimeout
+		}
 		c.Forwards = append(c.Forwards, f)
 	})
 }

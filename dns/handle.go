@@ -141,8 +141,8 @@ func (s *Server) refuseName(src Source, k sourceKey, name string, m *mdns.Msg) b
 		return false
 	}
 	if s.names != nil {
-		if why, text, refused := s.names.Refused(src, name); refused {
-			s.refused(why, k, name)
+		if why, rule, text, refused := s.names.Refused(src, name); refused {
+			s.refusedName(why, src, name, rule)
 			s.negative(m, mdns.RcodeNameError)
 			ede(m, mdns.ExtendedErrorCodeBlocked, text)
 			return true

@@ -16,11 +16,11 @@ import (
 // fakeNames refuses blocked.test to every source but 192.0.2.1.
 type fakeNames struct{}
 
-func (fakeNames) Refused(src Source, name string) (refusal.Reason, string, bool) {
+func (fakeNames) Refused(src Source, name string) (refusal.Reason, string, string, bool) {
 	if name == "blocked.test" && src.Addr != netip.MustParseAddr("192.0.2.1") {
-		return refusal.Rule, `refused by the router on the host: rule #2 "telemetry" blocks it`, true
+		return refusal.Rule, "telemetry", `refused by the router on the host: rule #2 "telemetry" blocks it`, true
 	}
-	return 0, "", false
+	return 0, "", "", false
 }
 
 // TestRefusedNameAnswer: a name the policy refuses to the asking client on every port is
@@ -60,6 +60,9 @@ func TestRefusedNameAnswer(t *testing.T) {
 	}
 	if got := book.Count(refusal.Rule); got != 1 {
 		t.Errorf("refusals counted: %d, want 1", got)
+	}
+	if r := book.Recent(refusal.Rule); len(r) != 1 || r[0].Rule != "telemetry" || r[0].Host != "blocked.test" || r[0].Src.Addr() != guest.Addr {
+		t.Errorf("the refusal recorded: %+v, want the guest, the name and the rule", r)
 	}
 	if m := ask(guest, "blocked.test.", false); m.Rcode != mdns.RcodeNameError || m.IsEdns0() != nil {
 		t.Errorf("without EDNS: rcode %s, OPT %v; want NXDOMAIN and no OPT", mdns.RcodeToString[m.Rcode], m.IsEdns0())

@@ -221,9 +221,9 @@ type Canaries interface {
 // are never asked. Methods are called concurrently.
 type Names interface {
 	// Refused reports whether every flow of src to name would be refused, the reason it is
-	// counted under, and the text for the answer (no secret: a rule's name, never its
-	// config's values).
-	Refused(src Source, name string) (why refusal.Reason, text string, refused bool)
+	// counted under, the rule (or step) that refuses it, and the text for the answer (no
+	// secret: a rule's name, never its config's values).
+	Refused(src Source, name string) (why refusal.Reason, rule, text string, refused bool)
 }
 
 // Walls are the host walls as the DNS server asks them (the router's policy): the answers
@@ -399,6 +399,14 @@ func (s *Server) refused(why refusal.Reason, k sourceKey, name string) {
 		e.Src = netip.AddrPortFrom(k.prefix.Addr(), 0)
 	}
 	s.book.Add(why, e)
+}
+
+// refusedName counts a name the policy refuses to src, by rule (see Names).
+func (s *Server) refusedName(why refusal.Reason, src Source, name, rule string) {
+	if s.book == nil {
+		return
+	}
+	s.book.Add(why, refusal.Event{Src: netip.AddrPortFrom(src.Addr, 0), Host: name, App: src.App, Rule: rule})
 }
 
 func checkHostPort(hp string, wantIP bool) error {

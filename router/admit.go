@@ -39,7 +39,8 @@ import (
 //     refused at once: descriptors are never exhausted by relayed flows. A lone source may
 //     take all but a 64th of the budget (9,000 idle flows under a limit of 20,000); with
 //     others, its fair share.
-//   - forwards: the forwards' flows, a budget of their own, shared fairly between sources.
+//   - forwards: the forwards' flows, a budget of their own, shared fairly between each
+//     forward's guests (forwardAdmission).
 //   - inbounds: the inbounds' connections (all inbounds together), a budget of their own
 //     (a 32nd of the descriptors, two per connection, at most inboundTotal), shared
 //     fairly between guests (inboundAdmission).
@@ -53,7 +54,7 @@ import (
 type admission struct {
 	setups   *shares
 	flows    *shares
-	forwards *shares
+	forwards *forwardAdmission
 	inbounds *inboundAdmission
 	total    atomic.Int64
 	maxTotal int64
@@ -154,7 +155,7 @@ func newAdmission(descriptors int) *admission {
 		inbounds: newInboundAdmission(inboundPerSource, b.inbounds),
 		setups:   newShares(maxSetups, maxSetups/4, minSetupShare, flows),
 		flows:    newShares(flows, max(flows/64, 16), 16, 0),
-		forwards: newShares(forwards, max(forwards/8, 2), 2, 0),
+		forwards: newForwardAdmission(forwards),
 		maxTotal: int64(flows),
 		perDst:   perDestination,
 		dst:      map[dstKey]*dstSlots{},
@@ -277,12 +278,12 @@ type Budgets struct {
 // Budgets reports the budgets' use (see admission).
 func (r *Router) Budgets() Budgets {
 	setups, _, waiting := r.adm.setups.stats()
-	fwd, _, _ := r.adm.forwards.stats()
+	fwd, _, _ := r.adm.forwards.s.stats()
 	in, _, _ := r.adm.inbounds.guests.stats()
 	return Budgets{
 		Flows: int(r.adm.total.Load()), FlowBudget: int(r.adm.maxTotal),
 		Setups: setups, SetupWaiting: waiting,
-		Forwards: fwd, ForwardBudget: r.adm.forwards.capacity,
+		Forwards: fwd, ForwardBudget: r.adm.forwards.s.capacity,
 		Inbounds: in, InboundBudget: r.adm.inbounds.guests.capacity,
 	}
 }

@@ -79,6 +79,9 @@ func (r *Router) names(pf *policy.Flow) (release func()) {
 // for a failed one the error is returned and kept in f.Err. Nothing is ever sent direct
 // because a proxy failed.
 //
+// A flow the policy sends to a model gate (compiled.gate) is not connected: open returns
+// no connection and no error, and f.gate set; the caller hands the client to serveGate.
+//
 // A flow the policy asks about (action Ask) is held here first (ask, asking.go) and goes on
 // approved as a proxied flow, or refused.
 //
@@ -106,6 +109,10 @@ func (r *Router) open(ctx context.Context, p *compiled, f *FlowRecord, pf *polic
 	}
 	f.query = *pf
 	if !r.decided(p, f, d) {
+		return d, nil, nil
+	}
+	if fw, ok := p.gate(pf, d); ok {
+		f.gate = &gated{fw: fw} // the caller serves it (serveGate): nothing is dialled
 		return d, nil, nil
 	}
 	out, err := r.dial(ctx, p, f, d, pf, e)

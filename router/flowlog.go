@@ -62,6 +62,8 @@ type FlowRecord struct {
 	// query is what the flow was decided on, kept so that a reload can decide it again
 	// (reload.go); set before the decision is recorded.
 	query policy.Flow
+	// gate is set when the flow is to be served by a forward's HTTP gate (gate.go).
+	gate *gated
 }
 
 // Audit returns the flow log for audits the router writes to (Options.Audit; nil: none), for

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/router/broker"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/modelapi"
 	"github.com/agentcage/router/rules/refusal"
@@ -27,6 +29,12 @@ type Forward struct {
 	Allow   []netip.Prefix
 	API     *modelapi.Policy
 	MaxBody int64
+	// Credentials are the brokered credentials: in a request to this forward the values of
+	// those bound to it take their placeholders' place (forward_credential.go); nil for none.
+	Credentials *broker.Broker
+	// IdleTimeout ends a connection idle this long: between two requests of an HTTP
+	// forward, both directions quiet for a raw one. 0: the relay's (Settings.IdleTimeout).
+	IdleTimeout time.Duration
 }
 
 func (f Forward) allowed(a netip.Addr) bool {
@@ -58,21 +66,25 @@ func (r *Router) ListenForward(ctx context.Context, f Forward) (*net.TCPListener
 func (r *Router) ServeForward(ctx context.Context, ln *net.TCPListener, current func() *Forward) error {
 	return r.acceptLoop(ctx, ln, "forward "+current().Name+": accept", func(c *net.TCPConn) {
 		f := current()
-		src := netaddr.AddrPort(c.RemoteAddr()).Addr().String()
-		if !r.adm.forwards.tryAcquire(src) {
-			// The forwards' budget of descriptors is their own: a source flooding one cannot
-			// take the transparent flows' nor the DNS server's.
+		src := netaddr.AddrPort(c.RemoteAddr()).Addr()
+		// The guest of a carried connection (the router's own, from this machine) is its
+		// local address's: the flow it carries holds its guest's shares already.
+		guest := inboundGuest(src, r.pol.Load().Decision.VMNetworks(), f.Allow)
+		name := f.Name
+		if !r.adm.forwardTake(name, guest) {
+			// The forwards' budget of descriptors is their own: a guest flooding one cannot
+			// take the transparent flows' nor the DNS server's, nor another guest's forward.
 			r.book.Add(refusal.Limit, refusal.Event{Src: netaddr.AddrPort(c.RemoteAddr()), Dst: f.Connect, Rule: "forward " + f.Name})
 			reset(c)
-			if r.refuse.note("forward "+f.Name+": over its budget", src) {
-				r.log.Warn("forward refused: its source holds its share of the forwards' flows", "forward", f.Name, "src", src)
+			if r.refuse.note("forward "+f.Name+": over its budget", src.String()) {
+				r.log.Warn("forward refused: its guest holds its share of the forward's flows", "forward", f.Name, "src", src, "guest", guest)
 			}
 			return
 		}
 		r.flows.Add(1)
 		go func() {
 			defer r.flows.Done()
-			defer r.adm.forwards.release(src)
+			defer r.adm.forwardGive(name, guest)
 			r.forward(ctx, c, *f)
 		}()
 	})
@@ -102,7 +114,7 @@ func (r *Router) forward(ctx context.Context, c *net.TCPConn, fw Forward) {
 		return
 	}
 	if fw.API != nil {
-		r.forwardHTTP(ctx, c, fw, f, log)
+		r.forwardHTTP(ctx, c, nil, "", fw, f, log)
 		return
 	}
 	p := r.pol.Load()
@@ -118,6 +130,7 @@ func (r *Router) forward(ctx context.Context, c *net.TCPConn, fw Forward) {
 	}
 	r.live.add(f)
 	rl := r.relayFor(p)
+	rl.idle = cmp.Or(fw.IdleTimeout, rl.idle)
 	up, down, err := rl.run(c, out.(*net.TCPConn), &f.bytes)
 	f.Up, f.Down = up, down
 	r.finish(f)

@@ -16,12 +16,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules/modelapi"
 )
 
 // BenchmarkModelForward measures what the HTTP forward costs a model client, paired in one
-// run: the model server alone, the raw TCP forward (api = "tcp") and the HTTP forward (the
-// default api), back to back in each round, the order rotated every round. Per path: the
+// run: the model server alone, the raw TCP forward (api = "tcp"), the HTTP forward (the
+// default api) and a caged process's flow to the model's address that the transparent
+// listener hands to the HTTP forward's gate (gate.go), back to back in each round, the order rotated every round. Per path: the
 // time to the first streamed event of a chat completion on a keep-alive connection (TTFB),
 // the latency of each later event (from the server's write to the client's read, stamped in
 // the event), and requests/s of GET /v1/models on one keep-alive connection. It prints the
@@ -72,8 +74,9 @@ func BenchmarkModelForward(b *testing.B) {
 		{"server alone", srv, small, 0},
 		{"raw TCP forward", listen(Forward{Name: "raw"}), small, 0},
 		{"HTTP forward", httpFwd, small, 0},
-		{"server alone, 256K image", srv, image, 3},
-		{"HTTP forward, 256K image", httpFwd, image, 3},
+		{"gated caged flow", gatedListener(b, ctx, srv), small, 0},
+		{"server alone, 256K image", srv, image, 4},
+		{"HTTP forward, 256K image", httpFwd, image, 4},
 	}
 	type figures struct {
 		ttfb, chunk, gaps []time.Duration
@@ -240,3 +243,30 @@ func median(xs []float64) float64 {
 
 // us rounds d to the microsecond for printing.
 func us(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
+
+// gatedListener starts a router whose transparent listener takes every connection as a
+// caged process's (slirp4netns) flow to the model server at srv, which the forward's gate
+// serves (GateConfig with srv's port), and returns the listener's address.
+func gatedListener(b *testing.B, ctx context.Context, srv string) string {
+	model := netip.MustParseAddrPort(srv)
+	s := gateSettingsAt(b, model.Port())
+	s.IdleTimeout, s.ConnectTimeout = time.Minute, 2*time.Second
+	r, err := New(s, Options{
+		Original: func(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
+			return netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 40000), model, nil
+		},
+		Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (proc.Info, error) {
+			return proc.Info{PID: 7, Name: "slirp4netns"}, nil
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	go r.Serve(ctx, ln)
+	b.Cleanup(func() { ln.Close(); r.Wait(); r.Close() })
+	return ln.Addr().String()
+}

@@ -2,10 +2,13 @@ package router
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -101,13 +104,23 @@ func (b *copyBufs) Get() []byte {
 func (b *copyBufs) Put(buf []byte) { b.p.Put(&buf) }
 
 // forwardHTTP serves one connection of an HTTP forward until the guest or the server
-// closes it, the idle timeout passes between requests, or ctx is done.
-func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, fw Forward, f *FlowRecord, log *slog.Logger) {
+// closes it, the idle timeout passes between requests, or ctx is done. first are bytes of
+// the guest's already read (a gated flow's, gate.go), read before c's; self is the address
+// the guest connected to ("": c's own).
+func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, first []byte, self string, fw Forward, f *FlowRecord, log *slog.Logger) {
 	p := r.pol.Load()
-	br := bufio.NewReaderSize(countingReader{c, &f.bytes}, maxModelHead)
+	var in io.Reader = countingReader{c, &f.bytes}
+	if len(first) > 0 {
+		f.bytes.up.Add(int64(len(first)))
+		in = io.MultiReader(bytes.NewReader(first), in)
+	}
+	if self == "" {
+		self = c.LocalAddr().String()
+	}
+	br := bufio.NewReaderSize(in, maxModelHead)
 	bw := bufio.NewWriterSize(countingWriter{c, &f.bytes}, 4<<10)
 	target := &url.URL{Scheme: "http", Host: fw.Connect.String()}
-	h := &modelHandler{r: r, fw: fw, f: f, log: log, self: c.LocalAddr().String()}
+	h := &modelHandler{r: r, fw: fw, f: f, log: log, self: self}
 	h.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -123,7 +136,7 @@ func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, fw Forward, f 
 	connCtx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) }) // a stopping router ends any wait
 	for connCtx.Err() == nil {
-		req, why, err := readModelRequest(c, br, p.IdleTimeout)
+		req, why, err := readModelRequest(c, br, cmp.Or(fw.IdleTimeout, p.IdleTimeout))
 		if err != nil {
 			break // the guest closed, the idle timeout passed, or the router stops
 		}
@@ -263,6 +276,9 @@ func (h *modelHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	path := v.Path
 	if !v.OK() {
 		h.refuse(w, req.Method, req.URL.EscapedPath(), v.Reason, false)
+		return
+	}
+	if !h.credentials(w, req, path) {
 		return
 	}
 	if req.Header.Get("Upgrade") != "" {

@@ -284,6 +284,12 @@ func (s *inboundServer) flow(c *inboundConn, req inboundRequest, rep inboundRepl
 		c.slot()
 	}
 	_, out, err := r.open(s.ctx, p, f, &pf, early{read: req.early})
+	if out == nil && f.gate != nil && rep.ok() == nil {
+		c.stop()
+		c.TCPConn.SetDeadline(time.Time{})
+		r.serveGate(s.ctx, p, c.TCPConn, req.early, f.gate.fw, f, &pf, done)
+		return
+	}
 	if out == nil {
 		c.stop()
 		rep.fail(err)

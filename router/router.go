@@ -131,6 +131,10 @@ type Settings struct {
 	// sockmap) where the kernel allows it; false, or where it does not, the flows are
 	// relayed by splice (Linux) or copied.
 	Sockmap bool
+	// Forwards are the forwards whose gates serve the caged flows to a model's address
+	// (policy.Policy.Gate names one by its Name): the same settings their listeners serve
+	// with. A gate the policy names that is not here refuses the flow.
+	Forwards []Forward
 }
 
 // compiled is a Policy prepared for use.

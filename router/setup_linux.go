@@ -565,12 +565,13 @@ func (l *loop) decide(s *setupFlow, pf *policy.Flow) {
 		return
 	}
 	// The slow steps: a name to resolve, a direct flow by name, an upstream the loop cannot
-	// speak to; and no set-up slot free now.
+	// speak to, a flow to a model gate; and no set-up slot free now.
 	var up *upstream.Tracked
 	switch {
 	case r.resolved != nil && p.Decision.NeedsResolve(pf):
 	case d.Action == rules.Direct && d.ByName:
 	case d.Action == rules.Proxy && !loopUpstream(p, d.Proxy, &up):
+	case d.Action == rules.Direct && gatedFlow(p, pf, d): // served by a forward's gate (gate.go)
 	default:
 		s.dst = dstOf(pf)
 		if s.slots = r.adm.trySetup(key, s.dst); s.slots {

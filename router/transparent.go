@@ -169,6 +169,10 @@ func (r *Router) admitted(ctx context.Context, p *compiled, f *FlowRecord, c *ne
 		e = early{read: buf[:n]}
 	}
 	d, out, err := r.open(ctx, p, f, pf, e)
+	if out == nil && f.gate != nil {
+		r.serveGate(ctx, p, c, e.read, f.gate.fw, f, pf, done)
+		return
+	}
 	if out == nil {
 		// Refused or failed (fail closed): never a direct fallback. A caged flow the policy
 		// refused is told why (refused_answer.go); every other gets a reset.

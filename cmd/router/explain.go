@@ -173,6 +173,9 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 			fmt.Fprintf(stdout, "dial: %s\n", why)
 		}
 	}
+	if g := pol.GateWhy(q, d); g != "" {
+		fmt.Fprintf(stdout, "gate: %s\n", g)
+	}
 	for _, n := range notes {
 		fmt.Fprintf(stdout, "note: %s\n", n)
 	}
@@ -360,6 +363,14 @@ type explainOut struct {
 	} `json:"verdict"`
 	Steps []rules.Step `json:"steps"`
 	Note  string       `json:"note,omitempty"`
+	// Gate is the model gate the flow meets (policy.Policy.Gate); nil: none.
+	Gate *explainGate `json:"gate,omitempty"`
+}
+
+type explainGate struct {
+	Forward string `json:"forward"`
+	Raw     bool   `json:"raw"` // the forward is a raw pipe (api = "tcp")
+	Why     string `json:"why"`
 }
 
 func explainJSON(cfg *conf.Config, pol *policy.Policy, q *policy.Flow, d policy.Decision, steps []rules.Step, notes []string) explainOut {
@@ -399,6 +410,9 @@ func explainJSON(cfg *conf.Config, pol *policy.Policy, q *policy.Flow, d policy.
 		o.Steps = []rules.Step{}
 	}
 	o.Note = strings.Join(notes, "; ")
+	if g, ok := pol.Gate(q, d); ok {
+		o.Gate = &explainGate{Forward: g.Forward, Raw: g.Raw, Why: pol.GateWhy(q, d)}
+	}
 	return o
 }
 

@@ -109,6 +109,16 @@ func writeStatus(w io.Writer, st *control.Status, now time.Time) {
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s ago\n", c.Name, c.PID, c.Flows, c.Refused, ago(c.Last, now))
 		}
 	}
+	if len(st.KernelCaged) > 0 {
+		fmt.Fprintln(tw, "\nCAGED BY THE KERNEL\tPID\tNAMED\tCAGED AS")
+		for _, c := range st.KernelCaged {
+			as := "itself"
+			if c.By != "" {
+				as = fmt.Sprintf("child of %s (pid %d)", c.By, c.ByPID)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", c.Exe, c.PID, c.Comm, as)
+		}
+	}
 	if len(st.Refusals) > 0 {
 		fmt.Fprintln(tw, "\nREFUSED\tCOUNT\tLATEST")
 		for _, r := range st.Refusals {

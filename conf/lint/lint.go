@@ -92,6 +92,7 @@ func check(cfg *conf.Config, h Host, every bool) []Finding {
 	l.local = l.localSet()
 	l.rules()
 	l.forwards()
+	l.ungated()
 	l.inbounds()
 	l.metrics()
 	l.proxies()
@@ -539,8 +540,12 @@ func (l *linter) proxies() {
 
 func (l *linter) capture() {
 	c := &l.cfg.Capture
-	// Windows captures processes whatever local says: the presets' and the rules' apps.
-	apps := l.goos() == "windows" && (len(c.CagedApps) > 0 || slices.ContainsFunc(l.cfg.Rules, func(r rules.Rule) bool { return len(r.Apps) > 0 || len(r.Services) > 0 }))
+	// The caged processes (the presets' images, the apps of proxy and block rules) are
+	// captured whatever local says, on every OS: Linux marks their sockets in the kernel,
+	// Windows captures by process. On Windows every rule's apps and services are taken.
+	apps := len(c.CagedApps) > 0 || slices.ContainsFunc(l.cfg.Rules, func(r rules.Rule) bool {
+		return r.Cages() && len(r.Apps) > 0 || l.goos() == "windows" && (len(r.Apps) > 0 || len(r.Services) > 0)
+	})
 	if len(c.VMNetworks) == 0 && len(c.VMInterfaces) == 0 && !c.Local && !apps {
 		l.add(Finding{Severity: Warning, Check: CheckNothingCaught,
 			Message: "[capture] has no vm_networks, vm_interfaces or hypervisors and local = false: the router takes no traffic",

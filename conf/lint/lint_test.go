@@ -53,6 +53,11 @@ func TestCheck(t *testing.T) {
 		want  []string
 	}{
 		{"spec example order is clean", `
+[[forward]]
+name = "model"
+listen = "192.168.56.1:47831"
+connect = "127.0.0.1:47831"
+allow = ["192.168.56.0/24"]
 [[rule]]
 name = "model-direct"
 hosts = ["10.0.2.2", "127.0.0.1", "localhost", "192.168.56.0/24"]
@@ -67,6 +72,11 @@ name = "default"
 action = "direct"
 `, nil},
 		{"the trap: hypervisor rule above the model rule", `
+[[forward]]
+name = "model"
+listen = "192.168.56.1:47831"
+connect = "127.0.0.1:47831"
+allow = ["192.168.56.0/24"]
 [[rule]]
 name = "hypervisor"
 apps = ["VirtualBoxVM.exe", "svchost.exe"]
@@ -81,6 +91,11 @@ name = "default"
 action = "direct"
 `, []string{"error local-via-proxy model-direct<hypervisor"}},
 		{"the trap with the model rule limited to svchost: unreachable", `
+[[forward]]
+name = "model"
+listen = "192.168.56.1:47831"
+connect = "127.0.0.1:47831"
+allow = ["192.168.56.0/24"]
 [[rule]]
 name = "hypervisor"
 apps = ["VirtualBoxVM.exe", "svchost.exe"]

@@ -1,6 +1,7 @@
 package lint
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -75,9 +76,44 @@ type ivset struct{ ivs []iv }
 func ivsetOfRanges(rs []rules.IPRange) *ivset {
 	s := &ivset{}
 	for _, r := range rs {
-		s.add(iv{netaddr.KeyOf(r.Lo), netaddr.KeyOf(r.Hi)})
+		s.addRange(r)
 	}
 	return s
+}
+
+// mapped4 is the block of IPv4-mapped IPv6 addresses, ::ffff:0.0.0.0 to ::ffff:255.255.255.255:
+// on the key axis, where the IPv4 addresses are.
+var mapped4 = iv{netaddr.KeyOf(netip.IPv4Unspecified()), netaddr.KeyOf(netip.AddrFrom4([4]byte{255, 255, 255, 255}))}
+
+// addRange adds the addresses r matches. An IPv6 range matches IPv6 addresses only (the
+// rules compare families, and a flow's IPv4-mapped address is judged as IPv4), so the
+// IPv4 block of the axis is cut out of it: ::/1 covers no IPv4 address.
+func (s *ivset) addRange(r rules.IPRange) {
+	lo, hi := netaddr.KeyOf(r.Lo), netaddr.KeyOf(r.Hi)
+	if r.Lo.Is4() {
+		s.add(iv{lo, hi})
+		return
+	}
+	if lo.Less(mapped4.lo) {
+		s.add(iv{lo, minKey(hi, pred(mapped4.lo))})
+	}
+	if mapped4.hi.Less(hi) {
+		s.add(iv{maxKey(lo, succ(mapped4.hi)), hi})
+	}
+}
+
+func minKey(a, b netaddr.Key) netaddr.Key {
+	if b.Less(a) {
+		return b
+	}
+	return a
+}
+
+func maxKey(a, b netaddr.Key) netaddr.Key {
+	if a.Less(b) {
+		return b
+	}
+	return a
 }
 
 func (s *ivset) add(x iv) {
@@ -178,7 +214,7 @@ func hostSetOf(hs []rules.Host) *hostSet {
 	for _, h := range hs {
 		switch h.Kind {
 		case rules.HostRange:
-			s.addrs.add(iv{netaddr.KeyOf(h.Range.Lo), netaddr.KeyOf(h.Range.Hi)})
+			s.addrs.addRange(h.Range)
 		case rules.HostName:
 			s.names = append(s.names, h.Name)
 		case rules.HostSuffix:

@@ -551,7 +551,11 @@ func (c *converter) rule(r *Rule) (body, why string) {
 	case "Proxy", "Chain":
 		names := c.target(r)
 		if len(names) == 0 {
-			return b.String(), fmt.Sprintf("its %s %s is not carried (see its line) or not in the profile", strings.ToLower(r.Action), r.ActionID)
+			// Left out, the rule's flows would fall to a later rule, often the Default
+			// direct one: what the profile sent through a proxy would leave unproxied.
+			c.note(r.Line, NotCarried, "rule %q: its %s %s is not carried (see its line) or not in the profile: it is written as a block rule, so what it matches is refused (its apps stay caged) rather than left to a later rule such as a direct Default; carry that proxy another way and make the rule a proxy rule again", r.Name, strings.ToLower(r.Action), r.ActionID)
+			b.WriteString("action = \"block\"   # its proxy is not carried: refused, never direct\n")
+			return b.String(), ""
 		}
 		b.WriteString("action = \"proxy\"\n")
 		if len(names) == 1 {
@@ -569,15 +573,21 @@ func (c *converter) rule(r *Rule) (body, why string) {
 }
 
 // targets converts a rule's targets; any is true when one of them is "*" (every target).
+// Linear in the targets: a set, not a search of the list, drops the repeated ones.
 func (c *converter) targets(r *Rule) (hosts []string, any bool) {
+	seen := make(map[string]struct{}, len(r.Targets.Items))
 	for _, s := range r.Targets.Items {
 		h, why := target(s)
+		if _, dup := seen[h]; dup {
+			continue
+		}
 		switch {
 		case h == "*":
 			any = true
 		case why != "":
 			c.note(r.Targets.Line, NotCarried, "rule %q: target %q: %s; the rule is carried without it", r.Name, s, why)
-		case !slices.Contains(hosts, h):
+		default:
+			seen[h] = struct{}{}
 			hosts = append(hosts, h)
 		}
 	}

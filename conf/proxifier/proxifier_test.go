@@ -279,7 +279,10 @@ func TestExplainAgrees(t *testing.T) {
 		{"windows-v4-everything.ppx", "explorer.exe", "example.com", 443, "direct"},
 		{"macos-v3-chain.ppx", "ShadowsocksX", "example.com", 443, "direct"},
 		{"macos-v3-chain.ppx", "Skype", "example.com", 443, "proxy chain200"},
-		{"macos-v3-chain.ppx", "Safari", "example.com", 443, "proxy chain200"},
+		// "Unknown chain" (a chain the profile lacks) comes first for Safari: carried as a
+		// block rule, never left to a later rule.
+		{"macos-v3-chain.ppx", "Safari", "example.com", 443, "block"},
+		{"windows-v4-everything.ppx", "putty.exe", "example.com", 22, "block"},
 		{"macos-v3-chain.ppx", "Finder", "192.0.2.1", 80, "block"},
 		{"windows-fixed.ppx", "VBoxHeadless.exe", "10.0.2.2", 47831, "direct"},
 		{"windows-fixed.ppx", "svchost.exe", "127.0.0.1", 47831, "direct"},
@@ -315,6 +318,9 @@ func TestExplainAgrees(t *testing.T) {
 				for _, rl := range im.cfg.Rules {
 					if rl.Name == r.Name {
 						want = "proxy " + rl.Proxy
+						if rl.Action == rules.Block {
+							want = "block" // its proxy is not carried: refused, as the import said
+						}
 					}
 				}
 			}

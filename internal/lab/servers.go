@@ -55,6 +55,8 @@ type HTTPRequest struct {
 	Host   string         // the Host header
 	Method string
 	Path   string
+	Query  string // the raw query
+	Auth   string // the Authorization header
 }
 
 func (r HTTPRequest) String() string {
@@ -108,7 +110,7 @@ func echoHandler(rec *record[HTTPRequest]) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		remote, _ := netip.ParseAddrPort(r.RemoteAddr)
 		remote = unmap(remote)
-		rec.add(HTTPRequest{Time: time.Now(), Remote: remote, Host: r.Host, Method: r.Method, Path: r.URL.Path})
+		rec.add(HTTPRequest{Time: time.Now(), Remote: remote, Host: r.Host, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Auth: r.Header.Get("Authorization")})
 		ip := remote.Addr().String()
 		if r.URL.Path == "/json" {
 			w.Header().Set("Content-Type", "application/json")
@@ -333,7 +335,7 @@ func modelHandler(cfg modelConfig, rec *record[ModelStream], reqs *record[HTTPRe
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		remote, _ := netip.ParseAddrPort(r.RemoteAddr)
-		reqs.add(HTTPRequest{Time: time.Now(), Remote: unmap(remote), Host: r.Host, Method: r.Method, Path: r.URL.Path})
+		reqs.add(HTTPRequest{Time: time.Now(), Remote: unmap(remote), Host: r.Host, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Auth: r.Header.Get("Authorization")})
 		mux.ServeHTTP(w, r)
 	})
 }

@@ -52,6 +52,7 @@ func BodyCases() []BodyCase {
 		{Name: "ollama kind: web search tool", Kinds: "ollama", Path: "/v1/responses", Body: responses(`{"type":"web_search_preview"}`)},
 		{Name: "llamacpp kind: mcp tool", Kinds: "llamacpp", Path: "/v1/responses", Body: responses(`{"type":"mcp","server_label":"x"}`)},
 		{Name: "llamacpp kind: audio_url", Kinds: "llamacpp", Body: chat(`{"type":"audio_url","audio_url":{"url":"` + exfil + `"}}`)},
+		{Name: "generic: words that only hold the letters", Kinds: "generic", Body: `{"model":"m","security":"` + exfil + `","during":"` + exfil + `"}`},
 		{Name: "openai kind: a source url", Kinds: "openai", Body: chat(`{"type":"image","source":{"type":"url","url":"` + exfil + `"}}`)},
 
 		// What the server would fetch.
@@ -83,6 +84,7 @@ func BodyCases() []BodyCase {
 		{Name: "ollama kind: image_url", Kinds: "ollama", Body: chat(`{"type":"image_url","image_url":{"url":"` + exfil + `"}}`), Refused: "image_url.url"},
 		{Name: "generic: a source url", Kinds: "generic", Body: chat(`{"type":"image","source":{"type":"url","url":"` + exfil + `"}}`), Refused: "source.url"},
 		{Name: "generic: any uri key", Kinds: "generic", Body: `{"model":"m","callback_URI":"` + exfil + `"}`, Refused: "callback_URI"},
+		{Name: "generic: a camel-case url key", Kinds: "generic", Body: `{"model":"m","meta":{"imageUrls":["` + exfil + `"]}}`, Refused: "meta.imageUrls[0]"},
 		{Name: "a violation after 100 KB", Body: `{"model":"m","pad":"` + strings.Repeat("p", 100<<10) + `","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + exfil + `"}}]}]}`, Refused: "messages[0].content[0].image_url.url"},
 
 		// What is not one JSON value.

@@ -29,6 +29,7 @@ type Request struct {
 	RawURI       string // the request target as sent
 	Body         int64  // bytes of body read
 	Whole        bool   // the body was read to its end (not cut off by the client)
+	Auth         string // the Authorization header as it arrived
 }
 
 // Server is a running fake model server. Its methods are safe for concurrent use.
@@ -70,7 +71,7 @@ func (s *Server) Log() []Request {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n, err := io.Copy(io.Discard, io.LimitReader(r.Body, 1<<30))
 	s.mu.Lock()
-	s.log = append(s.log, Request{Method: r.Method, Path: r.URL.Path, RawURI: r.RequestURI, Body: n, Whole: err == nil})
+	s.log = append(s.log, Request{Method: r.Method, Path: r.URL.Path, RawURI: r.RequestURI, Body: n, Whole: err == nil, Auth: r.Header.Get("Authorization")})
 	s.mu.Unlock()
 	switch r.Method + " " + r.URL.Path {
 	case "GET /v1/models":

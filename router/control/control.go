@@ -84,6 +84,10 @@ type Status struct {
 	// Caged are the caged processes of this host whose flows the router decided (the
 	// user-space NATs carrying guests), the one seen last first.
 	Caged []CagedStat `json:"caged,omitempty"`
+	// KernelCaged are this host's processes whose sockets the kernel marks as caged (Linux),
+	// as its program decides: by the executable each runs or a caged ancestor runs,
+	// whatever it calls itself.
+	KernelCaged []KernelCagedStat `json:"kernel_caged,omitempty"`
 	// Asks are the pending ask prompts, oldest first (as op "asks" lists them), so that
 	// `router watch` and the console show them with the rest.
 	Asks []Prompt `json:"asks,omitempty"`
@@ -100,6 +104,17 @@ type CagedStat struct {
 	Flows   uint64    `json:"flows"`
 	Refused uint64    `json:"refused"`
 	Last    time.Time `json:"last"`
+}
+
+// KernelCagedStat is one process the kernel cages.
+type KernelCagedStat struct {
+	PID  int    `json:"pid"`
+	Exe  string `json:"exe"`            // its executable's file name
+	Comm string `json:"comm,omitempty"` // the name it goes by, when another
+	// By and ByPID are the caged ancestor it is caged as a child of, when its own
+	// executable is not caged.
+	By    string `json:"by,omitempty"`
+	ByPID int    `json:"by_pid,omitempty"`
 }
 
 // Totals sum up everything since the daemon started.

@@ -13,8 +13,9 @@ import (
 	"time"
 )
 
-// cagedComm is the command name the caged client runs as: this test binary, started through
-// a link of that name (the kernel takes comm from the name executed).
+// cagedComm is the name of the executable the caged client runs: this test binary, started
+// through a hard link of that name (the kernel knows a process by its executable's file
+// name, not by what it calls itself).
 const (
 	cagedComm = "cagedclient"
 	cagedMark = 0x52434147
@@ -58,7 +59,7 @@ func runCaged(t *testing.T, ns *netns, network, dst string) string {
 		t.Fatal(err)
 	}
 	link := filepath.Join(t.TempDir(), cagedComm)
-	if err := os.Symlink(self, link); err != nil {
+	if err := os.Link(self, link); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -14,7 +14,22 @@
 // (ICMP port unreachable / RST), forwarded VM traffic is refused. Only Remove (`router
 // cleanup`) takes the guard away. Callers serialise Install and Remove on one table.
 //
-// Anyone with CAP_NET_ADMIN can still delete the table (`nft flush ruleset`, which a reload
+// # The hold table
+//
+// Install also replaces a second, small table, HoldTable ("inet router_hold"): a forward
+// chain one priority after the router's table's that drops everything from and to the VM
+// networks and interfaces; an input chain that lets a guest (and a caged socket) reach this
+// host only where the router's table does (redirected connections, TPROXY's mark, replies,
+// the forwards' and inbounds' listen addresses, DHCP, neighbour discovery); and, with
+// CagedApps, an output chain that drops a caged socket's packets that would leave the host
+// (not to lo, this host or a local prefix, not DHCP or LocalUDPAllow). The router's table refuses all of that first, so the hold table decides
+// only while the router's table is missing. Its flags are owner and persist: the Holder
+// that installed it (the running daemon's netlink socket) is the only one that may change
+// it, a ruleset flush skips it, and when the socket closes the kernel keeps it without an
+// owner, for the next Install to adopt or Remove to delete. Remove fails while a Holder is
+// open. It needs Linux 6.9 (persist).
+//
+// Anyone with CAP_NET_ADMIN can still delete the router's table (`nft flush ruleset`, which a reload
 // of the nftables service or of firewalld runs). Watch reports every kernel transaction that
 // touches the table, with the process that made it, and Check compares the table in the
 // kernel with what Install(spec) puts there (chains, their rule counts, the VM network

@@ -21,8 +21,10 @@ import (
 // old table (if any, whatever it contains) is deleted and the new one added in the same
 // kernel transaction, so there is never a moment without a guard, and a batch the kernel
 // refuses leaves the old table as it was. The table carries no owner flag: it stays when
-// the calling process exits or dies, until Remove. Callers serialise Install and Remove on
-// one table.
+// the calling process exits or dies, until Remove. Before it, Install replaces the hold
+// table (HoldTable) the same way, owned by the WithHolder option's Holder (without one, by
+// nobody once Install returns; a hold table a running router owns is then left to it).
+// Callers serialise Install and Remove on one table.
 func Install(spec Spec, opts ...Option) error {
 	if err := spec.Validate(); err != nil {
 		return fmt.Errorf("nftcap install: invalid spec: %w", err)
@@ -36,6 +38,11 @@ func Install(spec Spec, opts ...Option) error {
 	c, err := nftables.New(nftables.WithNetNSFd(o.netNS), nftables.WithSockOptions(bigReceiveBuffer))
 	if err != nil {
 		return fmt.Errorf("nftcap install: open netlink: %w", err)
+	}
+	// The hold table first: it keeps the forward path closed whenever the table below is
+	// missing, from the first install on.
+	if err := installHold(spec, o); err != nil {
+		return fmt.Errorf("nftcap install table inet %s: %w", HoldTable(spec.table()), err)
 	}
 	b := &builder{c: c}
 	if err := b.replace(spec); err != nil {
@@ -57,8 +64,9 @@ func Install(spec Spec, opts ...Option) error {
 	return nil
 }
 
-// Remove deletes the table named table and with it the guard.
-// Removing a table that is not there is not an error: the result, no table, is the same.
+// Remove deletes the table named table and its hold table, and with them the guard. It
+// fails while a running router owns the hold table (its Holder is open). Removing a table
+// that is not there is not an error: the result, no table, is the same.
 func Remove(table string, opts ...Option) error {
 	if err := validTableName(table); err != nil {
 		return fmt.Errorf("nftcap remove: %w", err)
@@ -66,6 +74,9 @@ func Remove(table string, opts ...Option) error {
 	c, err := nftables.New(nftables.WithNetNSFd(collect(opts).netNS), nftables.WithSockOptions(bigReceiveBuffer))
 	if err != nil {
 		return fmt.Errorf("nftcap remove: open netlink: %w", err)
+	}
+	if err := removeHold(table, collect(opts)); err != nil {
+		return fmt.Errorf("nftcap remove table inet %s: %w", HoldTable(table), err)
 	}
 	t := &nftables.Table{Name: table, Family: nftables.TableFamilyINet}
 	c.AddTable(t) // create-if-absent makes the delete below succeed either way

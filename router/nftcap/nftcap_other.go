@@ -99,3 +99,12 @@ func (u *UDPConn) Close() error { return nil }
 func ListenReply(from netip.AddrPort, mark uint32) (*net.UDPConn, error) {
 	return nil, errUnsupported("listen reply")
 }
+
+// Holder is Linux only (see the Linux documentation): elsewhere NewHolder fails.
+type Holder struct{}
+
+// NewHolder is Linux only; elsewhere it returns an error wrapping errors.ErrUnsupported.
+func NewHolder(opts ...Option) (*Holder, error) { return nil, errUnsupported("holder") }
+
+// Close does nothing off Linux.
+func (h *Holder) Close() error { return nil }

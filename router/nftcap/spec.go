@@ -75,9 +75,10 @@ type Spec struct {
 	// required with UDPPort or TCPTProxy; UDPMark differs from Mark.
 	UDPMark  uint32
 	UDPTable uint32
-	// CagedApps are the command names (comm, as `ps -e` shows them: at most 15 bytes, a
-	// trailing '*' matching any suffix) of the caged processes of this host: the user-space
-	// NATs that carry guests' traffic in their own sockets. Install has the kernel mark
+	// CagedApps are the executables' file names (a trailing '*' matching any suffix; see
+	// package cagemark: a process running one, or a child of one, is caged, whatever it
+	// calls itself) of the caged processes of this host: the user-space NATs that carry
+	// guests' traffic in their own sockets. Install has the kernel mark
 	// every socket they open with CagedMark (package cagemark), and the table captures
 	// those sockets whatever Local says: their DNS to any address (a loopback stub such as
 	// 127.0.0.53 included) goes to DNSPort, their TCP to every destination (loopback and
@@ -190,8 +191,8 @@ func validPrefix(p netip.Prefix) error {
 // validTableName checks a table name as the kernel does (NFT_NAME_MAXLEN is 256 with the
 // terminating NUL) and refuses characters nft would need to quote.
 func validTableName(name string) error {
-	if name == "" || len(name) > 255 {
-		return fmt.Errorf("table name %q: length must be 1..255", name)
+	if name == "" || len(name) > 255-len(holdSuffix) {
+		return fmt.Errorf("table name %q: length must be 1..%d", name, 255-len(holdSuffix))
 	}
 	if strings.IndexFunc(name, func(r rune) bool {
 		return !(r == '_' || r == '-' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
@@ -201,11 +202,24 @@ func validTableName(name string) error {
 	return nil
 }
 
+// holdSuffix names the hold table after the router's: "router_hold".
+const holdSuffix = "_hold"
+
+// HoldTable is the name of the hold table of the router's table named table (see the
+// package doc, "The hold table").
+func HoldTable(table string) string { return table + holdSuffix }
+
+// WithHolder makes Install create the hold table through h, which then owns it (Linux).
+func WithHolder(h *Holder) Option {
+	return func(o *options) { o.holder = h }
+}
+
 // Option changes how Install, Remove and Installed reach the kernel.
 type Option func(*options)
 
 type options struct {
-	netNS int // fd of a network namespace; 0 means the caller's
+	netNS  int     // fd of a network namespace; 0 means the caller's
+	holder *Holder // owns the hold table Install creates (Linux); nil: none
 }
 
 // WithNetNS makes the call act in the network namespace the open file descriptor fd refers

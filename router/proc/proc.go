@@ -12,9 +12,16 @@ type Info struct {
 	PID  int
 	Name string // image name, e.g. "VBoxHeadless" or "VirtualBoxVM.exe"
 	Path string // full path of the executable, when known
-	// Comm is the command name (Linux: /proc/PID/comm, the name it was started as, cut to
-	// 15 bytes), when it differs from Name; empty elsewhere.
+	// Comm is the name the process goes by (Linux: /proc/PID/comm, the name it was started
+	// as or set itself, cut to 15 bytes) when it differs from Name, in a process list
+	// (LinuxFinder.Processes) only: a process sets it, so a flow's owner is known by its
+	// executable alone and a lookup leaves Comm empty. Empty elsewhere.
 	Comm string
+	// PPID is the parent's PID, in a process list (Linux) only; 0 when unknown.
+	PPID int
+	// NetNS identifies the network namespace its main thread is in (the namespace file's
+	// inode), in a process list (Linux) only; 0 when unknown.
+	NetNS uint64
 	// Services are the names of the Windows services hosted by the process (svchost.exe);
 	// empty elsewhere.
 	Services []string

@@ -117,23 +117,19 @@ func (f *LinuxFinder) lookup(proto byte, local, remote netip.AddrPort) (Info, er
 }
 
 // info describes pid: Path from /proc/PID/exe, Name its base name, or /proc/PID/comm when
-// the link cannot be read (kernel threads, some zombies).
+// the link cannot be read (kernel threads, some zombies). The name the process gives itself
+// is not in it: Comm is for a process list (see Processes).
 func (f *LinuxFinder) info(pid int) (Info, error) {
 	dir := filepath.Join(f.procRoot, strconv.Itoa(pid))
-	comm, commErr := os.ReadFile(filepath.Join(dir, "comm"))
-	c := strings.TrimSuffix(string(comm), "\n")
 	if exe, err := os.Readlink(filepath.Join(dir, "exe")); err == nil {
 		exe = strings.TrimSuffix(exe, " (deleted)")
-		info := Info{PID: pid, Name: filepath.Base(exe), Path: exe}
-		if commErr == nil && c != info.Name {
-			info.Comm = c
-		}
-		return info, nil
+		return Info{PID: pid, Name: filepath.Base(exe), Path: exe}, nil
 	}
-	if commErr != nil {
-		return Info{}, fmt.Errorf("process %d: %w", pid, commErr)
+	comm, err := os.ReadFile(filepath.Join(dir, "comm"))
+	if err != nil {
+		return Info{}, fmt.Errorf("process %d: %w", pid, err)
 	}
-	return Info{PID: pid, Name: c}, nil
+	return Info{PID: pid, Name: strings.TrimSuffix(string(comm), "\n")}, nil
 }
 
 // pidOf returns the PID holding socket inode: the cache, then recent owners, then all of
@@ -319,39 +315,65 @@ func diagTCP(local, remote netip.AddrPort) (inode, uid uint32, err error) {
 // diag asks the kernel which socket of proto (TCP: exactly this 4-tuple; UDP: the one that
 // would receive a datagram from remote to local) it is; it returns its inode and owner uid.
 func diag(proto byte, local, remote netip.AddrPort) (inode, uid uint32, err error) {
-	req, err := diagRequest(local, remote)
+	var buf [1024]byte
+	b, err := diagExchange(proto, local, remote, buf[:])
 	if err != nil {
 		return 0, 0, err
+	}
+	return parseDiagReply(b, diagSeq)
+}
+
+// diagExchange sends the exact sock_diag lookup of diag and returns the kernel's reply, read
+// into buf.
+func diagExchange(proto byte, local, remote netip.AddrPort, buf []byte) ([]byte, error) {
+	req, err := diagRequest(local, remote)
+	if err != nil {
+		return nil, err
 	}
 	if proto == unix.IPPROTO_UDP {
 		// udp_dump_one looks the socket up as for a datagram arriving from idiag_src to
 		// idiag_dst (net/ipv4/udp_diag.c): the peer goes first.
 		req, err = diagRequest(remote, local)
 		if err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 		req[unix.NLMSG_HDRLEN+1] = unix.IPPROTO_UDP
 	}
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
 	if err != nil {
-		return 0, 0, fmt.Errorf("sock_diag socket: %w", err)
+		return nil, fmt.Errorf("sock_diag socket: %w", err)
 	}
 	defer unix.Close(fd)
 	// The kernel answers an exact lookup while handling the send; the timeout only guards
 	// against a reply that never comes.
 	tv := unix.Timeval{Sec: 1}
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		return 0, 0, fmt.Errorf("sock_diag timeout: %w", err)
+		return nil, fmt.Errorf("sock_diag timeout: %w", err)
 	}
 	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return 0, 0, fmt.Errorf("sock_diag send: %w", err)
+		return nil, fmt.Errorf("sock_diag send: %w", err)
 	}
-	var buf [1024]byte
-	n, _, err := unix.Recvfrom(fd, buf[:], 0)
+	n, _, err := unix.Recvfrom(fd, buf, 0)
 	if err != nil {
-		return 0, 0, fmt.Errorf("sock_diag receive: %w", err)
+		return nil, fmt.Errorf("sock_diag receive: %w", err)
 	}
-	return parseDiagReply(buf[:n], diagSeq)
+	return buf[:n], nil
+}
+
+// Mark returns the mark (SO_MARK) of the socket LookupTCP (proto TCP) or LookupUDP (UDP)
+// would find: what the kernel put on it, the cage's mark included. The error wraps
+// fs.ErrNotExist when there is no such socket. Reading a mark needs CAP_NET_ADMIN.
+func (f *LinuxFinder) Mark(proto byte, local, remote netip.AddrPort) (uint32, error) {
+	var buf [1024]byte
+	b, err := diagExchange(proto, local, remote, buf[:])
+	if err != nil {
+		return 0, fmt.Errorf("socket mark %v -> %v: %w", local, remote, err)
+	}
+	m, err := parseDiagMark(b, diagSeq)
+	if err != nil {
+		return 0, fmt.Errorf("socket mark %v -> %v: %w", local, remote, err)
+	}
+	return m, nil
 }
 
 // diagRequest builds the netlink message for an exact sock_diag lookup of a TCP socket.
@@ -388,11 +410,52 @@ func diagRequest(local, remote netip.AddrPort) ([]byte, error) {
 // parseDiagReply reads the kernel's answer to diagRequest: an inet_diag_msg, or an
 // NLMSG_ERROR (ENOENT: no such socket, wrapped as fs.ErrNotExist).
 func parseDiagReply(b []byte, seq uint32) (inode, uid uint32, err error) {
+	data, err := diagMsg(b, seq)
+	if err != nil {
+		return 0, 0, err
+	}
+	uid, inode = binary.NativeEndian.Uint32(data[64:]), binary.NativeEndian.Uint32(data[68:])
+	if inode == 0 { // time-wait or orphaned: no process holds it
+		return 0, uid, fmt.Errorf("socket without inode: %w", fs.ErrNotExist)
+	}
+	return inode, uid, nil
+}
+
+// inetDiagMark is INET_DIAG_MARK, the attribute holding the socket's mark, which the kernel
+// adds for a requester with CAP_NET_ADMIN.
+const inetDiagMark = 15
+
+// parseDiagMark reads the socket's mark from the kernel's answer to diagRequest.
+func parseDiagMark(b []byte, seq uint32) (uint32, error) {
+	data, err := diagMsg(b, seq)
+	if err != nil {
+		return 0, err
+	}
+	ne := binary.NativeEndian
+	for a := data[sizeofInetDiagMsg:]; len(a) >= unix.SizeofRtAttr; {
+		l, typ := int(ne.Uint16(a[0:])), ne.Uint16(a[2:])
+		if l < unix.SizeofRtAttr || l > len(a) {
+			return 0, fmt.Errorf("sock_diag: attribute length %d of %d bytes", l, len(a))
+		}
+		if typ == inetDiagMark {
+			if l < unix.SizeofRtAttr+4 {
+				return 0, errors.New("sock_diag: short mark")
+			}
+			return ne.Uint32(a[unix.SizeofRtAttr:]), nil
+		}
+		a = a[min(len(a), (l+unix.RTA_ALIGNTO-1)&^(unix.RTA_ALIGNTO-1)):]
+	}
+	return 0, errors.New("sock_diag: no mark in the answer (not CAP_NET_ADMIN?)")
+}
+
+// diagMsg finds the inet_diag_msg (at least sizeofInetDiagMsg bytes, its attributes after
+// it) of the answer seq in b.
+func diagMsg(b []byte, seq uint32) ([]byte, error) {
 	ne := binary.NativeEndian
 	for len(b) >= unix.NLMSG_HDRLEN {
 		l := ne.Uint32(b[0:])
 		if l < unix.NLMSG_HDRLEN || uint64(l) > uint64(len(b)) {
-			return 0, 0, fmt.Errorf("sock_diag: message length %d of %d bytes", l, len(b))
+			return nil, fmt.Errorf("sock_diag: message length %d of %d bytes", l, len(b))
 		}
 		typ, mseq := ne.Uint16(b[4:]), ne.Uint32(b[8:])
 		data := b[unix.NLMSG_HDRLEN:l]
@@ -403,36 +466,33 @@ func parseDiagReply(b []byte, seq uint32) (inode, uid uint32, err error) {
 		switch typ {
 		case unix.NLMSG_ERROR:
 			if len(data) < 4 {
-				return 0, 0, errors.New("sock_diag: short error message")
+				return nil, errors.New("sock_diag: short error message")
 			}
 			errno := unix.Errno(-int32(ne.Uint32(data)))
 			if errno == 0 {
 				continue // an ack
 			}
 			if errno == unix.ENOENT {
-				return 0, 0, fmt.Errorf("no such socket: %w", fs.ErrNotExist)
+				return nil, fmt.Errorf("no such socket: %w", fs.ErrNotExist)
 			}
-			return 0, 0, fmt.Errorf("sock_diag: %w", errno)
+			return nil, fmt.Errorf("sock_diag: %w", errno)
 		case unix.SOCK_DIAG_BY_FAMILY:
 			if len(data) < sizeofInetDiagMsg {
-				return 0, 0, fmt.Errorf("sock_diag: inet_diag_msg of %d bytes", len(data))
+				return nil, fmt.Errorf("sock_diag: inet_diag_msg of %d bytes", len(data))
 			}
-			uid, inode = ne.Uint32(data[64:]), ne.Uint32(data[68:])
-			if inode == 0 { // time-wait or orphaned: no process holds it
-				return 0, uid, fmt.Errorf("socket without inode: %w", fs.ErrNotExist)
-			}
-			return inode, uid, nil
+			return data, nil
 		case unix.NLMSG_DONE:
-			return 0, 0, fmt.Errorf("no such socket: %w", fs.ErrNotExist)
+			return nil, fmt.Errorf("no such socket: %w", fs.ErrNotExist)
 		}
 	}
-	return 0, 0, errors.New("sock_diag: no answer in reply")
+	return nil, errors.New("sock_diag: no answer in reply")
 }
 
 func nlmsgAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
 
-// Processes lists the processes of this host with what Info knows of each (no services);
-// a process that ends while it reads is left out.
+// Processes lists the processes of this host with what Info knows of each (no services),
+// and the name each goes by (Comm, when it is not Name) and its parent (PPID); a process
+// that ends while it reads is left out.
 func (f *LinuxFinder) Processes() ([]Info, error) {
 	names, err := readDirNames(f.procRoot)
 	if err != nil {
@@ -444,9 +504,52 @@ func (f *LinuxFinder) Processes() ([]Info, error) {
 		if err != nil || pid <= 0 {
 			continue
 		}
-		if info, err := f.info(pid); err == nil {
-			out = append(out, info)
+		info, err := f.info(pid)
+		if err != nil {
+			continue
 		}
+		stat, err := os.ReadFile(filepath.Join(f.procRoot, n, "stat"))
+		if err != nil {
+			continue
+		}
+		comm, ppid, ok := parseStat(stat)
+		if !ok {
+			continue
+		}
+		if comm != info.Name {
+			info.Comm = comm
+		}
+		info.PPID = ppid
+		info.NetNS, _ = NetNSOf(filepath.Join(f.procRoot, n))
+		out = append(out, info)
 	}
 	return out, nil
+}
+
+// NetNSOf returns the inode of the network namespace of the process whose /proc directory
+// is dir (/proc/self: the caller's main thread).
+func NetNSOf(dir string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, "ns", "net"), &st); err != nil {
+		return 0, fmt.Errorf("network namespace: %w", err)
+	}
+	return st.Ino, nil
+}
+
+// parseStat reads the command name and the parent's PID of /proc/PID/stat: "pid (comm)
+// state ppid ...", where comm may hold spaces and parentheses (the last ')' ends it).
+func parseStat(b []byte) (comm string, ppid int, ok bool) {
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return "", 0, false
+	}
+	fields := strings.Fields(string(b[end+1:]))
+	if len(fields) < 2 {
+		return "", 0, false
+	}
+	ppid, err := strconv.Atoi(fields[1])
+	if err != nil || ppid < 0 {
+		return "", 0, false
+	}
+	return string(b[open+1 : end]), ppid, true
 }

@@ -19,9 +19,10 @@ import (
 // inline data only, a data: URL; anything else is refused, with the field named.
 //
 // The checker is a byte-at-a-time JSON scanner: it keeps no more of the body than the stack
-// of the objects and arrays it is in (at most [MaxDepth] of them), the current key (up to
-// maxKey bytes) and the first bytes of a watched value (up to maxHead); it runs in time
-// linear in the body's length, whatever its shape. It is strict where servers' parsers
+// of the objects and arrays it is in (at most [MaxDepth] of them), the current key and the
+// first bytes of a watched value (up to maxKept bytes each); it runs in time linear in the
+// body's length, whatever its shape (a long value it does not watch is skipped eight bytes
+// at a time). It is strict where servers' parsers
 // differ, so that what it passes every server reads as it did:
 //
 //   - The body is one JSON value (RFC 8259) in UTF-8, with white space around it, or empty.
@@ -29,9 +30,9 @@ import (
 //     other trailing bytes; a UTF-16 body (which Python's json.loads would decode) is not
 //     JSON here.
 //   - Keys are compared after unescaping (\u005f is "_") and folding case as Go's
-//     encoding/json does (Unicode simple folding: "IMAGE_URL", "image_urſ" and the Kelvin
-//     sign's k all match), since Ollama and LM Studio decode with it; each occurrence of a
-//     duplicate key is checked, whichever one a server keeps.
+//     encoding/json does (Unicode simple folding: "IMAGE_URL" is image_url, "ſerver_url",
+//     with the long s, is server_url), since Ollama and LM Studio decode with it; each
+//     occurrence of a duplicate key is checked, whichever one a server keeps.
 //   - A watched value's bytes are judged after unescaping: "\u0064ata:" is "data:".
 //
 // Content-Type is ignored (servers parse JSON whatever it says); a Content-Encoding is
@@ -42,10 +43,9 @@ import (
 // bodies, tool schemas included, nest a few tens deep at most.
 const MaxDepth = 128
 
-const (
-	maxKey  = 128 // bytes of a key kept for matching; a longer key matches no field name
-	maxHead = 128 // bytes of a watched value kept to judge it
-)
+// maxKept is the bytes kept of a key (a longer one matches no field name) and of a watched
+// value (enough to judge it: a data: URL's header must end within them).
+const maxKept = 128
 
 // Reach is a set of the ways a request body can make a model server connect out: the
 // fields it resolves as URLs and the host-side tools it runs.
@@ -59,7 +59,7 @@ const (
 	ReachServerURL                   // server_url: a /v1/responses tool of type "mcp"
 	ReachMCP                         // a tool of type "mcp" (the server connects to it by its label or URL)
 	ReachHostTools                   // tools the server runs itself: web_search*, code_interpreter
-	ReachAnyURL                      // any key whose name holds "url" or "uri" (the generic kind)
+	ReachAnyURL                      // any key whose name has a word url or uri, or href (the generic kind; see urlish)
 )
 
 // fieldReach names the fields each Reach bit watches, as the servers spell them.
@@ -189,8 +189,8 @@ type BodyCheck struct {
 	str     uint8
 	esc     uint8 // 0; 1 after '\'; 2..5 reading \u's hex digits
 	u       rune
-	buf     [maxKey]byte // a key's or a watched value's first bytes, unescaped
-	folded  [maxKey]byte // buf, folded (fold)
+	buf     [maxKept]byte // a key's or a watched value's first bytes, unescaped
+	folded  [maxKept]byte // buf, folded (fold)
 	n       int
 	over    bool // buf overflowed
 	decided bool // a watched value is judged already
@@ -656,7 +656,7 @@ func (c *BodyCheck) classify(raw []byte, over bool) uint8 {
 		}
 	}
 	switch {
-	case c.reach&ReachAnyURL != 0 && (bytes.Contains(k, []byte("url")) || bytes.Contains(k, []byte("uri"))):
+	case c.reach&ReachAnyURL != 0 && urlish(raw):
 		return keyFetch
 	case string(k) == "url":
 		return keyURL
@@ -664,6 +664,42 @@ func (c *BodyCheck) classify(raw []byte, over bool) uint8 {
 		return keyType
 	}
 	return keyOther
+}
+
+// urlish reports whether a key (raw: unescaped, unfolded) names a URL by one of its words:
+// the key cut at every byte that is not an ASCII letter or digit and where a lower-case
+// letter or digit is followed by an upper-case one (image_url, imageURL, callbackUri,
+// URLs, urlPath), a word that begins or ends with "url" or "uri" (urls and uris too), or is
+// "href". A word merely holding the letters (security, during) is not one.
+func urlish(raw []byte) bool {
+	word := func(w []byte) bool {
+		var low [maxKept]byte
+		l := fold(low[:0], w)
+		for _, x := range []string{"url", "uri"} {
+			if bytes.HasPrefix(l, []byte(x)) || bytes.HasSuffix(l, []byte(x)) || bytes.HasSuffix(l, []byte(x+"s")) {
+				return true
+			}
+		}
+		return string(l) == "href"
+	}
+	alnum := func(b byte) bool { return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' }
+	start := 0
+	for i := 0; i <= len(raw); i++ {
+		cut := i == len(raw) || !alnum(raw[i]) ||
+			i > start && raw[i] >= 'A' && raw[i] <= 'Z' && (raw[i-1] >= 'a' && raw[i-1] <= 'z' || raw[i-1] >= '0' && raw[i-1] <= '9')
+		if !cut {
+			continue
+		}
+		if i > start && word(raw[start:i]) {
+			return true
+		}
+		if i < len(raw) && alnum(raw[i]) {
+			start = i // an upper-case letter begins the next word
+		} else {
+			start = i + 1
+		}
+	}
+	return false
 }
 
 // fold appends b to dst lower-cased as Go's encoding/json matches keys (Unicode simple

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/agentcage/router/internal/modeltest"
 )
@@ -108,6 +110,19 @@ func TestBodyKinds(t *testing.T) {
 	}
 }
 
+func TestURLish(t *testing.T) {
+	for key, want := range map[string]bool{
+		"image_url": true, "imageURL": true, "IMAGEURL": true, "callbackUri": true, "URLs": true,
+		"urlPath": true, "base_urls": true, "uri": true, "href": true, "web-URI": true, "curl": true,
+		"security": false, "during": false, "curious": false, "model": false, "": false, "u_r_l": false,
+		"Security_Level": false, "furled": false,
+	} {
+		if got := urlish([]byte(key)); got != want {
+			t.Errorf("urlish(%q) = %v; want %v", key, got, want)
+		}
+	}
+}
+
 func TestContentEncoding(t *testing.T) {
 	for _, tc := range []struct {
 		in   []string
@@ -145,6 +160,13 @@ func TestBodyBounded(t *testing.T) {
 	}
 }
 
+// camel finds where a lower-case letter or digit meets an upper-case one; urlWord is a word
+// that begins or ends with url or uri.
+var (
+	camel   = regexp.MustCompile(`([a-z0-9])([A-Z])`)
+	urlWord = regexp.MustCompile(`^ur[il]|ur[il]s?$`)
+)
+
 // oracle judges a decoded body the slow, obvious way: every string the rules watch, by
 // walking the tree. (It sees one of each duplicate key only; the checker sees them all.)
 func oracle(r Reach, v any, key string, fetch bool) string {
@@ -155,8 +177,14 @@ func oracle(r Reach, v any, key string, fetch bool) string {
 			}
 		}
 		if r&ReachAnyURL != 0 {
-			l := strings.ToLower(strings.NewReplacer("ſ", "s", "K", "k").Replace(k))
-			return strings.Contains(l, "url") || strings.Contains(l, "uri")
+			for _, w := range strings.FieldsFunc(camel.ReplaceAllString(k, "$1 $2"), func(r rune) bool {
+				return !(r < 0x80 && (unicode.IsLetter(r) || unicode.IsDigit(r)))
+			}) {
+				w = strings.ToLower(w)
+				if w == "href" || urlWord.MatchString(w) {
+					return true
+				}
+			}
 		}
 		return false
 	}

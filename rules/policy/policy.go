@@ -229,6 +229,11 @@ type Env struct {
 	// CagedApps are processes the platform cages whatever the config says (on Windows the
 	// known hypervisors' images, which its guard blocks too).
 	CagedApps []rules.App
+	// GuestNet reports whether a is inside the subnet of one of this machine's interfaces
+	// whose name matches one of ifaces ([capture] vm_interfaces, a trailing * matching any
+	// suffix, as the config wrote them): a guest's network the config knows by its
+	// interface only. Nil: no interface is known (explain on another machine, tests).
+	GuestNet func(ifaces []string, a netip.Addr) bool
 	// Scoped says the capture takes this host's own traffic that is not caged only with
 	// [capture] local = true, as both platforms' captures do: without local such a flow
 	// is this host's own and goes direct (StepUncaptured). False: every flow handed over is
@@ -246,7 +251,11 @@ type Policy struct {
 	named    *rules.Table
 	namedIdx []int
 
-	vmNets    []netip.Prefix
+	vmNets []netip.Prefix
+	// guestNets are the guests' networks the config names (see GuestNetworks); vmIfaces the
+	// VM-facing interfaces, whose subnets Env.GuestNet knows.
+	guestNets []netip.Prefix
+	vmIfaces  []string
 	cagedApps rules.Rule // Apps and Services of the proxy and block rules, the presets' apps
 	hasCaged  bool
 	needOwner bool
@@ -260,6 +269,7 @@ type Policy struct {
 	listenEnds   []netip.AddrPort
 	connectEnds  []netip.AddrPort
 	forwardAddrs []netip.Addr
+	gates        []gateEnd // the forwards' targets, in config order (gate.go)
 	// proxyHosts are the upstreams' hosts (IP or name) by proxy name: for a chain (via),
 	// every hop's, the last first.
 	proxyHosts map[string][]string
@@ -335,6 +345,7 @@ func New(cfg *conf.Config, env Env) *Policy {
 		p.needOwner = p.needOwner || len(r.Apps) > 0 || len(r.Services) > 0
 	}
 	p.named = rules.Compile(named)
+	p.guestNets, p.vmIfaces = GuestNetworks(cfg), cfg.Capture.VMInterfaces
 	if !cfg.DNS.AllowDoH {
 		p.doh = rules.Compile([]rules.Rule{{Name: "doh", Hosts: DoHHosts(cfg), Action: rules.Block}})
 	}
@@ -378,6 +389,7 @@ func New(cfg *conf.Config, env Env) *Policy {
 			p.forwardAddrs = append(p.forwardAddrs, a)
 		}
 	}
+	p.gates = gateEnds(cfg)
 	for _, in := range cfg.Inbounds {
 		p.listenEnds = append(p.listenEnds, unmapped(in.Listen))
 		if a := in.Listen.Addr(); !a.IsUnspecified() {
@@ -476,6 +488,42 @@ func (p *Policy) FromVMNetwork(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// GuestNetworks is the one list of the guests' networks a config names: [capture]
+// vm_networks (the cage subnets among them), and the sources the forwards and inbounds
+// allow, whose clients are guests too. An allow range that is a whole family (0.0.0.0/0,
+// ::/0) says "any source" and names no network. The subnets of the VM-facing interfaces
+// are guests' networks as well; only the platform knows them (Env.GuestNet).
+func GuestNetworks(cfg *conf.Config) []netip.Prefix {
+	out := slices.Clone(cfg.Capture.VMNetworks)
+	add := func(allow []netip.Prefix) {
+		for _, n := range allow {
+			if n.Bits() > 0 && !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	for _, f := range cfg.Forwards {
+		add(f.Allow)
+	}
+	for _, in := range cfg.Inbounds {
+		add(in.Allow)
+	}
+	return out
+}
+
+// GuestNet reports whether a is inside a guest's network: one the config names
+// (GuestNetworks), or the subnet of a VM-facing interface (Env.GuestNet). Its own address
+// there is this machine's; HomeOf asks Local first.
+func (p *Policy) GuestNet(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, n := range p.guestNets {
+		if n.Contains(a) {
+			return true
+		}
+	}
+	return len(p.vmIfaces) > 0 && p.env.GuestNet != nil && p.env.GuestNet(p.vmIfaces, a)
 }
 
 // InPool reports whether a is in the fake-IP pool (always false outside fake-ip mode).
@@ -611,7 +659,7 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 	if caged && d.Action != rules.Block {
 		// dst is not this machine's (local is false): of the walls only a guest's network
 		// is left to check.
-		if p.FromVMNetwork(dst) && !p.namesAddr(v.Index, dst) {
+		if p.GuestNet(dst) && !p.namesAddr(v.Index, dst) {
 			d.Step, d.Verdict = StepToGuest, rules.Verdict{Action: rules.Block, Index: -1, Name: StepToGuest.String()}
 		} else if f.Resolved != nil && p.connectsHere(f, d) {
 			if s, ok := p.nameWall(f, v); !ok {
@@ -793,7 +841,7 @@ func (p *Policy) Why(f *Flow, d Decision) string {
 		}
 		return caged + " and " + dst + " is this machine or its link: only the forwards' and inbounds' exact addresses and ports, a forward's target for the process that carries a guest, an address and port a direct rule names, and DHCP are open to caged traffic, so it is refused (the host is off limits)"
 	case StepToGuest:
-		return caged + " and " + dst + " is in a VM network, another guest's: no rule deciding it names that address, so it is refused"
+		return caged + " and " + dst + " is in a guest's network (a VM network, a VM-facing interface's subnet, or a source a forward or an inbound allows): no rule deciding it names that address, so it is refused"
 	case StepNoName:
 		return dst + " is in the fake-IP pool but no DNS answer gave it out: only its name could route it, so it is refused"
 	case StepCaged:

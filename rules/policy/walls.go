@@ -31,9 +31,9 @@ import (
 //   - DHCP (UDP to ports 67 and 547).
 //
 // Everything else of this machine is refused: StepHost (reason host-off-limits). A caged
-// flow never reaches another guest's network (an address inside [capture] vm_networks)
-// unless the rule that decides it names that address in its hosts: StepToGuest (reason
-// to-guest). The walls hold for a flow's name too, when the way out connects from this
+// flow never reaches another guest's network (GuestNet: [capture] vm_networks, the subnets
+// of the VM-facing interfaces, the sources a forward or an inbound allows) unless the rule
+// that decides it names that address in its hosts: StepToGuest (reason to-guest). The walls hold for a flow's name too, when the way out connects from this
 // machine (direct by name or fake IP, or a proxy that runs here): every address the name
 // resolves to must pass, else StepHostName (this machine) or StepToGuest.
 
@@ -43,7 +43,7 @@ type Home uint8
 const (
 	Away  Home = iota // neither this machine nor a guest's network
 	Host              // this machine: a local destination (IsLocal) or one of its addresses
-	Guest             // a VM network: another guest's
+	Guest             // a guest's network (GuestNet): another guest's
 )
 
 // HomeOf says where a leads.
@@ -54,7 +54,7 @@ func (p *Policy) HomeOf(a netip.Addr) Home {
 		return Away
 	case p.Local(a):
 		return Host
-	case p.FromVMNetwork(a):
+	case p.GuestNet(a):
 		return Guest
 	}
 	return Away

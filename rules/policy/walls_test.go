@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
 )
@@ -69,11 +70,71 @@ func TestAnswerWall(t *testing.T) {
 		{"169.254.169.254", policy.StepHost, true},
 		{"198.51.100.2", policy.StepHost, true},
 		{"10.0.4.15", policy.StepToGuest, true},
-		{"10.0.4.40", policy.StepRule, false}, // a rule names it
+		{"10.0.4.40", policy.StepRule, false},  // a rule names it
+		{"10.0.5.7", policy.StepToGuest, true}, // an inbound's guest
+		{"10.0.6.7", policy.StepToGuest, true}, // a forward's guest
+		{"10.0.5.1", policy.StepRule, false},   // the inbound listens there
 	} {
 		s, refused := p.AnswerWall(netip.MustParseAddr(tc.addr))
 		if s != tc.step || refused != tc.refused {
 			t.Errorf("%s: %v %v, want %v %v", tc.addr, s, refused, tc.step, tc.refused)
 		}
+	}
+}
+
+// TestGuestNetOfInterface: the subnet of a VM-facing interface ([capture] vm_interfaces,
+// known to the platform only) is a guest's network: refused to a caged flow unless a rule
+// names the address; explain without the platform's knowledge does not know it.
+func TestGuestNetOfInterface(t *testing.T) {
+	const cfgText = `
+[proxy.exit]
+address = "192.0.2.1:1080"
+
+[capture]
+vm_networks = ["10.0.2.0/24"]
+vm_interfaces = ["tap*"]
+
+[[rule]]
+name = "named"
+hosts = ["10.7.0.40"]
+action = "direct"
+
+[[rule]]
+name = "vm"
+caged = true
+action = "proxy"
+proxy = "exit"
+`
+	cfg, err := conf.Parse("ifaces.toml", []byte(cfgText), conf.Options{SkipSecrets: true, OS: "linux"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	env := policytest.WallEnv()
+	env.GuestNet = func(ifaces []string, a netip.Addr) bool {
+		asked = ifaces
+		return netip.MustParsePrefix("10.7.0.0/16").Contains(a)
+	}
+	p := policy.New(cfg, env)
+	for _, tc := range []struct {
+		dst  string
+		step policy.Step
+		rule string
+	}{
+		{"10.7.3.3:22", policy.StepToGuest, policy.StepToGuest.String()},
+		{"10.7.0.40:80", policy.StepRule, "named"},
+		{"203.0.113.5:80", policy.StepRule, "vm"},
+	} {
+		ap := netip.MustParseAddrPort(tc.dst)
+		f := policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("10.0.2.15"), Dst: ap.Addr(), Port: ap.Port(), FromVM: true}
+		if d := p.Decide(&f); d.Step != tc.step || d.Name != tc.rule {
+			t.Errorf("%s: %v by %q, want %v by %q", tc.dst, d.Step, d.Name, tc.step, tc.rule)
+		}
+	}
+	if len(asked) != 1 || asked[0] != "tap*" {
+		t.Errorf("the platform was asked about interfaces %q, want [tap*]", asked)
+	}
+	if s, refused := p.AnswerWall(netip.MustParseAddr("10.7.3.3")); s != policy.StepToGuest || !refused {
+		t.Errorf("AnswerWall(10.7.3.3) = %v %v, want a refusal to-guest", s, refused)
 	}
 }

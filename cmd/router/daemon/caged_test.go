@@ -7,9 +7,9 @@ import (
 	"github.com/agentcage/router/conf"
 )
 
-// TestCagedComms: the kernel's names are the presets' apps and those of the proxy and
+// TestCagedNames: the kernel's names are the presets' apps and those of the proxy and
 // block rules, each also in lower case, never a path or a direct rule's.
-func TestCagedComms(t *testing.T) {
+func TestCagedNames(t *testing.T) {
 	cfg, err := conf.Parse("caged.toml", []byte(`
 [proxy.exit]
 address = "198.51.100.1:1080"
@@ -30,15 +30,15 @@ action = "direct"
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := CagedComms(cfg)
+	got := CagedNames(cfg)
 	for _, want := range []string{"qemu-system-*", "passt", "passt.avx2", "pasta", "pasta.avx2", "slirp4netns", "VBoxHeadless", "vboxheadless"} {
 		if !slices.Contains(got, want) {
-			t.Errorf("CagedComms lacks %q: %q", want, got)
+			t.Errorf("CagedNames lacks %q: %q", want, got)
 		}
 	}
 	for _, not := range []string{"/opt/x/bin/nat", "firefox"} {
 		if slices.Contains(got, not) {
-			t.Errorf("CagedComms has %q: %q", not, got)
+			t.Errorf("CagedNames has %q: %q", not, got)
 		}
 	}
 }

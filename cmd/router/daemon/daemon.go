@@ -191,6 +191,12 @@ func routerPolicy(cfg *conf.Config, dec *policy.Policy) router.Settings {
 	for _, px := range cfg.Proxies {
 		p.Upstreams = append(p.Upstreams, UpstreamConfig(px))
 	}
+	creds := brokerOf(cfg)
+	for _, f := range cfg.Forwards {
+		rf := forwardOf(f) // its gate serves caged flows to the model, with its credentials
+		rf.Credentials = creds
+		p.Forwards = append(p.Forwards, rf)
+	}
 	return p
 }
 
@@ -211,7 +217,7 @@ func UpstreamConfig(px conf.Proxy) router.UpstreamConfig {
 }
 
 func forwardOf(f conf.Forward) router.Forward {
-	rf := router.Forward{Name: f.Name, Listen: f.Listen, Connect: f.Connect, Allow: f.Allow, MaxBody: f.MaxBody}
+	rf := router.Forward{Name: f.Name, Listen: f.Listen, Connect: f.Connect, Allow: f.Allow, MaxBody: f.MaxBody, IdleTimeout: f.IdleTimeout}
 	if !f.Raw() {
 		// conf took only kinds that compile (tcp alone, never in a list), so New cannot
 		// fail here; should it, the forward refuses every call rather than pass them all.
@@ -300,8 +306,11 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 			}
 		})
 	}
+	creds := d.creds.Load()
 	for _, f := range cfg.Forwards {
-		fr, err := d.openForward(ctx, forwardOf(f))
+		rf := forwardOf(f)
+		rf.Credentials = creds
+		fr, err := d.openForward(ctx, rf)
 		if err != nil {
 			return err
 		}
@@ -404,14 +413,18 @@ func (w dnsWalls) Refused(a netip.Addr) (refusal.Reason, bool) {
 // source's name that every flow would be refused to is answered as blocked, and why.
 type dnsNames struct{ d *daemon }
 
-func (n dnsNames) Refused(src dns.Source, name string) (refusal.Reason, string, bool) {
+func (n dnsNames) Refused(src dns.Source, name string) (refusal.Reason, string, string, bool) {
 	p := n.d.r.Decision()
 	f := policy.Flow{Src: src.Addr, App: src.App, FromVM: src.Addr.IsValid() && !p.Local(src.Addr), Host: name}
 	dec, refused := p.RefusesName(&f)
 	if !refused {
-		return 0, "", false
+		return 0, "", "", false
 	}
-	return refusal.ForStep(dec.Step), policy.RefusalText(dec), true
+	why := refusal.ForStep(dec.Step)
+	// The flow log records the refusal as it would a refused connection to the name.
+	n.d.audit.Add(auditlog.Record{Time: time.Now(), Event: auditlog.EventRefused, Src: netip.AddrPortFrom(src.Addr, 0),
+		App: src.App, Caged: true, Name: name, NameFrom: "dns", Rule: dec.Name, Action: dec.Action.String(), Reason: why.String()})
+	return why, dec.Name, policy.RefusalText(dec), true
 }
 
 func (d *daemon) openForward(ctx context.Context, f router.Forward) (*forwardRun, error) {

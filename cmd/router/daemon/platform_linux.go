@@ -15,6 +15,7 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/router/nftcap"
+	"github.com/agentcage/router/router/nftcap/cagemark"
 	"github.com/agentcage/router/router/nftcap/nflog"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules/policy"
@@ -26,12 +27,17 @@ type linuxPlatform struct {
 	log    *slog.Logger
 	finder *proc.LinuxFinder
 	host   hostAddrs
+	guests guestNets
 	mu     sync.Mutex // guards the fields below
 	table  string     // the table installed last
 	base   map[refusal.Reason]uint64
 	events refusal.Book // the refused packets NFLOG gave, for their rings only
 	log4   *nflog.Reader
 	heal   *healer // keeps the table in place while the daemon runs
+	// holder owns the hold table from the first install to Close (see nftcap.Holder): no
+	// other process can flush it meanwhile. holdMu guards it.
+	holdMu sync.Mutex
+	holder *nftcap.Holder
 	// local is [capture] local of the config installed last (CagedSocket).
 	local atomic.Bool
 }
@@ -75,15 +81,18 @@ func Spec(cfg *conf.Config) nftcap.Spec {
 	for _, in := range cfg.Inbounds {
 		s.Inbounds = append(s.Inbounds, nftcap.Forward{Listen: in.Listen, Allow: in.Allow})
 	}
-	if s.CagedApps = CagedComms(cfg); len(s.CagedApps) > 0 {
+	if s.CagedApps = CagedNames(cfg); len(s.CagedApps) > 0 {
 		s.CagedMark = conf.CagedSocketMark
 	}
 	return s
 }
 
-// Env: the policy learns this machine's addresses from the interface list; nftables takes
-// this host's own flows only with local = true (Scoped).
-func (p *linuxPlatform) Env() policy.Env { return policy.Env{HostAddr: p.host.Has, Scoped: true} }
+// Env: the policy learns this machine's addresses and the VM-facing interfaces' subnets
+// (guests' networks) from the interface list; nftables takes this host's own flows only
+// with local = true (Scoped).
+func (p *linuxPlatform) Env() policy.Env {
+	return policy.Env{HostAddr: p.host.Has, GuestNet: p.guests.Has, Scoped: true}
+}
 
 // Install replaces the nftables table and keeps it in place from then on (see healer); the
 // kernel decides what it captures and the router decides the rest, and DNS reaches the
@@ -117,14 +126,30 @@ func (p *linuxPlatform) FromVM() func(netip.Addr) bool {
 // (loopback, link-local, a host address) only from a caged process's socket, which the
 // kernel marked (nftcap.Spec.CagedApps), and without local = true every flow of this host
 // it redirects is one. Such a flow is caged whether or not sock_diag still finds its owner.
+// With local = true a flow of this host to another host is caged when its socket carries
+// the cage's mark (a child of a caged process, whatever it runs).
 func (p *linuxPlatform) CagedSocket() func(src, dst netip.AddrPort) bool {
 	return func(src, dst netip.AddrPort) bool {
-		if !p.host.Has(src.Addr()) && !src.Addr().IsLoopback() {
-			return false
-		}
-		d := dst.Addr().Unmap()
-		return !p.local.Load() || policy.IsLocal(d) || p.host.Has(d)
+		return cagedSocket(p.local.Load(), p.host.Has, p.finder.Mark, src, dst)
 	}
+}
+
+// cagedSocket decides CagedSocket: local is [capture] local, hostHas tells this host's
+// addresses, and mark reads the mark of the socket of a flow (proc.LinuxFinder.Mark).
+func cagedSocket(local bool, hostHas func(netip.Addr) bool, mark func(proto byte, src, dst netip.AddrPort) (uint32, error), src, dst netip.AddrPort) bool {
+	if !hostHas(src.Addr()) && !src.Addr().IsLoopback() {
+		return false
+	}
+	d := dst.Addr().Unmap()
+	if !local || policy.IsLocal(d) || hostHas(d) {
+		return true
+	}
+	for _, proto := range []byte{syscall.IPPROTO_TCP, syscall.IPPROTO_UDP} {
+		if m, err := mark(proto, src, dst); err == nil {
+			return m == conf.CagedSocketMark
+		}
+	}
+	return false
 }
 
 // Failed is nil: the kernel's capture cannot fail while the daemon runs (a table that goes
@@ -135,6 +160,12 @@ func (p *linuxPlatform) Failed() <-chan error { return nil }
 // stays.
 func (p *linuxPlatform) Close() error {
 	p.heal.close()
+	p.holdMu.Lock()
+	if p.holder != nil {
+		p.holder.Close() // the hold table stays, owned by nobody
+		p.holder = nil
+	}
+	p.holdMu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.log4 != nil {
@@ -149,8 +180,12 @@ func (p *linuxPlatform) Close() error {
 // added to the base first. Between the read and the install a few refusals may go
 // uncounted.
 func (p *linuxPlatform) installKeepingCounts(s nftcap.Spec) error {
+	h, err := p.hold()
+	if err != nil {
+		return err
+	}
 	before, rerr := nftcap.Refusals(s.Table)
-	if err := nftcap.Install(s); err != nil {
+	if err := nftcap.Install(s, nftcap.WithHolder(h)); err != nil {
 		return err
 	}
 	if rerr != nil {
@@ -165,6 +200,20 @@ func (p *linuxPlatform) installKeepingCounts(s nftcap.Spec) error {
 		p.base[r] += n
 	}
 	return nil
+}
+
+// hold returns the platform's Holder, opened on the first call.
+func (p *linuxPlatform) hold() (*nftcap.Holder, error) {
+	p.holdMu.Lock()
+	defer p.holdMu.Unlock()
+	if p.holder == nil {
+		h, err := nftcap.NewHolder()
+		if err != nil {
+			return nil, err
+		}
+		p.holder = h
+	}
+	return p.holder, nil
 }
 
 // listenLog starts reading the table's refusal log, once; p.mu is held. Without it status
@@ -318,5 +367,20 @@ func (p *linuxPlatform) Refusals() []refusal.Stat {
 	return out
 }
 
-// Processes lists this host's processes, for the uncaged hypervisors status warns of.
+// Processes lists this host's processes, for the caged processes status shows and the
+// uncaged hypervisors it warns of.
 func (p *linuxPlatform) Processes() ([]proc.Info, error) { return p.finder.Processes() }
+
+// KernelCage reads the kernel's cage program for this namespace.
+func (p *linuxPlatform) KernelCage() (KernelCage, error) {
+	names, _, ok, err := cagemark.Installed(0)
+	if err != nil {
+		return KernelCage{}, err
+	}
+	once, err := cagemark.Once(0)
+	if err != nil {
+		return KernelCage{}, err
+	}
+	ns, _ := proc.NetNSOf("/proc/self")
+	return KernelCage{Names: names, Once: once, Installed: ok, NetNS: ns}, nil
+}

@@ -79,8 +79,10 @@ func (d *daemon) reload(ctx context.Context) error {
 		}
 		stopMetrics(newMetrics)
 	}
+	creds := brokerOf(cfg)
 	for _, f := range cfg.Forwards {
 		rf := forwardOf(f)
+		rf.Credentials = creds
 		want[rf.Listen.String()] = rf
 		if _, ok := d.forwards[rf.Listen.String()]; ok {
 			continue // kept; its settings are swapped below

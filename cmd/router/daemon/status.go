@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"cmp"
-	"fmt"
 	"net/netip"
 	"os"
 	"runtime"
@@ -11,9 +9,7 @@ import (
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/router/control"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
 )
 
@@ -33,30 +29,6 @@ type GuardStatus struct {
 // guardReporter is a Platform that reports its guard (Linux: watched; Windows: rivals and
 // guarded paths).
 type guardReporter interface{ GuardStatus() GuardStatus }
-
-// processLister is a Platform that lists this host's processes (Linux).
-type processLister interface {
-	Processes() ([]proc.Info, error)
-}
-
-// uncaged warns of each process of a known user-space NAT (every preset's, on this OS) that
-// pol does not cage: its guests' traffic leaves as this host's own, uncaptured.
-func uncaged(pl processLister, pol *policy.Policy) []string {
-	procs, err := pl.Processes()
-	if err != nil {
-		return []string{"cannot list the processes to find uncaged hypervisors: " + err.Error()}
-	}
-	known := rules.Rule{Apps: UserNATApps(runtime.GOOS)}
-	var out []string
-	for _, p := range procs {
-		q := rules.Query{App: p.Name, AppPath: p.Path, Comm: p.Comm}
-		if !known.MatchApp(&q) || pol.Caged(&policy.Flow{App: p.Name, AppPath: p.Path, Comm: p.Comm}) {
-			continue
-		}
-		out = append(out, fmt.Sprintf("%s (pid %d) is a hypervisor's user-space NAT and runs uncaged: its guests' traffic leaves as this host's own; name its hypervisor in [capture] hypervisors or the process in a proxy rule's apps", cmp.Or(p.Comm, p.Name), p.PID))
-	}
-	return out
-}
 
 // statusHandler answers the control channel from the running daemon.
 type statusHandler struct {
@@ -78,8 +50,10 @@ func (h *statusHandler) Status() control.Status {
 		st.Guard = control.GuardStat{Watched: gs.Watched, Restores: gs.Restores, LastRestore: gs.LastRestore, LastDamage: gs.LastDamage,
 			Rivals: gs.Rivals, GuardedApps: gs.GuardedApps, Unguarded: gs.Unguarded}
 	}
-	if pl, ok := h.d.opts.Platform.(processLister); ok {
-		st.Warnings = append(st.Warnings, uncaged(pl, policy.New(cfg, h.d.opts.Platform.Env()))...)
+	if cr, ok := h.d.opts.Platform.(cageReader); ok {
+		caged, warns := kernelCaged(cr, runtime.GOOS)
+		st.KernelCaged = caged
+		st.Warnings = append(st.Warnings, warns...)
 	}
 	st.Asks = h.Pending()
 	b := h.d.r.Budgets()

@@ -16,8 +16,9 @@ import (
 
 // Config is what Install puts in place.
 type Config struct {
-	// Names are the command names (comm) whose sockets are marked: exact, or a prefix with
-	// a trailing '*'. Names with other wildcards, or paths, are skipped (see Keys). No name
+	// Names are the file names of the executables whose processes' sockets are marked, and
+	// those of their descendants (see the package doc): exact, or a prefix with a trailing
+	// '*'. Names with other wildcards, or paths, are skipped (see Keys). No name
 	// at all: Install removes the program of the namespace.
 	Names []string
 	// Mark is the socket mark put on the sockets of Names. Required (not 0).
@@ -32,9 +33,11 @@ const (
 	progPrefix = "router_cage"
 	configName = "cage_config"
 	namesName  = "cage_names"
+	procsName  = "cage_procs"
+	maxProcs   = 4096
 	maxNames   = 256
 	configSize = 16 // u64 cookie, u32 mark, u32 padding
-	keySize    = 4 + commLen
+	keySize    = 4 + nameLen
 	// soNetnsCookie is SO_NETNS_COOKIE (include/uapi/asm-generic/socket.h).
 	soNetnsCookie = 71
 )
@@ -58,16 +61,14 @@ func Keys(names []string) (keys [][]byte, skipped []string) {
 }
 
 // key encodes one name as an LPM trie key: the prefix length in bits, then the bytes of
-// comm that must match (an exact name ends with its NUL; comm holds at most 15 bytes).
+// the executable's name that must match (an exact name ends with its NUL; the program
+// reads at most nameLen-1 bytes of a name).
 func key(name string) ([]byte, bool) {
-	base, prefix := strings.CutSuffix(name, "*")
-	if base == "" || strings.ContainsAny(base, "*?[]/\\\x00") {
+	base, prefix, ok := rule(name)
+	if !ok {
 		return nil, false
 	}
 	data := []byte(base)
-	if len(data) > commLen-1 {
-		data = data[:commLen-1]
-	}
 	if !prefix {
 		data = append(data, 0)
 	}
@@ -110,6 +111,11 @@ func Install(cfg Config) error {
 	have := map[ebpf.AttachType]bool{}
 	for _, p := range found {
 		switch {
+		case p.stale:
+			if err := detach(cg, p); err != nil {
+				return fmt.Errorf("cagemark install: %w", err)
+			}
+			continue
 		case m == nil:
 			m = p
 		case p.configID != m.configID || have[p.hook.attach]:
@@ -129,11 +135,26 @@ func Install(cfg Config) error {
 	if err := fill(m, config(cookie, cfg.Mark), keys); err != nil {
 		return fmt.Errorf("cagemark install: %w", err)
 	}
+	var l layout
+	if len(have) < len(hooks) {
+		if l, err = kernelLayout(nil); err != nil {
+			return fmt.Errorf("cagemark install: %w", err)
+		}
+	}
 	for _, h := range hooks {
 		if have[h.attach] {
 			continue
 		}
-		if err := attach(cg, h, m); err != nil {
+		err := attach(cg, h, l, m)
+		if errors.Is(err, unix.E2BIG) {
+			// The cgroup holds 64 programs a hook: room is made by detaching those left
+			// for namespaces that are gone, and never one of a namespace that lives.
+			if gerr := collectGone(cg); gerr != nil {
+				return fmt.Errorf("cagemark install: %w (%w)", err, gerr)
+			}
+			err = attach(cg, h, l, m)
+		}
+		if err != nil {
 			return fmt.Errorf("cagemark install: %w", err)
 		}
 	}
@@ -184,6 +205,9 @@ func Installed(netNS int) (names []string, mark uint32, ok bool, err error) {
 	defer found.close()
 	have := map[ebpf.AttachType]bool{}
 	for _, p := range found {
+		if p.stale {
+			return nil, 0, false, nil
+		}
 		have[p.hook.attach] = true
 	}
 	if len(have) != len(hooks) {
@@ -195,7 +219,7 @@ func Installed(netNS int) (names []string, mark uint32, ok bool, err error) {
 	for it.Next(&k, &v) {
 		n := binary.NativeEndian.Uint32(k) / 8
 		s := string(k[4 : 4+n])
-		if exact, cut := strings.CutSuffix(s, "\x00"); cut {
+		if exact, whole := strings.CutSuffix(s, "\x00"); whole {
 			s = exact
 		} else {
 			s += "*"
@@ -208,20 +232,62 @@ func Installed(netNS int) (names []string, mark uint32, ok bool, err error) {
 	return names, found[0].mark, true, nil
 }
 
+// Once returns the thread group IDs of the processes the programs attached for netNS (0:
+// the caller's) remember having caged (see the package doc); none when none is attached.
+func Once(netNS int) (map[int]bool, error) {
+	cookie, err := netnsCookie(netNS)
+	if err != nil {
+		return nil, fmt.Errorf("cagemark once: %w", err)
+	}
+	cg, err := openCgroupRoot()
+	if err != nil {
+		return nil, fmt.Errorf("cagemark once: %w", err)
+	}
+	defer unix.Close(cg)
+	found, err := attached(cg, cookie)
+	if err != nil {
+		return nil, fmt.Errorf("cagemark once: %w", err)
+	}
+	defer found.close()
+	out := map[int]bool{}
+	for _, p := range found {
+		if p.stale || p.procs == nil {
+			continue
+		}
+		var k, v []byte
+		it := p.procs.Iterate()
+		for it.Next(&k, &v) {
+			if len(k) >= 4 {
+				out[int(binary.NativeEndian.Uint32(k))] = true
+			}
+		}
+		if err := it.Err(); err != nil {
+			return nil, fmt.Errorf("cagemark once: %w", err)
+		}
+		break // the programs of one namespace share the map
+	}
+	return out, nil
+}
+
 // prog is one attached program (prog, hook) with its maps, or the maps alone.
 type prog struct {
 	prog          *ebpf.Program
 	hook          hook
 	config, names *ebpf.Map
+	procs         *ebpf.Map // the processes caged once, by (tgid, start time)
 	configID      ebpf.MapID
 	mark          uint32 // the mark its config holds (attached)
+	cookie        uint64 // the namespace's cookie its config holds (attached)
+	// stale: a program of an older version of this package (its names map has another
+	// key), which Install replaces.
+	stale bool
 }
 
 func (p *prog) close() {
 	if p.prog != nil {
 		p.prog.Close()
 	}
-	for _, m := range []*ebpf.Map{p.config, p.names} {
+	for _, m := range []*ebpf.Map{p.config, p.names, p.procs} {
 		if m != nil {
 			m.Close()
 		}
@@ -257,15 +323,19 @@ func newMaps() (_ *prog, err error) {
 		MaxEntries: maxNames, Flags: unix.BPF_F_NO_PREALLOC}); err != nil {
 		return nil, fmt.Errorf("names map: %w", err)
 	}
+	if p.procs, err = ebpf.NewMap(&ebpf.MapSpec{Name: procsName, Type: ebpf.LRUHash, KeySize: 16, ValueSize: 1,
+		MaxEntries: maxProcs}); err != nil {
+		return nil, fmt.Errorf("procs map: %w", err)
+	}
 	return p, nil
 }
 
 // attach loads the program of h over the maps of m and attaches it to the cgroup cg; the
 // attachment holds it.
-func attach(cg int, h hook, m *prog) error {
+func attach(cg int, h hook, l layout, m *prog) error {
 	pr, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
 		Name: h.name, Type: h.typ, AttachType: h.attach,
-		Instructions: program(h, m.config.FD(), m.names.FD()), License: "Dual MIT/GPL",
+		Instructions: program(h, l, m.config.FD(), m.names.FD(), m.procs.FD()), License: "Dual MIT/GPL",
 	}, ebpf.ProgramOptions{})
 	if err != nil {
 		return fmt.Errorf("load program %s: %w", h.name, err)
@@ -308,8 +378,33 @@ func fill(p *prog, conf []byte, keys [][]byte) error {
 			return fmt.Errorf("names map: %w", err)
 		}
 	}
+	if len(stale) > 0 && p.procs != nil {
+		// A name no longer caged: the processes caged once are judged again.
+		if err := clearMap(p.procs); err != nil {
+			return fmt.Errorf("procs map: %w", err)
+		}
+	}
 	if err := p.config.Put(uint32(0), conf); err != nil {
 		return fmt.Errorf("config map: %w", err)
+	}
+	return nil
+}
+
+// clearMap deletes every key of m.
+func clearMap(m *ebpf.Map) error {
+	var keys [][]byte
+	var k, v []byte
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
 	}
 	return nil
 }
@@ -317,6 +412,12 @@ func fill(p *prog, conf []byte, keys [][]byte) error {
 // attached returns the programs of this package attached to the cgroup cg, on every hook,
 // for the namespace cookie.
 func attached(cg int, cookie uint64) (progs, error) {
+	return attachedIf(cg, func(c uint64) bool { return c == cookie })
+}
+
+// attachedIf returns the programs of this package attached to the cgroup cg, on every hook,
+// for the namespaces whose cookie serve says.
+func attachedIf(cg int, serve func(cookie uint64) bool) (progs, error) {
 	var out progs
 	for _, h := range hooks {
 		res, err := link.QueryPrograms(link.QueryOptions{Target: cg, Attach: h.attach})
@@ -325,7 +426,7 @@ func attached(cg int, cookie uint64) (progs, error) {
 			return nil, fmt.Errorf("query the cgroup root's programs: %w", err)
 		}
 		for _, ap := range res.Programs {
-			p, err := open(ap.ID, h, cookie)
+			p, err := open(ap.ID, h, serve)
 			if err != nil {
 				out.close()
 				return nil, err
@@ -338,9 +439,9 @@ func attached(cg int, cookie uint64) (progs, error) {
 	return out, nil
 }
 
-// open returns the program id of hook h with its maps when it is ours and serves cookie,
-// else nil.
-func open(id ebpf.ProgramID, h hook, cookie uint64) (*prog, error) {
+// open returns the program id of hook h with its maps when it is ours and serves a
+// namespace whose cookie serve says, else nil.
+func open(id ebpf.ProgramID, h hook, serve func(cookie uint64) bool) (*prog, error) {
 	pr, err := ebpf.NewProgramFromID(id)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil // detached meanwhile
@@ -374,6 +475,8 @@ func open(id ebpf.ProgramID, h hook, cookie uint64) (*prog, error) {
 			p.config, p.configID = m, mid
 		case mi.Name == namesName && p.names == nil:
 			p.names = m
+		case mi.Name == procsName && p.procs == nil:
+			p.procs = m
 		default:
 			m.Close()
 		}
@@ -384,16 +487,23 @@ func open(id ebpf.ProgramID, h hook, cookie uint64) (*prog, error) {
 	}
 	var conf []byte
 	if err := p.config.Lookup(uint32(0), &conf); err != nil || len(conf) < configSize ||
-		binary.NativeEndian.Uint64(conf[offCookie:]) != cookie {
+		!serve(binary.NativeEndian.Uint64(conf[offCookie:])) {
 		p.close()
 		return nil, nil
 	}
+	p.cookie = binary.NativeEndian.Uint64(conf[offCookie:])
 	p.mark = binary.NativeEndian.Uint32(conf[offMark:])
+	if mi, err := p.names.Info(); err != nil || mi.KeySize != keySize || p.procs == nil {
+		p.stale = true
+	}
 	return p, nil
 }
 
+// detach detaches p from the cgroup cg; one detached meanwhile (by another router's
+// install making room) is not an error.
 func detach(cg int, p *prog) error {
-	if err := link.RawDetachProgram(link.RawDetachProgramOptions{Target: cg, Program: p.prog, Attach: p.hook.attach}); err != nil {
+	err := link.RawDetachProgram(link.RawDetachProgramOptions{Target: cg, Program: p.prog, Attach: p.hook.attach})
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("detach %s from the cgroup root: %w", p.hook.name, err)
 	}
 	return nil

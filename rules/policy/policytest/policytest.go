@@ -354,7 +354,9 @@ var (
 // WallConfig is the config of WallCases, the host walls (see package policy, walls.go): the
 // lab's setup, with the model forwarded from the host's VM-facing address 10.0.2.2 to its
 // loopback for one guest, two inbounds there for the whole guest network, a second VM
-// network (another guest), a direct rule naming a host address and port, one naming
+// network (another guest), guests known only as an inbound's clients (10.0.5.0/24, behind
+// its own VM-facing address 10.0.5.1) and as a forward's (10.0.6.0/24), a forward open to
+// every source (an allow of a whole family names no guest's network), a direct rule naming a host address and port, one naming
 // another guest's address and port, a direct rule by name (*.corp.test), a direct rule
 // for one port on every address (a catch-all for the walls), and the caged traffic sent
 // through the proxy. Every rule names addresses or ports, no host name before the name
@@ -383,6 +385,23 @@ name = "web"
 type = "http"
 listen = "10.0.2.2:3128"
 allow = ["10.0.2.0/24"]
+
+[[inbound]]
+name = "behind"
+listen = "10.0.5.1:1080"
+allow = ["10.0.5.0/24"]
+
+[[forward]]
+name = "lab"
+listen = "10.0.2.2:47832"
+connect = "127.0.0.1:47832"
+allow = ["10.0.6.0/24"]
+
+[[forward]]
+name = "anyone"
+listen = "10.0.2.2:47833"
+connect = "127.0.0.1:47833"
+allow = ["0.0.0.0/0", "::/0"]
 
 [dns]
 mode = "fake-ip"
@@ -429,7 +448,7 @@ action = "direct"
 
 // WallHostAddrs are the host's own addresses of WallCases: its VM-facing address and its
 // uplink, as in the namespace lab.
-var WallHostAddrs = []netip.Addr{netip.MustParseAddr("10.0.2.2"), netip.MustParseAddr("198.51.100.2")}
+var WallHostAddrs = []netip.Addr{netip.MustParseAddr("10.0.2.2"), netip.MustParseAddr("10.0.5.1"), netip.MustParseAddr("198.51.100.2")}
 
 // WallEnv is the policy environment of WallCases.
 func WallEnv() policy.Env {
@@ -500,22 +519,30 @@ func WallCases() []WallCase {
 		refused("vm, another guest", vm(tcp, "10.0.4.15:22"), guest, all),
 		refused("vm, another guest by a catch-all range", vm(tcp, "10.0.4.15:9000"), guest, all),
 		byRule("vm, another guest's address a rule names", vm(tcp, "10.0.4.40:80"), rules.Direct, "", "guest-web", all),
+		refused("vm, a guest known from an inbound's allow", vm(tcp, "10.0.5.7:22"), guest, all),
+		refused("vm, a guest known from an inbound's allow by a catch-all range", vm(tcp, "10.0.5.7:9000"), guest, all),
+		refused("vm, a guest known from a forward's allow", vm(tcp, "10.0.6.7:80"), guest, all),
+		open("vm, the VM-facing address of the inbound's guests", vm(tcp, "10.0.5.1:1080"), all),
 		byRule("vm, public", vm(tcp, "203.0.113.10:80"), rules.Proxy, "exit", "vm", all),
 		byRule("vm, public by a catch-all range", vm(tcp, "203.0.113.10:9000"), rules.Direct, "", "every-9000", all),
 		open("carrier, the forward's target", carrier("127.0.0.1:47831"), Transparent|Explain),
 		refused("carrier, ssh on loopback", carrier("127.0.0.1:22"), host, Transparent|Explain),
 		refused("carrier, another guest", carrier("10.0.4.15:22"), guest, Transparent|Explain),
+		refused("carrier, a guest behind an inbound", carrier("10.0.5.7:22"), guest, Transparent|Explain),
 		refused("vm udp, loopback", vm(udp, "127.0.0.1:2223"), host, Transparent|Explain),
 		refused("vm udp, ::1", vm(udp, "[::1]:2223"), host, Transparent|Explain),
 		refused("vm udp, the VM-facing address", vm(udp, "10.0.2.2:2223"), host, Transparent|Explain),
 		open("vm udp, DHCP", vm(udp, "10.0.2.2:67"), Transparent|Explain),
 		refused("vm udp, another guest", vm(udp, "10.0.4.15:5000"), guest, Transparent|Explain),
+		refused("vm udp, a guest behind an inbound", vm(udp, "10.0.5.7:5000"), guest, Transparent|Explain),
 		refused("name to loopback", named(tcp, "loop.corp.test", 2222, "127.0.0.1"), hostName, Transparent|Inbound),
 		refused("name to 0.0.0.0", named(tcp, "zero.corp.test", 2222, "0.0.0.0"), hostName, Transparent|Inbound),
 		refused("name to ::1", named(tcp, "six.corp.test", 2222, "::1"), hostName, Transparent|Inbound),
 		refused("name to link-local", named(tcp, "meta.corp.test", 80, "169.254.169.254"), hostName, Transparent|Inbound),
 		refused("name to the uplink address", named(tcp, "up.corp.test", 47831, "198.51.100.2"), hostName, Transparent|Inbound),
 		refused("name to another guest", named(tcp, "guest.corp.test", 22, "10.0.4.15"), guest, Transparent|Inbound),
+		refused("name to a guest behind an inbound", named(tcp, "inbound.corp.test", 22, "10.0.5.7"), guest, Transparent|Inbound),
+		refused("name to a guest behind a forward", named(tcp, "forward.corp.test", 80, "10.0.6.7"), guest, Transparent|Inbound),
 		refused("name to a public address and loopback", named(tcp, "two.corp.test", 2222, "203.0.113.5", "127.0.0.1"), hostName, Transparent|Inbound),
 		refused("name that does not resolve", named(tcp, "nx.corp.test", 80), hostName, Transparent|Inbound),
 		byRule("name to a public address", named(tcp, "www.corp.test", 80, "203.0.113.5"), rules.Direct, "", "corp", Transparent|Inbound),
@@ -525,6 +552,7 @@ func WallCases() []WallCase {
 		refused("udp name to 0.0.0.0", named(udp, "zero.corp.test", 2223, "0.0.0.0"), hostName, Transparent),
 		refused("udp name to link-local", named(udp, "meta.corp.test", 2223, "169.254.169.254"), hostName, Transparent),
 		refused("udp name to another guest", named(udp, "guest.corp.test", 5000, "10.0.4.15"), guest, Transparent),
+		refused("udp name to a guest behind an inbound", named(udp, "inbound.corp.test", 5000, "10.0.5.7"), guest, Transparent),
 		byRule("udp name to a public address", named(udp, "www.corp.test", 5000, "203.0.113.5"), rules.Direct, "", "corp", Transparent),
 	}
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package proxifier_test
+
+const raceOn = false

