@@ -100,10 +100,21 @@ func readKind(c *net.TCPConn, buf []byte, n int, wait time.Duration) (int, sniff
 	}
 }
 
-// refusal403 is the answer to a refused HTTP request of flow f: what was refused (the
-// flow's name, or its address, and port) and why (policy.RefusalText). It names a rule,
-// never a config's values.
+// refusal403 is the answer to a refused HTTP request of flow f (see refusalBody), on the
+// transparent path and the HTTP inbound alike.
 func refusal403(f *FlowRecord, d policy.Decision) []byte {
+	body := refusalBody(f, d)
+	return []byte("HTTP/1.1 403 Forbidden\r\n" +
+		"Content-Type: text/plain; charset=utf-8\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n" +
+		"Cache-Control: no-store\r\n" +
+		"Connection: close\r\n" +
+		"\r\n" + body)
+}
+
+// refusalBody says what of flow f was refused (its name, or its address, and port) and why
+// (policy.RefusalText). It names a rule, never a config's values.
+func refusalBody(f *FlowRecord, d policy.Decision) string {
 	what := f.Dst.String()
 	if f.Host != "" {
 		what = f.Host + ":" + strconv.Itoa(int(f.Dst.Port()))
@@ -114,11 +125,5 @@ func refusal403(f *FlowRecord, d policy.Decision) []byte {
 		}
 		return c
 	}, what)
-	body := "router: " + what + " refused\n" + policy.RefusalText(d) + "\n"
-	return []byte("HTTP/1.1 403 Forbidden\r\n" +
-		"Content-Type: text/plain; charset=utf-8\r\n" +
-		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n" +
-		"Cache-Control: no-store\r\n" +
-		"Connection: close\r\n" +
-		"\r\n" + body)
+	return "router: " + what + " refused\n" + policy.RefusalText(d) + "\n"
 }
