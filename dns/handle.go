@@ -216,6 +216,9 @@ func (s *Server) answer(ctx context.Context, src Source, k sourceKey, q mdns.Que
 	if s.canary(k, name, m) {
 		return
 	}
+	if s.answerWhy(src, q, name, m) {
+		return
+	}
 	if s.answerSpecial(k, q, name, m) {
 		return
 	}

@@ -193,6 +193,9 @@ type Dialers struct {
 	// Names, when not nil, is asked in ModeFakeIP whether a name is refused to the asking
 	// client on every port (see Names).
 	Names Names
+	// Why, when not nil, answers a client's why query (see WhyZone); without it the name is
+	// NXDOMAIN like the rest of .invalid.
+	Why Why
 	// Canaries, when not nil, finds brokered credentials' placeholders in names (see
 	// Canaries).
 	Canaries Canaries
@@ -260,6 +263,7 @@ type Server struct {
 
 	walls        Walls    // nil: answers are not walled
 	names        Names    // nil: names are not refused at the answer
+	why          Why      // nil: why queries are not answered
 	budget       *budget  // nil: no budget
 	canaries     Canaries // nil: no credential is brokered
 	canaryLogged sync.Map // "guest credential domain" -> true: the canary lines logged, bounded by maxCanaryLogged
@@ -380,6 +384,7 @@ func New(cfg Config, d Dialers, log *slog.Logger) (*Server, error) {
 	s.book = d.Refusals
 	s.walls = d.Walls
 	s.names = d.Names
+	s.why = d.Why
 	s.canaries = d.Canaries
 	return s, nil
 }

@@ -272,7 +272,7 @@ func TestReload(t *testing.T) {
 	s.writeConfig(strings.Replace(config(lab.GoSocksAddr, ""), "[[rule]]\nname = \"model-direct\"", "[[rule]]\nname = \"no-echo\"\nhosts = [\"203.0.113.10\"]\nports = [80]\naction = \"block\"\n\n[[rule]]\nname = \"model-direct\"", 1))
 	s.router.Signal(syscall.SIGHUP)
 	s.waitLog("reloaded", 5*time.Second)
-	if out, code := s.curl(s.lab.Guest(), lab.EchoURL, "--max-time", "2"); code == 0 {
+	if out, code := s.curl(s.lab.Guest(), lab.EchoURL, "--max-time", "2"); gotThrough(out, code) {
 		t.Fatalf("after reloading a block rule, guest curl worked: %q", out)
 	}
 	s.waitLog("rule=no-echo action=block", 5*time.Second)

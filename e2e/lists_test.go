@@ -80,10 +80,10 @@ func TestDoHRefused(t *testing.T) {
 	doh := s.inetService("1.1.1.1:443", "doh\n")
 	s.startRouter()
 
-	if out, code := s.curl(s.lab.Guest(), "http://1.1.1.1:443/dns-query", "--max-time", "3"); code == 0 {
+	if out, code := s.curl(s.lab.Guest(), "http://1.1.1.1:443/dns-query", "--max-time", "3"); gotThrough(out, code) {
 		t.Errorf("the guest reached 1.1.1.1:443: %q", out)
 	}
-	if out, code := s.curl(s.lab.Guest(), "http://dns.google:443/dns-query", "--max-time", "3"); code == 0 {
+	if out, code := s.curl(s.lab.Guest(), "http://dns.google:443/dns-query", "--max-time", "3"); gotThrough(out, code) {
 		t.Errorf("the guest reached dns.google:443: %q", out)
 	}
 	if n := doh.Load(); n != 0 {
@@ -166,10 +166,10 @@ func TestHostListsInRules(t *testing.T) {
 	if out, code := s.curl(s.lab.Guest(), lab.EchoURL); code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
 		t.Fatalf("a listed address: exit %d, %q", code, out)
 	}
-	if out, code := s.curl(s.lab.Guest(), "http://proxy.golang.org/", "--max-time", "3"); code == 0 {
+	if out, code := s.curl(s.lab.Guest(), "http://proxy.golang.org/", "--max-time", "3"); gotThrough(out, code) {
 		t.Errorf("the go preset's block rule let proxy.golang.org through: %q", out)
 	}
-	if out, code := s.curl(s.lab.Guest(), "http://"+lab.ExitAddr+"/", "--max-time", "3"); code == 0 {
+	if out, code := s.curl(s.lab.Guest(), "http://"+lab.ExitAddr+"/", "--max-time", "3"); gotThrough(out, code) {
 		t.Errorf("an unlisted address got through: %q", out)
 	}
 	s.flowRecords(func(m map[string]any) bool {

@@ -237,7 +237,7 @@ func TestHostWalls(t *testing.T) {
 	}
 	// Another guest by address, TCP and UDP (the VM's proxy rule takes it: no rule names it).
 	s.sendGuestUDP(lab.SecondGuestAddr + ":2223")
-	if out, code := s.curl(s.lab.Guest(), "http://"+lab.SecondGuestAddr+":2222/"); code == 0 {
+	if out, code := s.curl(s.lab.Guest(), "http://"+lab.SecondGuestAddr+":2222/"); gotThrough(out, code) {
 		t.Errorf("the other guest by address: %q; want refused", out)
 	}
 	reached("by name and to the other guest")

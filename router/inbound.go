@@ -260,6 +260,9 @@ type inboundReply interface {
 	ok() error
 	// fail says the rules refuse the flow (err nil) or connecting failed (err).
 	fail(err error)
+	// refused says the rules refuse the flow f, decided d (refusalBody: what and why, where
+	// the protocol can say it).
+	refused(f *FlowRecord, d policy.Decision)
 }
 
 // flow sets up the flow the client of c asked for (flow.go) and answers the client with rep.
@@ -284,7 +287,7 @@ func (s *inboundServer) flow(c *inboundConn, req inboundRequest, rep inboundRepl
 		}
 		c.slot()
 	}
-	_, out, err := r.open(s.ctx, p, f, &pf, early{read: req.early})
+	d, out, err := r.open(s.ctx, p, f, &pf, early{read: req.early})
 	if out == nil && f.gate != nil && rep.ok() == nil {
 		c.stop()
 		c.TCPConn.SetDeadline(time.Time{})
@@ -293,7 +296,11 @@ func (s *inboundServer) flow(c *inboundConn, req inboundRequest, rep inboundRepl
 	}
 	if out == nil {
 		c.stop()
-		rep.fail(err)
+		if err == nil && !admits(d) {
+			rep.refused(f, d)
+		} else {
+			rep.fail(err)
+		}
 		c.TCPConn.Close()
 		r.endFlow(f, done)
 		return

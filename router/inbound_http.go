@@ -11,6 +11,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/agentcage/router/rules/policy"
 )
 
 // The HTTP inbound takes one CONNECT request per connection (RFC 9110 §9.3.6), read by
@@ -89,6 +91,9 @@ func writeStatus(c net.Conn, status int) {
 
 // httpReply answers a CONNECT.
 type httpReply struct{ c net.Conn }
+
+// refused answers 403 with what was refused and why, as the transparent path does.
+func (h httpReply) refused(f *FlowRecord, d policy.Decision) { h.c.Write(refusal403(f, d)) }
 
 func (h httpReply) ok() error {
 	_, err := io.WriteString(h.c, "HTTP/1.1 200 Connection established\r\n\r\n")

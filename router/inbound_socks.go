@@ -14,6 +14,7 @@ import (
 	"github.com/things-go/go-socks5/statute"
 
 	"github.com/agentcage/router/router/upstream"
+	"github.com/agentcage/router/rules/policy"
 )
 
 // The SOCKS5 inbound is the server side of github.com/things-go/go-socks5 (RFC 1928): it
@@ -86,6 +87,9 @@ func (s socksReply) ok() error {
 }
 
 func (s socksReply) fail(err error) { _ = gosocks5.SendReply(s.c, socksFailure(err), nil) }
+
+// refused answers "not allowed by ruleset": SOCKS5 has no room for why.
+func (s socksReply) refused(*FlowRecord, policy.Decision) { s.fail(nil) }
 
 // socksFailure is the reply for a refused (err nil) or failed flow: X'02' not allowed by the
 // ruleset; X'01' when the upstream proxy itself failed; X'05', X'03' for a direct

@@ -559,6 +559,10 @@ func (l *loop) decide(s *setupFlow, pf *policy.Flow) {
 	}
 	if !admits(d) {
 		r.decided(p, f, d)
+		if answersRefusal(d) {
+			l.answerRefused(s, d)
+			return
+		}
 		l.endEarly(s)
 		return
 	}

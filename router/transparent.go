@@ -169,13 +169,19 @@ func (r *Router) admitted(ctx context.Context, p *compiled, f *FlowRecord, c *ne
 		r.sniffed(p, f, pf, res)
 		e = early{read: buf[:n]}
 	}
-	_, out, _ := r.open(ctx, p, f, pf, e)
+	d, out, err := r.open(ctx, p, f, pf, e)
 	if out == nil && f.gate != nil {
 		r.serveGate(ctx, p, c, e.read, f.gate.fw, f, pf, done)
 		return
 	}
 	if out == nil {
-		reset(c) // refused or failed (fail closed): a reset, never a direct fallback
+		// Refused or failed (fail closed): never a direct fallback. A caged flow the policy
+		// refused is told why (refused_answer.go); every other gets a reset.
+		if err == nil && answersRefusal(d) {
+			r.answerRefused(c, f, d, e.read)
+		} else {
+			reset(c)
+		}
 		r.endFlow(f, done)
 		return
 	}

@@ -119,6 +119,10 @@ type Options struct {
 	// Allow are the forwards and inbounds the guest is meant to reach: open there is no
 	// finding. The Model server's address is allowed too.
 	Allow []Allowed
+	// WhyHost and WhyPort, with --why (Main only, never Run): ask the router why a TCP flow
+	// of this guest to WhyHost:WhyPort is refused, instead of the checks (why.go).
+	WhyHost string
+	WhyPort uint16
 }
 
 // Dialer opens connections; *net.Dialer satisfies it. The checks dial "tcp", "tcp6", "udp" and

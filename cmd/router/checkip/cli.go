@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ const usageLine = `Usage: router check-ip [--echo URL]... [--expect IP] [--expec
                        [--dns-whoami NAME] [--stun HOST:PORT]... [--echo6 URL]...
                        [--no-udp] [--no-ipv6] [--timeout D] [--json]
                        [--host-probe [--allow IP:PORT|:PORT]... [--host IP]... [--host-port PORT]...]
+       router check-ip --why HOST[:PORT] [--timeout D]
 `
 
 // Help returns the text of `router check-ip --help`.
@@ -71,6 +73,13 @@ holds. It prints one line per check (✓ pass, ✗ fail, ? undecided, - not run)
          the --allow endpoints and the --model server (its address and port; a name's port
          on every address). The guest cannot know the router's config, so say them.
 
+  why    (--why HOST[:PORT], alone) asks the router why a TCP flow of this guest to HOST
+         (a name or an IP address) on PORT (default 443) is refused, or how it is let out:
+         a DNS query (TXT PORT.HOST.why.router.invalid) that the router's DNS answers
+         itself, about the guest that asks only, with each rule up to the deciding one,
+         the verdict, and for a refusal how the host's owner can allow it. Exit 1 when the
+         flow is refused, 0 when not, 3 when no router answered (not behind one).
+
 Flags:
   --echo URL          an IP-echo endpoint; repeat for more, tried in order
   --expect IP         fail unless the exit address is IP (the proxy's exit)
@@ -88,6 +97,7 @@ Flags:
                       repeat for more
   --host IP           one more address for the host probe; repeat for more
   --host-port PORT    a port for the host probe; repeat (replaces the defaults)
+  --why HOST[:PORT]   ask the router why a flow is refused (see why above); runs alone
   --timeout D         limit for each network attempt, e.g. 3s or 500ms (default ` + DefaultTimeout.String() + `)
   --json              print the report as JSON instead: verdict, exit_code, and exit, model,
                       dns, udp, ipv6 (and host with --host-probe), each with status (pass,
@@ -123,6 +133,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, deps Dep
 	}
 	if err != nil {
 		return ExitUsage
+	}
+	if opts.WhyHost != "" {
+		res := deps.Resolver
+		if res == nil {
+			res = net.DefaultResolver
+		}
+		return why(ctx, res, opts, stdout, stderr)
 	}
 	rep, err := Run(ctx, opts, deps)
 	if err != nil {
@@ -194,6 +211,13 @@ func parseArgs(args []string, stderr io.Writer) (opts Options, asJSON bool, err 
 		opts.HostPorts = append(opts.HostPorts, uint16(n))
 		return nil
 	})
+	fs.Func("why", "ask the router why a TCP flow of this guest to `HOST[:PORT]` is refused", func(s string) error {
+		h, p, err := ParseWhy(s)
+		if err == nil {
+			opts.WhyHost, opts.WhyPort = h, p
+		}
+		return err
+	})
 	if err := fs.Parse(args); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			shortUsage() // the flag package has printed the error itself
@@ -220,6 +244,9 @@ func parseArgs(args []string, stderr io.Writer) (opts Options, asJSON bool, err 
 	}
 	if !opts.HostProbe && (len(opts.Allow) > 0 || len(opts.Hosts) > 0 || len(opts.HostPorts) > 0) {
 		return fail("--allow, --host and --host-port need --host-probe")
+	}
+	if opts.WhyHost != "" && (opts.HostProbe || opts.Model != "" || opts.DNSWhoami != "" || len(opts.Echo) > 0 || len(opts.Echo6) > 0 || len(opts.STUN) > 0 || opts.Expect.IsValid() || opts.ExpectNot.IsValid() || asJSON) {
+		return fail("--why runs alone: it takes only --timeout")
 	}
 	if opts.Timeout <= 0 || opts.Timeout > time.Hour {
 		return fail("--timeout %s is not between 0 and 1h", opts.Timeout)

@@ -368,7 +368,7 @@ func (d *daemon) startDNS(cfg *conf.Config) error {
 	for _, h := range cfg.DNS.DirectNames {
 		dc.DirectNames = append(dc.DirectNames, h.String())
 	}
-	dl := dns.Dialers{Refusals: &d.book, Walls: dnsWalls{d}, Names: dnsNames{d}, Canaries: dnsCanaries{d}}
+	dl := dns.Dialers{Refusals: &d.book, Walls: dnsWalls{d}, Names: dnsNames{d}, Canaries: dnsCanaries{d}, Why: dnsWhy{d}}
 	if cfg.DNS.Proxy != "" {
 		proxy := cfg.DNS.Proxy
 		dl.Proxy = func(ctx context.Context, network, addr string) (net.Conn, error) {
