@@ -17,10 +17,10 @@ const (
 )
 
 // TestCredentialBroker: the guest holds only a placeholder. Its request through the model
-// forward reaches the model server with the real value; the same placeholder in a DNS label
-// trips the canary (refused, counted, logged once) and reaches no resolver; sent to the
-// internet it never carries the real value. No log, status or flow log of the run holds the
-// real value.
+// forward reaches the model server with the real value; the same placeholder in a DNS label,
+// an HTTP header or query to the internet, or a Host header naming the API at an address the
+// guest chose trips the canary (refused, counted, logged once per destination) and reaches no
+// resolver or server. No log, status or flow log of the run holds the real value.
 func TestCredentialBroker(t *testing.T) {
 	flows := filepath.Join(t.TempDir(), "flows.jsonl")
 	extra := `
@@ -61,21 +61,30 @@ forward = "model"
 		}
 	}
 
-	// To the internet through the proxy, in a header and a query: the real value never
-	// leaves (the guest has only the placeholder).
-	s.curl(g, "http://"+lab.EchoName+"/log?token="+credPlaceholder, "-H", "Authorization: Bearer "+credPlaceholder)
+	// To the internet, in a header and a query (through the proxy), and in the Host header of
+	// a request to an address the guest chose that names the API: refused by the router with
+	// its 403 (the canary), never at the echo server; the real value never leaves anyway.
+	for _, args := range [][]string{
+		{"http://" + lab.EchoName + "/log?token=" + credPlaceholder, "-H", "Authorization: Bearer " + credPlaceholder},
+		{"http://" + lab.ServiceAddr + "/v1/models", "-H", "Host: api.openai.example", "-H", "Authorization: Bearer " + credPlaceholder},
+	} {
+		out, code := s.curl(g, args[0], args[1:]...)
+		if code != 0 || !strings.Contains(out, "placeholder") {
+			t.Errorf("curl %q: exit %d, %q; want the router's 403 naming the placeholder", args, code, out)
+		}
+	}
 	for _, r := range s.lab.HTTPLog() {
-		if strings.Contains(r.Auth+r.Query, credRealValue) {
-			t.Errorf("the echo server saw the real value: %+v", r)
+		if strings.Contains(r.Auth+r.Query, credRealValue) || strings.Contains(r.Auth+r.Query, credPlaceholder) {
+			t.Errorf("the echo server saw the credential: %+v", r)
 		}
 	}
 
 	st := s.status()
-	if n, _ := refusalCount(st, "canary"); n < 1 {
-		t.Errorf("canaries counted: %d, want the DNS label at least", n)
+	if n, _ := refusalCount(st, "canary"); n != 3 {
+		t.Errorf("canaries counted: %d, want 3 (the DNS label, the header, the Host)", n)
 	}
-	if n := strings.Count(s.log(), "canary:"); n != 1 {
-		t.Errorf("canary lines in the router's log: %d, want 1", n)
+	if n := strings.Count(s.log(), `msg="canary:`); n != 3 {
+		t.Errorf("canary lines in the router's log: %d, want one per destination: 3", n)
 	}
 	statusJSON, _ := s.routerCmd("status", "--json", "--config", s.cfg)
 	flowLog, _ := os.ReadFile(flows)

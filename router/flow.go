@@ -89,6 +89,7 @@ func (r *Router) names(pf *policy.Flow) (release func()) {
 // admits, trySetup in place of setup, decided, its own connect, failed; it hands an asked
 // flow to a goroutine.
 func (r *Router) open(ctx context.Context, p *compiled, f *FlowRecord, pf *policy.Flow, e early) (policy.Decision, net.Conn, error) {
+	r.canary(p, f, pf, "", nil) // a name an inbound's client asked for, or the fake IP's
 	d := p.Decision.Decide(pf)
 	asked := d.Action == rules.Ask
 	if asked {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/agentcage/router/router/ask"
 	"github.com/agentcage/router/router/auditlog"
+	"github.com/agentcage/router/router/broker"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/sniff"
 	"github.com/agentcage/router/router/upstream"
@@ -135,6 +136,9 @@ type Settings struct {
 	// (policy.Policy.Gate names one by its Name): the same settings their listeners serve
 	// with. A gate the policy names that is not here refuses the flow.
 	Forwards []Forward
+	// Credentials are the brokered credentials ([[credential]]): the caged flows' first
+	// bytes and names are looked at for their placeholders (canary.go); nil for none.
+	Credentials *broker.Broker
 }
 
 // compiled is a Policy prepared for use.
@@ -191,6 +195,7 @@ type Router struct {
 	modelOnce sync.Once
 	model     modelRoundTripper // the HTTP forwards' client (forward_http.go), made on first use
 	modelBufs copyBufs          // the HTTP forwards' copy buffers
+	canaries  onceLog           // the canaries logged once each (canary.go)
 }
 
 // maxSetups bounds the flows Serve sets up at once (deciding, connecting, the SOCKS

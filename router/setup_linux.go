@@ -387,7 +387,7 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 	if p.Decision.NeedsSniff(&pf) {
 		// The client's first bytes, looked at and left in the socket (they go on untouched
 		// with the handshake or the relay). Not all in yet: the loop waits for them.
-		res, ok := l.peekName(s, false)
+		res, first, ok := l.peekName(s, false)
 		if !ok {
 			s.pf = pf
 			if !l.speculate(s) {
@@ -395,7 +395,7 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 			}
 			return
 		}
-		r.sniffed(p, f, &pf, res)
+		r.sniffed(p, f, &pf, res, first)
 		s.h.sniffed = true
 	}
 	l.decide(s, &pf)
@@ -404,19 +404,19 @@ func (r *Router) loopAccepted(l *loop, ls *servedListener, fd int, peer netip.Ad
 // peekName looks at the client's first bytes of s for their name, leaving them in the
 // socket; ok is false while they may still carry one (more to come, and not final: the
 // wait is not over and the client did not end its side).
-func (l *loop) peekName(s *setupFlow, final bool) (sniff.Result, bool) {
+func (l *loop) peekName(s *setupFlow, final bool) (sniff.Result, []byte, bool) {
 	n, err := recvPeek(s.fd[0], l.sniffBuf[:])
 	if err != nil {
 		n = 0
 	}
 	res := sniff.Sniff(l.sniffBuf[:n])
 	if res.More && !final && n < len(l.sniffBuf) {
-		return res, false
+		return res, nil, false
 	}
 	if res.More {
 		res = sniff.Result{}
 	}
-	return res, true
+	return res, l.sniffBuf[:n], true
 }
 
 // speculate starts s's connect to its upstream while its first bytes are awaited, when the
@@ -458,7 +458,7 @@ func (l *loop) speculate(s *setupFlow) bool {
 // handshake when it stands (the connect may still run: connected starts it then); else the
 // speculative connection is closed and the flow decided afresh.
 func (l *loop) nameIn(s *setupFlow, final bool) {
-	res, ok := l.peekName(s, final)
+	res, first, ok := l.peekName(s, final)
 	if !ok {
 		return
 	}
@@ -467,7 +467,7 @@ func (l *loop) nameIn(s *setupFlow, final bool) {
 	host := f.Host
 	pf := s.pf
 	s.pf = policy.Flow{}
-	r.sniffed(p, f, &pf, res)
+	r.sniffed(p, f, &pf, res, first)
 	s.h.sniffed = true
 	d := p.Decision.Decide(&pf)
 	if d.Verdict == s.spec.Verdict && d.Step == s.spec.Step && f.Host == host {
@@ -519,7 +519,7 @@ func (l *loop) awaitName(s *setupFlow) {
 // named goes on with s once its first bytes may carry their name (final: the wait is over,
 // or the client ended its side): their name, then decide.
 func (l *loop) named(s *setupFlow, final bool) {
-	res, ok := l.peekName(s, final)
+	res, first, ok := l.peekName(s, final)
 	if !ok {
 		return
 	}
@@ -527,7 +527,7 @@ func (l *loop) named(s *setupFlow, final bool) {
 	l.unslot(s)
 	pf := s.pf
 	s.pf = policy.Flow{}
-	s.ls.r.sniffed(s.p, &s.f, &pf, res)
+	s.ls.r.sniffed(s.p, &s.f, &pf, res, first)
 	s.h.sniffed = true
 	l.decide(s, &pf)
 }
@@ -552,6 +552,7 @@ func (l *loop) unslot(s *setupFlow) {
 // goroutine path for a slow step.
 func (l *loop) decide(s *setupFlow, pf *policy.Flow) {
 	r, p, f, key := s.ls.r, s.p, &s.f, s.h.key
+	r.canary(p, f, pf, "", nil) // the fake IP's name
 	d := p.Decision.Decide(pf)
 	if d.Action == rules.Ask {
 		l.handOff(s, pf, true) // held while the router asks: a goroutine's wait

@@ -45,12 +45,14 @@ func sniffConn(c *net.TCPConn, buf []byte, wait time.Duration) (int, sniff.Resul
 	}
 }
 
-// sniffed records what a flow's first bytes carry (res) in pf for the policy, and the
+// sniffed records what a flow's first bytes (first) carry (res) in pf for the policy, and the
 // flow's name and its origin in f (policy.Policy.Name): the fake IP's name stands; a
 // sniffed one names a flow that had none, or one whose name came from a DNS answer only,
 // and becomes pf.Host, the name every later step sees (the set-up slots, the lookup that
-// the host walls ask for a proxy on this host, the dial).
-func (r *Router) sniffed(p *compiled, f *FlowRecord, pf *policy.Flow, res sniff.Result) {
+// the host walls ask for a proxy on this host, the dial). A brokered credential's
+// placeholder in the bytes or the names is a canary (pf.Canary, canary.go).
+func (r *Router) sniffed(p *compiled, f *FlowRecord, pf *policy.Flow, res sniff.Result, first []byte) {
+	r.canary(p, f, pf, res.Name, first)
 	pf.Sniffed = res.Name
 	if name, fromSniff := p.Decision.Name(pf); fromSniff {
 		f.Host, f.NameFrom = name, res.From.String()

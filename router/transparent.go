@@ -166,7 +166,7 @@ func (r *Router) admitted(ctx context.Context, p *compiled, f *FlowRecord, c *ne
 		buf := r.sniffBufs.Get().(*[sniff.Max]byte)
 		defer r.sniffBufs.Put(buf)
 		n, res := sniffConn(c, buf[:], sniffWait)
-		r.sniffed(p, f, pf, res)
+		r.sniffed(p, f, pf, res, buf[:n])
 		e = early{read: buf[:n]}
 	}
 	d, out, err := r.open(ctx, p, f, pf, e)

@@ -56,6 +56,8 @@ func RefusalText(d Decision) string {
 		why = "rule #" + strconv.Itoa(d.Index+1) + " " + strconv.Quote(d.Name) + " blocks it"
 	case StepCaged:
 		why = "caged traffic, and no rule lets it out"
+	case StepCanary:
+		why = "it carries a credential's placeholder, which goes only to its forward"
 	}
 	return "refused by the router on the host: " + why + "; the host's owner can allow it in the router's config (router explain shows why)"
 }

@@ -112,6 +112,7 @@ const (
 	StepQUIC                     // caged UDP to 443 in a config that allows by name, no UDP rule: refused
 	StepAsk                      // a caged flow no rule decides, with [policy] unknown = "ask": held while the router asks
 	StepUnattended               // an ask (a rule's or StepAsk) with [policy] unattended = true: refused at once
+	StepCanary                   // a caged flow carrying a brokered credential's placeholder (Flow.Canary): refused
 
 	// NumSteps is the number of steps, for tables indexed by Step.
 	NumSteps = iota
@@ -156,6 +157,8 @@ func (s Step) String() string {
 		return "(caged: no rule decides; ask)"
 	case StepUnattended:
 		return "(ask, unattended: refused)"
+	case StepCanary:
+		return "(canary: a credential's placeholder)"
 	}
 	return "step(" + strconv.Itoa(int(s)) + ")"
 }
@@ -188,6 +191,10 @@ type Flow struct {
 	// Comm is the owning process's command name (Linux: /proc/PID/comm, the name it was
 	// started as), when known and different from App; an app entry matches either.
 	Comm string
+	// Canary is the brokered credential ([[credential]]) whose placeholder the flow's first
+	// bytes or name carry, as the capture found it (never its value); "" for none. A caged
+	// flow that carries one is refused (StepCanary): a placeholder goes only to its forward.
+	Canary string
 	// Resolved are the addresses Host resolves to through the proxy's resolver, when the
 	// capture looked them up because NeedsResolve asked for it; nil when it did not look,
 	// empty (not nil) when the lookup failed or found no address.
@@ -292,6 +299,9 @@ type Policy struct {
 	name         string
 	profiles     map[string]*Policy
 	profileNames []string
+	// canaries: the config brokers credentials ([[credential]]), so a caged TCP flow's first
+	// bytes are read for their placeholders (NeedsSniff) and a flow carrying one refused.
+	canaries bool
 }
 
 // CagedApp is one member of a config's caged-app set.
@@ -402,6 +412,7 @@ func New(cfg *conf.Config, env Env) *Policy {
 		}
 	}
 	p.portPoints = portPoints(cfg.Rules)
+	p.canaries = len(cfg.Credentials) > 0
 	p.compileProfiles(cfg, env)
 	return p
 }
@@ -427,7 +438,7 @@ func hasName(r *rules.Rule) bool {
 // bytes on untouched. In a config whose caged rules name no host nothing waits: the name
 // would change no decision.
 func (p *Policy) NeedsSniff(f *Flow) bool {
-	if p.namedFirstName < 0 || f.Network != rules.TCP || f.Port == ports.DNS || !p.Caged(f) {
+	if (p.namedFirstName < 0 && !p.canaries) || f.Network != rules.TCP || f.Port == ports.DNS || !p.Caged(f) {
 		return false
 	}
 	dst := f.Dst.Unmap()
@@ -597,6 +608,9 @@ func implicit(s Step, a rules.Action, caged bool) Decision {
 
 func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 	caged := p.Caged(f)
+	if caged && f.Canary != "" {
+		return implicit(StepCanary, rules.Block, caged), nil
+	}
 	dst := f.Dst.Unmap()
 	local := dst.IsValid() && p.Local(dst)
 	if f.Port == ports.DNS && (caged || !local || !(dst.IsLoopback() || p.hostAddr(dst))) {
@@ -882,6 +896,8 @@ func (p *Policy) Why(f *Flow, d Decision) string {
 			by = "rule " + strconv.Quote(d.Rule.Name)
 		}
 		return "the flow would be asked about (" + by + "), but [policy] unattended = true: nobody is there to answer, so it is refused at once"
+	case StepCanary:
+		return caged + " and it carries the placeholder of the brokered credential " + strconv.Quote(f.Canary) + ", which goes only to its forward: the flow is refused, counted as canary and logged"
 	case StepDoT:
 		said := "direct, as no rule matched"
 		if d.Rule.Index >= 0 {

@@ -131,6 +131,8 @@ func ForStep(s policy.Step) Reason {
 		return Capture
 	case policy.StepICMP:
 		return ICMP
+	case policy.StepCanary:
+		return Canary
 	}
 	return Rule
 }

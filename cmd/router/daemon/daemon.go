@@ -197,6 +197,7 @@ func routerPolicy(cfg *conf.Config, dec *policy.Policy) router.Settings {
 		p.Upstreams = append(p.Upstreams, UpstreamConfig(px))
 	}
 	creds := brokerOf(cfg)
+	p.Credentials = creds
 	for _, f := range cfg.Forwards {
 		rf := forwardOf(f) // its gate serves caged flows to the model, with its credentials
 		rf.Credentials = creds
