@@ -52,7 +52,7 @@ func (r *Router) answerRefused(c *net.TCPConn, f *FlowRecord, d policy.Decision,
 	n := copy(buf[:], first)
 	kind := sniff.KindOf(buf[:n])
 	if kind == sniff.KindMore {
-		n, kind = readKind(c, buf[:], n, sniffWait)
+		_, kind = readKind(c, buf[:], n, sniffWait)
 	}
 	if kind != sniff.KindHTTP {
 		reset(c)
