@@ -87,9 +87,3 @@ func (r *Router) serveGate(ctx context.Context, p *compiled, c *net.TCPConn, fir
 // gated is a flow's gate (FlowRecord.gate): the forward whose gate serves it (nil: none
 // is served, the flow is refused).
 type gated struct{ fw *Forward }
-
-// gatedFlow reports whether pf, decided d under p, is served by a model gate.
-func gatedFlow(p *compiled, pf *policy.Flow, d policy.Decision) bool {
-	_, ok := p.gate(pf, d)
-	return ok
-}

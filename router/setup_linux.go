@@ -574,7 +574,7 @@ func (l *loop) decide(s *setupFlow, pf *policy.Flow) {
 	case r.resolved != nil && p.Decision.NeedsResolve(pf):
 	case d.Action == rules.Direct && d.ByName:
 	case d.Action == rules.Proxy && !loopUpstream(p, d.Proxy, &up):
-	case d.Action == rules.Direct && gatedFlow(p, pf, d): // served by a forward's gate (gate.go)
+	case d.Action == rules.Direct && p.gated(pf, d): // served by a forward's gate (gate.go)
 	default:
 		s.dst = dstOf(pf)
 		if s.slots = r.adm.trySetup(key, s.dst); s.slots {
