@@ -54,7 +54,7 @@ name = "default"
 action = "direct"
 `
 	var got []string
-	for _, f := range short(Check(parse(t, src), Host{})) {
+	for _, f := range short(Check(parseOS(t, "linux", src), Host{OS: "linux"})) {
 		if strings.Contains(f, CheckUngatedModel) {
 			got = append(got, f)
 		}
@@ -76,7 +76,7 @@ func TestCagedAppsCaptured(t *testing.T) {
 		{"proxy rule by app", "[proxy.exit]\naddress = \"192.0.2.1:1080\"\n[[rule]]\nname = \"pasta\"\napps = [\"pasta\"]\naction = \"proxy\"\n[[rule]]\nname = \"default\"\naction = \"direct\"\n", false},
 		{"direct rule by app", "[[rule]]\nname = \"app\"\napps = [\"curl\"]\naction = \"direct\"\n[[rule]]\nname = \"default\"\naction = \"direct\"\n", true},
 	} {
-		got := slices.ContainsFunc(Check(parse(t, tc.src), Host{OS: "linux"}), func(f Finding) bool { return f.Check == CheckNothingCaught })
+		got := slices.ContainsFunc(Check(parseOS(t, "linux", tc.src), Host{OS: "linux"}), func(f Finding) bool { return f.Check == CheckNothingCaught })
 		if got != tc.want {
 			t.Errorf("%s: nothing-captured %v, want %v", tc.name, got, tc.want)
 		}
