@@ -106,9 +106,6 @@ func (s *Server) answerSpecial(k sourceKey, q mdns.Question, name string, m *mdn
 	return false
 }
 
-// maxCanaryLogged bounds the canary lines remembered as logged; past it every hit is logged.
-const maxCanaryLogged = 4096
-
 // canary answers m, and reports true, when name holds a brokered credential's placeholder
 // (see Canaries).
 func (s *Server) canary(k sourceKey, name string, m *mdns.Msg) bool {
@@ -124,10 +121,7 @@ func (s *Server) canary(k sourceKey, name string, m *mdns.Msg) bool {
 	extendedError(m, mdns.ExtendedErrorCodeProhibited, "refused by the router on the host: the name carries a credential's placeholder")
 	domain := registrable(name)
 	key := k.String() + " " + cred + " " + domain
-	if _, seen := s.canaryLogged.Load(key); !seen {
-		if s.canaryCount.Add(1) <= maxCanaryLogged {
-			s.canaryLogged.Store(key, true)
-		}
+	if s.canaryLogged.First(key) {
 		s.log.Warn("canary: a guest looked up a name carrying a brokered credential's placeholder; refused",
 			"guest", k.String(), "credential", cred, "domain", domain)
 	}

@@ -75,6 +75,7 @@ import (
 	mdns "github.com/miekg/dns"
 
 	"github.com/agentcage/router/conf"
+	summary "github.com/agentcage/router/internal/tally"
 	"github.com/agentcage/router/rules/refusal"
 )
 
@@ -261,13 +262,12 @@ type Server struct {
 	cache *answerCache
 	seen  *seenAddrs
 
-	walls        Walls    // nil: answers are not walled
-	names        Names    // nil: names are not refused at the answer
-	why          Why      // nil: why queries are not answered
-	budget       *budget  // nil: no budget
-	canaries     Canaries // nil: no credential is brokered
-	canaryLogged sync.Map // "guest credential domain" -> true: the canary lines logged, bounded by maxCanaryLogged
-	canaryCount  atomic.Int64
+	walls        Walls        // nil: answers are not walled
+	names        Names        // nil: names are not refused at the answer
+	why          Why          // nil: why queries are not answered
+	budget       *budget      // nil: no budget
+	canaries     Canaries     // nil: no credential is brokered
+	canaryLogged summary.Once // the canary lines logged, once per guest, credential and domain
 
 	tally    *tally // refused, failed and over-limit queries
 	inflight *gate  // queries waiting for an upstream

@@ -1,9 +1,6 @@
 package router
 
 import (
-	"sync"
-	"sync/atomic"
-
 	"github.com/agentcage/router/rules/policy"
 )
 
@@ -34,31 +31,8 @@ func (r *Router) canary(p *compiled, f *FlowRecord, pf *policy.Flow, sniffed str
 	if dst == "" {
 		dst = pf.Dst.String()
 	}
-	if r.canaries.first(hit.Credential + " " + f.Src.Addr().String() + " " + dst) {
+	if r.canaries.First(hit.Credential + " " + f.Src.Addr().String() + " " + dst) {
 		r.opts.Log.Warn("canary: a caged flow carried a brokered credential's placeholder; refused",
 			"credential", hit.Credential, "where", hit.Where, "src", f.Src, "dst", dst)
 	}
-}
-
-// maxCanaryLogged bounds the canaries remembered as logged; past it every hit is logged.
-const maxCanaryLogged = 4096
-
-// onceLog remembers what was logged, so that a canary is logged once per credential, source
-// and destination however often it trips. The zero onceLog is ready; safe for concurrent use.
-type onceLog struct {
-	seen sync.Map
-	n    atomic.Int64
-}
-
-// first reports whether key is seen for the first time (then the caller logs it).
-func (o *onceLog) first(key string) bool {
-	if _, seen := o.seen.Load(key); seen {
-		return false
-	}
-	if o.n.Add(1) <= maxCanaryLogged {
-		if _, seen := o.seen.LoadOrStore(key, true); seen {
-			return false
-		}
-	}
-	return true
 }

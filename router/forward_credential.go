@@ -23,7 +23,7 @@ func (h *modelHandler) credentials(w http.ResponseWriter, req *http.Request, pat
 	h.refusedN.Add(1)
 	h.r.book.Add(refusal.Canary, refusal.Event{Src: h.f.Src, Dst: h.fw.Connect, Rule: "credential " + hit.Credential,
 		Request: req.Method + " " + clip(path, 200)})
-	if h.r.canaries.first(hit.Credential + " " + h.f.Src.Addr().String() + " forward " + h.fw.Name) {
+	if h.r.canaries.First(hit.Credential + " " + h.f.Src.Addr().String() + " forward " + h.fw.Name) {
 		h.log.Warn("canary: a request to the forward carried a credential's placeholder where it must not go; refused",
 			"credential", hit.Credential, "where", hit.Where, "src", h.f.Src, "method", clip(req.Method, 32), "path", clip(path, 200))
 	}

@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentcage/router/internal/tally"
 	"github.com/agentcage/router/router/ask"
 	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/broker"
@@ -195,7 +196,7 @@ type Router struct {
 	modelOnce sync.Once
 	model     modelRoundTripper // the HTTP forwards' client (forward_http.go), made on first use
 	modelBufs copyBufs          // the HTTP forwards' copy buffers
-	canaries  onceLog           // the canaries logged once each (canary.go)
+	canaries  tally.Once        // the canaries logged once each (canary.go)
 }
 
 // maxSetups bounds the flows Serve sets up at once (deciding, connecting, the SOCKS
