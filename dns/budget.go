@@ -98,7 +98,7 @@ func (b *budget) over(k sourceKey, name string) (domain string, over bool) {
 	dc := g.domains[domain]
 	if dc == nil {
 		if len(g.domains) >= maxBudgetDomains {
-			return domain, true // too many domains in one window: nothing more is counted
+			return domain, !b.cfg.Alert // too many domains in one window: nothing more is counted
 		}
 		dc = &domainCount{names: map[uint64]struct{}{}}
 		g.domains[domain] = dc

@@ -99,4 +99,10 @@ func TestBudgetBounded(t *testing.T) {
 	if b.names > maxBudgetNames || len(b.guests) != 1 {
 		t.Errorf("kept %d names for %d guests", b.names, len(b.guests))
 	}
+	alert := newBudget(NameBudget{PerDomain: 3, Window: time.Hour, Alert: true}, newClock().Now, nil)
+	for i := range maxBudgetDomains + 1 {
+		if _, over := alert.over(k, fmt.Sprintf("x.d%d.example", i)); over {
+			t.Fatalf("alert only: domain %d refused", i)
+		}
+	}
 }
