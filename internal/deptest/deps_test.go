@@ -277,7 +277,7 @@ func TestRulesSeeViolations(t *testing.T) {
 		commandRoot("windivert/cmd/wdprobe") != "windivert/cmd/wdprobe" || commandRoot("router/control") != "" {
 		t.Error("commandRoot or within is wrong")
 	}
-	if !testSupport("cmd/router/daemon/daemontest") || !testSupport("internal/roottest") || testSupport("router/control") {
+	if !testSupport("router/capture/capturetest") || !testSupport("internal/roottest") || testSupport("router/control") {
 		t.Error("testSupport is wrong")
 	}
 }
