@@ -121,8 +121,10 @@ type UDPReturn interface {
 	Release(client, from netip.AddrPort)
 }
 
-// Datagram is one captured datagram a UDPRelay capture hands to the router (the fields of
-// router.Datagram, which the daemon converts it to).
+// Datagram is one captured datagram a UDPRelay capture hands to the router. Its fields are
+// router.Datagram's, which the daemon converts it to: the conversion stops compiling when the
+// two differ. (The seam does not import the router, so that a capture that relays UDP
+// through it does not reach the Linux data path's packages.)
 type Datagram struct {
 	Src, Dst netip.AddrPort // the sender and the destination it was sent to
 	// Payload is the capture's; the router copies what it keeps.

@@ -28,6 +28,14 @@ import (
 	"github.com/agentcage/router/windivert/wfp/guard"
 )
 
+// The capabilities the Windows capture offers the daemon (see package capture): the daemon
+// asks for each with a type assertion, which a changed signature would fail silently.
+var (
+	_ capture.DNSBinder     = (*redirectPlatform)(nil)
+	_ capture.UDPRelay      = (*redirectPlatform)(nil)
+	_ capture.GuardReporter = (*redirectPlatform)(nil)
+)
+
 // redirectPlatform is the capture of a host whose packets the redirect engine handles in user
 // space (Windows: WinDivert) and whose fail-closed guard is WFP (package wfp/guard). It is
 // platform-neutral, its system parts injected (engineDeps), so that its seams are tested on

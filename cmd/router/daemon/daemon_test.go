@@ -400,3 +400,34 @@ func TestReloadFailureChangesNothing(t *testing.T) {
 		})
 	}
 }
+
+// relayPlatform is a fake platform whose capture hands UDP to the router itself
+// (capture.UDPRelay, as the Windows engine does): it records the router it was given.
+type relayPlatform struct {
+	*capturetest.Platform
+	got      *capture.UDPRouter
+	installs *int // the installs done when it was given
+}
+
+func (p relayPlatform) UseRouter(r capture.UDPRouter) {
+	*p.got = r
+	_, *p.installs = p.Counts()
+}
+
+// TestStartHandsTheRouterToAUDPRelay: a platform that relays UDP through the router gets
+// the running router before its first Install, with the daemon's flow log.
+func TestStartHandsTheRouterToAUDPRelay(t *testing.T) {
+	s := newScene(t)
+	s.write(s.text("127.0.0.0/8", ""))
+	var got capture.UDPRouter
+	installs := -1
+	pf := relayPlatform{&capturetest.Platform{}, &got, &installs}
+	d := s.daemon(pf, nil)
+	s.start(d)
+	if got == nil || installs != 0 {
+		t.Fatalf("the platform was given the router %v after %d installs, want it before the first", got, installs)
+	}
+	if got.Audit() != d.r.Audit() || got.Audit() == nil {
+		t.Errorf("the platform's router records to %p, want the daemon's flow log %p", got.Audit(), d.r.Audit())
+	}
+}

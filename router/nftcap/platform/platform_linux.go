@@ -25,7 +25,8 @@ import (
 	"github.com/agentcage/router/rules/refusal"
 )
 
-// The capabilities the Linux capture offers the daemon (see package capture).
+// The capabilities the Linux capture offers the daemon (see package capture): the daemon
+// asks for each with a type assertion, which a changed signature would fail silently.
 var (
 	_ capture.FDOriginal    = (*linuxPlatform)(nil)
 	_ capture.CagedSockets  = (*linuxPlatform)(nil)
