@@ -2,7 +2,7 @@ package router
 
 import "time"
 
-// The loops' set-up (setup_linux.go) takes its slots without waiting; a flow that would
+// The loops' set-up (loop_setup_linux.go) takes its slots without waiting; a flow that would
 // wait takes the goroutine path (setup).
 
 // trySetup takes a set-up slot of source key and one of destination dst, if both are free

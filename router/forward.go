@@ -119,7 +119,7 @@ func (r *Router) forward(ctx context.Context, c *net.TCPConn, fw Forward) {
 
 // forwardHTTP serves one connection of an HTTP forward (modelfwd.Server.Serve) as the
 // flow f, shown by status while it lasts; first are bytes of the guest's already read (a
-// gated flow's, gate.go), read before c's; self is the address the guest connected to
+// gated flow's, forward_gate.go), read before c's; self is the address the guest connected to
 // ("": c's own).
 func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, first []byte, self string, fw Forward, f *FlowRecord, log *slog.Logger) {
 	p := r.pol.Load()

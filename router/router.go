@@ -140,7 +140,7 @@ type Settings struct {
 	// with. A gate the policy names that is not here refuses the flow.
 	Forwards []Forward
 	// Credentials are the brokered credentials ([[credential]]): the caged flows' first
-	// bytes and names are looked at for their placeholders (canary.go); nil for none.
+	// bytes and names are looked at for their placeholders (flow_canary.go); nil for none.
 	Credentials *broker.Broker
 }
 
@@ -190,13 +190,13 @@ type Router struct {
 	tracked map[string]*trackedUp // the proxies in use, their health probes running
 
 	resolved *resolvedNames // what flows' names resolve to, for policy.StepHostName; nil without Names
-	carried  carried        // the identities of the flows carried to the router's own listeners (carried.go)
+	carried  carried        // the identities of the flows carried to the router's own listeners (flow_carried.go)
 	profiles guestProfiles  // the guests switched to a profile (profile.go)
 
 	customDial bool // Options.DialTCP was given
 
 	model    *modelfwd.Server // serves the HTTP forwards' connections (forward.go)
-	canaries tally.Once       // the canaries logged once each (canary.go, and the forwards')
+	canaries tally.Once       // the canaries logged once each (flow_canary.go, and the forwards')
 }
 
 // maxSetups bounds the flows Serve sets up at once (deciding, connecting, the SOCKS
