@@ -82,7 +82,7 @@ func (r *Router) names(pf *policy.Flow) (release func()) {
 // A flow the policy sends to a model gate (compiled.gate) is not connected: open returns
 // no connection and no error, and f.gate set; the caller hands the client to serveGate.
 //
-// A flow the policy asks about (action Ask) is held here first (ask, asking.go) and goes on
+// A flow the policy asks about (action Ask) is held here first (ask, flow_ask.go) and goes on
 // approved as a proxied flow, or refused.
 //
 // The Linux event loop sets most transparent flows up itself, with the same steps: Decide,

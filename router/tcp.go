@@ -26,7 +26,7 @@ import (
 // accepting and never end it. Closing ln (or cancelling ctx) stops accepting; flows already
 // running go on (Wait waits for them).
 //
-// On Linux the epoll loops accept instead, and set most flows up themselves (setup_linux.go);
+// On Linux the epoll loops accept instead, and set most flows up themselves (loop_setup_linux.go);
 // the rest take the same goroutine path.
 func (r *Router) Serve(ctx context.Context, ln *net.TCPListener) error {
 	if ok, err := r.serveLoops(ctx, ln); ok {
@@ -89,7 +89,7 @@ const earlyMax = 4 << 10
 // source is known (classify) it takes its share of that budget, then open takes its set-up
 // slots. Its share and its place in the budget are given back when it ends.
 //
-// The Linux event loop runs the same steps for most flows on its own thread (setup_linux.go)
+// The Linux event loop runs the same steps for most flows on its own thread (loop_setup_linux.go)
 // and hands a flow that needs a slow step to classified or admitted, on a goroutine.
 func (r *Router) handle(ctx context.Context, c *net.TCPConn, port uint16) {
 	p := r.pol.Load()
@@ -176,7 +176,7 @@ func (r *Router) admitted(ctx context.Context, p *compiled, f *FlowRecord, c *ne
 	}
 	if out == nil {
 		// Refused or failed (fail closed): never a direct fallback. A caged flow the policy
-		// refused is told why (refused_answer.go); every other gets a reset.
+		// refused is told why (flow_refused_answer.go); every other gets a reset.
 		if err == nil && answersRefusal(d) {
 			r.answerRefused(c, f, d, e.read)
 		} else {

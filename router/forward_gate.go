@@ -13,7 +13,7 @@ import (
 // The model gate on every path: a caged flow the policy lets through direct to a model's
 // address (policy.Policy.Gate: a user-space NAT's process connecting to a forward's connect
 // address for its guest, a guest let through to the model's port by a direct rule, a
-// client asking an inbound for it) is served by that forward's HTTP gate (forward_http.go),
+// client asking an inbound for it) is served by that forward's HTTP gate (package modelfwd),
 // exactly as a connection accepted on the forward's listen socket: the same parsing,
 // allow-list of calls, refusals (403, counted as model-api) and counting, and the forward's
 // slots of its guest. It is never relayed as a raw pipe, unless the forward is one
@@ -45,6 +45,13 @@ func (p *compiled) gate(pf *policy.Flow, d policy.Decision) (*Forward, bool) {
 		}
 	}
 	return nil, true
+}
+
+// gated reports whether pf, decided d under p, is served by a model gate (the event loop
+// hands such a flow to the goroutine path).
+func (p *compiled) gated(pf *policy.Flow, d policy.Decision) bool {
+	_, ok := p.gate(pf, d)
+	return ok
 }
 
 // serveGate serves the decided flow f (pf, under p) of client c at fw's gate, until the

@@ -38,7 +38,7 @@ type loop struct {
 	tick     time.Duration
 	stopping bool            // stop was called: the loop ends every flow and returns
 	closed   bool            // epfd and evfd are closed
-	lents    []*loopListener // the listeners the loop accepts on, by index (setup_linux.go)
+	lents    []*loopListener // the listeners the loop accepts on, by index (loop_setup_linux.go)
 	gone     []*loopListener // listeners taken off, whose set-ups the loop ends
 	notes    []passNote      // directions the sockmap program stopped redirecting
 	kflows   []*relayFlow    // the kernel flows by pair - pairBase; nil until the first

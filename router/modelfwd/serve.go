@@ -1,9 +1,8 @@
-package router
+package modelfwd
 
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentcage/router/internal/tally"
 	"github.com/agentcage/router/rules/modelapi"
 	"github.com/agentcage/router/rules/refusal"
 	"golang.org/x/net/http/httpguts"
@@ -64,21 +65,6 @@ const (
 	modelHeadTimeout = 30 * time.Second
 )
 
-// modelTransport is the forwards' client to the model servers: connections dialled with
-// the router's own dialer (never captured), kept alive and reused, no compression asked
-// for (the guest's own Accept-Encoding goes through untouched), no proxy, HTTP/1.1. On
-// Linux it is modelClient (modelclient.go), elsewhere net/http's Transport.
-func (r *Router) modelTransport() modelRoundTripper {
-	r.modelOnce.Do(func() {
-		r.model = newModelRoundTripper(func(ctx context.Context, network, addr string) (net.Conn, error) {
-			ctx, cancel := context.WithTimeout(ctx, r.pol.Load().ConnectTimeout)
-			defer cancel()
-			return r.dialer.DialContext(ctx, network, addr)
-		})
-	})
-	return r.model
-}
-
 // modelRoundTripper is what the forwards need of their client.
 type modelRoundTripper interface {
 	http.RoundTripper
@@ -103,42 +89,92 @@ func (b *copyBufs) Get() []byte {
 
 func (b *copyBufs) Put(buf []byte) { b.p.Put(&buf) }
 
-// forwardHTTP serves one connection of an HTTP forward until the guest or the server
-// closes it, the idle timeout passes between requests, or ctx is done. first are bytes of
-// the guest's already read (a gated flow's, gate.go), read before c's; self is the address
-// the guest connected to ("": c's own).
-func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, first []byte, self string, fw Forward, f *FlowRecord, log *slog.Logger) {
-	p := r.pol.Load()
-	var in io.Reader = countingReader{c, &f.bytes}
-	if len(first) > 0 {
-		f.bytes.up.Add(int64(len(first)))
-		in = io.MultiReader(bytes.NewReader(first), in)
+// Server serves the HTTP forwards' connections (Serve). Safe for concurrent use.
+type Server struct {
+	book      *refusal.Book
+	note      func(reason, who string) bool
+	canaries  *tally.Once
+	transport modelRoundTripper
+	bufs      copyBufs
+}
+
+// Config is what a Server needs of the process around it.
+type Config struct {
+	// Dial connects to a model server (the router's own dialer: never captured), bounding
+	// its own wait. Required.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Refusals counts the refused requests (model-api, canary). Required.
+	Refusals *refusal.Book
+	// Note counts a refused or failed request of reason from source who and reports
+	// whether to log it one by one (the router's refusal summary). Required.
+	Note func(reason, who string) bool
+	// Canaries says whether a canary is logged: the first time its key is seen. Required.
+	Canaries *tally.Once
+}
+
+// New returns a Server. Its client to the model servers: connections dialled with
+// cfg.Dial, kept alive and reused, no compression asked for (the guest's own
+// Accept-Encoding goes through untouched), no proxy, HTTP/1.1. On Linux it is modelClient
+// (client_linux.go), elsewhere net/http's Transport. Close releases its idle connections.
+func New(cfg Config) *Server {
+	return &Server{book: cfg.Refusals, note: cfg.Note, canaries: cfg.Canaries, transport: newModelRoundTripper(cfg.Dial)}
+}
+
+// Close closes the idle connections to the model servers; the connections being served
+// keep theirs.
+func (s *Server) Close() { s.transport.CloseIdleConnections() }
+
+// Conn is one guest connection for Serve.
+type Conn struct {
+	C *net.TCPConn
+	// First are bytes of the guest's already read (a gated flow's), read before C's.
+	First []byte
+	// Self is the address the guest connected to ("": C's own): an absolute-form target
+	// must name it.
+	Self string
+	// Src is the guest: the refusals, the canaries and the credentials' holder name it.
+	Src netip.AddrPort
+	// Up and Down count the bytes from and to the guest, First's included.
+	Up, Down *atomic.Int64
+	// Idle is the idle timeout between two requests (0: none).
+	Idle time.Duration
+	Log  *slog.Logger
+}
+
+// Serve serves one connection of the HTTP forward fw until the guest or the server closes
+// it, the idle timeout passes between requests, or ctx is done; it closes c.C and returns
+// the requests read and those refused.
+func (s *Server) Serve(ctx context.Context, fw *Forward, c Conn) (requests, refused int64) {
+	conn, self := c.C, c.Self
+	var in io.Reader = countingReader{conn, c.Up}
+	if len(c.First) > 0 {
+		c.Up.Add(int64(len(c.First)))
+		in = io.MultiReader(bytes.NewReader(c.First), in)
 	}
 	if self == "" {
-		self = c.LocalAddr().String()
+		self = conn.LocalAddr().String()
 	}
 	br := bufio.NewReaderSize(in, maxModelHead)
-	bw := bufio.NewWriterSize(countingWriter{c, &f.bytes}, 4<<10)
+	bw := bufio.NewWriterSize(countingWriter{conn, c.Down}, 4<<10)
 	target := &url.URL{Scheme: "http", Host: fw.Connect.String()}
-	h := &modelHandler{r: r, fw: fw, f: f, log: log, self: self}
+	h := &modelHandler{s: s, fw: fw, src: c.Src, log: c.Log, self: self}
 	h.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Host = pr.In.Host // the guest's Host, as a raw pipe passed it
 		},
-		Transport:     r.modelTransport(),
+		Transport:     s.transport,
 		FlushInterval: -1,
-		BufferPool:    &r.modelBufs,
+		BufferPool:    &s.bufs,
 		ErrorHandler:  h.proxyError,
-		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ErrorLog:      slog.NewLogLogger(c.Log.Handler(), slog.LevelDebug),
 	}
-	r.live.add(f)
 	connCtx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) }) // a stopping router ends any wait
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) }) // a stopping router ends any wait
 	// answered: the loop ended after an answer, and the guest may still be sending (lingerClose).
 	answered := false
 	for connCtx.Err() == nil {
-		req, why, err := readModelRequest(c, br, cmp.Or(fw.IdleTimeout, p.IdleTimeout))
+		req, why, err := readModelRequest(conn, br, c.Idle)
 		if err != nil {
 			break // the guest closed, the idle timeout passed, or the router stops
 		}
@@ -152,7 +188,7 @@ func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, first []byte, 
 			answered = true
 			break
 		}
-		req.RemoteAddr = f.Src.String()
+		req.RemoteAddr = c.Src.String()
 		reqCtx, done := context.WithCancel(connCtx)
 		req = req.WithContext(reqCtx)
 		w := &modelResponse{bw: bw, req: req, h: http.Header{}}
@@ -172,7 +208,7 @@ func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, first []byte, 
 			answered = true
 			break
 		}
-		unwatch := watchGone(c, done)
+		unwatch := watchGone(conn, done)
 		h.ServeHTTP(w, req)
 		unwatch()
 		done()
@@ -182,15 +218,12 @@ func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, first []byte, 
 		}
 	}
 	if answered {
-		lingerClose(connCtx, c, br)
+		lingerClose(connCtx, conn, br)
 	}
 	stop()
 	cancel()
-	c.Close()
-	f.Up, f.Down = f.bytes.load()
-	r.finish(f)
-	log.Info("forward", "up", f.Up, "down", f.Down, "requests", h.requests.Load(), "refused", h.refusedN.Load(),
-		"duration", time.Since(f.Start).Round(time.Millisecond))
+	conn.Close()
+	return h.requests.Load(), h.refusedN.Load()
 }
 
 // readModelRequest reads the next request head from br: it waits up to idle for its first
@@ -269,9 +302,9 @@ func peekHead(br *bufio.Reader) ([]byte, error) {
 // modelHandler judges and proxies the requests of one connection, one at a time, in
 // order.
 type modelHandler struct {
-	r     *Router
-	fw    Forward
-	f     *FlowRecord
+	s     *Server
+	fw    *Forward
+	src   netip.AddrPort // the guest
 	log   *slog.Logger
 	proxy *httputil.ReverseProxy
 	self  string // the address the guest connected to: an absolute-form target must name it
@@ -305,7 +338,7 @@ func (h *modelHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			h.refuse(w, req.Method, path, why, true)
 			return
 		}
-		req.Body = &checkedBody{rc: req.Body, check: h.fw.API.Body()} // forward_body.go
+		req.Body = &checkedBody{rc: req.Body, check: h.fw.API.Body()} // body.go
 	}
 	req.URL.Path, req.URL.RawPath = path, ""
 	h.proxy.ServeHTTP(w, req)
@@ -320,8 +353,8 @@ func (h *modelHandler) refuse(w http.ResponseWriter, method, path, why string, e
 	if method == "" {
 		request = ""
 	}
-	h.r.book.Add(refusal.ModelAPI, refusal.Event{Src: h.f.Src, Dst: h.fw.Connect, Rule: "forward " + h.fw.Name, Request: request})
-	if h.r.refuse.note("forward "+h.fw.Name+": model api", h.f.Src.Addr().String()) {
+	h.s.book.Add(refusal.ModelAPI, refusal.Event{Src: h.src, Dst: h.fw.Connect, Rule: "forward " + h.fw.Name, Request: request})
+	if h.s.note("forward "+h.fw.Name+": model api", h.src.Addr().String()) {
 		h.log.Warn("forward refused a request", "method", clip(method, 32), "path", clip(path, 200), "reason", why)
 	}
 	if end {
@@ -346,7 +379,7 @@ func (h *modelHandler) proxyError(w http.ResponseWriter, req *http.Request, err 
 	if errors.Is(err, context.Canceled) {
 		return // the guest went away
 	}
-	if h.r.refuse.note("forward "+h.fw.Name+": connect failed", h.f.Src.Addr().String()) {
+	if h.s.note("forward "+h.fw.Name+": connect failed", h.src.Addr().String()) {
 		h.log.Warn("forward failed", "method", req.Method, "path", req.URL.Path, "err", err)
 	}
 	writeJSONError(w, http.StatusBadGateway, h.fw.Name, "the model server did not answer")
@@ -378,23 +411,23 @@ func clip(s string, n int) string {
 // countingReader counts what the guest sent.
 type countingReader struct {
 	c *net.TCPConn
-	m *meter
+	n *atomic.Int64
 }
 
 func (c countingReader) Read(p []byte) (int, error) {
 	n, err := c.c.Read(p)
-	c.m.up.Add(int64(n))
+	c.n.Add(int64(n))
 	return n, err
 }
 
 // countingWriter counts what the guest was sent.
 type countingWriter struct {
 	c *net.TCPConn
-	m *meter
+	n *atomic.Int64
 }
 
 func (c countingWriter) Write(p []byte) (int, error) {
 	n, err := c.c.Write(p)
-	c.m.down.Add(int64(n))
+	c.n.Add(int64(n))
 	return n, err
 }

@@ -1,7 +1,6 @@
-package router
+package modelfwd
 
 import (
-	"context"
 	"net/netip"
 	"strings"
 	"testing"
@@ -26,7 +25,7 @@ const (
 // place, or in the request target, is a canary: 403, never seen by the server, counted, and
 // the real value appears in no log.
 func TestForwardCredentials(t *testing.T) {
-	e := newEnv(t, Settings{}, Options{})
+	e := newEnv(t, 0)
 	srv, err := modeltest.Start(2, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -42,13 +41,7 @@ func TestForwardCredentials(t *testing.T) {
 	})
 	f := Forward{Name: "model", Listen: netip.MustParseAddrPort("127.0.0.1:0"), Connect: netip.MustParseAddrPort(srv.Addr()),
 		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, API: api, Credentials: creds}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	fl, err := e.r.ListenForward(ctx, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go e.r.ServeForward(ctx, fl, func() *Forward { return &f })
+	fl := e.serve(f)
 	addr := fl.Addr().String()
 
 	get := func(target, auth string) string {

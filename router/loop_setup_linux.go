@@ -27,7 +27,7 @@ import (
 // the loop that accepts a connection takes it through accept, addresses, classify, decide,
 // set-up slots, connect (and the pipelined SOCKS5 handshake) to the relay on its own
 // goroutine, one small state machine (setupFlow) per flow; the slow steps are handed to the
-// goroutine path of transparent.go. docs/architecture.md ("a guest's TCP") walks the steps;
+// goroutine path of tcp.go. docs/architecture.md ("a guest's TCP") walks the steps;
 // this file is their code. A failure at any step resets the client (fail closed: never a
 // direct fallback), and the upstream's health counts it as Connect would.
 //
@@ -574,7 +574,7 @@ func (l *loop) decide(s *setupFlow, pf *policy.Flow) {
 	case r.resolved != nil && p.Decision.NeedsResolve(pf):
 	case d.Action == rules.Direct && d.ByName:
 	case d.Action == rules.Proxy && !loopUpstream(p, d.Proxy, &up):
-	case d.Action == rules.Direct && p.gated(pf, d): // served by a forward's gate (gate.go)
+	case d.Action == rules.Direct && p.gated(pf, d): // served by a forward's gate (forward_gate.go)
 	default:
 		s.dst = dstOf(pf)
 		if s.slots = r.adm.trySetup(key, s.dst); s.slots {

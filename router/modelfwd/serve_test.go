@@ -1,8 +1,7 @@
-package router
+package modelfwd
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -41,13 +40,7 @@ func forwardTo(t *testing.T, e *env, addr string, maxBody int64) net.Listener {
 	}
 	f := Forward{Name: "model", Listen: netip.MustParseAddrPort("127.0.0.1:0"), Connect: netip.MustParseAddrPort(addr),
 		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, API: api, MaxBody: maxBody}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	fl, err := e.r.ListenForward(ctx, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go e.r.ServeForward(ctx, fl, func() *Forward { return &f })
+	fl := e.serve(f)
 	return fl
 }
 
@@ -81,7 +74,7 @@ func exchange(t *testing.T, addr, raw string, want int) []*http.Response {
 // TestModelForwardRefusesManagement drives each bad request against a server that logs
 // every request: refused with 403 (the ambiguous ones never parsed), and never seen.
 func TestModelForwardRefusesManagement(t *testing.T) {
-	e := newEnv(t, Settings{}, Options{})
+	e := newEnv(t, 0)
 	srv, addr := startModelForward(t, e, 2, 0, 1<<20)
 	post := func(target, extra, body string) string {
 		return fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\n%sContent-Length: %d\r\n\r\n%s", target, addr, extra, len(body), body)
@@ -165,7 +158,7 @@ func TestModelForwardRefusesManagement(t *testing.T) {
 // TestModelForwardPasses: inference calls pass, streamed chunk by chunk; a chunked body,
 // Expect: 100-continue and a normalized path too.
 func TestModelForwardPasses(t *testing.T) {
-	e := newEnv(t, Settings{}, Options{})
+	e := newEnv(t, 0)
 	const gap = 100 * time.Millisecond
 	srv, addr := startModelForward(t, e, 4, gap, 1<<20)
 	base := "http://" + addr
@@ -238,7 +231,7 @@ func TestModelForwardPasses(t *testing.T) {
 // TestModelForwardServerClosesIdle: the model server closes its idle connection between
 // two requests of one guest connection; the second still gets through, on a new one.
 func TestModelForwardServerClosesIdle(t *testing.T) {
-	e := newEnv(t, Settings{}, Options{})
+	e := newEnv(t, 0)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +281,7 @@ func TestModelForwardServerClosesIdle(t *testing.T) {
 // TestModelForwardChunkedOverMaxBody: a chunked body that grows past max_body is cut and
 // refused with 403; the connection closes.
 func TestModelForwardChunkedOverMaxBody(t *testing.T) {
-	e := newEnv(t, Settings{}, Options{})
+	e := newEnv(t, 0)
 	_, addr := startModelForward(t, e, 1, 0, 64<<10)
 	var b strings.Builder
 	fmt.Fprintf(&b, "POST /api/embed HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n", addr)
@@ -307,7 +300,7 @@ func TestModelForwardChunkedOverMaxBody(t *testing.T) {
 // timeout before its first byte and between chunks still answers in full (no timeout
 // applies to a response), and the hop-by-hop headers the guest sent never reach it.
 func TestModelForwardSlowAndHopByHop(t *testing.T) {
-	e := newEnv(t, Settings{IdleTimeout: 200 * time.Millisecond}, Options{})
+	e := newEnv(t, 200*time.Millisecond)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -350,7 +343,7 @@ func TestModelForwardSlowAndHopByHop(t *testing.T) {
 // TestModelForwardGuestGone: a guest that goes away while the model server thinks ends the
 // server's request (the model stops working for nobody), past watchAfter.
 func TestModelForwardGuestGone(t *testing.T) {
-	e := newEnv(t, Settings{}, Options{})
+	e := newEnv(t, 0)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,7 @@
 package router
 
 // forwardAdmission bounds the forwards' connections (the listen sockets' and the gated
-// caged flows', gate.go): capacity in all, shared fairly between the guests of each
+// caged flows', forward_gate.go): capacity in all, shared fairly between the guests of each
 // forward (shares, keyed by the forward and the guest: see guestOf and forwardGuest; an
 // eighth kept for one not yet seen), so that one guest's idle connections cannot take
 // another guest's forward, nor its own forward from another guest, however many addresses

@@ -22,7 +22,7 @@ import (
 	"github.com/agentcage/router/rules/refusal"
 )
 
-// The event loops' set-up (setup_linux.go), driven from outside: a scripted SOCKS5 proxy on
+// The event loops' set-up (loop_setup_linux.go), driven from outside: a scripted SOCKS5 proxy on
 // loopback answers in pieces, wrongly, late or not at all, and the tests judge by what the
 // client gets, the router's log, its refusals and the upstream's health.
 

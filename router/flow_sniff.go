@@ -50,7 +50,7 @@ func sniffConn(c *net.TCPConn, buf []byte, wait time.Duration) (int, sniff.Resul
 // sniffed one names a flow that had none, or one whose name came from a DNS answer only,
 // and becomes pf.Host, the name every later step sees (the set-up slots, the lookup that
 // the host walls ask for a proxy on this host, the dial). A brokered credential's
-// placeholder in the bytes or the names is a canary (pf.Canary, canary.go).
+// placeholder in the bytes or the names is a canary (pf.Canary, flow_canary.go).
 func (r *Router) sniffed(p *compiled, f *FlowRecord, pf *policy.Flow, res sniff.Result, first []byte) {
 	r.canary(p, f, pf, res.Name, first)
 	pf.Sniffed = res.Name

@@ -1,9 +1,8 @@
-package router
+package modelfwd
 
 import (
 	"bytes"
 	"compress/gzip"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -39,13 +38,7 @@ func forwardKinds(t *testing.T, e *env, addr, kinds string) string {
 	}
 	f := Forward{Name: "model", Listen: netip.MustParseAddrPort("127.0.0.1:0"), Connect: netip.MustParseAddrPort(addr),
 		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, API: api, MaxBody: 64 << 20}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	fl, err := e.r.ListenForward(ctx, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go e.r.ServeForward(ctx, fl, func() *Forward { return &f })
+	fl := e.serve(f)
 	return fl.Addr().String()
 }
 
@@ -68,7 +61,7 @@ func chunked(body string, n int) string {
 // server never receives the whole request (on Linux, a body under the client's buffer:
 // none of it).
 func TestModelForwardBodies(t *testing.T) {
-	e := newEnv(t, Settings{}, Options{})
+	e := newEnv(t, 0)
 	srv, err := modeltest.Start(3, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +144,7 @@ func TestModelForwardBodies(t *testing.T) {
 // TestModelForwardBodyEncoding: a body with a Content-Encoding is refused, whatever it
 // holds (a server that inflates it would read what the check did not).
 func TestModelForwardBodyEncoding(t *testing.T) {
-	e := newEnv(t, Settings{}, Options{})
+	e := newEnv(t, 0)
 	srv, err := modeltest.Start(1, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +174,7 @@ func TestModelForwardBodyEncoding(t *testing.T) {
 // after it is never read, and a guest that asked with Expect: 100-continue is answered
 // 100 Continue, then the refusal.
 func TestModelForwardBodyRefusalEnds(t *testing.T) {
-	e := newEnv(t, Settings{}, Options{})
+	e := newEnv(t, 0)
 	srv, err := modeltest.Start(1, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -30,7 +30,7 @@ func closeFD(fd int) {
 	unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
 }
 
-// The set-up's system calls (setup_linux.go) are raw too, for the same reason, and one more:
+// The set-up's system calls (loop_setup_linux.go) are raw too, for the same reason, and one more:
 // a call the runtime is told of (entersyscall) wakes sysmon from its deep sleep when every P
 // was idle, and a woken sysmon polls every 20 µs for a millisecond: on a machine that waits
 // between connections, tens of context switches per connection. None of these blocks.

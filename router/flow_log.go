@@ -1,7 +1,7 @@
 package router
 
 // The flow record and its log: one record per connection, logged when the flow opens and when
-// it ends, at a level by its outcome, and rate-limited for refusals (refusals, tally.go).
+// it ends, at a level by its outcome, and rate-limited for refusals (refusals, status_refusals.go).
 
 import (
 	"context"
@@ -62,7 +62,7 @@ type FlowRecord struct {
 	// query is what the flow was decided on, kept so that a reload can decide it again
 	// (reload.go); set before the decision is recorded.
 	query policy.Flow
-	// gate is set when the flow is to be served by a forward's HTTP gate (gate.go).
+	// gate is set when the flow is to be served by a forward's HTTP gate (forward_gate.go).
 	gate *gated
 }
 

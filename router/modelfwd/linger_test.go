@@ -1,4 +1,4 @@
-package router
+package modelfwd
 
 import (
 	"bufio"
@@ -17,7 +17,7 @@ import (
 // orderly end of stream: never a reset. The client's send buffer is kept small so that the
 // body cannot wait in the kernel's buffers: the forward must read it.
 func TestModelForwardRefusalBeforeBody(t *testing.T) {
-	e := newEnv(t, Settings{}, Options{})
+	e := newEnv(t, 0)
 	const max = 64 << 10
 	_, addr := startModelForward(t, e, 1, 0, max)
 	// A JSON body (the forward checks bodies as JSON as they stream), 1 MiB: over max_body.

@@ -1,4 +1,4 @@
-package router
+package modelfwd
 
 import (
 	"net/http"
@@ -16,16 +16,16 @@ func (h *modelHandler) credentials(w http.ResponseWriter, req *http.Request, pat
 	if h.fw.Credentials.Empty() {
 		return true
 	}
-	_, hit, found := h.fw.Credentials.Inject(req.Header, req.RequestURI+" "+req.Host, h.fw.Name, h.f.Src.Addr())
+	_, hit, found := h.fw.Credentials.Inject(req.Header, req.RequestURI+" "+req.Host, h.fw.Name, h.src.Addr())
 	if !found {
 		return true
 	}
 	h.refusedN.Add(1)
-	h.r.book.Add(refusal.Canary, refusal.Event{Src: h.f.Src, Dst: h.fw.Connect, Rule: "credential " + hit.Credential,
+	h.s.book.Add(refusal.Canary, refusal.Event{Src: h.src, Dst: h.fw.Connect, Rule: "credential " + hit.Credential,
 		Request: req.Method + " " + clip(path, 200)})
-	if h.r.canaries.First(hit.Credential + " " + h.f.Src.Addr().String() + " forward " + h.fw.Name) {
+	if h.s.canaries.First(hit.Credential + " " + h.src.Addr().String() + " forward " + h.fw.Name) {
 		h.log.Warn("canary: a request to the forward carried a credential's placeholder where it must not go; refused",
-			"credential", hit.Credential, "where", hit.Where, "src", h.f.Src, "method", clip(req.Method, 32), "path", clip(path, 200))
+			"credential", hit.Credential, "where", hit.Where, "src", h.src, "method", clip(req.Method, 32), "path", clip(path, 200))
 	}
 	w.Header().Set("Connection", "close")
 	writeJSONError(w, http.StatusForbidden, h.fw.Name, "a credential's placeholder where it must not go")
