@@ -9,7 +9,7 @@ import (
 func brokerOf(cfg *conf.Config) *broker.Broker {
 	cs := make([]broker.Credential, 0, len(cfg.Credentials))
 	for _, c := range cfg.Credentials {
-		cs = append(cs, broker.Credential{Name: c.Name, Placeholder: c.Placeholder, Value: c.Value, Forward: c.Forward, Guests: c.Guests})
+		cs = append(cs, broker.Credential{Name: c.Name, Placeholder: c.Placeholder, Value: c.Value, Forward: c.Forward, Destination: c.Destination, Header: c.Header, Guests: c.Guests})
 	}
 	return broker.New(cs)
 }
