@@ -1,6 +1,7 @@
 package conf
 
 import (
+	"crypto/x509"
 	"net"
 	"net/netip"
 	"net/textproto"
@@ -37,6 +38,14 @@ type Credential struct {
 	// Header is the request header (canonical form) whose value may hold the placeholder;
 	// empty: any header. A placeholder in another header is a canary.
 	Header string
+	// TLSTerminate: the Destination speaks HTTPS, and the router terminates the guest's TLS
+	// with a certificate of its own CA for the name, and makes its own TLS connection to the
+	// destination, verified with the system's roots (or Roots).
+	TLSTerminate bool
+	// CAFile names a PEM file of the CAs that verify the destination instead of the system's
+	// roots (TLSTerminate only); Roots are its certificates (nil: the system's roots).
+	CAFile string
+	Roots  *x509.CertPool
 	// Guests are the sources the credential is for; empty for every source the forward
 	// allows (for a destination: every caged source). A placeholder from any other source is a canary.
 	Guests []netip.Prefix
@@ -48,8 +57,7 @@ const MinPlaceholder = 16
 
 // credentialKeys are the keys of a [[credential]]; "value" is known only to be refused with
 // its own message.
-// "tls_terminate" is known only to be refused: HTTPS destinations are not brokered.
-var credentialKeys = []string{"name", "placeholder", "value_env", "value_file", "forward", "destination", "header", "guests", "value", "tls_terminate"}
+var credentialKeys = []string{"name", "placeholder", "value_env", "value_file", "forward", "destination", "header", "tls_terminate", "ca_file", "guests", "value"}
 
 func (d *decoder) credentials(c *Config, v any) {
 	list, ok := v.([]map[string]any)
@@ -123,8 +131,21 @@ func (d *decoder) credentials(c *Config, v any) {
 				cr.Header = d.credentialHeader(a.key("header"), s)
 			}
 		}
-		if _, ok := m["tls_terminate"]; ok {
-			d.fail(a.key("tls_terminate"), "HTTPS destinations are not brokered: the router does not terminate TLS; bind a plaintext HTTP destination, or a [[forward]]")
+		if v, ok := m["tls_terminate"]; ok {
+			if cr.TLSTerminate, _ = d.boolean(a.key("tls_terminate"), v); cr.TLSTerminate && !dst {
+				d.fail(a.key("tls_terminate"), "only a credential bound to a destination terminates TLS (a forward's is plaintext HTTP)")
+				cr.TLSTerminate = false
+			}
+		}
+		if v, ok := m["ca_file"]; ok {
+			if cr.CAFile, ok = d.str(a.key("ca_file"), v); ok {
+				switch {
+				case !cr.TLSTerminate:
+					d.fail(a.key("ca_file"), "only with tls_terminate = true (the CAs that verify the destination)")
+				default:
+					cr.Roots = d.caFile(a.key("ca_file"), cr.CAFile)
+				}
+			}
 		}
 		if v, ok := m["guests"]; ok {
 			cr.Guests = d.prefixes(a.key("guests"), v)
@@ -154,6 +175,9 @@ func (d *decoder) checkCredentials(c *Config) {
 		}
 		for j := range i {
 			o := c.Credentials[j]
+			if cr.Destination != "" && cr.Destination == o.Destination && (cr.TLSTerminate != o.TLSTerminate || cr.CAFile != o.CAFile) {
+				d.fail(a.key("destination"), "credential %q is bound to %s too: both must agree on tls_terminate and ca_file", o.Name, cr.Destination)
+			}
 			if cr.Placeholder != "" && o.Placeholder != "" && (strings.Contains(cr.Placeholder, o.Placeholder) || strings.Contains(o.Placeholder, cr.Placeholder)) {
 				d.fail(a.key("placeholder"), "overlaps the placeholder of credential %q: each must be unique and contain no other", o.Name)
 			}
@@ -185,6 +209,21 @@ func (d *decoder) credentialDestination(a at, s string) string {
 		return ""
 	}
 	return net.JoinHostPort(h.Name, strconv.FormatUint(n, 10))
+}
+
+// caFile reads a PEM file of CA certificates (nil when it cannot be read or holds none).
+func (d *decoder) caFile(a at, file string) *x509.CertPool {
+	b, err := d.opts.ReadFile(file)
+	if err != nil {
+		d.fail(a, "read the CA file: %v", err)
+		return nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		d.fail(a, "%s holds no PEM certificate", file)
+		return nil
+	}
+	return pool
 }
 
 // credentialHeader checks a credential's header name and returns it in canonical form ("" when

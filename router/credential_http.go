@@ -3,6 +3,9 @@ package router
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -103,7 +106,8 @@ func (p *compiled) brokered(pf *policy.Flow, d policy.Decision) (string, bool) {
 // and the connection closes. An upgrade (Upgrade header, CONNECT) leaves the rest of the
 // client's bytes unread: they are copied to out as they come, and no value goes in them.
 // Both directions quiet for the idle timeout, or a reload's rules refusing the flow, end it.
-// It runs on its own goroutine.
+// A destination whose TLS the router terminates (tlsBroker) is relayed the same way inside
+// both TLS connections. It runs on its own goroutine.
 func (r *Router) relayBrokered(p *compiled, f *FlowRecord, client *net.TCPConn, out net.Conn, release func()) {
 	b := f.broker
 	idle := r.relayFor(p).idle
@@ -114,17 +118,34 @@ func (r *Router) relayBrokered(p *compiled, f *FlowRecord, client *net.TCPConn, 
 		client.SetDeadline(time.Unix(1, 0))
 		out.SetDeadline(time.Unix(1, 0))
 	})
+	var cl net.Conn = client
+	first := b.first
+	if terminate, roots := p.Credentials.TLS(b.dest); terminate {
+		guest, dst, err := r.tlsBroker(p, f, client, out, roots)
+		if err != nil {
+			if r.refuse.note("brokered TLS failed", f.Src.Addr().String()) {
+				r.opts.Log.Warn("brokered destination: TLS failed; the flow is closed", "src", f.Src, "dst", b.dest, "err", err)
+			}
+			f.Err = err
+			reset(client)
+			out.Close()
+			r.relayed(f, release)(result{err: err})
+			return
+		}
+		cl, out = guest, dst
+		first = nil // the ClientHello went to the handshake
+	}
 	var refusing atomic.Bool // the client is to get the refusal: its side stays open for it
 	downDone := make(chan error, 1)
 	go func() {
-		_, err := io.Copy(meterWriter{client, &f.bytes.down}, idleReader{out, idle, &last, cut})
-		if !refusing.Load() {
-			client.CloseWrite()
+		_, err := io.Copy(meterWriter{cl, &f.bytes.down}, idleReader{out, idle, &last, cut})
+		if cw, ok := cl.(interface{ CloseWrite() error }); ok && !refusing.Load() {
+			cw.CloseWrite()
 		}
 		downDone <- err
 	}()
 	up := meterWriter{out, &f.bytes.up}
-	in := io.MultiReader(bytes.NewReader(b.first), idleReader{client, idle, &last, cut})
+	in := io.MultiReader(bytes.NewReader(first), idleReader{cl, idle, &last, cut})
 	br := bufio.NewReaderSize(in, maxBrokerHead)
 	answer, upErr := r.brokerRequests(p, f, br, up)
 	if answer != "" {
@@ -137,10 +158,10 @@ func (r *Router) relayBrokered(p *compiled, f *FlowRecord, client *net.TCPConn, 
 	}
 	downErr := <-downDone
 	if answer != "" {
-		client.SetWriteDeadline(time.Now().Add(time.Second))
-		io.WriteString(client, answer)
+		cl.SetWriteDeadline(time.Now().Add(time.Second))
+		io.WriteString(cl, answer)
 	}
-	client.Close()
+	cl.Close()
 	out.Close()
 	err := upErr
 	if err == nil {
@@ -153,6 +174,51 @@ func (r *Router) relayBrokered(p *compiled, f *FlowRecord, client *net.TCPConn, 
 	}
 	up2, down := f.bytes.load()
 	r.relayed(f, release)(result{up: up2, down: down, err: err})
+}
+
+// tlsBroker terminates the guest's TLS on client with a certificate of the router's CA for
+// the destination's name (the guest must trust the CA), after making its own TLS connection
+// to the destination over out, verified for that name with roots (nil: the system's); both
+// offer HTTP/1.1 only (ALPN), so a client that would speak HTTP/2 speaks HTTP/1.1. Both
+// handshakes have the connect timeout. The client's bytes already read (f.broker.first, its
+// ClientHello) go to the handshake first. Without a CA (Options.TLSCA) the flow fails.
+func (r *Router) tlsBroker(p *compiled, f *FlowRecord, client *net.TCPConn, out net.Conn, roots *x509.CertPool) (net.Conn, net.Conn, error) {
+	ca := r.opts.TLSCA
+	if ca == nil {
+		return nil, nil, errors.New("brokered destination: tls_terminate without the router's CA")
+	}
+	name, _, _ := net.SplitHostPort(f.broker.dest)
+	ctx, cancel := context.WithTimeout(context.Background(), p.ConnectTimeout)
+	defer cancel()
+	up := tls.Client(out, &tls.Config{ServerName: name, RootCAs: roots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	if err := up.HandshakeContext(ctx); err != nil {
+		return nil, nil, fmt.Errorf("brokered destination: TLS to %s: %w", f.broker.dest, err)
+	}
+	leaf, err := ca.Leaf(name)
+	if err != nil {
+		up.Close()
+		return nil, nil, fmt.Errorf("brokered destination: %w", err)
+	}
+	guest := tls.Server(prefixConn{client, bytes.NewReader(f.broker.first)}, &tls.Config{
+		Certificates: []tls.Certificate{*leaf}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	if err := guest.HandshakeContext(ctx); err != nil {
+		up.Close()
+		return nil, nil, fmt.Errorf("brokered destination: the guest's TLS for %s: %w", f.broker.dest, err)
+	}
+	return guest, up, nil
+}
+
+// prefixConn is a TCP connection whose reads return pre's bytes first.
+type prefixConn struct {
+	*net.TCPConn
+	pre *bytes.Reader
+}
+
+func (c prefixConn) Read(p []byte) (int, error) {
+	if c.pre.Len() > 0 {
+		return c.pre.Read(p)
+	}
+	return c.TCPConn.Read(p)
 }
 
 // brokerRequests reads the client's requests from br and writes them to out, until the

@@ -36,7 +36,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"dns", "conf internal/accept internal/ports internal/tally rules/refusal", "internal/wait"},
 
 	// The Linux data path and what it dials.
-	{"router", "dns internal/accept internal/netaddr internal/tally router/ask router/auditlog router/broker router/proc router/sniff router/sockmap router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
+	{"router", "dns internal/accept internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/proc router/sniff router/sockmap router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
 		"conf dns/dnstest internal/modeltest internal/roottest internal/secret internal/wait router/upstream/socks5/socks5test router/upstream/upstreamtest rules/policy/policytest"},
 	{"router/upstream", "conf router/upstream/httpconnect router/upstream/socks4 router/upstream/socks5",
 		"internal/echotest internal/winetest router/upstream/httpconnect/httpconnecttest router/upstream/socks4/socks4test router/upstream/socks5/socks5test router/upstream/upstreamtest"},
@@ -49,6 +49,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/upstream/socks4", "", ""},
 	{"router/sniff", "", ""},
 	{"router/broker", "internal/secret", ""},
+	{"router/broker/tlsca", "", ""}, // the CA of the destinations whose TLS the router terminates: stdlib only
 	{"router/upstream/socks4/socks4test", "", ""},
 	{"router/upstream/httpconnect", "internal/secret", "internal/echotest router/upstream/httpconnect/httpconnecttest"},
 	{"router/upstream/httpconnect/httpconnecttest", "", ""},
@@ -60,7 +61,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/proc/proctest", "router/proc", ""},
 
 	// Operations: the wiring and what it serves.
-	{"cmd/router/daemon", "conf dns internal/netaddr internal/ports router router/ask router/auditlog router/broker router/nftcap/cagemark cmd/router/console router/control cmd/router/metrics router/nftcap router/nftcap/nflog router/proc cmd/router/service router/upstream rules rules/modelapi rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
+	{"cmd/router/daemon", "conf dns internal/netaddr internal/ports router router/ask router/auditlog router/broker router/broker/tlsca router/nftcap/cagemark cmd/router/console router/control cmd/router/metrics router/nftcap router/nftcap/nflog router/proc cmd/router/service router/upstream rules rules/modelapi rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
 		"internal/winetest cmd/router/daemon/daemontest router/upstream/socks5 router/upstream/socks5/socks5test rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
 	{"cmd/router/daemon/daemontest", "conf dns router/proc rules/policy rules/refusal", ""},
 	{"router/control", "internal/accept", ""},
@@ -81,7 +82,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert/cmd/wdprobe", "router/proc windivert windivert/dist windivert/packet", ""},
 
 	// The commands.
-	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck cmd/router/replay conf conf/lint conf/proxifier router/auditlog router/control cmd/router/daemon cmd/router/service router/upstream rules rules/policy windivert/adapters",
+	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck cmd/router/replay conf conf/lint conf/proxifier router/auditlog router/broker/tlsca router/control cmd/router/daemon cmd/router/service router/upstream rules rules/policy windivert/adapters",
 		"router/upstream/socks5/socks5test rules/policy/policytest"},
 	{"cmd/router/checkip", "", ""},
 	{"cmd/router/replay", "router/auditlog rules rules/policy", "conf"},

@@ -14,6 +14,7 @@ package broker
 
 import (
 	"bytes"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -32,6 +33,11 @@ type Credential struct {
 	Destination string         // or the HTTP destination "name:port" (lower case, no trailing dot)
 	Header      string         // the header (canonical) the value goes in; "": any header
 	Guests      []netip.Prefix // the sources it is for; empty: any the forward allows
+	// TLSTerminate: the destination speaks HTTPS, which the router terminates; Roots verify
+	// the destination (nil: the system's roots). Credentials bound to one destination agree
+	// on both (conf checks).
+	TLSTerminate bool
+	Roots        *x509.CertPool
 }
 
 // Broker finds placeholders and puts values in their place. The zero Broker (or nil) holds
@@ -142,6 +148,20 @@ func (b *Broker) Binds(dest string) bool {
 		}
 	}
 	return false
+}
+
+// TLS reports whether the destination dest speaks HTTPS that the router terminates, and the
+// roots that verify it (nil: the system's).
+func (b *Broker) TLS(dest string) (bool, *x509.CertPool) {
+	if b.Empty() {
+		return false, nil
+	}
+	for _, c := range b.creds {
+		if c.Destination == dest && c.TLSTerminate {
+			return true, c.Roots
+		}
+	}
+	return false, nil
 }
 
 // InjectTo is Inject for a request that src sends on a connection the router dialed to the
