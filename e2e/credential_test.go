@@ -169,3 +169,70 @@ header = "Authorization"
 	}
 	s.wantNoLeak("credential destination")
 }
+
+// TestCredentialDestinationTLS: the same over HTTPS, with tls_terminate. The guest trusts the
+// router's CA (`router ca`), the router verifies the echo server with the lab's CA (ca_file):
+// both requests of one connection reach the server with the real value; without the
+// router's CA the guest's handshake fails and nothing reaches the server. No log, status or
+// flow log holds the value.
+func TestCredentialDestinationTLS(t *testing.T) {
+	dir := t.TempDir()
+	flows := filepath.Join(dir, "flows.jsonl")
+	labCA := filepath.Join(dir, "lab-ca.pem")
+	extra := `
+[log]
+flows = "` + flows + `"
+
+[[credential]]
+name = "echo-key"
+placeholder = "` + destPlaceholder + `"
+value_env = "ROUTER_E2E_ECHO_KEY"
+destination = "` + lab.EchoName + `:443"
+header = "Authorization"
+tls_terminate = true
+ca_file = "` + labCA + `"
+`
+	t.Setenv("ROUTER_E2E_ECHO_KEY", destRealValue)
+	// The lab's CA exists once the lab is up; the router reads ca_file when it starts.
+	s := newLab(t, config(lab.GoSocksAddr, "")+extra)
+	if err := os.WriteFile(labCA, s.lab.EchoCAPEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.startRouter()
+	g := s.lab.Guest()
+	caPEM, code := s.routerCmd("ca")
+	if code != 0 || !strings.Contains(caPEM, "BEGIN CERTIFICATE") {
+		t.Fatalf("router ca: exit %d, %q", code, caPEM)
+	}
+	routerCA := filepath.Join(dir, "router-ca.pem")
+	if err := os.WriteFile(routerCA, []byte(caPEM), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	auth := "Authorization: Bearer " + destPlaceholder
+	out, code := s.curl(g, lab.EchoTLSURL+"one", "--cacert", routerCA, "-H", auth, lab.EchoTLSURL+"two")
+	if code != 0 || strings.Count(out, lab.ExitAddr) != 2 {
+		t.Fatalf("the guest's two requests: exit %d, %q", code, out)
+	}
+	var got []string
+	for _, r := range s.lab.HTTPLog() {
+		got = append(got, r.Path+" "+r.Auth)
+	}
+	slices.Sort(got)
+	if want := []string{"/one Bearer " + destRealValue, "/two Bearer " + destRealValue}; strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("the echo server saw:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if out, code := s.curl(g, lab.EchoTLSURL+"untrusted", "-H", auth); code == 0 {
+		t.Errorf("a guest that does not trust the router's CA got through: %q", out)
+	}
+	if n := len(s.lab.HTTPLog()); n != 2 {
+		t.Errorf("the echo server saw %d requests, want 2", n)
+	}
+	statusJSON, _ := s.routerCmd("status", "--json", "--config", s.cfg)
+	flowLog, _ := os.ReadFile(flows)
+	for what, text := range map[string]string{"the router's log": s.log(), "status": statusJSON, "the flow log": string(flowLog)} {
+		if strings.Contains(text, destRealValue) {
+			t.Errorf("%s holds the real value", what)
+		}
+	}
+	s.wantNoLeak("credential destination over TLS")
+}

@@ -168,8 +168,8 @@ func (b *Broker) TLS(dest string) (bool, *x509.CertPool) {
 // destination dest ("name:port" as Binds takes it): host is the request's Host (from its
 // Host header, or an absolute-form target) and target its request target. The value goes
 // only in a header, its credential's (Credential.Header) or any when that is unset, and
-// only when host names dest itself (the name, and the port unless it is 80 and host gives
-// none): a server that routes by Host (a shared front, a CDN) must never carry the value
+// only when host names dest itself (the name, and the port unless it is the scheme's, 80 or
+// 443 when the router terminates TLS for dest, and host gives none): a server that routes by Host (a shared front, a CDN) must never carry the value
 // to another site. A placeholder in the target or the host, in a header with host naming
 // another destination, or of a credential bound elsewhere or for other guests, is a Hit, and
 // h is left unchanged. The body is not read: its bytes go to dest unchanged, placeholder or
@@ -184,20 +184,25 @@ func (b *Broker) InjectTo(h http.Header, host, target, dest string, src netip.Ad
 	if hit, found := b.Find([]byte(host), "Host"); found {
 		return 0, hit, true
 	}
-	if !sameDest(host, dest) {
+	defaultPort := "80"
+	if terminate, _ := b.TLS(dest); terminate {
+		defaultPort = "443"
+	}
+	if !sameDest(host, dest, defaultPort) {
 		return b.inject(h, src, func(Credential) bool { return false }, " (its Host names another destination)")
 	}
 	return b.inject(h, src, func(c Credential) bool { return c.Destination == dest }, "")
 }
 
 // sameDest reports whether a request's Host names dest ("name:port"): the same name, case
-// and a trailing dot aside, and the same port, which HTTP leaves out when it is 80.
-func sameDest(host, dest string) bool {
+// and a trailing dot aside, and the same port, which a Host leaves out when it is the
+// scheme's (defaultPort: 80, or 443 when the router terminates TLS for dest).
+func sameDest(host, dest, defaultPort string) bool {
 	dn, dp, err := net.SplitHostPort(dest)
 	if err != nil || host == "" {
 		return false
 	}
-	hn, hp := host, "80"
+	hn, hp := host, defaultPort
 	if n, p, err := net.SplitHostPort(host); err == nil {
 		hn, hp = n, p
 	}

@@ -115,13 +115,17 @@ func destBroker() *Broker {
 			Guests: []netip.Prefix{netip.MustParsePrefix("10.0.2.0/24")}},
 		{Name: "alt", Placeholder: altPH, Value: secret.NewPassword("alt-real"), Destination: "alt.example.com:8080"},
 		{Name: "openai", Placeholder: openaiPH, Value: secret.NewPassword(realKey), Forward: "model"},
+		{Name: "tls", Placeholder: tlsPH, Value: secret.NewPassword("tls-real"), Destination: "secure.example.com:443", TLSTerminate: true},
+		{Name: "plain443", Placeholder: plainPH, Value: secret.NewPassword("plain-real"), Destination: "plain.example.com:443"},
 	})
 }
 
 const (
-	apiPH  = "router-placeholder-api-0001"
-	altPH  = "router-placeholder-alt-0002"
-	apiKey = "api-REAL-key"
+	apiPH   = "router-placeholder-api-0001"
+	altPH   = "router-placeholder-alt-0002"
+	apiKey  = "api-REAL-key"
+	tlsPH   = "router-placeholder-tls-0003"
+	plainPH = "router-placeholder-plain-0004"
 )
 
 // injectCases is the decision for a request on a connection the router dialed to dest:
@@ -152,6 +156,10 @@ var injectCases = []struct {
 	{"a forward's credential", "api.example.com:80", "api.example.com", "/", "Authorization: Bearer " + openaiPH, "10.0.2.15", "", "openai"},
 	{"any header, port in Host", "alt.example.com:8080", "alt.example.com:8080", "/", "X-Token: " + altPH, "10.0.3.15", "alt-real", ""},
 	{"port 8080 left out of Host", "alt.example.com:8080", "alt.example.com", "/", "X-Token: " + altPH, "10.0.3.15", "", "alt"},
+	{"TLS terminated, 443 left out of Host", "secure.example.com:443", "secure.example.com", "/", "Authorization: " + tlsPH, "10.0.2.15", "tls-real", ""},
+	{"TLS terminated, 443 in Host", "secure.example.com:443", "secure.example.com:443", "/", "Authorization: " + tlsPH, "10.0.2.15", "tls-real", ""},
+	{"TLS terminated, Host says 80", "secure.example.com:443", "secure.example.com:80", "/", "Authorization: " + tlsPH, "10.0.2.15", "", "tls"},
+	{"plaintext on 443, port left out of Host", "plain.example.com:443", "plain.example.com", "/", "Authorization: " + plainPH, "10.0.2.15", "", "plain443"},
 }
 
 // TestInjectTo: the value goes in place of its placeholder only in its own header of a
