@@ -88,7 +88,7 @@ func (p *compiled) boundDest(pf *policy.Flow) (string, bool) {
 // one the decision lets out (not a model gate's), to a bound destination. A router-owned
 // name is always dialed by name (a direct verdict's ByName; a proxy gets the name).
 func (p *compiled) brokered(pf *policy.Flow, d policy.Decision) (string, bool) {
-	if !admits(d) || d.Action == rules.Direct && (!d.ByName || d.Untrusted) {
+	if p.Credentials.Empty() || !admits(d) || d.Action == rules.Direct && (!d.ByName || d.Untrusted) {
 		return "", false
 	}
 	if _, gated := p.gate(pf, d); gated {
