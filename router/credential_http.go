@@ -23,9 +23,10 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
-// Credentials bound to a destination ([[credential]] destination = "name:port"): a caged
-// flow that the router itself connects to that name and port (decided by the rules, direct
-// or through a proxy) is read as plaintext HTTP/1.x, request by request, and each request's
+// Credentials bound to a destination ([[credential]] destination = "name:port"): a flow
+// that the router itself connects to that name and port (decided by the rules, direct or
+// through a proxy) is read as HTTP/1.x (inside the TLS the router terminates, for a
+// destination with tls_terminate: tlsBroker), request by request, and each request's
 // placeholders are judged by the broker (broker.Broker.InjectTo): the value goes in place of
 // the placeholder, or the request is refused as a canary. The responses are relayed as
 // they come.
