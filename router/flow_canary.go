@@ -20,7 +20,8 @@ func (r *Router) canary(p *compiled, f *FlowRecord, pf *policy.Flow, sniffed str
 	if !found {
 		hit, found = creds.FindName(pf.Host, "its destination's name")
 	}
-	if !found {
+	if _, bound := p.boundDest(pf); !found && !bound {
+		// A flow to a brokered destination has each request judged (credential_http.go).
 		hit, found = creds.Find(first, "its first bytes")
 	}
 	if !found {

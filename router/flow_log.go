@@ -64,6 +64,8 @@ type FlowRecord struct {
 	query policy.Flow
 	// gate is set when the flow is to be served by a forward's HTTP gate (forward_gate.go).
 	gate *gated
+	// broker is set when the flow goes to a brokered destination (credential_http.go).
+	broker *brokerFlow
 }
 
 // Audit returns the flow log for audits the router writes to (Options.Audit; nil: none), for

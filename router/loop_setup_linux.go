@@ -470,7 +470,7 @@ func (l *loop) nameIn(s *setupFlow, final bool) {
 	r.sniffed(p, f, &pf, res, first)
 	s.h.sniffed = true
 	d := p.Decision.Decide(&pf)
-	if d.Verdict == s.spec.Verdict && d.Step == s.spec.Step && f.Host == host {
+	if d.Verdict == s.spec.Verdict && d.Step == s.spec.Step && f.Host == host && !p.isBrokered(&pf, d) {
 		f.query = pf
 		r.decided(p, f, d)
 		if s.state == sNamePending {
@@ -575,6 +575,7 @@ func (l *loop) decide(s *setupFlow, pf *policy.Flow) {
 	case d.Action == rules.Direct && d.ByName:
 	case d.Action == rules.Proxy && !loopUpstream(p, d.Proxy, &up):
 	case d.Action == rules.Direct && p.gated(pf, d): // served by a forward's gate (forward_gate.go)
+	case p.isBrokered(pf, d): // read request by request (credential_http.go)
 	default:
 		s.dst = dstOf(pf)
 		if s.slots = r.adm.trySetup(key, s.dst); s.slots {

@@ -34,6 +34,7 @@ import (
 	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/broker"
 	"github.com/agentcage/router/router/modelfwd"
+	"github.com/agentcage/router/router/broker/tlsca"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/sniff"
 	"github.com/agentcage/router/router/upstream"
@@ -60,6 +61,9 @@ type Names interface {
 // Options are the collaborators of a Router. Original is required; the rest may be nil.
 type Options struct {
 	Log *slog.Logger
+	// TLSCA is the router's CA, for the destinations whose TLS it terminates (a
+	// [[credential]] with tls_terminate); nil: such flows fail.
+	TLSCA *tlsca.CA
 	// Original returns where a redirected connection came from and was going: with a
 	// redirect in the kernel (nftables) the source is the accepted connection's peer; with
 	// a reflecting capture (WinDivert) the peer is rewritten and only the capture knows.

@@ -48,6 +48,7 @@ func commands() []command {
 		{"import", "proxifier PROFILE.ppx [-o FILE] [--force]", "turn a Proxifier profile into a config, say what could not be carried, and lint it", cmdImport},
 		{"hold", "--handle N --parent PID", "internal (Windows): the daemon's WinDivert holder, which fails closed through a crash", cmdHold},
 		{"adapters", "[--json]", "Windows: the VM-facing adapters, their subnets, and whether Windows NAT or forwarding carries their guests", cmdAdapters},
+		{"ca", "", "print the certificate of the router's own CA (made on first use), for the guests whose HTTPS to a tls_terminate destination it terminates", cmdCA},
 		{"version", "", "print the version, the commit and the Go release (also --version)", cmdVersion},
 	}
 }

@@ -36,8 +36,8 @@ var table = []struct{ pkg, imports, tests string }{
 	{"dns", "conf internal/accept internal/ports internal/tally rules/refusal", "internal/wait"},
 
 	// The Linux data path and what it dials.
-	{"router", "dns internal/accept internal/netaddr internal/tally router/ask router/auditlog router/broker router/modelfwd router/proc router/sniff router/sockmap router/upstream router/upstream/socks5 rules rules/policy rules/refusal",
-		"conf dns/dnstest internal/modeltest internal/roottest internal/secret internal/wait router/upstream/socks5/socks5test router/upstream/upstreamtest rules/modelapi rules/policy/policytest"},
+	{"router", "dns internal/accept internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/modelfwd router/proc router/sniff router/sockmap router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
+		"conf dns/dnstest internal/modeltest internal/roottest internal/secret internal/wait router/upstream/socks5/socks5test router/upstream/upstreamtest rules/policy/policytest"},
 	// The model forwards' HTTP side: what the router hands an HTTP forward's connection.
 	{"router/modelfwd", "internal/tally router/broker rules/modelapi rules/refusal", "internal/modeltest internal/netaddr internal/secret internal/wait"},
 	{"router/upstream", "conf router/upstream/httpconnect router/upstream/socks4 router/upstream/socks5",
@@ -51,6 +51,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/upstream/socks4", "", ""},
 	{"router/sniff", "", ""},
 	{"router/broker", "internal/secret", ""},
+	{"router/broker/tlsca", "", ""}, // the CA of the destinations whose TLS the router terminates: stdlib only
 	{"router/upstream/socks4/socks4test", "", ""},
 	{"router/upstream/httpconnect", "internal/secret", "internal/echotest router/upstream/httpconnect/httpconnecttest"},
 	{"router/upstream/httpconnect/httpconnecttest", "", ""},
@@ -65,7 +66,7 @@ var table = []struct{ pkg, imports, tests string }{
 	// Operations: the wiring and what it serves.
 	// The daemon knows the capture only through the seam (router/capture); its test of what
 	// conf accepts also asks the Linux capture's spec.
-	{"cmd/router/daemon", "cmd/router/console cmd/router/metrics conf dns internal/netaddr router router/ask router/auditlog router/broker router/capture router/control router/proc router/upstream rules rules/modelapi rules/policy rules/refusal",
+	{"cmd/router/daemon", "cmd/router/console cmd/router/metrics conf dns internal/netaddr router router/ask router/auditlog router/broker router/broker/tlsca router/capture router/control router/proc router/upstream rules rules/modelapi rules/policy rules/refusal",
 		"router/capture/capturetest router/nftcap/platform router/upstream/socks5"},
 	// The seam between the daemon and a capture, and its fake.
 	{"router/capture", "conf dns router/auditlog router/control router/proc rules rules/policy rules/refusal", ""},
@@ -90,7 +91,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert/cmd/wdprobe", "router/proc windivert windivert/dist windivert/packet", ""},
 
 	// The commands.
-	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck cmd/router/replay conf conf/lint conf/proxifier router/auditlog router/capture router/control cmd/router/daemon cmd/router/service router/nftcap/platform router/upstream rules rules/policy windivert/adapters windivert/platform",
+	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck cmd/router/replay conf conf/lint conf/proxifier router/auditlog router/broker/tlsca router/capture router/control cmd/router/daemon cmd/router/service router/nftcap/platform router/upstream rules rules/policy windivert/adapters windivert/platform",
 		"router/upstream/socks5/socks5test rules/policy/policytest"},
 	{"cmd/router/checkip", "", ""},
 	{"cmd/router/replay", "router/auditlog rules rules/policy", "conf"},

@@ -272,6 +272,11 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		return err
 	}
 	ropts.Names = d.dns
+	ca, err := tlsCA(cfg)
+	if err != nil {
+		return err
+	}
+	ropts.TLSCA = ca
 	r, err := router.New(l.pol, ropts)
 	if err != nil {
 		return err
