@@ -208,7 +208,7 @@ func (r *Router) GuestProfiles() map[string]string {
 func (r *Router) ProfileNames() []string { return r.pol.Load().Decision.ProfileNames() }
 
 // dropGoneProfiles forgets the switches to profiles p does not define (a reload removed
-// them): those guests are back on the default profile. Use calls it before it ends the
+// them), and those of apps p does not cage: those guests are back on the default profile. Use calls it before it ends the
 // flows p refuses.
 func (r *Router) dropGoneProfiles(p *compiled) {
 	pr := &r.profiles
@@ -223,6 +223,9 @@ func (r *Router) dropGoneProfiles(p *compiled) {
 		if _, ok := p.profiles[name]; !ok {
 			delete(m, g)
 			r.log.Warn("guest back on the default profile: the config has no such profile now", "guest", g, "profile", name)
+		} else if app, ok := strings.CutPrefix(g, appKeyPrefix); ok && !p.Decision.Caged(&policy.Flow{App: app}) {
+			delete(m, g)
+			r.log.Warn("guest back on the default profile: the config cages no such app now", "guest", g, "profile", name)
 		}
 	}
 	pr.m.Store(&m)

@@ -399,3 +399,27 @@ func TestProfileSwitchCagedAppUDP(t *testing.T) {
 	default:
 	}
 }
+
+// TestProfileSwitchAppAcrossReload: a reload that no longer cages a switched app forgets its
+// switch (logged), as one that drops its profile does.
+func TestProfileSwitchAppAcrossReload(t *testing.T) {
+	e := newEnv(t, Settings{Decision: appProfileDecision(t, 1)}, Options{Owner: ownersBySource})
+	if _, _, err := e.r.SwitchProfile("app:pasta", "offline"); err != nil {
+		t.Fatal(err)
+	}
+	st := e.r.pol.Load().Settings
+	if err := e.r.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.r.GuestProfiles(); got["app pasta"] != "offline" {
+		t.Errorf("after a reload that still cages pasta: %v", got)
+	}
+	st.Decision = profileDecision(1) // the profile, no caged app
+	if err := e.r.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.r.GuestProfiles(); len(got) != 0 {
+		t.Errorf("after a reload that cages no app: %v", got)
+	}
+	e.waitLog(`the config cages no such app now`)
+}
