@@ -471,6 +471,11 @@ func (p *redirectPlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dn
 			return err
 		}
 		p.eng.SetPolicy(pol)
+		// The new rules take effect on the flows the engine passed itself too (the router
+		// decides its own again: Router.Use).
+		if n := p.eng.EndRefused(nil); n > 0 {
+			p.log.Warn("reload ended live flows the capture passed", "flows", n)
+		}
 		p.cfg, p.pol = cfg, pol
 		p.snapshot()
 		if ups := literalUpstreams(cfg); !slices.Equal(ups, p.ups) {

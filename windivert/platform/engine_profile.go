@@ -16,7 +16,7 @@ func (p *redirectPlatform) UseProfiles(pick func(p *policy.Policy, f *policy.Flo
 }
 
 // EndSwitched: the engine's passed flows of the switched guest that its profile refuses
-// (redirect.Engine.EndSwitched); none before the engine runs.
+// (redirect.Engine.EndRefused); none before the engine runs.
 func (p *redirectPlatform) EndSwitched(of func(p *policy.Policy, f *policy.Flow) bool) int {
 	p.mu.Lock()
 	eng := p.eng
@@ -24,5 +24,5 @@ func (p *redirectPlatform) EndSwitched(of func(p *policy.Policy, f *policy.Flow)
 	if eng == nil {
 		return 0
 	}
-	return eng.EndSwitched(of)
+	return eng.EndRefused(of)
 }

@@ -204,19 +204,20 @@ func (e *Engine) queryLocked(f *flow) policy.Flow {
 	return pf
 }
 
-// EndSwitched decides again the flows the engine decided itself whose guest is switched to
-// another profile (of, asked with the engine's Policy and what the flow was decided on),
-// with the Policy Options.Profile picks now: a flow the engine passed that the new decision
-// refuses leaves the table, counted as refused under the new reason (and in the flow log),
-// so that the app's next packet of it is refused (TCP: a RST, as for a packet of no known
-// flow; UDP: its next datagram is a new flow, decided and dropped). The new decision does
-// not move a passed flow into the router: one it would proxy goes on, as the router's
-// relayed flows do after a reload. A UDP flow the engine dropped leaves the table too, so
-// that its next datagram is decided by the new profile. The flows reflected or relayed to
-// the router are the router's to decide again (router.Router.SwitchProfile), and pending
-// ones are decided with the new profile when their owner is known. Returns how many
-// passed flows it ended.
-func (e *Engine) EndSwitched(of func(p *policy.Policy, f *policy.Flow) bool) int {
+// EndRefused decides again the flows the engine decided itself that of selects (asked with
+// the engine's Policy and what the flow was decided on; nil: every flow), with the current
+// Policy and the profile Options.Profile picks now: after a reload (SetPolicy), or a switch
+// of a guest's profile. A flow the engine passed that the new decision refuses leaves the
+// table, counted as refused under the new reason (and in the flow log), so that the app's
+// next packet of it is refused (TCP: a RST, as for a packet of no known flow; UDP: its next
+// datagram is a new flow, decided and dropped). The new decision does not move a passed
+// flow into the router: one it would proxy goes on, as the router's relayed flows that stay
+// allowed do. A UDP flow the engine dropped leaves the table too, so that its next datagram
+// is decided anew. The flows reflected or relayed to the router are the router's to decide
+// again (router.Router.Use, SwitchProfile); pending ones are decided by the new policy when
+// their owner is known; the connections AllowExisting let live, never decided, are left
+// alone. Returns how many passed flows it ended.
+func (e *Engine) EndRefused(of func(p *policy.Policy, f *policy.Flow) bool) int {
 	pol := e.pol.Load()
 	now := e.now()
 	e.mu.Lock()
@@ -224,11 +225,12 @@ func (e *Engine) EndSwitched(of func(p *policy.Policy, f *policy.Flow) bool) int
 	n := 0
 	for _, f := range e.flows {
 		if f.state != statePass && f.state != stateDrop || f.verdict.Name == "" {
-			continue // reflected, relayed, DNS, pending; or passed undecided (a SYN-ACK the host sends)
+			continue // reflected, relayed, DNS, pending; or passed undecided (AllowExisting, a SYN-ACK the host sends)
 		}
-		pf := e.queryLocked(f)
-		if !of(pol, &pf) {
-			continue
+		if of != nil {
+			if pf := e.queryLocked(f); !of(pol, &pf) {
+				continue
+			}
 		}
 		if f.state == stateDrop {
 			e.removeLocked(f, now)

@@ -21,7 +21,7 @@ import (
 
 // TestProfileSwitch: the engine decides a switched guest's flows (a VM network's guest, a
 // caged app known by its image) by the profile Options.Profile picks, at the first packet;
-// EndSwitched ends the passed flows of the guest that the profile refuses (counted, and the
+// EndRefused ends the passed flows of the guest that the profile refuses (counted, and the
 // app's next packet answered with a RST) and leaves the others' flows alone.
 func TestProfileSwitch(t *testing.T) {
 	const model = 47831
@@ -83,8 +83,8 @@ func TestProfileSwitch(t *testing.T) {
 			before := e.Stats().Refused
 
 			on.Store(true)
-			if n := e.EndSwitched(tc.of); n != 1 {
-				t.Errorf("EndSwitched ended %d flows; want 1", n)
+			if n := e.EndRefused(tc.of); n != 1 {
+				t.Errorf("EndRefused ended %d flows; want 1", n)
 			}
 			if st := e.Stats(); st.Refused != before+1 {
 				t.Errorf("refused %d; want %d", st.Refused, before+1)
@@ -103,8 +103,8 @@ func TestProfileSwitch(t *testing.T) {
 			passes(tc.other, direct, ack, 301)   // the other guest's too
 			refused(tc.src, blocked, syn, 400)   // a new flow: the profile's decision
 			passes(tc.src, modelDst, syn|0, 500) // the profile allows the model
-			if n := e.EndSwitched(tc.of); n != 0 {
-				t.Errorf("a second EndSwitched ended %d flows; want 0", n)
+			if n := e.EndRefused(tc.of); n != 0 {
+				t.Errorf("a second EndRefused ended %d flows; want 0", n)
 			}
 			// The flow log names the profile: the flow ended at the switch, the new one refused.
 			if err := audit.Close(); err != nil {
@@ -128,5 +128,39 @@ func TestProfileSwitch(t *testing.T) {
 				t.Errorf("refusals by profile offline in the flow log: %v; want to %v, then %v\n%s", byProfile, direct, blocked, b)
 			}
 		})
+	}
+}
+
+// TestReloadEndsPassedFlows: after a reload (SetPolicy), EndRefused(nil) ends the flows the
+// engine passed that the new rules refuse (counted; the app's next packet gets a RST) and
+// leaves those they still allow.
+func TestReloadEndsPassedFlows(t *testing.T) {
+	e, dev, _ := newTest(t, true, testRules(t), Options{})
+	other := netip.MustParseAddrPort("198.51.100.21:80")
+	for i, dst := range []netip.AddrPort{direct, other} {
+		send(e, tcpPkt(appA, dst, syn, uint32(100*i), 0, ""), outMeta)
+		if got := wantOne(t, dev); !got.m.Outbound {
+			t.Fatalf("%v: got %v, want passed", dst, got)
+		}
+	}
+	h, err := rules.ParseHost(direct.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	blockDirect := rules.Rule{Name: "no-direct", Hosts: []rules.Host{h}, Action: rules.Block}
+	e.SetPolicy(testRules(t, blockDirect))
+	if n := e.EndRefused(nil); n != 1 {
+		t.Errorf("EndRefused ended %d flows; want 1", n)
+	}
+	if r := e.Refusals(); len(r) != 1 || r[0].Reason != refusal.Rule || r[0].Recent[0].Rule != "no-direct" {
+		t.Errorf("refusals %+v; want one by rule no-direct", r)
+	}
+	send(e, tcpPkt(appA, direct, ack, 1, 1, "x"), outMeta)
+	if got := wantOne(t, dev); got.m.Outbound || got.flags&packet.TCPRst == 0 {
+		t.Errorf("the ended flow's next packet: %v flags %#x; want a RST to the app", got, got.flags)
+	}
+	send(e, tcpPkt(appA, other, ack, 101, 1, "x"), outMeta)
+	if got := wantOne(t, dev); !got.m.Outbound || got.dst != other {
+		t.Errorf("the flow the new rules allow: %v; want passed", got)
 	}
 }
