@@ -98,11 +98,11 @@ func TestProfileSwitch(t *testing.T) {
 			if caged != 1 {
 				t.Errorf("refusals %+v; want one caged", e.Refusals())
 			}
-			refused(tc.src, direct, ack, 101)    // the ended flow's next packet
-			passes(tc.src2, modelDst, ack, 201)  // the allowed one goes on
-			passes(tc.other, direct, ack, 301)   // the other guest's too
-			refused(tc.src, blocked, syn, 400)   // a new flow: the profile's decision
-			passes(tc.src, modelDst, syn|0, 500) // the profile allows the model
+			refused(tc.src, direct, ack, 101)   // the ended flow's next packet
+			passes(tc.src2, modelDst, ack, 201) // the allowed one goes on
+			passes(tc.other, direct, ack, 301)  // the other guest's too
+			refused(tc.src, blocked, syn, 400)  // a new flow: the profile's decision
+			passes(tc.src, modelDst, syn, 500)  // the profile allows the model
 			if n := e.EndRefused(tc.of); n != 0 {
 				t.Errorf("a second EndRefused ended %d flows; want 0", n)
 			}
