@@ -143,6 +143,7 @@ func (r *Router) classified(ctx context.Context, p *compiled, f *FlowRecord, c *
 		return
 	}
 	h := held{names: r.classify(c, f, pf, p)}
+	p = r.forGuest(p, pf) // a switched caged app's profile, its owner known (profile.go)
 	key := sourceKey(pf, p)
 	if !r.adm.flows.tryAcquire(key) {
 		f.Err, f.Verdict = errOverShare, admissionVerdict

@@ -70,6 +70,9 @@ type Platform interface {
 //     guarded paths).
 //   - KernelCager: the processes the kernel cages, for status, and its warning of a known
 //     hypervisor's process that runs uncaged (Linux).
+//   - ProfileDecider: the capture decides flows itself and must know the guests' switched
+//     profiles (Windows, the redirect engine); without it only the router decides them
+//     (Linux: every caged flow reaches the router).
 //
 // A Platform with neither UDP capability captures no UDP: caged UDP is refused.
 
@@ -175,4 +178,18 @@ type KernelCager interface {
 	// each process of a known hypervisor's binary it does not cage, or why the processes
 	// could not be told.
 	KernelCaged() ([]control.KernelCagedStat, []string)
+}
+
+// ProfileDecider is a Platform that decides flows itself (Windows: the redirect engine, at a
+// flow's first packet, passes a direct one without the router), so that a guest switched to
+// a [profile.NAME] (router profile) must be decided by that profile there too.
+type ProfileDecider interface {
+	// UseProfiles gives the capture the router's choice of a flow's profile
+	// (router.Router.ProfileFor: the Policy of the profile the flow's guest is switched to,
+	// else the one given); it is called before the first Install.
+	UseProfiles(pick func(p *policy.Policy, f *policy.Flow) *policy.Policy)
+	// EndSwitched ends, after a switch, the capture's own live flows of the switched guest
+	// (of) that its profile now refuses, counted among the capture's refusals, and returns
+	// how many it ended.
+	EndSwitched(of func(p *policy.Policy, f *policy.Flow) bool) int
 }

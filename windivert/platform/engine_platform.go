@@ -81,6 +81,8 @@ type redirectPlatform struct {
 	ups     []netip.AddrPort
 	udp     []windivert.PortRange // the UDP ports the filter takes (nil: all)
 	router  capture.UDPRouter     // carries the engine's relayed UDP (UseRouter); nil: such UDP is dropped
+	// profile picks a switched guest's profile (UseProfiles); nil: every flow by the config's rules
+	profile func(p *policy.Policy, f *policy.Flow) *policy.Policy
 	closing bool
 	failed  chan error   // one failure, buffered
 	unhold  func() error // lets the holder go (nil: none)
@@ -469,6 +471,11 @@ func (p *redirectPlatform) Install(cfg *conf.Config, pol *policy.Policy, srv *dn
 			return err
 		}
 		p.eng.SetPolicy(pol)
+		// The new rules take effect on the flows the engine passed itself too (the router
+		// decides its own again: Router.Use).
+		if n := p.eng.EndRefused(nil); n > 0 {
+			p.log.Warn("reload ended live flows the capture passed", "flows", n)
+		}
 		p.cfg, p.pol = cfg, pol
 		p.snapshot()
 		if ups := literalUpstreams(cfg); !slices.Equal(ups, p.ups) {
@@ -632,6 +639,7 @@ func (p *redirectPlatform) startEngine(cfg *conf.Config, pol *policy.Policy, srv
 		Resolver:     p.resolver(),
 		Lookup:       p.deps.Lookup,
 		OwnPIDs:      []uint32{p.deps.OwnPID},
+		Profile:      p.profile,
 	}
 	// The daemon's DNS server answers captured queries in process and names fake IPs and
 	// the addresses of its answers, so host-name rules can decide before the SYN leaves.

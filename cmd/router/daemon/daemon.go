@@ -300,6 +300,7 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	if err := d.startUDP(sctx, cfg); err != nil {
 		return err
 	}
+	d.useProfiles()
 	if cfg.Capture.DNSPort != 0 {
 		port := strconv.Itoa(int(cfg.Capture.DNSPort))
 		addr := net.JoinHostPort("::", port)
