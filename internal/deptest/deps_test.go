@@ -105,7 +105,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"internal/bench", "router/upstream/socks5", "router/upstream/socks5/socks5test"},
 	{"internal/notices", "", ""},
 	{"internal/deptest", "", ""},
-	{"e2e", "", "conf dns internal/lab internal/modeltest internal/roottest router router/control router/nftcap router/proc router/upstream router/upstream/socks5 rules rules/policy rules/refusal windivert/packet windivert/redirect"},
+	{"e2e", "", "conf dns internal/lab internal/modeltest internal/roottest internal/wait router router/control router/nftcap router/proc router/upstream router/upstream/socks5 rules rules/policy rules/refusal windivert/packet windivert/redirect"},
 }
 
 // A layer is a rule the table must keep, over the packages of ours that a package's code
