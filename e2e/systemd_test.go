@@ -187,10 +187,11 @@ var exposure = regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+) `)
 // the scene's config and cage the guest (the proxy's exit address, no leak); an "always"
 // answer is written by the daemon under the unit's sandbox to /var/lib/router/approved.toml
 // and carries the flow, also after a restart; `systemctl reload` with a broken config fails
-// and the daemon keeps running; a learning session (the unit's ExecStart with --learn, from
+// and the daemon keeps running, and a start on it fails (Type=notify); a learning session (the unit's ExecStart with --learn, from
 // a runtime drop-in) records the guest's flows in /var/lib/router/flows.jsonl, which
 // `router learn --suggest` turns into an allow-list; the live units' exposure stays at most
-// 4.0; `apt remove` lifts the guard and says so. The figures are logged ("figure:").
+// 4.0; `apt remove` lifts the guard and says so; ROUTER_ENABLE=1 at install enables and
+// starts both units. The figures are logged ("figure:").
 func TestUnitUnderSystemd(t *testing.T) {
 	root, deb := os.Getenv(systemdRootEnv), os.Getenv(systemdDebEnv)
 	roottest.Require(t, tools...)
@@ -238,9 +239,11 @@ func TestUnitUnderSystemd(t *testing.T) {
 	b.must(ctx, "", "cp", "/etc/router/examples/linux-qemu-user.toml", "/etc/router/router.toml")
 	start = time.Now()
 	b.must(ctx, "", "systemctl", "enable", "--now", "router-guard.service", "router.service")
-	up := b.routerUp(ctx, "systemctl enable --now, the example config")
-	t.Logf("figure: systemctl enable --now router-guard router: the daemon answered router status %v after (%v in all)",
-		up.Round(10*time.Millisecond), time.Since(start).Round(10*time.Millisecond))
+	t.Logf("figure: systemctl enable --now router-guard router took %v", time.Since(start).Round(10*time.Millisecond))
+	// Type=notify: the start ended once the daemon said it runs, so it answers at once.
+	if out, code := b.run(ctx, "", "router", "status"); code != 0 {
+		t.Errorf("router status right after systemctl enable --now: exit %d\n%s", code, out)
+	}
 	if out, code := b.run(ctx, "", "systemctl", "is-active", "router-guard.service", "router.service"); code != 0 || out != "active\nactive\n" {
 		t.Fatalf("systemctl is-active router-guard router on the example config: exit %d\n%s", code, out)
 	}
@@ -335,7 +338,17 @@ func TestUnitUnderSystemd(t *testing.T) {
 	if out := b.must(ctx, "", "journalctl", "--no-pager", "-u", "router", "-n", "20", "-o", "cat"); !strings.Contains(out, "teleport") {
 		t.Errorf("the journal does not say why the reload was refused:\n%s", out)
 	}
+	// A start on the broken config fails too (Type=notify: the daemon exited before it said
+	// it runs), and the guard holds meanwhile.
+	if out, code := b.run(ctx, "", "systemctl", "restart", "router.service"); code == 0 {
+		t.Errorf("systemctl restart with a broken config exited 0:\n%s", out)
+	}
+	if out, _ := run(ctx, s.lab.Host(), "nft", "list", "tables"); !strings.Contains(out, "table inet router") {
+		t.Errorf("no guard while router.service cannot start:\n%s", out)
+	}
 	b.must(ctx, cfg, "install", "-m", "600", "/dev/stdin", "/etc/router/router.toml")
+	b.must(ctx, "", "systemctl", "restart", "router.service")
+	b.routerUp(ctx, "the restart on the mended config")
 	b.must(ctx, "", "systemctl", "reload", "router.service")
 
 	// A learning session under the unit: its ExecStart with --learn, from a runtime drop-in
@@ -404,5 +417,18 @@ func TestUnitUnderSystemd(t *testing.T) {
 	}
 	if out, code := b.run(ctx, "", "systemctl", "is-active", "router.service"); code == 0 {
 		t.Errorf("router.service still runs after apt remove: %s", out)
+	}
+
+	// Installed again with ROUTER_ENABLE=1, the config (which the removal kept) in place:
+	// both units enabled and started by the package, the guest caged again.
+	out, code = b.run(ctx, "", "ROUTER_ENABLE=1", "apt-get", "install", "-y", "/root/router.deb")
+	if code != 0 || !strings.Contains(out, "enabled and started") {
+		t.Fatalf("ROUTER_ENABLE=1 apt install: exit %d\n%s", code, out)
+	}
+	if out, code := b.run(ctx, "", "systemctl", "is-active", "router-guard.service", "router.service"); code != 0 || out != "active\nactive\n" {
+		t.Errorf("after ROUTER_ENABLE=1 apt install: systemctl is-active router-guard router: exit %d\n%s", code, out)
+	}
+	if out, code := s.curl(s.lab.Guest(), echo); code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
+		t.Errorf("after ROUTER_ENABLE=1 apt install: curl exit %d, %q", code, out)
 	}
 }

@@ -81,9 +81,10 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert/cmd/wdprobe", "router/proc windivert windivert/dist windivert/packet", ""},
 
 	// The commands.
-	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck cmd/router/replay conf conf/lint conf/proxifier router/auditlog router/control cmd/router/daemon cmd/router/service router/upstream rules rules/policy windivert/adapters",
+	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck cmd/router/replay cmd/router/sdnotify conf conf/lint conf/proxifier router/auditlog router/control cmd/router/daemon cmd/router/service router/upstream rules rules/policy windivert/adapters",
 		"router/upstream/socks5/socks5test rules/policy/policytest"},
 	{"cmd/router/checkip", "", ""},
+	{"cmd/router/sdnotify", "", ""},
 	{"cmd/router/replay", "router/auditlog rules rules/policy", "conf"},
 	{"cmd/router/learn", "router/auditlog", "conf conf/lint rules rules/policy"},
 	{"cmd/router/proxycheck", "router/upstream router/upstream/httpconnect router/upstream/socks5", "router/upstream/httpconnect/httpconnecttest router/upstream/socks5/socks5test"},
