@@ -53,10 +53,16 @@ type booted struct {
 func bootRoot(t *testing.T, ns *lab.Netns, root, deb, machine string) *booted {
 	t.Helper()
 	b := &booted{t: t, done: make(chan error, 1), console: new(syncWriter)}
-	b.cmd = exec.Command("systemd-nspawn", "--quiet", "--boot", "--directory="+root, "--volatile=overlay",
-		"--register=no", "--keep-unit", "--machine="+machine, "--network-namespace-path=/run/netns/"+ns.Name(),
+	args := []string{"--quiet", "--boot", "--directory=" + root, "--volatile=overlay",
+		"--machine=" + machine, "--network-namespace-path=/run/netns/" + ns.Name(),
 		"--capability=CAP_NET_ADMIN,CAP_BPF", "--system-call-filter=bpf", "--console=pipe",
-		"--bind-ro="+deb+":/root/router.deb")
+		"--bind-ro=" + deb + ":/root/router.deb"}
+	if _, err := os.Stat("/run/systemd/system"); err != nil {
+		// No systemd runs this machine: nobody to register the container with, nor to
+		// make it a scope; it stays in the test's cgroup. (With one, nspawn does both.)
+		args = append(args, "--register=no", "--keep-unit")
+	}
+	b.cmd = exec.Command("systemd-nspawn", args...)
 	b.cmd.Stdout, b.cmd.Stderr = b.console, b.console
 	start := time.Now()
 	if err := b.cmd.Start(); err != nil {
