@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/agentcage/router/cmd/router/daemon"
+	"github.com/agentcage/router/cmd/router/sdnotify"
 	"github.com/agentcage/router/conf"
 )
 
@@ -83,14 +84,28 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if *learning {
 		log.Warn("a learning session: caged flows that no rule decides go through the proxy and are recorded in the flow log; `router learn --config FILE --suggest` then proposes an allow-list")
 	}
+	// Under systemd (router.service is Type=notify) the start ends when the capture is
+	// installed; a daemon that exits first fails `systemctl start`.
+	ready, ran := make(chan struct{}), make(chan struct{})
+	go func() {
+		select {
+		case <-ready:
+			if err := sdnotify.Notify(os.Getenv("NOTIFY_SOCKET"), sdnotify.Ready); err != nil {
+				log.Warn("could not tell systemd the router runs", "err", err)
+			}
+		case <-ran:
+		}
+	}()
 	err := daemon.Run(ctx, daemon.Options{
 		ConfigPath: *cfgPath,
 		Platform:   newPlatform(log.With("component", "capture")),
 		Log:        log,
 		Level:      level,
 		Reload:     reload,
+		Ready:      ready,
 		Load:       loader(*learning),
 	})
+	close(ran)
 	if err != nil {
 		fmt.Fprintf(stderr, "router run: %v\n", err)
 		fmt.Fprintf(stderr, "router run: %s\n", guardNote(*cfgPath))

@@ -91,9 +91,10 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert/cmd/wdprobe", "router/proc windivert windivert/dist windivert/packet", ""},
 
 	// The commands.
-	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck cmd/router/replay conf conf/lint conf/proxifier router/auditlog router/broker/tlsca router/capture router/control cmd/router/daemon cmd/router/service router/nftcap/platform router/upstream rules rules/policy windivert/adapters windivert/platform",
+	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck cmd/router/replay cmd/router/sdnotify conf conf/lint conf/proxifier router/auditlog router/broker/tlsca router/capture router/control cmd/router/daemon cmd/router/service router/nftcap/platform router/upstream rules rules/policy windivert/adapters windivert/platform",
 		"router/upstream/socks5/socks5test rules/policy/policytest"},
 	{"cmd/router/checkip", "", ""},
+	{"cmd/router/sdnotify", "", ""},
 	{"cmd/router/replay", "router/auditlog rules rules/policy", "conf"},
 	{"cmd/router/learn", "router/auditlog", "conf conf/lint rules rules/policy"},
 	{"cmd/router/proxycheck", "router/upstream router/upstream/httpconnect router/upstream/socks5", "router/upstream/httpconnect/httpconnecttest router/upstream/socks5/socks5test"},
@@ -115,7 +116,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"internal/bench", "router/upstream/socks5", "router/upstream/socks5/socks5test"},
 	{"internal/notices", "", ""},
 	{"internal/deptest", "", ""},
-	{"e2e", "", "conf dns internal/lab internal/modeltest internal/roottest router router/control router/nftcap router/proc router/upstream router/upstream/socks5 rules rules/policy rules/refusal windivert/packet windivert/redirect"},
+	{"e2e", "", "conf dns internal/lab internal/modeltest internal/roottest internal/wait router router/control router/nftcap router/proc router/upstream router/upstream/socks5 rules rules/policy rules/refusal windivert/packet windivert/redirect"},
 }
 
 // A layer is a rule the table must keep, over the packages of ours that a package's code

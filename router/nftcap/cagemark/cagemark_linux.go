@@ -510,10 +510,12 @@ func detach(cg int, p *prog) error {
 }
 
 // netnsCookie returns the cookie of the network namespace fd (0: the caller's), which
-// bpf_get_netns_cookie gives the program for a socket created there.
+// bpf_get_netns_cookie gives the program for a socket created there. It asks a Unix socket
+// (SO_NETNS_COOKIE is a socket-level option, the same for every family), a family the boot
+// guard's unit allows (router-guard.service: RestrictAddressFamilies=AF_UNIX AF_NETLINK).
 func netnsCookie(fd int) (uint64, error) {
 	get := func() (uint64, error) {
-		s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return 0, fmt.Errorf("network namespace cookie: socket: %w", err)
 		}
