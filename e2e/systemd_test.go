@@ -56,11 +56,12 @@ func bootRoot(t *testing.T, ns *lab.Netns, root, deb, machine string) *booted {
 	args := []string{"--quiet", "--boot", "--directory=" + root, "--volatile=overlay",
 		"--machine=" + machine, "--network-namespace-path=/run/netns/" + ns.Name(),
 		"--capability=CAP_NET_ADMIN,CAP_BPF", "--system-call-filter=bpf", "--console=pipe",
-		"--bind-ro=" + deb + ":/root/router.deb"}
+		"--bind-ro=" + deb + ":/root/router.deb", "--register=no"}
+	// Never registered with systemd-machined (the test reaches the container through its
+	// PID 1, not machinectl). Where no systemd runs this machine, nobody can make the
+	// container a scope either: it stays in the test's cgroup.
 	if _, err := os.Stat("/run/systemd/system"); err != nil {
-		// No systemd runs this machine: nobody to register the container with, nor to
-		// make it a scope; it stays in the test's cgroup. (With one, nspawn does both.)
-		args = append(args, "--register=no", "--keep-unit")
+		args = append(args, "--keep-unit")
 	}
 	b.cmd = exec.Command("systemd-nspawn", args...)
 	b.cmd.Stdout, b.cmd.Stderr = b.console, b.console
