@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/router/upstream/socks5/socks5test"
 	"github.com/agentcage/router/rules/policy"
@@ -93,8 +94,7 @@ action = "proxy"
 	a.SetNetwork(windivert.NetworkData{IfIdx: 12, SubIfIdx: 3})
 	nh.Deliver(b, a)
 
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	wait.For(t, "the answer injected", 5*time.Second, func() bool {
 		for _, sent := range nh.Sent() {
 			p, err := packet.Parse(sent.Packet)
 			if err != nil || !p.IsUDP() {
@@ -105,9 +105,8 @@ action = "proxy"
 				t.Fatalf("injected %v -> %v %q outbound=%v if=%v; want the echo's answer from %v to %v, inbound on if 12",
 					from, to, p.Payload(), sent.Addr.Outbound(), sent.Addr.Network(), dst, app)
 			}
-			return
+			return true
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("no answer was injected")
+		return false
+	})
 }
