@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
+	"github.com/agentcage/router/internal/echotest"
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/proc"
@@ -166,26 +167,7 @@ func startProxy(t *testing.T, hosts map[string]netip.Addr, creds map[string]stri
 // public alias.
 func startTarget(t *testing.T, banner string) netip.AddrPort {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(waitFor))
-				io.WriteString(c, banner)
-				io.Copy(c, c)
-			}()
-		}
-	}()
-	t.Cleanup(func() { ln.Close() })
-	return public(ln.Addr().(*net.TCPAddr).AddrPort())
+	return public(echotest.Banner(t, banner, waitFor))
 }
 
 func mustRules(t *testing.T, rs ...rules.Rule) *policy.Policy {
