@@ -1,14 +1,21 @@
 package conf
 
 import (
+	"crypto/x509"
+	"net"
 	"net/netip"
+	"net/textproto"
 	"strconv"
 	"strings"
+
+	"github.com/agentcage/router/rules"
+	"golang.org/x/net/http/httpguts"
 )
 
 // Credential is a [[credential]]: a real secret the guest never holds. The guest holds
-// Placeholder instead; the router puts Value in its place only in requests to the forward
-// the credential is bound to (Forward), from the guests it is for (Guests), and nowhere else.
+// Placeholder instead; the router puts Value in its place only in requests to what the
+// credential is bound to (a forward, Forward, or a plaintext HTTP destination by name and
+// port, Destination), from the guests it is for (Guests), and nowhere else.
 // A placeholder seen anywhere else in what a guest sends (a DNS name, a TLS server name, an
 // HTTP request to another place, an inbound's CONNECT) is a canary: the flow is refused and
 // counted (reason canary), and logged once with the guest and destination.
@@ -22,10 +29,25 @@ type Credential struct {
 	ValueEnv, ValueFile string
 	// Value is the real value (empty when Options.SkipSecrets); never printed.
 	Value Secret
-	// Forward is the [[forward]] (by name) whose requests get the value.
+	// Forward is the [[forward]] (by name) whose requests get the value; empty when the
+	// credential is bound to a Destination (exactly one of the two is set).
 	Forward string
+	// Destination is the plaintext HTTP destination whose requests get the value, as
+	// "name:port": the name in lower case without a trailing dot (never an address).
+	Destination string
+	// Header is the request header (canonical form) whose value may hold the placeholder;
+	// empty: any header. A placeholder in another header is a canary.
+	Header string
+	// TLSTerminate: the Destination speaks HTTPS, and the router terminates the guest's TLS
+	// with a certificate of its own CA for the name, and makes its own TLS connection to the
+	// destination, verified with the system's roots (or Roots).
+	TLSTerminate bool
+	// CAFile names a PEM file of the CAs that verify the destination instead of the system's
+	// roots (TLSTerminate only); Roots are its certificates (nil: the system's roots).
+	CAFile string
+	Roots  *x509.CertPool
 	// Guests are the sources the credential is for; empty for every source the forward
-	// allows. A placeholder from any other source is a canary.
+	// allows (for a destination: every caged source). A placeholder from any other source is a canary.
 	Guests []netip.Prefix
 }
 
@@ -35,7 +57,7 @@ const MinPlaceholder = 16
 
 // credentialKeys are the keys of a [[credential]]; "value" is known only to be refused with
 // its own message.
-var credentialKeys = []string{"name", "placeholder", "value_env", "value_file", "forward", "guests", "value"}
+var credentialKeys = []string{"name", "placeholder", "value_env", "value_file", "forward", "destination", "header", "tls_terminate", "ca_file", "guests", "value"}
 
 func (d *decoder) credentials(c *Config, v any) {
 	list, ok := v.([]map[string]any)
@@ -90,10 +112,40 @@ func (d *decoder) credentials(c *Config, v any) {
 		if _, inline := m["value"]; inline {
 			d.fail(a.key("value"), "inline secrets are refused: put the value in an environment variable (value_env) or a file (value_file)")
 		}
-		if v, ok := m["forward"]; ok {
-			cr.Forward, _ = d.str(a.key("forward"), v)
-		} else {
-			d.fail(a, "missing key \"forward\" (the [[forward]] by name whose requests get the value)")
+		_, fwd := m["forward"]
+		_, dst := m["destination"]
+		switch {
+		case fwd && dst:
+			d.fail(a.key("destination"), "give forward or destination, not both")
+		case fwd:
+			cr.Forward, _ = d.str(a.key("forward"), m["forward"])
+		case dst:
+			if s, ok := d.str(a.key("destination"), m["destination"]); ok {
+				cr.Destination = d.credentialDestination(a.key("destination"), s)
+			}
+		default:
+			d.fail(a, "missing key \"forward\" or \"destination\" (the [[forward]] by name, or the HTTP destination name:port, whose requests get the value)")
+		}
+		if v, ok := m["header"]; ok {
+			if s, ok := d.str(a.key("header"), v); ok {
+				cr.Header = d.credentialHeader(a.key("header"), s)
+			}
+		}
+		if v, ok := m["tls_terminate"]; ok {
+			if cr.TLSTerminate, _ = d.boolean(a.key("tls_terminate"), v); cr.TLSTerminate && !dst {
+				d.fail(a.key("tls_terminate"), "only a credential bound to a destination terminates TLS (a forward's is plaintext HTTP)")
+				cr.TLSTerminate = false
+			}
+		}
+		if v, ok := m["ca_file"]; ok {
+			if cr.CAFile, ok = d.str(a.key("ca_file"), v); ok {
+				switch {
+				case !cr.TLSTerminate:
+					d.fail(a.key("ca_file"), "only with tls_terminate = true (the CAs that verify the destination)")
+				default:
+					cr.Roots = d.caFile(a.key("ca_file"), cr.CAFile)
+				}
+			}
 		}
 		if v, ok := m["guests"]; ok {
 			cr.Guests = d.prefixes(a.key("guests"), v)
@@ -123,11 +175,71 @@ func (d *decoder) checkCredentials(c *Config) {
 		}
 		for j := range i {
 			o := c.Credentials[j]
+			if cr.Destination != "" && cr.Destination == o.Destination && (cr.TLSTerminate != o.TLSTerminate || cr.CAFile != o.CAFile) {
+				d.fail(a.key("destination"), "credential %q is bound to %s too: both must agree on tls_terminate and ca_file", o.Name, cr.Destination)
+			}
 			if cr.Placeholder != "" && o.Placeholder != "" && (strings.Contains(cr.Placeholder, o.Placeholder) || strings.Contains(o.Placeholder, cr.Placeholder)) {
 				d.fail(a.key("placeholder"), "overlaps the placeholder of credential %q: each must be unique and contain no other", o.Name)
 			}
 		}
 	}
+}
+
+// credentialDestination checks a credential's destination, "name:port", and returns it in
+// the form Credential.Destination holds ("" when it is not valid). An address is refused:
+// the value is bound to a name the router resolves itself (see docs/config.md).
+func (d *decoder) credentialDestination(a at, s string) string {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		d.fail(a, "%q: want name:port, e.g. \"api.example.com:80\"", s)
+		return ""
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || n == 0 {
+		d.fail(a, "%q: the port must be 1 to 65535", s)
+		return ""
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		d.fail(a, "%q: give the destination's name, not an address (the value is bound to a name the router resolves and dials itself)", s)
+		return ""
+	}
+	h, err := rules.ParseHost(host)
+	if err != nil || h.Kind != rules.HostName {
+		d.fail(a, "%q: not a host name", s)
+		return ""
+	}
+	return net.JoinHostPort(h.Name, strconv.FormatUint(n, 10))
+}
+
+// caFile reads a PEM file of CA certificates (nil when it cannot be read or holds none).
+func (d *decoder) caFile(a at, file string) *x509.CertPool {
+	b, err := d.opts.ReadFile(file)
+	if err != nil {
+		d.fail(a, "read the CA file: %v", err)
+		return nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		d.fail(a, "%s holds no PEM certificate", file)
+		return nil
+	}
+	return pool
+}
+
+// credentialHeader checks a credential's header name and returns it in canonical form ("" when
+// it is not valid). Headers that frame or route the request are refused.
+func (d *decoder) credentialHeader(a at, s string) string {
+	if !httpguts.ValidHeaderFieldName(s) {
+		d.fail(a, "%q is not an HTTP header name", s)
+		return ""
+	}
+	c := textproto.CanonicalMIMEHeaderKey(s)
+	switch c {
+	case "Host", "Content-Length", "Transfer-Encoding", "Connection", "Upgrade", "Te", "Trailer":
+		d.fail(a, "%q frames or routes the request: the value cannot go there", s)
+		return ""
+	}
+	return c
 }
 
 func validPlaceholder(s string) bool {

@@ -5,6 +5,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -94,4 +95,144 @@ forward = "model"
 		}
 	}
 	s.wantNoLeak("credential broker")
+}
+
+const (
+	destPlaceholder = "router-placeholder-echo-e2e-4b3a2918"
+	destRealValue   = "REAL-echo-key-7e6d5c4b3a29"
+)
+
+// TestCredentialDestination: a credential bound to a plaintext HTTP destination by name and
+// port ("echo.lab.test:80"). The guest looks the name up (a fake IP) and its requests,
+// through the proxy, reach the echo server with the real value in Authorization, each
+// request of a keep-alive connection. The same placeholder in a request whose Host names
+// the echo server at an address the guest chose trips the canary and never reaches the
+// server, nor does one with the placeholder in the query of the bound destination. No log,
+// status or flow log of the run holds the real value.
+func TestCredentialDestination(t *testing.T) {
+	flows := filepath.Join(t.TempDir(), "flows.jsonl")
+	extra := `
+[log]
+flows = "` + flows + `"
+
+[[credential]]
+name = "echo-key"
+placeholder = "` + destPlaceholder + `"
+value_env = "ROUTER_E2E_ECHO_KEY"
+destination = "` + lab.EchoName + `:80"
+header = "Authorization"
+`
+	t.Setenv("ROUTER_E2E_ECHO_KEY", destRealValue)
+	s := newScene(t, config(lab.GoSocksAddr, "")+extra)
+	g := s.lab.Guest()
+
+	// Two requests on one connection (curl reuses it): both get the value.
+	auth := "Authorization: Bearer " + destPlaceholder
+	out, code := s.curl(g, "http://"+lab.EchoName+"/one", "-H", auth, "http://"+lab.EchoName+"/two")
+	if code != 0 || strings.Count(out, lab.ExitAddr) != 2 {
+		t.Fatalf("the guest's two requests: exit %d, %q", code, out)
+	}
+	var got []string
+	for _, r := range s.lab.HTTPLog() {
+		got = append(got, r.Path+" "+r.Auth)
+	}
+	slices.Sort(got) // in the order the server finished them
+	if want := []string{"/one Bearer " + destRealValue, "/two Bearer " + destRealValue}; strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("the echo server saw:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// The API's name in the Host of a request to an address the guest chose (agentcage#175),
+	// and the placeholder in the bound destination's query: the router's 403, nothing at the
+	// server.
+	for _, args := range [][]string{
+		{"http://" + lab.ServiceAddr + "/attack", "-H", "Host: " + lab.EchoName, "-H", auth},
+		{"http://" + lab.EchoName + "/query?key=" + destPlaceholder},
+	} {
+		out, code := s.curl(g, args[0], args[1:]...)
+		if code != 0 || !strings.Contains(out, "placeholder") {
+			t.Errorf("curl %q: exit %d, %q; want the router's 403 naming the placeholder", args, code, out)
+		}
+	}
+	if n := len(s.lab.HTTPLog()); n != 2 {
+		t.Errorf("the echo server saw %d requests, want the 2 brokered ones: %v", n, s.lab.HTTPLog())
+	}
+	st := s.status()
+	if n, _ := refusalCount(st, "canary"); n != 2 {
+		t.Errorf("canaries counted: %d, want 2 (the Host, the query)", n)
+	}
+	statusJSON, _ := s.routerCmd("status", "--json", "--config", s.cfg)
+	flowLog, _ := os.ReadFile(flows)
+	for what, text := range map[string]string{"the router's log": s.log(), "status": statusJSON, "the flow log": string(flowLog)} {
+		if strings.Contains(text, destRealValue) {
+			t.Errorf("%s holds the real value", what)
+		}
+	}
+	s.wantNoLeak("credential destination")
+}
+
+// TestCredentialDestinationTLS: the same over HTTPS, with tls_terminate. The guest trusts the
+// router's CA (`router ca`), the router verifies the echo server with the lab's CA (ca_file):
+// both requests of one connection reach the server with the real value; without the
+// router's CA the guest's handshake fails and nothing reaches the server. No log, status or
+// flow log holds the value.
+func TestCredentialDestinationTLS(t *testing.T) {
+	dir := t.TempDir()
+	flows := filepath.Join(dir, "flows.jsonl")
+	labCA := filepath.Join(dir, "lab-ca.pem")
+	extra := `
+[log]
+flows = "` + flows + `"
+
+[[credential]]
+name = "echo-key"
+placeholder = "` + destPlaceholder + `"
+value_env = "ROUTER_E2E_ECHO_KEY"
+destination = "` + lab.EchoName + `:443"
+header = "Authorization"
+tls_terminate = true
+ca_file = "` + labCA + `"
+`
+	t.Setenv("ROUTER_E2E_ECHO_KEY", destRealValue)
+	// The lab's CA exists once the lab is up; the router reads ca_file when it starts.
+	s := newLab(t, config(lab.GoSocksAddr, "")+extra)
+	if err := os.WriteFile(labCA, s.lab.EchoCAPEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.startRouter()
+	g := s.lab.Guest()
+	caPEM, code := s.routerCmd("ca")
+	if code != 0 || !strings.Contains(caPEM, "BEGIN CERTIFICATE") {
+		t.Fatalf("router ca: exit %d, %q", code, caPEM)
+	}
+	routerCA := filepath.Join(dir, "router-ca.pem")
+	if err := os.WriteFile(routerCA, []byte(caPEM), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	auth := "Authorization: Bearer " + destPlaceholder
+	out, code := s.curl(g, lab.EchoTLSURL+"one", "--cacert", routerCA, "-H", auth, lab.EchoTLSURL+"two")
+	if code != 0 || strings.Count(out, lab.ExitAddr) != 2 {
+		t.Fatalf("the guest's two requests: exit %d, %q", code, out)
+	}
+	var got []string
+	for _, r := range s.lab.HTTPLog() {
+		got = append(got, r.Path+" "+r.Auth)
+	}
+	slices.Sort(got)
+	if want := []string{"/one Bearer " + destRealValue, "/two Bearer " + destRealValue}; strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("the echo server saw:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if out, code := s.curl(g, lab.EchoTLSURL+"untrusted", "-H", auth); code == 0 {
+		t.Errorf("a guest that does not trust the router's CA got through: %q", out)
+	}
+	if n := len(s.lab.HTTPLog()); n != 2 {
+		t.Errorf("the echo server saw %d requests, want 2", n)
+	}
+	statusJSON, _ := s.routerCmd("status", "--json", "--config", s.cfg)
+	flowLog, _ := os.ReadFile(flows)
+	for what, text := range map[string]string{"the router's log": s.log(), "status": statusJSON, "the flow log": string(flowLog)} {
+		if strings.Contains(text, destRealValue) {
+			t.Errorf("%s holds the real value", what)
+		}
+	}
+	s.wantNoLeak("credential destination over TLS")
 }

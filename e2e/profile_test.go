@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/internal/roottest"
 )
 
 // offlineProfile lets a guest reach only the model forward.
@@ -145,5 +146,105 @@ func TestProfileSwitch(t *testing.T) {
 	c.Close()
 	if st := s.status(); len(st.Profiles) != 0 {
 		t.Errorf("status profiles after the switch back = %+v", st.Profiles)
+	}
+}
+
+// TestProfileSwitchCagedApp: a slirp4netns guest, caged by the qemu preset, is switched by
+// its NAT's executable (`router profile app:slirp4netns offline`): its live flow to an echo
+// server is ended within a second (counted), its new flows are refused but the model at the
+// gateway, status and the flow log name the profile; back on the default profile its
+// flows go out again.
+func TestProfileSwitchCagedApp(t *testing.T) {
+	roottest.Require(t, lab.Slirp4netns)
+	const offline = `
+[profile.offline]
+[[profile.offline.rule]]
+name = "model"
+hosts = ["127.0.0.1"]
+ports = [47831]
+action = "direct"
+`
+	s := newLab(t, userNATConfig()+offline+flowLogKeys)
+	u, err := s.lab.AddUserNATGuest(s.ctx, lab.Slirp4netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const echo = lab.ServiceAddr + ":9007"
+	ln, err := s.lab.Inet().Listen(s.ctx, "tcp", echo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(time.Minute))
+				io.WriteString(c, "hi")
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	s.startRouter()
+	c, err := u.Guest.Dial(s.ctx, "tcp", echo)
+	if err != nil {
+		t.Fatalf("the guest's flow before the switch: %v", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	b := make([]byte, 2)
+	if _, err := io.ReadFull(c, b); err != nil || string(b) != "hi" {
+		t.Fatalf("no banner before the switch: %q, %v", b, err)
+	}
+
+	start := time.Now()
+	out, code := s.routerCmd("profile", "--config", s.cfg, "app:"+lab.Slirp4netns, "offline")
+	if code != 0 || !strings.Contains(out, "app slirp4netns: profile offline;") {
+		t.Fatalf("router profile: exit %d\n%s", code, out)
+	}
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	_, err = c.Read(make([]byte, 1))
+	took := time.Since(start)
+	if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the guest's live flow after the switch: %v; want it ended", err)
+	}
+	t.Logf("the live flow ended %v after the switch began (the command's start included)", took)
+	if took > time.Second {
+		t.Errorf("the live flow ended %v after the switch; want within a second", took)
+	}
+	// Refused: the router answers the plaintext request with its 403, or the flow fails.
+	if out, code := s.curl(u.Guest, lab.EchoURL, "--max-time", "3"); code == 0 && !strings.Contains(out, "refused by the router") {
+		t.Errorf("the guest's new flow got through on the offline profile: %q", out)
+	}
+	model := "http://" + net.JoinHostPort(u.Gateway, "47831") + "/v1/models"
+	if out, code := s.curl(u.Guest, model); code != 0 || !strings.Contains(out, lab.ModelID) {
+		t.Errorf("the model at the gateway on the offline profile: exit %d, %q", code, out)
+	}
+	s.flowRecords(func(m map[string]any) bool {
+		return m["event"] == "refused" && m["profile"] == "offline" && m["app"] == lab.Slirp4netns
+	})
+	st := s.status()
+	if len(st.Profiles) != 1 || st.Profiles[0].Guest != "app slirp4netns" || st.Profiles[0].Profile != "offline" {
+		t.Errorf("status profiles = %+v", st.Profiles)
+	}
+	var caged uint64
+	for _, r := range st.Refusals {
+		if r.Reason == "caged-no-rule" {
+			caged = r.Count
+		}
+	}
+	if caged < 2 { // the live flow ended, the new one refused
+		t.Errorf("caged refusals = %d, want at least 2 (%+v)", caged, st.Refusals)
+	}
+
+	if out, code := s.routerCmd("profile", "--config", s.cfg, "app:"+lab.Slirp4netns, "default"); code != 0 {
+		t.Fatalf("router profile back: exit %d\n%s", code, out)
+	}
+	if out, code := s.curl(u.Guest, lab.EchoURL); code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
+		t.Errorf("back on the default profile: exit %d, %q; want the proxy's exit %s", code, out, lab.ExitAddr)
 	}
 }

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -82,7 +83,7 @@ func (r *Router) names(pf *policy.Flow) (release func()) {
 // A flow the policy sends to a model gate (compiled.gate) is not connected: open returns
 // no connection and no error, and f.gate set; the caller hands the client to serveGate.
 //
-// A flow the policy asks about (action Ask) is held here first (ask, asking.go) and goes on
+// A flow the policy asks about (action Ask) is held here first (ask, flow_ask.go) and goes on
 // approved as a proxied flow, or refused.
 //
 // The Linux event loop sets most transparent flows up itself, with the same steps: Decide,
@@ -115,6 +116,10 @@ func (r *Router) open(ctx context.Context, p *compiled, f *FlowRecord, pf *polic
 	if fw, ok := p.gate(pf, d); ok {
 		f.gate = &gated{fw: fw} // the caller serves it (serveGate): nothing is dialled
 		return d, nil, nil
+	}
+	if dest, ok := p.brokered(pf, d); ok {
+		// Read request by request (credential_http.go): nothing is sent with the dial.
+		f.broker, e = &brokerFlow{dest: dest, first: bytes.Clone(e.read)}, early{}
 	}
 	out, err := r.dial(ctx, p, f, d, pf, e)
 	if err != nil {
@@ -168,8 +173,12 @@ func (r *Router) failed(f *FlowRecord, d policy.Decision, err error) {
 // the flow ends, the relay's callback takes it out of status, calls release (nil: nothing
 // held), logs it and marks it done (r.flows), without ever blocking the relay.
 func (r *Router) relayFlow(p *compiled, f *FlowRecord, client *net.TCPConn, out net.Conn, release func()) {
-	rl := r.relayFor(p)
 	f.relayed = true
+	if f.broker != nil {
+		go r.relayBrokered(p, f, client, out, release)
+		return
+	}
+	rl := r.relayFor(p)
 	rl.start(client, out, &f.bytes, r.relayed(f, release))
 }
 

@@ -5,47 +5,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"time"
 
 	"github.com/agentcage/router/internal/netaddr"
-	"github.com/agentcage/router/router/broker"
+	"github.com/agentcage/router/router/modelfwd"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/rules/modelapi"
 	"github.com/agentcage/router/rules/refusal"
 )
 
-// Forward is one [[forward]]: connections to Listen from an Allow source are served to
-// Connect (the model server on 127.0.0.1); every other source is refused.
-//
-// With API set, the forward speaks HTTP (forward_http.go): each request passes only when
-// API allows its method and path, and its body only up to MaxBody bytes (0: no bound).
-// With API nil, it is a raw TCP pipe that passes everything (`api = "tcp"`).
-type Forward struct {
-	Name    string
-	Listen  netip.AddrPort
-	Connect netip.AddrPort
-	Allow   []netip.Prefix
-	API     *modelapi.Policy
-	MaxBody int64
-	// Credentials are the brokered credentials: in a request to this forward the values of
-	// those bound to it take their placeholders' place (forward_credential.go); nil for none.
-	Credentials *broker.Broker
-	// IdleTimeout ends a connection idle this long: between two requests of an HTTP
-	// forward, both directions quiet for a raw one. 0: the relay's (Settings.IdleTimeout).
-	IdleTimeout time.Duration
-}
-
-func (f Forward) allowed(a netip.Addr) bool {
-	a = a.Unmap()
-	for _, p := range f.Allow {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
+// Forward is one [[forward]] (modelfwd.Forward): the router accepts its connections,
+// admits them and relays a raw one; package modelfwd serves an HTTP one.
+type Forward = modelfwd.Forward
 
 // ListenForward opens the forward's listening socket (on its address only).
 func (r *Router) ListenForward(ctx context.Context, f Forward) (*net.TCPListener, error) {
@@ -105,7 +78,7 @@ func (r *Router) forward(ctx context.Context, c *net.TCPConn, fw Forward) {
 			log = log.With("client", client)
 		}
 	}
-	if !fw.allowed(client) {
+	if !fw.Allowed(client) {
 		r.refused(refusal.ForwardSource, f) // counted before the client sees the reset
 		reset(c)
 		if r.refuse.note("forward "+fw.Name+": source not allowed", f.Src.Addr().String()) {
@@ -142,4 +115,19 @@ func (r *Router) forward(ctx context.Context, c *net.TCPConn, fw Forward) {
 		attrs = append(attrs, "err", err.Error())
 	}
 	log.Info("forward", attrs...)
+}
+
+// forwardHTTP serves one connection of an HTTP forward (modelfwd.Server.Serve) as the
+// flow f, shown by status while it lasts; first are bytes of the guest's already read (a
+// gated flow's, forward_gate.go), read before c's; self is the address the guest connected to
+// ("": c's own).
+func (r *Router) forwardHTTP(ctx context.Context, c *net.TCPConn, first []byte, self string, fw Forward, f *FlowRecord, log *slog.Logger) {
+	p := r.pol.Load()
+	r.live.add(f)
+	requests, refused := r.model.Serve(ctx, &fw, modelfwd.Conn{C: c, First: first, Self: self, Src: f.Src,
+		Up: &f.bytes.up, Down: &f.bytes.down, Idle: cmp.Or(fw.IdleTimeout, p.IdleTimeout), Log: log})
+	f.Up, f.Down = f.bytes.load()
+	r.finish(f)
+	log.Info("forward", "up", f.Up, "down", f.Down, "requests", requests, "refused", refused,
+		"duration", time.Since(f.Start).Round(time.Millisecond))
 }

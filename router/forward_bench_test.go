@@ -23,7 +23,7 @@ import (
 // BenchmarkModelForward measures what the HTTP forward costs a model client, paired in one
 // run: the model server alone, the raw TCP forward (api = "tcp"), the HTTP forward (the
 // default api) and a caged process's flow to the model's address that the transparent
-// listener hands to the HTTP forward's gate (gate.go), back to back in each round, the order rotated every round. Per path: the
+// listener hands to the HTTP forward's gate (forward_gate.go), back to back in each round, the order rotated every round. Per path: the
 // time to the first streamed event of a chat completion on a keep-alive connection (TTFB),
 // the latency of each later event (from the server's write to the client's read, stamped in
 // the event), and requests/s of GET /v1/models on one keep-alive connection. It prints the

@@ -29,7 +29,7 @@ import (
 //     machine's own processes too: an inbound serves guests. A connection the router itself
 //     opened to the inbound, carrying a guest's flow (a chain of inbounds), keeps that
 //     guest's identity: its source, caged as it was, and the allow list judges it
-//     (carried.go);
+//     (flow_carried.go);
 //   - the name it asked for as the host, never resolved here (a proxy gets it as a name; a
 //     direct verdict resolves it through the proxy, like a fake IP), and the address it asked
 //     for, when it asked for one, as the destination. localhost and *.localhost are the

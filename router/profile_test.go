@@ -14,6 +14,7 @@ import (
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/auditlog"
+	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
@@ -216,4 +217,203 @@ func TestProfileSwitchEndsInboundTunnels(t *testing.T) {
 	if _, _, code := e.httpConnect(addr, target.String(), ""); code == 200 {
 		t.Error("a new tunnel of the switched guest was let through")
 	}
+}
+
+// appProfileDecision is profileDecision with the caged apps slirp4netns and pasta
+// ([capture] caged_apps) and no VM network: their flows are caged by their owner.
+func appProfileDecision(t *testing.T, model uint16) *policy.Policy {
+	t.Helper()
+	var apps []rules.App
+	for _, s := range []string{"slirp4netns", "pasta"} {
+		a, err := rules.ParseApp(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		apps = append(apps, a)
+	}
+	all := rules.Rule{Name: "all", Caged: true, Action: rules.Direct}
+	only := rules.Rule{Name: "model", Caged: true, Action: rules.Direct, Ports: []rules.PortRange{{Lo: model, Hi: model}}}
+	cfg := &conf.Config{Rules: []rules.Rule{all}, Profiles: []conf.Profile{{Name: "offline", Rules: []rules.Rule{only}}},
+		Capture: conf.Capture{CagedApps: apps}, DNS: conf.DNS{Mode: conf.DNSFakeIP, Pool: netip.MustParsePrefix("198.18.0.0/15")}}
+	return policy.New(cfg, policy.Env{})
+}
+
+// ownersBySource is an owner lookup that names the process by the flow's source address:
+// 127.0.0.1 is slirp4netns (whose command name is "pasta": a name it set, which must not
+// count), 127.0.0.2 pasta, any other address an uncaged curl.
+func ownersBySource(_ *net.TCPConn, src, _ netip.AddrPort) (proc.Info, error) {
+	switch src.Addr() {
+	case netip.MustParseAddr("127.0.0.1"):
+		return proc.Info{PID: 41, Name: "slirp4netns", Path: "/usr/bin/slirp4netns", Comm: "pasta"}, nil
+	case netip.MustParseAddr("127.0.0.2"):
+		return proc.Info{PID: 42, Name: "pasta", Path: "/usr/bin/pasta"}, nil
+	}
+	return proc.Info{PID: 43, Name: "curl", Path: "/usr/bin/curl"}, nil
+}
+
+// TestProfileSwitchCagedApp: a caged app switched by its executable's name (app:NAME) has
+// its live flows the profile refuses ended within a second and counted, its new flows
+// decided by the profile (the flow log names it); another caged app's flows and an uncaged
+// process's are not touched; back on the default its flows are allowed again.
+func TestProfileSwitchCagedApp(t *testing.T) {
+	web := startTarget(t, "w")
+	model := startTarget(t, "m")
+	path := filepath.Join(t.TempDir(), "flows.jsonl")
+	audit := auditlog.New(auditlog.Options{})
+	if err := audit.Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer audit.Close()
+	e := newEnv(t, Settings{Decision: appProfileDecision(t, model.Port())}, Options{Owner: ownersBySource, Audit: audit})
+	pasta, curl := netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3")
+	cw, cm, cp, cc := e.dial(web), e.dial(model), e.dialFrom(pasta, web), e.dialFrom(curl, web)
+	for _, c := range []*net.TCPConn{cw, cp, cc} {
+		if readN(t, c, 1) != "w" {
+			t.Fatal("no banner")
+		}
+	}
+	if readN(t, cm, 1) != "m" {
+		t.Fatal("no banner")
+	}
+	before := e.r.book.Count(refusal.Caged)
+	start := time.Now()
+	key, ended, err := e.r.SwitchProfile("app:Slirp4netns", "offline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "app slirp4netns" || ended != 1 {
+		t.Errorf("switch: guest %q, %d flows ended; want app slirp4netns, 1", key, ended)
+	}
+	_ = cw.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := io.ReadAll(cw); err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Errorf("the refused flow: %v; want it ended within a second", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the refused flow ended %v after the switch; want within a second", d)
+	}
+	if n := e.r.book.Count(refusal.Caged) - before; n != 1 {
+		t.Errorf("%d caged refusals at the switch; want 1", n)
+	}
+	for _, c := range []*net.TCPConn{cm, cp, cc} {
+		c.Write([]byte("ping"))
+		if got := readN(t, c, 4); got != "ping" {
+			t.Errorf("a flow the switch must not end echoed %q", got)
+		}
+	}
+	if got := e.r.GuestProfiles(); len(got) != 1 || got["app slirp4netns"] != "offline" {
+		t.Errorf("GuestProfiles = %v", got)
+	}
+	wantReset(t, e.dial(web))
+	if c := e.dial(model); readN(t, c, 1) != "m" {
+		t.Error("the profile's allowed flow of the switched app was not let through")
+	}
+	for _, src := range []netip.Addr{pasta, curl} {
+		if c := e.dialFrom(src, web); readN(t, c, 1) != "w" {
+			t.Errorf("the new flow of %v (not switched) was not let through", src)
+		}
+	}
+	if _, _, err := e.r.SwitchProfile("app:slirp4netns", policy.DefaultProfile); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.dial(web); readN(t, c, 1) != "w" {
+		t.Error("back on the default profile, the app's new flow was not let through")
+	}
+	wait.For(t, "a refusal of slirp4netns by profile offline in the flow log", waitFor, func() bool {
+		for _, m := range readJSONLines(t, path) {
+			if m["event"] == "refused" && m["profile"] == "offline" && m["app"] == "slirp4netns" {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// TestProfileSwitchAppByCommand: a process is the app of a switch by its executable, never
+// by the name it gives itself: slirp4netns calling itself "pasta" is not switched with
+// pasta.
+func TestProfileSwitchAppByCommand(t *testing.T) {
+	web := startTarget(t, "w")
+	e := newEnv(t, Settings{Decision: appProfileDecision(t, 1)}, Options{Owner: ownersBySource})
+	if _, _, err := e.r.SwitchProfile("app:pasta", "offline"); err != nil {
+		t.Fatal(err)
+	}
+	wantReset(t, e.dialFrom(netip.MustParseAddr("127.0.0.2"), web))
+	if c := e.dial(web); readN(t, c, 1) != "w" {
+		t.Error("slirp4netns, named pasta by its command name, was switched with pasta")
+	}
+}
+
+func TestSwitchProfileAppErrors(t *testing.T) {
+	e := newEnv(t, Settings{Decision: appProfileDecision(t, 1)}, Options{Owner: ownersBySource})
+	for _, g := range []string{"app:curl", "app:", "app:slirp*", "app:/usr/bin/slirp4netns"} {
+		if _, _, err := e.r.SwitchProfile(g, "offline"); err == nil {
+			t.Errorf("%s: switched", g)
+		}
+	}
+	if got := e.r.GuestProfiles(); len(got) != 0 {
+		t.Errorf("GuestProfiles = %v after refused switches", got)
+	}
+}
+
+// TestProfileSwitchCagedAppUDP: a caged app's live UDP flow its new profile refuses is
+// ended at the switch (its owner known from the UDP owner lookup); its next datagrams are
+// dropped, not sent on.
+func TestProfileSwitchCagedAppUDP(t *testing.T) {
+	app := netip.MustParseAddrPort("192.0.2.10:5000")
+	vbox := rules.Rule{Name: "vbox", Apps: []rules.App{rules.MustApp("VBoxHeadless")}, Action: rules.Proxy, Proxy: "exit"}
+	e := newUDPEnv(t, nil, nil, vbox)
+	e.r.opts.OwnerUDP = func(src, dst netip.AddrPort) (proc.Info, error) {
+		return proc.Info{PID: 7, Name: "VBoxHeadless"}, nil
+	}
+	st := e.r.pol.Load().Settings
+	st.Decision = withProfile([]rules.Rule{vbox}, "offline", nil, vmNet)
+	if err := e.r.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	e.r.pol.Load().ups["exit"] = e.up // shared by the profiles
+	e.send(app, echo, "ping")
+	a := e.association(0)
+	sent(t, a, ipAddr(echo), "ping")
+	key, ended, err := e.r.SwitchProfile("app:VBoxHeadless", "offline")
+	if err != nil || key != "app vboxheadless" || ended != 1 {
+		t.Fatalf("switch: %q, %d ended, %v; want 1 flow of app vboxheadless", key, ended, err)
+	}
+	e.waitLog(`msg="profile switch ended live flows"`)
+	e.send(app, echo, "after") // decided and dropped before HandleUDP returns
+	t2 := &e.r.udp
+	t2.mu.Lock()
+	fl := t2.flows[udpFlowKey{app, echo}]
+	if fl == nil || !fl.drop || fl.rec.pol == nil || fl.rec.pol.profile != "offline" {
+		t.Errorf("the app's flow after the switch: %+v; want dropped by profile offline", fl)
+	}
+	t2.mu.Unlock()
+	select {
+	case d := <-a.Sent:
+		t.Errorf("after the switch the association sent %q", d.Payload)
+	default:
+	}
+}
+
+// TestProfileSwitchAppAcrossReload: a reload that no longer cages a switched app forgets its
+// switch (logged), as one that drops its profile does.
+func TestProfileSwitchAppAcrossReload(t *testing.T) {
+	e := newEnv(t, Settings{Decision: appProfileDecision(t, 1)}, Options{Owner: ownersBySource})
+	if _, _, err := e.r.SwitchProfile("app:pasta", "offline"); err != nil {
+		t.Fatal(err)
+	}
+	st := e.r.pol.Load().Settings
+	if err := e.r.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.r.GuestProfiles(); got["app pasta"] != "offline" {
+		t.Errorf("after a reload that still cages pasta: %v", got)
+	}
+	st.Decision = profileDecision(1) // the profile, no caged app
+	if err := e.r.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.r.GuestProfiles(); len(got) != 0 {
+		t.Errorf("after a reload that cages no app: %v", got)
+	}
+	e.waitLog(`the config cages no such app now`)
 }

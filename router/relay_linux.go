@@ -47,7 +47,7 @@ const (
 type loopSet struct {
 	pipes  *pipePool
 	next   atomic.Uint32
-	setups atomic.Uint64 // flows the loops set up themselves, to a connect (setup_linux.go)
+	setups atomic.Uint64 // flows the loops set up themselves, to a connect (loop_setup_linux.go)
 	kernel kernel        // the sockmap, loaded when a flow first asks for it
 
 	mu     sync.Mutex // guards loops and closed
@@ -268,7 +268,7 @@ type relayFlow struct {
 	cut    *atomic.Bool // set when a reload's rules refuse the flow: the loop ends it
 	closed bool
 	again  bool          // queued to go on after the batch
-	setup  *setupFlow    // the loop is setting the flow up (setup_linux.go); nil once it relays
+	setup  *setupFlow    // the loop is setting the flow up (loop_setup_linux.go); nil once it relays
 	keep   time.Duration // loop clock at which the sweep sets keep-alive (keepAfter); 0: set
 
 	// A flow in the sockmap (relay_kernel_linux.go); kern is nil for a spliced one.

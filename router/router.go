@@ -5,7 +5,8 @@
 // refuses; then it relays both ways. Captured UDP datagrams take the same decision per flow
 // and go through the upstream's UDP association, the router's own socket, or nowhere
 // (udp.go). It also serves the model forwards (the replacement for
-// `netsh interface portproxy`).
+// `netsh interface portproxy`): it accepts and admits their connections and relays the raw
+// ones; package router/modelfwd serves the HTTP ones.
 //
 // Own traffic versus user traffic: every connection the router opens itself (to a proxy, to a
 // direct destination, to a forward's target) goes through one Dialer built with the capture's
@@ -32,6 +33,8 @@ import (
 	"github.com/agentcage/router/router/ask"
 	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/broker"
+	"github.com/agentcage/router/router/modelfwd"
+	"github.com/agentcage/router/router/broker/tlsca"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/sniff"
 	"github.com/agentcage/router/router/upstream"
@@ -58,6 +61,9 @@ type Names interface {
 // Options are the collaborators of a Router. Original is required; the rest may be nil.
 type Options struct {
 	Log *slog.Logger
+	// TLSCA is the router's CA, for the destinations whose TLS it terminates (a
+	// [[credential]] with tls_terminate); nil: such flows fail.
+	TLSCA *tlsca.CA
 	// Original returns where a redirected connection came from and was going: with a
 	// redirect in the kernel (nftables) the source is the accepted connection's peer; with
 	// a reflecting capture (WinDivert) the peer is rewritten and only the capture knows.
@@ -138,7 +144,7 @@ type Settings struct {
 	// with. A gate the policy names that is not here refuses the flow.
 	Forwards []Forward
 	// Credentials are the brokered credentials ([[credential]]): the caged flows' first
-	// bytes and names are looked at for their placeholders (canary.go); nil for none.
+	// bytes and names are looked at for their placeholders (flow_canary.go); nil for none.
 	Credentials *broker.Broker
 }
 
@@ -188,15 +194,13 @@ type Router struct {
 	tracked map[string]*trackedUp // the proxies in use, their health probes running
 
 	resolved *resolvedNames // what flows' names resolve to, for policy.StepHostName; nil without Names
-	carried  carried        // the identities of the flows carried to the router's own listeners (carried.go)
+	carried  carried        // the identities of the flows carried to the router's own listeners (flow_carried.go)
 	profiles guestProfiles  // the guests switched to a profile (profile.go)
 
 	customDial bool // Options.DialTCP was given
 
-	modelOnce sync.Once
-	model     modelRoundTripper // the HTTP forwards' client (forward_http.go), made on first use
-	modelBufs copyBufs          // the HTTP forwards' copy buffers
-	canaries  tally.Once        // the canaries logged once each (canary.go)
+	model    *modelfwd.Server // serves the HTTP forwards' connections (forward.go)
+	canaries tally.Once       // the canaries logged once each (flow_canary.go, and the forwards')
 }
 
 // maxSetups bounds the flows Serve sets up at once (deciding, connecting, the SOCKS
@@ -231,6 +235,16 @@ func New(p Settings, opts Options) (*Router, error) {
 		r.book = new(refusal.Book)
 	}
 	r.carried.init()
+	r.model = modelfwd.New(modelfwd.Config{
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(ctx, r.pol.Load().ConnectTimeout)
+			defer cancel()
+			return r.dialer.DialContext(ctx, network, addr)
+		},
+		Refusals: r.book,
+		Note:     r.refuse.note,
+		Canaries: &r.canaries,
+	})
 	r.customDial = opts.DialTCP != nil
 	if r.opts.DialTCP == nil {
 		r.opts.DialTCP = func(ctx context.Context, dst netip.AddrPort) (*net.TCPConn, error) {
@@ -320,9 +334,6 @@ func (r *Router) Close() {
 	r.stopUpstreams()
 	r.closeUDP()
 	r.loops.Close()
-	r.modelOnce.Do(func() {}) // orders the read below after modelTransport's write
-	if r.model != nil {
-		r.model.CloseIdleConnections()
-	}
+	r.model.Close()
 	r.refuse.flush()
 }

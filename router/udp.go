@@ -275,7 +275,6 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 	if r.opts.CagedSocket != nil {
 		pf.CagedSocket = r.opts.CagedSocket(f.Src, f.Dst)
 	}
-	p = r.forGuest(p, &pf) // a switched guest's profile (profile.go)
 	var ownerErr error
 	if p.Decision.NeedsOwner(&pf) {
 		info, known := dg.Owner, dg.OwnerKnown
@@ -291,6 +290,9 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 			pf.App, pf.AppPath, pf.Comm, pf.Services, f.App, f.PID = info.Name, info.Path, info.Comm, info.Services, info.Name, info.PID
 		}
 	}
+	// A switched guest's profile, once the owner is known (profile.go); every profile asks
+	// for the owner alike.
+	p = r.forGuest(p, &pf)
 	if n := r.opts.Names; n != nil {
 		if n.InPool(pf.Dst) {
 			if name, rel, ok := n.Acquire(pf.Dst); ok {

@@ -42,7 +42,7 @@ func cmdCheckProxy(args []string, stdout, stderr io.Writer) int {
 	if len(echo) == 0 {
 		echo = checkip.DefaultEcho()
 	}
-	d := &net.Dialer{Control: daemon.OwnControl(cfg.Capture.Mark)}
+	d := &net.Dialer{Control: ownControl(cfg.Capture.Mark)}
 	opts := proxycheck.Options{Dial: d.DialContext, Echo: echo, Timeout: *timeout}
 	if cfg.DNS.Mode == conf.DNSProxy || cfg.DNS.Resolver != "" {
 		opts.Resolver = cfg.DNS.Resolver

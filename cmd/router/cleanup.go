@@ -7,7 +7,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/agentcage/router/cmd/router/daemon"
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/router/control"
 )
@@ -47,7 +46,7 @@ func cmdCleanup(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "stopped the running router (pid %d)\n", st.PID)
 	}
-	what, err := daemon.Cleanup(*table)
+	what, err := cleanup(*table)
 	if err != nil {
 		fmt.Fprintf(stderr, "router cleanup: %v\n", err)
 		return exitFindings

@@ -5,7 +5,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/agentcage/router/cmd/router/daemon"
 	"github.com/agentcage/router/conf"
 )
 
@@ -28,7 +27,7 @@ func cmdGuard(args []string, stdout, stderr io.Writer) int {
 	cfg, err := conf.Load(*cfgPath, stateOptions(conf.Options{SkipSecrets: true}))
 	if err != nil {
 		fmt.Fprintf(stderr, "router guard: %v\n", err)
-		from, written, lerr := daemon.InstallLastGuard()
+		from, written, lerr := installLastGuard()
 		if lerr != nil {
 			fmt.Fprintf(stderr, "router guard: no guard installed: %v\n", lerr)
 			return exitFindings
@@ -37,7 +36,7 @@ func cmdGuard(args []string, stdout, stderr io.Writer) int {
 			from, written.Local().Format(time.DateTime))
 		return exitOK
 	}
-	what, err := daemon.InstallGuard(cfg)
+	what, err := installGuard(cfg)
 	if err != nil && what == "" {
 		fmt.Fprintf(stderr, "router guard: %v\n", err)
 		return exitFindings

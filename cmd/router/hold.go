@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-
-	"github.com/agentcage/router/cmd/router/daemon"
 )
 
 // cmdHold is the WinDivert holder the daemon starts on Windows (not for people): it keeps
@@ -24,13 +22,13 @@ func cmdHold(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if *relay {
-		if err := daemon.RelayHolder(uintptr(*handle), uint32(*parent)); err != nil {
+		if err := relayHolder(uintptr(*handle), uint32(*parent)); err != nil {
 			fmt.Fprintln(stderr, "router", err)
 			return exitFindings
 		}
 		return exitOK
 	}
-	if err := daemon.RunHolder(uintptr(*handle), uint32(*parent), os.Stdin, stdout); err != nil {
+	if err := runHolder(uintptr(*handle), uint32(*parent), os.Stdin, stdout); err != nil {
 		fmt.Fprintln(stderr, "router", err)
 		return exitFindings
 	}

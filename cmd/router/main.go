@@ -39,7 +39,7 @@ func commands() []command {
 		{"status", "[--config FILE | --socket PATH] [--json]", "the running daemon's live flows and per-rule counters", cmdStatus},
 		{"reload", "[--config FILE | --socket PATH]", "make the running daemon read its config again; exit 1 with the reason when it refuses the new one", cmdReload},
 		{"ask", "[--config FILE | --socket PATH] [--id ID --answer once|run|always|deny]", "list what the daemon asks about, or answer it", cmdAsk},
-		{"profile", "[--config FILE | --socket PATH] [--json] GUEST PROFILE", "switch a guest (VM network or address) to a [profile.NAME] of the config, or back to default", cmdProfile},
+		{"profile", "[--config FILE | --socket PATH] [--json] GUEST PROFILE", "switch a guest (VM network, address or app:NAME) to a [profile.NAME] of the config, or back to default", cmdProfile},
 		{"console", "[--config FILE | --socket PATH]", "print the web console's URL (with its token)", cmdConsole},
 		{"watch", "[--config FILE | --socket PATH] [--interval D] [--sort rate|age|bytes] [--once] [--no-altscreen]", "a live terminal view of the running daemon: flows, rules, refusals, upstream health", cmdWatch},
 		{"service", "install --config FILE | upgrade | uninstall | start | stop", "Windows: run the router as a service (Linux: dist/router.service)", cmdService},
@@ -48,6 +48,7 @@ func commands() []command {
 		{"import", "proxifier PROFILE.ppx [-o FILE] [--force]", "turn a Proxifier profile into a config, say what could not be carried, and lint it", cmdImport},
 		{"hold", "--handle N --parent PID", "internal (Windows): the daemon's WinDivert holder, which fails closed through a crash", cmdHold},
 		{"adapters", "[--json]", "Windows: the VM-facing adapters, their subnets, and whether Windows NAT or forwarding carries their guests", cmdAdapters},
+		{"ca", "", "print the certificate of the router's own CA (made on first use), for the guests whose HTTPS to a tls_terminate destination it terminates", cmdCA},
 		{"version", "", "print the version, the commit and the Go release (also --version)", cmdVersion},
 	}
 }

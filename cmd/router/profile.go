@@ -17,9 +17,11 @@ func cmdProfile(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("profile", "[--config FILE | --socket PATH] [--json] GUEST PROFILE",
 		"Switches a guest to a [profile.NAME] of the config (default: the top-level rules): its new\n"+
 			"flows are decided by the profile's rules from now on, and its live flows the profile\n"+
-			"refuses are ended at once. GUEST is a VM network of [capture] vm_networks (CIDR) or a\n"+
-			"guest's address. The switch lasts until the next switch or the daemon's stop; a reload\n"+
-			"keeps it. `router status` shows the switched guests.", stderr)
+			"refuses are ended at once. GUEST is a VM network of [capture] vm_networks (CIDR), a\n"+
+			"guest's address, or app:NAME, a caged app by its executable's file name (app:slirp4netns,\n"+
+			"app:qemu-system-x86_64; on Windows app:VBoxHeadless.exe): the flows of the processes\n"+
+			"running that executable. The switch lasts until the next switch or the daemon's stop; a\n"+
+			"reload keeps it. `router status` shows the switched guests.", stderr)
 	cfgPath := fs.String("config", "", "read [control] socket from this config `file`")
 	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
@@ -30,7 +32,7 @@ func cmdProfile(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if fs.NArg() != 2 {
-		fmt.Fprintln(stderr, "router profile: want GUEST PROFILE (e.g. router profile 10.0.2.0/24 offline)")
+		fmt.Fprintln(stderr, "router profile: want GUEST PROFILE (e.g. router profile 10.0.2.0/24 offline, router profile app:slirp4netns build)")
 		return exitUsage
 	}
 	req := control.Request{Op: "profile", Guest: fs.Arg(0), Profile: fs.Arg(1)}

@@ -51,7 +51,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 				return err
 			}
 			return daemon.Run(ctx, daemon.Options{
-				ConfigPath: *cfgPath, Platform: daemon.NewPlatform(log.With("component", "capture")),
+				ConfigPath: *cfgPath, Platform: newPlatform(log.With("component", "capture")),
 				Log: log, Level: level, Reload: reload, Ready: ready, Load: loader(*learning),
 			})
 		})
@@ -85,7 +85,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	err := daemon.Run(ctx, daemon.Options{
 		ConfigPath: *cfgPath,
-		Platform:   daemon.NewPlatform(log.With("component", "capture")),
+		Platform:   newPlatform(log.With("component", "capture")),
 		Log:        log,
 		Level:      level,
 		Reload:     reload,
@@ -120,7 +120,7 @@ func guardNote(cfgPath string) string {
 	if cfg, err := conf.Load(cfgPath, stateOptions(conf.Options{SkipSecrets: true})); err == nil {
 		table = cfg.Capture.Table
 	}
-	switch ok, err := daemon.GuardInstalled(table); {
+	switch ok, err := guardInstalled(table); {
 	case err != nil:
 		return fmt.Sprintf("whether a guard is in place is unknown (%v)", err)
 	case ok:

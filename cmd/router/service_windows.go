@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentcage/router/cmd/router/daemon"
 	"github.com/agentcage/router/cmd/router/service"
 	"github.com/agentcage/router/conf"
 )
@@ -45,7 +44,7 @@ func cmdService(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "router service uninstall: %v\n", err)
 			return exitFindings
 		}
-		what, err := daemon.Cleanup("")
+		what, err := cleanup("")
 		if err != nil {
 			fmt.Fprintf(stderr, "router service uninstall: the service is gone, but the guard stays: %v\n", err)
 			return exitFindings
@@ -55,7 +54,7 @@ func cmdService(args []string, stdout, stderr io.Writer) int {
 	case "upgrade":
 		exe, err := os.Executable()
 		if err == nil {
-			err = service.UpgradeInPlace(exe, func() (bool, error) { return daemon.GuardInstalled("") })
+			err = service.UpgradeInPlace(exe, func() (bool, error) { return guardInstalled("") })
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "router service upgrade: %v\n", err)
@@ -113,7 +112,7 @@ func serviceInstall(cfgPath string, env []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "router service install: %v\n", err)
 		return exitFindings
 	}
-	what, err := daemon.InstallGuardForService(cfg, filepath.Join(dir, "router.exe"), service.Name)
+	what, err := installGuardForService(cfg, filepath.Join(dir, "router.exe"), service.Name)
 	if err != nil {
 		fmt.Fprintf(stderr, "router service install: the service is installed, but the guard is not: %v\n", err)
 		return exitFindings

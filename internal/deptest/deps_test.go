@@ -36,8 +36,10 @@ var table = []struct{ pkg, imports, tests string }{
 	{"dns", "conf internal/accept internal/ports internal/tally rules/refusal", "internal/wait"},
 
 	// The Linux data path and what it dials.
-	{"router", "dns internal/accept internal/netaddr internal/tally router/ask router/auditlog router/broker router/proc router/sniff router/sockmap router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
+	{"router", "dns internal/accept internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/modelfwd router/proc router/sniff router/sockmap router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
 		"conf dns/dnstest internal/echotest internal/modeltest internal/roottest internal/secret internal/wait router/upstream/socks5/socks5test router/upstream/upstreamtest rules/policy/policytest"},
+	// The model forwards' HTTP side: what the router hands an HTTP forward's connection.
+	{"router/modelfwd", "internal/tally router/broker rules/modelapi rules/refusal", "internal/modeltest internal/netaddr internal/secret internal/wait"},
 	{"router/upstream", "conf router/upstream/httpconnect router/upstream/socks4 router/upstream/socks5",
 		"internal/echotest internal/winetest router/upstream/httpconnect/httpconnecttest router/upstream/socks4/socks4test router/upstream/socks5/socks5test router/upstream/upstreamtest"},
 	{"router/upstream/upstreamtest", "router/upstream", ""},
@@ -49,6 +51,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/upstream/socks4", "", ""},
 	{"router/sniff", "", ""},
 	{"router/broker", "internal/secret", ""},
+	{"router/broker/tlsca", "", ""}, // the CA of the destinations whose TLS the router terminates: stdlib only
 	{"router/upstream/socks4/socks4test", "", ""},
 	{"router/upstream/httpconnect", "internal/secret", "internal/echotest router/upstream/httpconnect/httpconnecttest"},
 	{"router/upstream/httpconnect/httpconnecttest", "", ""},
@@ -58,11 +61,16 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/nftcap/cagemark", "", "internal/roottest internal/wait"},
 	{"router/proc", "rules", "internal/roottest router/proc/proctest"},
 	{"router/proc/proctest", "router/proc", ""},
+	{"router/nftcap/platform", "conf dns router router/capture router/control router/nftcap router/nftcap/cagemark router/nftcap/nflog router/proc rules rules/policy rules/refusal", "internal/wait"},
 
 	// Operations: the wiring and what it serves.
-	{"cmd/router/daemon", "conf dns internal/netaddr internal/ports router router/ask router/auditlog router/broker router/nftcap/cagemark cmd/router/console router/control cmd/router/metrics router/nftcap router/nftcap/nflog router/proc cmd/router/service router/upstream rules rules/modelapi rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
-		"internal/echotest internal/wait internal/winetest cmd/router/daemon/daemontest router/upstream/socks5 router/upstream/socks5/socks5test rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
-	{"cmd/router/daemon/daemontest", "conf dns router/proc rules/policy rules/refusal", ""},
+	// The daemon knows the capture only through the seam (router/capture); its test of what
+	// conf accepts also asks the Linux capture's spec.
+	{"cmd/router/daemon", "cmd/router/console cmd/router/metrics conf dns internal/netaddr router router/ask router/auditlog router/broker router/broker/tlsca router/capture router/control router/proc router/upstream rules rules/modelapi rules/policy rules/refusal",
+		"internal/wait router/capture/capturetest router/nftcap/platform router/upstream/socks5"},
+	// The seam between the daemon and a capture, and its fake.
+	{"router/capture", "conf dns router/auditlog router/control router/proc rules rules/policy rules/refusal", ""},
+	{"router/capture/capturetest", "conf dns router/capture router/proc rules/policy rules/refusal", ""},
 	{"router/control", "internal/accept", ""},
 	{"cmd/router/metrics", "router/control rules/refusal", ""},
 	{"cmd/router/service", "windivert/dist", "internal/winetest"},
@@ -78,10 +86,12 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert/wfp/wfptest", "windivert/wfp", ""},
 	{"windivert/adapters", "", "internal/winetest"},
 	{"windivert/dist", "windivert", "internal/winetest"},
+	{"windivert/platform", "conf dns internal/ports router/capture router/proc rules rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
+		"internal/echotest internal/wait internal/winetest router router/auditlog router/upstream router/upstream/socks5/socks5test rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
 	{"windivert/cmd/wdprobe", "router/proc windivert windivert/dist windivert/packet", ""},
 
 	// The commands.
-	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck cmd/router/replay conf conf/lint conf/proxifier router/auditlog router/control cmd/router/daemon cmd/router/service router/upstream rules rules/policy windivert/adapters",
+	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck cmd/router/replay conf conf/lint conf/proxifier router/auditlog router/broker/tlsca router/capture router/control cmd/router/daemon cmd/router/service router/nftcap/platform router/upstream rules rules/policy windivert/adapters windivert/platform",
 		"router/upstream/socks5/socks5test rules/policy/policytest"},
 	{"cmd/router/checkip", "", ""},
 	{"cmd/router/replay", "router/auditlog rules rules/policy", "conf"},
@@ -143,7 +153,13 @@ var layers = []layer{
 			}
 			return nil
 		}},
-	{"only the wiring (cmd/router/daemon, cmd/) imports both captures", bothOnlyInWiring},
+	{"only the commands (cmd/) import both captures", bothOnlyInWiring},
+	{"only the command (cmd/router and its packages) chooses a capture: nothing else imports a capture's platform",
+		platformOnlyInCommand},
+	{"the seam between the daemon and a capture imports no capture",
+		never([]string{"router/capture/..."}, "router/nftcap/...", "router/sockmap", "windivert/...")},
+	{"the daemon knows the capture only through the seam (router/capture): it imports no capture",
+		never([]string{"cmd/router/daemon"}, "router/nftcap/...", "windivert/...")},
 	{"dns answers names and knows nothing of the data path it serves",
 		never([]string{"dns/..."}, "router", "router/...")},
 }
@@ -245,6 +261,12 @@ func TestRulesSeeViolations(t *testing.T) {
 		{"router/proc", "router/nftcap windivert"},
 		{"dns", "router/upstream"},
 		{"internal/secret", "conf"},
+		{"router", "router/nftcap/platform"},
+		{"windivert/redirect", "windivert/platform"},
+		{"router/capture", "router/nftcap"},
+		{"router/capture/capturetest", "windivert/redirect"},
+		{"cmd/router/daemon", "router/nftcap"},
+		{"cmd/router/daemon", "windivert/wfp/guard"},
 	} {
 		caught := false
 		for _, l := range layers {
@@ -258,7 +280,7 @@ func TestRulesSeeViolations(t *testing.T) {
 		commandRoot("windivert/cmd/wdprobe") != "windivert/cmd/wdprobe" || commandRoot("router/control") != "" {
 		t.Error("commandRoot or within is wrong")
 	}
-	if !testSupport("cmd/router/daemon/daemontest") || !testSupport("internal/roottest") || testSupport("router/control") {
+	if !testSupport("router/capture/capturetest") || !testSupport("internal/roottest") || testSupport("router/control") {
 		t.Error("testSupport is wrong")
 	}
 }
@@ -297,7 +319,7 @@ func never(from []string, forbidden ...string) func(string, []string) []string {
 }
 
 func bothOnlyInWiring(p string, reach []string) []string {
-	if p == "cmd/router/daemon" || within(p, "cmd") {
+	if within(p, "cmd") {
 		return nil
 	}
 	var win, linux []string
@@ -313,6 +335,22 @@ func bothOnlyInWiring(p string, reach []string) []string {
 		return append(win, linux...)
 	}
 	return nil
+}
+
+// platforms are the captures' platforms, which the command alone constructs.
+var platforms = []string{"router/nftcap/platform", "windivert/platform"}
+
+func platformOnlyInCommand(p string, reach []string) []string {
+	if within(p, "cmd/router") || matchAny(platforms, p) {
+		return nil
+	}
+	var bad []string
+	for _, d := range reach {
+		if matchAny(platforms, d) {
+			bad = append(bad, d)
+		}
+	}
+	return bad
 }
 
 func matchAny(patterns []string, p string) bool {

@@ -49,6 +49,8 @@ type Lab struct {
 	modelReqs record[HTTPRequest] // every request the model server received
 	socksLog  record[string]      // go-socks5 errors, accept errors
 
+	echoCA []byte // the HTTPS echo's CA (PEM), set once by New
+
 	dante *Process // set once by New
 	state stateDir // the router's state directory, see StateDir
 

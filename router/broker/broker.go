@@ -1,9 +1,10 @@
 // Package broker keeps real credentials out of the guests: a guest holds a placeholder, and
 // the router puts the real value where the placeholder stands only in the requests it
-// carries itself to the one destination the credential is bound to (a model forward, which
-// the router reaches at an address it resolved and dialed, never one a Host header or a TLS
-// server name chose). Anywhere else a placeholder is a canary: something carried it where it
-// should not go, and the flow is refused.
+// carries itself to the one destination the credential is bound to (a model forward, or a
+// plaintext HTTP destination by name and port, which the router reaches at an address it
+// resolved and dialed, never one a Host header or a TLS server name chose). Anywhere else a
+// placeholder is a canary: something carried it where it should not go, and the flow is
+// refused.
 //
 // The package is pure: it reads header values, names and bytes, and imports nothing of ours
 // but the one redaction (package internal/secret). A Broker is immutable and safe for
@@ -13,7 +14,9 @@ package broker
 
 import (
 	"bytes"
+	"crypto/x509"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -26,8 +29,15 @@ type Credential struct {
 	Name        string
 	Placeholder string // what the guest holds; no placeholder contains another (conf checks)
 	Value       secret.Password
-	Forward     string         // the forward (by name) whose requests get the value
+	Forward     string         // the forward (by name) whose requests get the value, or ""
+	Destination string         // or the HTTP destination "name:port" (lower case, no trailing dot)
+	Header      string         // the header (canonical) the value goes in; "": any header
 	Guests      []netip.Prefix // the sources it is for; empty: any the forward allows
+	// TLSTerminate: the destination speaks HTTPS, which the router terminates; Roots verify
+	// the destination (nil: the system's roots). Credentials bound to one destination agree
+	// on both (conf checks).
+	TLSTerminate bool
+	Roots        *x509.CertPool
 }
 
 // Broker finds placeholders and puts values in their place. The zero Broker (or nil) holds
@@ -111,9 +121,10 @@ func squeeze(s string) string {
 
 // Inject puts, in the header of a request that src sends to the forward named forward, each
 // bound credential's value where its placeholder stands, and returns how many values it put.
-// A placeholder of a credential bound to another forward, or for other guests, is a Hit: h
-// is then left unchanged, and the request must be refused. target is the request target
-// (path and query), where a placeholder is always a Hit (URLs are logged and forwarded).
+// A placeholder of a credential bound to something else, for other guests, or in a header
+// other than its own (Credential.Header), is a Hit: h is then left unchanged, and the request
+// must be refused. target is the request target (path and query) and its Host, where a
+// placeholder is always a Hit (URLs are logged and forwarded).
 func (b *Broker) Inject(h http.Header, target, forward string, src netip.Addr) (int, Hit, bool) {
 	if b.Empty() {
 		return 0, Hit{}, false
@@ -121,6 +132,88 @@ func (b *Broker) Inject(h http.Header, target, forward string, src netip.Addr) (
 	if hit, found := b.Find([]byte(target), "request target"); found {
 		return 0, hit, true
 	}
+	return b.inject(h, src, func(c Credential) bool { return c.Destination == "" && c.Forward == forward }, "")
+}
+
+// Binds reports whether some credential is bound to the destination dest ("name:port", the
+// name in lower case without a trailing dot): a flow the router dials there is to be read
+// as HTTP, request by request (InjectTo), rather than relayed as bytes.
+func (b *Broker) Binds(dest string) bool {
+	if b.Empty() {
+		return false
+	}
+	for _, c := range b.creds {
+		if c.Destination != "" && c.Destination == dest {
+			return true
+		}
+	}
+	return false
+}
+
+// TLS reports whether the destination dest speaks HTTPS that the router terminates, and the
+// roots that verify it (nil: the system's).
+func (b *Broker) TLS(dest string) (bool, *x509.CertPool) {
+	if b.Empty() {
+		return false, nil
+	}
+	for _, c := range b.creds {
+		if c.Destination == dest && c.TLSTerminate {
+			return true, c.Roots
+		}
+	}
+	return false, nil
+}
+
+// InjectTo is Inject for a request that src sends on a connection the router dialed to the
+// destination dest ("name:port" as Binds takes it): host is the request's Host (from its
+// Host header, or an absolute-form target) and target its request target. The value goes
+// only in a header, its credential's (Credential.Header) or any when that is unset, and
+// only when host names dest itself (the name, and the port unless it is the scheme's, 80 or
+// 443 when the router terminates TLS for dest, and host gives none): a server that routes by Host (a shared front, a CDN) must never carry the value
+// to another site. A placeholder in the target or the host, in a header with host naming
+// another destination, or of a credential bound elsewhere or for other guests, is a Hit, and
+// h is left unchanged. The body is not read: its bytes go to dest unchanged, placeholder or
+// not (a placeholder is worth nothing, and dest is where the value belongs).
+func (b *Broker) InjectTo(h http.Header, host, target, dest string, src netip.Addr) (int, Hit, bool) {
+	if b.Empty() {
+		return 0, Hit{}, false
+	}
+	if hit, found := b.Find([]byte(target), "request target"); found {
+		return 0, hit, true
+	}
+	if hit, found := b.Find([]byte(host), "Host"); found {
+		return 0, hit, true
+	}
+	defaultPort := "80"
+	if terminate, _ := b.TLS(dest); terminate {
+		defaultPort = "443"
+	}
+	if !sameDest(host, dest, defaultPort) {
+		return b.inject(h, src, func(Credential) bool { return false }, " (its Host names another destination)")
+	}
+	return b.inject(h, src, func(c Credential) bool { return c.Destination == dest }, "")
+}
+
+// sameDest reports whether a request's Host names dest ("name:port"): the same name, case
+// and a trailing dot aside, and the same port, which a Host leaves out when it is the
+// scheme's (defaultPort: 80, or 443 when the router terminates TLS for dest).
+func sameDest(host, dest, defaultPort string) bool {
+	dn, dp, err := net.SplitHostPort(dest)
+	if err != nil || host == "" {
+		return false
+	}
+	hn, hp := host, defaultPort
+	if n, p, err := net.SplitHostPort(host); err == nil {
+		hn, hp = n, p
+	}
+	return strings.EqualFold(strings.TrimSuffix(hn, "."), dn) && hp == dp
+}
+
+// inject puts the values of the credentials bound (bound) in h in place of their
+// placeholders, or finds the first placeholder that must not go: of a credential not bound,
+// not for src, or in a header other than its own. why is said after the header's name in a
+// Hit.
+func (b *Broker) inject(h http.Header, src netip.Addr, bound func(Credential) bool, why string) (int, Hit, bool) {
 	type place struct {
 		key string
 		i   int
@@ -134,8 +227,8 @@ func (b *Broker) Inject(h http.Header, target, forward string, src netip.Addr) (
 				if !strings.Contains(nv, c.Placeholder) {
 					continue
 				}
-				if c.Forward != forward || !forGuest(c, src) {
-					return 0, Hit{Credential: c.Name, Where: "request header " + key}, true
+				if !bound(c) || !forGuest(c, src) || c.Header != "" && c.Header != key {
+					return 0, Hit{Credential: c.Name, Where: "request header " + key + why}, true
 				}
 				nv, changed = strings.ReplaceAll(nv, c.Placeholder, c.Value.Reveal()), true
 			}

@@ -31,7 +31,7 @@ type Request struct {
 	ID     uint64 `json:"id,omitempty"`
 	Answer string `json:"answer,omitempty"`
 	By     string `json:"by,omitempty"`
-	// Guest (a VM network's CIDR or a guest's address) and Profile switch a guest's
+	// Guest (a VM network's CIDR, a guest's address, or app:NAME) and Profile switch a guest's
 	// profile ("profile").
 	Guest   string `json:"guest,omitempty"`
 	Profile string `json:"profile,omitempty"`

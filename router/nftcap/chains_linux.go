@@ -319,7 +319,7 @@ func (b *builder) input(s Spec, vm vmSets) {
 // allowOnly queues the guard of one forward or inbound: its listen address and port go to
 // chain, which accepts the Allow sources and refuses the rest. The router's own
 // connections (its mark, over loopback) pass too: it carries an inbound's client there,
-// and the listener judges that client (package router, carried.go).
+// and the listener judges that client (package router, flow_carried.go).
 func (b *builder) allowOnly(chain string, f Forward, mark uint32) {
 	b.rule(chainInput, listenMatch(f.Listen.Addr()), l4proto(unix.IPPROTO_TCP), thDport(f.Listen.Port()), goTo(chain))
 	if mark != 0 {

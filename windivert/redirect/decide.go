@@ -96,7 +96,7 @@ func (e *Engine) refusedLocked(f *flow) {
 		}
 		a.Add(auditlog.Record{Time: e.clock.Now(), Event: auditlog.EventRefused, Network: network, Src: f.key.src,
 			Dst: f.key.dst, App: f.owner.Name, PID: int(f.owner.PID), Rule: f.verdict.Name,
-			Action: f.verdict.Action.String(), Reason: f.why.String()})
+			Action: f.verdict.Action.String(), Reason: f.why.String(), Profile: f.profile})
 	}
 }
 
@@ -125,15 +125,14 @@ func (e *Engine) verdictLocked(pol *policy.Policy, f *flow) action {
 	if f.pidKnown && e.own[f.pid] {
 		return actPass
 	}
-	pf := policy.Flow{Network: rules.UDP, Src: k.src.Addr(), Dst: k.dst.Addr(), Port: k.dst.Port()}
-	if tcp {
-		pf.Network = rules.TCP
-	}
-	if f.ownerKnown {
-		pf.App, pf.AppPath, pf.Services = f.owner.Name, f.owner.Path, f.owner.Services
+	pf := e.queryLocked(f)
+	f.profile = ""
+	if e.opts.Profile != nil {
+		if sub := e.opts.Profile(pol, &pf); sub != pol {
+			pol, f.profile = sub, sub.ProfileName() // a switched guest's profile
+		}
 	}
 	if isICMP(k.proto) {
-		pf.Network, pf.Port = rules.AnyNetwork, 0
 		d := pol.DecideICMP(&pf)
 		f.verdict, f.caged = d.Verdict, d.Caged
 		if d.Action == rules.Direct {
@@ -141,11 +140,6 @@ func (e *Engine) verdictLocked(pol *policy.Policy, f *flow) action {
 		}
 		f.why = refusal.ICMP
 		return actDrop
-	}
-	if e.opts.Names != nil {
-		if n, ok := e.opts.Names.NameFor(k.dst.Addr()); ok {
-			pf.Host = n
-		}
 	}
 	d := pol.Decide(&pf)
 	f.verdict, f.caged = d.Verdict, d.Caged
@@ -185,4 +179,70 @@ func (e *Engine) verdictLocked(pol *policy.Policy, f *flow) action {
 		return actPass
 	}
 	return actReflect
+}
+
+// queryLocked is what the policy decides f on: its addresses, its owner when known, and the
+// name behind its destination when Options.Names knows it (not for ICMP).
+func (e *Engine) queryLocked(f *flow) policy.Flow {
+	k := f.key
+	pf := policy.Flow{Network: rules.UDP, Src: k.src.Addr(), Dst: k.dst.Addr(), Port: k.dst.Port()}
+	if k.proto == packet.ProtoTCP {
+		pf.Network = rules.TCP
+	}
+	if f.ownerKnown {
+		pf.App, pf.AppPath, pf.Services = f.owner.Name, f.owner.Path, f.owner.Services
+	}
+	if isICMP(k.proto) {
+		pf.Network, pf.Port = rules.AnyNetwork, 0
+		return pf
+	}
+	if e.opts.Names != nil {
+		if n, ok := e.opts.Names.NameFor(k.dst.Addr()); ok {
+			pf.Host = n
+		}
+	}
+	return pf
+}
+
+// EndRefused decides again the flows the engine decided itself that of selects (asked with
+// the engine's Policy and what the flow was decided on; nil: every flow), with the current
+// Policy and the profile Options.Profile picks now: after a reload (SetPolicy), or a switch
+// of a guest's profile. A flow the engine passed that the new decision refuses leaves the
+// table, counted as refused under the new reason (and in the flow log), so that the app's
+// next packet of it is refused (TCP: a RST, as for a packet of no known flow; UDP: its next
+// datagram is a new flow, decided and dropped). The new decision does not move a passed
+// flow into the router: one it would proxy goes on, as the router's relayed flows that stay
+// allowed do. A UDP flow the engine dropped leaves the table too, so that its next datagram
+// is decided anew. The flows reflected or relayed to the router are the router's to decide
+// again (router.Router.Use, SwitchProfile); pending ones are decided by the new policy when
+// their owner is known; the connections AllowExisting let live, never decided, are left
+// alone. Returns how many passed flows it ended.
+func (e *Engine) EndRefused(of func(p *policy.Policy, f *policy.Flow) bool) int {
+	pol := e.pol.Load()
+	now := e.now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, f := range e.flows {
+		if f.state != statePass && f.state != stateDrop || f.verdict.Name == "" {
+			continue // reflected, relayed, DNS, pending; or passed undecided (AllowExisting, a SYN-ACK the host sends)
+		}
+		if of != nil {
+			if pf := e.queryLocked(f); !of(pol, &pf) {
+				continue
+			}
+		}
+		if f.state == stateDrop {
+			e.removeLocked(f, now)
+			continue
+		}
+		if act := e.verdictLocked(pol, f); act != actRefuse && act != actDrop {
+			continue
+		}
+		e.removeLocked(f, now)
+		e.st.refused.Add(1)
+		e.refusedLocked(f)
+		n++
+	}
+	return n
 }

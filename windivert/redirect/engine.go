@@ -49,6 +49,11 @@ type Options struct {
 	// Names tells fake-IP pool addresses (always reflected) and, when it knows them, the
 	// names of destinations for host-name rules. Nil: no pool, no names.
 	Names Names
+	// Profile picks the Policy a flow is decided by, from the engine's and the flow (its
+	// owner and name known as the engine knows them): the profile its guest is switched to
+	// (router profile, router.Router.ProfileFor), else the engine's. Nil: the engine's. It is
+	// called with the engine's lock held and must not block.
+	Profile func(p *policy.Policy, f *policy.Flow) *policy.Policy
 
 	// Events are connect events with PIDs (WinDivert's SOCKET layer). With Events, every
 	// new flow waits up to EventWait for its event (default 50 ms), then asks Lookup.

@@ -71,6 +71,7 @@ type flow struct {
 	ownerKnown bool
 	verdict    rules.Verdict
 	caged      bool           // the decision found the flow caged
+	profile    string         // the switched guest's profile that decided it; "" for the default
 	why        refusal.Reason // when the verdict refuses or drops it: why
 
 	// Budgets (Options.MaxHostFlows, MaxPending): host says the entry counts in the host's

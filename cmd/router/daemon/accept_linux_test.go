@@ -8,9 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentcage/router/cmd/router/daemon/daemontest"
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/router"
+	"github.com/agentcage/router/router/capture/capturetest"
+	nftplatform "github.com/agentcage/router/router/nftcap/platform"
 	"github.com/agentcage/router/rules/policy"
 )
 
@@ -67,16 +68,16 @@ func TestWhatConfAcceptsRuns(t *testing.T) {
 // runnable fails the test when a part of the daemon refuses cfg.
 func runnable(t *testing.T, what string, cfg *conf.Config) {
 	t.Helper()
-	if err := Spec(cfg).Validate(); err != nil {
+	if err := nftplatform.Spec(cfg).Validate(); err != nil {
 		t.Errorf("conf accepted, nftables refuses: %v\n%s", err, what)
 	}
-	d := &daemon{opts: Options{Platform: resolverPlatform{&daemontest.Platform{}}}, log: slog.New(slog.DiscardHandler)}
+	d := &daemon{opts: Options{Platform: resolverPlatform{&capturetest.Platform{}}}, log: slog.New(slog.DiscardHandler)}
 	if err := d.startDNS(cfg); err != nil {
 		t.Errorf("conf accepted, the DNS server refuses: %v\n%s", err, what)
 	} else {
 		d.dns.Close()
 	}
-	r, err := router.New(router.Settings{IdleTimeout: 1, ConnectTimeout: 1}, router.Options{Original: (&daemontest.Platform{}).Original})
+	r, err := router.New(router.Settings{IdleTimeout: 1, ConnectTimeout: 1}, router.Options{Original: (&capturetest.Platform{}).Original})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +88,6 @@ func runnable(t *testing.T, what string, cfg *conf.Config) {
 }
 
 // resolverPlatform is a fake platform whose host has a resolver (for direct_names).
-type resolverPlatform struct{ *daemontest.Platform }
+type resolverPlatform struct{ *capturetest.Platform }
 
 func (resolverPlatform) Resolver() (string, error) { return "192.0.2.53:53", nil }

@@ -7,7 +7,9 @@
 // close, running flows get a short grace period, and the capture is left in place: it is the
 // guard that keeps VM traffic blocked until a router runs again (only `router cleanup`
 // removes it). While the daemon runs, the platform keeps the guard whole: on Linux a table
-// that something else removes or changes is restored within milliseconds (see healer).
+// that something else removes or changes is restored within milliseconds (package
+// router/nftcap/platform). The daemon knows the capture only through package capture;
+// cmd/router chooses the platform of its operating system.
 //
 // Reload (a value on Options.Reload, or `router reload` over the control channel, which
 // waits for the outcome) applies a new file atomically: it is parsed and
@@ -39,6 +41,7 @@ import (
 	"github.com/agentcage/router/router/ask"
 	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/broker"
+	"github.com/agentcage/router/router/capture"
 	"github.com/agentcage/router/router/control"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules/modelapi"
@@ -49,7 +52,7 @@ import (
 // Options configure Run.
 type Options struct {
 	ConfigPath string
-	Platform   Platform
+	Platform   capture.Platform
 	// Log receives the daemon's records; its level follows [log] level when Level is set.
 	Log   *slog.Logger
 	Level *slog.LevelVar
@@ -257,10 +260,10 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	}
 	d.desk = d.newDesk()
 	ropts.Asks = d.desk
-	if o, ok := pf.(FDOriginal); ok {
+	if o, ok := pf.(capture.FDOriginal); ok {
 		ropts.OriginalFD = o.OriginalFD
 	}
-	if c, ok := pf.(CagedSockets); ok {
+	if c, ok := pf.(capture.CagedSockets); ok {
 		ropts.CagedSocket = c.CagedSocket()
 	}
 	// The DNS server dials through the router (d.r, set below before anything is served)
@@ -269,6 +272,11 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		return err
 	}
 	ropts.Names = d.dns
+	ca, err := tlsCA(cfg)
+	if err != nil {
+		return err
+	}
+	ropts.TLSCA = ca
 	r, err := router.New(l.pol, ropts)
 	if err != nil {
 		return err
@@ -292,11 +300,12 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	if err := d.startUDP(sctx, cfg); err != nil {
 		return err
 	}
+	d.useProfiles()
 	if cfg.Capture.DNSPort != 0 {
 		port := strconv.Itoa(int(cfg.Capture.DNSPort))
 		addr := net.JoinHostPort("::", port)
 		udpHost := "::"
-		if b, ok := pf.(DNSBinder); ok {
+		if b, ok := pf.(capture.DNSBinder); ok {
 			udpHost = b.UDPDNSHost()
 		}
 		if d.dnsUDP, err = lc.ListenPacket(ctx, "udp", net.JoinHostPort(udpHost, port)); err != nil {

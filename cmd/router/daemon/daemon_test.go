@@ -14,8 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/cmd/router/daemon/daemontest"
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/router/capture"
+	"github.com/agentcage/router/router/capture/capturetest"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 )
@@ -182,7 +183,7 @@ func (s *scene) write(text string) {
 	}
 }
 
-func (s *scene) daemon(pf Platform, load func(string) (*conf.Config, error)) *daemon {
+func (s *scene) daemon(pf capture.Platform, load func(string) (*conf.Config, error)) *daemon {
 	opts := Options{ConfigPath: s.path, Platform: pf, Log: slog.New(slog.DiscardHandler), Grace: time.Second, Load: load}
 	if opts.Load == nil {
 		opts.Load = func(path string) (*conf.Config, error) { return conf.Load(path, conf.Options{}) }
@@ -222,7 +223,7 @@ func banner(t *testing.T, addr netip.AddrPort) string {
 func TestRunInstallsOnceAndStops(t *testing.T) {
 	s := newScene(t)
 	s.write(s.text("127.0.0.0/8", ""))
-	pf := &daemontest.Platform{}
+	pf := &capturetest.Platform{}
 	ready, reloaded := make(chan struct{}), make(chan error, 1)
 	reload := make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -257,10 +258,57 @@ func TestRunInstallsOnceAndStops(t *testing.T) {
 	}
 }
 
+// TestRunExitsOnCaptureFailure: the daemon's side of a capture that fails while it runs
+// (the Windows engine's read error): Run closes the capture and returns the failure, so the
+// service exits with a failure code and is restarted; a clean stop closes it too. What
+// Close drops is the platform's (windivert/platform: TestWindowsPlatformFailsClosed).
+func TestRunExitsOnCaptureFailure(t *testing.T) {
+	s := newScene(t)
+	s.write(s.text("127.0.0.0/8", ""))
+	for _, fail := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fail=%v", fail), func(t *testing.T) {
+			pf := &capturetest.Platform{}
+			ready := make(chan struct{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				done <- Run(ctx, Options{ConfigPath: s.path, Platform: pf, Ready: ready, Grace: time.Second})
+			}()
+			select {
+			case <-ready:
+			case err := <-done:
+				t.Fatalf("Run: %v", err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("not ready")
+			}
+			if fail {
+				pf.Fail(errors.New("driver gone"))
+			} else {
+				cancel()
+			}
+			select {
+			case err := <-done:
+				if fail && (err == nil || !strings.Contains(err.Error(), "the capture failed") || !strings.Contains(err.Error(), "driver gone")) {
+					t.Errorf("Run = %v, want the capture's failure", err)
+				}
+				if !fail && err != nil {
+					t.Errorf("Run after a stop = %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Run did not return")
+			}
+			if n := pf.Closes(); n != 1 {
+				t.Errorf("the capture was closed %d times, want once", n)
+			}
+		})
+	}
+}
+
 func TestRunReportsAFailedInstall(t *testing.T) {
 	s := newScene(t)
 	s.write(s.text("127.0.0.0/8", ""))
-	pf := &daemontest.Platform{}
+	pf := &capturetest.Platform{}
 	pf.SetInstallError(errors.New("nft refused"))
 	err := Run(context.Background(), Options{ConfigPath: s.path, Platform: pf, Grace: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "install capture: nft refused") {
@@ -280,7 +328,7 @@ func TestRunReportsAFailedInstall(t *testing.T) {
 func TestReloadSwapsForwardSettings(t *testing.T) {
 	s := newScene(t)
 	s.write(s.text("10.0.0.0/8", ""))
-	d := s.daemon(&daemontest.Platform{}, nil)
+	d := s.daemon(&capturetest.Platform{}, nil)
 	s.start(d)
 	if got := banner(t, s.fwd); got != "" {
 		t.Fatalf("a source outside allow got %q", got)
@@ -305,11 +353,11 @@ func TestReloadSwapsForwardSettings(t *testing.T) {
 func TestReloadFailureChangesNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		fail  func(pf *daemontest.Platform)
+		fail  func(pf *capturetest.Platform)
 		load  func(cfg *conf.Config)
 		wants string
 	}{
-		{"capture refuses", func(pf *daemontest.Platform) { pf.SetInstallError(errors.New("nft refused")) }, nil, "install capture"},
+		{"capture refuses", func(pf *capturetest.Platform) { pf.SetInstallError(errors.New("nft refused")) }, nil, "install capture"},
 		{"router refuses", nil, func(cfg *conf.Config) {
 			cfg.Rules = append(cfg.Rules, rules.Rule{Name: "ghost", Action: rules.Proxy, Proxy: "nowhere"})
 		}, "unknown proxy"},
@@ -317,7 +365,7 @@ func TestReloadFailureChangesNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newScene(t)
 			s.write(s.text("127.0.0.0/8", ""))
-			pf := &daemontest.Platform{}
+			pf := &capturetest.Platform{}
 			var tamper func(*conf.Config)
 			d := s.daemon(pf, func(path string) (*conf.Config, error) {
 				cfg, err := conf.Load(path, conf.Options{})
@@ -350,5 +398,36 @@ func TestReloadFailureChangesNothing(t *testing.T) {
 				t.Errorf("the running forward says %q", got)
 			}
 		})
+	}
+}
+
+// relayPlatform is a fake platform whose capture hands UDP to the router itself
+// (capture.UDPRelay, as the Windows engine does): it records the router it was given.
+type relayPlatform struct {
+	*capturetest.Platform
+	got      *capture.UDPRouter
+	installs *int // the installs done when it was given
+}
+
+func (p relayPlatform) UseRouter(r capture.UDPRouter) {
+	*p.got = r
+	_, *p.installs = p.Counts()
+}
+
+// TestStartHandsTheRouterToAUDPRelay: a platform that relays UDP through the router gets
+// the running router before its first Install, with the daemon's flow log.
+func TestStartHandsTheRouterToAUDPRelay(t *testing.T) {
+	s := newScene(t)
+	s.write(s.text("127.0.0.0/8", ""))
+	var got capture.UDPRouter
+	installs := -1
+	pf := relayPlatform{&capturetest.Platform{}, &got, &installs}
+	d := s.daemon(pf, nil)
+	s.start(d)
+	if got == nil || installs != 0 {
+		t.Fatalf("the platform was given the router %v after %d installs, want it before the first", got, installs)
+	}
+	if got.Audit() != d.r.Audit() || got.Audit() == nil {
+		t.Errorf("the platform's router records to %p, want the daemon's flow log %p", got.Audit(), d.r.Audit())
 	}
 }

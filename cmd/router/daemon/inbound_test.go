@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/cmd/router/daemon/daemontest"
+	"github.com/agentcage/router/router/capture/capturetest"
 	"github.com/agentcage/router/router/upstream/socks5"
 )
 
@@ -63,7 +63,7 @@ func TestInboundLifecycle(t *testing.T) {
 	s := newScene(t)
 	in := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), freePort(t))
 	s.write(s.text("127.0.0.0/8", inboundText("socks5", in)))
-	pf := &daemontest.Platform{}
+	pf := &capturetest.Platform{}
 	d := s.daemon(pf, nil)
 	s.start(d)
 	// An inbound's client is caged: it reaches the model through the forward's address, which

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/cmd/router/daemon/daemontest"
 	"github.com/agentcage/router/internal/wait"
+	"github.com/agentcage/router/router/capture/capturetest"
 )
 
 // scrape fetches http://addr/metrics; ok is false when nothing answers there.
@@ -59,7 +59,7 @@ func TestMetricsFollowReload(t *testing.T) {
 	allow := "127.0.0.0/8"
 	p1 := freePort(t)
 	s.write(s.text(allow, metricsTable(p1)))
-	pf := &daemontest.Platform{}
+	pf := &capturetest.Platform{}
 	d := s.daemon(pf, nil)
 	s.start(d)
 	a1 := fmt.Sprintf("127.0.0.1:%d", p1)
@@ -159,7 +159,7 @@ func TestMetricsPortTakenAtStart(t *testing.T) {
 	defer taken.Close()
 	s := newScene(t)
 	s.write(s.text("127.0.0.0/8", fmt.Sprintf("[metrics]\nlisten = %q\n", taken.Addr().String())))
-	err = Run(context.Background(), Options{ConfigPath: s.path, Platform: &daemontest.Platform{}, Log: slog.New(slog.DiscardHandler), Grace: time.Second})
+	err = Run(context.Background(), Options{ConfigPath: s.path, Platform: &capturetest.Platform{}, Log: slog.New(slog.DiscardHandler), Grace: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "metrics listener") {
 		t.Fatalf("Run = %v, want the metrics listener's error", err)
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/cmd/router/daemon/daemontest"
+	"github.com/agentcage/router/router/capture/capturetest"
 	"github.com/agentcage/router/router/control"
 )
 
@@ -27,7 +27,7 @@ func TestReloadOverControl(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Options{ConfigPath: s.path, Platform: &daemontest.Platform{}, Log: slog.New(slog.DiscardHandler),
+		done <- Run(ctx, Options{ConfigPath: s.path, Platform: &capturetest.Platform{}, Log: slog.New(slog.DiscardHandler),
 			Ready: ready, Reload: reload, Reloaded: reloaded, Grace: time.Second})
 	}()
 	t.Cleanup(func() {
@@ -102,7 +102,7 @@ func TestReloadOverControl(t *testing.T) {
 func TestReloadWithoutLoop(t *testing.T) {
 	s := newScene(t)
 	s.write(s.text("127.0.0.0/8", ""))
-	d := s.daemon(&daemontest.Platform{}, nil)
+	d := s.daemon(&capturetest.Platform{}, nil)
 	s.start(d)
 	if _, err := d.status.Reload(); err == nil {
 		t.Fatal("reload without a loop: no error")

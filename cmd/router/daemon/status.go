@@ -3,32 +3,15 @@ package daemon
 import (
 	"net/netip"
 	"os"
-	"runtime"
 	"time"
 
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/router"
+	"github.com/agentcage/router/router/capture"
 	"github.com/agentcage/router/router/control"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/refusal"
 )
-
-// GuardStatus is what a platform knows of its guard's health while the daemon runs.
-type GuardStatus struct {
-	// Restores counts the times the guard was found changed by someone else and restored;
-	// LastRestore is when the last one happened and LastDamage what was found.
-	Restores    int
-	LastRestore time.Time
-	LastDamage  string
-	// Watched: the platform restores its guard when changed (Linux).
-	Watched bool
-	// Rivals, GuardedApps, Unguarded: see control.GuardStat (Windows).
-	Rivals, GuardedApps, Unguarded []string
-}
-
-// guardReporter is a Platform that reports its guard (Linux: watched; Windows: rivals and
-// guarded paths).
-type guardReporter interface{ GuardStatus() GuardStatus }
 
 // statusHandler answers the control channel from the running daemon.
 type statusHandler struct {
@@ -47,13 +30,13 @@ func (h *statusHandler) Status() control.Status {
 		refusal.Merge(h.d.book.Snapshot(), h.d.opts.Platform.Refusals()))
 	st.PID = os.Getpid()
 	st.Running = running
-	if g, ok := h.d.opts.Platform.(guardReporter); ok {
+	if g, ok := h.d.opts.Platform.(capture.GuardReporter); ok {
 		gs := g.GuardStatus()
 		st.Guard = control.GuardStat{Watched: gs.Watched, Restores: gs.Restores, LastRestore: gs.LastRestore, LastDamage: gs.LastDamage,
 			Rivals: gs.Rivals, GuardedApps: gs.GuardedApps, Unguarded: gs.Unguarded}
 	}
-	if cr, ok := h.d.opts.Platform.(cageReader); ok {
-		caged, warns := kernelCaged(cr, runtime.GOOS)
+	if kc, ok := h.d.opts.Platform.(capture.KernelCager); ok {
+		caged, warns := kc.KernelCaged()
 		st.KernelCaged = caged
 		st.Warnings = append(st.Warnings, warns...)
 	}

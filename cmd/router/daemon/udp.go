@@ -5,12 +5,15 @@ import (
 	"net/netip"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/router"
+	"github.com/agentcage/router/router/auditlog"
+	"github.com/agentcage/router/router/capture"
 	"github.com/agentcage/router/router/proc"
 )
 
 // ownerUDP is the platform's UDP owner lookup, or nil.
-func ownerUDP(p Platform) func(src, dst netip.AddrPort) (proc.Info, error) {
-	if up, ok := p.(UDPSockets); ok {
+func ownerUDP(p capture.Platform) func(src, dst netip.AddrPort) (proc.Info, error) {
+	if up, ok := p.(capture.UDPSockets); ok {
 		return up.OwnerUDP()
 	}
 	return nil
@@ -21,7 +24,7 @@ func ownerUDP(p Platform) func(src, dst netip.AddrPort) (proc.Info, error) {
 // neither captures no UDP (refused as before).
 func (d *daemon) startUDP(ctx context.Context, cfg *conf.Config) error {
 	switch p := d.opts.Platform.(type) {
-	case UDPSockets:
+	case capture.UDPSockets:
 		readers, ret, closers, err := p.ListenUDP(cfg)
 		d.closers = append(d.closers, closers...)
 		if err != nil {
@@ -34,8 +37,18 @@ func (d *daemon) startUDP(ctx context.Context, cfg *conf.Config) error {
 				}
 			})
 		}
-	case UDPRelay:
-		p.UseRouter(d.r)
+	case capture.UDPRelay:
+		p.UseRouter(udpRouter{d.r})
 	}
 	return nil
 }
+
+// udpRouter is the router as a UDPRelay capture sees it (capture.UDPRouter): its datagrams
+// are the router's.
+type udpRouter struct{ r *router.Router }
+
+func (u udpRouter) HandleUDP(dg capture.Datagram, ret capture.UDPReturn) {
+	u.r.HandleUDP(router.Datagram(dg), ret)
+}
+
+func (u udpRouter) Audit() *auditlog.Log { return u.r.Audit() }
