@@ -11,6 +11,8 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
+
+	"github.com/agentcage/router/internal/wait"
 )
 
 // silentZone answers names under ok.test with an A record and never answers the others
@@ -59,7 +61,11 @@ func TestGuestUnansweredNamesDoNotDelayOthers(t *testing.T) {
 			}
 		}
 	})
-	time.Sleep(500 * time.Millisecond) // the flood holds what it can
+	// The flood holds what it can: its share of the upstream's connections, each dialled
+	// for one of its unanswered queries.
+	wait.For(t, "the flood holding its share of the upstream", 10*time.Second, func() bool {
+		return up.count() >= maxUpstreamConns-upstreamHeadroom
+	})
 
 	var mu sync.Mutex
 	var delays []time.Duration
@@ -77,7 +83,7 @@ func TestGuestUnansweredNamesDoNotDelayOthers(t *testing.T) {
 				mu.Lock()
 				delays = append(delays, d)
 				mu.Unlock()
-				time.Sleep(100 * time.Millisecond)
+				time.Sleep(100 * time.Millisecond) // not ordering: each guest's queries paced at 10 a second
 			}
 		})
 	}

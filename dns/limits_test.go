@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -68,9 +69,13 @@ func TestServeTCPLimits(t *testing.T) {
 			if err := ask(c, fmt.Sprintf("q%d.example.", i)); err != nil {
 				t.Fatalf("query %d: %v", i, err)
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // not ordering: queries paced under the idle timeout
 		}
-		time.Sleep(time.Second)
+		// Idle now: the server closes the connection after its timeout.
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Conn.Read(make([]byte, 1)); err == nil || os.IsTimeout(err) {
+			t.Fatalf("an idle connection: read %v, want it closed by the server", err)
+		}
 		if err := ask(c, "late.example."); err == nil {
 			t.Error("query after the idle timeout answered, want the connection closed")
 		}
@@ -112,7 +117,7 @@ func TestServeTCPLimits(t *testing.T) {
 			}
 			a = append(a, c)
 		}
-		time.Sleep(20 * time.Millisecond)
+		// The answers order the reads: a[0]'s was before the next ones of the others.
 		for i, c := range a[1:] { // a[0] is now the least recently active
 			if err := ask(c, fmt.Sprintf("a%d-again.example.", i)); err != nil {
 				t.Fatal(err)
@@ -143,11 +148,12 @@ func TestServeTCPLimits(t *testing.T) {
 
 // flakyListener fails Accept with errs first, then hands out conns, then reports closed.
 type flakyListener struct {
-	mu    sync.Mutex
-	errs  []error
-	conns []net.Conn
-	calls []time.Time
-	done  chan struct{}
+	mu      sync.Mutex
+	errs    []error
+	conns   []net.Conn
+	calls   []time.Time
+	done    chan struct{}
+	blocked chan struct{} // when not nil, told when an Accept waits for Close
 }
 
 func (l *flakyListener) Accept() (net.Conn, error) {
@@ -165,7 +171,11 @@ func (l *flakyListener) Accept() (net.Conn, error) {
 		l.mu.Unlock()
 		return c, nil
 	}
+	blocked := l.blocked
 	l.mu.Unlock()
+	if blocked != nil {
+		blocked <- struct{}{}
+	}
 	<-l.done
 	return nil, net.ErrClosed
 }
@@ -204,25 +214,40 @@ func TestLimitListenerAcceptErrors(t *testing.T) {
 	if all, _ := l.count(sourceKey{}); all != 0 {
 		t.Errorf("%d connections counted after Close, want 0", all)
 	}
-	go func() { time.Sleep(50 * time.Millisecond); l.Close() }()
+	fl.mu.Lock()
+	fl.blocked = make(chan struct{}, 1)
+	fl.mu.Unlock()
+	go func() { <-fl.blocked; l.Close() }() // Close while Accept waits
 	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Accept after Close = %v, want net.ErrClosed", err)
 	}
 
 	t.Run("Close during a pause ends Accept at once", func(t *testing.T) {
-		fl := &flakyListener{done: make(chan struct{})}
-		for range 20 {
-			fl.errs = append(fl.errs, emfile)
-		}
-		l := newLimitListener(fl, 4, 8, nil)
-		go func() { time.Sleep(100 * time.Millisecond); l.Close() }()
-		start := time.Now()
-		if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
-			t.Errorf("Accept = %v, want net.ErrClosed", err)
-		}
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("Accept returned %v after Close", d)
-		}
+		// In a bubble: the pause's timer cannot fire while the closer runs, so Close
+		// comes during the first pause.
+		synctest.Test(t, func(t *testing.T) {
+			fl := &flakyListener{done: make(chan struct{})}
+			for range 20 {
+				fl.errs = append(fl.errs, emfile)
+			}
+			failed := make(chan struct{}, 20)
+			l := newLimitListener(fl, 4, 8, func(ev event, _ sourceKey, _ error) {
+				if ev == evAcceptFailed {
+					failed <- struct{}{}
+				}
+			})
+			go func() { <-failed; l.Close() }()
+			start := time.Now()
+			if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
+				t.Errorf("Accept = %v, want net.ErrClosed", err)
+			}
+			if d := time.Since(start); d != 0 {
+				t.Errorf("Accept returned %v (on the bubble's clock) after Close, want at once", d)
+			}
+			if n := len(failed); n != 0 {
+				t.Errorf("%d more failed accepts after the first, want none", n)
+			}
+		})
 	})
 }
 
@@ -358,7 +383,7 @@ func TestSummaryLog(t *testing.T) {
 			s.HandleFrom(ctx, srcFlood, query(fmt.Sprintf("r%d.example.", i), mdns.TypeA))
 		}
 		lines := func(at time.Duration) []string {
-			time.Sleep(at)
+			time.Sleep(at) // not ordering: moves the bubble's fake clock; synctest.Wait orders
 			synctest.Wait()
 			return rec.lines()
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentcage/router/internal/lab"
 	"github.com/agentcage/router/internal/roottest"
+	"github.com/agentcage/router/internal/wait"
 )
 
 // reload sends SIGHUP and waits for the router to say it reloaded once more.
@@ -20,10 +21,8 @@ func reload(s *scene) {
 	s.t.Helper()
 	n := strings.Count(s.log(), "reloaded")
 	s.router.Signal(syscall.SIGHUP)
-	for deadline := time.Now().Add(5 * time.Second); strings.Count(s.log(), "reloaded") <= n; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			s.t.Fatalf("no reload in 5 s:\n%s", s.log())
-		}
+	if !wait.Poll(5*time.Second, func() bool { return strings.Count(s.log(), "reloaded") > n }) {
+		s.t.Fatalf("no reload in 5 s:\n%s", s.log())
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/control"
 )
 
@@ -57,7 +58,8 @@ func (s *scene) consoleURL() string {
 // waitAsk waits for the prompt of port on the control channel.
 func (s *scene) waitAsk(port uint16) control.Prompt {
 	s.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	var found *control.Prompt
+	_ = wait.Poll(10*time.Second, func() bool {
 		c, err := control.Dial(s.ctx, s.controlPath())
 		if err != nil {
 			s.t.Fatal(err)
@@ -69,9 +71,14 @@ func (s *scene) waitAsk(port uint16) control.Prompt {
 		}
 		for _, p := range resp.Asks {
 			if p.Port == port {
-				return p
+				found = &p
+				return true
 			}
 		}
+		return false
+	})
+	if found != nil {
+		return *found
 	}
 	s.t.Fatalf("no prompt for port %d", port)
 	return control.Prompt{}
@@ -449,16 +456,14 @@ func TestConsoleCost(t *testing.T) {
 	if n := len(errs); n > 0 {
 		t.Fatalf("%d of %d flows failed to open, the first: %v", n, live, <-errs)
 	}
-	for deadline := time.Now().Add(20 * time.Second); len(s.status().Flows) < live*9/10; time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d live flows, want about %d", len(s.status().Flows), live)
-		}
+	if !wait.Poll(20*time.Second, func() bool { return len(s.status().Flows) >= live*9/10 }) {
+		t.Fatalf("%d live flows, want about %d", len(s.status().Flows), live)
 	}
 	pid := s.router.PID()
 	const window = 10 * time.Second
 	measure := func() float64 {
 		t0, c0 := time.Now(), cpuTicks(t, pid)
-		time.Sleep(window)
+		time.Sleep(window)                                                         // not ordering: the window the router's CPU is measured over
 		return float64(cpuTicks(t, pid)-c0) / 100 / time.Since(t0).Seconds() * 100 // ticks are 1/100 s
 	}
 	idle := measure()

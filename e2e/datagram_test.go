@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/internal/wait"
+	"github.com/agentcage/router/router/control"
 )
 
 // datagramSizes is the sweep: every boundary a buffer or a path has (the old 16,384-byte
@@ -108,18 +110,12 @@ func TestUDPDatagramsNeverCut(t *testing.T) {
 			if _, err := z.c.Write(bytes.Repeat([]byte{'x'}, 65500)); err != nil {
 				t.Fatalf("send 65,500 bytes: %v", err)
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				n, recent := refusalCount(s.status(), "udp-oversize")
-				if n > before {
-					t.Logf("udp-oversize: %d, latest %+v", n, recent[0])
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("udp-oversize refusals %d after a 65,500-byte datagram through the proxy; want %d", n, before+1)
-				}
-				time.Sleep(100 * time.Millisecond)
+			var n uint64
+			var recent []control.Refused
+			if !wait.Poll(5*time.Second, func() bool { n, recent = refusalCount(s.status(), "udp-oversize"); return n > before }) {
+				t.Fatalf("udp-oversize refusals %d after a 65,500-byte datagram through the proxy; want %d", n, before+1)
 			}
+			t.Logf("udp-oversize: %d, latest %+v", n, recent[0])
 			if got := z.ask(30000, 2*time.Second); !bytes.Equal(got, lab.SizedAnswer(30000)) {
 				t.Errorf("after the drop, a 30,000-byte answer came as %d bytes", len(got))
 			}

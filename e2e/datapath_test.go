@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/internal/wait"
 )
 
 // TestGuestLeavesThroughTheProxy: the guest's TCP leaves with the proxy's exit address, for
@@ -128,11 +129,8 @@ func TestStreamUnbuffered(t *testing.T) {
 	}
 	// The model server records a stream when its handler returns, just after it sent
 	// [DONE]: wait (bounded) for the record.
-	streams := s.lab.ModelLog()
-	for deadline := time.Now().Add(2 * time.Second); len(streams) == 0 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-		streams = s.lab.ModelLog()
-	}
+	var streams []lab.ModelStream
+	_ = wait.Poll(2*time.Second, func() bool { streams = s.lab.ModelLog(); return len(streams) > 0 })
 	if len(streams) != 1 {
 		t.Fatalf("model log: %+v", streams)
 	}
@@ -341,5 +339,5 @@ func icmpProbe(t *testing.T, ns *lab.Netns) {
 	if err != nil && !os.IsTimeout(err) {
 		t.Logf("icmp probe: %v", err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // not ordering: a window for the probes in flight, before the callers' checks that none got out
 }

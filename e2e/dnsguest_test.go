@@ -12,6 +12,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/internal/wait"
 )
 
 // TestDNSUnansweredNamesOfOneGuest: in proxy mode one guest asks, from 20 of its addresses,
@@ -65,7 +66,17 @@ func TestDNSUnansweredNamesOfOneGuest(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(time.Second) // the flood holds what it can
+	// The flood holds what it can: its share of the router's upstream connections when alone
+	// (12 of 16), each held by one of its queries at the lab resolver, which never answers.
+	wait.For(t, "the flood holding its share of the upstream", 10*time.Second, func() bool {
+		n := 0
+		for _, q := range s.lab.DNSLog() {
+			if dns.IsSubDomain(lab.SilentZone, q.Name) {
+				n++
+			}
+		}
+		return n >= 12
+	})
 
 	c, err := guest2.Dial(s.ctx, "udp", server)
 	if err != nil {
@@ -94,7 +105,7 @@ func TestDNSUnansweredNamesOfOneGuest(t *testing.T) {
 			}
 		}
 		delays = append(delays, d)
-		time.Sleep(40 * time.Millisecond)
+		time.Sleep(40 * time.Millisecond) // not ordering: the second guest's queries paced
 	}
 	close(stop)
 	n := <-flooded

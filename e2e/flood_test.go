@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/internal/wait"
+	"github.com/agentcage/router/router/control"
 	"github.com/agentcage/router/rules/refusal"
 )
 
@@ -85,18 +87,11 @@ func TestFairSetupSlots(t *testing.T) {
 		t.Fatalf("the guest held %d of 300 connections", held)
 	}
 	// The router is busy with them: its set-up slots are taken up to the flood's share.
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		st := s.status()
-		if st.Budgets.Setups >= 150 {
-			t.Logf("flood in place: %+v", st.Budgets)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the router never held the flood's set-ups: %+v", st.Budgets)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var st control.Status
+	if !wait.Poll(2*time.Second, func() bool { st = s.status(); return st.Budgets.Setups >= 150 }) {
+		t.Fatalf("the router never held the flood's set-ups: %+v", st.Budgets)
 	}
+	t.Logf("flood in place: %+v", st.Budgets)
 	s.wantQuick("under a flood of 300 silent connections", guest2, 100*time.Millisecond)
 	s.wantNoLeak("flood")
 }
@@ -121,24 +116,20 @@ func TestDescriptorFlood(t *testing.T) {
 	held := s.hold(s.lab.Guest(), 1200, func(int) string { return lab.ServiceAddr + ":80" })
 	t.Logf("the guest attempted 1200 connections; %d were not reset at once", held)
 	// The router has set each of them up or refused it: it holds or counted all 1200.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st := s.status()
-		limit := uint64(0)
+	var st control.Status
+	var limit uint64
+	if !wait.Poll(10*time.Second, func() bool {
+		st, limit = s.status(), 0
 		for _, r := range st.Refusals {
 			if r.Reason == refusal.Limit.String() {
 				limit += r.Count
 			}
 		}
-		if st.Budgets.Setups == 0 && st.Budgets.SetupWaiting == 0 && uint64(st.Budgets.Flows)+limit >= 1200 {
-			t.Logf("flood in place: %d flows held, %d refused over the limits", st.Budgets.Flows, limit)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the router never accounted for the 1200 connections: %+v, %d refused over the limits", st.Budgets, limit)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return st.Budgets.Setups == 0 && st.Budgets.SetupWaiting == 0 && uint64(st.Budgets.Flows)+limit >= 1200
+	}) {
+		t.Fatalf("the router never accounted for the 1200 connections: %+v, %d refused over the limits", st.Budgets, limit)
 	}
+	t.Logf("flood in place: %d flows held, %d refused over the limits", st.Budgets.Flows, limit)
 
 	out, code := s.routerCmd("status", "--config", s.cfg)
 	if code != 0 {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/internal/wait"
+	"github.com/agentcage/router/router/control"
 )
 
 // TestInboundSlotsPerGuest: one guest that takes eight addresses of its network (antispoof
@@ -56,8 +58,14 @@ allow = ["10.0.2.0/24", "` + lab.SecondGuestNetwork + `"]
 			conns = append(conns, c)
 		}
 	}
-	time.Sleep(500 * time.Millisecond) // the router's accepts catch up
-	st := s.status()
+	// The router's accepts catch up: every connection held or refused (the checks below
+	// say what is wrong if they do not).
+	var st control.Status
+	_ = wait.Poll(10*time.Second, func() bool {
+		st = s.status()
+		n, _ := refusalCount(st, "limit")
+		return uint64(st.Budgets.Inbounds)+n >= uint64(len(conns))
+	})
 	t.Logf("one guest of 8 addresses, %d connections opened: the inbounds hold %d of %d", len(conns), st.Budgets.Inbounds, st.Budgets.InboundBudget)
 	if share := st.Budgets.InboundBudget - st.Budgets.InboundBudget/4; st.Budgets.Inbounds > share {
 		t.Errorf("the inbounds hold %d connections; one guest's share is %d", st.Budgets.Inbounds, share)
@@ -112,7 +120,8 @@ func TestUDPAssociationsPerGuest(t *testing.T) {
 			c.Write([]byte("hold"))
 		}
 	}
-	time.Sleep(time.Second) // the router opens its sockets
+	// The router opened the first guest's share of sockets: it refuses its flows past it.
+	_ = wait.Poll(10*time.Second, func() bool { n, _ := refusalCount(s.status(), "limit"); return n > 0 })
 	got, err := udpExchange(s.ctx, guest2, lab.UDPEchoAddr, 2*time.Second)
 	if err != nil {
 		got, err = udpExchange(s.ctx, guest2, lab.UDPEchoAddr, 2*time.Second)
@@ -209,8 +218,13 @@ allow = ["10.0.2.0/24"]
 	s.router = r
 	flows := s.hold(s.lab.Guest(), 1200, func(int) string { return lab.ServiceAddr + ":80" })
 	inbounds := s.hold(s.lab.Guest(), 1024, func(int) string { return "10.0.2.2:1080" })
-	time.Sleep(500 * time.Millisecond)
-	st := s.status()
+	// The router's accepts catch up: every connection held or refused.
+	var st control.Status
+	_ = wait.Poll(10*time.Second, func() bool {
+		st = s.status()
+		n, _ := refusalCount(st, "limit")
+		return uint64(st.Budgets.Flows+st.Budgets.Inbounds)+n >= uint64(flows+inbounds)
+	})
 	t.Logf("nofile 3000: the guest held %d transparent and %d inbound connections; the router holds flows %d of %d, inbound connections %d of %d",
 		flows, inbounds, st.Budgets.Flows, st.Budgets.FlowBudget, st.Budgets.Inbounds, st.Budgets.InboundBudget)
 	if st.Budgets.Inbounds > st.Budgets.InboundBudget || st.Budgets.InboundBudget*2 > 3000/8 {

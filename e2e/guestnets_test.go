@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/internal/wait"
 )
 
 // inboundGuestConfig is the walls' scene with the second guest known to the router only as
@@ -95,10 +96,7 @@ func guestWalled(t *testing.T, s *scene) *lab.Netns {
 	}
 	s.sendGuestUDP(net.JoinHostPort(s.fakeIP(name), "2223"))
 	// The UDP flow is decided once its name is resolved: wait for its refusal.
-	deadline := time.Now().Add(3 * time.Second)
-	for refusals(s.status())["to-guest"]-before["to-guest"] < 4 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	_ = wait.Poll(3*time.Second, func() bool { return refusals(s.status())["to-guest"]-before["to-guest"] >= 4 })
 	for what, n := range map[string]*atomic.Int32{"TCP :2222": tcp, "UDP :2223": udp} {
 		if v := n.Load(); v != 0 {
 			t.Errorf("the second guest's %s was reached %d times", what, v)

@@ -38,7 +38,7 @@ func TestNameToHostThroughLocalProxy(t *testing.T) {
 		t.Errorf("the guest reached the host's loopback service through the local proxy: exit %d, %q", code, out)
 	}
 	t.Logf("curl %s:8081: exit %d after %v", lab.LoopName, code, time.Since(start).Round(time.Millisecond))
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // not ordering: a window for an accept that must not come; no event says none will
 	if n := accepted.Load(); n != 0 {
 		t.Errorf("the host's loopback service accepted %d connections", n)
 	}

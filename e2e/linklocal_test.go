@@ -109,7 +109,7 @@ func TestLinkLocalIsHost(t *testing.T) {
 			} else {
 				t.Logf("host service at %s: %v", dst, err)
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // not ordering: a window for an accept that must not come; no event says none will
 			if n := accepted.Load() - before; n != 0 {
 				t.Errorf("the host service on [::] accepted %d connections from the guest", n)
 			}

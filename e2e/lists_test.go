@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/internal/wait"
 )
 
 // flowLogKeys is the [log] table the scenes of this file add: the flow log next to the
@@ -26,9 +28,9 @@ const flowLogKeys = "\n[log]\nflows = \"flows.jsonl\"\n"
 // true, and returns every record read.
 func (s *scene) flowRecords(match func(map[string]any) bool) []map[string]any {
 	s.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var recs []map[string]any
+	var recs []map[string]any
+	if wait.Poll(5*time.Second, func() bool {
+		recs = nil
 		// [log] flows = "flows.jsonl" beside the config, or a learning session's default
 		// in the state directory.
 		path := filepath.Join(s.dir, "flows.jsonl")
@@ -45,16 +47,12 @@ func (s *scene) flowRecords(match func(map[string]any) bool) []map[string]any {
 			}
 			f.Close()
 		}
-		for _, m := range recs {
-			if match(m) {
-				return recs
-			}
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("the flow log never held the record wanted; it holds:\n%v", recs)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return slices.ContainsFunc(recs, match)
+	}) {
+		return recs
 	}
+	s.t.Fatalf("the flow log never held the record wanted; it holds:\n%v", recs)
+	return nil
 }
 
 // inetService serves a small HTTP answer on address in the internet namespace until the

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/control"
 )
 
@@ -73,12 +74,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	var m map[string]float64
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		m = s.scrape(loop)
-		if m["router_flows_live"] == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+	_ = wait.Poll(5*time.Second, func() bool { m = s.scrape(loop); return m["router_flows_live"] == 0 }) // the figures below say what is off
 	want := map[string]float64{
 		"router_flows_total":                                                     2,
 		"router_flows_live":                                                      0,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentcage/router/internal/lab"
 	"github.com/agentcage/router/internal/roottest"
+	"github.com/agentcage/router/internal/wait"
 )
 
 // The model gate on every path: a guest behind a user-space NAT (slirp4netns, pasta) reaches
@@ -176,15 +177,11 @@ func TestModelForwardSharedPerGuest(t *testing.T) {
 			conns = append(conns, c)
 		}
 		// The router's accepts catch up: every connection held or refused.
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
+		_ = wait.Poll(10*time.Second, func() bool {
 			st := s.status()
 			n, _ := refusalCount(st, "limit")
-			if st.Budgets.Forwards+int(n) >= len(conns) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return st.Budgets.Forwards+int(n) >= len(conns)
+		})
 	}
 	st := s.status()
 	t.Logf("forwards' budget %d: the first guest (2 addresses, %d connections opened) holds %d", budget, len(conns), st.Budgets.Forwards)

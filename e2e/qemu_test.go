@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentcage/router/internal/lab"
 	"github.com/agentcage/router/internal/roottest"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/control"
 )
 
@@ -330,11 +331,8 @@ func (s *scene) wantQEMUModelGate(t *testing.T, g *lab.QEMUGuest) {
 			got = append(got, v)
 		}
 		// The model server records a stream when its handler returns, just after [DONE].
-		streams := s.lab.ModelLog()
-		for deadline := time.Now().Add(2 * time.Second); len(streams) == 0 && time.Now().Before(deadline); {
-			time.Sleep(10 * time.Millisecond)
-			streams = s.lab.ModelLog()
-		}
+		var streams []lab.ModelStream
+		_ = wait.Poll(2*time.Second, func() bool { streams = s.lab.ModelLog(); return len(streams) > 0 })
 		if len(streams) != 1 || len(streams[0].Sent) != len(got) {
 			t.Fatalf("model log %+v; the guest read %d events", streams, len(got))
 		}

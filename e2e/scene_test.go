@@ -270,7 +270,7 @@ func (s *scene) hypervisorCopy(bin, name string) string {
 // test ends, and counts the connections it accepted: a service of the host that the
 // guests must never reach.
 func (s *scene) hostService(address, reply string) *atomic.Int32 {
-	return s.service(s.lab.Host(), address, func(c net.Conn) { c.Write([]byte(reply)) })
+	return s.tcpService(s.lab.Host(), address, reply)
 }
 
 // service runs answer on every connection accepted on address in ns (then closes it) until

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/control"
 )
 
@@ -83,14 +84,10 @@ name = "model-direct"`, 1)
 
 	// The held flow's bytes are live: wait (bounded) until the relay moved them.
 	var st control.Status
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	_ = wait.Poll(5*time.Second, func() bool {
 		st = s.status()
-		if slices.ContainsFunc(st.Flows, func(f control.FlowStat) bool { return strings.HasSuffix(f.Dst, ":80") && f.Up > 0 }) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return slices.ContainsFunc(st.Flows, func(f control.FlowStat) bool { return strings.HasSuffix(f.Dst, ":80") && f.Up > 0 })
+	})
 	out, _ := run(s.ctx, s.lab.Host(), routerBin, "status", "--config", s.cfg)
 	t.Logf("router status:\n%s", out)
 

@@ -25,6 +25,7 @@ import (
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/internal/lab"
 	"github.com/agentcage/router/internal/roottest"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
@@ -115,12 +116,10 @@ func TestTUNEngine(t *testing.T) {
 			}
 		}
 		// The router saw the guest's own address, so the sources rule decided.
-		deadline := time.Now().Add(5 * time.Second)
-		for !strings.Contains(s.logs.String(), "src="+lab.GuestAddr) || !strings.Contains(s.logs.String(), "rule=guest-internet") {
-			if time.Now().After(deadline) {
-				t.Fatalf("no flow from %s decided by rule guest-internet in the log", lab.GuestAddr)
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !wait.Poll(5*time.Second, func() bool {
+			return strings.Contains(s.logs.String(), "src="+lab.GuestAddr) && strings.Contains(s.logs.String(), "rule=guest-internet")
+		}) {
+			t.Fatalf("no flow from %s decided by rule guest-internet in the log", lab.GuestAddr)
 		}
 	})
 	t.Run("block-resets", func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentcage/router/internal/lab"
 	"github.com/agentcage/router/internal/roottest"
+	"github.com/agentcage/router/internal/wait"
 )
 
 // The upstreams nobody here wrote, other than SOCKS5: Debian's tinyproxy as an HTTP CONNECT
@@ -174,20 +175,13 @@ func TestFailover(t *testing.T) {
 	if err := tp.Start(s.ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	wait.For(t, "flows back on the primary", 20*time.Second, func() bool {
 		got := s.exitOf(false)
-		if got == lab.TinyproxyExitAddr {
-			break
-		}
-		if got != lab.ExitAddr {
+		if got != lab.TinyproxyExitAddr && got != lab.ExitAddr {
 			t.Fatalf("primary back: the echo server saw %q", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("primary back: flows never returned to it")
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return got == lab.TinyproxyExitAddr
+	})
 	s.waitLog("upstream up", 5*time.Second)
 	s.wantNoLeak("primary back")
 }

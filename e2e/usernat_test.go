@@ -137,7 +137,7 @@ func (s *scene) wantWalls(state string, u *lab.UserNAT, hs hostServices) {
 			c.Close()
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // not ordering: a window for a connection or datagram that must not come; no event says none will
 	for name, n := range map[string]*atomic.Int32{"tcp 127.0.0.1:2222": hs.tcp, "tcp [::1]:2222": hs.tcp6,
 		"udp 127.0.0.1:2223": hs.udp, "udp [::1]:2223": hs.udp6} {
 		if v := n.Load(); v != 0 {

@@ -68,25 +68,7 @@ func wallConfig() string {
 
 // tcpService serves reply on address in ns until the test ends and counts its connections.
 func (s *scene) tcpService(ns *lab.Netns, address, reply string) *atomic.Int32 {
-	s.t.Helper()
-	ln, err := ns.Listen(s.ctx, "tcp", address)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.t.Cleanup(func() { ln.Close() })
-	n := new(atomic.Int32)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			n.Add(1)
-			c.Write([]byte(reply))
-			c.Close()
-		}
-	}()
-	return n
+	return s.service(ns, address, func(c net.Conn) { c.Write([]byte(reply)) })
 }
 
 // udpService counts the datagrams that reach address in ns until the test ends.
@@ -120,7 +102,7 @@ func (s *scene) sendGuestUDP(dst string) {
 	defer c.Close()
 	for range 3 {
 		c.Write([]byte("ping"))
-		time.Sleep(30 * time.Millisecond)
+		time.Sleep(30 * time.Millisecond) // not ordering: a paced sender, a few datagrams apart
 	}
 }
 
@@ -197,7 +179,7 @@ func TestHostWalls(t *testing.T) {
 	guest2UDP := s.udpService(guest2, ":2223")
 	reached := func(what string) {
 		t.Helper()
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // not ordering: a window for a connection or datagram that must not come; no event says none will
 		for name, n := range map[string]*atomic.Int32{"the host's :2222": hostTCP, "127.0.0.1:1080": hostLoop4, "[::1]:1080": hostLoop6,
 			"the uplink's :47831": hostUplink, "the host's UDP :2223": hostUDP, "the other guest's :2222": guest2TCP, "the other guest's UDP :2223": guest2UDP} {
 			if v := n.Load(); v != 0 {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentcage/router/internal/lab"
 	"github.com/agentcage/router/internal/roottest"
+	"github.com/agentcage/router/internal/wait"
 )
 
 // tmux is a tmux server of the test's own (its socket in the test's directory), killed at
@@ -66,17 +67,11 @@ func (x *tmux) pane() string {
 // waitPane waits (up to d) until ok holds for the screen and returns that screen.
 func (x *tmux) waitPane(what string, d time.Duration, ok func(string) bool) string {
 	x.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		p := x.pane()
-		if ok(p) {
-			return p
-		}
-		if time.Now().After(deadline) {
-			x.t.Fatalf("the watch screen did not show %s within %v:\n%s", what, d, p)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var p string
+	if !wait.Poll(d, func() bool { p = x.pane(); return ok(p) }) {
+		x.t.Fatalf("the watch screen did not show %s within %v:\n%s", what, d, p)
 	}
+	return p
 }
 
 // paneFlows are the rows of the live flows table on a screen.
@@ -270,17 +265,15 @@ func TestWatch(t *testing.T) {
 
 	// q ends it, with status 0.
 	x.must("send-keys", "-t", "watch", "q")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		b, err := os.ReadFile(statusFile)
-		status := strings.TrimSpace(string(b))
-		if err == nil && status == "0" {
-			break
-		}
-		if time.Now().After(deadline) || (err == nil && status != "") {
-			t.Fatalf("router watch did not exit 0 on q within 5 s (status %q, %v):\n%s", status, err, x.pane())
-		}
-		time.Sleep(100 * time.Millisecond)
+	var status string
+	var err error
+	if !wait.Poll(5*time.Second, func() bool {
+		var b []byte
+		b, err = os.ReadFile(statusFile)
+		status = strings.TrimSpace(string(b))
+		return err == nil && status != ""
+	}) || status != "0" {
+		t.Fatalf("router watch did not exit 0 on q within 5 s (status %q, %v):\n%s", status, err, x.pane())
 	}
 
 	// The same frame as plain text, and the status as JSON, for scripts (logged for the docs).

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/modeltest"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/rules/modelapi"
 	"github.com/agentcage/router/rules/refusal"
 )
@@ -62,7 +63,6 @@ func TestForwardSharesPerGuest(t *testing.T) {
 	})
 	// Its first address alone, then its second: what one address could not take, the
 	// other took (the attack as it was seen).
-	deadline := time.Now().Add(waitFor)
 	for i, from := range []string{"127.0.1.1", "127.0.1.2"} {
 		for range budget {
 			c, err := dialFrom(from, first)
@@ -71,9 +71,9 @@ func TestForwardSharesPerGuest(t *testing.T) {
 			}
 			conns = append(conns, c)
 		}
-		for e.r.Budgets().Forwards+int(e.r.book.Count(refusal.Limit)) < (i+1)*budget && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond) // the accepts
-		}
+		_ = wait.Poll(waitFor, func() bool { // the accepts
+			return e.r.Budgets().Forwards+int(e.r.book.Count(refusal.Limit)) >= (i+1)*budget
+		})
 	}
 	held := e.r.Budgets().Forwards
 	c, err := dialFrom("127.0.2.1", second)
@@ -127,10 +127,7 @@ func TestForwardIdleTimeout(t *testing.T) {
 	if waited < idle-idle/10 {
 		t.Errorf("closed after %v; want its idle_timeout, %v", waited, idle)
 	}
-	deadline := time.Now().Add(waitFor)
-	for e.r.Budgets().Forwards != 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	_ = wait.Poll(waitFor, func() bool { return e.r.Budgets().Forwards == 0 })
 	if n := e.r.Budgets().Forwards; n != 0 {
 		t.Errorf("%d forward slots held after the connection closed", n)
 	}

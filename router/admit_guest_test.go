@@ -5,8 +5,8 @@ import (
 	"net"
 	"net/netip"
 	"testing"
-	"time"
 
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/refusal"
 )
@@ -62,23 +62,19 @@ func TestUDPAssociationsPerGuest(t *testing.T) {
 	for port := range 10 {
 		e.send(netip.AddrPortFrom(netip.MustParseAddr("10.0.3.5"), uint16(30000+port)), echo, fmt.Sprint(port))
 	}
-	deadline := time.Now().Add(waitFor)
-	for {
+	n := 0
+	if !wait.Poll(waitFor, func() bool {
 		e.r.udp.mu.Lock()
-		n := 0
+		defer e.r.udp.mu.Unlock()
+		n = 0
 		for k := range e.r.udp.sessions {
 			if other.Contains(k.src.Addr()) {
 				n++
 			}
 		}
-		e.r.udp.mu.Unlock()
-		if n == 10 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the other guest has %d associations of 10", n)
-		}
-		time.Sleep(time.Millisecond)
+		return n == 10
+	}) {
+		t.Fatalf("the other guest has %d associations of 10", n)
 	}
 }
 
@@ -138,13 +134,10 @@ func TestIdleInboundsInTheirBudget(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	deadline := time.Now().Add(waitFor)
-	for e.r.Budgets().Inbounds < budget.inbounds && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	for e.r.book.Count(refusal.Limit) < uint64(1024-budget.inbounds) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond) // the accepts of the rest
-	}
+	// The accepts: the held ones, then the refusals of the rest.
+	_ = wait.Poll(waitFor, func() bool {
+		return e.r.Budgets().Inbounds >= budget.inbounds && e.r.book.Count(refusal.Limit) >= uint64(1024-budget.inbounds)
+	})
 	b := e.r.Budgets()
 	if b.Inbounds != budget.inbounds || b.InboundBudget != budget.inbounds {
 		t.Errorf("inbounds hold %d of %d; want their budget, %d", b.Inbounds, b.InboundBudget, budget.inbounds)

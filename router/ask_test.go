@@ -14,6 +14,7 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/ask"
 	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/upstream"
@@ -38,13 +39,18 @@ func askEnv(t *testing.T, timeout time.Duration, opts Options) (*env, *ask.Desk)
 // pendingPrompt waits for the one prompt on desk.
 func pendingPrompt(t *testing.T, desk *ask.Desk, held int) ask.Prompt {
 	t.Helper()
-	for deadline := time.Now().Add(waitFor); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if ps := desk.Pending(); len(ps) == 1 && ps[0].Held == held {
-			return ps[0]
+	var p ask.Prompt
+	if !wait.Poll(waitFor, func() bool {
+		ps := desk.Pending()
+		if len(ps) == 1 && ps[0].Held == held {
+			p = ps[0]
+			return true
 		}
+		return false
+	}) {
+		t.Fatalf("pending = %+v, want one prompt holding %d", desk.Pending(), held)
 	}
-	t.Fatalf("pending = %+v, want one prompt holding %d", desk.Pending(), held)
-	return ask.Prompt{}
+	return p
 }
 
 // TestAskAnswers: a held flow waits with nothing dialled; an approval (once, run, always)
@@ -271,15 +277,11 @@ func noFile(name string) ([]byte, error) { return nil, fs.ErrNotExist }
 func TestAskUDP(t *testing.T) {
 	e := newUDPEnv(t, nil, nil, rules.Rule{Name: "asked", Action: rules.Ask, Proxy: "exit"})
 	e.send(guest, echo, "ping")
-	deadline := time.Now().Add(waitFor)
-	for {
-		if got := e.r.Refusals(); len(got) == 1 && got[0].Reason == refusal.AskDenied {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("refusals = %+v, want one ask-denied", e.r.Refusals())
-		}
-		time.Sleep(time.Millisecond)
+	if !wait.Poll(waitFor, func() bool {
+		got := e.r.Refusals()
+		return len(got) == 1 && got[0].Reason == refusal.AskDenied
+	}) {
+		t.Fatalf("refusals = %+v, want one ask-denied", e.r.Refusals())
 	}
 	e.mu.Lock()
 	n := len(e.assoc)
@@ -302,13 +304,11 @@ func TestAskAudit(t *testing.T) {
 	p := pendingPrompt(t, desk, 1)
 	desk.Answer(p.ID, ask.Deny, "test")
 	c.Read(make([]byte, 1))
-	for deadline := time.Now().Add(waitFor); ; time.Sleep(5 * time.Millisecond) {
-		b, _ := os.ReadFile(filepath.Join(dir, "flows.jsonl"))
-		if strings.Contains(string(b), `"asked":"deny"`) && strings.Contains(string(b), `"reason":"ask-denied"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("flow log:\n%s", b)
-		}
+	var b []byte
+	if !wait.Poll(waitFor, func() bool {
+		b, _ = os.ReadFile(filepath.Join(dir, "flows.jsonl"))
+		return strings.Contains(string(b), `"asked":"deny"`) && strings.Contains(string(b), `"reason":"ask-denied"`)
+	}) {
+		t.Fatalf("flow log:\n%s", b)
 	}
 }

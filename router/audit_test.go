@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentcage/router/dns/dnstest"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
@@ -46,13 +46,11 @@ func TestFlowLog(t *testing.T) {
 	wantReset(t, e.dial(netip.MustParseAddrPort("203.0.113.66:443")))
 
 	var got []map[string]any
-	deadline := time.Now().Add(waitFor)
-	for len(got) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the flow log holds %v", got)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !wait.Poll(waitFor, func() bool {
 		got = readJSONLines(t, path) // the writer flushes whenever no record waits
+		return len(got) >= 2
+	}) {
+		t.Fatalf("the flow log holds %v", got)
 	}
 	audit.Close()
 	var flow, refused map[string]any

@@ -3,6 +3,7 @@ package router
 import (
 	"net/netip"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -21,22 +22,26 @@ func TestCarriedTake(t *testing.T) {
 	if d := time.Since(start); d > carriedWait/2 {
 		t.Errorf("an uncarried client waited %v with no connect under way", d)
 	}
-	c.begin()
-	got := make(chan identity, 1)
-	go func() {
-		id, _ := c.take(from)
-		got <- id
-	}()
-	time.Sleep(10 * time.Millisecond) // the listener's accept before the dialer's put
-	want := identity{src: netip.MustParseAddr("10.0.2.15"), fromVM: true}
-	c.put(from, want)
-	c.end()
-	select {
-	case id := <-got:
-		if id.src != want.src || !id.fromVM {
+	// The listener's accept takes before the dialer's put: in a bubble, so that the take is
+	// known to wait (blocked on the condition) when the put comes.
+	synctest.Test(t, func(t *testing.T) {
+		var c carried
+		c.init()
+		c.begin()
+		got := make(chan identity, 1)
+		go func() {
+			id, _ := c.take(from)
+			got <- id
+		}()
+		synctest.Wait()
+		if len(got) != 0 {
+			t.Fatal("take returned with a connect under way and nothing put")
+		}
+		want := identity{src: netip.MustParseAddr("10.0.2.15"), fromVM: true}
+		c.put(from, want)
+		c.end()
+		if id := <-got; id.src != want.src || !id.fromVM {
 			t.Errorf("took %+v; want %+v", id, want)
 		}
-	case <-time.After(time.Second):
-		t.Fatal("take did not return")
-	}
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/agentcage/router/conf"
@@ -75,48 +76,58 @@ func TestResolvedCases(t *testing.T) {
 // TestNameLookedUpOncePerName: many flows to one name at once cost one lookup, and the
 // answer is kept for the next flows.
 func TestNameLookedUpOncePerName(t *testing.T) {
-	c := newResolvedNames(nil)
-	var calls atomic.Int32
-	c.resolve = func(ctx context.Context, name string) ([]netip.Addr, error) {
-		calls.Add(1)
-		time.Sleep(50 * time.Millisecond)
-		if name == "bad.example" {
-			return nil, errors.New("refused")
-		}
-		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
-	}
-	var wg sync.WaitGroup
-	for range 50 {
-		wg.Go(func() {
-			if got := c.lookup(context.Background(), "loop.example"); len(got) != 1 {
-				t.Errorf("lookup = %v", got)
+	// In a bubble: the lookups of loop.example and slow.example wait until the test lets
+	// them answer, and synctest.Wait says when every asker waits.
+	synctest.Test(t, func(t *testing.T) {
+		c := newResolvedNames(nil)
+		var calls atomic.Int32
+		answer := map[string]chan struct{}{"loop.example": make(chan struct{}), "slow.example": make(chan struct{})}
+		c.resolve = func(ctx context.Context, name string) ([]netip.Addr, error) {
+			calls.Add(1)
+			if ch := answer[name]; ch != nil {
+				<-ch
 			}
-		})
-	}
-	wg.Wait()
-	c.lookup(context.Background(), "loop.example")
-	if n := calls.Load(); n != 1 {
-		t.Errorf("%d lookups for one name, want 1", n)
-	}
-	if got := c.lookup(context.Background(), "bad.example"); got == nil || len(got) != 0 {
-		t.Errorf("failed lookup = %#v, want empty and not nil", got)
-	}
-	// An asker whose time runs out gets nothing, and the lookup goes on for the others.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-	defer cancel()
-	if got := c.lookup(ctx, "slow.example"); len(got) != 0 {
-		t.Errorf("lookup past its deadline = %v", got)
-	}
-	if got := c.lookup(context.Background(), "slow.example"); len(got) != 1 {
-		t.Errorf("lookup after another asker gave up = %v", got)
-	}
-	// Expiry: a minute later the name is looked up again.
-	base := time.Now()
-	c.now = func() time.Time { return base.Add(2 * nameTTL) }
-	c.lookup(context.Background(), "loop.example")
-	if n := calls.Load(); n != 4 {
-		t.Errorf("%d lookups after expiry, want 4", n)
-	}
+			if name == "bad.example" {
+				return nil, errors.New("refused")
+			}
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		}
+		var wg sync.WaitGroup
+		for range 50 {
+			wg.Go(func() {
+				if got := c.lookup(context.Background(), "loop.example"); len(got) != 1 {
+					t.Errorf("lookup = %v", got)
+				}
+			})
+		}
+		synctest.Wait() // all 50 wait on the lookup under way
+		close(answer["loop.example"])
+		wg.Wait()
+		c.lookup(context.Background(), "loop.example")
+		if n := calls.Load(); n != 1 {
+			t.Errorf("%d lookups for one name, want 1", n)
+		}
+		if got := c.lookup(context.Background(), "bad.example"); got == nil || len(got) != 0 {
+			t.Errorf("failed lookup = %#v, want empty and not nil", got)
+		}
+		// An asker whose time runs out gets nothing, and the lookup goes on for the others.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		if got := c.lookup(ctx, "slow.example"); len(got) != 0 {
+			t.Errorf("lookup past its deadline = %v", got)
+		}
+		close(answer["slow.example"])
+		if got := c.lookup(context.Background(), "slow.example"); len(got) != 1 {
+			t.Errorf("lookup after another asker gave up = %v", got)
+		}
+		// Expiry: a minute later the name is looked up again.
+		base := time.Now()
+		c.now = func() time.Time { return base.Add(2 * nameTTL) }
+		c.lookup(context.Background(), "loop.example")
+		if n := calls.Load(); n != 4 {
+			t.Errorf("%d lookups after expiry, want 4", n)
+		}
+	})
 }
 
 func TestResolvedNamesBounded(t *testing.T) {

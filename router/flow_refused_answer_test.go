@@ -58,7 +58,7 @@ func TestRefusedHTTPGets403(t *testing.T) {
 				cl := e.dial(target)
 				for i, p := range c.pieces {
 					if i > 0 {
-						time.Sleep(5 * time.Millisecond) // apart, so they come in separate reads
+						time.Sleep(5 * time.Millisecond) // not ordering: a paced sender, so the pieces tend to come in separate reads (merged, they test less, not wrong)
 					}
 					if _, err := cl.Write([]byte(p)); err != nil {
 						t.Fatalf("write: %v", err)

@@ -172,7 +172,7 @@ func TestSniffedBytesUntouched(t *testing.T) {
 					t.Fatal(err)
 				}
 				want = append(want, b...)
-				time.Sleep(5 * time.Millisecond)
+				time.Sleep(5 * time.Millisecond) // not ordering: a paced sender, so the pieces tend to come in separate reads (merged, they test less, not wrong)
 			}
 			got := make([]byte, len(want))
 			if _, err := io.ReadFull(cl, got); err != nil {

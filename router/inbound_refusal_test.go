@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/upstream/socks5"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/refusal"
@@ -61,10 +62,7 @@ func TestInboundEveryRefusalCounted(t *testing.T) {
 		}
 		c.Read(make([]byte, 1<<10))
 		c.Close()
-		deadline := time.Now().Add(waitFor)
-		for e.r.book.Count(refusal.Malformed) < uint64(i+1) && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
+		_ = wait.Poll(waitFor, func() bool { return e.r.book.Count(refusal.Malformed) >= uint64(i+1) })
 		if n := e.r.book.Count(refusal.Malformed); n != uint64(i+1) {
 			t.Errorf("%s: inbound-malformed %d; want %d", tc.name, n, i+1)
 		}

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5"
 	"github.com/agentcage/router/rules"
@@ -218,12 +219,10 @@ func TestLoopSetsUpFlows(t *testing.T) {
 func earlyOriginal(dst netip.AddrPort) func(int, netip.AddrPort) (netip.AddrPort, netip.AddrPort, error) {
 	return func(fd int, peer netip.AddrPort) (netip.AddrPort, netip.AddrPort, error) {
 		var b [1]byte
-		for range 1000 {
-			if n, _, _ := unix.Recvfrom(fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT); n > 0 {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
+		_ = wait.Poll(waitFor, func() bool { // not there in time: the test's check of the write says so
+			n, _, _ := unix.Recvfrom(fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			return n > 0
+		})
 		return peer, dst, nil
 	}
 }
@@ -421,7 +420,17 @@ func TestLoopServeEnds(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- e.r.Serve(context.Background(), ln) }()
-	time.Sleep(50 * time.Millisecond)
+	// Serve is under way once it carried a flow from ln.
+	first, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	e.orig.set(netaddr.AddrPort(first.LocalAddr()), startTarget(t, "hello\n"))
+	first.SetDeadline(time.Now().Add(waitFor))
+	if got := readN(t, first, 6); got != "hello\n" {
+		t.Fatalf("a flow through Serve: %q", got)
+	}
 	ln.Close()
 	select {
 	case err := <-done:
@@ -623,8 +632,15 @@ func TestKeepAliveLater(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer closeFD(fd)
-		if !done {
-			time.Sleep(10 * time.Millisecond) // loopback: connected by now
+		if !done { // the connect under way: writable once it is made
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+			n, err := unix.Poll(pfd, int(waitFor/time.Millisecond))
+			for tries := 0; err == unix.EINTR && tries < 100; tries++ { // the runtime's signals
+				n, err = unix.Poll(pfd, int(waitFor/time.Millisecond))
+			}
+			if n != 1 || err != nil {
+				t.Fatalf("connect to the listener: poll = %d, %v", n, err)
+			}
 		}
 		fds[i] = fd
 	}

@@ -105,21 +105,15 @@ func TestProfileSwitchEndsRefusedFlows(t *testing.T) {
 		t.Errorf("GuestProfiles = %v after the switch back", got)
 	}
 	// The flow log names the profile that refused the guest's new flow.
-	deadline := time.Now().Add(waitFor)
-	for {
-		var found bool
+	if !wait.Poll(waitFor, func() bool {
 		for _, m := range readJSONLines(t, path) {
 			if m["event"] == "refused" && m["profile"] == "offline" && m["rule"] == policy.StepCaged.String() {
-				found = true
+				return true
 			}
 		}
-		if found {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no refusal by profile offline in the flow log:\n%v", readJSONLines(t, path))
-		}
-		time.Sleep(10 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("no refusal by profile offline in the flow log:\n%v", readJSONLines(t, path))
 	}
 }
 

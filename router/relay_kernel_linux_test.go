@@ -116,7 +116,7 @@ func TestKernelRelayHalfClose(t *testing.T) {
 			server := make(chan error, 1)
 			go func() {
 				// The server reads the request to EOF (slowly), answers, and closes.
-				time.Sleep(200 * time.Millisecond)
+				time.Sleep(200 * time.Millisecond) // not ordering: a receiver slow to start, so bytes queue when the FIN comes
 				got, err := slowRead(peer, 256<<10)
 				if err != nil {
 					server <- err
@@ -133,7 +133,7 @@ func TestKernelRelayHalfClose(t *testing.T) {
 				t.Fatal(err)
 			}
 			app.CloseWrite()
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // not ordering: as above, the client slow to read the answer
 			got, err := slowRead(app, 256<<10)
 			if err != nil {
 				t.Fatal(err)
@@ -165,7 +165,7 @@ func slowRead(c *net.TCPConn, chunk int) ([]byte, error) {
 		case err != nil:
 			return out, err
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // not ordering: the slow reader
 	}
 }
 
@@ -196,7 +196,7 @@ func TestKernelRelaySlowReaderIsBounded(t *testing.T) {
 	var worstQueue uint64
 	var plateau []int
 	for range 20 {
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // not ordering: the reader's 1 s pause, sampled
 		if q := psockQueue(t, kf, 0); q > worstQueue {
 			worstQueue = q
 		}
@@ -260,7 +260,7 @@ func TestKernelRelayIdle(t *testing.T) {
 		if _, err := io.ReadFull(peer, buf); err != nil {
 			t.Fatalf("the flow ended while bytes moved: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // not ordering: a byte each 100 ms, paced under the idle timeout
 	}
 	select {
 	case r := <-res:

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/refusal"
@@ -178,7 +179,7 @@ func TestRelaySlowReceiverGetsEverything(t *testing.T) {
 				break
 			}
 			if n < 4<<20 {
-				time.Sleep(2 * time.Millisecond) // slow at first: the relay must hold back
+				time.Sleep(2 * time.Millisecond) // not ordering: a reader slow at first, the relay must hold back
 			}
 		}
 		if got, want := n, int64(len(data)); got != want {
@@ -289,11 +290,11 @@ func TestStatusCountsBytes(t *testing.T) {
 	io.WriteString(c, "0123456789")
 	readN(t, c, 10)
 	// The relay counts right after each move: the client may read the bytes a moment before.
-	st := e.r.Status()
-	for deadline := time.Now().Add(waitFor); len(st.Flows) == 1 && st.Flows[0].Down < 15 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
+	var st Stats
+	_ = wait.Poll(waitFor, func() bool {
 		st = e.r.Status()
-	}
+		return len(st.Flows) != 1 || st.Flows[0].Down >= 15
+	})
 	if len(st.Flows) != 1 || st.Flows[0].Up != 10 || st.Flows[0].Down != 15 || st.Totals.Live != 1 {
 		t.Fatalf("live flow = %+v, totals %+v; want up 10, down 15", st.Flows, st.Totals)
 	}

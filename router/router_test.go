@@ -18,7 +18,9 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
+	"github.com/agentcage/router/internal/echotest"
 	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5/socks5test"
@@ -81,17 +83,17 @@ func (o *origTable) set(client, dst netip.AddrPort) {
 // dialing.
 func (o *origTable) lookup(c *net.TCPConn) (netip.AddrPort, error) {
 	client := netaddr.AddrPort(c.RemoteAddr())
-	deadline := time.Now().Add(waitFor)
-	for time.Now().Before(deadline) {
+	var d netip.AddrPort
+	err := wait.Until(waitFor, func() error {
 		o.mu.Lock()
-		d, ok := o.m[client]
-		o.mu.Unlock()
-		if ok {
-			return d, nil
+		defer o.mu.Unlock()
+		var ok bool
+		if d, ok = o.m[client]; !ok {
+			return fmt.Errorf("no original destination for %s", client)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	return netip.AddrPort{}, fmt.Errorf("no original destination for %s", client)
+		return nil
+	})
+	return d, err
 }
 
 // env is one router on loopback with its upstream proxy and targets.
@@ -165,26 +167,7 @@ func startProxy(t *testing.T, hosts map[string]netip.Addr, creds map[string]stri
 // public alias.
 func startTarget(t *testing.T, banner string) netip.AddrPort {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(waitFor))
-				io.WriteString(c, banner)
-				io.Copy(c, c)
-			}()
-		}
-	}()
-	t.Cleanup(func() { ln.Close() })
-	return public(ln.Addr().(*net.TCPAddr).AddrPort())
+	return public(echotest.Banner(t, banner, waitFor))
 }
 
 func mustRules(t *testing.T, rs ...rules.Rule) *policy.Policy {
@@ -258,12 +241,13 @@ func newEnv(t *testing.T, pol Settings, opts Options) *env {
 // waitLog waits (bounded) until the router's log holds want.
 func (e *env) waitLog(want string) {
 	e.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !strings.Contains(e.logs.String(), want) {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("log never said %q:\n%s", want, e.logs.String())
+	if wait.Until(waitFor, func() error {
+		if !strings.Contains(e.logs.String(), want) {
+			return errors.New("not in the log")
 		}
-		time.Sleep(2 * time.Millisecond)
+		return nil
+	}) != nil {
+		e.t.Fatalf("log never said %q:\n%s", want, e.logs.String())
 	}
 }
 
@@ -463,7 +447,7 @@ func TestIdleTimeout(t *testing.T) {
 			t.Fatal("echo")
 		}
 		last = time.Now()
-		time.Sleep(150 * time.Millisecond)
+		time.Sleep(150 * time.Millisecond) // not ordering: activity paced under the idle timeout is what is tested
 	}
 	wantReset(t, c)
 	if d := time.Since(last); d < 250*time.Millisecond || d > 3*time.Second {
@@ -527,7 +511,7 @@ func TestForwardStreamsUnbuffered(t *testing.T) {
 		}
 		defer c.Close()
 		for i := range 5 {
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // not ordering: a paced stream, each event's lag is measured
 			sent <- time.Now()
 			fmt.Fprintf(c, "data: {\"n\":%d}\n\n", i)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules/refusal"
 )
@@ -78,11 +79,7 @@ func TestUDPAnswersNeverCut(t *testing.T) {
 
 func waitCount(t *testing.T, b *refusal.Book, r refusal.Reason, want uint64) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for b.Count(r) < want {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s refusals %d; want %d", r, b.Count(r), want)
-		}
-		time.Sleep(time.Millisecond)
+	if !wait.Poll(waitFor, func() bool { return b.Count(r) >= want }) {
+		t.Fatalf("%s refusals %d; want %d", r, b.Count(r), want)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/dns/dnstest"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/upstreamtest"
@@ -150,29 +151,27 @@ func (e *udpEnv) send(src, dst netip.AddrPort, p string) {
 // association returns the i-th association opened, waiting for it.
 func (e *udpEnv) association(i int) *upstreamtest.Association {
 	e.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for time.Now().Before(deadline) {
+	var a *upstreamtest.Association
+	wait.For(e.t, fmt.Sprintf("association %d", i), waitFor, func() bool {
 		e.mu.Lock()
+		defer e.mu.Unlock()
 		if len(e.assoc) > i {
-			a := e.assoc[i]
-			e.mu.Unlock()
-			return a
+			a = e.assoc[i]
 		}
-		e.mu.Unlock()
-		time.Sleep(time.Millisecond)
-	}
-	e.t.Fatalf("association %d was never opened", i)
-	return nil
+		return a != nil
+	})
+	return a
 }
 
 func (e *udpEnv) waitLog(want string) {
 	e.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !strings.Contains(e.logs.String(), want) {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("log never said %q:\n%s", want, e.logs.String())
+	if wait.Until(waitFor, func() error {
+		if !strings.Contains(e.logs.String(), want) {
+			return errors.New("not in the log")
 		}
-		time.Sleep(time.Millisecond)
+		return nil
+	}) != nil {
+		e.t.Fatalf("log never said %q:\n%s", want, e.logs.String())
 	}
 }
 
@@ -294,10 +293,7 @@ func TestUDPRefusedAssociation(t *testing.T) {
 	e.r.sweepUDP(time.Now().Add(udpRetry))
 	e.waitLog(`action=proxy up=0 down=0`)
 	e.send(guest, echo, "retry")
-	deadline := time.Now().Add(waitFor)
-	for e.up.Associates() != 2 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, "a second association after the retry delay", waitFor, func() bool { return e.up.Associates() >= 2 })
 	if n := e.up.Associates(); n != 2 {
 		t.Errorf("%d associations asked for, want 2 after the retry delay", n)
 	}
@@ -355,10 +351,7 @@ func TestUDPIdle(t *testing.T) {
 		t.Fatal("the association of idle flows stays open")
 	}
 	e.waitLog("end=idle")
-	deadline := time.Now().Add(waitFor)
-	for len(e.ret.releases()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, "the return path released", waitFor, func() bool { return len(e.ret.releases()) > 0 })
 	if got := e.ret.releases(); len(got) != 1 || got[0] != guest.String()+">"+echo.String() {
 		t.Errorf("released %v", got)
 	}
@@ -371,11 +364,18 @@ func TestUDPBounds(t *testing.T) {
 	for i := range maxUDPSessionsPerSource + 8 {
 		e.send(netip.AddrPortFrom(guest.Addr(), uint16(20000+i)), echo, "x")
 	}
-	deadline := time.Now().Add(waitFor)
-	for e.up.Associates() < maxUDPSessionsPerSource && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+	// HandleUDP counts an association (and starts its opening) before it returns: the
+	// bound is kept, or not, by now; the openings themselves come after.
+	e.r.udp.mu.Lock()
+	opened := e.r.udp.sources[guest.Addr()].sessions
+	e.r.udp.mu.Unlock()
+	if opened != maxUDPSessionsPerSource {
+		t.Errorf("%d associations opened for one source, want %d", opened, maxUDPSessionsPerSource)
 	}
-	time.Sleep(20 * time.Millisecond)
+	if n := e.r.book.Count(refusal.Limit); n != 8 {
+		t.Errorf("%d flows refused over the bound, want 8", n)
+	}
+	wait.For(t, "the associations asked for", waitFor, func() bool { return e.up.Associates() >= opened })
 	if n := e.up.Associates(); n != maxUDPSessionsPerSource {
 		t.Errorf("%d associations for one source, want %d", n, maxUDPSessionsPerSource)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5"
@@ -183,17 +184,16 @@ func TestWallCasesUDP(t *testing.T) {
 			r.pol.Load().ups["exit"] = up
 			t.Cleanup(r.Close)
 			r.HandleUDP(Datagram{Src: netip.AddrPortFrom(fl.Src, 40000), Dst: dst, Payload: []byte("x")}, newFakeReturn())
-			deadline := time.Now().Add(waitFor)
 			var row *RuleHits
-			for row == nil && time.Now().Before(deadline) {
+			_ = wait.Poll(waitFor, func() bool {
 				st := r.Status()
 				for i := range st.Rules {
 					if st.Rules[i].Hits > 0 {
 						row = &st.Rules[i]
 					}
 				}
-				time.Sleep(time.Millisecond)
-			}
+				return row != nil
+			})
 			if row == nil || row.Rule.Name != c.Rule || row.Rule.Action != c.Action {
 				t.Fatalf("status row %+v, want %s by %q\n%s", row, c.Action, c.Rule, logs.String())
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/upstream/socks5/socks5test"
 )
 
@@ -83,10 +84,7 @@ func TestIdleParksAtTheSink(t *testing.T) {
 		t.Fatal(err)
 	}
 	dial := func(network, a string) (net.Conn, error) { return net.Dial(network, a) }
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Parked() < 50 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	_ = wait.Poll(5*time.Second, func() bool { return s.Parked() >= 50 }) // Stat says below
 	if got, err := Stat(dial, addr); err != nil || got != 50 {
 		t.Fatalf("stat = %d, %v; want 50 parked", got, err)
 	}
@@ -94,9 +92,7 @@ func TestIdleParksAtTheSink(t *testing.T) {
 		t.Errorf("Len = %d", set.Len())
 	}
 	set.Close()
-	for s.Parked() > 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	_ = wait.Poll(5*time.Second, func() bool { return s.Parked() == 0 })
 	if got := s.Parked(); got != 0 {
 		t.Errorf("after Close: %d parked", got)
 	}

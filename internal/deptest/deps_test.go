@@ -37,14 +37,14 @@ var table = []struct{ pkg, imports, tests string }{
 
 	// The Linux data path and what it dials.
 	{"router", "dns internal/accept internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/modelfwd router/proc router/sniff router/sockmap router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
-		"conf dns/dnstest internal/modeltest internal/roottest internal/secret internal/wait router/upstream/socks5/socks5test router/upstream/upstreamtest rules/policy/policytest"},
+		"conf dns/dnstest internal/echotest internal/modeltest internal/roottest internal/secret internal/wait router/upstream/socks5/socks5test router/upstream/upstreamtest rules/policy/policytest"},
 	// The model forwards' HTTP side: what the router hands an HTTP forward's connection.
 	{"router/modelfwd", "internal/tally router/broker rules/modelapi rules/refusal", "internal/modeltest internal/netaddr internal/secret internal/wait"},
 	{"router/upstream", "conf router/upstream/httpconnect router/upstream/socks4 router/upstream/socks5",
 		"internal/echotest internal/winetest router/upstream/httpconnect/httpconnecttest router/upstream/socks4/socks4test router/upstream/socks5/socks5test router/upstream/upstreamtest"},
 	{"router/upstream/upstreamtest", "router/upstream", ""},
 	{"router/auditlog", "", "internal/winetest"},
-	{"router/ask", "", ""},
+	{"router/ask", "", "internal/wait"},
 	{"cmd/router/console", "router/control", ""},
 	{"router/upstream/socks5", "internal/secret", "internal/echotest internal/winetest router/upstream/socks5/socks5test"},
 	{"router/upstream/socks5/socks5test", "", ""},
@@ -55,19 +55,19 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/upstream/socks4/socks4test", "", ""},
 	{"router/upstream/httpconnect", "internal/secret", "internal/echotest router/upstream/httpconnect/httpconnecttest"},
 	{"router/upstream/httpconnect/httpconnecttest", "", ""},
-	{"router/nftcap", "internal/netaddr internal/ports router/nftcap/cagemark rules/policy rules/refusal", "internal/roottest"},
+	{"router/nftcap", "internal/netaddr internal/ports router/nftcap/cagemark rules/policy rules/refusal", "internal/roottest internal/wait"},
 	{"router/nftcap/nflog", "", "internal/roottest"},
 	{"router/sockmap", "", "internal/roottest internal/wait"},
-	{"router/nftcap/cagemark", "", "internal/roottest"},
+	{"router/nftcap/cagemark", "", "internal/roottest internal/wait"},
 	{"router/proc", "rules", "internal/roottest router/proc/proctest"},
 	{"router/proc/proctest", "router/proc", ""},
-	{"router/nftcap/platform", "conf dns router router/capture router/control router/nftcap router/nftcap/cagemark router/nftcap/nflog router/proc rules rules/policy rules/refusal", ""},
+	{"router/nftcap/platform", "conf dns router router/capture router/control router/nftcap router/nftcap/cagemark router/nftcap/nflog router/proc rules rules/policy rules/refusal", "internal/wait"},
 
 	// Operations: the wiring and what it serves.
 	// The daemon knows the capture only through the seam (router/capture); its test of what
 	// conf accepts also asks the Linux capture's spec.
 	{"cmd/router/daemon", "cmd/router/console cmd/router/metrics conf dns internal/netaddr router router/ask router/auditlog router/broker router/broker/tlsca router/capture router/control router/proc router/upstream rules rules/modelapi rules/policy rules/refusal",
-		"router/capture/capturetest router/nftcap/platform router/upstream/socks5"},
+		"internal/wait router/capture/capturetest router/nftcap/platform router/upstream/socks5"},
 	// The seam between the daemon and a capture, and its fake.
 	{"router/capture", "conf dns router/auditlog router/control router/proc rules rules/policy rules/refusal", ""},
 	{"router/capture/capturetest", "conf dns router/capture router/proc rules/policy rules/refusal", ""},
@@ -80,14 +80,14 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert/windiverttest", "windivert", ""},
 	{"windivert/packet", "", ""},
 	{"windivert/redirect", "dns router/auditlog router/proc rules rules/policy rules/refusal windivert windivert/packet",
-		"conf dns/dnstest internal/winetest rules/policy/policytest windivert/dist windivert/windiverttest"},
+		"conf dns/dnstest internal/wait internal/winetest rules/policy/policytest windivert/dist windivert/windiverttest"},
 	{"windivert/wfp", "", "internal/winetest"},
 	{"windivert/wfp/guard", "internal/ports windivert/wfp", "windivert/wfp/wfptest"},
 	{"windivert/wfp/wfptest", "windivert/wfp", ""},
 	{"windivert/adapters", "", "internal/winetest"},
 	{"windivert/dist", "windivert", "internal/winetest"},
 	{"windivert/platform", "conf dns internal/ports router/capture router/proc rules rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
-		"internal/winetest router router/auditlog router/upstream router/upstream/socks5/socks5test rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
+		"internal/echotest internal/wait internal/winetest router router/auditlog router/upstream router/upstream/socks5/socks5test rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
 	{"windivert/cmd/wdprobe", "router/proc windivert windivert/dist windivert/packet", ""},
 
 	// The commands.
@@ -112,8 +112,8 @@ var table = []struct{ pkg, imports, tests string }{
 	{"internal/modeltest", "", ""},
 	{"internal/wait", "", ""},
 	{"internal/echotest", "", ""},
-	{"internal/lab", "internal/netaddr router/nftcap/cagemark", "internal/roottest"},
-	{"internal/bench", "router/upstream/socks5", "router/upstream/socks5/socks5test"},
+	{"internal/lab", "internal/netaddr router/nftcap/cagemark", "internal/roottest internal/wait"},
+	{"internal/bench", "router/upstream/socks5", "internal/wait router/upstream/socks5/socks5test"},
 	{"internal/notices", "", ""},
 	{"internal/deptest", "", ""},
 	{"e2e", "", "conf dns internal/lab internal/modeltest internal/roottest internal/wait router router/control router/nftcap router/proc router/upstream router/upstream/socks5 rules rules/policy rules/refusal windivert/packet windivert/redirect"},

@@ -1,6 +1,7 @@
-// Package echotest serves the TCP target most loopback tests dial: a listener on 127.0.0.1
+// Package echotest serves the targets most loopback tests dial: a TCP listener on 127.0.0.1
 // that writes a banner to each connection, then echoes what it reads until the peer closes
-// or the connection has been open for the given time.
+// or the connection has been open for the given time; a UDP socket on 127.0.0.1 that
+// answers each datagram with a prefix and the datagram.
 package echotest
 
 import (
@@ -43,4 +44,32 @@ func Banner(t testing.TB, banner string, life time.Duration) netip.AddrPort {
 		wg.Wait()
 	})
 	return ln.Addr().(*net.TCPAddr).AddrPort()
+}
+
+// UDP starts the UDP target and returns its address: each datagram is answered, to its
+// sender, with prefix followed by the datagram. The socket is closed, and its goroutine
+// waited for, when the test ends.
+func UDP(t testing.TB, prefix string) netip.AddrPort {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("udp echo: listen: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64<<10)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(append([]byte(prefix), buf[:n]...), from)
+		}
+	}()
+	t.Cleanup(func() {
+		pc.Close()
+		<-done
+	})
+	return pc.LocalAddr().(*net.UDPAddr).AddrPort()
 }

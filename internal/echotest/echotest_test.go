@@ -25,3 +25,21 @@ func TestBanner(t *testing.T) {
 		t.Errorf("read %q, want the banner then the echo", got)
 	}
 }
+
+func TestUDP(t *testing.T) {
+	addr := UDP(t, "echo:")
+	c, err := net.Dial("udp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 64)
+	n, err := c.Read(b)
+	if err != nil || string(b[:n]) != "echo:ping" {
+		t.Errorf("answer %q, %v; want the prefix then the datagram", b[:n], err)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/roottest"
+	"github.com/agentcage/router/internal/wait"
 )
 
 // These tests build real labs: they need root, ip, nft, danted, curl and dig. They run only
@@ -294,12 +295,10 @@ func TestLab(t *testing.T) {
 			t.Fatal(err)
 		}
 		var lk Leaks
-		for i := 0; i < 100; i++ { // up to 2 s: the datagram waits for neighbour discovery
-			if lk = leaks(t, l); lk.UDP > 0 {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		_ = wait.Poll(5*time.Second, func() bool { // the datagram waits for neighbour discovery
+			lk = leaks(t, l)
+			return lk.UDP > 0
+		})
 		if lk.IPv6 == 0 || lk.UDP == 0 {
 			t.Errorf("leaks = %v, want an IPv6 UDP packet counted", lk)
 		}
@@ -560,7 +559,7 @@ func TestCrashHelper(t *testing.T) {
 		os.Exit(1)
 	}
 	fmt.Printf("LAB_READY %s %d\n", l.ID(), l.DantePID())
-	time.Sleep(60 * time.Second)
+	time.Sleep(60 * time.Second) // not ordering: the helper waits to be killed, the event; 60 s is its ceiling
 	l.Close()
 }
 

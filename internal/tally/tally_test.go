@@ -50,12 +50,12 @@ func TestSummaryTimer(t *testing.T) {
 		buf := &lockedBuffer{}
 		s := New(slog.New(slog.NewTextHandler(buf, nil)), time.Minute, Options{Message: "summary", Unit: "events"})
 		s.Add("x", "a", nil)
-		time.Sleep(59 * time.Second)
+		time.Sleep(59 * time.Second) // not ordering: the bubble's fake clock, just short of the interval
 		synctest.Wait()
 		if buf.String() != "" {
 			t.Fatalf("logged before the interval: %q", buf.String())
 		}
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // not ordering: the bubble's fake clock, past the interval
 		synctest.Wait()
 		if !strings.Contains(buf.String(), "x=1") {
 			t.Fatalf("no line after the interval: %q", buf.String())

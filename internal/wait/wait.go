@@ -9,6 +9,7 @@
 package wait
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -24,15 +25,25 @@ const (
 // naming what it waited for. It must be called from the test's goroutine.
 func For(t testing.TB, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	if err := Until(d, func() error {
-		if cond() {
-			return nil
-		}
-		return fmt.Errorf("not yet")
-	}); err != nil {
+	if !Poll(d, cond) {
 		t.Fatalf("waited %v for %s: it did not happen", d, what)
 	}
 }
+
+// Poll polls cond until it returns true, and reports whether it did within d. For a test
+// that says in its own words what went wrong (often with the state it polled) when cond
+// never held.
+func Poll(d time.Duration, cond func() bool) bool {
+	return Until(d, func() error {
+		if cond() {
+			return nil
+		}
+		return errNotYet
+	}) == nil
+}
+
+// errNotYet is what a bare condition returns to Until while it does not hold.
+var errNotYet = errors.New("not yet")
 
 // Until polls try until it returns nil, and returns nil then; when d passes first it returns
 // try's last error, wrapped with how long it waited. try runs on the caller's goroutine.

@@ -29,3 +29,13 @@ func TestFor(t *testing.T) {
 		t.Errorf("polled %d times, want 3", n)
 	}
 }
+
+func TestPoll(t *testing.T) {
+	n := 0
+	if !Poll(5*time.Second, func() bool { n++; return n == 2 }) || n != 2 {
+		t.Errorf("Poll after %d polls: want true after 2", n)
+	}
+	if Poll(10*time.Millisecond, func() bool { return false }) {
+		t.Error("Poll of a condition that never holds = true")
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentcage/router/internal/wait"
 )
 
 // held starts n flows from src to k and returns their answers as they come.
@@ -23,15 +25,19 @@ func held(d *Desk, k Key, src string, n int, timeout time.Duration) <-chan Answe
 // waitHeld waits until the prompt for k holds n flows and returns it.
 func waitHeld(t *testing.T, d *Desk, k Key, n int) Prompt {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	var found Prompt
+	if !wait.Poll(5*time.Second, func() bool {
 		for _, p := range d.Pending() {
 			if p.Host == k.Host && p.Port == k.Port && p.Held == n {
-				return p
+				found = p
+				return true
 			}
 		}
+		return false
+	}) {
+		t.Fatalf("no prompt for %v with %d flows held; pending %+v", k, n, d.Pending())
 	}
-	t.Fatalf("no prompt for %v with %d flows held; pending %+v", k, n, d.Pending())
-	return Prompt{}
+	return found
 }
 
 func TestAnswers(t *testing.T) {
@@ -125,10 +131,8 @@ func TestBounds(t *testing.T) {
 			}
 		})
 	}
-	for deadline := time.Now().Add(10 * time.Second); len(full) < 10000-8; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d refused at once, want %d", len(full), 10000-8)
-		}
+	if !wait.Poll(10*time.Second, func() bool { return len(full) >= 10000-8 }) {
+		t.Fatalf("%d refused at once, want %d", len(full), 10000-8)
 	}
 	if n := len(d.Pending()); n > 8 {
 		t.Errorf("%d prompts for one source, want at most 8", n)

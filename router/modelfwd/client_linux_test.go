@@ -10,37 +10,49 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/agentcage/router/internal/wait"
 )
+
+// testModelServer is what modelServer started: its address, the connections it accepted
+// and closed (when idle), and a signal for each GET /slow that reached it.
+type testModelServer struct {
+	addr          string
+	conns, closed atomic.Int64
+	slow          chan struct{}
+}
 
 // modelServer serves POST /echo (the body back) and GET /slow (waits for its context) on
 // loopback; closeIdle closes every connection after its response, as a server whose
 // keep-alive timeout has passed would, so the client's next request meets a closed one.
-func modelServer(t *testing.T, closeIdle bool) (addr string, conns *atomic.Int64) {
+func modelServer(t *testing.T, closeIdle bool) *testModelServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	conns = new(atomic.Int64)
+	ms := &testModelServer{addr: ln.Addr().String(), slow: make(chan struct{}, 16)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		w.Write(b)
 	})
 	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
+		ms.slow <- struct{}{}
 		<-r.Context().Done()
 	})
 	s := &http.Server{Handler: mux, ConnState: func(c net.Conn, st http.ConnState) {
 		switch {
 		case st == http.StateNew:
-			conns.Add(1)
+			ms.conns.Add(1)
 		case st == http.StateIdle && closeIdle:
 			c.Close()
+			ms.closed.Add(1)
 		}
 	}}
 	go s.Serve(ln)
 	t.Cleanup(func() { s.Close() })
-	return ln.Addr().String(), conns
+	return ms
 }
 
 func newTestModelClient() *modelClient {
@@ -64,15 +76,15 @@ func post(t *testing.T, c http.RoundTripper, addr, body string) string {
 }
 
 func TestModelClientReusesConnections(t *testing.T) {
-	addr, conns := modelServer(t, false)
+	ms := modelServer(t, false)
 	c := newTestModelClient()
 	defer c.CloseIdleConnections()
 	for i := range 5 {
-		if got, want := post(t, c, addr, strings.Repeat("x", i+1)), strings.Repeat("x", i+1); got != want {
+		if got, want := post(t, c, ms.addr, strings.Repeat("x", i+1)), strings.Repeat("x", i+1); got != want {
 			t.Fatalf("echo %d: %q, want %q", i, got, want)
 		}
 	}
-	if n := conns.Load(); n != 1 {
+	if n := ms.conns.Load(); n != 1 {
 		t.Errorf("5 requests took %d connections, want 1 kept alive", n)
 	}
 }
@@ -80,16 +92,18 @@ func TestModelClientReusesConnections(t *testing.T) {
 // A server that closed its side of an idle connection: the client sees it before reuse (or
 // retries once on a fresh connection) and the guest never gets a 502 for it.
 func TestModelClientServerClosedIdle(t *testing.T) {
-	addr, conns := modelServer(t, true)
+	ms := modelServer(t, true)
 	c := newTestModelClient()
 	defer c.CloseIdleConnections()
 	for i := range 5 {
-		time.Sleep(5 * time.Millisecond) // the server's FIN arrives
-		if got := post(t, c, addr, "hello"); got != "hello" {
+		// The server closed the connection of the last response (its FIN on its way: on
+		// loopback it is there by the peek, else the retry covers it).
+		wait.For(t, "the server's close", waitFor, func() bool { return ms.closed.Load() >= int64(i) })
+		if got := post(t, c, ms.addr, "hello"); got != "hello" {
 			t.Fatalf("request %d: %q", i, got)
 		}
 	}
-	if n := conns.Load(); n != 5 {
+	if n := ms.conns.Load(); n != 5 {
 		t.Errorf("%d connections, want 5 (each closed by the server)", n)
 	}
 }
@@ -97,7 +111,8 @@ func TestModelClientServerClosedIdle(t *testing.T) {
 // The retry: a kept connection the server closed after the peek. Its body is sent again,
 // whole.
 func TestModelClientRetriesOnce(t *testing.T) {
-	addr, _ := modelServer(t, false)
+	ms := modelServer(t, false)
+	addr := ms.addr
 	c := newTestModelClient()
 	defer c.CloseIdleConnections()
 	post(t, c, addr, "warm")
@@ -128,17 +143,21 @@ func TestModelClientRetriesOnce(t *testing.T) {
 
 // A request whose guest went away ends, although the server never answers.
 func TestModelClientCancelEndsWait(t *testing.T) {
-	addr, _ := modelServer(t, false)
+	ms := modelServer(t, false)
 	c := newTestModelClient()
 	defer c.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/slow", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+ms.addr+"/slow", nil)
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.RoundTrip(req)
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	select { // the request waits on the server
+	case <-ms.slow:
+	case <-time.After(waitFor):
+		t.Fatal("the request did not reach the server")
+	}
 	cancel()
 	select {
 	case err := <-done:

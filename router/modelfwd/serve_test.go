@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/modeltest"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/rules/modelapi"
 	"github.com/agentcage/router/rules/refusal"
 )
@@ -236,10 +237,13 @@ func TestModelForwardServerClosesIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var conns atomic.Int32
+	var conns, closed atomic.Int32
 	srv := &http.Server{IdleTimeout: 50 * time.Millisecond, ConnState: func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
+		switch s {
+		case http.StateNew:
 			conns.Add(1)
+		case http.StateClosed:
+			closed.Add(1)
 		}
 	}, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -256,8 +260,8 @@ func TestModelForwardServerClosesIdle(t *testing.T) {
 	c.SetDeadline(time.Now().Add(waitFor))
 	br := bufio.NewReader(c)
 	for i, method := range []string{"POST", "POST", "GET"} {
-		if i > 0 {
-			time.Sleep(200 * time.Millisecond) // past the server's idle timeout
+		if i > 0 { // past the server's idle timeout: it closed the connection
+			wait.For(t, "the server's idle close", waitFor, func() bool { return closed.Load() >= int32(i) })
 		}
 		path := "/api/chat"
 		if method == "GET" {
@@ -308,12 +312,12 @@ func TestModelForwardSlowAndHopByHop(t *testing.T) {
 	seen := make(chan http.Header, 1)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen <- r.Header.Clone()
-		time.Sleep(500 * time.Millisecond) // thinking
+		time.Sleep(500 * time.Millisecond) // not ordering: a server thinking past the idle timeout is what is tested
 		rc := http.NewResponseController(w)
 		for i := range 3 {
 			fmt.Fprintf(w, "{\"n\":%d}\n", i)
 			rc.Flush()
-			time.Sleep(400 * time.Millisecond)
+			time.Sleep(400 * time.Millisecond) // not ordering: as above, between chunks
 		}
 	})}
 	go srv.Serve(ln)
@@ -371,7 +375,7 @@ func TestModelForwardGuestGone(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("the request did not reach the server")
 	}
-	time.Sleep(watchAfter + 100*time.Millisecond)
+	time.Sleep(watchAfter + 100*time.Millisecond) // not ordering: the guest leaves past watchAfter, the time the forward measures (a late watch finds the end all the same)
 	c.Close()
 	select {
 	case <-ended:

@@ -225,7 +225,7 @@ func TestHelperInstallAndWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Println("installed")
-	time.Sleep(30 * time.Second) // bounded: the parent kills us long before
+	time.Sleep(30 * time.Second) // not ordering: the helper waits to be killed, the event; 30 s is its ceiling
 	t.Fatal("helper was not killed")
 }
 

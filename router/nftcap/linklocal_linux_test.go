@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentcage/router/internal/wait"
 )
 
 var linkLocalRE = regexp.MustCompile(`inet6 (fe80::[0-9a-f:]+)/64 scope link( \w+)*`)
@@ -18,15 +20,17 @@ var linkLocalRE = regexp.MustCompile(`inet6 (fe80::[0-9a-f:]+)/64 scope link( \w
 // is usable: duplicate address detection over.
 func linkLocal(t *testing.T, ns *netns, dev string) netip.Addr {
 	t.Helper()
-	for range 250 {
+	var addr netip.Addr
+	if !wait.Poll(5*time.Second, func() bool {
 		m := linkLocalRE.FindStringSubmatch(ns.ip(t, "-6", "addr", "show", "dev", dev, "scope", "link"))
 		if m != nil && !strings.Contains(m[0], "tentative") {
-			return netip.MustParseAddr(m[1])
+			addr = netip.MustParseAddr(m[1])
 		}
-		time.Sleep(20 * time.Millisecond)
+		return addr.IsValid()
+	}) {
+		t.Fatalf("no link-local address on %s in %s", dev, ns.name)
 	}
-	t.Fatalf("no link-local address on %s in %s", dev, ns.name)
-	return netip.Addr{}
+	return addr
 }
 
 // TestLinkLocalIsHost: the host's link-local address on the VM link is the host's like any

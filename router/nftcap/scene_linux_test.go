@@ -107,7 +107,7 @@ func (s *scene) noLeak(t *testing.T, fn func()) {
 	t.Helper()
 	before := s.leaks(t)
 	fn()
-	time.Sleep(50 * time.Millisecond) // let anything in flight arrive
+	time.Sleep(50 * time.Millisecond) // not ordering: a window for stray packets in flight; that none comes has no event to wait for
 	if got := s.leaks(t) - before; got != 0 {
 		t.Errorf("%d packets reached the net namespace, want 0", got)
 	}

@@ -169,7 +169,7 @@ func TestTCPCaptureCost(t *testing.T) {
 				continue
 			}
 			s.install(t, variants[i].spec)
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // not ordering: a pause between measured rounds, so the last one's teardown weighs not on this one
 			busy0, own0, start := machineBusy(t), ownCPU(t), time.Now()
 			runClients(t, s.vm, hostPort(netAddr4, 80), clients, conns/clients)
 			wall, busy, own := time.Since(start), machineBusy(t)-busy0, ownCPU(t)-own0

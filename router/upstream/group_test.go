@@ -34,7 +34,7 @@ func newSwitchable(name string) *switchable {
 			<-ctx.Done()
 			return nil, &upstream.Error{Upstream: name, Op: "connect", Dst: dst, Err: ctx.Err()}
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // not ordering: a connect that takes 1 ms of the bubble's fake clock
 		if err != nil {
 			return nil, err
 		}
@@ -109,7 +109,7 @@ func TestGroupFailoverAndBack(t *testing.T) {
 		}
 		// The backoff over, the next flow tries the primary, still down:
 		// it fails over again and the backoff doubles.
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // not ordering: the backoff passes on the bubble's fake clock
 		if got := via(g); got != "backup" {
 			t.Errorf("trial failed: via %s, want backup", got)
 		}
@@ -118,7 +118,7 @@ func TestGroupFailoverAndBack(t *testing.T) {
 		}
 		// The primary comes back: after the backoff, a trial finds it.
 		primary.set(nil)
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // not ordering: the backoff passes on the bubble's fake clock
 		if got := via(g); got != "primary" {
 			t.Errorf("primary back: via %s, want primary", got)
 		}
@@ -264,6 +264,7 @@ func TestGroupOneTrial(t *testing.T) {
 			t.Fatalf("via %s", got)
 		}
 		a.set(errBlock) // the trial will hang
+		// not ordering: the backoff passes on the bubble's fake clock
 		time.Sleep(time.Second)
 		trial := make(chan string)
 		go func() { trial <- via(g) }()

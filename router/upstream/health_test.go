@@ -39,7 +39,7 @@ func TestTrackedOutcomes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var next error // what Connect returns after 30ms
 		f := &upstreamtest.Fake{ID: "exit", ConnectFunc: func(ctx context.Context, _ upstream.Addr, _ []byte) (net.Conn, error) {
-			time.Sleep(30 * time.Millisecond)
+			time.Sleep(30 * time.Millisecond) // not ordering: the connect's latency, on the bubble's fake clock
 			if next != nil {
 				return nil, next
 			}
@@ -129,7 +129,7 @@ func TestTrackedProbe(t *testing.T) {
 				t.Errorf("probe to %v, want %v", d, target)
 			}
 			times = append(times, time.Since(start))
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // not ordering: the probe's latency, on the bubble's fake clock
 			switch mode.Load() {
 			case 1:
 				return nil, upstreamtest.Failure("exit", true)
@@ -146,7 +146,7 @@ func TestTrackedProbe(t *testing.T) {
 			tr.Run(ctx)
 			close(done)
 		}()
-		until := func(d time.Duration) { time.Sleep(time.Until(start.Add(d))) }
+		until := func(d time.Duration) { time.Sleep(time.Until(start.Add(d))) } // not ordering: moves the bubble's fake clock to d
 		until(20 * time.Millisecond)
 		if s := tr.Status(); s.State != upstream.Up || s.Latency != 10*time.Millisecond {
 			t.Errorf("after the first probe: %+v", s)

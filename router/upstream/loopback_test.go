@@ -55,27 +55,7 @@ func startTarget(t *testing.T) netip.AddrPort {
 
 func startUDPEcho(t *testing.T) netip.AddrPort {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("udp echo listen: %v", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 64<<10)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = pc.WriteTo(append([]byte("echo:"), buf[:n]...), from)
-		}
-	}()
-	t.Cleanup(func() {
-		pc.Close()
-		<-done
-	})
-	return pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	return echotest.UDP(t, "echo:")
 }
 
 // startSOCKS runs go-socks5 (socks5test) on ln (127.0.0.1:0 when nil), with

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/windivert/wfp"
@@ -128,12 +129,8 @@ func TestWindowsGuardsSeenImage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !slices.Contains(s.p.GuardStatus().GuardedApps, portable) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the portable copy never got guarded: %q", s.p.GuardStatus().GuardedApps)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !wait.Poll(5*time.Second, func() bool { return slices.Contains(s.p.GuardStatus().GuardedApps, portable) }) {
+		t.Fatalf("the portable copy never got guarded: %q", s.p.GuardStatus().GuardedApps)
 	}
 	if slices.ContainsFunc(s.p.GuardStatus().GuardedApps, func(a string) bool { return strings.Contains(a, "chrome") }) {
 		t.Error("an uncaged process got guarded")
@@ -220,12 +217,8 @@ func TestWindowsGuardWatched(t *testing.T) {
 		}
 	}
 	other.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for s.persistent() < before || s.dynamic() < permits {
-		if time.Now().After(deadline) {
-			t.Fatalf("not restored: %d of %d blocks, %d of %d permits (deleted %q)", s.persistent(), before, s.dynamic(), permits, gone)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !wait.Poll(5*time.Second, func() bool { return s.persistent() >= before && s.dynamic() >= permits }) {
+		t.Fatalf("not restored: %d of %d blocks, %d of %d permits (deleted %q)", s.persistent(), before, s.dynamic(), permits, gone)
 	}
 	st := s.p.GuardStatus()
 	if !st.Watched || st.Restores < 1 || st.LastDamage == "" {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/echotest"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/router/upstream/socks5/socks5test"
 	"github.com/agentcage/router/rules/policy"
@@ -22,29 +24,14 @@ import (
 // the destination. The destination's public address 198.51.100.1 stands for a loopback
 // server: the proxy's dialer maps it back.
 func TestWindowsUDPThroughTheProxy(t *testing.T) {
-	echo, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer echo.Close()
-	go func() {
-		buf := make([]byte, 512)
-		for {
-			n, from, err := echo.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			echo.WriteTo(append([]byte("echo "), buf[:n]...), from)
-		}
-	}()
-	echoPort := echo.LocalAddr().(*net.UDPAddr).Port
-	dst := netip.AddrPortFrom(netip.MustParseAddr("198.51.100.1"), uint16(echoPort))
+	echo := echotest.UDP(t, "echo ")
+	dst := netip.AddrPortFrom(netip.MustParseAddr("198.51.100.1"), echo.Port())
 
 	proxy := socks5test.Start(t, socks5test.Options{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if addr != dst.String() {
 			return nil, fmt.Errorf("test proxy: %s is not the test's destination", addr)
 		}
-		return (&net.Dialer{}).DialContext(ctx, network, echo.LocalAddr().String())
+		return (&net.Dialer{}).DialContext(ctx, network, echo.String())
 	}})
 
 	// local = true: the app is this host's own process, not a caged one, and its flows go
@@ -93,8 +80,7 @@ action = "proxy"
 	a.SetNetwork(windivert.NetworkData{IfIdx: 12, SubIfIdx: 3})
 	nh.Deliver(b, a)
 
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	wait.For(t, "the answer injected", 5*time.Second, func() bool {
 		for _, sent := range nh.Sent() {
 			p, err := packet.Parse(sent.Packet)
 			if err != nil || !p.IsUDP() {
@@ -105,9 +91,8 @@ action = "proxy"
 				t.Fatalf("injected %v -> %v %q outbound=%v if=%v; want the echo's answer from %v to %v, inbound on if 12",
 					from, to, p.Payload(), sent.Addr.Outbound(), sent.Addr.Network(), dst, app)
 			}
-			return
+			return true
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("no answer was injected")
+		return false
+	})
 }

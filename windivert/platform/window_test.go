@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/windivert"
 	"github.com/agentcage/router/windivert/wfp"
@@ -330,10 +331,8 @@ func TestWindowKillsOldHolder(t *testing.T) {
 // for a transaction another session holds (the fake's Rundown returns 0 then).
 func (s *windowScene) rundown(t *testing.T) {
 	t.Helper()
-	time.Sleep(20 * time.Millisecond)
-	for deadline := time.Now().Add(2 * time.Second); s.dynamic() > 0 && s.wfp.Rundown() == 0 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	time.Sleep(20 * time.Millisecond) // not ordering: the BFE runs the session down late; the window before it is tested
+	_ = wait.Poll(2*time.Second, func() bool { return s.dynamic() == 0 || s.wfp.Rundown() != 0 })
 	if s.dynamic() != 0 {
 		t.Errorf("the rundown left %d permits", s.dynamic())
 	}
@@ -355,12 +354,9 @@ func testWindowCrash(t *testing.T, dnsMode string) {
 	s.crash()
 	// The rundown takes its time, and waits for a transaction another session holds (the
 	// fake's Rundown returns 0 then): tried until it runs the dead session down, up to 2 s.
-	time.Sleep(20 * time.Millisecond)
-	n := s.wfp.Rundown()
-	for deadline := time.Now().Add(2 * time.Second); n == 0 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-		n = s.wfp.Rundown()
-	}
+	time.Sleep(20 * time.Millisecond) // not ordering: the BFE runs the session down late; the window before it is tested
+	var n int
+	_ = wait.Poll(2*time.Second, func() bool { n = s.wfp.Rundown(); return n != 0 })
 	if n != 1 {
 		t.Errorf("rundown ran down %d sessions, want the router's dynamic one", n)
 	}
@@ -429,7 +425,7 @@ func TestWindowTimedOutDisarm(t *testing.T) {
 				t.Fatal(err)
 			}
 			go func() {
-				time.Sleep(lock)
+				time.Sleep(lock) // not ordering: the other tool holds the lock this long, the condition tested
 				other.Abort()
 				other.Close()
 			}()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/dns/dnstest"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/refusal"
@@ -612,12 +613,8 @@ func TestRun(t *testing.T) {
 	go func() { errc <- e.Run(ctx) }()
 	dev.in <- written{b: tcpPkt(appA, proxied, syn, 1, 0, ""), m: outMeta}
 	dev.in <- written{b: udpPkt(appA, dnsSrv, "\x00\x01\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"), m: outMeta}
-	deadline := time.Now().Add(5 * time.Second)
 	var got []written
-	for len(got) < 2 && time.Now().Before(deadline) {
-		got = append(got, dev.take()...)
-		time.Sleep(time.Millisecond)
-	}
+	_ = wait.Poll(5*time.Second, func() bool { got = append(got, dev.take()...); return len(got) >= 2 })
 	if len(got) != 2 {
 		t.Fatalf("wrote %d packets, want the reflected SYN and the DNS answer", len(got))
 	}

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/agentcage/router/internal/wait"
 )
 
 // TestOwnerTablesShareDumps: lookups asked while a dump runs wait for the next one and all
@@ -39,14 +41,12 @@ func TestOwnerTablesShareDumps(t *testing.T) {
 			got[i] = pid
 		})
 	}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	// All 20 wait on the dump under way (the count below says if they did not in time).
+	_ = wait.Poll(5*time.Second, func() bool {
 		tbl.mu.Lock()
-		n := tbl.st[0].waiting
-		tbl.mu.Unlock()
-		if n == 20 {
-			break
-		}
-	}
+		defer tbl.mu.Unlock()
+		return tbl.st[0].waiting == 20
+	})
 	close(release)
 	wg.Wait()
 	if n := dumps.Load(); n < 1 || n > 2 {

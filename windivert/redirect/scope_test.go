@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
@@ -177,10 +178,7 @@ func TestSendExBatching(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- e.Run(ctx) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(nh.Sent()) < n && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	_ = wait.Poll(5*time.Second, func() bool { return len(nh.Sent()) >= n }) // the count is checked below
 	cancel()
 	if err := <-errc; err != nil {
 		t.Fatal(err)

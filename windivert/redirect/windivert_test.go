@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/windivert"
@@ -173,15 +174,11 @@ func TestWinDivertDevice(t *testing.T) {
 
 func waitSent(t *testing.T, h *windiverttest.Handle, n int) []windiverttest.Sent {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if s := h.Sent(); len(s) >= n {
-			return s
-		}
-		time.Sleep(time.Millisecond)
+	var s []windiverttest.Sent
+	if !wait.Poll(5*time.Second, func() bool { s = h.Sent(); return len(s) >= n }) {
+		t.Fatalf("%d packets sent, want %d", len(s), n)
 	}
-	t.Fatalf("%d packets sent, want %d", len(h.Sent()), n)
-	return nil
+	return s
 }
 
 func TestOpenWinDivertFailure(t *testing.T) {

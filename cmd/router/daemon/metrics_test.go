@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/capture/capturetest"
 )
 
@@ -34,14 +35,16 @@ func scrape(t *testing.T, addr string) (body string, ok bool) {
 // waitClosed waits (up to 3 s) until nothing accepts on addr.
 func waitClosed(t *testing.T, addr string) {
 	t.Helper()
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	if !wait.Poll(3*time.Second, func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
-			return
+			return true
 		}
 		c.Close()
+		return false
+	}) {
+		t.Errorf("%s still accepts", addr)
 	}
-	t.Errorf("%s still accepts", addr)
 }
 
 func metricsTable(port uint16) string {
@@ -66,15 +69,13 @@ func TestMetricsFollowReload(t *testing.T) {
 		t.Fatalf("forward said %q", got)
 	}
 	var body string
-	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	_ = wait.Poll(3*time.Second, func() bool { // the flow ended; the lines below say what is missing
 		var ok bool
 		if body, ok = scrape(t, a1); !ok {
 			t.Fatalf("nothing serves metrics on %s", a1)
 		}
-		if strings.Contains(body, "\nrouter_flows_live 0\n") || time.Now().After(deadline) {
-			break
-		}
-	}
+		return strings.Contains(body, "\nrouter_flows_live 0\n")
+	})
 	st := d.status.Status()
 	for _, line := range []string{
 		fmt.Sprintf("router_flows_total %d", st.Totals.Flows),

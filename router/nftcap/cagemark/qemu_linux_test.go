@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentcage/router/internal/roottest"
+	"github.com/agentcage/router/internal/wait"
 )
 
 // TestMarksRenamedQEMU: a real QEMU started as quickemu starts it, -name VM,process=VM
@@ -54,19 +55,15 @@ func TestMarksRenamedQEMU(t *testing.T) {
 	pid := strconv.Itoa(cmd.Process.Pid)
 	// Wait for QEMU's listening socket, at most 10 s.
 	sock := regexp.MustCompile(`users:\(\("([^"]*)",pid=` + pid + `,.*?(fwmark:0x([0-9a-f]+))?\s+cgroup`)
-	deadline := time.Now().Add(10 * time.Second)
 	var line []string
-	for i := 0; i < 200 && time.Now().Before(deadline) && line == nil; i++ {
+	if !wait.Poll(10*time.Second, func() bool { // a state no event tells
 		out, err := exec.Command("ip", "netns", "exec", name, "ss", "-tlnpeH", fmt.Sprintf("sport = :%d", port)).Output()
 		if err != nil {
 			t.Fatalf("ss: %v", err)
 		}
 		line = sock.FindStringSubmatch(string(out))
-		if line == nil {
-			time.Sleep(50 * time.Millisecond) // polling a state no event tells: bounded above
-		}
-	}
-	if line == nil {
+		return line != nil
+	}) {
 		t.Fatalf("QEMU (pid %s) opened no monitor socket in 10 s", pid)
 	}
 	if line[1] != "VM" {

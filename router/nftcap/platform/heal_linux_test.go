@@ -8,9 +8,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/nftcap"
 )
 
@@ -25,6 +27,8 @@ type fakeKernel struct {
 	interfaces []string // what spec derives
 	watchErr   error
 	watches    int
+	checks     int // the tables checked
+	specs      int // the specs derived
 
 	changes chan nftcap.Change
 	links   chan struct{}
@@ -39,6 +43,7 @@ func (k *fakeKernel) ops() tableOps {
 		spec: func(cfg *conf.Config) nftcap.Spec {
 			k.mu.Lock()
 			defer k.mu.Unlock()
+			k.specs++
 			return nftcap.Spec{Table: cfg.Capture.Table, VMInterfaces: slices.Clone(k.interfaces)}
 		},
 		install: func(s nftcap.Spec) error {
@@ -55,6 +60,7 @@ func (k *fakeKernel) ops() tableOps {
 		check: func(s nftcap.Spec) (string, error) {
 			k.mu.Lock()
 			defer k.mu.Unlock()
+			k.checks++
 			switch {
 			case k.installed == nil:
 				return "table inet " + s.Table + " is missing", nil
@@ -97,13 +103,23 @@ func (k *fakeKernel) state() (installed bool, installs int, ifaces []string) {
 
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, what, d, cond)
+}
+
+// counted returns the fake's tables checked and specs derived so far.
+func (k *fakeKernel) counted() (checks, specs int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.checks, k.specs
+}
+
+// handled waits until cond says the healer began to handle an event (it checked the table,
+// or derived a spec), then until it is done with it: it checks and restores, derives and
+// installs, under its lock, which status takes.
+func handled(t *testing.T, h *healer, what string, cond func() bool) {
+	t.Helper()
+	wait.For(t, what, 5*time.Second, cond)
+	h.status()
 }
 
 type syncBuf struct {
@@ -162,8 +178,9 @@ func TestHealerRestoresARemovedTable(t *testing.T) {
 
 	// A change that leaves the table whole (the router's own install, another table) is
 	// checked and left alone.
+	checks, _ := k.counted()
 	k.changes <- nftcap.Change{PID: 1, Comm: "router"}
-	time.Sleep(20 * time.Millisecond)
+	handled(t, h, "the change checked", func() bool { c, _ := k.counted(); return c > checks })
 	if _, n, _ := k.state(); n != 2 {
 		t.Errorf("installs = %d after a harmless change, want 2", n)
 	}
@@ -232,8 +249,9 @@ func TestHealerCagesNewInterfaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An address event that changes nothing derived: no install.
+	_, specs := k.counted()
 	k.links <- struct{}{}
-	time.Sleep(20 * time.Millisecond)
+	handled(t, h, "the spec derived anew", func() bool { _, s := k.counted(); return s > specs })
 	if _, n, _ := k.state(); n != 1 {
 		t.Fatalf("installs = %d after an event that changed nothing, want 1", n)
 	}
@@ -254,17 +272,21 @@ func TestHealerCagesNewInterfaces(t *testing.T) {
 }
 
 func TestHealerClose(t *testing.T) {
-	k := newFakeKernel()
-	h, _ := newTestHealer(k)
-	h.close() // before install: nothing to stop
-	if err := h.install(testCfg()); err != nil {
-		t.Fatal(err)
-	}
-	h.close()
-	h.close()
-	k.remove()
-	time.Sleep(20 * time.Millisecond)
-	if ok, _, _ := k.state(); ok {
-		t.Error("the table was restored after close: a stopped daemon must leave it to the admin")
-	}
+	// In a bubble: synctest.Wait lets a loop that close left running (the bug) take the
+	// change and restore the table before the check.
+	synctest.Test(t, func(t *testing.T) {
+		k := newFakeKernel()
+		h, _ := newTestHealer(k)
+		h.close() // before install: nothing to stop
+		if err := h.install(testCfg()); err != nil {
+			t.Fatal(err)
+		}
+		h.close()
+		h.close()
+		k.remove()
+		synctest.Wait()
+		if ok, _, _ := k.state(); ok {
+			t.Error("the table was restored after close: a stopped daemon must leave it to the admin")
+		}
+	})
 }

@@ -212,27 +212,7 @@ func BenchmarkGoSocks5(b *testing.B) {
 // with "echo:" and the datagram. It stops at cleanup.
 func startUDPEcho(t testing.TB) netip.AddrPort {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("udp echo listen: %v", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 64<<10)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = pc.WriteTo(append([]byte("echo:"), buf[:n]...), from)
-		}
-	}()
-	t.Cleanup(func() {
-		pc.Close()
-		<-done
-	})
-	return pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	return echotest.UDP(t, "echo:")
 }
 
 // TestGoSocks5UDP associates with go-socks5, then sends datagrams through
