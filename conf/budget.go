@@ -7,6 +7,8 @@ import "time"
 // router is the guests' resolver, so a DNS tunnel (a thousand labels under one domain) shows
 // as many distinct names under one registrable domain: past NamesPerDomain in a Window the
 // guest's further new names under it are refused (or, with Over = "alert", answered and
+// reported). Past BytesUpPerDomain in a Window, the guest's flows to the domain that send
+// more are cut and its new flows there refused (or, with Over = "alert", let through and
 // reported). The zero Budget (no [budget] table) limits nothing.
 type Budget struct {
 	// Window is the span a budget counts over; a guest's counts start again when it ends.
@@ -14,13 +16,17 @@ type Budget struct {
 	// NamesPerDomain is how many distinct names one guest may look up under one registrable
 	// domain (example.com, example.co.uk) in a Window; 0 for no limit.
 	NamesPerDomain int
+	// BytesUpPerDomain is how many bytes one guest may send up to one registrable domain
+	// (the name its flows were decided by; a flow without one counts under its address) in
+	// a Window, its relayed TCP flows together; 0 for no limit.
+	BytesUpPerDomain int64
 	// Over is what happens past a budget: BudgetRefuse or BudgetAlert.
 	Over string
 }
 
 // Budget outcomes, [budget] over.
 const (
-	BudgetRefuse = "refuse" // refused and counted (reason "budget"), logged once per guest, domain and window
+	BudgetRefuse = "refuse" // refused (a name; a flow cut, new flows) and counted (reason "budget"), logged once per guest, domain and window
 	BudgetAlert  = "alert"  // let through, logged once per guest, domain and window
 )
 
@@ -30,7 +36,7 @@ const (
 	MaxBudgetWindow     = time.Hour
 )
 
-var budgetKeys = []string{"window", "names_per_domain", "over"}
+var budgetKeys = []string{"window", "names_per_domain", "bytes_up_per_domain", "over"}
 
 func (d *decoder) budget(c *Config, v any) {
 	a := at{path: "budget"}
@@ -57,6 +63,11 @@ func (d *decoder) budget(c *Config, v any) {
 			d.fail(a.key("names_per_domain"), "%d: between 1 and %d", n, 1<<20)
 		default:
 			c.Budget.NamesPerDomain = int(n)
+		}
+	}
+	if v, ok := m["bytes_up_per_domain"]; ok {
+		if n, ok := d.size(a.key("bytes_up_per_domain"), v); ok {
+			c.Budget.BytesUpPerDomain = n
 		}
 	}
 	if v, ok := m["over"]; ok {

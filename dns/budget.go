@@ -62,9 +62,10 @@ func newBudget(cfg NameBudget, now func() time.Time, log *slog.Logger) *budget {
 	return &budget{cfg: cfg, now: now, log: log, seed: maphash.MakeSeed(), guests: map[sourceKey]*guestCount{}}
 }
 
-// registrable is the domain a name's budget is counted under: its registrable domain
-// (eTLD+1), or the name itself when it has none (a bare TLD, a single label).
-func registrable(name string) string {
+// Registrable is the domain a name's budgets are counted under, the names' here and the
+// bytes' in the router: its registrable domain (eTLD+1), or the name itself when it has
+// none (a bare TLD, a single label).
+func Registrable(name string) string {
 	if d, err := publicsuffix.EffectiveTLDPlusOne(name); err == nil {
 		return d
 	}
@@ -78,7 +79,7 @@ func (b *budget) over(k sourceKey, name string) (domain string, over bool) {
 	if b == nil || name == "" {
 		return "", false
 	}
-	domain = registrable(strings.ToLower(name))
+	domain = Registrable(strings.ToLower(name))
 	now := b.now()
 	h := maphash.String(b.seed, name)
 	b.mu.Lock()

@@ -119,7 +119,7 @@ func (s *Server) canary(k sourceKey, name string, m *mdns.Msg) bool {
 	s.refused(refusal.Canary, k, name)
 	s.negative(m, mdns.RcodeNameError)
 	extendedError(m, mdns.ExtendedErrorCodeProhibited, "refused by the router on the host: the name carries a credential's placeholder")
-	domain := registrable(name)
+	domain := Registrable(name)
 	key := k.String() + " " + cred + " " + domain
 	if s.canaryLogged.First(key) {
 		s.log.Warn("canary: a guest looked up a name carrying a brokered credential's placeholder; refused",

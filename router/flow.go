@@ -110,6 +110,9 @@ func (r *Router) open(ctx context.Context, p *compiled, f *FlowRecord, pf *polic
 		}
 	}
 	f.query = *pf
+	if r.overUpload(p, f, pf, d) {
+		return d, nil, errOverUpload
+	}
 	if !r.decided(p, f, d) {
 		return d, nil, nil
 	}
@@ -142,7 +145,8 @@ func (r *Router) notAdmitted(f *FlowRecord, err error) {
 }
 
 // decided records d as f's decision, counted under its rule or step. A flow d refuses is
-// counted among the refusals (false); one it admits is shown by status from now on (true).
+// counted among the refusals (false); one it admits is shown by status from now on, and
+// counted against its upload budget when relayed (true). f.query is set.
 func (r *Router) decided(p *compiled, f *FlowRecord, d policy.Decision) bool {
 	f.Verdict, f.Step, f.pol, f.index, f.Caged = d.Verdict, d.Step, p, d.Index, d.Caged
 	f.NameUntrusted, f.byName = d.Untrusted, d.ByName
@@ -156,6 +160,7 @@ func (r *Router) decided(p *compiled, f *FlowRecord, d policy.Decision) bool {
 		r.refused(why, f)
 		return false
 	}
+	f.bytes.upload = r.uploadFlow(p, f)
 	r.live.add(f)
 	return true
 }
@@ -174,6 +179,7 @@ func (r *Router) failed(f *FlowRecord, d policy.Decision, err error) {
 // held), logs it and marks it done (r.flows), without ever blocking the relay.
 func (r *Router) relayFlow(p *compiled, f *FlowRecord, client *net.TCPConn, out net.Conn, release func()) {
 	f.relayed = true
+	f.bytes.upload.Add(f.Up) // the first bytes, sent with the set-up: counted (the relay cuts)
 	if f.broker != nil {
 		go r.relayBrokered(p, f, client, out, release)
 		return
@@ -187,6 +193,9 @@ func (r *Router) relayFlow(p *compiled, f *FlowRecord, client *net.TCPConn, out 
 func (r *Router) relayed(f *FlowRecord, release func()) func(result) {
 	return func(res result) {
 		f.Up, f.Down, f.Err = f.Up+res.up, res.down, res.err
+		if res.err == errOverUpload {
+			r.refused(refusal.Budget, f)
+		}
 		r.finish(f)
 		if release != nil {
 			release()

@@ -296,9 +296,12 @@ func (s *inboundServer) flow(c *inboundConn, req inboundRequest, rep inboundRepl
 	}
 	if out == nil {
 		c.stop()
-		if err == nil && !admits(d) {
+		switch {
+		case err == nil && !admits(d):
 			rep.refused(f, d)
-		} else {
+		case err == errOverUpload:
+			rep.fail(nil) // refused: an HTTP 403, SOCKS "not allowed"
+		default:
 			rep.fail(err)
 		}
 		c.TCPConn.Close()

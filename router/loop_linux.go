@@ -434,6 +434,11 @@ func (l *loop) pump(f *relayFlow, d *edir, src, dst int, now time.Duration) erro
 		}
 		d.p.buffered += int(n)
 		moved += int(n)
+		if d.upload != nil && d.upload.Add(n) {
+			rawSetLinger0(src) // cut, both reset, before the chunk is passed on
+			rawSetLinger0(dst)
+			return errOverUpload
+		}
 	}
 }
 

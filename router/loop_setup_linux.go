@@ -429,7 +429,8 @@ func (l *loop) speculate(s *setupFlow) bool {
 	r, p, f, key := s.ls.r, s.p, &s.f, s.h.key
 	d := p.Decision.Decide(&s.pf)
 	var up *upstream.Tracked
-	if d.Action != rules.Proxy || !loopUpstream(p, d.Proxy, &up) || r.resolved != nil && p.Decision.NeedsResolve(&s.pf) {
+	if d.Action != rules.Proxy || !loopUpstream(p, d.Proxy, &up) || r.resolved != nil && p.Decision.NeedsResolve(&s.pf) ||
+		r.uploadRefuses(p, &s.pf) {
 		return false
 	}
 	s.dst = dstOf(&s.pf)
@@ -568,10 +569,12 @@ func (l *loop) decide(s *setupFlow, pf *policy.Flow) {
 		return
 	}
 	// The slow steps: a name to resolve, a direct flow by name, an upstream the loop cannot
-	// speak to, a flow to a model gate; and no set-up slot free now.
+	// speak to, a flow to a model gate, a guest past its upload budget (refused there); and
+	// no set-up slot free now.
 	var up *upstream.Tracked
 	switch {
 	case r.resolved != nil && p.Decision.NeedsResolve(pf):
+	case r.uploadRefuses(p, pf):
 	case d.Action == rules.Direct && d.ByName:
 	case d.Action == rules.Proxy && !loopUpstream(p, d.Proxy, &up):
 	case d.Action == rules.Direct && p.gated(pf, d): // served by a forward's gate (forward_gate.go)
@@ -848,6 +851,7 @@ func (l *loop) ready(s *setupFlow) {
 	s.setup = nil
 	s.keep = l.now() + keepAfter
 	rl := r.relayFor(s.p)
+	f.bytes.upload.Add(f.Up) // the first bytes, sent with the handshake: counted (the relay cuts)
 	rl.begin(l, &s.relayFlow, &f.bytes, r.relayed(f, func() { r.release(s.h) }), true)
 }
 

@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentcage/router/router/upload"
 )
 
 // errIdle ends a relay whose two directions were both quiet for the idle timeout.
@@ -56,6 +58,9 @@ type meter struct {
 	// cut asks the relay to end the flow (stop); onCut, set by the relay, makes it notice.
 	cut   atomic.Bool
 	onCut atomic.Pointer[func()]
+	// upload counts the bytes up against the guest's upload budget (upload.go): set before
+	// the relay starts; nil without a budget, and then nothing is counted.
+	upload *upload.Flow
 }
 
 // stop asks the relay to end the flow with errCut (a reload whose rules refuse it), once.

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentcage/router/router/upload"
 )
 
 // halfCloser is a connection whose sending side can be closed alone (TCP, TLS).
@@ -31,6 +33,7 @@ func (c closeOnly) CloseWrite() error { return c.Close() }
 type stream struct {
 	src, dst halfCloser
 	n        *atomic.Int64 // bytes copied: the flow's meter
+	upload   *upload.Flow  // the up direction's upload budget; nil: none (see meter)
 	last     atomic.Int64  // unix nanoseconds of the last byte moved
 }
 
@@ -41,7 +44,7 @@ func (r *relay) copyRelay(a, b halfCloser, m *meter, done func(result)) {
 	go func() {
 		now := time.Now().UnixNano()
 		up0, down0 := m.up.Load(), m.down.Load()
-		ab := &stream{src: a, dst: b, n: &m.up}
+		ab := &stream{src: a, dst: b, n: &m.up, upload: m.upload}
 		ba := &stream{src: b, dst: a, n: &m.down}
 		ab.last.Store(now)
 		ba.last.Store(now)
@@ -73,9 +76,20 @@ func (r *relay) pump(s, other *stream) error {
 		s.dst.CloseWrite()
 		return nil
 	}
+	if err == errOverUpload {
+		lingerZero(s.src) // reset both: the flow is cut, not ended
+		lingerZero(s.dst)
+	}
 	s.src.Close()
 	s.dst.Close()
 	return err
+}
+
+// lingerZero makes c's close a reset (SO_LINGER 0), when c is a TCP connection.
+func lingerZero(c net.Conn) {
+	if t, ok := c.(interface{ SetLinger(int) error }); ok {
+		t.SetLinger(0)
+	}
 }
 
 // copy moves s.src to s.dst with a buffer until EOF (nil), an error, or idleness (errIdle).
@@ -87,6 +101,9 @@ func (r *relay) copy(s, other *stream) error {
 		}
 		n, err := s.src.Read(buf)
 		if n > 0 {
+			if s.upload != nil && s.upload.Add(int64(n)) {
+				return errOverUpload // before the chunk is passed on
+			}
 			s.dst.SetWriteDeadline(time.Now().Add(r.idle))
 			if _, werr := s.dst.Write(buf[:n]); werr != nil {
 				return werr

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/router/sockmap"
+	"github.com/agentcage/router/router/upload"
 	"golang.org/x/sys/unix"
 )
 
@@ -148,6 +149,7 @@ func (r *relay) start(a *net.TCPConn, bc net.Conn, m *meter, done func(result)) 
 func (r *relay) begin(l *loop, f *relayFlow, m *meter, done func(result), own bool) {
 	f.idle, f.done = r.idle, done
 	f.dir[0].live, f.dir[1].live = &m.up, &m.down
+	f.dir[0].upload = m.upload
 	f.cut = &m.cut
 	// Watched once f is on l (at the return: a flow stopped before it started is ended by
 	// l's next wake-up).
@@ -178,7 +180,7 @@ func (r *relay) begin(l *loop, f *relayFlow, m *meter, done func(result), own bo
 		end(nil)
 		return
 	}
-	if r.sockmap {
+	if r.sockmap && m.upload == nil { // the kernel's bytes pass no upload budget: spliced
 		// Same rule on both paths: the flow enters the sockmap at its start, both
 		// directions between segments, or after kernelAfter bytes (promote).
 		switch {
@@ -284,6 +286,7 @@ type edir struct {
 	p        *pipe // nil while no bytes are in flight
 	n        int64
 	live     *atomic.Int64 // the flow's meter: n as it grows
+	upload   *upload.Flow  // the up direction's upload budget; nil: none (see meter)
 	eof      bool          // the source reached EOF
 	finished bool          // EOF passed on (dst half-closed)
 	blocked  time.Duration // loop clock when dst refused bytes; 0 when it takes them

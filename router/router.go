@@ -37,6 +37,7 @@ import (
 	"github.com/agentcage/router/router/broker/tlsca"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/sniff"
+	"github.com/agentcage/router/router/upload"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
@@ -119,6 +120,10 @@ type Options struct {
 	// Asks holds the flows the policy asks about (package ask) while an administrator
 	// answers. Nil: an ask is refused at once, as unattended.
 	Asks *ask.Desk
+	// Uploads is the upload budget ([budget] bytes_up_per_domain, upload.go): the bytes each
+	// guest's relayed flows send up to one domain in a window. Nil: none, and the relay
+	// counts nothing for it.
+	Uploads *upload.Budget
 	// SummaryEvery is the interval of the summary line of refused and failed flows; 0:
 	// one minute.
 	SummaryEvery time.Duration

@@ -132,12 +132,28 @@ func writeStatus(w io.Writer, st *control.Status, now time.Time) {
 			fmt.Fprintf(tw, "%s\t%d\t%s\n", r.Reason, r.Count, latest)
 		}
 	}
+	if len(st.Uploads) > 0 {
+		fmt.Fprintln(tw, "\nUPLOAD BUDGET\tDOMAIN\tSENT\tWINDOW ENDS")
+		for _, u := range st.Uploads {
+			fmt.Fprintln(tw, strings.Join(uploadRow(u, now), "\t"))
+		}
+	}
 	fmt.Fprintf(tw, "\nLIVE FLOWS (%d)\tSOURCE\tDESTINATION\tRULE\tACTION\tAGE\tUP\tDOWN\tRATE UP\tRATE DOWN\n", len(st.Flows))
 	for _, f := range st.Flows {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.ID, flowSource(f), flowDest(f), f.Rule, actionText(f.Action, cmp.Or(f.Via, f.Proxy)),
 			f.Age.Round(time.Second), humanBytes(f.Up), humanBytes(f.Down), humanRate(f.UpRate), humanRate(f.DownRate))
 	}
 	tw.Flush()
+}
+
+// uploadRow is one upload budget's count as status and watch show it: guest, domain,
+// "3.2 MiB of 50.0 MiB" (with "OVER" past it), and the time left in the window.
+func uploadRow(u control.UploadStat, now time.Time) []string {
+	sent := humanBytes(uint64(u.Used)) + " of " + humanBytes(uint64(u.Limit))
+	if u.Over {
+		sent += " OVER"
+	}
+	return []string{u.Guest, u.Domain, sent, "in " + max(u.Ends.Sub(now), 0).Round(time.Second).String()}
 }
 
 // ruleAction is a rule's action as status and watch show it: "disabled (proxy via exit)"

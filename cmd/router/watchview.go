@@ -276,6 +276,16 @@ func (m watchModel) sections() []section {
 		secs = append(secs, section{head: []string{"", lines[0]}, rows: lines[1:], extra: len(st.Refusals) - len(refs), min: 2, more: more("reasons")})
 	}
 
+	if len(st.Uploads) > 0 {
+		ups := drawable(m, st.Uploads)
+		rows := make([][]string, len(ups))
+		for i, u := range ups {
+			rows[i] = uploadRow(u, now)
+		}
+		lines := m.table([]column{{title: "UPLOAD BUDGET", flex: true}, {title: "DOMAIN", flex: true}, {title: "SENT", right: true}, {title: "WINDOW ENDS"}}, rows, nil)
+		secs = append(secs, section{head: []string{"", lines[0]}, rows: lines[1:], extra: len(st.Uploads) - len(ups), min: 2, more: more("upload budgets")})
+	}
+
 	if len(st.Rules) > 0 {
 		rules := drawable(m, st.Rules)
 		rows := make([][]string, len(rules))

@@ -36,7 +36,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"dns", "conf internal/accept internal/ports internal/tally rules/refusal", "internal/wait"},
 
 	// The Linux data path and what it dials.
-	{"router", "dns internal/accept internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/modelfwd router/proc router/sniff router/sockmap router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
+	{"router", "dns internal/accept internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/modelfwd router/proc router/sniff router/sockmap router/upload router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
 		"conf dns/dnstest internal/echotest internal/modeltest internal/roottest internal/secret internal/wait router/upstream/socks5/socks5test router/upstream/upstreamtest rules/policy/policytest"},
 	// The model forwards' HTTP side: what the router hands an HTTP forward's connection.
 	{"router/modelfwd", "internal/tally router/broker rules/modelapi rules/refusal", "internal/modeltest internal/netaddr internal/secret internal/wait"},
@@ -45,6 +45,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/upstream/upstreamtest", "router/upstream", ""},
 	{"router/auditlog", "", "internal/winetest"},
 	{"router/ask", "", "internal/wait"},
+	{"router/upload", "", ""},
 	{"cmd/router/console", "router/control", ""},
 	{"router/upstream/socks5", "internal/secret", "internal/echotest internal/winetest router/upstream/socks5/socks5test"},
 	{"router/upstream/socks5/socks5test", "", ""},
@@ -66,7 +67,7 @@ var table = []struct{ pkg, imports, tests string }{
 	// Operations: the wiring and what it serves.
 	// The daemon knows the capture only through the seam (router/capture); its test of what
 	// conf accepts also asks the Linux capture's spec.
-	{"cmd/router/daemon", "cmd/router/console cmd/router/metrics conf dns internal/netaddr router router/ask router/auditlog router/broker router/broker/tlsca router/capture router/control router/proc router/upstream rules rules/modelapi rules/policy rules/refusal",
+	{"cmd/router/daemon", "cmd/router/console cmd/router/metrics conf dns internal/netaddr router router/ask router/auditlog router/broker router/broker/tlsca router/capture router/control router/proc router/upload router/upstream rules rules/modelapi rules/policy rules/refusal",
 		"internal/wait router/capture/capturetest router/nftcap/platform router/upstream/socks5"},
 	// The seam between the daemon and a capture, and its fake.
 	{"router/capture", "conf dns router/auditlog router/control router/proc rules rules/policy rules/refusal", ""},

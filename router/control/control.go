@@ -135,6 +135,10 @@ type Status struct {
 	// ProfileNames the profiles the config defines, "default" first.
 	Profiles     []GuestProfile `json:"profiles,omitempty"`
 	ProfileNames []string       `json:"profile_names,omitempty"`
+	// Uploads are the upload budget's counts ([budget] bytes_up_per_domain): each guest's
+	// bytes up to each domain in the guest's current window, by guest then domain (the
+	// MaxUploads largest); none without the budget.
+	Uploads []UploadStat `json:"uploads,omitempty"`
 }
 
 // CagedStat is one caged process: its flows decided and refused since the daemon started,
@@ -198,6 +202,20 @@ type BudgetStat struct {
 	ForwardBudget int `json:"forward_budget"`
 	Inbounds      int `json:"inbounds"`
 	InboundBudget int `json:"inbound_budget"`
+}
+
+// MaxUploads bounds the upload counts a Status carries.
+const MaxUploads = 100
+
+// UploadStat is one guest's bytes up to one registrable domain (or address, for flows
+// without a name) in the guest's current window, against the budget Limit.
+type UploadStat struct {
+	Guest  string    `json:"guest"`
+	Domain string    `json:"domain"`
+	Used   int64     `json:"used"`
+	Limit  int64     `json:"limit"`
+	Ends   time.Time `json:"ends"` // the window's end
+	Over   bool      `json:"over"` // Used is past Limit
 }
 
 // RuleStat is a rule (or an implicit step, Index 0) and the flows it decided since the

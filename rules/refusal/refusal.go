@@ -47,7 +47,7 @@ const (
 	Malformed                   // an inbound proxy request that is not well-formed SOCKS or HTTP
 	InboundDNS                  // DNS sent to an inbound proxy (the cage's DNS server answers names; the inbound does not carry DNS)
 	AskDenied                   // a flow held under ask that was denied, not answered in time, over the held bounds, or unattended
-	Budget                      // past a guest's budget for one registrable domain ([budget]: distinct names per window)
+	Budget                      // past a guest's budget for one registrable domain ([budget]: distinct names, or bytes up, per window)
 	Canary                      // a brokered credential's placeholder where it must not go ([[credential]])
 	numReasons
 )

@@ -43,6 +43,7 @@ import (
 	"github.com/agentcage/router/router/broker"
 	"github.com/agentcage/router/router/capture"
 	"github.com/agentcage/router/router/control"
+	"github.com/agentcage/router/router/upload"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules/modelapi"
 	"github.com/agentcage/router/rules/policy"
@@ -257,6 +258,7 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		OwnerUDP: ownerUDP(pf),
 		FromVM:   pf.FromVM(),
 		Refusals: &d.book,
+		Uploads:  uploadBudget(cfg.Budget, d.log.With("component", "router")),
 	}
 	d.desk = d.newDesk()
 	ropts.Asks = d.desk
@@ -366,6 +368,16 @@ func (d *daemon) startControl(cfg *conf.Config, ctx context.Context) error {
 		}
 	})
 	return nil
+}
+
+// uploadBudget is the router's upload budget of b ([budget] bytes_up_per_domain); nil
+// without one. Like the DNS server's, it is made at start: a change needs a restart.
+func uploadBudget(b conf.Budget, log *slog.Logger) *upload.Budget {
+	over := upload.Refuse
+	if b.Over == conf.BudgetAlert {
+		over = upload.Alert
+	}
+	return upload.New(upload.Limits{PerDomain: b.BytesUpPerDomain, Window: b.Window, Over: over}, nil, log)
 }
 
 func (d *daemon) startDNS(cfg *conf.Config) error {

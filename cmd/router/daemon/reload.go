@@ -42,7 +42,7 @@ func restartNeeded(old, cur *conf.Config) error {
 		keys = append(keys, "console")
 	}
 	if old.Budget != cur.Budget {
-		keys = append(keys, "budget") // the DNS server's, made at start
+		keys = append(keys, "budget") // the DNS server's and the router's upload budget, made at start
 	}
 	if len(keys) > 0 {
 		return fmt.Errorf("%s changed: restart the router to apply that", keys)

@@ -21,7 +21,7 @@ import (
 
 // fakeStatus is a daemon's status as `router status --json` would show it: three rules
 // (one an implicit step), refusals of three reasons, upstreams in each state, live flows
-// and the fake-IP pool.
+// the fake-IP pool and one guest's upload budget to one domain.
 func fakeStatus() control.Status {
 	return control.Status{
 		Started: time.Unix(1700000000, 500_000_000),
@@ -48,7 +48,8 @@ func fakeStatus() control.Status {
 			{ID: 11, Src: "10.0.2.15:40000", Dst: "203.0.113.10:443", Rule: "vm", Action: "proxy", Up: 100, Down: 2000},
 			{ID: 12, Src: "10.0.2.15:40002", Dst: "127.0.0.1:47831", Rule: "model-direct", Action: "direct", Up: 50, Down: 60},
 		},
-		DNS: control.DNSStat{Mode: "fake-ip", Pool: "198.18.0.0/15", PoolSize: 131070, Mapped: 40, InUse: 2},
+		DNS:     control.DNSStat{Mode: "fake-ip", Pool: "198.18.0.0/15", PoolSize: 131070, Mapped: 40, InUse: 2},
+		Uploads: []control.UploadStat{{Guest: "vm 10.0.2.0/24", Domain: "example.com", Used: 60e6, Limit: 50e6, Over: true}},
 	}
 }
 
@@ -122,6 +123,12 @@ router_rule_flows_total{action="proxy",index="2",rule="vm"} 7
 # HELP router_start_time_seconds When the daemon started, in seconds since the Unix epoch; the router_* counters other than the rules' count from then.
 # TYPE router_start_time_seconds gauge
 router_start_time_seconds 1.7000000005e+09
+# HELP router_upload_window_bytes Bytes one guest sent up to one registrable domain (or address) in the guest's current window of the upload budget ([budget] bytes_up_per_domain); the largest counts only (router status lists the same). Absent without the budget.
+# TYPE router_upload_window_bytes gauge
+router_upload_window_bytes{domain="example.com",guest="vm 10.0.2.0/24"} 6e+07
+# HELP router_upload_window_limit_bytes The upload budget a series of router_upload_window_bytes is held to: past it, the guest's flows to the domain are cut and new ones refused (or, with over = "alert", logged).
+# TYPE router_upload_window_limit_bytes gauge
+router_upload_window_limit_bytes{domain="example.com",guest="vm 10.0.2.0/24"} 5e+07
 # HELP router_upstream_failures Failures in a row of the upstream proxy; 0 after a success.
 # TYPE router_upstream_failures gauge
 router_upstream_failures{upstream="backup"} 3

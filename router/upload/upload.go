@@ -1,0 +1,243 @@
+// Package upload counts the bytes each guest sends to each registrable domain in a window,
+// against a budget ([budget] bytes_up_per_domain): the upload half of the budgets that
+// bound what a guest can carry out through the paths the rules allow.
+//
+// A Budget is shared by every flow; each relayed flow counts through a Flow of its own,
+// made for its guest and domain when it starts. The relay calls Flow.Add once per chunk it
+// moves up (one read or one splice), never per byte, and ends the flow when Add says so.
+// A nil *Budget (no budget configured) makes nil Flows, and the relay does not count at all.
+//
+// A guest's window starts with its first counted byte and lasts Window; at its end every
+// count of the guest starts again. Past the budget for one domain, with Over Refuse, Add
+// reports the cut of every flow of the guest to the domain that sends one more chunk, and
+// Refuses refuses its new flows there, until the window ends; with Alert the bytes pass
+// and are counted. Either way the first passing of a window is logged once.
+//
+// Memory is bounded whatever a guest does: at most maxGuests guests are counted (a new one
+// past that takes the oldest window's place), and at most maxDomains domains a guest and
+// window; the bytes to further domains are counted together under Overflow, one budget for
+// all of them, so a guest cannot buy room by spreading its bytes over many domains.
+//
+// A Budget is safe for concurrent use; mu guards the counts.
+package upload
+
+import (
+	"cmp"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Over is what happens past a budget.
+type Over uint8
+
+const (
+	Refuse Over = iota // the flows that send more are cut, new flows refused, until the window ends
+	Alert              // the bytes pass, counted; logged once per guest, domain and window
+)
+
+// Limits are a Budget's settings; the zero PerDomain limits nothing.
+type Limits struct {
+	PerDomain int64         // bytes one guest may send to one domain in a Window
+	Window    time.Duration // a guest's counts start again when its window ends
+	Over      Over
+}
+
+// Overflow is the domain the bytes past maxDomains domains in one window are counted under.
+const Overflow = "(other domains)"
+
+// Bounds of what a Budget keeps.
+const (
+	maxGuests  = 1024
+	maxDomains = 4096
+)
+
+// Budget counts bytes up per guest and domain.
+type Budget struct {
+	cfg Limits
+	now func() time.Time
+	log *slog.Logger
+
+	mu     sync.Mutex
+	guests map[string]*guest
+}
+
+type guest struct {
+	start   time.Time
+	domains map[string]*domain
+}
+
+type domain struct {
+	used     int64
+	reported bool // the passing was logged this window
+}
+
+// New returns the budget for cfg, logging to log (nil: nowhere) and reading the time from
+// now (nil: time.Now); nil when cfg.PerDomain is 0 (nothing is counted).
+func New(cfg Limits, now func() time.Time, log *slog.Logger) *Budget {
+	if cfg.PerDomain <= 0 || cfg.Window <= 0 {
+		return nil
+	}
+	if now == nil {
+		now = time.Now
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Budget{cfg: cfg, now: now, log: log, guests: map[string]*guest{}}
+}
+
+// Limits returns b's settings (the zero Limits for a nil b).
+func (b *Budget) Limits() Limits {
+	if b == nil {
+		return Limits{}
+	}
+	return b.cfg
+}
+
+// Flow is one flow's counter: its guest and domain. A nil *Flow counts nothing.
+type Flow struct {
+	b             *Budget
+	guest, domain string
+}
+
+// Flow returns the counter of a flow of guest to domain (a registrable domain, or the
+// address of a flow without a name); nil when b is nil.
+func (b *Budget) Flow(guest, domain string) *Flow {
+	if b == nil {
+		return nil
+	}
+	return &Flow{b: b, guest: guest, domain: strings.ToLower(domain)}
+}
+
+// Add counts n bytes sent up by the flow and reports whether the flow is to be cut: the
+// guest is past its budget for the domain (this chunk included) and Over is Refuse. The
+// chunk that passes the budget is counted, and it is cut with the flow (the relay has not
+// passed it on).
+func (f *Flow) Add(n int64) (cut bool) {
+	if f == nil {
+		return false
+	}
+	b := f.b
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d := b.entry(f.guest, f.domain, now)
+	d.used += n
+	if d.used <= b.cfg.PerDomain {
+		return false
+	}
+	if !d.reported {
+		d.reported = true
+		verb := "its flows there that send more are cut and new ones refused until the window ends"
+		if b.cfg.Over == Alert {
+			verb = "its bytes pass (alert only)"
+		}
+		b.log.Warn("budget: a guest sent more than its budget of bytes to one domain: "+verb,
+			"guest", f.guest, "domain", f.domain, "budget", b.cfg.PerDomain, "window", b.cfg.Window)
+	}
+	return b.cfg.Over == Refuse
+}
+
+// Refuses reports whether a new flow of guest to domain is refused: the guest is past its
+// budget for the domain in its window, and Over is Refuse. Always false for a nil b.
+func (b *Budget) Refuses(guest, domain string) bool {
+	if b == nil || b.cfg.Over != Refuse {
+		return false
+	}
+	domain = strings.ToLower(domain)
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	g := b.guests[guest]
+	if g == nil || now.Sub(g.start) >= b.cfg.Window {
+		return false
+	}
+	d := g.domains[domain]
+	if d == nil && len(g.domains) >= maxDomains {
+		d = g.domains[Overflow]
+	}
+	return d != nil && d.used > b.cfg.PerDomain
+}
+
+// entry returns the count of guest and domain in the guest's current window, starting a
+// window when the last one ended; b.mu is held.
+func (b *Budget) entry(guestKey, name string, now time.Time) *domain {
+	g := b.guests[guestKey]
+	if g != nil && now.Sub(g.start) >= b.cfg.Window {
+		delete(b.guests, guestKey)
+		g = nil
+	}
+	if g == nil {
+		if len(b.guests) >= maxGuests {
+			b.dropOldest()
+		}
+		g = &guest{start: now, domains: map[string]*domain{}}
+		b.guests[guestKey] = g
+	}
+	d := g.domains[name]
+	if d == nil {
+		if len(g.domains) >= maxDomains {
+			name = Overflow
+			if d = g.domains[name]; d != nil {
+				return d
+			}
+		}
+		d = &domain{}
+		g.domains[name] = d
+	}
+	return d
+}
+
+func (b *Budget) dropOldest() {
+	var oldK string
+	var old *guest
+	for k, g := range b.guests {
+		if old == nil || g.start.Before(old.start) {
+			oldK, old = k, g
+		}
+	}
+	delete(b.guests, oldK)
+}
+
+// Use is one guest's count for one domain in its current window.
+type Use struct {
+	Guest, Domain string
+	Used, Limit   int64
+	Start         time.Time // the window's
+	Window        time.Duration
+	Over          bool // Used is past Limit
+}
+
+// Uses returns the counts of the windows still running, by guest then by domain: the max
+// largest (every one when max <= 0); nil for a nil b.
+func (b *Budget) Uses(max int) []Use {
+	if b == nil {
+		return nil
+	}
+	now := b.now()
+	b.mu.Lock()
+	var out []Use
+	for gk, g := range b.guests {
+		if now.Sub(g.start) >= b.cfg.Window {
+			continue
+		}
+		for dk, d := range g.domains {
+			out = append(out, Use{Guest: gk, Domain: dk, Used: d.used, Limit: b.cfg.PerDomain, Start: g.start, Window: b.cfg.Window, Over: d.used > b.cfg.PerDomain})
+		}
+	}
+	b.mu.Unlock()
+	if max > 0 && len(out) > max {
+		slices.SortFunc(out, func(x, y Use) int { return cmp.Compare(y.Used, x.Used) })
+		out = out[:max]
+	}
+	slices.SortFunc(out, func(x, y Use) int {
+		if c := strings.Compare(x.Guest, y.Guest); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Domain, y.Domain)
+	})
+	return out
+}
