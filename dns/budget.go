@@ -1,8 +1,10 @@
 package dns
 
 import (
+	"cmp"
 	"hash/maphash"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -145,4 +147,44 @@ func (b *budget) dropOldest() {
 	if old != nil {
 		b.drop(oldK, old)
 	}
+}
+
+// NameUse is one guest's count of distinct names under one registrable domain in the
+// guest's current window of the name budget.
+type NameUse struct {
+	Guest, Domain string
+	Names, Limit  int
+	Start         time.Time // the window's
+	Window        time.Duration
+	Over          bool // Names is past Limit
+}
+
+// NameBudgets returns the name budget's counts in the windows still running, by guest then
+// domain: the max largest (every one when max <= 0); nil without a budget.
+func (s *Server) NameBudgets(max int) []NameUse { return s.budget.uses(max) }
+
+func (b *budget) uses(max int) []NameUse {
+	if b == nil {
+		return nil
+	}
+	now := b.now()
+	b.mu.Lock()
+	var out []NameUse
+	for k, g := range b.guests {
+		if now.Sub(g.start) >= b.cfg.Window {
+			continue
+		}
+		for d, dc := range g.domains {
+			out = append(out, NameUse{Guest: k.String(), Domain: d, Names: dc.n, Limit: b.cfg.PerDomain, Start: g.start, Window: b.cfg.Window, Over: dc.n > b.cfg.PerDomain})
+		}
+	}
+	b.mu.Unlock()
+	if max > 0 && len(out) > max {
+		slices.SortFunc(out, func(x, y NameUse) int { return cmp.Compare(y.Names, x.Names) })
+		out = out[:max]
+	}
+	slices.SortFunc(out, func(x, y NameUse) int {
+		return cmp.Or(strings.Compare(x.Guest, y.Guest), strings.Compare(x.Domain, y.Domain))
+	})
+	return out
 }

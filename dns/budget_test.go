@@ -75,7 +75,23 @@ func TestNameBudget(t *testing.T) {
 					t.Errorf("EDE %v, want 15 (Blocked)", opt.Option[0])
 				}
 			}
+			uses := s.NameBudgets(0)
+			var tunnelUse, otherUse NameUse
+			for _, u := range uses {
+				switch {
+				case u.Guest == "10.0.2.0/24" && u.Domain == "example.co.uk":
+					tunnelUse = u
+				case u.Guest == "10.0.3.0/24" && u.Domain == "example.co.uk":
+					otherUse = u
+				}
+			}
+			if tunnelUse.Names < 1000 || tunnelUse.Limit != 50 || !tunnelUse.Over || otherUse.Names != 1 || otherUse.Over {
+				t.Errorf("name budgets = %+v", uses)
+			}
 			clock.Advance(time.Minute)
+			if u := s.NameBudgets(0); len(u) != 0 {
+				t.Errorf("after the windows ended: %+v", u)
+			}
 			if m := ask(tunnel, "next.exfil.example.co.uk."); m.Rcode != mdns.RcodeSuccess {
 				t.Errorf("in the next window: %s, want an answer", mdns.RcodeToString[m.Rcode])
 			}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/router/control"
 )
 
 // refusedNamesConfig: a guest allowed the echo server by name only, telemetry blocked by
@@ -88,6 +89,13 @@ func TestRefusedNamesAnswered(t *testing.T) {
 	}
 	if n, _ := refusalCount(st, "rule"); n < 1 {
 		t.Errorf("rule refusals counted: %d, want the blocked name", n)
+	}
+	shown := false // status shows the guest's names under the domain against the budget
+	for _, b := range st.DomainBudgets {
+		shown = shown || b.Budget == control.BudgetNames && b.Domain == "tunnel.test" && b.Used == 30 && b.Limit == 20 && b.Over
+	}
+	if !shown {
+		t.Errorf("status: no names budget of 30 of 20 under tunnel.test: %+v", st.DomainBudgets)
 	}
 	s.wantNoLeak("guest DNS")
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/agentcage/router/internal/lab"
 	"github.com/agentcage/router/router/control"
 )
@@ -54,10 +56,11 @@ func (u *uploadSink) max() int64 {
 // with curl through the upstream proxy to a name under lab.test is cut mid-stream (the
 // server never reads more than the budget), and its next upload there is refused; the same
 // guest's upload to another "domain" (the server's address, a flow without a name) and the
-// second guest's upload to the name pass whole. Status and the refusals show it.
+// second guest's upload to the name pass whole. Status, the refusals and the console (in
+// Chromium) show it.
 func TestUploadBudget(t *testing.T) {
 	const budget = 1_000_000
-	s := newLab(t, twoGuestConfig(lab.GoSocksAddr, "[budget]\nbytes_up_per_domain = \"1MB\"\nwindow = \"10m\"\n"))
+	s := newLab(t, twoGuestConfig(lab.GoSocksAddr, "[budget]\nbytes_up_per_domain = \"1MB\"\nwindow = \"10m\"\n[console]\nlisten = \"127.0.0.1:9478\"\n"))
 	guest2, err := s.lab.AddSecondGuest(s.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -101,12 +104,15 @@ func TestUploadBudget(t *testing.T) {
 	if refused != 2 {
 		t.Errorf("budget refusals = %d, want 2 (the cut flow and the refused one): %+v", refused, st.Refusals)
 	}
-	want := map[string]func(control.UploadStat) bool{
-		"vm 10.0.2.0/24 lab.test":                    func(u control.UploadStat) bool { return u.Over && u.Limit == budget },
-		"vm 10.0.2.0/24 203.0.113.10":                func(u control.UploadStat) bool { return !u.Over && u.Used >= budget/2 },
-		"vm " + lab.SecondGuestNetwork + " lab.test": func(u control.UploadStat) bool { return !u.Over && u.Used >= budget/2 },
+	want := map[string]func(control.DomainBudgetStat) bool{
+		"vm 10.0.2.0/24 lab.test":                    func(u control.DomainBudgetStat) bool { return u.Over && u.Limit == budget },
+		"vm 10.0.2.0/24 203.0.113.10":                func(u control.DomainBudgetStat) bool { return !u.Over && u.Used >= budget/2 },
+		"vm " + lab.SecondGuestNetwork + " lab.test": func(u control.DomainBudgetStat) bool { return !u.Over && u.Used >= budget/2 },
 	}
-	for _, u := range st.Uploads {
+	for _, u := range st.DomainBudgets {
+		if u.Budget != control.BudgetBytesUp {
+			continue
+		}
 		if ok, found := want[u.Guest+" "+u.Domain]; found {
 			if !ok(u) {
 				t.Errorf("upload count %+v", u)
@@ -115,10 +121,23 @@ func TestUploadBudget(t *testing.T) {
 		}
 	}
 	if len(want) > 0 {
-		t.Errorf("status lacks upload counts %v: %+v", want, st.Uploads)
+		t.Errorf("status lacks upload counts %v: %+v", want, st.DomainBudgets)
 	}
-	if out, code := s.routerCmd("status", "--config", s.cfg); code != 0 || !strings.Contains(out, "UPLOAD BUDGET") {
+	if out, code := s.routerCmd("status", "--config", s.cfg); code != 0 || !strings.Contains(out, "bytes up") {
 		t.Errorf("router status: exit %d, no upload budget:\n%s", code, out)
+	}
+	bctx := s.browser()
+	if err := chromedp.Do(bctx, chromedp.Navigate(s.consoleURL()), chromedp.WaitVisible(chromedp.CSS(`#budgets tbody tr`))); err != nil {
+		t.Fatalf("the console shows no budgets: %v", err)
+	}
+	shown, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`#budgets tbody`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"bytes up", "lab.test", "over", "1.0 MB", lab.SecondGuestNetwork} {
+		if !strings.Contains(shown, want) {
+			t.Errorf("the console's budgets lack %q: %q", want, shown)
+		}
 	}
 	s.wantNoLeak("uploads")
 }

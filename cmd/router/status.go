@@ -132,10 +132,10 @@ func writeStatus(w io.Writer, st *control.Status, now time.Time) {
 			fmt.Fprintf(tw, "%s\t%d\t%s\n", r.Reason, r.Count, latest)
 		}
 	}
-	if len(st.Uploads) > 0 {
-		fmt.Fprintln(tw, "\nUPLOAD BUDGET\tDOMAIN\tSENT\tWINDOW ENDS")
-		for _, u := range st.Uploads {
-			fmt.Fprintln(tw, strings.Join(uploadRow(u, now), "\t"))
+	if len(st.DomainBudgets) > 0 {
+		fmt.Fprintln(tw, "\nBUDGET\tGUEST\tDOMAIN\tUSED\tWINDOW ENDS")
+		for _, u := range st.DomainBudgets {
+			fmt.Fprintln(tw, strings.Join(budgetRow(u, now), "\t"))
 		}
 	}
 	fmt.Fprintf(tw, "\nLIVE FLOWS (%d)\tSOURCE\tDESTINATION\tRULE\tACTION\tAGE\tUP\tDOWN\tRATE UP\tRATE DOWN\n", len(st.Flows))
@@ -146,14 +146,18 @@ func writeStatus(w io.Writer, st *control.Status, now time.Time) {
 	tw.Flush()
 }
 
-// uploadRow is one upload budget's count as status and watch show it: guest, domain,
-// "3.2 MiB of 50.0 MiB" (with "OVER" past it), and the time left in the window.
-func uploadRow(u control.UploadStat, now time.Time) []string {
-	sent := humanBytes(uint64(u.Used)) + " of " + humanBytes(uint64(u.Limit))
-	if u.Over {
-		sent += " OVER"
+// budgetRow is one [budget] count as status and watch show it: the budget ("bytes up",
+// "names"), guest, domain, "3.2 MiB of 50.0 MiB" or "12 of 200" (with "OVER" past it), and
+// the time left in the window.
+func budgetRow(u control.DomainBudgetStat, now time.Time) []string {
+	kind, used := "names", fmt.Sprintf("%d of %d", u.Used, u.Limit)
+	if u.Budget == control.BudgetBytesUp {
+		kind, used = "bytes up", humanBytes(uint64(u.Used))+" of "+humanBytes(uint64(u.Limit))
 	}
-	return []string{u.Guest, u.Domain, sent, "in " + max(u.Ends.Sub(now), 0).Round(time.Second).String()}
+	if u.Over {
+		used += " OVER"
+	}
+	return []string{kind, u.Guest, u.Domain, used, "in " + max(u.Ends.Sub(now), 0).Round(time.Second).String()}
 }
 
 // ruleAction is a rule's action as status and watch show it: "disabled (proxy via exit)"

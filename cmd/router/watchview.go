@@ -276,14 +276,14 @@ func (m watchModel) sections() []section {
 		secs = append(secs, section{head: []string{"", lines[0]}, rows: lines[1:], extra: len(st.Refusals) - len(refs), min: 2, more: more("reasons")})
 	}
 
-	if len(st.Uploads) > 0 {
-		ups := drawable(m, st.Uploads)
-		rows := make([][]string, len(ups))
-		for i, u := range ups {
-			rows[i] = uploadRow(u, now)
+	if len(st.DomainBudgets) > 0 {
+		bs := drawable(m, st.DomainBudgets)
+		rows := make([][]string, len(bs))
+		for i, u := range bs {
+			rows[i] = budgetRow(u, now)
 		}
-		lines := m.table([]column{{title: "UPLOAD BUDGET", flex: true}, {title: "DOMAIN", flex: true}, {title: "SENT", right: true}, {title: "WINDOW ENDS"}}, rows, nil)
-		secs = append(secs, section{head: []string{"", lines[0]}, rows: lines[1:], extra: len(st.Uploads) - len(ups), min: 2, more: more("upload budgets")})
+		lines := m.table([]column{{title: "BUDGET"}, {title: "GUEST", flex: true}, {title: "DOMAIN", flex: true}, {title: "USED", right: true}, {title: "WINDOW ENDS"}}, rows, nil)
+		secs = append(secs, section{head: []string{"", lines[0]}, rows: lines[1:], extra: len(st.DomainBudgets) - len(bs), min: 2, more: more("budgets")})
 	}
 
 	if len(st.Rules) > 0 {

@@ -135,10 +135,11 @@ type Status struct {
 	// ProfileNames the profiles the config defines, "default" first.
 	Profiles     []GuestProfile `json:"profiles,omitempty"`
 	ProfileNames []string       `json:"profile_names,omitempty"`
-	// Uploads are the upload budget's counts ([budget] bytes_up_per_domain): each guest's
-	// bytes up to each domain in the guest's current window, by guest then domain (the
-	// MaxUploads largest); none without the budget.
-	Uploads []UploadStat `json:"uploads,omitempty"`
+	// DomainBudgets are the [budget] counts of each guest and registrable domain in the
+	// guest's current window: bytes up (bytes_up_per_domain), then distinct names
+	// (names_per_domain), each by guest then domain, the MaxDomainBudgets largest of each;
+	// none without a budget.
+	DomainBudgets []DomainBudgetStat `json:"domain_budgets,omitempty"`
 }
 
 // CagedStat is one caged process: its flows decided and refused since the daemon started,
@@ -204,12 +205,19 @@ type BudgetStat struct {
 	InboundBudget int `json:"inbound_budget"`
 }
 
-// MaxUploads bounds the upload counts a Status carries.
-const MaxUploads = 100
+// MaxDomainBudgets bounds the counts of each [budget] a Status carries.
+const MaxDomainBudgets = 100
 
-// UploadStat is one guest's bytes up to one registrable domain (or address, for flows
-// without a name) in the guest's current window, against the budget Limit.
-type UploadStat struct {
+// The budgets of a DomainBudgetStat, by their [budget] key.
+const (
+	BudgetBytesUp = "bytes_up_per_domain" // bytes up to the domain (or address, for flows without a name)
+	BudgetNames   = "names_per_domain"    // distinct names looked up under the domain
+)
+
+// DomainBudgetStat is one guest's count of one [budget] for one registrable domain in the
+// guest's current window, against the budget Limit.
+type DomainBudgetStat struct {
+	Budget string    `json:"budget"` // BudgetBytesUp or BudgetNames
 	Guest  string    `json:"guest"`
 	Domain string    `json:"domain"`
 	Used   int64     `json:"used"`

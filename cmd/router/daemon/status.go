@@ -84,9 +84,13 @@ func buildStatus(started time.Time, file string, r *router.Router, d *dns.Server
 	for _, c := range rs.Caged {
 		st.Caged = append(st.Caged, control.CagedStat{Name: c.Name, PID: c.PID, Flows: c.Flows, Refused: c.Refused, Last: c.Last})
 	}
-	for _, u := range r.UploadBudgets(control.MaxUploads) {
-		st.Uploads = append(st.Uploads, control.UploadStat{Guest: u.Guest, Domain: u.Domain, Used: u.Used, Limit: u.Limit,
-			Ends: u.Start.Add(u.Window), Over: u.Over})
+	for _, u := range r.UploadBudgets(control.MaxDomainBudgets) {
+		st.DomainBudgets = append(st.DomainBudgets, control.DomainBudgetStat{Budget: control.BudgetBytesUp, Guest: u.Guest, Domain: u.Domain,
+			Used: u.Used, Limit: u.Limit, Ends: u.Start.Add(u.Window), Over: u.Over})
+	}
+	for _, u := range d.NameBudgets(control.MaxDomainBudgets) {
+		st.DomainBudgets = append(st.DomainBudgets, control.DomainBudgetStat{Budget: control.BudgetNames, Guest: u.Guest, Domain: u.Domain,
+			Used: int64(u.Names), Limit: int64(u.Limit), Ends: u.Start.Add(u.Window), Over: u.Over})
 	}
 	st.DNS.Mode = d.Mode().String()
 	if ps, ok := d.PoolStats(); ok {

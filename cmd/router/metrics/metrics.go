@@ -59,7 +59,7 @@ type Collector struct {
 	upstreamUp, upstreamLatency, upstreamFailure *prometheus.Desc
 	poolSize, poolMapped, poolInUse              *prometheus.Desc
 	reloads, configLoaded                        *prometheus.Desc
-	uploadUsed, uploadLimit                      *prometheus.Desc
+	uploadUsed, uploadLimit, namesUsed, namesMax *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -104,6 +104,10 @@ func NewCollector(status func() control.Status) *Collector {
 			"Bytes one guest sent up to one registrable domain (or address) in the guest's current window of the upload budget ([budget] bytes_up_per_domain); the largest counts only (router status lists the same). Absent without the budget.", []string{"guest", "domain"}, nil),
 		uploadLimit: prometheus.NewDesc("router_upload_window_limit_bytes",
 			"The upload budget a series of router_upload_window_bytes is held to: past it, the guest's flows to the domain are cut and new ones refused (or, with over = \"alert\", logged).", []string{"guest", "domain"}, nil),
+		namesUsed: prometheus.NewDesc("router_dns_names_window",
+			"Distinct names one guest looked up under one registrable domain in the guest's current window of the name budget ([budget] names_per_domain); the largest counts only (router status lists the same). Absent without the budget.", []string{"guest", "domain"}, nil),
+		namesMax: prometheus.NewDesc("router_dns_names_window_limit",
+			"The name budget a series of router_dns_names_window is held to: past it, the guest's new names under the domain are refused (or, with over = \"alert\", logged).", []string{"guest", "domain"}, nil),
 		configLoaded: prometheus.NewDesc("router_config_loaded_time_seconds",
 			"When the running config was loaded (the start or the last reload applied), in seconds since the Unix epoch.", nil, nil),
 	}
@@ -112,7 +116,7 @@ func NewCollector(status func() control.Status) *Collector {
 // Describe sends every metric's description.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.start, c.flows, c.live, c.bytes, c.refusals, c.ruleFlows, c.ruleBytes, c.ruleDisabled,
-		c.upstreamUp, c.upstreamLatency, c.upstreamFailure, c.poolSize, c.poolMapped, c.poolInUse, c.reloads, c.configLoaded, c.uploadUsed, c.uploadLimit} {
+		c.upstreamUp, c.upstreamLatency, c.upstreamFailure, c.poolSize, c.poolMapped, c.poolInUse, c.reloads, c.configLoaded, c.uploadUsed, c.uploadLimit, c.namesUsed, c.namesMax} {
 		ch <- d
 	}
 }
@@ -177,9 +181,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.upstreamFailure, float64(u.Failures), u.Name)
 	}
-	for _, u := range st.Uploads {
-		gauge(c.uploadUsed, float64(u.Used), u.Guest, u.Domain)
-		gauge(c.uploadLimit, float64(u.Limit), u.Guest, u.Domain)
+	for _, u := range st.DomainBudgets {
+		used, limit := c.namesUsed, c.namesMax
+		if u.Budget == control.BudgetBytesUp {
+			used, limit = c.uploadUsed, c.uploadLimit
+		}
+		gauge(used, float64(u.Used), u.Guest, u.Domain)
+		gauge(limit, float64(u.Limit), u.Guest, u.Domain)
 	}
 	if st.DNS.Pool != "" {
 		gauge(c.poolSize, float64(st.DNS.PoolSize))

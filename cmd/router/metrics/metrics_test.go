@@ -48,8 +48,11 @@ func fakeStatus() control.Status {
 			{ID: 11, Src: "10.0.2.15:40000", Dst: "203.0.113.10:443", Rule: "vm", Action: "proxy", Up: 100, Down: 2000},
 			{ID: 12, Src: "10.0.2.15:40002", Dst: "127.0.0.1:47831", Rule: "model-direct", Action: "direct", Up: 50, Down: 60},
 		},
-		DNS:     control.DNSStat{Mode: "fake-ip", Pool: "198.18.0.0/15", PoolSize: 131070, Mapped: 40, InUse: 2},
-		Uploads: []control.UploadStat{{Guest: "vm 10.0.2.0/24", Domain: "example.com", Used: 60e6, Limit: 50e6, Over: true}},
+		DNS: control.DNSStat{Mode: "fake-ip", Pool: "198.18.0.0/15", PoolSize: 131070, Mapped: 40, InUse: 2},
+		DomainBudgets: []control.DomainBudgetStat{
+			{Budget: control.BudgetBytesUp, Guest: "vm 10.0.2.0/24", Domain: "example.com", Used: 60e6, Limit: 50e6, Over: true},
+			{Budget: control.BudgetNames, Guest: "10.0.2.0/24", Domain: "exfil.example", Used: 201, Limit: 200, Over: true},
+		},
 	}
 }
 
@@ -61,6 +64,12 @@ router_bytes_total{direction="up"} 3000
 # HELP router_config_loaded_time_seconds When the running config was loaded (the start or the last reload applied), in seconds since the Unix epoch.
 # TYPE router_config_loaded_time_seconds gauge
 router_config_loaded_time_seconds 1.7000001e+09
+# HELP router_dns_names_window Distinct names one guest looked up under one registrable domain in the guest's current window of the name budget ([budget] names_per_domain); the largest counts only (router status lists the same). Absent without the budget.
+# TYPE router_dns_names_window gauge
+router_dns_names_window{domain="exfil.example",guest="10.0.2.0/24"} 201
+# HELP router_dns_names_window_limit The name budget a series of router_dns_names_window is held to: past it, the guest's new names under the domain are refused (or, with over = "alert", logged).
+# TYPE router_dns_names_window_limit gauge
+router_dns_names_window_limit{domain="exfil.example",guest="10.0.2.0/24"} 200
 # HELP router_dns_pool_in_use Fake-IP addresses with at least one open flow (fake-ip mode only).
 # TYPE router_dns_pool_in_use gauge
 router_dns_pool_in_use 2

@@ -73,11 +73,14 @@ function render(s) {
   renderAsks(s.asks, now);
   fill("flows", (st.flows || []).map(f => [f.host || f.dst, f.rule, f.action, num(bytes(f.up + f.down)), num(bytes(f.up_rate + f.down_rate) + "/s"), f.src]));
   fill("upstreams", (st.upstreams || []).map(u => [u.name, el("td", { class: u.state }, u.state), num(u.latency_ns ? (u.latency_ns / 1e6).toFixed(1) + " ms" : ""), u.last_error || ""]));
-  // The upload budget's counts ([budget] bytes_up_per_domain); shown only when there are any.
-  const ups = st.uploads || [];
-  document.getElementById("uploads-section").hidden = !ups.length;
-  fill("uploads", ups.map(u => [u.guest, u.domain, el("td", { class: u.over ? "over num" : "num" }, bytes(u.used) + (u.over ? " over" : "")), num(bytes(u.limit)),
-    num("in " + Math.max(0, Math.round((new Date(u.ends) - now) / 1000)) + " s")]));
+  // The [budget] counts per guest and domain (bytes up, names); shown only when there are any.
+  const bs = st.domain_budgets || [];
+  document.getElementById("budgets-section").hidden = !bs.length;
+  fill("budgets", bs.map(u => {
+    const up = u.budget === "bytes_up_per_domain", amount = n => up ? bytes(n) : String(n);
+    return [up ? "bytes up" : "names", u.guest, u.domain, el("td", { class: u.over ? "over num" : "num" }, amount(u.used) + (u.over ? " over" : "")), num(amount(u.limit)),
+      num("in " + Math.max(0, Math.round((new Date(u.ends) - now) / 1000)) + " s")];
+  }));
   // The switched guests (router profile); shown only when the config defines profiles.
   document.getElementById("profiles-section").hidden = (st.profile_names || []).length < 2;
   fill("profiles", (st.profiles || []).map(p => [p.guest, p.profile]).concat([["others", "default"]]));
