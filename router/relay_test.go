@@ -21,7 +21,7 @@ import (
 // Relay tests on loopback: app ⇄ [a | relay | b] ⇄ peer.
 
 // tcpPair returns both ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (dialed, accepted *net.TCPConn) {
+func tcpPair(t testing.TB) (dialed, accepted *net.TCPConn) {
 	t.Helper()
 	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
@@ -49,7 +49,7 @@ func tcpPair(t *testing.T) (dialed, accepted *net.TCPConn) {
 	return d, r.c
 }
 
-func newTestRelay(t *testing.T, idle time.Duration) *relay {
+func newTestRelay(t testing.TB, idle time.Duration) *relay {
 	t.Helper()
 	e := newLoopSet(nil)
 	t.Cleanup(e.Close)
