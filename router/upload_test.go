@@ -30,12 +30,22 @@ func sendOver(t *testing.T, app, peer net.Conn, n int) (received int64, writeErr
 	app.SetDeadline(time.Now().Add(waitFor))
 	peer.SetDeadline(time.Now().Add(waitFor))
 	errc := make(chan error, 1)
-	go func() {
-		_, err := app.Write(bytes.Repeat([]byte("x"), n))
-		errc <- err
-	}()
+	go func() { errc <- uploadUntilError(app, n) }()
 	received, _ = io.Copy(io.Discard, peer)
 	return received, <-errc
+}
+
+// uploadUntilError writes n bytes "x" to c in pieces, until the first error, which it
+// returns: what the kernel's buffers take before the reset comes back is not an upload
+// that went through.
+func uploadUntilError(c net.Conn, n int) error {
+	piece := bytes.Repeat([]byte("x"), 256<<10)
+	for sent := 0; sent < n; sent += len(piece) {
+		if _, err := c.Write(piece); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // TestRelayCutsAnUploadOverBudget: each relay (splice, the copy, and one asked to use the
@@ -57,7 +67,7 @@ func TestRelayCutsAnUploadOverBudget(t *testing.T) {
 		if m.kernel.Load() != nil {
 			t.Fatal("a flow under an upload budget went into the sockmap")
 		}
-		got, werr := sendOver(t, app, peer, 8*testUploadLimit)
+		got, werr := sendOver(t, app, peer, 64*testUploadLimit)
 		res := waitResult(t, ch, waitFor)
 		if res.err != errOverUpload {
 			t.Fatalf("flow ended with %v, want %v", res.err, errOverUpload)
@@ -66,7 +76,7 @@ func TestRelayCutsAnUploadOverBudget(t *testing.T) {
 			t.Fatalf("the peer received %d bytes, want some and at most the budget %d", got, testUploadLimit)
 		}
 		if werr == nil {
-			t.Fatal("the client's upload of 8 times the budget went through")
+			t.Fatal("the client's upload of 64 times the budget went through")
 		}
 		if !errors.Is(werr, syscall.ECONNRESET) && !errors.Is(werr, syscall.EPIPE) {
 			t.Errorf("the client's write failed with %v, want a reset", werr)
@@ -108,11 +118,10 @@ func testUploadBudget(t *testing.T, goroutineSetup bool) {
 	e := newEnv(t, pol, Options{Names: names, Uploads: b, GoroutineSetup: goroutineSetup})
 	guest1, guest2 := netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3")
 
-	// An upload of 8 times the budget is cut, having sent at most the budget.
+	// An upload of 64 times the budget is cut, having sent at most the budget.
 	c := dialGuest(t, e, guest1, netip.AddrPortFrom(upA, sink.Port()))
-	_, werr := c.Write(bytes.Repeat([]byte("x"), 8*testUploadLimit))
-	if werr == nil {
-		t.Fatal("an upload of 8 times the budget went through")
+	if err := uploadUntilError(c, 64*testUploadLimit); err == nil {
+		t.Fatal("an upload of 64 times the budget went through")
 	}
 	waitStatus(t, e, "the cut flow to end", func(st Stats) bool { return st.Totals.Live == 0 })
 	if got := received.n['x'].Load(); got > testUploadLimit {
