@@ -145,10 +145,15 @@ func (r *Router) relayBrokered(p *compiled, f *FlowRecord, client *net.TCPConn, 
 		}
 		downDone <- err
 	}()
-	up := meterWriter{out, &f.bytes.up}
+	up, overUpload := uploadCounted(meterWriter{out, &f.bytes.up}, f.bytes.upload)
 	in := io.MultiReader(bytes.NewReader(first), idleReader{cl, idle, &last, cut})
 	br := bufio.NewReaderSize(in, maxBrokerHead)
 	answer, upErr := r.brokerRequests(p, f, br, up)
+	if overUpload() {
+		upErr = errOverUpload // net/http's writer does not wrap it
+		lingerZero(client)    // cut: a reset, as the relay's
+		lingerZero(out)
+	}
 	if answer != "" {
 		refusing.Store(true)
 		out.Close() // nothing more reaches the destination

@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -193,7 +194,7 @@ func (r *Router) relayFlow(p *compiled, f *FlowRecord, client *net.TCPConn, out 
 func (r *Router) relayed(f *FlowRecord, release func()) func(result) {
 	return func(res result) {
 		f.Up, f.Down, f.Err = f.Up+res.up, res.down, res.err
-		if res.err == errOverUpload {
+		if errors.Is(res.err, errOverUpload) {
 			r.refused(refusal.Budget, f)
 		}
 		r.finish(f)

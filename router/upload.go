@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"io"
 	"strings"
 
 	"github.com/agentcage/router/dns"
@@ -21,8 +22,9 @@ import (
 //     the budget for the domain, and does not speculate its connect) refuses a new flow
 //     past it (refusal.Budget);
 //   - decided gives an admitted flow its counter (meter.upload), which the relay adds each
-//     chunk it moves up to, before passing it on: the chunk that passes the budget is not
-//     sent, and the flow ends with errOverUpload, both sockets reset.
+//     chunk it moves up to, before passing it on (a brokered flow, which the router copies
+//     itself, each write: uploadCounted): the chunk that passes the budget is not sent, and
+//     the flow ends with errOverUpload, both sockets reset.
 //
 // With no budget Options.Uploads is nil, every flow's counter is nil, and the relay does
 // no work for it beyond a nil check per chunk. A flow with a counter is not moved by the
@@ -39,6 +41,32 @@ func uploadDomain(pf *policy.Flow) string {
 		return dns.Registrable(h)
 	}
 	return pf.Dst.Unmap().String()
+}
+
+// uploadCounted is w counted against f's upload budget, for the flows the router copies
+// itself (a brokered destination's requests): a write that passes the budget is not made
+// and fails with errOverUpload, and over reports since then that the flow is to be cut.
+// Without a budget (f nil) it is w itself.
+func uploadCounted(w io.Writer, f *upload.Flow) (counted io.Writer, over func() bool) {
+	if f == nil {
+		return w, func() bool { return false }
+	}
+	u := &uploadWriter{w: w, f: f}
+	return u, func() bool { return u.cut }
+}
+
+type uploadWriter struct {
+	w   io.Writer
+	f   *upload.Flow
+	cut bool
+}
+
+func (u *uploadWriter) Write(p []byte) (int, error) {
+	if u.f.Add(int64(len(p))) {
+		u.cut = true
+		return 0, errOverUpload
+	}
+	return u.w.Write(p)
 }
 
 // uploadRefuses reports whether pf, from its guest, is refused for its upload budget.

@@ -1,16 +1,24 @@
 package router
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/secret"
+	"github.com/agentcage/router/router/broker"
+	"github.com/agentcage/router/rules/policy"
 
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/netaddr"
@@ -227,4 +235,42 @@ func dialGuest(t *testing.T, e *env, src netip.Addr, dst netip.AddrPort) *net.TC
 func waitStatus(t *testing.T, e *env, what string, ok func(Stats) bool) {
 	t.Helper()
 	wait.For(t, what, waitFor, func() bool { return ok(e.r.Status()) })
+}
+
+// TestBrokeredUploadBudget: a brokered destination's flow (the router copies its requests
+// itself) counts its bytes up too: a request body past the budget is cut, the client reset,
+// and the guest's next flow to the domain refused.
+func TestBrokeredUploadBudget(t *testing.T) {
+	const ph = "router-placeholder-api-7d7d7d"
+	api := startAPI(t)
+	port := api.addr.Port()
+	apiFake := netip.MustParseAddr("198.18.0.7")
+	dest := "api.lab.test:" + strconv.Itoa(int(port))
+	creds := broker.New([]broker.Credential{{Name: "api-key", Placeholder: ph, Value: secret.NewPassword("REAL-api-value-8e8e"), Destination: dest, Header: "Authorization"}})
+	cfg := &conf.Config{Rules: []rules.Rule{hostRule("labs", rules.Direct, "", "*.lab.test")},
+		Capture:     conf.Capture{VMNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+		DNS:         conf.DNS{Mode: conf.DNSFakeIP, Pool: netip.MustParsePrefix("198.18.0.0/15")},
+		Credentials: []conf.Credential{{Name: "api-key", Placeholder: ph, Destination: dest}}}
+	names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: map[netip.Addr]string{apiFake: "api.lab.test"},
+		Resolved: map[string][]netip.Addr{"api.lab.test": {api.addr.Addr()}}}
+	b := upload.New(upload.Limits{PerDomain: 64 << 10, Window: time.Minute}, nil, nil)
+	e := newEnv(t, Settings{Decision: policy.New(cfg, policy.Env{}), Credentials: creds}, Options{Names: names, Uploads: b})
+
+	c := e.dial(netip.AddrPortFrom(apiFake, port))
+	body := bytes.Repeat([]byte("x"), 1<<20)
+	head := "POST /v1/upload HTTP/1.1\r\nHost: " + dest + "\r\nAuthorization: Bearer " + ph + "\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
+	go func() {
+		io.WriteString(c, head)
+		c.Write(body)
+	}()
+	if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+		t.Fatalf("a request body of 16 times the budget was answered: %s", resp.Status)
+	}
+	wait.For(t, "the cut counted", waitFor, func() bool { return e.r.book.Count(refusal.Budget) == 1 })
+	c = e.dial(netip.AddrPortFrom(apiFake, port))
+	wantReset(t, c)
+	wait.For(t, "the refusal counted", waitFor, func() bool { return e.r.book.Count(refusal.Budget) == 2 })
+	if u := b.Uses(0); len(u) != 1 || u[0].Domain != "lab.test" || !u[0].Over {
+		t.Errorf("uses = %+v", u)
+	}
 }
