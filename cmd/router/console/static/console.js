@@ -1,5 +1,5 @@
-// The console polls /api/state once a second and renders it; the ask buttons post to
-// /api/answer with the CSRF token the state carries. No library, no build step.
+// The console polls /api/state, a second after the last poll ended, and renders it; the ask
+// buttons post to /api/answer with the CSRF token the state carries. No library, no build step.
 "use strict";
 let csrf = "";
 
@@ -19,12 +19,18 @@ function bytes(n) {
   return (i ? n.toFixed(1) : n) + " " + u[i];
 }
 
+// fill replaces the rows of table id; a cell is a value or a td. Each cell takes its
+// column's alignment from the header (class num on the th: numbers to the right), so that
+// every value sits under its own header.
 function fill(id, rows) {
-  const tb = document.querySelector("#" + id + " tbody");
-  tb.replaceChildren(...rows.map(r => el("tr", {}, ...r.map(c => typeof c === "object" ? c : el("td", {}, String(c))))));
+  const t = document.getElementById(id);
+  const heads = [...t.tHead.rows[0].cells];
+  t.tBodies[0].replaceChildren(...rows.map(r => el("tr", {}, ...r.map((c, i) => {
+    const td = c instanceof Element ? c : el("td", {}, String(c));
+    if (heads[i] && heads[i].classList.contains("num")) td.classList.add("num");
+    return td;
+  }))));
 }
-
-function num(s) { return el("td", { class: "num" }, s); }
 
 async function answer(id, a) {
   const r = await fetch("/api/answer", {
@@ -71,12 +77,12 @@ function render(s) {
   document.getElementById("summary").textContent =
     t.live + " live · " + t.flows + " flows · " + bytes(t.up) + " up · " + bytes(t.down) + " down · " + t.refused + " refused";
   renderAsks(s.asks, now);
-  fill("flows", (st.flows || []).map(f => [f.host || f.dst, f.rule, f.action, num(bytes(f.up + f.down)), num(bytes(f.up_rate + f.down_rate) + "/s"), f.src]));
-  fill("upstreams", (st.upstreams || []).map(u => [u.name, el("td", { class: u.state }, u.state), num(u.latency_ns ? (u.latency_ns / 1e6).toFixed(1) + " ms" : ""), u.last_error || ""]));
+  fill("flows", (st.flows || []).map(f => [f.host || f.dst, f.rule, f.action, bytes(f.up + f.down), bytes(f.up_rate + f.down_rate) + "/s", f.src]));
+  fill("upstreams", (st.upstreams || []).map(u => [u.name, el("td", { class: u.state }, u.state), u.latency_ns ? (u.latency_ns / 1e6).toFixed(1) + " ms" : "", u.last_error || ""]));
   // The switched guests (router profile); shown only when the config defines profiles.
   document.getElementById("profiles-section").hidden = (st.profile_names || []).length < 2;
   fill("profiles", (st.profiles || []).map(p => [p.guest, p.profile]).concat([["others", "default"]]));
-  fill("rules", (st.rules || []).map(r => [r.index || "", r.name, r.action + (r.proxy ? " " + r.proxy : ""), num(String(r.hits)), num(bytes(r.bytes))]));
+  fill("rules", (st.rules || []).map(r => [r.index || "", r.name, r.action + (r.proxy ? " " + r.proxy : ""), r.hits, bytes(r.bytes)]));
   const refs = (st.refusals || []).filter(r => r.count > 0);
   document.getElementById("refusals").replaceChildren(...(refs.length ? refs.map(r =>
     el("div", { class: "reason" }, el("b", {}, r.reason + " " + r.count),
@@ -94,5 +100,10 @@ async function refresh() {
   }
 }
 
-refresh();
-setInterval(refresh, 1000);
+// The next poll is due a second after the last one ended, never while one runs: on a busy
+// machine, where a poll of many flows takes longer than a second, polls do not pile up.
+async function poll() {
+  await refresh();
+  setTimeout(poll, 1000);
+}
+poll();
