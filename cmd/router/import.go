@@ -14,7 +14,7 @@ import (
 )
 
 func cmdImport(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("import", "proxifier PROFILE.ppx [-o FILE] [--force]",
+	fs := newFlags("import",
 		"Reads a Proxifier profile (.ppx, version 3 or 4, Windows or macOS) and writes the config\n"+
 			"that does what it does: proxies, chains, rules in order (disabled ones with\n"+
 			"enabled = false), the DNS settings. What it could not carry as written is listed\n"+

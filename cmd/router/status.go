@@ -14,7 +14,7 @@ import (
 )
 
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("status", "[--config FILE | --socket PATH] [--json]",
+	fs := newFlags("status",
 		"Shows the running daemon's totals, upstream health, how many flows and bytes each rule\ndecided, what was refused and why, and the live flows with their bytes and rates, over the\nlocal control channel (only root / Administrators can open it).", stderr)
 	cfgPath := fs.String("config", "", "read [control] socket from this config `file`")
 	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")

@@ -16,7 +16,7 @@ import (
 )
 
 func cmdWatch(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("watch", "[--config FILE | --socket PATH] [--interval D] [--sort rate|age|bytes] [--once] [--no-altscreen]",
+	fs := newFlags("watch",
 		"A live view of the running daemon, refreshed every interval: totals, upstream health, the\n"+
 			"live flows with their rule, action, bytes and rates, what was refused and why, and each\n"+
 			"rule's flows and bytes. Keys: q quit, p pause, s sort, / filter, ? help. It needs no mouse\n"+
