@@ -81,7 +81,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert/cmd/wdprobe", "router/proc windivert windivert/dist windivert/packet", ""},
 
 	// The commands.
-	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck cmd/router/replay conf conf/lint conf/proxifier router/auditlog router/control cmd/router/daemon cmd/router/service router/upstream rules rules/policy windivert/adapters",
+	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck cmd/router/replay conf conf/lint conf/proxifier internal/progress router/auditlog router/control cmd/router/daemon cmd/router/service router/upstream rules rules/policy windivert/adapters",
 		"router/upstream/socks5/socks5test rules/policy/policytest"},
 	{"cmd/router/checkip", "", ""},
 	{"cmd/router/replay", "router/auditlog rules rules/policy", "conf"},
@@ -104,6 +104,8 @@ var table = []struct{ pkg, imports, tests string }{
 	{"internal/lab", "internal/netaddr router/nftcap/cagemark", "internal/roottest"},
 	{"internal/bench", "router/upstream/socks5", "router/upstream/socks5/socks5test"},
 	{"internal/notices", "", ""},
+	{"internal/progress", "", "internal/progress/progresstest"},
+	{"internal/progress/progresstest", "", ""},
 	{"internal/deptest", "", ""},
 	{"e2e", "", "conf dns internal/lab internal/modeltest internal/roottest router router/control router/nftcap router/proc router/upstream router/upstream/socks5 rules rules/policy rules/refusal windivert/packet windivert/redirect"},
 }
