@@ -28,9 +28,9 @@ func cmdReload(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
 	defer cancel()
-	c, err := control.Dial(ctx, path)
+	c, err := dialControl(ctx, path)
 	if err != nil {
-		fmt.Fprintf(stderr, "router reload: %v (is the router running?)\n", err)
+		fmt.Fprintf(stderr, "router reload: %v\n", err)
 		return exitFindings
 	}
 	defer c.Close()
