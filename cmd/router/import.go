@@ -65,7 +65,7 @@ func importProfile(args []string, stdout, stderr io.Writer, start func(first str
 		return code
 	}
 	if len(pos) != 2 || pos[0] != "proxifier" {
-		fmt.Fprintln(stderr, "usage: router import proxifier PROFILE.ppx [-o FILE]")
+		fmt.Fprintln(stderr, "usage: router import "+usageOf("import"))
 		return exitUsage
 	}
 	line := start("reading " + pos[1])
