@@ -434,8 +434,8 @@ func cpuTicks(t *testing.T, pid int) int64 {
 }
 
 // TestConsoleCost: with 2,000 live flows, the console open in a browser (polling the
-// state once a second, as it does) costs the router at most 2 % of a core more than no
-// console.
+// state a second after each poll ended, as it does) costs the router at most 2 % of a core
+// more than no console.
 func TestConsoleCost(t *testing.T) {
 	const live = 2000
 	s := newScene(t, askConfig("30s"))
