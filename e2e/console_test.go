@@ -206,6 +206,11 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Errorf("approved request: exit %d, %q (want the proxy's exit address)", r.code, r.out)
 	}
 	t.Logf("the approved request took %v (held until the click)", r.took)
+	// The answered prompt leaves the page at the next poll, and the one below moves up into
+	// its place: a click aimed before that lands where the button no longer is. Wait for it.
+	if err := chromedp.Do(bctx, chromedp.WaitNotPresent(chromedp.CSS(`.ask[data-port="80"]`))); err != nil {
+		t.Fatal(err)
+	}
 	clicked := time.Now()
 	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`.ask[data-port="8089"] button[data-answer="deny"]`))); err != nil {
 		t.Fatal(err)

@@ -92,7 +92,8 @@ function render(s) {
 
 async function refresh() {
   try {
-    const r = await fetch("/api/state", { credentials: "same-origin" });
+    // Bounded: a poll that hangs (a stalled connection) ends, and the next one is made.
+    const r = await fetch("/api/state", { credentials: "same-origin", signal: AbortSignal.timeout(5000) });
     if (!r.ok) throw new Error(r.status + " " + (await r.text()));
     render(await r.json());
   } catch (e) {
@@ -103,7 +104,10 @@ async function refresh() {
 // The next poll is due a second after the last one ended, never while one runs: on a busy
 // machine, where a poll of many flows takes longer than a second, polls do not pile up.
 async function poll() {
-  await refresh();
-  setTimeout(poll, 1000);
+  try {
+    await refresh();
+  } finally {
+    setTimeout(poll, 1000);
+  }
 }
 poll();
