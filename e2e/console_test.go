@@ -138,9 +138,9 @@ func (w *syncWriter) String() string {
 }
 
 // TestConsoleBrowser: a real browser loads the console by the URL `router console`
-// prints, sees a guest's flow with its name and bytes, approves a held flow (the guest's
-// request then completes through the proxy) and denies another (it fails at once), and
-// saves a screenshot.
+// prints, sees a guest's flow with its name and bytes, finds every cell of its tables under
+// its column's header, approves a held flow (the guest's request then completes through the
+// proxy) and denies another (it fails at once), and saves a screenshot.
 func TestConsoleBrowser(t *testing.T) {
 	s := newScene(t, askConfig("30s"))
 	guest := s.lab.Guest()
@@ -165,6 +165,10 @@ func TestConsoleBrowser(t *testing.T) {
 	if !strings.Contains(flows, lab.ServiceAddr) || !strings.Contains(flows, "vm") || !strings.Contains(flows, " B") {
 		t.Errorf("the console's flows do not show the guest's: %q", flows)
 	}
+	if err := chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(`#rules tbody tr`)), chromedp.WaitVisible(chromedp.CSS(`#upstreams tbody tr`))); err != nil {
+		t.Fatal(err)
+	}
+	wantAligned(t, bctx)
 
 	// Two held flows: port 80 is approved from the page, port 8089 denied.
 	type result struct {
@@ -209,6 +213,11 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Errorf("approved request: exit %d, %q (want the proxy's exit address)", r.code, r.out)
 	}
 	t.Logf("the approved request took %v (held until the click)", r.took)
+	// The answered prompt leaves the page at the next poll, and the one below moves up into
+	// its place: a click aimed before that lands where the button no longer is. Wait for it.
+	if err := chromedp.Do(bctx, chromedp.WaitNotPresent(chromedp.CSS(`.ask[data-port="80"]`))); err != nil {
+		t.Fatal(err)
+	}
 	clicked := time.Now()
 	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`.ask[data-port="8089"] button[data-answer="deny"]`))); err != nil {
 		t.Fatal(err)
@@ -221,6 +230,43 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Errorf("ask-denied refusals: %d %+v, want the denied flow", n, recent)
 	}
 	s.wantNoLeak("console")
+}
+
+// alignedJS lists, for every visible table of the page, each cell whose text does not sit
+// under its column's header: a row with another number of cells than headers, or a cell
+// whose text lies outside its header cell's box or shares no x-range with the header's
+// text (a right-aligned number under a left-aligned header ends under the next one's).
+const alignedJS = `(() => {
+  const bad = [];
+  const span = n => { const r = document.createRange(); r.selectNodeContents(n); return r.getBoundingClientRect(); };
+  for (const t of document.querySelectorAll("table")) {
+    if (!t.offsetParent) continue;
+    const heads = [...t.tHead.rows[0].cells];
+    for (const tr of t.tBodies[0].rows) {
+      if (tr.cells.length !== heads.length) { bad.push(t.id + ": " + tr.cells.length + " cells under " + heads.length + " headers"); continue; }
+      [...tr.cells].forEach((td, i) => {
+        if (!td.textContent.trim() || !td.offsetParent) return;
+        const h = heads[i], box = h.getBoundingClientRect(), ht = span(h), ct = span(td);
+        if (ct.left < box.left - 0.5 || ct.right > box.right + 0.5 || ct.right < ht.left || ct.left > ht.right)
+          bad.push(t.id + ": " + JSON.stringify(td.textContent) + " at x " + Math.round(ct.left) + "-" + Math.round(ct.right) +
+            " under " + JSON.stringify(h.textContent) + " at x " + Math.round(ht.left) + "-" + Math.round(ht.right) +
+            " (its cell " + Math.round(box.left) + "-" + Math.round(box.right) + ")");
+      });
+    }
+  }
+  return bad;
+})()`
+
+// wantAligned fails t when a cell of the console's tables does not sit under its header.
+func wantAligned(t *testing.T, bctx context.Context) {
+	t.Helper()
+	bad, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](alignedJS))
+	if err != nil {
+		t.Fatalf("measure the tables: %v", err)
+	}
+	for _, b := range bad {
+		t.Errorf("a cell off its column: %s", b)
+	}
 }
 
 // TestAskTimeoutAndAlways: an unanswered flow is refused at its timeout; "always" writes
@@ -400,8 +446,8 @@ func cpuTicks(t *testing.T, pid int) int64 {
 }
 
 // TestConsoleCost: with 2,000 live flows, the console open in a browser (polling the
-// state once a second, as it does) costs the router at most 2 % of a core more than no
-// console.
+// state a second after each poll ended, as it does) costs the router at most 2 % of a core
+// more than no console.
 func TestConsoleCost(t *testing.T) {
 	const live = 2000
 	s := newScene(t, askConfig("30s"))

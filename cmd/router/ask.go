@@ -12,7 +12,7 @@ import (
 
 // cmdAsk lists the prompts of the flows the running daemon holds under ask, or answers one.
 func cmdAsk(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("ask", "[--config FILE | --socket PATH] [--json] [--id ID --answer once|run|always|deny]",
+	fs := newFlags("ask",
 		"Lists the destinations the running daemon asks about (the flows it holds under ask), or\nanswers one: once (the flows held now), run (until the daemon stops), always (written as a\nrule to the router's own rules file, approved.toml) or deny.", stderr)
 	cfgPath := fs.String("config", "", "read [control] socket from this config `file`")
 	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
@@ -64,7 +64,7 @@ func writeAsks(w io.Writer, ps []control.Prompt, now time.Time) {
 
 // cmdConsole prints the running daemon's web console URL (with its token).
 func cmdConsole(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("console", "[--config FILE | --socket PATH]",
+	fs := newFlags("console",
 		"Prints the URL of the running daemon's web console ([console] listen), with the token\nthat lets a browser in once (it is then kept in a cookie). Open it on this host.", stderr)
 	cfgPath := fs.String("config", "", "read [control] socket from this config `file`")
 	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")

@@ -15,7 +15,7 @@ import (
 // ([[credential]] tls_terminate). The CA is made in the state directory the first time
 // (this command or the daemon); its key never leaves it.
 func cmdCA(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("ca", "", "Prints the certificate (PEM) of the router's own CA, made in the state directory on first use: install it in the guests whose HTTPS to a destination with tls_terminate = true the router terminates (see docs/config.md).", stderr)
+	fs := newFlags("ca", "Prints the certificate (PEM) of the router's own CA, made in the state directory on first use: install it in the guests whose HTTPS to a destination with tls_terminate = true the router terminates (see docs/config.md).", stderr)
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}

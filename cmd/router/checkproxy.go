@@ -16,7 +16,7 @@ import (
 )
 
 func cmdCheckProxy(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("check-proxy", "--config FILE [--proxy NAME] [--echo URL]... [--timeout D] [--json]",
+	fs := newFlags("check-proxy",
 		"Tests each upstream proxy from this host: can it be reached, does it take the\n"+
 			"credentials, which address does an IP-echo service see through it, does the echo's host\n"+
 			"name resolve through it (at [dns] resolver), and how long a connect through it takes.\n"+

@@ -16,7 +16,7 @@ import (
 const stopWait = 15 * time.Second
 
 func cmdCleanup(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("cleanup", "[--config FILE | --table NAME] [--socket PATH] [--force]",
+	fs := newFlags("cleanup",
 		"Removes the router's capture and fail-closed guard (Linux: the nftables table it owns;\nWindows: the WFP filters of its provider), so VM traffic flows again WITHOUT the proxy.\nRun it only when you mean to take the cage down. While a router runs it restores its\nguard, so cleanup refuses; --force stops that router first (SIGTERM to the process id\nit reports over the control channel).", stderr)
 	cfgPath := fs.String("config", "", "read the table name and the control socket from this config `file`")
 	table := fs.String("table", conf.DefaultTable, "the table `name`")

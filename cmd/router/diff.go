@@ -25,7 +25,7 @@ func cmdDiff(args []string, stdout, stderr io.Writer) int {
 
 // diff is `router diff`; env tells both policies this machine's addresses.
 func diff(args []string, stdout, stderr io.Writer, env policy.Env) int {
-	fs := newFlags("diff", "--flows PATH [--old FILE | --socket PATH] --new FILE [--os linux|windows] [--json]", diffHelp, stderr)
+	fs := newFlags("diff", diffHelp, stderr)
 	flows := fs.String("flows", "", "the flow log `file` to replay (default: the old config's [log] flows)")
 	oldPath := fs.String("old", "", "the config `file` in force (default: the running daemon's)")
 	newPath := fs.String("new", "", "the proposed config `file`")

@@ -22,20 +22,6 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-// newFlags makes a FlagSet whose --help prints a usage line, a summary and the flags.
-func newFlags(name, args, summary string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("router "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: router %s %s\n\n%s\n\nFlags:\n", name, args, summary)
-		fs.PrintDefaults()
-	}
-	if c, ok := stderr.(*flagCollector); ok {
-		c.collectUsage(fs, args, summary) // router man, router completion (describe.go)
-	}
-	return fs
-}
-
 // parseFlags parses args and returns an exit code when the command should stop.
 func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 	if err := fs.Parse(args); err != nil {
@@ -59,7 +45,7 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 
 // explain is `router explain`; env tells the policy this machine's addresses.
 func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
-	fs := newFlags("explain", "--config FILE [--app NAME] [--path PATH] [--service NAME]... [--src IP] [--from-vm] [--network tcp|udp] --dst HOST:PORT [--name NAME] [--sni NAME] [--resolved IP,...] [--json]",
+	fs := newFlags("explain",
 		"Shows what the router does with a flow: the implicit steps (DNS, local destinations, the\nhost off limits for caged traffic, fake IPs, DNS over TLS, caged traffic that no rule\ndecides) and the rules, with the field that did not match for each rule before the one that\ndecides. Nothing is sent anywhere; the daemon need not run.", stderr)
 	cfgPath := fs.String("config", "", "the config `file`")
 	app := fs.String("app", "", "the process's image `name`, e.g. VBoxHeadless.exe")

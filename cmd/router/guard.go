@@ -9,7 +9,7 @@ import (
 )
 
 func cmdGuard(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("guard", "--config FILE",
+	fs := newFlags("guard",
 		"Installs the fail-closed guard alone, without the daemon: VM traffic is refused (nothing\n"+
 			"is forwarded, TCP reset, DNS refused) and the host is closed to the guests, until\n"+
 			"`router run` takes the guard over or `router cleanup` removes it. Run at boot by\n"+

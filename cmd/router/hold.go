@@ -10,7 +10,7 @@ import (
 // the daemon's diverting handle open after the daemon ends until Windows has deleted the
 // daemon's permits, so that a crash lets nothing pass uncaptured.
 func cmdHold(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("hold", "--handle N --parent PID", "Internal (Windows): started by the daemon; holds its WinDivert handle until its WFP permits are gone.", stderr)
+	fs := newFlags("hold", "Internal (Windows): started by the daemon; holds its WinDivert handle until its WFP permits are gone.", stderr)
 	handle := fs.Uint64("handle", 0, "the inherited WinDivert `handle`")
 	parent := fs.Uint("parent", 0, "the daemon's process `id`")
 	relay := fs.Bool("relay", false, "start the holder and exit (its parent is then gone)")

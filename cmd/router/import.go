@@ -11,10 +11,30 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/conf/lint"
 	"github.com/agentcage/router/conf/proxifier"
+	"github.com/agentcage/router/internal/progress"
 )
 
+// steps is an operation's progress line as a command drives it (progress.Line).
+type steps interface {
+	Step(step string)
+	Done()
+}
+
+// startProgress begins the progress line of an operation on w (drawn only when w is a
+// terminal), with the system's clock.
+func startProgress(w io.Writer) func(first string) steps {
+	tty, width, _ := terminal(w)
+	return func(first string) steps { return progress.Start(w, tty, width, progress.System{}, first) }
+}
+
 func cmdImport(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("import", "proxifier PROFILE.ppx [-o FILE] [--force]",
+	return importProfile(args, stdout, stderr, startProgress(stderr))
+}
+
+// importProfile is `router import`; start begins its progress line (on stderr), which is
+// cleared before anything else is written.
+func importProfile(args []string, stdout, stderr io.Writer, start func(first string) steps) int {
+	fs := newFlags("import",
 		"Reads a Proxifier profile (.ppx, version 3 or 4, Windows or macOS) and writes the config\n"+
 			"that does what it does: proxies, chains, rules in order (disabled ones with\n"+
 			"enabled = false), the DNS settings. What it could not carry as written is listed\n"+
@@ -45,34 +65,48 @@ func cmdImport(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if len(pos) != 2 || pos[0] != "proxifier" {
-		fmt.Fprintln(stderr, "usage: router import proxifier PROFILE.ppx [-o FILE]")
+		fmt.Fprintln(stderr, "usage: router import "+usageOf("import"))
+		return exitUsage
+	}
+	line := start("reading " + pos[1])
+	defer line.Done()
+	fail := func(format string, a ...any) int {
+		line.Done()
+		fmt.Fprintf(stderr, format, a...)
 		return exitUsage
 	}
 	data, err := readBounded(pos[1], proxifier.MaxSize)
 	if err != nil {
-		fmt.Fprintf(stderr, "router import: %v\n", err)
-		return exitUsage
+		return fail("router import: %v\n", err)
 	}
+	line.Step(fmt.Sprintf("parsing %s (%d KB)", pos[1], len(data)>>10))
 	p, err := proxifier.Parse(pos[1], data)
 	if err != nil {
-		fmt.Fprintf(stderr, "router import: %v\n", err)
-		return exitUsage
+		return fail("router import: %v\n", err)
 	}
+	line.Step(fmt.Sprintf("converting %d rules", len(p.Rules)))
 	res := proxifier.Convert(p, proxifier.Options{Source: baseName(pos[1])})
 	name := *out
 	if name == "" {
 		name = "router.toml"
 	}
 	if len(res.TOML) > conf.MaxFileSize {
-		fmt.Fprintf(stderr, "router import: the config made from %s would be %d bytes, more than the %d a config may have: split the profile's largest lists\n", pos[1], len(res.TOML), conf.MaxFileSize)
-		return exitUsage
+		return fail("router import: the config made from %s would be %d bytes, more than the %d a config may have: split the profile's largest lists\n", pos[1], len(res.TOML), conf.MaxFileSize)
 	}
+	line.Step(fmt.Sprintf("loading the config (%d KB)", len(res.TOML)>>10))
 	cfg, err := conf.Parse(name, res.TOML, stateOptions(conf.Options{SkipSecrets: true, OS: res.OS}))
 	if err != nil {
 		// A bug of the importer: its output must always load.
-		fmt.Fprintf(stderr, "router import: the config written from %s does not load (a bug, please report it):\n%v\n", pos[1], err)
-		return exitUsage
+		return fail("router import: the config written from %s does not load (a bug, please report it):\n%v\n", pos[1], err)
 	}
+	line.Step(fmt.Sprintf("linting %d rules", len(cfg.Rules)))
+	h := lint.Host{OS: res.OS}
+	if res.OS == "" || res.OS == runtime.GOOS {
+		hn, _ := os.Hostname()
+		h.Addrs, h.Prefixes, h.Name = hostAddrs(), hostPrefixes(), hn
+	}
+	findings := lint.Check(cfg, h)
+	line.Done()
 	report := stderr
 	if *out != "" {
 		flag := os.O_WRONLY | os.O_CREATE | os.O_EXCL
@@ -102,12 +136,6 @@ func cmdImport(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(report, "%s: %s: %s\n", where, n.Kind, n.Msg)
 	}
-	h := lint.Host{OS: res.OS}
-	if res.OS == "" || res.OS == runtime.GOOS {
-		hn, _ := os.Hostname()
-		h.Addrs, h.Prefixes, h.Name = hostAddrs(), hostPrefixes(), hn
-	}
-	findings := lint.Check(cfg, h)
 	fmt.Fprintf(report, "lint of %s:\n", name)
 	printFindings(report, name, findings)
 	if lint.HasErrors(findings) {

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -122,5 +123,61 @@ func TestRuleActionShowsDisabled(t *testing.T) {
 	}
 	if got := ruleAction(control.RuleStat{Action: "direct"}); got != "direct" {
 		t.Errorf("got %q", got)
+	}
+}
+
+// logSteps is a progress line that logs its steps, and the writes that follow, in order.
+type logSteps struct{ log *[]string }
+
+func (s logSteps) Step(step string) { *s.log = append(*s.log, "step: "+step) }
+func (s logSteps) Done()            { *s.log = append(*s.log, "done") }
+
+// logWriter logs that it was written to.
+type logWriter struct {
+	name string
+	log  *[]string
+}
+
+func (w logWriter) Write(p []byte) (int, error) {
+	*w.log = append(*w.log, "write: "+w.name)
+	return len(p), nil
+}
+
+// TestImportProgress: the import names its steps on the progress line and clears it before
+// it writes anything, the config or an error; to a stderr that is not a terminal (a test's
+// buffer) nothing of the line is written.
+func TestImportProgress(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		steps []string
+	}{
+		{[]string{"proxifier", "../../testdata/proxifier/windows-fixed.ppx"},
+			[]string{"reading ../../testdata/proxifier/windows-fixed.ppx", "parsing ../../testdata/proxifier/windows-fixed.ppx (1 KB)", "converting 4 rules", "loading the config (1 KB)", "linting 4 rules"}},
+		{[]string{"proxifier", filepath.Join(t.TempDir(), "missing.ppx")}, nil},
+	} {
+		var log []string
+		start := func(first string) steps {
+			log = append(log, "start: "+first)
+			return logSteps{&log}
+		}
+		importProfile(c.args, logWriter{"stdout", &log}, logWriter{"stderr", &log}, start)
+		firstWrite := slices.IndexFunc(log, func(s string) bool { return strings.HasPrefix(s, "write: ") })
+		if firstWrite < 1 || log[firstWrite-1] != "done" {
+			t.Errorf("%v: the line is not cleared before the first write: %q", c.args, log)
+			continue
+		}
+		var got []string
+		for _, s := range log[:firstWrite] {
+			if s, ok := strings.CutPrefix(s, "step: "); ok {
+				got = append(got, s)
+			}
+		}
+		if c.steps != nil && !slices.Equal(append([]string{strings.TrimPrefix(log[0], "start: ")}, got...), c.steps) {
+			t.Errorf("%v: steps %q, want %q", c.args, got, c.steps)
+		}
+	}
+	_, errOut, _ := run(t, "import", "proxifier", "../../testdata/proxifier/windows-fixed.ppx")
+	if strings.ContainsAny(errOut, "\r\x1b") {
+		t.Errorf("a progress line on a stderr that is not a terminal: %q", errOut)
 	}
 }

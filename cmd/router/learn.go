@@ -18,7 +18,7 @@ import (
 // and [log] flows set) and prints what the caged traffic reached, or, with --suggest, an
 // allow-list for it.
 func cmdLearn(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("learn", "--config FILE [--flows PATH] [--suggest] [--proxy NAME] [--json]",
+	fs := newFlags("learn",
 		"Reads the flow log ([log] flows) of a session in which a rule proxied every caged flow,\nand prints each destination the caged traffic reached (name, or the address of a flow that\ncame without one) with its flows, bytes, ports and when it was first and last seen. With\n--suggest it prints an allow-list instead: rules with hosts, one per registrable domain,\nthe shipped presets where they cover what was seen, as TOML to review and paste in place of\nthe catch-all rule. The rotated files (PATH.1 ...) are read too, oldest first.", stderr)
 	cfgPath := fs.String("config", "", "the config `file` (its [log] flows names the log)")
 	flows := fs.String("flows", "", "the flow log `file`, instead of the config's")

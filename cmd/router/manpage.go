@@ -84,7 +84,8 @@ the other commands read the config or ask the running daemon over its control so
 	}
 	b.WriteString(`.SH EXIT STATUS
 0 on success; 1 when a command ran and found a problem (lint findings, a leak found by
-check\-ip, a refused reload); 2 for bad arguments or an invalid config.
+check\-ip, a refused reload); 2 for bad arguments, an invalid config, or a missing privilege
+(run, guard and cleanup need root, or CAP_NET_ADMIN; on Windows an elevated prompt).
 .SH FILES
 .TP
 .I /etc/router/router.toml

@@ -14,7 +14,7 @@ import (
 
 // cmdProfile switches a guest of the running daemon to one of the config's profiles.
 func cmdProfile(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("profile", "[--config FILE | --socket PATH] [--json] GUEST PROFILE",
+	fs := newFlags("profile",
 		"Switches a guest to a [profile.NAME] of the config (default: the top-level rules): its new\n"+
 			"flows are decided by the profile's rules from now on, and its live flows the profile\n"+
 			"refuses are ended at once. GUEST is a VM network of [capture] vm_networks (CIDR), a\n"+

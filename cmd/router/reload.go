@@ -15,7 +15,7 @@ import (
 const reloadTimeout = 30 * time.Second
 
 func cmdReload(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("reload", "[--config FILE | --socket PATH]",
+	fs := newFlags("reload",
 		"Asks the running daemon to read its config file again and apply it, all or nothing, and\nwaits for the outcome: exit 0 when the new config runs, 1 with the reason when the daemon\nrefused it (the running config stays; router status shows the refusal). systemctl reload\nruns this. With --config whose file does not load (the very case a reload refuses), the\ndefault control socket is asked.", stderr)
 	cfgPath := fs.String("config", "", "read [control] socket from this config `file`")
 	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
@@ -28,9 +28,9 @@ func cmdReload(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
 	defer cancel()
-	c, err := control.Dial(ctx, path)
+	c, err := dialControl(ctx, path)
 	if err != nil {
-		fmt.Fprintf(stderr, "router reload: %v (is the router running?)\n", err)
+		fmt.Fprintf(stderr, "router reload: %v\n", err)
 		return exitFindings
 	}
 	defer c.Close()

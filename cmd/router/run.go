@@ -18,7 +18,7 @@ import (
 type contextT = context.Context
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("run", "--config FILE [--learn] [--log-format text|json]",
+	fs := newFlags("run",
 		runHelp, stderr)
 	cfgPath := fs.String("config", "", "the config `file`")
 	learning := fs.Bool("learn", false, "a learning session: caged flows no rule decides go through the proxy instead of being refused, and the flow log is on (flows.jsonl in the state directory unless [log] flows names one), for router learn")

@@ -14,7 +14,7 @@ import (
 )
 
 func cmdService(args []string, stdout, stderr io.Writer) int {
-	usage := "usage: router service install --config FILE [--env NAME=VALUE]... | upgrade | uninstall | start | stop"
+	usage := "usage: router service " + usageOf("service")
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, usage)
 		return exitUsage
@@ -22,7 +22,7 @@ func cmdService(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "install":
-		fs := newFlags("service install", "--config FILE",
+		fs := newFlagsUsage("service install", serviceInstallUsage,
 			"Installs the router as a Windows service: copies router.exe and the pinned WinDivert\n"+
 				"2.2.2 files to %ProgramFiles%\\router (a directory only administrators may write),\n"+
 				"creates the service (automatic start, restart on failure) that runs `router run --config\n"+

@@ -14,7 +14,7 @@ import (
 )
 
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("status", "[--config FILE | --socket PATH] [--json]",
+	fs := newFlags("status",
 		"Shows the running daemon's totals, upstream health, how many flows and bytes each rule\ndecided, what was refused and why, and the live flows with their bytes and rates, over the\nlocal control channel (only root / Administrators can open it).", stderr)
 	cfgPath := fs.String("config", "", "read [control] socket from this config `file`")
 	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
@@ -46,9 +46,9 @@ func callDaemon(name, cfgPath, socket string, req control.Request, stderr io.Wri
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := control.Dial(ctx, path)
+	c, err := dialControl(ctx, path)
 	if err != nil {
-		fmt.Fprintf(stderr, "router %s: %v (is the router running?)\n", name, err)
+		fmt.Fprintf(stderr, "router %s: %v\n", name, err)
 		return control.Response{}, exitFindings, false
 	}
 	defer c.Close()
@@ -284,7 +284,7 @@ func poolName(cfg *conf.Config, socket string, a string) (name, note string) {
 	path := cmp.Or(socket, cfg.Control.Socket, control.DefaultPath)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	c, err := control.Dial(ctx, path)
+	c, err := dialControl(ctx, path)
 	if err != nil {
 		return "", a + " is in the fake-IP pool " + cfg.DNS.Pool.String() + "; the running router knows its name, but " + strings.TrimPrefix(err.Error(), "connect to the running router at ")
 	}

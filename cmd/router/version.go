@@ -38,7 +38,7 @@ func versionText() string {
 }
 
 func cmdVersion(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("version", "", "Prints the router's version, the commit it was built from and the Go release (also router --version).", stderr)
+	fs := newFlags("version", "Prints the router's version, the commit it was built from and the Go release (also router --version).", stderr)
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}

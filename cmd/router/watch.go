@@ -16,7 +16,7 @@ import (
 )
 
 func cmdWatch(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("watch", "[--config FILE | --socket PATH] [--interval D] [--sort rate|age|bytes] [--once] [--no-altscreen]",
+	fs := newFlags("watch",
 		"A live view of the running daemon, refreshed every interval: totals, upstream health, the\n"+
 			"live flows with their rule, action, bytes and rates, what was refused and why, and each\n"+
 			"rule's flows and bytes. Keys: q quit, p pause, s sort, / filter, ? help. It needs no mouse\n"+
@@ -61,7 +61,7 @@ func cmdWatch(args []string, stdout, stderr io.Writer) int {
 		}
 		st, err := m.src()
 		if err != nil {
-			fmt.Fprintf(stderr, "router watch: %v (is the router running?)\n", err)
+			fmt.Fprintf(stderr, "router watch: %v\n", err)
 			return exitFindings
 		}
 		m = m.withStatus(statusMsg{st: st, at: time.Now()})
@@ -107,7 +107,7 @@ func controlSource(path string, timeout time.Duration) statusSource {
 	return func() (*control.Status, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		c, err := control.Dial(ctx, path)
+		c, err := dialControl(ctx, path)
 		if err != nil {
 			return nil, err
 		}
@@ -127,7 +127,7 @@ func controlAnswer(path string, timeout time.Duration) func(id uint64, answer st
 	return func(id uint64, answer string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		c, err := control.Dial(ctx, path)
+		c, err := dialControl(ctx, path)
 		if err != nil {
 			return err
 		}

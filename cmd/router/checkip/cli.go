@@ -22,12 +22,53 @@ func joinPorts(ps []uint16) string {
 	return strings.Join(out, ", ")
 }
 
-const usageLine = `Usage: router check-ip [--echo URL]... [--expect IP] [--expect-not IP] [--model URL]
-                       [--dns-whoami NAME] [--stun HOST:PORT]... [--echo6 URL]...
-                       [--no-udp] [--no-ipv6] [--timeout D] [--json]
-                       [--host-probe [--allow IP:PORT|:PORT]... [--host IP]... [--host-port PORT]...]
-       router check-ip --why HOST[:PORT] [--timeout D]
-`
+// Usage is the argument line of `router check-ip` (the router's command table shows it),
+// WhyUsage that of its other form, `router check-ip --why`.
+const (
+	Usage    = "[--echo URL]... [--expect IP] [--expect-not IP] [--model URL] [--dns-whoami NAME] [--stun HOST:PORT]... [--echo6 URL]... [--no-udp] [--no-ipv6] [--timeout D] [--json] [--host-probe [--allow IP:PORT|:PORT]... [--host IP]... [--host-port PORT]...]"
+	WhyUsage = "--why HOST[:PORT] [--timeout D]"
+)
+
+// usageLine is the head of --help and of a usage error: both forms, Usage wrapped.
+var usageLine = "Usage: router check-ip " + wrapArgs(Usage, 70, strings.Repeat(" ", len("Usage: router check-ip "))) +
+	"\n       router check-ip " + WhyUsage + "\n"
+
+// wrapArgs breaks an argument line into lines of at most width bytes (a longer group stays
+// whole), only at a space outside brackets, and indents every line after the first.
+func wrapArgs(s string, width int, indent string) string {
+	var groups []string
+	depth, start := 0, 0
+	for i, r := range s {
+		switch r {
+		case '[':
+			depth++
+		case ']':
+			depth--
+		case ' ':
+			if depth == 0 {
+				groups = append(groups, s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	groups = append(groups, s[start:])
+	var b strings.Builder
+	n := 0
+	for _, g := range groups {
+		switch {
+		case n == 0:
+		case n+1+len(g) > width:
+			b.WriteString("\n" + indent)
+			n = 0
+		default:
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(g)
+		n += len(g)
+	}
+	return b.String()
+}
 
 // Help returns the text of `router check-ip --help`.
 func Help() string {

@@ -92,7 +92,7 @@ func (d *daemon) startConsole(cfg *conf.Config) {
 		return
 	}
 	listen := netaddr.AddrPort(ln.Addr())
-	c := console.New(d.status, console.Options{Listen: listen, Unsafe: cfg.Console.UnsafeListen,
+	c := console.New(consoleHandler{d.status}, console.Options{Listen: listen, Unsafe: cfg.Console.UnsafeListen,
 		Log: d.log.With("component", "console"),
 		Caged: func(a netip.Addr) bool {
 			d.mu.Lock()

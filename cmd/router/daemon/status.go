@@ -21,7 +21,19 @@ type statusHandler struct {
 
 var _ control.Handler = (*statusHandler)(nil)
 
-func (h *statusHandler) Status() control.Status {
+func (h *statusHandler) Status() control.Status { return h.status(true) }
+
+// consoleHandler is statusHandler for the web console, which polls the status every second
+// and shows no kernel cage: its Status leaves out the uncaged-hypervisor scan (a walk of
+// every process of the host, whose cost grows with the host's processes, not the router's
+// flows) and its warnings.
+type consoleHandler struct{ *statusHandler }
+
+func (c consoleHandler) Status() control.Status { return c.status(false) }
+
+// status is the daemon's status; kernel: with the kernel cage's processes (KernelCaged)
+// and the warnings of that scan.
+func (h *statusHandler) status(kernel bool) control.Status {
 	h.d.mu.Lock()
 	cfg := h.d.cfg
 	running := h.d.runningLocked()
@@ -35,7 +47,7 @@ func (h *statusHandler) Status() control.Status {
 		st.Guard = control.GuardStat{Watched: gs.Watched, Restores: gs.Restores, LastRestore: gs.LastRestore, LastDamage: gs.LastDamage,
 			Rivals: gs.Rivals, GuardedApps: gs.GuardedApps, Unguarded: gs.Unguarded}
 	}
-	if kc, ok := h.d.opts.Platform.(capture.KernelCager); ok {
+	if kc, ok := h.d.opts.Platform.(capture.KernelCager); ok && kernel {
 		caged, warns := kc.KernelCaged()
 		st.KernelCaged = caged
 		st.Warnings = append(st.Warnings, warns...)

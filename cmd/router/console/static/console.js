@@ -1,5 +1,5 @@
-// The console polls /api/state once a second and renders it; the ask buttons post to
-// /api/answer with the CSRF token the state carries. No library, no build step.
+// The console polls /api/state, a second after the last poll ended, and renders it; the ask
+// buttons post to /api/answer with the CSRF token the state carries. No library, no build step.
 "use strict";
 let csrf = "";
 
@@ -19,12 +19,18 @@ function bytes(n) {
   return (i ? n.toFixed(1) : n) + " " + u[i];
 }
 
+// fill replaces the rows of table id; a cell is a value or a td. Each cell takes its
+// column's alignment from the header (class num on the th: numbers to the right), so that
+// every value sits under its own header.
 function fill(id, rows) {
-  const tb = document.querySelector("#" + id + " tbody");
-  tb.replaceChildren(...rows.map(r => el("tr", {}, ...r.map(c => typeof c === "object" ? c : el("td", {}, String(c))))));
+  const t = document.getElementById(id);
+  const heads = [...t.tHead.rows[0].cells];
+  t.tBodies[0].replaceChildren(...rows.map(r => el("tr", {}, ...r.map((c, i) => {
+    const td = c instanceof Element ? c : el("td", {}, String(c));
+    if (heads[i] && heads[i].classList.contains("num")) td.classList.add("num");
+    return td;
+  }))));
 }
-
-function num(s) { return el("td", { class: "num" }, s); }
 
 async function answer(id, a) {
   const r = await fetch("/api/answer", {
@@ -71,20 +77,20 @@ function render(s) {
   document.getElementById("summary").textContent =
     t.live + " live · " + t.flows + " flows · " + bytes(t.up) + " up · " + bytes(t.down) + " down · " + t.refused + " refused";
   renderAsks(s.asks, now);
-  fill("flows", (st.flows || []).map(f => [f.host || f.dst, f.rule, f.action, num(bytes(f.up + f.down)), num(bytes(f.up_rate + f.down_rate) + "/s"), f.src]));
-  fill("upstreams", (st.upstreams || []).map(u => [u.name, el("td", { class: u.state }, u.state), num(u.latency_ns ? (u.latency_ns / 1e6).toFixed(1) + " ms" : ""), u.last_error || ""]));
+  fill("flows", (st.flows || []).map(f => [f.host || f.dst, f.rule, f.action, bytes(f.up + f.down), bytes(f.up_rate + f.down_rate) + "/s", f.src]));
+  fill("upstreams", (st.upstreams || []).map(u => [u.name, el("td", { class: u.state }, u.state), u.latency_ns ? (u.latency_ns / 1e6).toFixed(1) + " ms" : "", u.last_error || ""]));
   // The [budget] counts per guest and domain (bytes up, names); shown only when there are any.
   const bs = st.domain_budgets || [];
   document.getElementById("budgets-section").hidden = !bs.length;
   fill("budgets", bs.map(u => {
     const up = u.budget === "bytes_up_per_domain", amount = n => up ? bytes(n) : String(n);
-    return [up ? "bytes up" : "names", u.guest, u.domain, el("td", { class: u.over ? "over num" : "num" }, amount(u.used) + (u.over ? " over" : "")), num(amount(u.limit)),
-      num("in " + Math.max(0, Math.round((new Date(u.ends) - now) / 1000)) + " s")];
+    return [up ? "bytes up" : "names", u.guest, u.domain, el("td", { class: u.over ? "over num" : "num" }, amount(u.used) + (u.over ? " over" : "")), amount(u.limit),
+      "in " + Math.max(0, Math.round((new Date(u.ends) - now) / 1000)) + " s"];
   }));
   // The switched guests (router profile); shown only when the config defines profiles.
   document.getElementById("profiles-section").hidden = (st.profile_names || []).length < 2;
   fill("profiles", (st.profiles || []).map(p => [p.guest, p.profile]).concat([["others", "default"]]));
-  fill("rules", (st.rules || []).map(r => [r.index || "", r.name, r.action + (r.proxy ? " " + r.proxy : ""), num(String(r.hits)), num(bytes(r.bytes))]));
+  fill("rules", (st.rules || []).map(r => [r.index || "", r.name, r.action + (r.proxy ? " " + r.proxy : ""), r.hits, bytes(r.bytes)]));
   const refs = (st.refusals || []).filter(r => r.count > 0);
   document.getElementById("refusals").replaceChildren(...(refs.length ? refs.map(r =>
     el("div", { class: "reason" }, el("b", {}, r.reason + " " + r.count),
@@ -94,7 +100,8 @@ function render(s) {
 
 async function refresh() {
   try {
-    const r = await fetch("/api/state", { credentials: "same-origin" });
+    // Bounded: a poll that hangs (a stalled connection) ends, and the next one is made.
+    const r = await fetch("/api/state", { credentials: "same-origin", signal: AbortSignal.timeout(5000) });
     if (!r.ok) throw new Error(r.status + " " + (await r.text()));
     render(await r.json());
   } catch (e) {
@@ -102,5 +109,13 @@ async function refresh() {
   }
 }
 
-refresh();
-setInterval(refresh, 1000);
+// The next poll is due a second after the last one ended, never while one runs: on a busy
+// machine, where a poll of many flows takes longer than a second, polls do not pile up.
+async function poll() {
+  try {
+    await refresh();
+  } finally {
+    setTimeout(poll, 1000);
+  }
+}
+poll();
