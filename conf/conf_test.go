@@ -105,11 +105,11 @@ func TestSpecExample(t *testing.T) {
 	// The model rule decides a guest's call to the model; the hypervisor's other traffic
 	// (caged: the preset names its process) is proxied.
 	tbl := rules.Compile(cfg.Rules)
-	v := tbl.Decide(&rules.Query{Network: rules.TCP, App: "VBoxHeadless.exe", Dst: netip.MustParseAddr("127.0.0.1"), Port: 47831})
+	v := tbl.Decide(&rules.Query{Network: rules.TCP, Owner: rules.Owner{App: "VBoxHeadless.exe"}, Dst: netip.MustParseAddr("127.0.0.1"), Port: 47831})
 	if v.Name != "model-direct" {
 		t.Errorf("model flow: %+v", v)
 	}
-	v = tbl.Decide(&rules.Query{Network: rules.TCP, App: "VBoxHeadless.exe", Dst: netip.MustParseAddr("203.0.113.10"), Port: 443, Caged: true})
+	v = tbl.Decide(&rules.Query{Network: rules.TCP, Owner: rules.Owner{App: "VBoxHeadless.exe"}, Dst: netip.MustParseAddr("203.0.113.10"), Port: 443, Caged: true})
 	if v.Name != "hypervisor" || v.Proxy != "exit" {
 		t.Errorf("hypervisor flow: %+v", v)
 	}

@@ -30,7 +30,7 @@ func TestPresetsNameRealBinaries(t *testing.T) {
 			r.Apps = append(r.Apps, rules.MustApp(a))
 		}
 		for _, exe := range tc.runs {
-			if !r.MatchApp(&rules.Query{App: exe, AppPath: "/usr/bin/" + exe}) {
+			if !r.MatchApp(&rules.Query{Owner: rules.Owner{App: exe, AppPath: "/usr/bin/" + exe}}) {
 				t.Errorf("preset %s (apps %q) does not cage %s", tc.preset, p.Apps, exe)
 			}
 		}

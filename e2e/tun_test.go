@@ -332,11 +332,11 @@ func newTUNScene(t *testing.T) *tunScene {
 		Names:         dnsSrv,
 		ReflectTo:     []netip.Addr{netip.MustParseAddr(tunAddr), netip.MustParseAddr(tunAddr6)},
 		ReflectDirect: true,
-		Lookup: func(proto uint8, local, remote netip.AddrPort) (proc.Info, error) {
+		Lookup: func(proto uint8, local, remote netip.AddrPort) (rules.Owner, error) {
 			if proto != packet.ProtoTCP {
-				return proc.Info{}, errors.New("tcp only")
+				return rules.Owner{}, errors.New("tcp only")
 			}
-			var info proc.Info
+			var info rules.Owner
 			var lerr error
 			err := host.Do(func() error { // sock_diag answers for the calling thread's namespace
 				info, lerr = finder.LookupTCP(local, remote)
@@ -358,7 +358,7 @@ func newTUNScene(t *testing.T) *tunScene {
 	}, router.Options{
 		Log:      log.With("component", "router"),
 		Original: eng.Original,
-		Owner: func(c *net.TCPConn, _, dst netip.AddrPort) (proc.Info, error) {
+		Owner: func(c *net.TCPConn, _, dst netip.AddrPort) (rules.Owner, error) {
 			return eng.Owner(c.RemoteAddr().(*net.TCPAddr).AddrPort(), dst)
 		},
 		Control: netnsControl(host, ownMark),

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 )
 
@@ -34,22 +35,22 @@ const (
 	carriedMax  = 4096
 )
 
-// identity is what a listener needs of a carried flow's client.
+// identity is what a listener needs of a carried flow's client: its source, whether it came
+// from a VM, and its owner whole (the kernel's caged-socket mark too: a caged process's
+// flow carried to a listener stays caged there).
 type identity struct {
-	src      netip.Addr
-	fromVM   bool
-	app      string
-	appPath  string
-	services []string
+	src    netip.Addr
+	fromVM bool
+	owner  rules.Owner
 }
 
 func identityOf(pf *policy.Flow) identity {
-	return identity{src: pf.Src, fromVM: pf.FromVM, app: pf.App, appPath: pf.AppPath, services: pf.Services}
+	return identity{src: pf.Src, fromVM: pf.FromVM, owner: pf.Owner}
 }
 
 // apply gives pf the identity (its source address keeps its own port).
 func (id identity) apply(pf *policy.Flow) {
-	pf.Src, pf.FromVM, pf.App, pf.AppPath, pf.Services = id.src, id.fromVM, id.app, id.appPath, id.services
+	pf.Src, pf.FromVM, pf.Owner = id.src, id.fromVM, id.owner
 }
 
 type carriedEntry struct {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentcage/router/router/auditlog"
@@ -37,9 +38,9 @@ type FlowRecord struct {
 	Dialed  netip.AddrPort
 	Inbound string // the inbound that took the flow; "" for a captured one
 	Caged   bool   // the policy found the flow caged
-	App     string
-	PID     int
-	Service string // the Windows services of the owning svchost, when known (joined ",")
+	// Owner is the flow's process as the capture found it (a carried flow: its client's);
+	// the zero Owner when unknown.
+	rules.Owner
 	Verdict rules.Verdict
 	Step    policy.Step // what decided: a rule, or an implicit step
 	Via     string      // the proxy that carried it (a failover list's member)
@@ -151,8 +152,8 @@ func flowAttrs(f *FlowRecord, ended bool) []any {
 	if f.App != "" {
 		attrs = append(attrs, "app", f.App, "pid", f.PID)
 	}
-	if f.Service != "" {
-		attrs = append(attrs, "services", f.Service)
+	if len(f.Services) > 0 {
+		attrs = append(attrs, "services", strings.Join(f.Services, ","))
 	}
 	if f.Inbound != "" {
 		attrs = append(attrs, "inbound", f.Inbound)

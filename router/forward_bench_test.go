@@ -16,8 +16,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules/modelapi"
+
+	"github.com/agentcage/router/rules"
 )
 
 // BenchmarkModelForward measures what the HTTP forward costs a model client, paired in one
@@ -255,8 +256,8 @@ func gatedListener(b *testing.B, ctx context.Context, srv string) string {
 		Original: func(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
 			return netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 40000), model, nil
 		},
-		Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (proc.Info, error) {
-			return proc.Info{PID: 7, Name: "slirp4netns"}, nil
+		Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (rules.Owner, error) {
+			return rules.Owner{PID: 7, App: "slirp4netns"}, nil
 		},
 	})
 	if err != nil {

@@ -16,7 +16,6 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/internal/modeltest"
 	"github.com/agentcage/router/internal/netaddr"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5"
 	"github.com/agentcage/router/rules"
@@ -121,11 +120,11 @@ func TestGateCasesTransparent(t *testing.T) {
 				Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
 					return netip.AddrPortFrom(fl.Src, 40000), dst, nil
 				},
-				Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (proc.Info, error) {
+				Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (rules.Owner, error) {
 					if fl.App == "" {
-						return proc.Info{}, errors.New("no process")
+						return rules.Owner{}, errors.New("no process")
 					}
-					return proc.Info{PID: 7, Name: fl.App}, nil
+					return rules.Owner{PID: 7, App: fl.App}, nil
 				},
 				FromVM: func(netip.Addr) bool { return fl.FromVM },
 			})
@@ -174,8 +173,8 @@ func TestReloadEndsRefusedGatedFlow(t *testing.T) {
 		Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
 			return netip.MustParseAddrPort("127.0.0.1:40000"), dst, nil
 		},
-		Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (proc.Info, error) {
-			return proc.Info{PID: 7, Name: "slirp4netns"}, nil
+		Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (rules.Owner, error) {
+			return rules.Owner{PID: 7, App: "slirp4netns"}, nil
 		},
 	})
 	conn, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))

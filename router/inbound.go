@@ -275,7 +275,7 @@ func (s *inboundServer) flow(c *inboundConn, req inboundRequest, rep inboundRepl
 	src := netaddr.AddrPort(c.RemoteAddr())
 	src = netip.AddrPortFrom(c.id.src, src.Port())
 	f := r.newFlow(src)
-	f.Inbound, f.Dst, f.Host, f.App = c.in.Name, req.dst, req.name, c.id.app
+	f.Inbound, f.Dst, f.Host, f.Owner = c.in.Name, req.dst, req.name, c.id.owner
 	pf := policy.Flow{Network: rules.TCP, Dst: req.dst.Addr(), Port: req.dst.Port(), Host: req.name}
 	c.id.apply(&pf)
 	p = r.forGuest(p, &pf) // a switched guest's profile (profile.go)

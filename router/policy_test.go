@@ -13,7 +13,6 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/netaddr"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
@@ -41,11 +40,11 @@ func TestSharedCases(t *testing.T) {
 				Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
 					return netip.AddrPortFrom(fl.Src, 40000), netip.AddrPortFrom(fl.Dst, fl.Port), nil
 				},
-				Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (proc.Info, error) {
+				Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (rules.Owner, error) {
 					if fl.App == "" {
-						return proc.Info{}, fmt.Errorf("no process")
+						return rules.Owner{}, fmt.Errorf("no process")
 					}
-					return proc.Info{PID: 7, Name: fl.App}, nil
+					return rules.Owner{PID: 7, App: fl.App}, nil
 				},
 				FromVM: func(netip.Addr) bool { return fl.FromVM },
 				Names: &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"),

@@ -155,7 +155,7 @@ func appKey(d *policy.Policy, name string) (string, error) {
 	if name == "" || strings.ContainsAny(name, "*?/\\\x00") {
 		return "", fmt.Errorf("guest %s%s: want an executable's file name, without a path or a wildcard (e.g. %sslirp4netns)", AppGuestPrefix, name, AppGuestPrefix)
 	}
-	if !d.Caged(&policy.Flow{App: name}) {
+	if !d.Caged(&policy.Flow{Owner: rules.Owner{App: name}}) {
 		return "", fmt.Errorf("guest %s%s: not a caged app (the apps of the proxy and block rules, [capture] caged_apps, the presets'); only caged traffic is switched", AppGuestPrefix, name)
 	}
 	return appKeyPrefix + strings.ToLower(name), nil
@@ -223,7 +223,7 @@ func (r *Router) dropGoneProfiles(p *compiled) {
 		if _, ok := p.profiles[name]; !ok {
 			delete(m, g)
 			r.log.Warn("guest back on the default profile: the config has no such profile now", "guest", g, "profile", name)
-		} else if app, ok := strings.CutPrefix(g, appKeyPrefix); ok && !p.Decision.Caged(&policy.Flow{App: app}) {
+		} else if app, ok := strings.CutPrefix(g, appKeyPrefix); ok && !p.Decision.Caged(&policy.Flow{Owner: rules.Owner{App: app}}) {
 			delete(m, g)
 			r.log.Warn("guest back on the default profile: the config cages no such app now", "guest", g, "profile", name)
 		}

@@ -14,7 +14,6 @@ import (
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/auditlog"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
@@ -239,16 +238,16 @@ func appProfileDecision(t *testing.T, model uint16) *policy.Policy {
 }
 
 // ownersBySource is an owner lookup that names the process by the flow's source address:
-// 127.0.0.1 is slirp4netns (whose command name is "pasta": a name it set, which must not
-// count), 127.0.0.2 pasta, any other address an uncaged curl.
-func ownersBySource(_ *net.TCPConn, src, _ netip.AddrPort) (proc.Info, error) {
+// 127.0.0.1 is slirp4netns (were its command name "pasta", a name it set, it would not count:
+// rules.Owner has no field for it), 127.0.0.2 pasta, any other address an uncaged curl.
+func ownersBySource(_ *net.TCPConn, src, _ netip.AddrPort) (rules.Owner, error) {
 	switch src.Addr() {
 	case netip.MustParseAddr("127.0.0.1"):
-		return proc.Info{PID: 41, Name: "slirp4netns", Path: "/usr/bin/slirp4netns", Comm: "pasta"}, nil
+		return rules.Owner{PID: 41, App: "slirp4netns", AppPath: "/usr/bin/slirp4netns"}, nil
 	case netip.MustParseAddr("127.0.0.2"):
-		return proc.Info{PID: 42, Name: "pasta", Path: "/usr/bin/pasta"}, nil
+		return rules.Owner{PID: 42, App: "pasta", AppPath: "/usr/bin/pasta"}, nil
 	}
-	return proc.Info{PID: 43, Name: "curl", Path: "/usr/bin/curl"}, nil
+	return rules.Owner{PID: 43, App: "curl", AppPath: "/usr/bin/curl"}, nil
 }
 
 // TestProfileSwitchCagedApp: a caged app switched by its executable's name (app:NAME) has
@@ -362,8 +361,8 @@ func TestProfileSwitchCagedAppUDP(t *testing.T) {
 	app := netip.MustParseAddrPort("192.0.2.10:5000")
 	vbox := rules.Rule{Name: "vbox", Apps: []rules.App{rules.MustApp("VBoxHeadless")}, Action: rules.Proxy, Proxy: "exit"}
 	e := newUDPEnv(t, nil, nil, vbox)
-	e.r.opts.OwnerUDP = func(src, dst netip.AddrPort) (proc.Info, error) {
-		return proc.Info{PID: 7, Name: "VBoxHeadless"}, nil
+	e.r.opts.OwnerUDP = func(src, dst netip.AddrPort) (rules.Owner, error) {
+		return rules.Owner{PID: 7, App: "VBoxHeadless"}, nil
 	}
 	st := e.r.pol.Load().Settings
 	st.Decision = withProfile([]rules.Rule{vbox}, "offline", nil, vmNet)

@@ -35,7 +35,6 @@ import (
 	"github.com/agentcage/router/router/broker"
 	"github.com/agentcage/router/router/broker/tlsca"
 	"github.com/agentcage/router/router/modelfwd"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/sniff"
 	"github.com/agentcage/router/router/upload"
 	"github.com/agentcage/router/router/upstream"
@@ -73,12 +72,13 @@ type Options struct {
 	Control func(network, address string, c syscall.RawConn) error
 	// Owner finds the process of a local flow: c is the accepted connection, src the app's
 	// address and dst where it was going. It is only asked when the policy needs it
-	// (policy.Policy.NeedsOwner).
-	Owner func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error)
+	// (policy.Policy.NeedsOwner). The answer's CagedSocket is not read: the flow keeps the
+	// mark CagedSocket read (rules.Owner.Learn).
+	Owner func(c *net.TCPConn, src, dst netip.AddrPort) (rules.Owner, error)
 	// OwnerUDP finds the process of a local UDP flow from its addresses (the datagram's
 	// source and original destination), when the capture does not say (Datagram.Owner). A
 	// UDP flow whose owner the policy needs and nobody finds is refused.
-	OwnerUDP func(src, dst netip.AddrPort) (proc.Info, error)
+	OwnerUDP func(src, dst netip.AddrPort) (rules.Owner, error)
 	// FromVM reports whether a connection from src entered from a VM network or a
 	// VM-facing interface (policy.Flow.FromVM), whatever its address. Nil: only sources
 	// inside the configured VM networks are.

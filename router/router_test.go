@@ -21,7 +21,6 @@ import (
 	"github.com/agentcage/router/internal/echotest"
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/internal/wait"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5/socks5test"
 	"github.com/agentcage/router/rules"
@@ -376,9 +375,9 @@ func TestAppRuleUsesOwner(t *testing.T) {
 	target := startTarget(t, "x")
 	app := rules.Rule{Name: "hv", Action: rules.Block, Apps: []rules.App{rules.MustApp("VBoxHeadless")}}
 	var asked atomic.Int32
-	owner := func(_ *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error) {
+	owner := func(_ *net.TCPConn, src, dst netip.AddrPort) (rules.Owner, error) {
 		asked.Add(1)
-		return proc.Info{PID: 42, Name: "VBoxHeadless"}, nil
+		return rules.Owner{PID: 42, App: "VBoxHeadless"}, nil
 	}
 	e := newEnv(t, Settings{Decision: mustRules(t, app, rules.Rule{Name: "default", Action: rules.Direct})}, Options{Owner: owner})
 	wantReset(t, e.dial(target))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strings"
 	"time"
 
 	"github.com/agentcage/router/internal/accept"
@@ -247,8 +246,8 @@ func (r *Router) addresses(f *FlowRecord, pf *policy.Flow, src, dst, local netip
 func (r *Router) classify(c *net.TCPConn, f *FlowRecord, pf *policy.Flow, p *compiled) (release func()) {
 	if r.opts.Owner != nil && p.Decision.NeedsOwner(pf) {
 		if info, err := r.opts.Owner(c, f.Src, f.Dst); err == nil {
-			pf.App, pf.AppPath, pf.Comm, pf.Services, f.App, f.PID = info.Name, info.Path, info.Comm, info.Services, info.Name, info.PID
-			f.Service = strings.Join(info.Services, ",")
+			pf.Learn(info)
+			f.Owner = pf.Owner
 		} else {
 			r.log.Debug("owner lookup", "src", f.Src, "dst", f.Dst, "err", err)
 		}

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
@@ -77,7 +76,7 @@ type Datagram struct {
 	// engine, which decided with the same knowledge). Otherwise it is looked up with
 	// Options.OwnerUDP when the policy needs it; a lookup that fails refuses the flow (the
 	// socket may be gone, and a caged app's datagram must not go direct for that).
-	Owner      proc.Info
+	Owner      rules.Owner
 	OwnerKnown bool
 }
 
@@ -287,7 +286,8 @@ func (r *Router) newUDPFlow(dg Datagram, ret UDPReturn) *udpFlow {
 			}
 		}
 		if known {
-			pf.App, pf.AppPath, pf.Comm, pf.Services, f.App, f.PID = info.Name, info.Path, info.Comm, info.Services, info.Name, info.PID
+			pf.Learn(info)
+			f.Owner = pf.Owner
 		}
 	}
 	// A switched guest's profile, once the owner is known (profile.go); every profile asks

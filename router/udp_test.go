@@ -14,7 +14,6 @@ import (
 
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/wait"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/upstreamtest"
 	"github.com/agentcage/router/rules"
@@ -471,11 +470,11 @@ func TestUDPOwner(t *testing.T) {
 	e := newUDPEnv(t, nil, nil,
 		rules.Rule{Name: "vbox", Apps: []rules.App{rules.MustApp("VBoxHeadless")}, Action: rules.Proxy, Proxy: "exit"},
 		rules.Rule{Name: "default", Action: rules.Direct})
-	e.r.opts.OwnerUDP = func(src, dst netip.AddrPort) (proc.Info, error) {
+	e.r.opts.OwnerUDP = func(src, dst netip.AddrPort) (rules.Owner, error) {
 		if src == app {
-			return proc.Info{PID: 7, Name: "VBoxHeadless"}, nil
+			return rules.Owner{PID: 7, App: "VBoxHeadless"}, nil
 		}
-		return proc.Info{}, errors.New("no such socket")
+		return rules.Owner{}, errors.New("no such socket")
 	}
 	e.send(app, echo, "caged")
 	sent(t, e.association(0), ipAddr(echo), "caged")

@@ -18,7 +18,6 @@ import (
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/internal/wait"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5"
 	"github.com/agentcage/router/router/upstream/upstreamtest"
@@ -82,11 +81,11 @@ func TestWallCasesTransparentTCP(t *testing.T) {
 				Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
 					return netip.AddrPortFrom(fl.Src, 40000), dst, nil
 				},
-				Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (proc.Info, error) {
+				Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (rules.Owner, error) {
 					if fl.App == "" {
-						return proc.Info{}, errors.New("no process")
+						return rules.Owner{}, errors.New("no process")
 					}
-					return proc.Info{PID: 7, Name: fl.App}, nil
+					return rules.Owner{PID: 7, App: fl.App}, nil
 				},
 				FromVM: func(netip.Addr) bool { return fl.FromVM },
 				Names:  wallNames(fl),

@@ -18,7 +18,6 @@ type flow struct {
 	port     uint16
 	host     string // folds to the lower-case name
 	app      string // folds to the lower-case image name (the path's base name when only that is known)
-	comm     string // folds to the lower-case command name; "" when that is the app's
 	path     string // folds (pathByte) to the lower-case full path with '/' separators
 	services []string
 	caged    bool
@@ -38,9 +37,6 @@ func newFlow(q *Query) flow {
 	f.app = foldable(q.App)
 	if f.app == "" && f.path != "" {
 		f.app = BaseName(f.path)
-	}
-	if c := foldable(q.Comm); !equalFold(c, f.app) {
-		f.comm = c
 	}
 	return f
 }
@@ -116,11 +112,11 @@ func matchPorts(ps []PortRange, p uint16) bool {
 }
 
 func matchApps(as []App, f *flow) bool {
-	if f.app == "" && f.path == "" && f.comm == "" {
+	if f.app == "" && f.path == "" {
 		return false
 	}
 	for i := range as {
-		if as[i].match(f.app, f.path) || f.comm != "" && as[i].match(f.comm, "") {
+		if as[i].match(f.app, f.path) {
 			return true
 		}
 	}

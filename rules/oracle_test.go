@@ -127,12 +127,6 @@ func (g *gen) query() *Query {
 	case 1:
 		q.AppPath = genPaths[g.r.IntN(len(genPaths))]
 	}
-	if g.r.IntN(4) == 0 {
-		q.Comm = genApps[g.r.IntN(len(genApps))]
-		if g.r.IntN(2) == 0 {
-			q.Comm = strings.ToUpper(q.Comm)
-		}
-	}
 	for range g.r.IntN(3) {
 		sv := genSvcs[g.r.IntN(len(genSvcs))]
 		if g.r.IntN(3) == 0 {
@@ -249,7 +243,7 @@ func benchRules(n int) ([]Rule, []*Query) {
 			Src:     netip.AddrFrom4([4]byte{10, 0, 2, byte(15 + r.IntN(5))}),
 			Dst:     netip.AddrFrom4([4]byte{203, 0, 113, byte(r.IntN(256))}),
 			Port:    uint16(r.IntN(65535) + 1),
-			App:     "VBoxHeadless.exe",
+			Owner:   Owner{App: "VBoxHeadless.exe"},
 		}
 		if i%4 == 0 {
 			q.Host = fmt.Sprintf("svc%d.example.com", r.IntN(2*n))

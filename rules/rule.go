@@ -121,14 +121,9 @@ type Query struct {
 	// Host is the destination's name when one is known (a fake-IP mapping, a DNS answer, or
 	// explain's --dst). Case and a trailing dot do not matter.
 	Host string
-	// App is the owning process's image name and AppPath its full path; either may be empty.
-	App     string
-	AppPath string
-	// Comm is the process's command name when it differs from App (Linux: a binary started
-	// through a link, or one that renamed itself); an app entry that is not a path matches
-	// App or Comm.
-	Comm     string
-	Services []string // case does not matter
+	// Owner is the owning process (rules match its App, AppPath and Services; case does not
+	// matter); the zero Owner when it is unknown.
+	Owner
 	// Caged says the flow is caged (see Rule.Caged); the caller decides.
 	Caged bool
 }

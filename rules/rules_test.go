@@ -250,7 +250,7 @@ func TestNoRuleMatches(t *testing.T) {
 
 func TestDecideDoesNotModifyQuery(t *testing.T) {
 	rs := ruleSet(t, "r direct apps=X.exe hosts=*.example.com", "s direct")
-	q := &Query{Network: TCP, Dst: netip.MustParseAddr("::ffff:10.0.0.1"), Host: "A.Example.COM.", App: "X.EXE", AppPath: `C:\X.EXE`, Services: []string{"BFE"}}
+	q := &Query{Network: TCP, Dst: netip.MustParseAddr("::ffff:10.0.0.1"), Host: "A.Example.COM.", Owner: Owner{App: "X.EXE", AppPath: `C:\X.EXE`, Services: []string{"BFE"}}}
 	before := *q
 	beforeSvc := q.Services[0]
 	Compile(rs).Decide(q)
@@ -385,7 +385,6 @@ func TestDecideAllocatesNothing(t *testing.T) {
 		query(t, "net=tcp dst=203.0.113.9 port=22 app=QEMU-System-x86_64"),
 	}
 	for _, q := range qs {
-		q.Comm = "Renamed"
 		if n := testing.AllocsPerRun(100, func() { table.Decide(q) }); n != 0 {
 			t.Errorf("Decide(%+v) allocates %v times", *q, n)
 		}

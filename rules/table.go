@@ -114,9 +114,6 @@ func (x *fieldIndex) lookup(f *flow, parts []set) []set {
 		if f.app != "" {
 			parts = x.exact.appendText(parts, f.app, false)
 		}
-		if f.comm != "" {
-			parts = x.exact.appendText(parts, f.comm, false)
-		}
 		if f.path != "" {
 			parts = x.other.appendText(parts, f.path, true)
 		}

@@ -201,7 +201,7 @@ func presetText(p conf.Preset) string {
 }
 
 func explainQuery(network, src, dst, app, path string, services []string) (*policy.Flow, error) {
-	q := &policy.Flow{App: app, AppPath: path, Services: services}
+	q := &policy.Flow{Owner: rules.Owner{App: app, AppPath: path, Services: services}}
 	n, ok := rules.ParseNetwork(network)
 	if !ok {
 		return nil, fmt.Errorf("--network %q: want tcp or udp", network)

@@ -14,7 +14,7 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/router/capture"
-	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
 )
@@ -40,7 +40,7 @@ func (noPlatform) Original(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error)
 	return netip.AddrPort{}, netip.AddrPort{}, errNoCapture
 }
 func (noPlatform) Control(uint32) func(string, string, syscall.RawConn) error { return nil }
-func (noPlatform) Owner() func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (proc.Info, error) {
+func (noPlatform) Owner() func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (rules.Owner, error) {
 	return nil
 }
 func (noPlatform) Resolver() (string, error) { return "", errNoCapture }

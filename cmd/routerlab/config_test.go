@@ -55,7 +55,7 @@ func TestLabConfigCages(t *testing.T) {
 	for _, f := range []policy.Flow{
 		{Network: rules.TCP, Src: netip.MustParseAddr(lab.GuestAddr), Dst: netip.MustParseAddr("203.0.113.10"), Port: 80},
 		{Network: rules.TCP, Src: netip.MustParseAddr(lab.UnlistedGuestAddr6), Dst: netip.MustParseAddr("2001:db8::1"), Port: 443, FromVM: true},
-		{Network: rules.TCP, App: "qemu-system-x86_64", Dst: netip.MustParseAddr("203.0.113.10"), Port: 443},
+		{Network: rules.TCP, Owner: rules.Owner{App: "qemu-system-x86_64"}, Dst: netip.MustParseAddr("203.0.113.10"), Port: 443},
 	} {
 		if d := pol.Decide(&f); !d.Caged || d.Action != rules.Proxy || d.Proxy != "exit" {
 			t.Errorf("%+v: %+v (caged %v), want caged and proxied via exit", f, d.Verdict, d.Caged)

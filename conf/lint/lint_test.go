@@ -420,7 +420,7 @@ func TestNeverCallsAReachableRuleUnreachable(t *testing.T) {
 			if r.IntN(3) == 0 {
 				q.Services = []string{pick("iphlpsvc", "bfe", "dnscache")}
 			}
-			f := policy.Flow{Network: q.Network, Src: q.Src, Dst: q.Dst, Port: q.Port, Host: q.Host, App: q.App, Services: q.Services, FromVM: r.IntN(4) == 0}
+			f := policy.Flow{Network: q.Network, Src: q.Src, Dst: q.Dst, Port: q.Port, Host: q.Host, Owner: rules.Owner{App: q.App, Services: q.Services}, FromVM: r.IntN(4) == 0}
 			v := pol.Decide(&f)
 			if v.Index >= 0 && unreachable[v.Name] {
 				t.Fatalf("seed %d set %d: %s decides %+v but lint calls it unreachable\n%s", seed, set, v.Name, f, b.String())

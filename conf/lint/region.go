@@ -360,7 +360,7 @@ func globMatch(pattern, s string) bool {
 	if err != nil {
 		return false
 	}
-	return (&rules.Rule{Apps: []rules.App{a}}).Match(&rules.Query{App: s, AppPath: pathIf(a, s)})
+	return (&rules.Rule{Apps: []rules.App{a}}).Match(&rules.Query{Owner: rules.Owner{App: s, AppPath: pathIf(a, s)}})
 }
 
 func pathIf(a rules.App, s string) string {

@@ -164,7 +164,7 @@ func TestNoSecretInOutput(t *testing.T) {
 
 // verdict is what a flow gets: "direct", "block", "refused", or "proxy NAME[,NAME]".
 func routerVerdict(pol *policy.Policy, app, target string, port uint16) string {
-	f := &policy.Flow{Network: rules.TCP, Port: port, App: app}
+	f := &policy.Flow{Network: rules.TCP, Port: port, Owner: rules.Owner{App: app}}
 	if strings.Contains(app, `\`) {
 		f.App, f.AppPath = "", app
 	}

@@ -36,7 +36,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"dns", "conf internal/accept internal/ports internal/tally rules/refusal", "internal/wait"},
 
 	// The Linux data path and what it dials.
-	{"router", "dns internal/accept internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/modelfwd router/proc router/sniff router/sockmap router/upload router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
+	{"router", "dns internal/accept internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/modelfwd router/sniff router/sockmap router/upload router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
 		"conf dns/dnstest internal/echotest internal/modeltest internal/roottest internal/secret internal/wait router/upstream/socks5/socks5test router/upstream/upstreamtest rules/policy/policytest"},
 	// The model forwards' HTTP side: what the router hands an HTTP forward's connection.
 	{"router/modelfwd", "internal/tally router/broker rules/modelapi rules/refusal", "internal/modeltest internal/netaddr internal/secret internal/wait"},
@@ -67,11 +67,11 @@ var table = []struct{ pkg, imports, tests string }{
 	// Operations: the wiring and what it serves.
 	// The daemon knows the capture only through the seam (router/capture); its test of what
 	// conf accepts also asks the Linux capture's spec.
-	{"cmd/router/daemon", "cmd/router/console cmd/router/metrics conf dns internal/netaddr router router/ask router/auditlog router/broker router/broker/tlsca router/capture router/control router/proc router/upload router/upstream rules rules/modelapi rules/policy rules/refusal",
+	{"cmd/router/daemon", "cmd/router/console cmd/router/metrics conf dns internal/netaddr router router/ask router/auditlog router/broker router/broker/tlsca router/capture router/control router/upload router/upstream rules rules/modelapi rules/policy rules/refusal",
 		"internal/wait router/capture/capturetest router/nftcap/platform router/upstream/socks5"},
 	// The seam between the daemon and a capture, and its fake.
-	{"router/capture", "conf dns router/auditlog router/control router/proc rules rules/policy rules/refusal", ""},
-	{"router/capture/capturetest", "conf dns router/capture router/proc rules/policy rules/refusal", ""},
+	{"router/capture", "conf dns router/auditlog router/control rules rules/policy rules/refusal", ""},
+	{"router/capture/capturetest", "conf dns router/capture rules rules/policy rules/refusal", ""},
 	{"router/control", "internal/accept", ""},
 	{"cmd/router/metrics", "router/control rules/refusal", ""},
 	{"cmd/router/service", "windivert/dist", "internal/winetest"},
@@ -80,8 +80,8 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert", "internal/netaddr internal/ports", "internal/winetest windivert/packet windivert/windiverttest"},
 	{"windivert/windiverttest", "windivert", ""},
 	{"windivert/packet", "", ""},
-	{"windivert/redirect", "dns router/auditlog router/proc rules rules/policy rules/refusal windivert windivert/packet",
-		"conf dns/dnstest internal/wait internal/winetest rules/policy/policytest windivert/dist windivert/windiverttest"},
+	{"windivert/redirect", "dns router/auditlog rules rules/policy rules/refusal windivert windivert/packet",
+		"conf dns/dnstest internal/wait internal/winetest router/proc rules/policy/policytest windivert/dist windivert/windiverttest"},
 	{"windivert/wfp", "", "internal/winetest"},
 	{"windivert/wfp/guard", "internal/ports windivert/wfp", "windivert/wfp/wfptest"},
 	{"windivert/wfp/wfptest", "windivert/wfp", ""},

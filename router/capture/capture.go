@@ -20,7 +20,7 @@ import (
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/control"
-	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
 )
@@ -38,7 +38,7 @@ type Platform interface {
 	// Control returns the socket option function that marks the router's own sockets.
 	Control(mark uint32) func(network, address string, c syscall.RawConn) error
 	// Owner finds the process of a local flow; nil when the platform cannot.
-	Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error)
+	Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (rules.Owner, error)
 	// FromVM tells whether a redirected connection's source entered from a VM network or a
 	// VM-facing interface (router.Options.FromVM); nil: only sources inside vm_networks do.
 	FromVM() func(src netip.Addr) bool
@@ -104,7 +104,7 @@ type UDPSockets interface {
 	// path of answers, and what to close at a stop (readers and return path included).
 	ListenUDP(cfg *conf.Config) ([]UDPReader, UDPReturn, []io.Closer, error)
 	// OwnerUDP finds the process of a local UDP flow (nil when the platform cannot).
-	OwnerUDP() func(src, dst netip.AddrPort) (proc.Info, error)
+	OwnerUDP() func(src, dst netip.AddrPort) (rules.Owner, error)
 }
 
 // UDPReader is a capture's socket of captured datagrams (Linux: nftcap.UDPConn); the
@@ -133,7 +133,7 @@ type Datagram struct {
 	// Payload is the capture's; the router copies what it keeps.
 	Payload []byte
 	// Owner is the sending process when the capture knows it (OwnerKnown).
-	Owner      proc.Info
+	Owner      rules.Owner
 	OwnerKnown bool
 }
 

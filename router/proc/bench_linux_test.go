@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentcage/router/rules"
 )
 
 // cpuNs returns the process's user+system CPU time in nanoseconds.
@@ -42,7 +44,7 @@ func BenchmarkLookupTCP(b *testing.B) {
 	}
 	names, _ := readDirNames("/proc")
 	b.Logf("%d /proc entries", len(names))
-	check := func(b *testing.B, info Info, err error) {
+	check := func(b *testing.B, info rules.Owner, err error) {
 		if err != nil || info.PID != os.Getpid() {
 			b.Fatalf("LookupTCP = %+v, %v", info, err)
 		}

@@ -6,23 +6,20 @@
 // capture learns the PID from WinDivert's SOCKET layer and asks for the rest by PID.
 package proc
 
-// Info describes the process that owns a flow. The zero Info means "unknown owner": rules
-// with apps or services do not match it.
+import "github.com/agentcage/router/rules"
+
+// Info is one entry of a process list (LinuxFinder.Processes): the process as a flow's owner
+// lookup knows it (rules.Owner: a lookup returns that alone), and what the list adds for
+// status, which no rule matches.
 type Info struct {
-	PID  int
-	Name string // image name, e.g. "VBoxHeadless" or "VirtualBoxVM.exe"
-	Path string // full path of the executable, when known
+	rules.Owner
 	// Comm is the name the process goes by (Linux: /proc/PID/comm, the name it was started
-	// as or set itself, cut to 15 bytes) when it differs from Name, in a process list
-	// (LinuxFinder.Processes) only: a process sets it, so a flow's owner is known by its
-	// executable alone and a lookup leaves Comm empty. Empty elsewhere.
+	// as or set itself, cut to 15 bytes) when it differs from App. A process sets it, so it
+	// never names a flow's owner: it is shown, never matched.
 	Comm string
-	// PPID is the parent's PID, in a process list (Linux) only; 0 when unknown.
+	// PPID is the parent's PID; 0 when unknown.
 	PPID int
 	// NetNS identifies the network namespace its main thread is in (the namespace file's
-	// inode), in a process list (Linux) only; 0 when unknown.
+	// inode); 0 when unknown.
 	NetNS uint64
-	// Services are the names of the Windows services hosted by the process (svchost.exe);
-	// empty elsewhere.
-	Services []string
 }

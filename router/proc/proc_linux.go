@@ -15,6 +15,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentcage/router/rules"
 )
 
 // LinuxFinder finds the process that owns a local TCP socket from the socket's addresses:
@@ -84,7 +86,7 @@ func NewLinuxFinder(cfg LinuxFinderConfig) *LinuxFinder {
 // original destination. IPv4-mapped addresses are treated as IPv4. When no socket or no
 // process holds that 4-tuple (a forwarded VM flow, a socket already closed, an owner that
 // exited) the error wraps fs.ErrNotExist.
-func (f *LinuxFinder) LookupTCP(local, remote netip.AddrPort) (Info, error) {
+func (f *LinuxFinder) LookupTCP(local, remote netip.AddrPort) (rules.Owner, error) {
 	return f.lookup(unix.IPPROTO_TCP, local, remote)
 }
 
@@ -92,44 +94,44 @@ func (f *LinuxFinder) LookupTCP(local, remote netip.AddrPort) (Info, error) {
 // remote: the socket the kernel would deliver an answer from remote to, connected or not
 // (bound to local's port, on local's address or on any). The error wraps fs.ErrNotExist when
 // no socket or process holds it (the socket was closed after sending).
-func (f *LinuxFinder) LookupUDP(local, remote netip.AddrPort) (Info, error) {
+func (f *LinuxFinder) LookupUDP(local, remote netip.AddrPort) (rules.Owner, error) {
 	return f.lookup(unix.IPPROTO_UDP, local, remote)
 }
 
-func (f *LinuxFinder) lookup(proto byte, local, remote netip.AddrPort) (Info, error) {
+func (f *LinuxFinder) lookup(proto byte, local, remote netip.AddrPort) (rules.Owner, error) {
 	name := "tcp"
 	if proto == unix.IPPROTO_UDP {
 		name = "udp"
 	}
 	inode, _, err := diag(proto, local, remote)
 	if err != nil {
-		return Info{}, fmt.Errorf("proc lookup %s %v -> %v: %w", name, local, remote, err)
+		return rules.Owner{}, fmt.Errorf("proc lookup %s %v -> %v: %w", name, local, remote, err)
 	}
 	pid, err := f.pidOf(inode)
 	if err != nil {
-		return Info{}, fmt.Errorf("proc lookup %s %v -> %v: %w", name, local, remote, err)
+		return rules.Owner{}, fmt.Errorf("proc lookup %s %v -> %v: %w", name, local, remote, err)
 	}
 	info, err := f.info(pid)
 	if err != nil {
-		return Info{}, fmt.Errorf("proc lookup %s %v -> %v: %w", name, local, remote, err)
+		return rules.Owner{}, fmt.Errorf("proc lookup %s %v -> %v: %w", name, local, remote, err)
 	}
 	return info, nil
 }
 
-// info describes pid: Path from /proc/PID/exe, Name its base name, or /proc/PID/comm when
-// the link cannot be read (kernel threads, some zombies). The name the process gives itself
-// is not in it: Comm is for a process list (see Processes).
-func (f *LinuxFinder) info(pid int) (Info, error) {
+// info describes pid: AppPath from /proc/PID/exe, App its base name, or /proc/PID/comm when
+// the link cannot be read (kernel threads, some zombies, which cannot rename themselves).
+// The name a process gives itself is not in it: Comm is for a process list (see Processes).
+func (f *LinuxFinder) info(pid int) (rules.Owner, error) {
 	dir := filepath.Join(f.procRoot, strconv.Itoa(pid))
 	if exe, err := os.Readlink(filepath.Join(dir, "exe")); err == nil {
 		exe = strings.TrimSuffix(exe, " (deleted)")
-		return Info{PID: pid, Name: filepath.Base(exe), Path: exe}, nil
+		return rules.Owner{PID: pid, App: filepath.Base(exe), AppPath: exe}, nil
 	}
 	comm, err := os.ReadFile(filepath.Join(dir, "comm"))
 	if err != nil {
-		return Info{}, fmt.Errorf("process %d: %w", pid, err)
+		return rules.Owner{}, fmt.Errorf("process %d: %w", pid, err)
 	}
-	return Info{PID: pid, Name: strings.TrimSuffix(string(comm), "\n")}, nil
+	return rules.Owner{PID: pid, App: strings.TrimSuffix(string(comm), "\n")}, nil
 }
 
 // pidOf returns the PID holding socket inode: the cache, then recent owners, then all of
@@ -490,9 +492,9 @@ func diagMsg(b []byte, seq uint32) ([]byte, error) {
 
 func nlmsgAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
 
-// Processes lists the processes of this host with what Info knows of each (no services),
-// and the name each goes by (Comm, when it is not Name) and its parent (PPID); a process
-// that ends while it reads is left out.
+// Processes lists the processes of this host with what a lookup knows of each (no
+// services), and the name each goes by (Comm, when it is not App), its parent (PPID) and
+// its network namespace; a process that ends while it reads is left out.
 func (f *LinuxFinder) Processes() ([]Info, error) {
 	names, err := readDirNames(f.procRoot)
 	if err != nil {
@@ -504,10 +506,11 @@ func (f *LinuxFinder) Processes() ([]Info, error) {
 		if err != nil || pid <= 0 {
 			continue
 		}
-		info, err := f.info(pid)
+		owner, err := f.info(pid)
 		if err != nil {
 			continue
 		}
+		info := Info{Owner: owner}
 		stat, err := os.ReadFile(filepath.Join(f.procRoot, n, "stat"))
 		if err != nil {
 			continue
@@ -516,7 +519,7 @@ func (f *LinuxFinder) Processes() ([]Info, error) {
 		if !ok {
 			continue
 		}
-		if comm != info.Name {
+		if comm != info.App {
 			info.Comm = comm
 		}
 		info.PPID = ppid

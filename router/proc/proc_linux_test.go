@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentcage/router/rules"
 )
 
 // loopbackConn opens a TCP connection to a listener on addr ("127.0.0.1:0" or "[::1]:0")
@@ -41,13 +43,13 @@ func tuple(c net.Conn) (local, remote netip.AddrPort) {
 	return c.LocalAddr().(*net.TCPAddr).AddrPort(), c.RemoteAddr().(*net.TCPAddr).AddrPort()
 }
 
-func selfInfo(t testing.TB) Info {
+func selfInfo(t testing.TB) rules.Owner {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Info{PID: os.Getpid(), Name: filepath.Base(exe), Path: exe}
+	return rules.Owner{PID: os.Getpid(), App: filepath.Base(exe), AppPath: exe}
 }
 
 func TestLookupTCPSelf(t *testing.T) {
@@ -65,7 +67,7 @@ func TestLookupTCPSelf(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s LookupTCP(%v, %v): %v", round, local, remote, err)
 				}
-				if got.PID != want.PID || got.Name != want.Name || got.Path != want.Path {
+				if got.PID != want.PID || got.App != want.App || got.AppPath != want.AppPath {
 					t.Errorf("%s LookupTCP = %+v, want %+v", round, got, want)
 				}
 			}
@@ -338,8 +340,8 @@ func TestLookupTCPOtherProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Info{PID: cmd.Process.Pid, Name: filepath.Base(curl), Path: curl}
-	if got.PID != want.PID || got.Name != want.Name || got.Path != want.Path {
+	want := rules.Owner{PID: cmd.Process.Pid, App: filepath.Base(curl), AppPath: curl}
+	if got.PID != want.PID || got.App != want.App || got.AppPath != want.AppPath {
 		t.Errorf("LookupTCP = %+v, want %+v", got, want)
 	}
 }

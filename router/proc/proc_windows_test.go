@@ -52,10 +52,10 @@ func TestSCMFindsSvchostServices(t *testing.T) {
 			t.Errorf("ByPID(%d) hosting %v: %v", pid, names, err)
 			continue
 		}
-		t.Logf("pid %d %s %v (SCM: %v)", pid, info.Path, info.Services, names)
-		if !strings.EqualFold(info.Name, "svchost.exe") {
+		t.Logf("pid %d %s %v (SCM: %v)", pid, info.AppPath, info.Services, names)
+		if !strings.EqualFold(info.App, "svchost.exe") {
 			if len(info.Services) != 0 {
-				t.Errorf("%s got services %v; only svchost.exe should", info.Name, info.Services)
+				t.Errorf("%s got services %v; only svchost.exe should", info.App, info.Services)
 			}
 			continue
 		}
@@ -74,7 +74,7 @@ func TestSCMFindsSvchostServices(t *testing.T) {
 func TestSystemPIDs(t *testing.T) {
 	r := NewSystemWindowsResolver(nil)
 	info, err := r.ByPID(4)
-	if err != nil || info.Name != "System" {
+	if err != nil || info.App != "System" {
 		t.Errorf("ByPID(4) = %+v, %v", info, err)
 	}
 }

@@ -56,7 +56,7 @@ func TestLookupUDPSelf(t *testing.T) {
 			if err != nil {
 				t.Fatalf("LookupUDP(%v, %v): %v", local, r, err)
 			}
-			if got.PID != want.PID || got.Path != want.Path {
+			if got.PID != want.PID || got.AppPath != want.AppPath {
 				t.Errorf("LookupUDP = %+v, want %+v", got, want)
 			}
 		})

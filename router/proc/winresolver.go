@@ -39,7 +39,7 @@ var ErrNoProcess = errors.New("proc: no such process")
 
 // Process is what WindowsResolver knows about one process.
 type Process struct {
-	Info    Info
+	Owner   rules.Owner
 	Created time.Time // creation time, from the OS
 }
 
@@ -120,35 +120,35 @@ const (
 	pidSystem = 4
 )
 
-// ByPID returns the Info of process pid. PID 4 is "System" (kernel sockets such as SMB) and
+// ByPID returns the owner that is process pid. PID 4 is "System" (kernel sockets such as SMB) and
 // PID 0 "System Idle Process", both without a path. The Services slice is shared with the
 // cache: do not modify it.
-func (r *WindowsResolver) ByPID(pid uint32) (Info, error) {
+func (r *WindowsResolver) ByPID(pid uint32) (rules.Owner, error) {
 	p, err := r.Lookup(pid)
-	return p.Info, err
+	return p.Owner, err
 }
 
 // ByPIDAt is ByPID for a PID seen at a moment (a socket event's time): a process created
 // after that moment is not the one that was seen (Windows reused the PID), and the owner is
 // then unknown rather than wrong. A zero at skips the check.
-func (r *WindowsResolver) ByPIDAt(pid uint32, at time.Time) (Info, error) {
+func (r *WindowsResolver) ByPIDAt(pid uint32, at time.Time) (rules.Owner, error) {
 	p, err := r.Lookup(pid)
 	if err != nil {
-		return Info{}, err
+		return rules.Owner{}, err
 	}
 	if !at.IsZero() && !p.Created.IsZero() && p.Created.After(at) {
-		return Info{}, fmt.Errorf("proc: pid %d: reused by %s, created %v after the event", pid, p.Info.Name, p.Created.Sub(at).Round(time.Millisecond))
+		return rules.Owner{}, fmt.Errorf("proc: pid %d: reused by %s, created %v after the event", pid, p.Owner.App, p.Created.Sub(at).Round(time.Millisecond))
 	}
-	return p.Info, nil
+	return p.Owner, nil
 }
 
 // Lookup is ByPID with the creation time of the process.
 func (r *WindowsResolver) Lookup(pid uint32) (Process, error) {
 	switch pid {
 	case pidIdle:
-		return Process{Info: Info{PID: pidIdle, Name: "System Idle Process"}}, nil
+		return Process{Owner: rules.Owner{PID: pidIdle, App: "System Idle Process"}}, nil
 	case pidSystem:
-		return Process{Info: Info{PID: pidSystem, Name: "System"}}, nil
+		return Process{Owner: rules.Owner{PID: pidSystem, App: "System"}}, nil
 	}
 	created, err := r.procs.Created(pid)
 	if err != nil {
@@ -164,13 +164,13 @@ func (r *WindowsResolver) Lookup(pid uint32) (Process, error) {
 			r.forget(pid)
 			return Process{}, fmt.Errorf("proc: pid %d: image path: %w", pid, err)
 		}
-		e = Process{Info: Info{PID: int(pid), Name: rules.BaseName(path), Path: path}, Created: created}
+		e = Process{Owner: rules.Owner{PID: int(pid), App: rules.BaseName(path), AppPath: path}, Created: created}
 		if ok {
 			r.log.Debug("pid reused", "pid", pid, "image", path)
 		}
 	}
-	if isSvchost(e.Info.Name) {
-		e.Info.Services = r.servicesOf(pid, created)
+	if isSvchost(e.Owner.App) {
+		e.Owner.Services = r.servicesOf(pid, created)
 	}
 	r.store(pid, e)
 	return e, nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/proc/proctest"
+	"github.com/agentcage/router/rules"
 )
 
 // countingProcs wraps proctest.Processes, counts calls and lets a test change the table.
@@ -96,14 +97,14 @@ func TestByPID(t *testing.T) {
 	tests := []struct {
 		name string
 		pid  uint32
-		want proc.Info
+		want rules.Owner
 	}{
-		{"app", 1000, proc.Info{PID: 1000, Name: "VirtualBoxVM.exe", Path: `C:\Program Files\Oracle\VirtualBox\VirtualBoxVM.exe`}},
-		{"svchost", 1572, proc.Info{PID: 1572, Name: "svchost.exe", Path: `C:\Windows\System32\svchost.exe`, Services: []string{"iphlpsvc"}}},
-		{"svchost case, sorted services", 1600, proc.Info{PID: 1600, Name: "SvcHost.EXE", Path: `C:\WINDOWS\system32\SvcHost.EXE`, Services: []string{"Dnscache", "SharedAccess", "nsi"}}},
-		{"service in its own exe: no services (not svchost)", 2000, proc.Info{PID: 2000, Name: "vmnat.exe", Path: `C:\Program Files (x86)\VMware\VMware Workstation\vmnat.exe`}},
-		{"system", 4, proc.Info{PID: 4, Name: "System"}},
-		{"idle", 0, proc.Info{PID: 0, Name: "System Idle Process"}},
+		{"app", 1000, rules.Owner{PID: 1000, App: "VirtualBoxVM.exe", AppPath: `C:\Program Files\Oracle\VirtualBox\VirtualBoxVM.exe`}},
+		{"svchost", 1572, rules.Owner{PID: 1572, App: "svchost.exe", AppPath: `C:\Windows\System32\svchost.exe`, Services: []string{"iphlpsvc"}}},
+		{"svchost case, sorted services", 1600, rules.Owner{PID: 1600, App: "SvcHost.EXE", AppPath: `C:\WINDOWS\system32\SvcHost.EXE`, Services: []string{"Dnscache", "SharedAccess", "nsi"}}},
+		{"service in its own exe: no services (not svchost)", 2000, rules.Owner{PID: 2000, App: "vmnat.exe", AppPath: `C:\Program Files (x86)\VMware\VMware Workstation\vmnat.exe`}},
+		{"system", 4, rules.Owner{PID: 4, App: "System"}},
+		{"idle", 0, rules.Owner{PID: 0, App: "System Idle Process"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,7 +112,7 @@ func TestByPID(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.PID != tt.want.PID || got.Name != tt.want.Name || got.Path != tt.want.Path || !slices.Equal(got.Services, tt.want.Services) {
+			if got.PID != tt.want.PID || got.App != tt.want.App || got.AppPath != tt.want.AppPath || !slices.Equal(got.Services, tt.want.Services) {
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)
 			}
 		})
@@ -140,8 +141,8 @@ func TestCacheAndPIDReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Info.Name != "evil.exe" || !p.Created.Equal(winT0) {
-		t.Errorf("after reuse got %q created %v, want evil.exe created %v", p.Info.Name, p.Created, winT0)
+	if p.Owner.App != "evil.exe" || !p.Created.Equal(winT0) {
+		t.Errorf("after reuse got %q created %v, want evil.exe created %v", p.Owner.App, p.Created, winT0)
 	}
 	if procs.paths != 2 {
 		t.Errorf("ImagePath calls = %d, want 2", procs.paths)
@@ -212,7 +213,7 @@ func TestEviction(t *testing.T) {
 	r := proc.NewWindowsResolver(procs, proctest.Services{}, proc.WindowsOptions{MaxEntries: 16})
 	for pid := uint32(8); pid < 8+100; pid++ {
 		info, err := r.ByPID(pid)
-		if err != nil || info.Name != fmt.Sprintf("p%d.exe", pid) {
+		if err != nil || info.App != fmt.Sprintf("p%d.exe", pid) {
 			t.Fatalf("pid %d: %+v %v", pid, info, err)
 		}
 	}
@@ -252,13 +253,13 @@ func TestByPIDAt(t *testing.T) {
 		10: {Created: seen.Add(-time.Hour), Path: `C:\Program Files\Oracle\VirtualBox\VirtualBoxVM.exe`},
 		11: {Created: seen.Add(time.Second), Path: `C:\Windows\System32\notepad.exe`},
 	}, proctest.Services{}, proc.WindowsOptions{})
-	if info, err := r.ByPIDAt(10, seen); err != nil || info.Name != "VirtualBoxVM.exe" {
+	if info, err := r.ByPIDAt(10, seen); err != nil || info.App != "VirtualBoxVM.exe" {
 		t.Errorf("the process seen: %+v, %v", info, err)
 	}
 	if info, err := r.ByPIDAt(11, seen); err == nil {
 		t.Errorf("a PID reused since the event gave %+v", info)
 	}
-	if info, err := r.ByPIDAt(11, time.Time{}); err != nil || info.Name != "notepad.exe" {
+	if info, err := r.ByPIDAt(11, time.Time{}); err != nil || info.App != "notepad.exe" {
 		t.Errorf("no moment given: %+v, %v", info, err)
 	}
 }

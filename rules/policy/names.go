@@ -12,7 +12,7 @@ import (
 // refused, whatever its port and network, and the decision at the lowest port, so that the
 // router's DNS can say so at once (an answer the agent reads as "blocked, and why") instead
 // of handing out an address whose every connection it would reset. f carries the source as a
-// capture knows it (Src, App, FromVM, CagedSocket) and the name in Host; its Dst, Port,
+// capture knows it (Src, FromVM, Owner) and the name in Host; its Dst, Port,
 // Network and Sniffed are ignored. Only caged flows are judged (false otherwise); a name
 // held under ask is never refused here, nor one that a rule may send direct (the data path
 // decides that with the addresses the name resolves to).
@@ -24,8 +24,7 @@ func (p *Policy) RefusesName(f *Flow) (Decision, bool) {
 	if f.Host == "" {
 		return Decision{}, false
 	}
-	q := Flow{Src: f.Src, App: f.App, AppPath: f.AppPath, Services: f.Services, Comm: f.Comm,
-		FromVM: f.FromVM, CagedSocket: f.CagedSocket, Host: f.Host}
+	q := Flow{Src: f.Src, Owner: f.Owner, FromVM: f.FromVM, Host: f.Host}
 	if !p.Caged(&q) {
 		return Decision{}, false
 	}

@@ -176,21 +176,13 @@ type Flow struct {
 	// HTTP/1 Host header: package router/sniff), when the capture read them (NeedsSniff) and
 	// they carry one; explain's --sni. "" otherwise (an Encrypted Client Hello too). See Name.
 	Sniffed string
-	// App, AppPath and Services describe the owning process when it is known. Flows from VM
-	// networks have none (see NeedsOwner).
-	App      string
-	AppPath  string
-	Services []string
+	// Owner is the owning process as the capture knows it: its mark (CagedSocket) as the
+	// capture read it, the rest when it looked the process up. Flows from VM networks have
+	// no process (see NeedsOwner).
+	rules.Owner
 	// FromVM says the capture saw the flow enter from a VM network or a VM-facing
 	// interface, whatever its source address. A source inside vm_networks counts without it.
 	FromVM bool
-	// CagedSocket says the capture took the flow from a caged process's socket (on Linux,
-	// one the kernel marked at its creation), whether or not its owner is known by the time
-	// the flow is decided: the flow is caged.
-	CagedSocket bool
-	// Comm is the owning process's command name (Linux: /proc/PID/comm, the name it was
-	// started as), when known and different from App; an app entry matches either.
-	Comm string
 	// Canary is the brokered credential ([[credential]]) whose placeholder the flow's first
 	// bytes or name carry, as the capture found it (never its value); "" for none. A caged
 	// flow that carries one is refused (StepCanary): a placeholder goes only to its forward.
@@ -565,10 +557,10 @@ func (p *Policy) Caged(f *Flow) bool {
 	if f.FromVM || f.CagedSocket || p.FromVMNetwork(f.Src) {
 		return true
 	}
-	if !p.hasCaged || f.App == "" && f.AppPath == "" && f.Comm == "" && len(f.Services) == 0 {
+	if !p.hasCaged || !f.Named() {
 		return false
 	}
-	q := rules.Query{App: f.App, AppPath: f.AppPath, Comm: f.Comm, Services: f.Services}
+	q := rules.Query{Owner: f.Owner}
 	return p.cagedApps.MatchApp(&q)
 }
 
@@ -710,7 +702,7 @@ func (p *Policy) decide(f *Flow, explain bool) (Decision, []rules.Step) {
 func (p *Policy) query(f *Flow, caged bool) rules.Query {
 	name, _ := p.Name(f)
 	return rules.Query{Network: f.Network, Src: f.Src.Unmap(), Dst: f.Dst.Unmap(), Port: f.Port, Host: name,
-		App: f.App, AppPath: f.AppPath, Comm: f.Comm, Services: f.Services, Caged: caged}
+		Owner: f.Owner, Caged: caged}
 }
 
 // decideCaged is the rules' verdict for a caged flow: the rules that may decide one (no

@@ -210,9 +210,9 @@ action = "direct"
 		f    policy.Flow
 		want string
 	}{
-		{"qemu, a preset app", policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr("198.51.100.1"), Port: 443, App: "qemu-system-x86_64"}, "cage"},
+		{"qemu, a preset app", policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr("198.51.100.1"), Port: 443, Owner: rules.Owner{App: "qemu-system-x86_64"}}, "cage"},
 		{"libvirt's network", policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("192.168.122.50"), Dst: netip.MustParseAddr("198.51.100.1"), Port: 443}, "cage"},
-		{"the host's browser", policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr("198.51.100.1"), Port: 443, App: "firefox"}, "default"},
+		{"the host's browser", policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr("198.51.100.1"), Port: 443, Owner: rules.Owner{App: "firefox"}}, "default"},
 	} {
 		if d := p.Decide(&tc.f); d.Name != tc.want {
 			t.Errorf("%s: decided by %q, want %q", tc.name, d.Name, tc.want)
@@ -271,7 +271,7 @@ func TestDecideICMP(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := policy.New(cfg, policytest.Env())
-		f := policy.Flow{Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr(tc.dst), App: tc.app}
+		f := policy.Flow{Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr(tc.dst), Owner: rules.Owner{App: tc.app}}
 		if d := p.DecideICMP(&f); d.Action != tc.want {
 			t.Errorf("local=%v %q -> %s: %v (%v), want %v", tc.local, tc.app, tc.dst, d.Action, d.Step, tc.want)
 		}
@@ -353,7 +353,7 @@ func TestCagedAppsIsTheSet(t *testing.T) {
 	}
 	p := policy.New(cfg, policy.Env{})
 	for _, name := range append(names[2:], "firefox.exe") {
-		f := policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr("203.0.113.7"), Port: 443, App: name}
+		f := policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr("203.0.113.7"), Port: 443, Owner: rules.Owner{App: name}}
 		d := p.Decide(&f)
 		if want := name != "firefox.exe"; d.Caged != want {
 			t.Errorf("%s: caged %v, want %v (%+v)", name, d.Caged, want, d)
@@ -395,7 +395,7 @@ func TestNeedsSniff(t *testing.T) {
 	guest := func(dst string, port uint16) *policy.Flow {
 		return &policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("10.0.2.15"), Dst: netip.MustParseAddr(dst), Port: port}
 	}
-	host := &policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr("203.0.113.7"), Port: 443, App: "curl"}
+	host := &policy.Flow{Network: rules.TCP, Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr("203.0.113.7"), Port: 443, Owner: rules.Owner{App: "curl"}}
 	for _, c := range []struct {
 		name string
 		p    *policy.Policy

@@ -9,7 +9,7 @@ import (
 )
 
 // WhyText says, in lines of plain text, how a TCP flow of src (its source as a capture knows
-// it: Src, App, FromVM, CagedSocket; its destination fields are ignored) to host (a name, or
+// it: Src, FromVM, Owner; its destination fields are ignored) to host (a name, or
 // an address in text) on port would be decided (Explain) and why: the flow, each rule up to
 // the deciding one with the field that did not match, the verdict, and for a refusal
 // RefusalText's words. It names rules, never their values (hosts, sources, apps) nor any
@@ -17,8 +17,7 @@ import (
 // `router check-ip --why`. A name is decided as a fake IP's (its name alone, before any
 // first bytes).
 func (p *Policy) WhyText(src *Flow, host string, port uint16) []string {
-	f := Flow{Src: src.Src, App: src.App, AppPath: src.AppPath, Services: src.Services, Comm: src.Comm,
-		FromVM: src.FromVM, CagedSocket: src.CagedSocket, Network: rules.TCP, Port: port}
+	f := Flow{Src: src.Src, Owner: src.Owner, FromVM: src.FromVM, Network: rules.TCP, Port: port}
 	if a, err := netip.ParseAddr(host); err == nil {
 		f.Dst = a.Unmap()
 	} else {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/internal/wait"
-	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/windivert/wfp"
 	"github.com/agentcage/router/windivert/wfp/guard"
@@ -93,13 +93,13 @@ func TestWindowsRivals(t *testing.T) {
 }
 
 // pidInfo is a resolver that knows a few processes.
-type pidInfo map[uint32]proc.Info
+type pidInfo map[uint32]rules.Owner
 
-func (m pidInfo) ByPID(pid uint32) (proc.Info, error) {
+func (m pidInfo) ByPID(pid uint32) (rules.Owner, error) {
 	if i, ok := m[pid]; ok {
 		return i, nil
 	}
-	return proc.Info{}, errors.New("no such process")
+	return rules.Owner{}, errors.New("no such process")
 }
 
 // TestWindowsGuardsSeenImage: a portable VirtualBox runs from a path the guard's lookup does
@@ -108,7 +108,7 @@ func (m pidInfo) ByPID(pid uint32) (proc.Info, error) {
 func TestWindowsGuardsSeenImage(t *testing.T) {
 	const portable = `D:\tools\VirtualBox\VirtualBoxVM.exe`
 	s := newWindowsScene(t)
-	s.p.deps.Resolver = pidInfo{42: {Name: "VirtualBoxVM.exe", Path: portable}, 43: {Name: "chrome.exe", Path: `C:\chrome\chrome.exe`}}
+	s.p.deps.Resolver = pidInfo{42: {App: "VirtualBoxVM.exe", AppPath: portable}, 43: {App: "chrome.exe", AppPath: `C:\chrome\chrome.exe`}}
 	seen := filepath.Join(t.TempDir(), "guarded-apps.txt")
 	s.p.deps.SeenFile = seen
 	cfg := parseWindows(t, windowsCfg)

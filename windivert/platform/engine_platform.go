@@ -17,7 +17,6 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/router/capture"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
@@ -326,30 +325,30 @@ func (p *redirectPlatform) extraApps(have []string) []string {
 // the installed guard does not block gets persistent blocks for that path at once (in the
 // background: the engine's lookups do not wait for WFP), so it stays caged when the router
 // stops.
-func (p *redirectPlatform) noticeApp(info proc.Info) {
+func (p *redirectPlatform) noticeApp(info rules.Owner) {
 	// Windows' own images (svchost.exe) are never guarded by path (guard.SystemImage):
 	// the seen file would put them in the persistent guard.
-	if info.Path == "" || guard.SystemImage(p.deps.Machine.Getenv("SystemRoot"), info.Path) {
+	if info.AppPath == "" || guard.SystemImage(p.deps.Machine.Getenv("SystemRoot"), info.AppPath) {
 		return
 	}
 	p.appsMu.Lock()
 	pol, guarded := p.polSnap, p.guardedSnap
-	if pol == nil || p.extra[strings.ToLower(info.Path)] != "" ||
-		slices.ContainsFunc(guarded, func(g string) bool { return strings.EqualFold(g, info.Path) }) {
+	if pol == nil || p.extra[strings.ToLower(info.AppPath)] != "" ||
+		slices.ContainsFunc(guarded, func(g string) bool { return strings.EqualFold(g, info.AppPath) }) {
 		p.appsMu.Unlock()
 		return
 	}
-	if !pol.Caged(&policy.Flow{App: info.Name, AppPath: info.Path, Services: info.Services}) {
+	if !pol.Caged(&policy.Flow{Owner: info}) {
 		p.appsMu.Unlock()
 		return
 	}
 	if p.extra == nil {
 		p.extra = map[string]string{}
 	}
-	p.extra[strings.ToLower(info.Path)] = info.Path
-	p.saveSeen(info.Path)
+	p.extra[strings.ToLower(info.AppPath)] = info.AppPath
+	p.saveSeen(info.AppPath)
 	p.appsMu.Unlock()
-	p.log.Warn("a caged image runs from a path the guard did not know: guarding it", "app", info.Name, "path", info.Path)
+	p.log.Warn("a caged image runs from a path the guard did not know: guarding it", "app", info.App, "path", info.AppPath)
 	go p.guardSeen()
 }
 
@@ -424,7 +423,7 @@ type guardingResolver struct {
 	p     *redirectPlatform
 }
 
-func (r guardingResolver) ByPID(pid uint32) (proc.Info, error) {
+func (r guardingResolver) ByPID(pid uint32) (rules.Owner, error) {
 	info, err := r.inner.ByPID(pid)
 	if err == nil {
 		r.p.noticeApp(info)
@@ -438,7 +437,7 @@ type guardingAtResolver struct {
 	at redirect.PIDAtResolver
 }
 
-func (r guardingAtResolver) ByPIDAt(pid uint32, t time.Time) (proc.Info, error) {
+func (r guardingAtResolver) ByPIDAt(pid uint32, t time.Time) (rules.Owner, error) {
 	info, err := r.at.ByPIDAt(pid, t)
 	if err == nil {
 		r.p.noticeApp(info)
@@ -716,7 +715,7 @@ func (p *redirectPlatform) adoptConnections(eng *redirect.Engine, pol *policy.Po
 		f := policy.Flow{Src: c.Local.Addr(), Dst: c.Remote.Addr(), Port: c.Remote.Port(), Network: rules.TCP}
 		if p.deps.Resolver != nil && c.PID != 0 {
 			if info, err := p.deps.Resolver.ByPID(c.PID); err == nil {
-				f.App, f.AppPath, f.Services = info.Name, info.Path, info.Services
+				f.Owner = info
 			}
 		}
 		if c.PID == p.deps.OwnPID || !pol.Caged(&f) {
@@ -891,11 +890,11 @@ func (p *redirectPlatform) Control(uint32) func(network, address string, c sysca
 	})
 }
 
-func (p *redirectPlatform) Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error) {
-	return func(c *net.TCPConn, _, dst netip.AddrPort) (proc.Info, error) {
+func (p *redirectPlatform) Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (rules.Owner, error) {
+	return func(c *net.TCPConn, _, dst netip.AddrPort) (rules.Owner, error) {
 		eng := p.engine()
 		if eng == nil {
-			return proc.Info{}, errNotInstalled
+			return rules.Owner{}, errNotInstalled
 		}
 		return eng.Owner(c.RemoteAddr().(*net.TCPAddr).AddrPort(), dst)
 	}

@@ -21,7 +21,7 @@ func TestWindowsNeverGuardsSvchost(t *testing.T) {
 	for _, apps := range []string{`"svchost.exe"`, `'C:\Windows\System32\svchost.exe'`} {
 		t.Run(apps, func(t *testing.T) {
 			s := newWindowsScene(t)
-			s.p.deps.Resolver = pidInfo{42: {Name: "svchost.exe", Path: svchost, Services: []string{"Dhcp"}}}
+			s.p.deps.Resolver = pidInfo{42: {App: "svchost.exe", AppPath: svchost, Services: []string{"Dhcp"}}}
 			seen := filepath.Join(t.TempDir(), "guarded-apps.txt")
 			s.p.deps.SeenFile = seen
 			cfg := parseWindows(t, strings.Replace(windowsCfg, "[[rule]]\nname = \"default\"", "[[rule]]\nname = \"hosts\"\napps = ["+apps+"]\naction = \"proxy\"\n[[rule]]\nname = \"default\"", 1))

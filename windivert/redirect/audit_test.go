@@ -11,7 +11,7 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/internal/winetest"
 	"github.com/agentcage/router/router/auditlog"
-	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
 )
@@ -30,7 +30,7 @@ func TestRefusalInFlowLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	src, dst := netip.MustParseAddrPort("192.168.1.10:40001"), netip.MustParseAddrPort("8.8.8.8:443")
-	lk := &fakeLookup{owners: map[netip.AddrPort]proc.Info{src: {PID: 7, Name: policytest.Hypervisor}}}
+	lk := &fakeLookup{owners: map[netip.AddrPort]rules.Owner{src: {PID: 7, App: policytest.Hypervisor}}}
 	e, dev, _ := newTest(t, true, policy.New(cfg, policytest.Env()), Options{Lookup: lk.lookup, Audit: audit})
 	send(e, tcpPkt(src, dst, syn, 1, 0, ""), outMeta)
 	dev.take()

@@ -4,7 +4,6 @@ import (
 	"net/netip"
 
 	"github.com/agentcage/router/router/auditlog"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
@@ -18,7 +17,7 @@ type outcome struct {
 	act        action
 	peer, to   netip.AddrPort
 	app        string // actDNS: the process that asks, when known
-	owner      proc.Info
+	owner      rules.Owner
 	ownerKnown bool // actRelay: the owner, for the router's decision
 }
 
@@ -82,20 +81,20 @@ func (e *Engine) decideLocked(pol *policy.Policy, f *flow, now int64) outcome {
 		e.refusedLocked(f)
 	}
 	f.last = now
-	return outcome{act: act, peer: f.peer, to: f.to, app: f.owner.Name, owner: f.owner, ownerKnown: f.ownerKnown}
+	return outcome{act: act, peer: f.peer, to: f.to, app: f.owner.App, owner: f.owner, ownerKnown: f.ownerKnown}
 }
 
 // refusedLocked counts f, refused or dropped, under its reason.
 // It also goes to the flow log for audits (never blocking).
 func (e *Engine) refusedLocked(f *flow) {
-	e.book.Add(f.why, refusal.Event{Src: f.key.src, Dst: f.key.dst, App: f.owner.Name, Rule: f.verdict.Name})
+	e.book.Add(f.why, refusal.Event{Src: f.key.src, Dst: f.key.dst, App: f.owner.App, Rule: f.verdict.Name})
 	if a := e.opts.Audit; a != nil && a.On() {
 		network := "udp"
 		if f.key.proto == packet.ProtoTCP {
 			network = "tcp"
 		}
 		a.Add(auditlog.Record{Time: e.clock.Now(), Event: auditlog.EventRefused, Network: network, Src: f.key.src,
-			Dst: f.key.dst, App: f.owner.Name, PID: int(f.owner.PID), Rule: f.verdict.Name,
+			Dst: f.key.dst, App: f.owner.App, PID: int(f.owner.PID), Rule: f.verdict.Name,
 			Action: f.verdict.Action.String(), Reason: f.why.String(), Profile: f.profile})
 	}
 }
@@ -190,7 +189,7 @@ func (e *Engine) queryLocked(f *flow) policy.Flow {
 		pf.Network = rules.TCP
 	}
 	if f.ownerKnown {
-		pf.App, pf.AppPath, pf.Services = f.owner.Name, f.owner.Path, f.owner.Services
+		pf.Owner = f.owner
 	}
 	if isICMP(k.proto) {
 		pf.Network, pf.Port = rules.AnyNetwork, 0

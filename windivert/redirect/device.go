@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/dns"
-	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/rules"
 )
 
 // Meta is what comes with a packet from a Device, and what the Device needs to send one.
@@ -108,14 +108,14 @@ type DNSHandler interface {
 
 // PIDResolver describes a process by PID (proc.WindowsResolver implements it).
 type PIDResolver interface {
-	ByPID(pid uint32) (proc.Info, error)
+	ByPID(pid uint32) (rules.Owner, error)
 }
 
 // PIDAtResolver is a PIDResolver that can tell a process that existed at a moment from one
 // that reused its PID later (proc.WindowsResolver). The engine uses it for flows named by a
 // socket event with a time.
 type PIDAtResolver interface {
-	ByPIDAt(pid uint32, at time.Time) (proc.Info, error)
+	ByPIDAt(pid uint32, at time.Time) (rules.Owner, error)
 }
 
 // Conn is a TCP connection of the host: its local and remote ends and its owner (0 when
@@ -128,7 +128,7 @@ type Conn struct {
 // LookupFunc finds the process owning the socket with the given protocol, local and remote
 // address (the IP Helper tables on Windows, sock_diag on Linux). It may block; the engine
 // calls it on worker goroutines.
-type LookupFunc func(proto uint8, local, remote netip.AddrPort) (proc.Info, error)
+type LookupFunc func(proto uint8, local, remote netip.AddrPort) (rules.Owner, error)
 
 // Clock is the engine's time source; tests substitute a fake one.
 type Clock interface {

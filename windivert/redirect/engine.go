@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/agentcage/router/router/auditlog"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
@@ -386,7 +385,7 @@ func (e *Engine) inputBatch(b []byte, metas []Meta) {
 // FlowInfo is what the engine knows of a reflected flow.
 type FlowInfo struct {
 	Src, Dst   netip.AddrPort // the original source (the app) and destination
-	Owner      proc.Info      // the owning process, when OwnerKnown
+	Owner      rules.Owner    // the owning process, when OwnerKnown
 	OwnerKnown bool
 	Verdict    rules.Verdict // the engine's verdict (zero for DNS and pool flows)
 }
@@ -446,19 +445,19 @@ func (e *Engine) Original(c *net.TCPConn) (src, dst netip.AddrPort, err error) {
 // Owner returns the process of the reflected flow whose peer is src
 // (router.Options.Owner; dst is ignored): the owner found when the flow was decided, or
 // else the Lookup answer for its original addresses. Flows from VM networks have none.
-func (e *Engine) Owner(src, _ netip.AddrPort) (proc.Info, error) {
+func (e *Engine) Owner(src, _ netip.AddrPort) (rules.Owner, error) {
 	fi, ok := e.Flow(src)
 	if !ok {
-		return proc.Info{}, fmt.Errorf("redirect: owner of %v: not a reflected connection", src)
+		return rules.Owner{}, fmt.Errorf("redirect: owner of %v: not a reflected connection", src)
 	}
 	if fi.OwnerKnown {
 		return fi.Owner, nil
 	}
 	if e.pol.Load().FromVMNetwork(fi.Src.Addr()) {
-		return proc.Info{}, fmt.Errorf("redirect: owner of %v: a VM flow has no local process", fi.Src)
+		return rules.Owner{}, fmt.Errorf("redirect: owner of %v: a VM flow has no local process", fi.Src)
 	}
 	if e.opts.Lookup == nil {
-		return proc.Info{}, fmt.Errorf("redirect: owner of %v: unknown", fi.Src)
+		return rules.Owner{}, fmt.Errorf("redirect: owner of %v: unknown", fi.Src)
 	}
 	return e.opts.Lookup(packet.ProtoTCP, fi.Src, fi.Dst)
 }

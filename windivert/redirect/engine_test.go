@@ -12,7 +12,6 @@ import (
 
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/wait"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/refusal"
 	"github.com/agentcage/router/windivert/packet"
@@ -125,13 +124,13 @@ func TestDirect(t *testing.T) {
 // bounded wait, and the owner reaching the rules and Owner.
 func TestSynHold(t *testing.T) {
 	const pid = 4242
-	curl := proc.Info{PID: pid, Name: "curl.exe", Path: `C:\tools\curl.exe`}
+	curl := rules.Owner{PID: pid, App: "curl.exe", AppPath: `C:\tools\curl.exe`}
 	tbl := testRules(t, appRule("curl.exe", rules.Proxy))
 	connect := SocketEvent{Kind: EventConnect, Proto: packet.ProtoTCP, Local: appA, Remote: direct, PID: pid}
 	newEngine := func(t *testing.T, lookup LookupFunc) (*Engine, *fakeDev, *fakeClock) {
 		return newTest(t, true, tbl, Options{
 			Events:   newFakeEvents(),
-			Resolver: &fakeResolver{infos: map[uint32]proc.Info{pid: curl}},
+			Resolver: &fakeResolver{infos: map[uint32]rules.Owner{pid: curl}},
 			Lookup:   lookup,
 		})
 	}
@@ -143,7 +142,7 @@ func TestSynHold(t *testing.T) {
 			t.Fatalf("got %v, want the SYN reflected (curl.exe is proxied)", got)
 		}
 		info, err := e.Owner(peer, direct)
-		if err != nil || info.Name != "curl.exe" || info.PID != pid {
+		if err != nil || info.App != "curl.exe" || info.PID != pid {
 			t.Fatalf("Owner = %+v, %v; want curl.exe %d", info, err, pid)
 		}
 	}
@@ -167,12 +166,12 @@ func TestSynHold(t *testing.T) {
 		if len(ps) != 2 || ps[0].m.Outbound || ps[1].m.Outbound {
 			t.Fatalf("after the event: %v, want both held SYNs reflected", ps)
 		}
-		if info, err := e.Owner(ps[0].src, direct); err != nil || info.Name != "curl.exe" {
+		if info, err := e.Owner(ps[0].src, direct); err != nil || info.App != "curl.exe" {
 			t.Fatalf("Owner = %+v, %v", info, err)
 		}
 	})
 	t.Run("timeout-fallback", func(t *testing.T) {
-		lk := &fakeLookup{owners: map[netip.AddrPort]proc.Info{appA: curl}}
+		lk := &fakeLookup{owners: map[netip.AddrPort]rules.Owner{appA: curl}}
 		e, dev, clk := newEngine(t, lk.lookup)
 		send(e, tcpPkt(appA, direct, syn, 1, 0, ""), outMeta)
 		clk.Advance(40 * time.Millisecond)
@@ -208,7 +207,7 @@ func TestSynHold(t *testing.T) {
 	})
 	t.Run("no-events-lookup", func(t *testing.T) {
 		// Without an event source (a TUN), only rules with apps wait, for Lookup.
-		lk := &fakeLookup{owners: map[netip.AddrPort]proc.Info{appA: curl}}
+		lk := &fakeLookup{owners: map[netip.AddrPort]rules.Owner{appA: curl}}
 		e, dev, _ := newTest(t, true, tbl, Options{Lookup: lk.lookup})
 		send(e, tcpPkt(appA, direct, syn, 1, 0, ""), outMeta)
 		wantReflectedCurl(t, e, dev)
@@ -655,9 +654,9 @@ type timedResolver struct {
 	created map[uint32]time.Time
 }
 
-func (r *timedResolver) ByPIDAt(pid uint32, at time.Time) (proc.Info, error) {
+func (r *timedResolver) ByPIDAt(pid uint32, at time.Time) (rules.Owner, error) {
 	if c, ok := r.created[pid]; ok && c.After(at) {
-		return proc.Info{}, errors.New("pid reused")
+		return rules.Owner{}, errors.New("pid reused")
 	}
 	return r.ByPID(pid)
 }
@@ -677,7 +676,7 @@ func TestPIDReusedSinceTheEvent(t *testing.T) {
 		{"reused since", seen.Add(time.Second), "pass"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := &timedResolver{fakeResolver: fakeResolver{infos: map[uint32]proc.Info{pid: {PID: pid, Name: "curl.exe"}}},
+			res := &timedResolver{fakeResolver: fakeResolver{infos: map[uint32]rules.Owner{pid: {PID: pid, App: "curl.exe"}}},
 				created: map[uint32]time.Time{pid: tc.created}}
 			e, dev, _ := newTest(t, true, testRules(t, appRule("curl.exe", rules.Proxy)), Options{Events: newFakeEvents(), Resolver: res})
 			e.Event(SocketEvent{Kind: EventConnect, Proto: packet.ProtoTCP, Local: appA, Remote: direct, PID: pid, At: seen})

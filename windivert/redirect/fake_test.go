@@ -141,35 +141,35 @@ func (c *fakeClock) Advance(d time.Duration) {
 // fakeResolver describes PIDs from a table and counts calls.
 type fakeResolver struct {
 	mu    sync.Mutex
-	infos map[uint32]proc.Info
+	infos map[uint32]rules.Owner
 	calls int
 }
 
-func (r *fakeResolver) ByPID(pid uint32) (proc.Info, error) {
+func (r *fakeResolver) ByPID(pid uint32) (rules.Owner, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls++
 	if i, ok := r.infos[pid]; ok {
 		return i, nil
 	}
-	return proc.Info{}, proc.ErrNoProcess
+	return rules.Owner{}, proc.ErrNoProcess
 }
 
 // fakeLookup answers owner lookups from a table keyed by the local address.
 type fakeLookup struct {
 	mu     sync.Mutex
-	owners map[netip.AddrPort]proc.Info
+	owners map[netip.AddrPort]rules.Owner
 	calls  []netip.AddrPort
 }
 
-func (l *fakeLookup) lookup(_ uint8, local, _ netip.AddrPort) (proc.Info, error) {
+func (l *fakeLookup) lookup(_ uint8, local, _ netip.AddrPort) (rules.Owner, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls = append(l.calls, local)
 	if i, ok := l.owners[local]; ok {
 		return i, nil
 	}
-	return proc.Info{}, errors.New("no such socket")
+	return rules.Owner{}, errors.New("no such socket")
 }
 
 func (l *fakeLookup) count() int {

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/refusal"
 	"github.com/agentcage/router/windivert/packet"
@@ -67,7 +66,7 @@ type flow struct {
 	pid        uint32 // from a connect event or the lookup
 	pidKnown   bool
 	pidAt      time.Time // when the event that named pid happened (zero: unknown)
-	owner      proc.Info
+	owner      rules.Owner
 	ownerKnown bool
 	verdict    rules.Verdict
 	caged      bool           // the decision found the flow caged

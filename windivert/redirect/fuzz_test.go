@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/agentcage/router/dns/dnstest"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/windivert/packet"
 )
@@ -58,8 +57,8 @@ func FuzzEngineInput(f *testing.F) {
 		opts := Options{
 			ListenerPort: lport, DNSPort: 47153, DNS: &fakeDNS{},
 			Names:         &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: map[netip.Addr]string{direct.Addr(): "x.example"}},
-			Resolver:      &fakeResolver{infos: map[uint32]proc.Info{4: {PID: 4, Name: "curl.exe"}}},
-			Lookup:        (&fakeLookup{owners: map[netip.AddrPort]proc.Info{appA: {PID: 5, Name: "curl.exe"}}}).lookup,
+			Resolver:      &fakeResolver{infos: map[uint32]rules.Owner{4: {PID: 4, App: "curl.exe"}}},
+			Lookup:        (&fakeLookup{owners: map[netip.AddrPort]rules.Owner{appA: {PID: 5, App: "curl.exe"}}}).lookup,
 			OwnPIDs:       []uint32{own},
 			MaxFlows:      8,
 			ReflectDirect: flags&0x10 != 0,

@@ -1,9 +1,10 @@
 package redirect
 
 import (
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/windivert/packet"
+
+	"github.com/agentcage/router/rules"
 )
 
 // needInfo reports whether the rules need more than f's PID to decide.
@@ -31,7 +32,7 @@ func (e *Engine) resolveLocked(f *flow) {
 	f.resolving = true
 	key, pid, byPID, at := f.key, f.pid, f.pidKnown, f.pidAt
 	e.workers.Go(func() {
-		var info proc.Info
+		var info rules.Owner
 		var err error
 		atr, timed := e.opts.Resolver.(PIDAtResolver)
 		switch {
@@ -42,7 +43,7 @@ func (e *Engine) resolveLocked(f *flow) {
 		case e.opts.Resolver != nil:
 			info, err = e.opts.Resolver.ByPID(pid)
 		default:
-			info = proc.Info{PID: int(pid)}
+			info = rules.Owner{PID: int(pid)}
 		}
 		if err != nil {
 			e.st.lookupErrors.Add(1)
@@ -53,7 +54,7 @@ func (e *Engine) resolveLocked(f *flow) {
 }
 
 // resolved records the outcome of an owner lookup for f and decides it.
-func (e *Engine) resolved(f *flow, info proc.Info, ok bool) {
+func (e *Engine) resolved(f *flow, info rules.Owner, ok bool) {
 	e.mu.Lock()
 	if e.stopped || e.flows[f.key] != f || f.state != statePending {
 		e.mu.Unlock()

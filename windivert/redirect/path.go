@@ -135,7 +135,7 @@ func (e *Engine) datagram(ob *outbox, p packet.Packet, m Meta, key flowKey, now 
 		return
 	}
 	f.last = now
-	st, app := f.state, f.owner.Name
+	st, app := f.state, f.owner.App
 	if st == statePending {
 		f.hold(p, m)
 	}

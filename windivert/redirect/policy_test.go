@@ -7,7 +7,6 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
@@ -36,9 +35,9 @@ func TestSharedCases(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			src := netip.AddrPortFrom(c.Flow.Src, uint16(40000+i))
 			dst := netip.AddrPortFrom(c.Flow.Dst, c.Flow.Port)
-			lk := &fakeLookup{owners: map[netip.AddrPort]proc.Info{}}
+			lk := &fakeLookup{owners: map[netip.AddrPort]rules.Owner{}}
 			if c.Flow.App != "" {
-				lk.owners[src] = proc.Info{PID: 7, Name: c.Flow.App}
+				lk.owners[src] = rules.Owner{PID: 7, App: c.Flow.App}
 			}
 			names := &dnstest.Names{Names: map[netip.Addr]string{policytest.PoolAddr: policytest.PoolName}}
 			e, dev, _ := newTest(t, true, dec, Options{Lookup: lk.lookup, Names: names, DNS: &fakeDNS{}, DNSPort: dnsPort})
@@ -106,9 +105,9 @@ func TestScopeCases(t *testing.T) {
 				for i, c := range policytest.ScopeCases(local, dc) {
 					t.Run(c.Name, func(t *testing.T) {
 						pid := uint32(1000 + i)
-						res := &fakeResolver{infos: map[uint32]proc.Info{}}
+						res := &fakeResolver{infos: map[uint32]rules.Owner{}}
 						if c.Flow.App != "" {
-							res.infos[pid] = proc.Info{PID: int(pid), Name: c.Flow.App}
+							res.infos[pid] = rules.Owner{PID: int(pid), App: c.Flow.App}
 						}
 						e, dev, _ := newTest(t, true, dec, Options{Events: newFakeEvents(), Resolver: res, DNS: &fakeDNS{}, DNSPort: 47153})
 						src := netip.AddrPortFrom(c.Flow.Src, uint16(40000+i))

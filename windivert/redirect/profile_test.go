@@ -12,7 +12,6 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/internal/winetest"
 	"github.com/agentcage/router/router/auditlog"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
@@ -26,8 +25,8 @@ import (
 func TestProfileSwitch(t *testing.T) {
 	const model = 47831
 	vmNet := netip.MustParsePrefix("10.0.2.0/24")
-	qemu := proc.Info{PID: 7, Name: "qemu-system-x86_64.exe", Path: `C:\Program Files\qemu\qemu-system-x86_64.exe`}
-	vbox := proc.Info{PID: 8, Name: "VBoxHeadless.exe", Path: `C:\Program Files\Oracle\VirtualBox\VBoxHeadless.exe`}
+	qemu := rules.Owner{PID: 7, App: "qemu-system-x86_64.exe", AppPath: `C:\Program Files\qemu\qemu-system-x86_64.exe`}
+	vbox := rules.Owner{PID: 8, App: "VBoxHeadless.exe", AppPath: `C:\Program Files\Oracle\VirtualBox\VBoxHeadless.exe`}
 	all := rules.Rule{Name: "all", Caged: true, Action: rules.Direct}
 	only := rules.Rule{Name: "model", Caged: true, Action: rules.Direct, Ports: []rules.PortRange{{Lo: model, Hi: model}}}
 	cfg := &conf.Config{Rules: []rules.Rule{all}, Profiles: []conf.Profile{{Name: "offline", Rules: []rules.Rule{only}}},
@@ -46,11 +45,11 @@ func TestProfileSwitch(t *testing.T) {
 		other     netip.AddrPort                              // another guest's flow's source
 	}{
 		{"vm", func(p *policy.Policy, f *policy.Flow) bool { return p.FromVMNetwork(f.Src) }, guestA, guestB, appB},
-		{"app", func(p *policy.Policy, f *policy.Flow) bool { return f.App == qemu.Name }, appA, appC, appB},
+		{"app", func(p *policy.Policy, f *policy.Flow) bool { return f.App == qemu.App }, appA, appC, appB},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var on atomic.Bool
-			lk := &fakeLookup{owners: map[netip.AddrPort]proc.Info{appA: qemu, appC: qemu, appB: vbox}}
+			lk := &fakeLookup{owners: map[netip.AddrPort]rules.Owner{appA: qemu, appC: qemu, appB: vbox}}
 			path := filepath.Join(winetest.TempDir(t), "flows.jsonl")
 			audit := auditlog.New(auditlog.Options{})
 			if err := audit.Open(path); err != nil {

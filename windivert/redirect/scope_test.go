@@ -9,7 +9,7 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/internal/wait"
-	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
 	"github.com/agentcage/router/rules/refusal"
@@ -54,9 +54,9 @@ func scopePolicy(t *testing.T, local bool, dnsCapture string) *policy.Policy {
 func TestICMP(t *testing.T) {
 	const hostPID, vboxPID = 10, 20
 	host := netip.MustParseAddr("192.168.1.10")
-	res := &fakeResolver{infos: map[uint32]proc.Info{
-		hostPID: {PID: hostPID, Name: "PING.EXE"},
-		vboxPID: {PID: vboxPID, Name: policytest.Hypervisor},
+	res := &fakeResolver{infos: map[uint32]rules.Owner{
+		hostPID: {PID: hostPID, App: "PING.EXE"},
+		vboxPID: {PID: vboxPID, App: policytest.Hypervisor},
 	}}
 	for _, c := range []struct {
 		name  string
@@ -111,9 +111,9 @@ func TestICMP(t *testing.T) {
 // and reflected.
 func TestBudgetUnderUDPFlood(t *testing.T) {
 	const p2pPID, vboxPID = 30, 40
-	res := &fakeResolver{infos: map[uint32]proc.Info{
-		p2pPID:  {PID: p2pPID, Name: "torrent.exe"},
-		vboxPID: {PID: vboxPID, Name: policytest.Hypervisor},
+	res := &fakeResolver{infos: map[uint32]rules.Owner{
+		p2pPID:  {PID: p2pPID, App: "torrent.exe"},
+		vboxPID: {PID: vboxPID, App: policytest.Hypervisor},
 	}}
 	e, dev, _ := newTest(t, true, scopePolicy(t, false, ""), Options{Events: newFakeEvents(), Resolver: res, MaxFlows: 64})
 	host := netip.MustParseAddr("192.168.1.10")

@@ -6,7 +6,6 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
@@ -30,7 +29,7 @@ func TestSpoofCases(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			src := netip.AddrPortFrom(c.Flow.Src, uint16(40000+i))
 			dst := netip.AddrPortFrom(c.Flow.Dst, c.Flow.Port)
-			lk := &fakeLookup{owners: map[netip.AddrPort]proc.Info{}}
+			lk := &fakeLookup{owners: map[netip.AddrPort]rules.Owner{}}
 			names := &dnstest.Names{Names: map[netip.Addr]string{}}
 			e, dev, _ := newTest(t, true, dec, Options{Lookup: lk.lookup, Names: names, DNS: &fakeDNS{}, DNSPort: 47153})
 			send(e, tcpPkt(src, dst, syn, 1, 0, ""), outMeta)

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/windivert/packet"
+
+	"github.com/agentcage/router/rules"
 )
 
 // UDPRelay carries the UDP flows the engine does not pass or drop itself: a proxy verdict,
@@ -25,7 +26,7 @@ type UDPRelay interface {
 // destination, and the owner when it is known.
 type UDPFlow struct {
 	Src, Dst   netip.AddrPort
-	Owner      proc.Info
+	Owner      rules.Owner
 	OwnerKnown bool
 }
 

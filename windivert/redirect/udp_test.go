@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/agentcage/router/dns/dnstest"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/windivert/packet"
 )
@@ -40,7 +39,7 @@ func (r *fakeRelay) take() ([]UDPFlow, []string) {
 func TestUDPRelay(t *testing.T) {
 	relay := &fakeRelay{}
 	names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: map[netip.Addr]string{poolDst.Addr(): "fine.example"}}
-	lookup := &fakeLookup{owners: map[netip.AddrPort]proc.Info{appA: {PID: 42, Name: "VBoxHeadless.exe"}}}
+	lookup := &fakeLookup{owners: map[netip.AddrPort]rules.Owner{appA: {PID: 42, App: "VBoxHeadless.exe"}}}
 	e, dev, _ := newTest(t, true, testRules(t, appRule("VBoxHeadless.exe", rules.Proxy)), Options{Names: names, UDP: relay, Lookup: lookup.lookup})
 	for _, c := range []struct {
 		name  string
@@ -65,7 +64,7 @@ func TestUDPRelay(t *testing.T) {
 					if len(ps) != 0 || len(flows) != 1 || data[0] != "quic" || flows[0].Src != c.src || flows[0].Dst != c.dst {
 						t.Fatalf("datagram %d: wrote %v, relayed %+v %q; want it relayed", i, ps, flows, data)
 					}
-					if flows[0].Owner.Name != c.owner || flows[0].OwnerKnown != (c.owner != "") {
+					if flows[0].Owner.App != c.owner || flows[0].OwnerKnown != (c.owner != "") {
 						t.Errorf("owner %+v known %v, want %q", flows[0].Owner, flows[0].OwnerKnown, c.owner)
 					}
 				case "pass":

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/wait"
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/windivert"
 	"github.com/agentcage/router/windivert/packet"
@@ -97,7 +96,7 @@ func TestWinDivertDevice(t *testing.T) {
 	tbl := testRules(t, appRule("curl.exe", rules.Proxy))
 	e, err := New(dev, tbl, Options{
 		ListenerPort: lport, DNSPort: 47153, Events: dev,
-		Resolver:  &fakeResolver{infos: map[uint32]proc.Info{pid: {PID: pid, Name: "curl.exe"}}},
+		Resolver:  &fakeResolver{infos: map[uint32]rules.Owner{pid: {PID: pid, App: "curl.exe"}}},
 		EventWait: 5 * time.Second,
 	})
 	if err != nil {

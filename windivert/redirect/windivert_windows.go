@@ -7,8 +7,9 @@ import (
 
 	"golang.org/x/sys/windows"
 
-	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/windivert/packet"
+
+	"github.com/agentcage/router/rules"
 )
 
 // IPHelper answers owner lookups from the IP Helper tables (GetExtendedTcpTable,
@@ -96,16 +97,16 @@ func (h *IPHelper) rows(udp, v6 bool) ([]socketRow, error) {
 }
 
 // Lookup is a LookupFunc: the process of the socket local -> remote.
-func (h *IPHelper) Lookup(proto uint8, local, remote netip.AddrPort) (proc.Info, error) {
+func (h *IPHelper) Lookup(proto uint8, local, remote netip.AddrPort) (rules.Owner, error) {
 	pid, ok, err := h.tables.owner(proto == packet.ProtoUDP, local, remote)
 	if err != nil {
-		return proc.Info{}, fmt.Errorf("redirect: owner of %v -> %v: %w", local, remote, err)
+		return rules.Owner{}, fmt.Errorf("redirect: owner of %v -> %v: %w", local, remote, err)
 	}
 	if !ok {
-		return proc.Info{}, fmt.Errorf("redirect: owner of %v -> %v: no such socket", local, remote)
+		return rules.Owner{}, fmt.Errorf("redirect: owner of %v -> %v: no such socket", local, remote)
 	}
 	if h.res == nil {
-		return proc.Info{PID: int(pid)}, nil
+		return rules.Owner{PID: int(pid)}, nil
 	}
 	return h.res.ByPID(pid)
 }

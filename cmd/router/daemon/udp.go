@@ -8,11 +8,11 @@ import (
 	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/capture"
-	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/rules"
 )
 
 // ownerUDP is the platform's UDP owner lookup, or nil.
-func ownerUDP(p capture.Platform) func(src, dst netip.AddrPort) (proc.Info, error) {
+func ownerUDP(p capture.Platform) func(src, dst netip.AddrPort) (rules.Owner, error) {
 	if up, ok := p.(capture.UDPSockets); ok {
 		return up.OwnerUDP()
 	}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"github.com/agentcage/router/dns"
+	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 )
 
@@ -12,6 +13,6 @@ type dnsWhy struct{ d *daemon }
 
 func (w dnsWhy) Why(src dns.Source, host string, port uint16) []string {
 	p := w.d.r.Decision()
-	f := policy.Flow{Src: src.Addr, App: src.App, FromVM: src.Addr.IsValid() && !p.Local(src.Addr)}
+	f := policy.Flow{Src: src.Addr, Owner: rules.Owner{App: src.App}, FromVM: src.Addr.IsValid() && !p.Local(src.Addr)}
 	return p.WhyText(&f, host, port)
 }

@@ -56,7 +56,7 @@ func FlowOf(rec auditlog.Record) (policy.Flow, bool) {
 	if rec.Event != auditlog.EventFlow && rec.Event != auditlog.EventRefused {
 		return policy.Flow{}, false
 	}
-	f := policy.Flow{App: rec.App}
+	f := policy.Flow{Owner: rules.Owner{App: rec.App}}
 	n, ok := rules.ParseNetwork(cmp.Or(rec.Network, "tcp"))
 	if !ok {
 		return policy.Flow{}, false

@@ -12,7 +12,7 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/router/capture"
-	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
 )
@@ -83,7 +83,7 @@ func (p *Platform) Original(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error
 func (p *Platform) Control(uint32) func(string, string, syscall.RawConn) error { return nil }
 
 // Owner implements capture.Platform: no process lookup.
-func (p *Platform) Owner() func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (proc.Info, error) {
+func (p *Platform) Owner() func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (rules.Owner, error) {
 	return nil
 }
 

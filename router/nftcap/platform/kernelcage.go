@@ -71,9 +71,9 @@ func kernelCaged(cr cageReader, goos string) ([]control.KernelCagedStat, []strin
 			at = cagemark.Line(kc.Names, gens)
 		}
 		if at < 0 {
-			if known.MatchApp(&rules.Query{App: p.Name, AppPath: p.Path}) {
+			if known.MatchApp(&rules.Query{Owner: p.Owner}) {
 				warns = append(warns, fmt.Sprintf("%s (pid %d) is a hypervisor's user-space NAT and runs uncaged%s: its guests' traffic leaves as this host's own; name its hypervisor in [capture] hypervisors or its executable's name in a proxy rule's apps",
-					p.Name, p.PID, goesBy(p)))
+					p.App, p.PID, goesBy(p)))
 			}
 			continue
 		}
@@ -81,9 +81,9 @@ func kernelCaged(cr cageReader, goos string) ([]control.KernelCagedStat, []strin
 			more++
 			continue
 		}
-		c := control.KernelCagedStat{PID: p.PID, Exe: p.Name, Comm: p.Comm}
+		c := control.KernelCagedStat{PID: p.PID, Exe: p.App, Comm: p.Comm}
 		if at > 0 {
-			c.By, c.ByPID = line[at].Name, line[at].PID
+			c.By, c.ByPID = line[at].App, line[at].PID
 		}
 		caged = append(caged, c)
 	}
@@ -96,10 +96,10 @@ func kernelCaged(cr cageReader, goos string) ([]control.KernelCagedStat, []strin
 // exeName is the name the kernel program reads for p: its executable's file name, none
 // when its executable cannot be read (a kernel thread).
 func exeName(p *proc.Info) string {
-	if p.Path == "" {
+	if p.AppPath == "" {
 		return ""
 	}
-	return p.Name
+	return p.App
 }
 
 // goesBy is " (named C)" when p calls itself C.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentcage/router/router/control"
 	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/rules"
 )
 
 // fakeCage is a cageReader over a fixed process table and the names a kernel program holds.
@@ -34,16 +35,16 @@ func (f fakeCage) KernelCage() (KernelCage, error) {
 // is a process of another network namespace.
 func TestKernelCaged(t *testing.T) {
 	procs := []proc.Info{
-		{PID: 1, Name: "systemd", Path: "/usr/lib/systemd/systemd"},
-		{PID: 100, Name: "qemu-system-x86_64", Path: "/usr/bin/qemu-system-x86_64", Comm: "VM", PPID: 1},
-		{PID: 101, Name: "qemu-kvm", Path: "/usr/libexec/qemu-kvm", PPID: 1},
-		{PID: 102, Name: "sh", Path: "/usr/bin/sh", PPID: 100},
-		{PID: 103, Name: "VBoxHeadless", Path: "/usr/lib/virtualbox/VBoxHeadless", PPID: 1},
-		{PID: 104, Name: "plainbin", Path: "/tmp/plainbin", Comm: "qemu-system-x86", PPID: 1},
-		{PID: 105, Name: "kthreadd"}, // no executable: the kernel knows no name
-		{PID: 106, Name: "qemu-kvm", Path: "/usr/libexec/qemu-kvm", PPID: 1, NetNS: 9}, // another namespace's
-		{PID: 107, Name: "sh", Path: "/usr/bin/sh", PPID: 1},                           // caged once, then executed sh
-		{PID: 108, Name: "curl", Path: "/usr/bin/curl", PPID: 107},                     // its child
+		{Owner: rules.Owner{PID: 1, App: "systemd", AppPath: "/usr/lib/systemd/systemd"}},
+		{Owner: rules.Owner{PID: 100, App: "qemu-system-x86_64", AppPath: "/usr/bin/qemu-system-x86_64"}, Comm: "VM", PPID: 1},
+		{Owner: rules.Owner{PID: 101, App: "qemu-kvm", AppPath: "/usr/libexec/qemu-kvm"}, PPID: 1},
+		{Owner: rules.Owner{PID: 102, App: "sh", AppPath: "/usr/bin/sh"}, PPID: 100},
+		{Owner: rules.Owner{PID: 103, App: "VBoxHeadless", AppPath: "/usr/lib/virtualbox/VBoxHeadless"}, PPID: 1},
+		{Owner: rules.Owner{PID: 104, App: "plainbin", AppPath: "/tmp/plainbin"}, Comm: "qemu-system-x86", PPID: 1},
+		{Owner: rules.Owner{PID: 105, App: "kthreadd"}},                                                      // no executable: the kernel knows no name
+		{Owner: rules.Owner{PID: 106, App: "qemu-kvm", AppPath: "/usr/libexec/qemu-kvm"}, PPID: 1, NetNS: 9}, // another namespace's
+		{Owner: rules.Owner{PID: 107, App: "sh", AppPath: "/usr/bin/sh"}, PPID: 1},                           // caged once, then executed sh
+		{Owner: rules.Owner{PID: 108, App: "curl", AppPath: "/usr/bin/curl"}, PPID: 107},                     // its child
 	}
 	for i := range procs {
 		if procs[i].NetNS == 0 {

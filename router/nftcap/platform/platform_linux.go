@@ -21,6 +21,7 @@ import (
 	"github.com/agentcage/router/router/nftcap/cagemark"
 	"github.com/agentcage/router/router/nftcap/nflog"
 	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
 )
@@ -273,8 +274,10 @@ func (p *linuxPlatform) Control(mark uint32) func(network, address string, c sys
 	return nftcap.MarkControl(mark)
 }
 
-func (p *linuxPlatform) Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error) {
-	return func(_ *net.TCPConn, src, dst netip.AddrPort) (proc.Info, error) { return p.finder.LookupTCP(src, dst) }
+func (p *linuxPlatform) Owner() func(c *net.TCPConn, src, dst netip.AddrPort) (rules.Owner, error) {
+	return func(_ *net.TCPConn, src, dst netip.AddrPort) (rules.Owner, error) {
+		return p.finder.LookupTCP(src, dst)
+	}
 }
 
 // Resolver returns the host's upstream resolver for direct_names. A loopback stub (such as

@@ -12,7 +12,7 @@ import (
 	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/router/capture"
 	"github.com/agentcage/router/router/nftcap"
-	"github.com/agentcage/router/router/proc"
+	"github.com/agentcage/router/rules"
 )
 
 // ListenUDP opens the transparent UDP sockets on [capture] udp_port (IPv4, and IPv6 unless
@@ -40,6 +40,6 @@ func (p *linuxPlatform) ListenUDP(cfg *conf.Config) ([]capture.UDPReader, captur
 }
 
 // OwnerUDP: sock_diag and /proc, like TCP.
-func (p *linuxPlatform) OwnerUDP() func(src, dst netip.AddrPort) (proc.Info, error) {
+func (p *linuxPlatform) OwnerUDP() func(src, dst netip.AddrPort) (rules.Owner, error) {
 	return p.finder.LookupUDP
 }

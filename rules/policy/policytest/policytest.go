@@ -119,7 +119,7 @@ const (
 
 func flow(network rules.Network, app, src, dst string) policy.Flow {
 	ap := netip.MustParseAddrPort(dst)
-	f := policy.Flow{Network: network, Src: netip.MustParseAddr(src), Dst: ap.Addr(), Port: ap.Port(), App: app}
+	f := policy.Flow{Network: network, Src: netip.MustParseAddr(src), Dst: ap.Addr(), Port: ap.Port(), Owner: rules.Owner{App: app}}
 	return f
 }
 

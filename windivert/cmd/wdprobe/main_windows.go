@@ -107,7 +107,7 @@ func describe(res *proc.WindowsResolver, pid uint32) string {
 	if err != nil {
 		return fmt.Sprintf("pid=%d (%v)", pid, err)
 	}
-	s := fmt.Sprintf("pid=%d %s", pid, info.Name)
+	s := fmt.Sprintf("pid=%d %s", pid, info.App)
 	if len(info.Services) > 0 {
 		s += " services=" + strings.Join(info.Services, ",")
 	}
