@@ -3,7 +3,6 @@ package lint
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 
 	"github.com/agentcage/router/conf"
@@ -54,7 +53,7 @@ func (l *linter) windows() {
 			Fix:     fix})
 	}
 	for _, a := range w.Adapters {
-		if a.External() && !coveredBy(l.cfg.Capture.CageSubnets, a.Subnets) {
+		if a.External() && !a.Covered(l.cfg.Capture.CageSubnets) {
 			l.add(Finding{Severity: Warning, Check: CheckBridged, Line: l.line("capture"),
 				Message: fmt.Sprintf("adapter %q (%s): a Hyper-V External switch (it has the LAN's gateway): a VM on it is a machine of the host's LAN, whose frames pass below the host's network stack, where neither WinDivert nor WFP sees them, so it is not caged and the guard does not hold it", a.Name, subnetList(a.Subnets)),
 				Fix:     "run the agent's VM on an Internal switch without NAT and put its subnet in [capture] cage_subnets (docs/hyperv.md)"})
@@ -108,16 +107,6 @@ func (l *linter) dnscacheCaged() bool {
 		}
 	}
 	return false
-}
-
-// coveredBy reports whether every subnet lies in one of cages (none: false).
-func coveredBy(cages, subnets []netip.Prefix) bool {
-	for _, s := range subnets {
-		if !slices.ContainsFunc(cages, func(c netip.Prefix) bool { return c.Bits() <= s.Bits() && c.Contains(s.Addr()) }) {
-			return false
-		}
-	}
-	return len(subnets) > 0
 }
 
 func subnetList(ps []netip.Prefix) string {

@@ -38,6 +38,13 @@ func TestWindowsFacts(t *testing.T) {
 		{"default switch accepted", strings.Replace(base, "[capture]\n", "[capture]\nuncaged_adapters = \"accept\"\n", 1), WindowsFacts{Adapters: []adapters.Adapter{defSwitch}}, []string{CheckUncagedSwitch}},
 		{"external switch", base, WindowsFacts{Adapters: []adapters.Adapter{{Interface: adapters.Interface{Name: "vEthernet (LAN)", Forwarding: new(bool), Gateway: true}, Kind: adapters.KindHyperV, NAT: adapters.NATNone,
 			Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24")}}}}, []string{CheckBridged}},
+		// Whether the config names an External switch's guests as caged is the adapters'
+		// decision (Adapter.Covered), asked, not made again here.
+		{"external switch in cage_subnets", base, WindowsFacts{Adapters: []adapters.Adapter{{Interface: adapters.Interface{Name: "vEthernet (LAN)", Forwarding: new(bool), Gateway: true}, Kind: adapters.KindHyperV, NAT: adapters.NATNone,
+			Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.200.0/25")}}}}, nil},
+		{"external switch half in cage_subnets", base, WindowsFacts{Adapters: []adapters.Adapter{{Interface: adapters.Interface{Name: "vEthernet (LAN)", Forwarding: new(bool), Gateway: true}, Kind: adapters.KindHyperV, NAT: adapters.NATNone,
+			Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.200.0/24"), netip.MustParsePrefix("192.168.1.0/24")}}}}, []string{CheckBridged}},
+		{"external switch without an address", base, WindowsFacts{Adapters: []adapters.Adapter{{Interface: adapters.Interface{Name: "vEthernet (LAN)", Forwarding: new(bool), Gateway: true}, Kind: adapters.KindHyperV, NAT: adapters.NATNone}}}, []string{CheckBridged}},
 		{"wsl mirrored", base, WindowsFacts{WSL: adapters.WSL{Mode: "mirrored"}}, []string{CheckUncagedSwitch}},
 		{"bridged VM", base, WindowsFacts{Bridged: []adapters.Bridged{{Hypervisor: "vmware", VM: "lan", Slot: "ethernet0"}}}, []string{CheckBridged}},
 	} {

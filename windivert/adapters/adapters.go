@@ -128,9 +128,17 @@ func (a Adapter) Walled(cageSubnets []netip.Prefix) bool {
 	case KindVirtualBox, KindVMware:
 		return true
 	case KindHyperV:
-		return len(a.Subnets) > 0 && allCovered(cageSubnets, a.Subnets)
+		return a.Covered(cageSubnets)
 	}
 	return false
+}
+
+// Covered reports whether the adapter has a subnet and each of its subnets lies inside one of
+// cageSubnets ([capture] cage_subnets): the one test of whether the config names an
+// adapter's guests as caged, which Walled, Uncaged and `router lint` (an External switch
+// outside them) all ask.
+func (a Adapter) Covered(cageSubnets []netip.Prefix) bool {
+	return len(a.Subnets) > 0 && allCovered(cageSubnets, a.Subnets)
 }
 
 // allCovered reports whether every subnet lies inside one of cages.
@@ -339,7 +347,7 @@ func Uncaged(as []Adapter, cageSubnets []netip.Prefix, wsl WSL) []Adapter {
 		case (a.Kind == KindVirtualBox || a.Kind == KindVMware) && a.Forwarding != nil && *a.Forwarding:
 			out = append(out, a)
 		case !a.Uncageable():
-		case len(a.Subnets) > 0 && allCovered(cageSubnets, a.Subnets):
+		case a.Covered(cageSubnets):
 		case a.Kind == KindWSL && wslClosed(wsl):
 		default:
 			out = append(out, a)

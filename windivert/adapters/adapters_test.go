@@ -170,3 +170,32 @@ func TestExternalSwitch(t *testing.T) {
 		t.Errorf("report:\n%s", out)
 	}
 }
+
+// TestCovered: an adapter is covered by the cage subnets when it has a subnet and each lies
+// inside one of them (a wider cage subnet covers a narrower adapter subnet, not the other
+// way); one without an address never is. Walled and Uncaged ask it, and so does lint.
+func TestCovered(t *testing.T) {
+	cage := []netip.Prefix{netip.MustParsePrefix("192.168.200.0/24"), netip.MustParsePrefix("fd00:c::/64")}
+	p := netip.MustParsePrefix
+	for _, tc := range []struct {
+		name    string
+		subnets []netip.Prefix
+		want    bool
+	}{
+		{"no address", nil, false},
+		{"the cage subnet", []netip.Prefix{p("192.168.200.0/24")}, true},
+		{"inside it", []netip.Prefix{p("192.168.200.128/25")}, true},
+		{"wider than it", []netip.Prefix{p("192.168.0.0/16")}, false},
+		{"another", []netip.Prefix{p("192.168.1.0/24")}, false},
+		{"both families inside", []netip.Prefix{p("192.168.200.0/24"), p("fd00:c::/64")}, true},
+		{"one of two outside", []netip.Prefix{p("192.168.200.0/24"), p("fd00:d::/64")}, false},
+	} {
+		a := Adapter{Interface: Interface{Name: "vEthernet (AgentCage)"}, Kind: KindHyperV, NAT: NATNone, Subnets: tc.subnets}
+		if got := a.Covered(cage); got != tc.want {
+			t.Errorf("%s: Covered = %v, want %v", tc.name, got, tc.want)
+		}
+		if got := a.Walled(cage); got != tc.want {
+			t.Errorf("%s: a Hyper-V switch's Walled = %v, want Covered's %v", tc.name, got, tc.want)
+		}
+	}
+}
