@@ -13,6 +13,7 @@ import (
 	mdns "github.com/miekg/dns"
 
 	"github.com/agentcage/router/internal/wait"
+	"github.com/agentcage/router/rules"
 )
 
 // silentZone answers names under ok.test with an A record and never answers the others
@@ -115,7 +116,7 @@ func TestKeyOfGuest(t *testing.T) {
 		{Source{Addr: netip.MustParseAddr("10.0.2.200")}, "10.0.2.0/24"},
 		{Source{Addr: netip.MustParseAddr("fd00:2::99")}, "fd00:2::/64"},
 		{Source{Addr: netip.MustParseAddr("10.0.3.7")}, "10.0.3.7"},
-		{Source{Addr: netip.MustParseAddr("10.0.2.9"), App: "Qemu.exe"}, "qemu.exe@10.0.2.0/24"},
+		{Source{Addr: netip.MustParseAddr("10.0.2.9"), Owner: rules.Owner{App: "Qemu.exe"}}, "qemu.exe@10.0.2.0/24"},
 	} {
 		if got := s.keyOf(tc.src).String(); got != tc.want {
 			t.Errorf("keyOf(%v) = %s; want %s", tc.src, got, tc.want)

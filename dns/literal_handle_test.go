@@ -8,6 +8,7 @@ import (
 
 	mdns "github.com/miekg/dns"
 
+	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/refusal"
 )
 
@@ -124,7 +125,7 @@ func TestIPLiteralRefusalsCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := Source{Addr: netip.MustParseAddr("10.0.2.15"), App: "VBoxHeadless.exe"}
+	src := Source{Addr: netip.MustParseAddr("10.0.2.15"), Owner: rules.Owner{App: "VBoxHeadless.exe"}}
 	s.HandleFrom(context.Background(), src, query("127.0.0.1.", mdns.TypeA))
 	s.HandleFrom(context.Background(), src, query("example.com.", mdns.TypeA))
 	st := book.Snapshot()

@@ -4,6 +4,8 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+
+	"github.com/agentcage/router/rules"
 )
 
 // Source tells who asked a query, for the per-source budgets (fake-IP addresses, queries in
@@ -12,9 +14,11 @@ import (
 type Source struct {
 	// Addr is the client's address (a VM's, or the host's own); the zero Addr is unknown.
 	Addr netip.Addr
-	// App is the program that asked, when the capture knows it (the Windows engine knows the
-	// process); "" otherwise. Compared case-insensitively.
-	App string
+	// Owner is the process that asked, when the capture knows it (the Windows engine knows
+	// the process), whole, so that the policy asked about the query (Walls.Caged,
+	// Names.Refused) judges it as it judges the process's connections; the zero Owner
+	// otherwise. Its App keys the budgets, compared case-insensitively.
+	rules.Owner
 }
 
 // maxAppKey bounds the part of Source.App kept in a budget key.

@@ -3,8 +3,11 @@ package dns
 import (
 	"net"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/agentcage/router/rules"
 )
 
 func TestSourceKey(t *testing.T) {
@@ -13,7 +16,7 @@ func TestSourceKey(t *testing.T) {
 		if addr != "" {
 			a = netip.MustParseAddr(addr)
 		}
-		return Source{Addr: a, App: app}.key().String()
+		return Source{Addr: a, Owner: rules.Owner{App: app}}.key().String()
 	}
 	for _, tt := range []struct{ addr, app, want string }{
 		{"", "", "unknown"},
@@ -29,7 +32,7 @@ func TestSourceKey(t *testing.T) {
 			t.Errorf("key(%q, %q) = %q, want %q", tt.addr, tt.app, got, tt.want)
 		}
 	}
-	if k := (Source{App: strings.Repeat("x", 5000)}).key(); len(k.app) != maxAppKey {
+	if k := (Source{Owner: rules.Owner{App: strings.Repeat("x", 5000)}}).key(); len(k.app) != maxAppKey {
 		t.Errorf("app key of %d bytes, want %d", len(k.app), maxAppKey)
 	}
 	for a, want := range map[net.Addr]string{
@@ -41,7 +44,7 @@ func TestSourceKey(t *testing.T) {
 			t.Errorf("sourceOf(%v) = %s, want %s", a, got, want)
 		}
 	}
-	if got := sourceOf(nil); got != (Source{}) {
+	if got := sourceOf(nil); !reflect.DeepEqual(got, Source{}) {
 		t.Errorf("sourceOf(nil) = %v", got)
 	}
 }

@@ -33,7 +33,7 @@ var table = []struct{ pkg, imports, tests string }{
 
 	// The DNS side.
 	{"dns/dnstest", "", ""},
-	{"dns", "conf internal/accept internal/ports internal/tally rules/refusal", "internal/wait"},
+	{"dns", "conf internal/accept internal/ports internal/tally rules rules/refusal", "internal/wait"}, // rules: a query's Source carries the asking process as rules.Owner
 
 	// The Linux data path and what it dials.
 	{"router", "dns internal/accept internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/modelfwd router/sniff router/sockmap router/upload router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",

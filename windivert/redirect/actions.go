@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	dnssrv "github.com/agentcage/router/dns"
+	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/windivert/packet"
 )
 
@@ -21,7 +22,7 @@ func (e *Engine) apply(ob *outbox, o outcome, p packet.Packet, m Meta) {
 	case actDrop:
 		e.st.dropped.Add(1)
 	case actDNS:
-		e.answer(p, m, o.app)
+		e.answer(p, m, o.owner)
 	case actRelay:
 		e.relay(o, p)
 	}
@@ -47,9 +48,9 @@ func (e *Engine) refuse(ob *outbox, p packet.Packet, m Meta) {
 	}
 }
 
-// answer answers a DNS query p (UDP) of app ("" when unknown) on a worker goroutine, or
-// drops it when DNSWorkers answers are already running.
-func (e *Engine) answer(p packet.Packet, m Meta, app string) {
+// answer answers a DNS query p (UDP) of owner (the process that asks, as far as it is known)
+// on a worker goroutine, or drops it when DNSWorkers answers are already running.
+func (e *Engine) answer(p packet.Packet, m Meta, owner rules.Owner) {
 	dns := e.opts.DNS
 	if dns == nil {
 		e.st.dropped.Add(1)
@@ -67,7 +68,7 @@ func (e *Engine) answer(p packet.Packet, m Meta, app string) {
 	server := netip.AddrPortFrom(p.Dst(), p.DstPort())
 	e.workers.Go(func() {
 		defer func() { <-e.dnsSem }()
-		ans := dns.HandleWireFrom(e.ctx, dnssrv.Source{Addr: client.Addr(), App: app}, q, true)
+		ans := dns.HandleWireFrom(e.ctx, dnssrv.Source{Addr: client.Addr(), Owner: owner}, q, true)
 		if ans == nil {
 			return
 		}

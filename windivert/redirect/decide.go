@@ -14,11 +14,12 @@ import (
 // actReflect, the peer the listener sees and the listener's address. The zero outcome
 // (actNone) does nothing: the packet is held, or was already handled.
 type outcome struct {
-	act        action
-	peer, to   netip.AddrPort
-	app        string // actDNS: the process that asks, when known
+	act      action
+	peer, to netip.AddrPort
+	// owner is the flow's process (actDNS: the one that asks, for the DNS server; actRelay:
+	// for the router's decision, when ownerKnown); a PID alone when it was not looked up.
 	owner      rules.Owner
-	ownerKnown bool // actRelay: the owner, for the router's decision
+	ownerKnown bool
 }
 
 // decideLocked decides flow f (pending) from what is known of it and sets its state:
@@ -81,7 +82,7 @@ func (e *Engine) decideLocked(pol *policy.Policy, f *flow, now int64) outcome {
 		e.refusedLocked(f)
 	}
 	f.last = now
-	return outcome{act: act, peer: f.peer, to: f.to, app: f.owner.App, owner: f.owner, ownerKnown: f.ownerKnown}
+	return outcome{act: act, peer: f.peer, to: f.to, owner: f.owner, ownerKnown: f.ownerKnown}
 }
 
 // refusedLocked counts f, refused or dropped, under its reason.

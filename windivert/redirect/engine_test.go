@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/rules"
+	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
 	"github.com/agentcage/router/windivert/packet"
 )
@@ -595,6 +597,39 @@ func TestOriginalDst(t *testing.T) {
 	got, err := e.OriginalDst(s)
 	if err != nil || got != proxied {
 		t.Fatalf("OriginalDst = %v, %v; want %v", got, err, proxied)
+	}
+}
+
+// TestDNSCarriesTheOwner: a DNS query the engine answers reaches the DNS server with the
+// process that asks whole (its path and services, not its image name alone), so that the
+// server's walls and refusals (dns.Walls.Caged, dns.Names.Refused) judge the query as the
+// rules judge the process's connections: an app the rules cage by its path is caged there
+// too. The engine handed on the image name alone, and the policy then took a process
+// caged by path (or by service) for an uncaged one.
+func TestDNSCarriesTheOwner(t *testing.T) {
+	const path = `C:\vm\VirtualBoxVM.exe`
+	owner := rules.Owner{PID: 42, App: "VirtualBoxVM.exe", AppPath: path}
+	cfg := &conf.Config{Rules: []rules.Rule{appRule(path, rules.Proxy), {Name: "default", Action: rules.Direct}},
+		DNS: conf.DNS{Mode: conf.DNSFakeIP, Capture: conf.DNSCaptureCaged, Pool: netip.MustParsePrefix("198.18.0.0/15")}}
+	pol := policy.New(cfg, policy.Env{})
+	d := &fakeDNS{}
+	lk := &fakeLookup{owners: map[netip.AddrPort]rules.Owner{appA: owner}}
+	e, dev, _ := newTest(t, true, pol, Options{Lookup: lk.lookup, DNS: d})
+	send(e, udpPkt(appA, dnsSrv, "\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"), outMeta)
+	e.workers.Wait()
+	if got := wantOne(t, dev); got.src != dnsSrv || got.dst != appA {
+		t.Fatalf("answer %v, want from %v to %v", got, dnsSrv, appA)
+	}
+	srcs := d.sources()
+	if len(srcs) != 1 {
+		t.Fatalf("the DNS server was asked %d times, want once", len(srcs))
+	}
+	src := srcs[0]
+	if src.Addr != appA.Addr() || src.App != owner.App || src.AppPath != path {
+		t.Errorf("the DNS server was asked by %+v, want %v with the owner %+v", src, appA.Addr(), owner)
+	}
+	if f := (policy.Flow{Src: src.Addr, Owner: src.Owner}); !pol.Caged(&f) {
+		t.Errorf("the query's owner %+v is not caged, though the rules cage its path", src.Owner)
 	}
 }
 

@@ -182,16 +182,25 @@ func (l *fakeLookup) count() int {
 type fakeDNS struct {
 	mu      sync.Mutex
 	queries [][]byte
+	srcs    []dns.Source // who asked each query
 }
 
-func (d *fakeDNS) HandleWireFrom(_ context.Context, _ dns.Source, q []byte, _ bool) []byte {
+func (d *fakeDNS) HandleWireFrom(_ context.Context, src dns.Source, q []byte, _ bool) []byte {
 	d.mu.Lock()
 	d.queries = append(d.queries, append([]byte(nil), q...))
+	d.srcs = append(d.srcs, src)
 	d.mu.Unlock()
 	if len(q) < 2 {
 		return nil
 	}
 	return append([]byte{q[0], q[1], 0x81, 0x80}, "answer"...)
+}
+
+// sources returns who asked the queries so far, in order.
+func (d *fakeDNS) sources() []dns.Source {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]dns.Source(nil), d.srcs...)
 }
 
 // Fixture addresses.

@@ -135,7 +135,7 @@ func (e *Engine) datagram(ob *outbox, p packet.Packet, m Meta, key flowKey, now 
 		return
 	}
 	f.last = now
-	st, app := f.state, f.owner.App
+	st, owner := f.state, f.owner
 	if st == statePending {
 		f.hold(p, m)
 	}
@@ -151,7 +151,7 @@ func (e *Engine) datagram(ob *outbox, p packet.Packet, m Meta, key flowKey, now 
 	case statePass:
 		e.pass(ob, p.Bytes(), m)
 	case stateDNS:
-		e.answer(p, m, app)
+		e.answer(p, m, owner)
 	case stateDrop:
 		e.st.dropped.Add(1)
 	}

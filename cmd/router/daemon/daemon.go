@@ -45,7 +45,6 @@ import (
 	"github.com/agentcage/router/router/control"
 	"github.com/agentcage/router/router/upload"
 	"github.com/agentcage/router/router/upstream"
-	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/modelapi"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
@@ -429,7 +428,7 @@ type dnsWalls struct{ d *daemon }
 // came from a VM), or a caged app.
 func (w dnsWalls) Caged(src dns.Source) bool {
 	p := w.d.r.Decision()
-	f := policy.Flow{Src: src.Addr, Owner: rules.Owner{App: src.App}, FromVM: src.Addr.IsValid() && !p.Local(src.Addr)}
+	f := policy.Flow{Src: src.Addr, Owner: src.Owner, FromVM: src.Addr.IsValid() && !p.Local(src.Addr)}
 	return p.Caged(&f)
 }
 
@@ -444,7 +443,7 @@ type dnsNames struct{ d *daemon }
 
 func (n dnsNames) Refused(src dns.Source, name string) (refusal.Reason, string, string, bool) {
 	p := n.d.r.Decision()
-	f := policy.Flow{Src: src.Addr, Owner: rules.Owner{App: src.App}, FromVM: src.Addr.IsValid() && !p.Local(src.Addr), Host: name}
+	f := policy.Flow{Src: src.Addr, Owner: src.Owner, FromVM: src.Addr.IsValid() && !p.Local(src.Addr), Host: name}
 	dec, refused := p.RefusesName(&f)
 	if !refused {
 		return 0, "", "", false

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"github.com/agentcage/router/dns"
-	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 )
 
@@ -13,6 +12,6 @@ type dnsWhy struct{ d *daemon }
 
 func (w dnsWhy) Why(src dns.Source, host string, port uint16) []string {
 	p := w.d.r.Decision()
-	f := policy.Flow{Src: src.Addr, Owner: rules.Owner{App: src.App}, FromVM: src.Addr.IsValid() && !p.Local(src.Addr)}
+	f := policy.Flow{Src: src.Addr, Owner: src.Owner, FromVM: src.Addr.IsValid() && !p.Local(src.Addr)}
 	return p.WhyText(&f, host, port)
 }
