@@ -194,7 +194,7 @@ ca_file = "` + labCA + `"
 `
 	t.Setenv("ROUTER_E2E_ECHO_KEY", destRealValue)
 	// The lab's CA exists once the lab is up; the router reads ca_file when it starts.
-	s := newLab(t, config(lab.GoSocksAddr, "")+extra)
+	s := newLabWith(t, config(lab.GoSocksAddr, "")+extra, lab.Options{EchoTLS: true})
 	if err := os.WriteFile(labCA, s.lab.EchoCAPEM(), 0o644); err != nil {
 		t.Fatal(err)
 	}

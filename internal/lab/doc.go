@@ -50,8 +50,8 @@ const (
 	GuestNetwork = "10.0.2.0/24"
 
 	// EchoURL answers the client's address as text; EchoURL+"json" as {"ip": "..."}.
-	// EchoTLSURL is the same echo over HTTPS, with a certificate for EchoName signed by a
-	// CA of the lab's own (Lab.EchoCAPEM); both record in HTTPLog.
+	// EchoTLSURL is the same echo over HTTPS (with Options.EchoTLS), with a certificate for
+	// EchoName signed by a CA of the lab's own (Lab.EchoCAPEM); both record in HTTPLog.
 	EchoURL    = "http://203.0.113.10/"
 	EchoTLSURL = "https://" + EchoName + "/"
 	// EchoName resolves to ServiceAddr in the lab DNS; WhoamiName resolves to the asker's

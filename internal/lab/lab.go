@@ -30,6 +30,9 @@ type Options struct {
 	// Names are more names the lab DNS answers, each with one IPv4 address (A; other types
 	// NODATA), outside the lab.test zone too: a test's own names (allowed.test).
 	Names map[string]netip.Addr
+	// EchoTLS serves the IP echo over HTTPS on ServiceAddr:443 too (EchoTLSURL, its CA in
+	// EchoCAPEM); off, the port is free for a test's own TLS server there.
+	EchoTLS bool
 }
 
 // Lab is a running lab. Its methods are safe for concurrent use. Close ends it; afterwards the

@@ -23,18 +23,20 @@ func (l *Lab) startInetServers(ctx context.Context, opts Options) error {
 	}
 	l.serveHTTP(ln, echoHandler(&l.httpLog))
 
-	// The same echo over HTTPS, with a certificate of the lab's own CA.
-	ln, err = l.inet.Listen(ctx, "tcp", ServiceAddr+":443")
-	if err != nil {
-		return err
+	// The same echo over HTTPS, with a certificate of the lab's own CA, when asked.
+	if opts.EchoTLS {
+		ln, err = l.inet.Listen(ctx, "tcp", ServiceAddr+":443")
+		if err != nil {
+			return err
+		}
+		tc, caPEM, err := echoTLS()
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		l.echoCA = caPEM
+		l.serveHTTP(tls.NewListener(ln, tc), echoHandler(&l.httpLog))
 	}
-	tc, caPEM, err := echoTLS()
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	l.echoCA = caPEM
-	l.serveHTTP(tls.NewListener(ln, tc), echoHandler(&l.httpLog))
 
 	// DNS, UDP and TCP.
 	pc, err := l.inet.ListenPacket(ctx, "udp", DNSAddr)
