@@ -36,10 +36,10 @@ var table = []struct{ pkg, imports, tests string }{
 	{"dns", "conf internal/accept internal/ports internal/tally rules/refusal", "internal/wait"},
 
 	// The Linux data path and what it dials.
-	{"router", "dns internal/accept internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/modelfwd router/proc router/sniff router/sockmap router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
-		"conf dns/dnstest internal/modeltest internal/roottest internal/secret internal/wait router/upstream/socks5/socks5test router/upstream/upstreamtest rules/policy/policytest"},
+	{"router", "dns internal/accept internal/httphead internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/modelfwd router/proc router/sniff router/sockmap router/upstream router/upstream/socks5 rules rules/policy rules/refusal",
+		"conf dns/dnstest internal/modeltest internal/roottest internal/secret internal/wait router/upstream/socks5/socks5test router/upstream/upstreamtest rules/modelapi rules/policy/policytest"},
 	// The model forwards' HTTP side: what the router hands an HTTP forward's connection.
-	{"router/modelfwd", "internal/tally router/broker rules/modelapi rules/refusal", "internal/modeltest internal/netaddr internal/secret internal/wait"},
+	{"router/modelfwd", "internal/httphead internal/tally router/broker rules/modelapi rules/refusal", "internal/modeltest internal/netaddr internal/secret internal/wait"},
 	{"router/upstream", "conf router/upstream/httpconnect router/upstream/socks4 router/upstream/socks5",
 		"internal/echotest internal/winetest router/upstream/httpconnect/httpconnecttest router/upstream/socks4/socks4test router/upstream/socks5/socks5test router/upstream/upstreamtest"},
 	{"router/upstream/upstreamtest", "router/upstream", ""},
@@ -102,6 +102,7 @@ var table = []struct{ pkg, imports, tests string }{
 
 	// Shared helpers, test and bench support.
 	{"internal/netaddr", "", ""},
+	{"internal/httphead", "rules/modelapi", ""}, // the request-head reader of the model forwards and the brokered destinations
 	{"internal/ports", "", ""},
 	{"internal/accept", "", ""},
 	{"internal/tally", "", ""},
