@@ -87,7 +87,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert/adapters", "", "internal/winetest"},
 	{"windivert/dist", "windivert", "internal/winetest"},
 	{"windivert/platform", "conf dns internal/ports router/capture router/proc rules rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
-		"internal/winetest router router/auditlog router/upstream router/upstream/socks5/socks5test rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
+		"internal/winetest router router/auditlog router/capture/capturetest router/upstream router/upstream/socks5/socks5test rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
 	{"windivert/cmd/wdprobe", "router/proc windivert windivert/dist windivert/packet", ""},
 
 	// The commands.

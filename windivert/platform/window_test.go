@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/router/capture/capturetest"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/windivert"
 	"github.com/agentcage/router/windivert/wfp"
@@ -156,11 +157,11 @@ func newWindowScene(t *testing.T) *windowScene {
 	return s
 }
 
-func (s *windowScene) start(t *testing.T) { s.startWith(t, base) }
+func (s *windowScene) start(t *testing.T) { s.startWith(t, capturetest.Base) }
 
 func (s *windowScene) startWith(t *testing.T, text string) {
 	t.Helper()
-	cfg := parse(t, text)
+	cfg := capturetest.Parse(t, text)
 	if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +342,7 @@ func (s *windowScene) rundown(t *testing.T) {
 
 func testWindowCrash(t *testing.T, dnsMode string) {
 	s := newWindowScene(t)
-	text := base
+	text := capturetest.Base
 	if dnsMode == "all" {
 		text = strings.Replace(text, "[capture]\n", "[capture]\nlocal = true\n", 1) + "[dns]\ncapture = \"all\"\n"
 		s.w.flows = append(slices.Clone(cagedFlows), hostDNS)
