@@ -17,6 +17,7 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/internal/syncbuf"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5"
@@ -158,7 +159,7 @@ func TestWallCasesUDP(t *testing.T) {
 				dst = netip.AddrPortFrom(policytest.PoolAddr, fl.Port)
 			}
 			up := &upstreamtest.Fake{ID: "exit"}
-			logs := &syncBuffer{}
+			logs := &syncbuf.Buffer{}
 			opts := Options{
 				Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 				Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {

@@ -1,7 +1,6 @@
 package platform
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/syncbuf"
 	"github.com/agentcage/router/router/nftcap"
 )
 
@@ -106,25 +106,8 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	}
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func newTestHealer(k *fakeKernel) (*healer, *syncBuf) {
-	var buf syncBuf
+func newTestHealer(k *fakeKernel) (*healer, *syncbuf.Buffer) {
+	var buf syncbuf.Buffer
 	h := newHealer(slog.New(slog.NewTextHandler(&buf, nil)), k.ops())
 	h.every = time.Hour // the tests drive every check
 	h.settle = time.Millisecond
