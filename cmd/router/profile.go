@@ -20,8 +20,7 @@ func cmdProfile(args []string, stdout, stderr io.Writer) int {
 			"refuses are ended at once. GUEST is a VM network of [capture] vm_networks (CIDR) or a\n"+
 			"guest's address. The switch lasts until the next switch or the daemon's stop; a reload\n"+
 			"keeps it. `router status` shows the switched guests.", stderr)
-	cfgPath := fs.String("config", "", "read [control] socket from this config `file`")
-	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
+	cfgPath, socket := controlFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
