@@ -128,18 +128,7 @@ func TestWallCasesInbound(t *testing.T) {
 				if refused != (c.Action == rules.Block) {
 					t.Errorf("refused: %v; want %v", refused, c.Action == rules.Block)
 				}
-				e.waitLog("msg=flow")
-				m := flowEndRecord.FindStringSubmatch(e.logs.String())
-				if m == nil {
-					t.Fatalf("no flow record in\n%s", e.logs.String())
-				}
-				name := m[1]
-				if u, err := strconv.Unquote(name); err == nil {
-					name = u
-				}
-				if name != c.Rule || m[2] != c.Action.String() {
-					t.Errorf("inbound decided %s by %q, want %s by %q", m[2], name, c.Action, c.Rule)
-				}
+				e.wantRecorded("inbound", c.Action, c.Rule)
 				wantRefusal(t, e.r, c)
 			})
 		}
