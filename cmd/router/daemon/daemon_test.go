@@ -204,13 +204,7 @@ func TestRunInstallsOnceAndStops(t *testing.T) {
 		done <- Run(ctx, Options{ConfigPath: s.path, Platform: pf, Log: slog.New(slog.DiscardHandler), Ready: ready,
 			Reload: reload, Reloaded: reloaded, Grace: time.Second})
 	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("not ready")
-	}
+	waitReady(t, ready, done)
 	if got := banner(t, s.fwd); got != "model\n" {
 		t.Errorf("forward said %q", got)
 	}
@@ -247,13 +241,7 @@ func TestRunExitsOnCaptureFailure(t *testing.T) {
 			go func() {
 				done <- Run(ctx, Options{ConfigPath: s.path, Platform: pf, Ready: ready, Grace: time.Second})
 			}()
-			select {
-			case <-ready:
-			case err := <-done:
-				t.Fatalf("Run: %v", err)
-			case <-time.After(10 * time.Second):
-				t.Fatal("not ready")
-			}
+			waitReady(t, ready, done)
 			if fail {
 				pf.Fail(errors.New("driver gone"))
 			} else {
@@ -401,5 +389,18 @@ func TestStartHandsTheRouterToAUDPRelay(t *testing.T) {
 	}
 	if got.Audit() != d.r.Audit() || got.Audit() == nil {
 		t.Errorf("the platform's router records to %p, want the daemon's flow log %p", got.Audit(), d.r.Audit())
+	}
+}
+
+// waitReady waits (up to 10 s) until the daemon Run started says it is ready; Run's
+// return before that (done) fails t with its error.
+func waitReady(t *testing.T, ready <-chan struct{}, done <-chan error) {
+	t.Helper()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready")
 	}
 }
