@@ -47,10 +47,7 @@ func (d *decoder) budget(c *Config, v any) {
 	d.checkKeys(a, m, budgetKeys)
 	c.Budget = Budget{Window: DefaultBudgetWindow, Over: BudgetRefuse}
 	if v, ok := m["window"]; ok {
-		if t, ok := d.duration(a.key("window"), v); ok {
-			if t < time.Second || t > MaxBudgetWindow {
-				d.fail(a.key("window"), "%v: between 1s and %v", t, MaxBudgetWindow)
-			}
+		if t, ok := d.durationIn(a.key("window"), v, time.Second, MaxBudgetWindow, ""); ok {
 			c.Budget.Window = t
 		}
 	}

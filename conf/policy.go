@@ -78,10 +78,7 @@ func (d *decoder) policy(c *Config, v any) {
 		}
 	}
 	if v, ok := m["ask_timeout"]; ok {
-		if t, ok := d.duration(a.key("ask_timeout"), v); ok {
-			if t < time.Second || t > MaxAskTimeout {
-				d.fail(a.key("ask_timeout"), "%v: between 1s and %v (a held flow keeps its client waiting)", t, MaxAskTimeout)
-			}
+		if t, ok := d.durationIn(a.key("ask_timeout"), v, time.Second, MaxAskTimeout, "a held flow keeps its client waiting"); ok {
 			c.Policy.AskTimeout = t
 		}
 	}

@@ -97,6 +97,7 @@ func TestPolicyKeys(t *testing.T) {
 		{"[policy]\nunknown = \"maybe\"\n", "not block or ask"},
 		{"[policy]\nunknown = \"ask\"\n", "no [proxy.NAME] is defined"},
 		{"[policy]\nask_timeout = \"1h\"\n", "between 1s and"},
+		{"[policy]\nask_timeout = \"500ms\"\n", "500ms: between 1s and 10m0s (a held flow keeps its client waiting)"},
 		{"[policy]\nunattend = true\n", "unknown key"},
 		{"[console]\nlisten = \"0.0.0.0:9478\"\n", "not a loopback address"},
 		{"[[rule]]\naction = \"ask\"\n", "no [proxy.NAME] is defined"},

@@ -301,6 +301,23 @@ func (d *decoder) duration(a at, v any) (time.Duration, bool) {
 	return t, true
 }
 
+// durationIn decodes a duration that must lie between lo and hi (both allowed); why, when
+// not empty, says in the error what the bounds protect.
+func (d *decoder) durationIn(a at, v any, lo, hi time.Duration, why string) (time.Duration, bool) {
+	t, ok := d.duration(a, v)
+	if !ok {
+		return 0, false
+	}
+	if t < lo || t > hi {
+		if why != "" {
+			why = " (" + why + ")"
+		}
+		d.fail(a, "%v: between %v and %v%s", t, lo, hi, why)
+		return 0, false
+	}
+	return t, true
+}
+
 // size decodes a byte count: an integer, or a string with a unit ("64MiB", "512KiB",
 // "1GiB", "100MB").
 func (d *decoder) size(a at, v any) (int64, bool) {

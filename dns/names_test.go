@@ -5,11 +5,11 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 
 	mdns "github.com/miekg/dns"
 
+	"github.com/agentcage/router/internal/syncbuf"
 	"github.com/agentcage/router/rules/refusal"
 )
 
@@ -94,7 +94,7 @@ func TestCanaryName(t *testing.T) {
 	for _, mode := range []Mode{ModeFakeIP, ModeProxy} {
 		t.Run(mode.String(), func(t *testing.T) {
 			book := new(refusal.Book)
-			logged := &lockedLines{}
+			logged := &syncbuf.Buffer{}
 			d := Dialers{Refusals: book, Canaries: fakeCanaries{}, Proxy: failDial(t, "proxy")}
 			s, err := New(Config{Mode: mode, Now: newClock().Now}, d, slog.New(slog.NewTextHandler(logged, nil)))
 			if err != nil {
@@ -122,22 +122,4 @@ func TestCanaryName(t *testing.T) {
 			}
 		})
 	}
-}
-
-// lockedLines is an io.Writer for a logger, safe for concurrent use.
-type lockedLines struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLines) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

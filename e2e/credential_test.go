@@ -24,16 +24,10 @@ const (
 // resolver or server. No log, status or flow log of the run holds the real value.
 func TestCredentialBroker(t *testing.T) {
 	flows := filepath.Join(t.TempDir(), "flows.jsonl")
-	extra := `
-[log]
-flows = "` + flows + `"
-
-[[credential]]
-name = "model-key"
-placeholder = "` + credPlaceholder + `"
+	extra := credentialConfig(flows, `name = "model-key"
+placeholder = "`+credPlaceholder+`"
 value_env = "ROUTER_E2E_MODEL_KEY"
-forward = "model"
-`
+forward = "model"`)
 	t.Setenv("ROUTER_E2E_MODEL_KEY", credRealValue)
 	s := newScene(t, config(lab.GoSocksAddr, "")+extra)
 	g := s.lab.Guest()
@@ -65,15 +59,10 @@ forward = "model"
 	// To the internet, in a header and a query (through the proxy), and in the Host header of
 	// a request to an address the guest chose that names the API: refused by the router with
 	// its 403 (the canary), never at the echo server; the real value never leaves anyway.
-	for _, args := range [][]string{
-		{"http://" + lab.EchoName + "/log?token=" + credPlaceholder, "-H", "Authorization: Bearer " + credPlaceholder},
-		{"http://" + lab.ServiceAddr + "/v1/models", "-H", "Host: api.openai.example", "-H", "Authorization: Bearer " + credPlaceholder},
-	} {
-		out, code := s.curl(g, args[0], args[1:]...)
-		if code != 0 || !strings.Contains(out, "placeholder") {
-			t.Errorf("curl %q: exit %d, %q; want the router's 403 naming the placeholder", args, code, out)
-		}
-	}
+	s.wantCanaries(
+		[]string{"http://" + lab.EchoName + "/log?token=" + credPlaceholder, "-H", "Authorization: Bearer " + credPlaceholder},
+		[]string{"http://" + lab.ServiceAddr + "/v1/models", "-H", "Host: api.openai.example", "-H", "Authorization: Bearer " + credPlaceholder},
+	)
 	for _, r := range s.lab.HTTPLog() {
 		if strings.Contains(r.Auth+r.Query, credRealValue) || strings.Contains(r.Auth+r.Query, credPlaceholder) {
 			t.Errorf("the echo server saw the credential: %+v", r)
@@ -87,13 +76,7 @@ forward = "model"
 	if n := strings.Count(s.log(), `msg="canary:`); n != 3 {
 		t.Errorf("canary lines in the router's log: %d, want one per destination: 3", n)
 	}
-	statusJSON, _ := s.routerCmd("status", "--json", "--config", s.cfg)
-	flowLog, _ := os.ReadFile(flows)
-	for what, text := range map[string]string{"the router's log": s.log(), "status": statusJSON, "the flow log": string(flowLog)} {
-		if strings.Contains(text, credRealValue) {
-			t.Errorf("%s holds the real value", what)
-		}
-	}
+	s.wantHidden(credRealValue, flows)
 	s.wantNoLeak("credential broker")
 }
 
@@ -111,17 +94,11 @@ const (
 // status or flow log of the run holds the real value.
 func TestCredentialDestination(t *testing.T) {
 	flows := filepath.Join(t.TempDir(), "flows.jsonl")
-	extra := `
-[log]
-flows = "` + flows + `"
-
-[[credential]]
-name = "echo-key"
-placeholder = "` + destPlaceholder + `"
+	extra := credentialConfig(flows, `name = "echo-key"
+placeholder = "`+destPlaceholder+`"
 value_env = "ROUTER_E2E_ECHO_KEY"
-destination = "` + lab.EchoName + `:80"
-header = "Authorization"
-`
+destination = "`+lab.EchoName+`:80"
+header = "Authorization"`)
 	t.Setenv("ROUTER_E2E_ECHO_KEY", destRealValue)
 	s := newScene(t, config(lab.GoSocksAddr, "")+extra)
 	g := s.lab.Guest()
@@ -132,27 +109,15 @@ header = "Authorization"
 	if code != 0 || strings.Count(out, lab.ExitAddr) != 2 {
 		t.Fatalf("the guest's two requests: exit %d, %q", code, out)
 	}
-	var got []string
-	for _, r := range s.lab.HTTPLog() {
-		got = append(got, r.Path+" "+r.Auth)
-	}
-	slices.Sort(got) // in the order the server finished them
-	if want := []string{"/one Bearer " + destRealValue, "/two Bearer " + destRealValue}; strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("the echo server saw:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	s.wantEchoSaw("/one Bearer "+destRealValue, "/two Bearer "+destRealValue)
 
 	// The API's name in the Host of a request to an address the guest chose (agentcage#175),
 	// and the placeholder in the bound destination's query: the router's 403, nothing at the
 	// server.
-	for _, args := range [][]string{
-		{"http://" + lab.ServiceAddr + "/attack", "-H", "Host: " + lab.EchoName, "-H", auth},
-		{"http://" + lab.EchoName + "/query?key=" + destPlaceholder},
-	} {
-		out, code := s.curl(g, args[0], args[1:]...)
-		if code != 0 || !strings.Contains(out, "placeholder") {
-			t.Errorf("curl %q: exit %d, %q; want the router's 403 naming the placeholder", args, code, out)
-		}
-	}
+	s.wantCanaries(
+		[]string{"http://" + lab.ServiceAddr + "/attack", "-H", "Host: " + lab.EchoName, "-H", auth},
+		[]string{"http://" + lab.EchoName + "/query?key=" + destPlaceholder},
+	)
 	if n := len(s.lab.HTTPLog()); n != 2 {
 		t.Errorf("the echo server saw %d requests, want the 2 brokered ones: %v", n, s.lab.HTTPLog())
 	}
@@ -160,13 +125,7 @@ header = "Authorization"
 	if n, _ := refusalCount(st, "canary"); n != 2 {
 		t.Errorf("canaries counted: %d, want 2 (the Host, the query)", n)
 	}
-	statusJSON, _ := s.routerCmd("status", "--json", "--config", s.cfg)
-	flowLog, _ := os.ReadFile(flows)
-	for what, text := range map[string]string{"the router's log": s.log(), "status": statusJSON, "the flow log": string(flowLog)} {
-		if strings.Contains(text, destRealValue) {
-			t.Errorf("%s holds the real value", what)
-		}
-	}
+	s.wantHidden(destRealValue, flows)
 	s.wantNoLeak("credential destination")
 }
 
@@ -179,19 +138,13 @@ func TestCredentialDestinationTLS(t *testing.T) {
 	dir := t.TempDir()
 	flows := filepath.Join(dir, "flows.jsonl")
 	labCA := filepath.Join(dir, "lab-ca.pem")
-	extra := `
-[log]
-flows = "` + flows + `"
-
-[[credential]]
-name = "echo-key"
-placeholder = "` + destPlaceholder + `"
+	extra := credentialConfig(flows, `name = "echo-key"
+placeholder = "`+destPlaceholder+`"
 value_env = "ROUTER_E2E_ECHO_KEY"
-destination = "` + lab.EchoName + `:443"
+destination = "`+lab.EchoName+`:443"
 header = "Authorization"
 tls_terminate = true
-ca_file = "` + labCA + `"
-`
+ca_file = "`+labCA+`"`)
 	t.Setenv("ROUTER_E2E_ECHO_KEY", destRealValue)
 	// The lab's CA exists once the lab is up; the router reads ca_file when it starts.
 	s := newLabWith(t, config(lab.GoSocksAddr, "")+extra, lab.Options{EchoTLS: true})
@@ -213,26 +166,59 @@ ca_file = "` + labCA + `"
 	if code != 0 || strings.Count(out, lab.ExitAddr) != 2 {
 		t.Fatalf("the guest's two requests: exit %d, %q", code, out)
 	}
-	var got []string
-	for _, r := range s.lab.HTTPLog() {
-		got = append(got, r.Path+" "+r.Auth)
-	}
-	slices.Sort(got)
-	if want := []string{"/one Bearer " + destRealValue, "/two Bearer " + destRealValue}; strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("the echo server saw:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	s.wantEchoSaw("/one Bearer "+destRealValue, "/two Bearer "+destRealValue)
 	if out, code := s.curl(g, lab.EchoTLSURL+"untrusted", "-H", auth); code == 0 {
 		t.Errorf("a guest that does not trust the router's CA got through: %q", out)
 	}
 	if n := len(s.lab.HTTPLog()); n != 2 {
 		t.Errorf("the echo server saw %d requests, want 2", n)
 	}
+	s.wantHidden(destRealValue, flows)
+	s.wantNoLeak("credential destination over TLS")
+}
+
+// credentialConfig is the config the credential tests add: the flow log at flows, and one
+// [[credential]] table with fields (TOML lines).
+func credentialConfig(flows, fields string) string {
+	return "\n[log]\nflows = \"" + flows + "\"\n\n[[credential]]\n" + fields + "\n"
+}
+
+// wantCanaries runs curl in the guest for each request (a URL and curl's arguments): each
+// must get the router's 403 naming the placeholder (the canary).
+func (s *scene) wantCanaries(requests ...[]string) {
+	s.t.Helper()
+	for _, args := range requests {
+		out, code := s.curl(s.lab.Guest(), args[0], args[1:]...)
+		if code != 0 || !strings.Contains(out, "placeholder") {
+			s.t.Errorf("curl %q: exit %d, %q; want the router's 403 naming the placeholder", args, code, out)
+		}
+	}
+}
+
+// wantEchoSaw fails the test unless the echo server saw exactly the requests want, each
+// "path authorization", in any order (the order the server finished them).
+func (s *scene) wantEchoSaw(want ...string) {
+	s.t.Helper()
+	var got []string
+	for _, r := range s.lab.HTTPLog() {
+		got = append(got, r.Path+" "+r.Auth)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		s.t.Fatalf("the echo server saw:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// wantHidden fails the test when the router's log, its status or the flow log (at flows)
+// holds value.
+func (s *scene) wantHidden(value, flows string) {
+	s.t.Helper()
 	statusJSON, _ := s.routerCmd("status", "--json", "--config", s.cfg)
 	flowLog, _ := os.ReadFile(flows)
 	for what, text := range map[string]string{"the router's log": s.log(), "status": statusJSON, "the flow log": string(flowLog)} {
-		if strings.Contains(text, destRealValue) {
-			t.Errorf("%s holds the real value", what)
+		if strings.Contains(text, value) {
+			s.t.Errorf("%s holds the real value", what)
 		}
 	}
-	s.wantNoLeak("credential destination over TLS")
 }

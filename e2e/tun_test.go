@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"github.com/agentcage/router/dns"
 	"github.com/agentcage/router/internal/lab"
 	"github.com/agentcage/router/internal/roottest"
+	"github.com/agentcage/router/internal/syncbuf"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/router/proc"
@@ -82,7 +82,7 @@ type tunScene struct {
 	ctx  context.Context
 	lab  *lab.Lab
 	eng  *redirect.Engine
-	logs *tunLog
+	logs *syncbuf.Buffer
 	dir  string
 }
 
@@ -200,7 +200,7 @@ func newTUNScene(t *testing.T) *tunScene {
 	if err != nil {
 		t.Fatalf("lab: %v", err)
 	}
-	s := &tunScene{t: t, ctx: ctx, lab: l, logs: &tunLog{}, dir: t.TempDir()}
+	s := &tunScene{t: t, ctx: ctx, lab: l, logs: &syncbuf.Buffer{}, dir: t.TempDir()}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("engine and router log:\n%s", s.logs.String())
@@ -425,24 +425,6 @@ func newTUNScene(t *testing.T) *tunScene {
 	}
 	l.ResetLogs()
 	return s
-}
-
-// tunLog collects the log of the engine, the router and the DNS server.
-type tunLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *tunLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *tunLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // curl runs bin (curl or a copy) in ns against url; a refused connection is exit 7.

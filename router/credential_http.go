@@ -16,8 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentcage/router/internal/httphead"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/rules/modelapi"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
 	"golang.org/x/net/http/httpguts"
@@ -239,7 +239,7 @@ func (r *Router) brokerRequests(p *compiled, f *FlowRecord, br *bufio.Reader, ou
 			}
 			return "", err
 		}
-		req, why, err := readBrokerRequest(br)
+		req, why, err := httphead.Read(br)
 		if err != nil {
 			return "", err
 		}
@@ -272,55 +272,6 @@ func (r *Router) brokerRequests(p *compiled, f *FlowRecord, br *bufio.Reader, ou
 		if upgrade {
 			_, err := io.Copy(out, br)
 			return "", err
-		}
-	}
-}
-
-// readBrokerRequest reads the next request from br: its head must end within maxBrokerHead
-// bytes, frame its body one way only (modelapi.Framing), parse (http.ReadRequest) as HTTP/1.x
-// with a valid Host. A request refused unparsed returns why; err is the connection's end.
-func readBrokerRequest(br *bufio.Reader) (req *http.Request, why string, err error) {
-	head, err := brokerHead(br)
-	if err != nil {
-		return nil, "", err
-	}
-	if head == nil {
-		return nil, "the request head is larger than " + strconv.Itoa(maxBrokerHead) + " bytes", nil
-	}
-	if why := modelapi.Framing(head); why != "" {
-		return nil, why, nil
-	}
-	req, err = http.ReadRequest(br)
-	switch {
-	case err != nil:
-		return nil, "a malformed request", nil
-	case req.ProtoMajor != 1:
-		return nil, "an HTTP version other than 1.x", nil
-	case req.Host != "" && !httpguts.ValidHostHeader(req.Host):
-		return nil, "a malformed Host header", nil
-	}
-	return req, "", nil
-}
-
-// brokerHead returns the request head at the start of br (up to and with its blank line),
-// without consuming it; nil when it does not end within maxBrokerHead bytes.
-func brokerHead(br *bufio.Reader) ([]byte, error) {
-	for {
-		n := br.Buffered()
-		if n > 0 {
-			b, _ := br.Peek(n)
-			if end := modelapi.HeadEnd(b); end >= 0 {
-				return b[:end], nil
-			}
-			if n >= maxBrokerHead {
-				return nil, nil
-			}
-		}
-		if _, err := br.Peek(n + 1); err != nil {
-			if errors.Is(err, bufio.ErrBufferFull) {
-				return nil, nil
-			}
-			return nil, err
 		}
 	}
 }

@@ -8,12 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentcage/router/internal/httphead"
 	"github.com/agentcage/router/internal/secret"
 	"github.com/agentcage/router/router/broker"
 )
 
 // FuzzBrokerRequest: whatever bytes a guest sends on a flow to a brokered destination, the
-// requests the router writes on (read by readBrokerRequest, judged by InjectTo, written by
+// requests the router writes on (read by httphead.Read, judged by InjectTo, written by
 // net/http) hold the real value only in the credential's own header of a request whose Host
 // names the destination; never in a request target, a Host or another header.
 func FuzzBrokerRequest(f *testing.F) {
@@ -34,7 +35,7 @@ func FuzzBrokerRequest(f *testing.F) {
 			if _, err := br.Peek(1); err != nil {
 				return
 			}
-			req, why, err := readBrokerRequest(br)
+			req, why, err := httphead.Read(br)
 			if err != nil || why != "" {
 				return
 			}

@@ -2,10 +2,12 @@ package router
 
 import (
 	"bufio"
+	"crypto/x509"
 	"io"
-	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,27 +29,37 @@ import (
 // apiServer is an HTTP server on loopback that records what each request's Authorization,
 // X-Other and Host held, and answers "ok" (keep-alive).
 type apiServer struct {
-	addr netip.AddrPort // its public alias
+	addr netip.AddrPort    // its public alias
+	cert *x509.Certificate // over HTTPS, its certificate (for example.com); else nil
 	mu   sync.Mutex
 	seen []string // "Host|Authorization|X-Other|URI"
 }
 
-func startAPI(t *testing.T) *apiServer {
+// startAPI starts an apiServer over plain HTTP.
+func startAPI(t *testing.T) *apiServer { return serveAPI(t, false) }
+
+// startAPITLS starts an apiServer over HTTPS, with httptest's certificate for example.com.
+func startAPITLS(t *testing.T) *apiServer { return serveAPI(t, true) }
+
+func serveAPI(t *testing.T, overTLS bool) *apiServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &apiServer{addr: public(netaddr.AddrPort(ln.Addr()))}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	a := &apiServer{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		io.Copy(io.Discard, req.Body)
 		a.mu.Lock()
 		a.seen = append(a.seen, req.Host+"|"+req.Header.Get("Authorization")+"|"+req.Header.Get("X-Other")+"|"+req.RequestURI)
 		a.mu.Unlock()
 		io.WriteString(w, "ok")
-	}), ReadHeaderTimeout: waitFor}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	}))
+	srv.Config.ReadHeaderTimeout = waitFor
+	if overTLS {
+		srv.StartTLS()
+		a.cert = srv.Certificate()
+	} else {
+		srv.Start()
+	}
+	t.Cleanup(srv.Close)
+	a.addr = public(netaddr.AddrPort(srv.Listener.Addr()))
 	return a
 }
 
@@ -55,6 +67,52 @@ func (a *apiServer) requests() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]string(nil), a.seen...)
+}
+
+// reset forgets the requests seen so far (a subtest's start).
+func (a *apiServer) reset() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.seen = nil
+}
+
+// wantSeen fails t unless the server saw exactly want, in order.
+func (a *apiServer) wantSeen(t *testing.T, want ...string) {
+	t.Helper()
+	if got := a.requests(); !slices.Equal(got, want) {
+		t.Errorf("the server saw:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// brokeredRequests sends, on one connection to a brokered destination (host, the Host
+// field), two requests with ph in Authorization, each of which must be answered "ok", then
+// a third with ph in its query, which must get the canary's 403.
+func brokeredRequests(t *testing.T, c io.Writer, br *bufio.Reader, host, ph string) {
+	t.Helper()
+	for i := range 2 {
+		req := "GET /v1/" + strconv.Itoa(i) + " HTTP/1.1\r\nHost: " + host + "\r\nAuthorization: Bearer " + ph + "\r\n\r\n"
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || string(body) != "ok" {
+			t.Fatalf("request %d: %s %q", i, resp.Status, body)
+		}
+	}
+	io.WriteString(c, "GET /v1/x?key="+ph+" HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+	want403(t, br, true)
+}
+
+// wantNotLogged fails the test when the router's log holds value.
+func (e *env) wantNotLogged(value string) {
+	e.t.Helper()
+	if strings.Contains(e.logs.String(), value) {
+		e.t.Errorf("the value was logged:\n%s", e.logs.String())
+	}
 }
 
 // TestBrokeredDestination: a caged flow to a destination a credential is bound to (by the
@@ -79,9 +137,7 @@ func TestBrokeredDestination(t *testing.T) {
 	for _, act := range []rules.Action{rules.Direct, rules.Proxy} {
 		for _, path := range refusePaths {
 			t.Run(act.String()+"/"+path.name, func(t *testing.T) {
-				api.mu.Lock()
-				api.seen = nil
-				api.mu.Unlock()
+				api.reset()
 				cfg := &conf.Config{Rules: []rules.Rule{hostRule("labs", act, map[bool]string{true: "exit"}[act == rules.Proxy], "*.lab.test")},
 					Capture:     conf.Capture{VMNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 					DNS:         conf.DNS{Mode: conf.DNSFakeIP, Pool: netip.MustParsePrefix("198.18.0.0/15")},
@@ -96,29 +152,10 @@ func TestBrokeredDestination(t *testing.T) {
 				e := newEnv(t, s, Options{GoroutineSetup: path.goroutine, Names: names})
 
 				// Keep-alive: both requests get the value; the third is refused.
-				c := e.dial(netip.AddrPortFrom(apiFake, port))
-				br := bufio.NewReader(c)
-				for i := range 2 {
-					req := "GET /v1/" + strconv.Itoa(i) + " HTTP/1.1\r\nHost: api.lab.test:" + strconv.Itoa(int(port)) + "\r\nAuthorization: Bearer " + ph + "\r\n\r\n"
-					if _, err := io.WriteString(c, req); err != nil {
-						t.Fatal(err)
-					}
-					resp, err := http.ReadResponse(br, nil)
-					if err != nil {
-						t.Fatalf("request %d: %v", i, err)
-					}
-					body, _ := io.ReadAll(resp.Body)
-					if resp.StatusCode != 200 || string(body) != "ok" {
-						t.Fatalf("request %d: %s %q", i, resp.Status, body)
-					}
-				}
-				io.WriteString(c, "GET /v1/x?key="+ph+" HTTP/1.1\r\nHost: api.lab.test:"+strconv.Itoa(int(port))+"\r\n\r\n")
-				want403(t, br, true)
 				hostPort := "api.lab.test:" + strconv.Itoa(int(port))
-				wantSeen := []string{hostPort + "|Bearer " + real + "||/v1/0", hostPort + "|Bearer " + real + "||/v1/1"}
-				if got := api.requests(); strings.Join(got, "\n") != strings.Join(wantSeen, "\n") {
-					t.Errorf("the server saw:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantSeen, "\n"))
-				}
+				c := e.dial(netip.AddrPortFrom(apiFake, port))
+				brokeredRequests(t, c, bufio.NewReader(c), hostPort, ph)
+				api.wantSeen(t, hostPort+"|Bearer "+real+"||/v1/0", hostPort+"|Bearer "+real+"||/v1/1")
 
 				// Refused at the first request, never at the server: the placeholder in
 				// another header, the placeholder to another name (the canary); a Host naming
@@ -145,9 +182,7 @@ func TestBrokeredDestination(t *testing.T) {
 				if got := api.requests(); len(got) != 2 {
 					t.Errorf("the server saw %d requests, want the 2 brokered ones: %q", len(got), got)
 				}
-				if strings.Contains(e.logs.String(), real) {
-					t.Errorf("the value was logged:\n%s", e.logs.String())
-				}
+				e.wantNotLogged(real)
 			})
 		}
 	}
@@ -207,7 +242,5 @@ func TestBrokeredInbound(t *testing.T) {
 		t.Errorf("the server saw %q; want the one request with the value in X-Other", got)
 	}
 	wait.For(t, "the canary counted", waitFor, func() bool { return e.r.book.Count(refusal.Canary) == 1 })
-	if strings.Contains(e.logs.String(), real) {
-		t.Errorf("the value was logged:\n%s", e.logs.String())
-	}
+	e.wantNotLogged(real)
 }

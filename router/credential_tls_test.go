@@ -4,18 +4,12 @@ import (
 	"bufio"
 	"crypto/tls"
 	"crypto/x509"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
-	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/internal/secret"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/broker"
@@ -36,21 +30,11 @@ func TestBrokeredTLS(t *testing.T) {
 		ph   = "router-placeholder-tls-9f9f9f"
 		real = "REAL-tls-value-1a1a"
 	)
-	var mu sync.Mutex
-	var seen []string
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		mu.Lock()
-		seen = append(seen, req.Host+"|"+req.Header.Get("Authorization")+"|"+req.RequestURI)
-		mu.Unlock()
-		io.WriteString(w, "ok")
-	}))
-	srv.StartTLS() // its certificate is for example.com
-	t.Cleanup(srv.Close)
-	addr := public(netaddr.AddrPort(srv.Listener.Addr()))
-	port := strconv.Itoa(int(addr.Port()))
-	dest := "example.com:" + port
+	api := startAPITLS(t)
+	addr := api.addr
+	dest := "example.com:" + strconv.Itoa(int(addr.Port()))
 	roots := x509.NewCertPool()
-	roots.AddCert(srv.Certificate())
+	roots.AddCert(api.cert)
 	ca, err := tlsca.LoadOrCreate(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -63,9 +47,7 @@ func TestBrokeredTLS(t *testing.T) {
 	}{{"configured roots", roots, true}, {"system roots", nil, false}} {
 		for _, path := range refusePaths {
 			t.Run(tc.name+"/"+path.name, func(t *testing.T) {
-				mu.Lock()
-				seen = nil
-				mu.Unlock()
+				api.reset()
 				creds := broker.New([]broker.Credential{{Name: "tls-key", Placeholder: ph, Value: secret.NewPassword(real),
 					Destination: dest, Header: "Authorization", TLSTerminate: true, Roots: tc.roots}})
 				cfg := &conf.Config{Rules: []rules.Rule{hostRule("api", rules.Direct, "", "example.com")},
@@ -82,12 +64,7 @@ func TestBrokeredTLS(t *testing.T) {
 						t.Fatalf("the guest's handshake: %v", err)
 					}
 					e.waitLog("certificate signed by unknown authority") // the router's own handshake
-					mu.Lock()
-					n := len(seen)
-					mu.Unlock()
-					if n != 0 {
-						t.Errorf("the server saw %d requests", n)
-					}
+					api.wantSeen(t)
 					return
 				}
 				if !tc.reaches {
@@ -97,30 +74,10 @@ func TestBrokeredTLS(t *testing.T) {
 				if p := c.ConnectionState().NegotiatedProtocol; p != "http/1.1" {
 					t.Errorf("ALPN %q, want http/1.1", p)
 				}
-				br := bufio.NewReader(c)
-				for i := range 2 {
-					io.WriteString(c, "GET /v1/"+strconv.Itoa(i)+" HTTP/1.1\r\nHost: "+dest+"\r\nAuthorization: Bearer "+ph+"\r\n\r\n")
-					resp, err := http.ReadResponse(br, nil)
-					if err != nil {
-						t.Fatalf("request %d: %v", i, err)
-					}
-					body, _ := io.ReadAll(resp.Body)
-					if resp.StatusCode != 200 || string(body) != "ok" {
-						t.Fatalf("request %d: %s %q", i, resp.Status, body)
-					}
-				}
-				io.WriteString(c, "GET /v1/x?key="+ph+" HTTP/1.1\r\nHost: "+dest+"\r\n\r\n")
-				want403(t, br, true)
-				mu.Lock()
-				got := strings.Join(seen, "\n")
-				mu.Unlock()
-				if want := dest + "|Bearer " + real + "|/v1/0\n" + dest + "|Bearer " + real + "|/v1/1"; got != want {
-					t.Errorf("the server saw:\n%s\nwant:\n%s", got, want)
-				}
+				brokeredRequests(t, c, bufio.NewReader(c), dest, ph)
+				api.wantSeen(t, dest+"|Bearer "+real+"||/v1/0", dest+"|Bearer "+real+"||/v1/1")
 				wait.For(t, "the canary counted", waitFor, func() bool { return e.r.book.Count(refusal.Canary) == 1 })
-				if strings.Contains(e.logs.String(), real) {
-					t.Errorf("the value was logged:\n%s", e.logs.String())
-				}
+				e.wantNotLogged(real)
 			})
 		}
 	}

@@ -2,20 +2,16 @@ package router
 
 import (
 	"crypto/tls"
-	"errors"
 	"io"
 	"net"
 	"net/netip"
 	"regexp"
 	"slices"
-	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
-	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
@@ -89,27 +85,8 @@ func TestNameCasesRelay(t *testing.T) {
 			}
 			e := newEnv(t, nameSettings(t, p.Addr), opts)
 			before := len(p.Asked())
-			cl, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
-			switch {
-			case errors.Is(err, syscall.ECONNRESET):
-			case err != nil:
-				t.Fatal(err)
-			default:
-				defer cl.Close()
-				cl.Write(firstBytes(t, c.From, fl.Sniffed))
-			}
-			e.waitLog("msg=flow ")
-			m := flowEndRecord.FindStringSubmatch(e.logs.String())
-			if m == nil {
-				t.Fatalf("no flow record in\n%s", e.logs.String())
-			}
-			rule := m[1]
-			if u, err := strconv.Unquote(rule); err == nil {
-				rule = u
-			}
-			if rule != c.Rule || m[2] != c.Action.String() {
-				t.Errorf("relay decided %s by %q, want %s by %q", m[2], rule, c.Action, c.Rule)
-			}
+			e.dialCapture(firstBytes(t, c.From, fl.Sniffed))
+			e.wantRecorded("relay", c.Action, c.Rule)
 			name, from := fl.Host, "dns"
 			if name == "" {
 				name, from = fl.Sniffed, c.From

@@ -82,24 +82,46 @@ var flowEndRecord = regexp.MustCompile(`msg=flow .*rule=("[^"]*"|\S+) action=(\S
 // checks that the relay's record of the flow names the action and rule the case wants.
 func (e *env) wantDecided(action rules.Action, rule string) {
 	e.t.Helper()
+	e.dialCapture(nil)
+	e.wantRecorded("relay", action, rule)
+}
+
+// dialCapture connects "through capture" (the env's Original says where from and to) and
+// writes first, unless empty. A refusal before the dial returned is no error; the
+// connection closes when the test ends.
+func (e *env) dialCapture(first []byte) {
+	e.t.Helper()
 	c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
 	switch {
 	case errors.Is(err, syscall.ECONNRESET): // refused before the dial returned
 	case err != nil:
 		e.t.Fatal(err)
 	default:
-		defer c.Close()
+		e.t.Cleanup(func() { c.Close() })
+		if len(first) > 0 {
+			c.Write(first)
+		}
 	}
-	e.waitLog("msg=flow")
+}
+
+// wantRecorded waits for the flow's end record and checks that it names action and rule;
+// path names the way the flow came in, for the error ("relay", "inbound").
+func (e *env) wantRecorded(path string, action rules.Action, rule string) {
+	e.t.Helper()
+	e.waitLog("msg=flow ")
 	m := flowEndRecord.FindStringSubmatch(e.logs.String())
 	if m == nil {
 		e.t.Fatalf("no flow record in\n%s", e.logs.String())
 	}
-	name := m[1]
-	if u, err := strconv.Unquote(name); err == nil {
-		name = u
+	if got := unquote(m[1]); got != rule || m[2] != action.String() {
+		e.t.Errorf("%s decided %s by %q, want %s by %q", path, m[2], got, action, rule)
 	}
-	if name != rule || m[2] != action.String() {
-		e.t.Errorf("relay decided %s by %q, want %s by %q", m[2], name, action, rule)
+}
+
+// unquote is a log value without its quotes, when it has them.
+func unquote(s string) string {
+	if u, err := strconv.Unquote(s); err == nil {
+		return u
 	}
+	return s
 }

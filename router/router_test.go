@@ -20,6 +20,7 @@ import (
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/echotest"
 	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/internal/syncbuf"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5/socks5test"
@@ -101,25 +102,8 @@ type env struct {
 	r      *Router
 	ln     *net.TCPListener
 	orig   *origTable
-	logs   *syncBuffer
+	logs   *syncbuf.Buffer
 	marked *countingControl
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // countingControl stands in for the socket mark: it counts the sockets the router opens.
@@ -188,7 +172,7 @@ func hostRule(name string, act rules.Action, proxy string, hosts ...string) rule
 
 func newEnv(t *testing.T, pol Settings, opts Options) *env {
 	t.Helper()
-	e := &env{t: t, orig: &origTable{m: map[netip.AddrPort]netip.AddrPort{}}, logs: &syncBuffer{}, marked: &countingControl{}}
+	e := &env{t: t, orig: &origTable{m: map[netip.AddrPort]netip.AddrPort{}}, logs: &syncbuf.Buffer{}, marked: &countingControl{}}
 	if opts.Original == nil {
 		opts.Original = func(c *net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
 			dst, err := e.orig.lookup(c)

@@ -1,13 +1,11 @@
 package router
 
 import (
-	"errors"
 	"io"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -52,23 +50,8 @@ func TestSpoofCasesTransparent(t *testing.T) {
 			pol := Settings{Decision: dec, Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Addr.Port()}}}}
 			e := newEnv(t, pol, opts)
 			before := len(p.Asked())
-			cl, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
-			switch {
-			case errors.Is(err, syscall.ECONNRESET):
-			case err != nil:
-				t.Fatal(err)
-			default:
-				defer cl.Close()
-				cl.Write(firstBytes(t, c.From, fl.Sniffed))
-			}
-			e.waitLog("msg=flow ")
-			m := flowEndRecord.FindStringSubmatch(e.logs.String())
-			if m == nil {
-				t.Fatalf("no flow record in\n%s", e.logs.String())
-			}
-			if rule := unquote(m[1]); rule != c.Rule || m[2] != c.Action.String() {
-				t.Errorf("relay decided %s by %q, want %s by %q", m[2], rule, c.Action, c.Rule)
-			}
+			e.dialCapture(firstBytes(t, c.From, fl.Sniffed))
+			e.wantRecorded("relay", c.Action, c.Rule)
 			logs := e.logs.String()
 			spoofed := "not " + netip.AddrPortFrom(fl.Dst, fl.Port).String()
 			if c.Action == rules.Direct {
@@ -104,14 +87,6 @@ func TestSpoofCasesTransparent(t *testing.T) {
 	}
 }
 
-// unquote is a log value without its quotes, when it has them.
-func unquote(s string) string {
-	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
-		return s[1 : len(s)-1]
-	}
-	return s
-}
-
 // TestSpoofCasesInbound: a name an inbound's client asks for is dialed as the router
 // resolves it, every address through the walls, on both inbounds.
 func TestSpoofCasesInbound(t *testing.T) {
@@ -138,14 +113,7 @@ func TestSpoofCasesInbound(t *testing.T) {
 				} else {
 					e.httpConnect(addr, net.JoinHostPort(fl.Host, strconv.Itoa(int(fl.Port))), "")
 				}
-				e.waitLog("msg=flow ")
-				m := flowEndRecord.FindStringSubmatch(e.logs.String())
-				if m == nil {
-					t.Fatalf("no flow record in\n%s", e.logs.String())
-				}
-				if rule := unquote(m[1]); rule != c.Rule || m[2] != c.Action.String() {
-					t.Errorf("inbound decided %s by %q, want %s by %q", m[2], rule, c.Action, c.Rule)
-				}
+				e.wantRecorded("inbound", c.Action, c.Rule)
 				if c.Action == rules.Direct {
 					want := "not " + netip.AddrPortFrom(c.Dial, fl.Port).String()
 					e.waitLog(want)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/dns/dnstest"
+	"github.com/agentcage/router/internal/syncbuf"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/upstreamtest"
@@ -91,7 +92,7 @@ type udpEnv struct {
 	r     *Router
 	up    *upstreamtest.Fake
 	ret   *fakeReturn
-	logs  *syncBuffer
+	logs  *syncbuf.Buffer
 	mu    sync.Mutex
 	assoc []*upstreamtest.Association
 }
@@ -106,7 +107,7 @@ func newUDPEnv(t *testing.T, names Names, associate func() (upstream.Association
 // newUDPEnvIn is newUDPEnv with the VM networks nets.
 func newUDPEnvIn(t *testing.T, nets []netip.Prefix, names Names, associate func() (upstream.Association, error), rs ...rules.Rule) *udpEnv {
 	t.Helper()
-	e := &udpEnv{t: t, ret: newFakeReturn(), logs: &syncBuffer{}}
+	e := &udpEnv{t: t, ret: newFakeReturn(), logs: &syncbuf.Buffer{}}
 	e.up = &upstreamtest.Fake{ID: "exit", AssociateFunc: func(context.Context) (upstream.Association, error) {
 		if associate != nil {
 			return associate()

@@ -17,6 +17,7 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/internal/syncbuf"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5"
@@ -127,18 +128,7 @@ func TestWallCasesInbound(t *testing.T) {
 				if refused != (c.Action == rules.Block) {
 					t.Errorf("refused: %v; want %v", refused, c.Action == rules.Block)
 				}
-				e.waitLog("msg=flow")
-				m := flowEndRecord.FindStringSubmatch(e.logs.String())
-				if m == nil {
-					t.Fatalf("no flow record in\n%s", e.logs.String())
-				}
-				name := m[1]
-				if u, err := strconv.Unquote(name); err == nil {
-					name = u
-				}
-				if name != c.Rule || m[2] != c.Action.String() {
-					t.Errorf("inbound decided %s by %q, want %s by %q", m[2], name, c.Action, c.Rule)
-				}
+				e.wantRecorded("inbound", c.Action, c.Rule)
 				wantRefusal(t, e.r, c)
 			})
 		}
@@ -158,7 +148,7 @@ func TestWallCasesUDP(t *testing.T) {
 				dst = netip.AddrPortFrom(policytest.PoolAddr, fl.Port)
 			}
 			up := &upstreamtest.Fake{ID: "exit"}
-			logs := &syncBuffer{}
+			logs := &syncbuf.Buffer{}
 			opts := Options{
 				Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 				Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {

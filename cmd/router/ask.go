@@ -14,8 +14,7 @@ import (
 func cmdAsk(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("ask",
 		"Lists the destinations the running daemon asks about (the flows it holds under ask), or\nanswers one: once (the flows held now), run (until the daemon stops), always (written as a\nrule to the router's own rules file, approved.toml) or deny.", stderr)
-	cfgPath := fs.String("config", "", "read [control] socket from this config `file`")
-	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
+	cfgPath, socket := controlFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	id := fs.Uint64("id", 0, "the prompt to answer (as the list shows it)")
 	answer := fs.String("answer", "", "the answer: once, run, always or deny")
@@ -66,8 +65,7 @@ func writeAsks(w io.Writer, ps []control.Prompt, now time.Time) {
 func cmdConsole(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("console",
 		"Prints the URL of the running daemon's web console ([console] listen), with the token\nthat lets a browser in once (it is then kept in a cookie). Open it on this host.", stderr)
-	cfgPath := fs.String("config", "", "read [control] socket from this config `file`")
-	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
+	cfgPath, socket := controlFlags(fs)
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}

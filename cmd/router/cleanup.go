@@ -20,7 +20,7 @@ func cmdCleanup(args []string, stdout, stderr io.Writer) int {
 		"Removes the router's capture and fail-closed guard (Linux: the nftables table it owns;\nWindows: the WFP filters of its provider), so VM traffic flows again WITHOUT the proxy.\nRun it only when you mean to take the cage down. While a router runs it restores its\nguard, so cleanup refuses; --force stops that router first (SIGTERM to the process id\nit reports over the control channel).", stderr)
 	cfgPath := fs.String("config", "", "read the table name and the control socket from this config `file`")
 	table := fs.String("table", conf.DefaultTable, "the table `name`")
-	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
+	socket := socketFlag(fs)
 	force := fs.Bool("force", false, "stop a running router first")
 	if code, stop := parseFlags(fs, args); stop {
 		return code

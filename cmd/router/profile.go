@@ -22,8 +22,7 @@ func cmdProfile(args []string, stdout, stderr io.Writer) int {
 			"app:qemu-system-x86_64; on Windows app:VBoxHeadless.exe): the flows of the processes\n"+
 			"running that executable. The switch lasts until the next switch or the daemon's stop; a\n"+
 			"reload keeps it. `router status` shows the switched guests.", stderr)
-	cfgPath := fs.String("config", "", "read [control] socket from this config `file`")
-	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
+	cfgPath, socket := controlFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {

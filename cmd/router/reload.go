@@ -17,8 +17,7 @@ const reloadTimeout = 30 * time.Second
 func cmdReload(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("reload",
 		"Asks the running daemon to read its config file again and apply it, all or nothing, and\nwaits for the outcome: exit 0 when the new config runs, 1 with the reason when the daemon\nrefused it (the running config stays; router status shows the refusal). systemctl reload\nruns this. With --config whose file does not load (the very case a reload refuses), the\ndefault control socket is asked.", stderr)
-	cfgPath := fs.String("config", "", "read [control] socket from this config `file`")
-	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
+	cfgPath, socket := controlFlags(fs)
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}

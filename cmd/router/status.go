@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -16,8 +17,7 @@ import (
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("status",
 		"Shows the running daemon's totals, upstream health, how many flows and bytes each rule\ndecided, what was refused and why, and the live flows with their bytes and rates, over the\nlocal control channel (only root / Administrators can open it).", stderr)
-	cfgPath := fs.String("config", "", "read [control] socket from this config `file`")
-	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
+	cfgPath, socket := controlFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
@@ -264,6 +264,17 @@ func humanRate(n uint64) string {
 		return "-"
 	}
 	return humanBytes(n) + "/s"
+}
+
+// socketFlag defines --socket: the control socket's path (control.DefaultPath when empty).
+func socketFlag(fs *flag.FlagSet) *string {
+	return fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
+}
+
+// controlFlags defines --config and --socket for a command that talks to the running
+// daemon; controlPath turns them into the socket's path.
+func controlFlags(fs *flag.FlagSet) (cfgPath, socket *string) {
+	return fs.String("config", "", "read [control] socket from this config `file`"), socketFlag(fs)
 }
 
 // controlPath picks the control socket: --socket, else the config's [control] socket, else

@@ -22,8 +22,7 @@ func cmdWatch(args []string, stdout, stderr io.Writer) int {
 			"rule's flows and bytes. Keys: q quit, p pause, s sort, / filter, ? help. It needs no mouse\n"+
 			"and works over SSH and in a Windows console; --once prints one frame for scripts.\n"+
 			"Like status, it needs root / Administrators to open the control channel.", stderr)
-	cfgPath := fs.String("config", "", "read [control] socket from this config `file`")
-	socket := fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
+	cfgPath, socket := controlFlags(fs)
 	interval := fs.Duration("interval", time.Second, "how often to ask the daemon (100ms to 1h)")
 	sortBy := fs.String("sort", "rate", "order the flows by `rate`, age or bytes")
 	once := fs.Bool("once", false, "print one frame as text and exit (no terminal needed)")

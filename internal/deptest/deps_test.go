@@ -33,13 +33,13 @@ var table = []struct{ pkg, imports, tests string }{
 
 	// The DNS side.
 	{"dns/dnstest", "", ""},
-	{"dns", "conf internal/accept internal/ports internal/tally rules rules/refusal", "internal/wait"}, // rules: a query's Source carries the asking process as rules.Owner
+	{"dns", "conf internal/accept internal/ports internal/tally rules rules/refusal", "internal/syncbuf internal/wait"}, // rules: a query's Source carries the asking process as rules.Owner
 
 	// The Linux data path and what it dials.
-	{"router", "dns internal/accept internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/modelfwd router/sniff router/sockmap router/upload router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
-		"conf dns/dnstest internal/echotest internal/modeltest internal/roottest internal/secret internal/wait router/upstream/socks5/socks5test router/upstream/upstreamtest rules/policy/policytest"},
+	{"router", "dns internal/accept internal/httphead internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/modelfwd router/sniff router/sockmap router/upload router/upstream router/upstream/socks5 rules rules/policy rules/refusal",
+		"conf dns/dnstest internal/echotest internal/modeltest internal/roottest internal/secret internal/syncbuf internal/wait router/upstream/socks5/socks5test router/upstream/upstreamtest rules/modelapi rules/policy/policytest"},
 	// The model forwards' HTTP side: what the router hands an HTTP forward's connection.
-	{"router/modelfwd", "internal/tally router/broker rules/modelapi rules/refusal", "internal/modeltest internal/netaddr internal/secret internal/wait"},
+	{"router/modelfwd", "internal/httphead internal/tally router/broker rules/modelapi rules/refusal", "internal/modeltest internal/netaddr internal/secret internal/syncbuf internal/wait"},
 	{"router/upstream", "conf router/upstream/httpconnect router/upstream/socks4 router/upstream/socks5",
 		"internal/echotest internal/winetest router/upstream/httpconnect/httpconnecttest router/upstream/socks4/socks4test router/upstream/socks5/socks5test router/upstream/upstreamtest"},
 	{"router/upstream/upstreamtest", "router/upstream", ""},
@@ -62,7 +62,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/nftcap/cagemark", "", "internal/roottest internal/wait"},
 	{"router/proc", "rules", "internal/roottest router/proc/proctest"},
 	{"router/proc/proctest", "router/proc", ""},
-	{"router/nftcap/platform", "conf dns router router/capture router/control router/nftcap router/nftcap/cagemark router/nftcap/nflog router/proc rules rules/policy rules/refusal", "internal/wait"},
+	{"router/nftcap/platform", "conf dns router router/capture router/control router/nftcap router/nftcap/cagemark router/nftcap/nflog router/proc rules rules/policy rules/refusal", "internal/syncbuf internal/wait"},
 
 	// Operations: the wiring and what it serves.
 	// The daemon knows the capture only through the seam (router/capture); its test of what
@@ -88,7 +88,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert/adapters", "", "internal/winetest"},
 	{"windivert/dist", "windivert", "internal/winetest"},
 	{"windivert/platform", "conf dns internal/ports router/capture router/proc rules rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
-		"internal/echotest internal/wait internal/winetest router router/auditlog router/upstream router/upstream/socks5/socks5test rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
+		"internal/echotest internal/wait internal/winetest router router/auditlog router/capture/capturetest router/upstream router/upstream/socks5/socks5test rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
 	{"windivert/cmd/wdprobe", "router/proc windivert windivert/dist windivert/packet", ""},
 
 	// The commands.
@@ -104,22 +104,24 @@ var table = []struct{ pkg, imports, tests string }{
 
 	// Shared helpers, test and bench support.
 	{"internal/netaddr", "", ""},
+	{"internal/httphead", "rules/modelapi", ""}, // the request-head reader of the model forwards and the brokered destinations
 	{"internal/ports", "", ""},
 	{"internal/accept", "", ""},
-	{"internal/tally", "", ""},
+	{"internal/tally", "", "internal/syncbuf"},
 	{"internal/secret", "", ""},
 	{"internal/roottest", "", ""},
 	{"internal/winetest", "", ""},
 	{"internal/modeltest", "", ""},
 	{"internal/wait", "", ""},
+	{"internal/syncbuf", "", ""}, // the log sink tests and the lab read while goroutines write
 	{"internal/echotest", "", ""},
-	{"internal/lab", "internal/netaddr router/nftcap/cagemark", "internal/roottest internal/wait"},
+	{"internal/lab", "internal/netaddr internal/syncbuf router/nftcap/cagemark", "internal/roottest internal/wait"},
 	{"internal/bench", "router/upstream/socks5", "internal/wait router/upstream/socks5/socks5test"},
 	{"internal/notices", "", ""},
 	{"internal/progress", "", "internal/progress/progresstest"},
 	{"internal/progress/progresstest", "", ""},
 	{"internal/deptest", "", ""},
-	{"e2e", "", "conf dns internal/lab internal/modeltest internal/roottest internal/wait router router/control router/nftcap router/proc router/upstream router/upstream/socks5 rules rules/policy rules/refusal windivert/packet windivert/redirect"},
+	{"e2e", "", "conf dns internal/lab internal/modeltest internal/roottest internal/syncbuf internal/wait router router/control router/nftcap router/proc router/upstream router/upstream/socks5 rules rules/policy rules/refusal windivert/packet windivert/redirect"},
 }
 
 // A layer is a rule the table must keep, over the packages of ours that a package's code

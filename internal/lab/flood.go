@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/agentcage/router/internal/syncbuf"
 )
 
 // Silent destinations and a router short of descriptors, for the resource-exhaustion
@@ -57,7 +59,7 @@ func (l *Lab) StartRouterWithDescriptors(bin, config string, timeout time.Durati
 // startRouterCmd starts a prepared router command and waits (up to timeout) until it logs
 // ReadyLine.
 func startRouterCmd(cmd *exec.Cmd, timeout time.Duration) (*Router, error) {
-	r := &Router{cmd: cmd, log: &syncBuffer{}, exited: make(chan struct{})}
+	r := &Router{cmd: cmd, log: &syncbuf.Buffer{}, exited: make(chan struct{})}
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	if err := r.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start router: %w", err)

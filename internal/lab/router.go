@@ -1,40 +1,23 @@
 package lab
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/agentcage/router/internal/syncbuf"
 )
 
 // Router is a `router run` process in the lab's host namespace, started by StartRouter. Its
 // methods are safe for concurrent use.
 type Router struct {
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *syncbuf.Buffer
 	exited chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // ReadyLine is what the router logs once its capture is installed.
@@ -49,7 +32,7 @@ func (l *Lab) StartRouter(bin, config string, timeout time.Duration) (*Router, e
 
 // StartRouterWith is StartRouter with more arguments to `router run` (--learn).
 func (l *Lab) StartRouterWith(bin, config string, timeout time.Duration, args ...string) (*Router, error) {
-	r := &Router{log: &syncBuffer{}, exited: make(chan struct{})}
+	r := &Router{log: &syncbuf.Buffer{}, exited: make(chan struct{})}
 	cmd, err := l.RouterCommand(context.Background(), bin, append([]string{"run", "--config", config}, args...)...)
 	if err != nil {
 		return nil, err

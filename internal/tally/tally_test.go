@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/agentcage/router/internal/syncbuf"
 )
 
 func TestSummary(t *testing.T) {
@@ -47,7 +48,7 @@ func TestSummary(t *testing.T) {
 // TestSummaryTimer: the line goes out by itself an interval after the first event.
 func TestSummaryTimer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		buf := &lockedBuffer{}
+		buf := &syncbuf.Buffer{}
 		s := New(slog.New(slog.NewTextHandler(buf, nil)), time.Minute, Options{Message: "summary", Unit: "events"})
 		s.Add("x", "a", nil)
 		time.Sleep(59 * time.Second) // not ordering: the bubble's fake clock, just short of the interval
@@ -61,22 +62,4 @@ func TestSummaryTimer(t *testing.T) {
 			t.Fatalf("no line after the interval: %q", buf.String())
 		}
 	})
-}
-
-// lockedBuffer is a log sink the timer's goroutine writes and the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/netaddr"
+	"github.com/agentcage/router/internal/syncbuf"
 	"github.com/agentcage/router/internal/tally"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/rules/refusal"
@@ -24,7 +25,7 @@ const waitFor = 5 * time.Second
 type env struct {
 	t     *testing.T
 	r     *Server
-	logs  *syncBuffer
+	logs  *syncbuf.Buffer
 	log   *slog.Logger
 	idle  time.Duration
 	conns sync.WaitGroup
@@ -37,7 +38,7 @@ func newEnv(t *testing.T, idle time.Duration) *env {
 	if idle == 0 {
 		idle = time.Minute
 	}
-	e := &env{t: t, logs: &syncBuffer{}, idle: idle}
+	e := &env{t: t, logs: &syncbuf.Buffer{}, idle: idle}
 	e.log = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	summary := tally.New(e.log, time.Minute, tally.Options{Message: "refused (summary)", Unit: "requests", PerKind: 5})
 	var d net.Dialer
@@ -99,22 +100,4 @@ func (e *env) serve(f Forward) net.Listener {
 func (e *env) waitLog(want string) {
 	e.t.Helper()
 	wait.For(e.t, "the log to say "+want, waitFor, func() bool { return strings.Contains(e.logs.String(), want) })
-}
-
-// syncBuffer is a log's buffer, safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentcage/router/internal/httphead"
 	"github.com/agentcage/router/internal/tally"
 	"github.com/agentcage/router/rules/modelapi"
 	"github.com/agentcage/router/rules/refusal"
@@ -239,29 +240,13 @@ func readModelRequest(c interface{ SetReadDeadline(time.Time) error }, br *bufio
 	}
 	c.SetReadDeadline(time.Now().Add(modelHeadTimeout))
 	defer c.SetReadDeadline(time.Time{}) // no timeout on a body
-	head, err := peekHead(br)
-	if err != nil {
-		return nil, "", err
+	req, why, err = httphead.Read(br)
+	if req == nil {
+		return nil, why, err
 	}
-	if head == nil {
-		return nil, "the request head is larger than " + strconv.Itoa(maxModelHead) + " bytes", nil
-	}
-	if why := modelapi.Framing(head); why != "" {
-		return nil, why, nil
-	}
-	req, err = http.ReadRequest(br)
-	if err != nil {
-		return nil, "a malformed request", nil
-	}
-	// What http.Server would refuse before its handler (RFC 9112 sections 2.3, 3.2, 5).
-	// ReadRequest has refused two Host fields and moved the one into req.Host.
-	switch {
-	case req.ProtoMajor != 1:
-		return nil, "an HTTP version other than 1.x", nil
-	case req.Host == "" && req.ProtoAtLeast(1, 1) && req.Method != http.MethodConnect:
+	// What http.Server would refuse before its handler, besides (RFC 9112 sections 3.2, 5).
+	if req.Host == "" && req.ProtoAtLeast(1, 1) && req.Method != http.MethodConnect {
 		return nil, "no Host header", nil
-	case req.Host != "" && !httpguts.ValidHostHeader(req.Host):
-		return nil, "a malformed Host header", nil
 	}
 	for k, vs := range req.Header {
 		if !httpguts.ValidHeaderFieldName(k) {
@@ -274,29 +259,6 @@ func readModelRequest(c interface{ SetReadDeadline(time.Time) error }, br *bufio
 		}
 	}
 	return req, "", nil
-}
-
-// peekHead returns the next request head, unread, from br; nil (and no error) when
-// maxModelHead bytes hold no complete head.
-func peekHead(br *bufio.Reader) ([]byte, error) {
-	for {
-		n := br.Buffered()
-		if n > 0 {
-			b, _ := br.Peek(n)
-			if end := modelapi.HeadEnd(b); end >= 0 {
-				return b[:end], nil
-			}
-			if n >= maxModelHead {
-				return nil, nil
-			}
-		}
-		if _, err := br.Peek(n + 1); err != nil {
-			if errors.Is(err, bufio.ErrBufferFull) {
-				return nil, nil
-			}
-			return nil, err
-		}
-	}
 }
 
 // modelHandler judges and proxies the requests of one connection, one at a time, in

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/router/capture/capturetest"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
 	"github.com/agentcage/router/windivert"
@@ -134,7 +135,7 @@ func (s *windowsScene) failCapture(t *testing.T) {
 // WinDivert and is reported; the persistent blocks stay.
 func TestWindowsPlatformFailsClosed(t *testing.T) {
 	s := newWindowsScene(t)
-	cfg := parse(t, base)
+	cfg := capturetest.Parse(t, capturetest.Base)
 	if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +281,7 @@ func TestOwnPortsAndServers(t *testing.T) {
 			t.Errorf("%s %s: reserved %v, want %v", c.network, c.address, got, c.reserved)
 		}
 	}
-	cfg := parse(t, base)
+	cfg := capturetest.Parse(t, capturetest.Base)
 	ex := s.p.exclusions(cfg, literalUpstreams(cfg))
 	f := ex.Filter().String()
 	for _, want := range []string{"localPort < 61000 or localPort > 61999", "localPort < 62000 or localPort > 62099", "!tcp or localPort != 47831 or localAddr != 10.0.2.2", "198.51.100.1"} {

@@ -11,6 +11,7 @@ import (
 	"github.com/agentcage/router/internal/echotest"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router"
+	"github.com/agentcage/router/router/capture/capturetest"
 	"github.com/agentcage/router/router/upstream/socks5/socks5test"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/windivert"
@@ -36,7 +37,7 @@ func TestWindowsUDPThroughTheProxy(t *testing.T) {
 
 	// local = true: the app is this host's own process, not a caged one, and its flows go
 	// through the rules only with local capture.
-	cfg := parse(t, fmt.Sprintf(`
+	cfg := capturetest.Parse(t, fmt.Sprintf(`
 [proxy.exit]
 address = %q
 [capture]

@@ -1,8 +1,6 @@
 package platform
 
 import (
-	"testing"
-
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/router/auditlog"
@@ -10,34 +8,6 @@ import (
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules/policy"
 )
-
-// parse reads a test's config, judged for Linux wherever the test runs (the configs have VM
-// networks, which Windows refuses).
-func parse(t *testing.T, src string) *conf.Config {
-	t.Helper()
-	cfg, err := conf.Parse("t.toml", []byte(src), conf.Options{OS: "linux", LookupEnv: func(string) (string, bool) { return "pw", true }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
-const base = `
-[proxy.exit]
-address = "198.51.100.1:1080"
-username = "u"
-password_env = "P"
-pipeline = false
-[capture]
-vm_networks = ["10.0.2.0/24"]
-[[forward]]
-listen = "10.0.2.2:47831"
-connect = "127.0.0.1:47831"
-allow = ["10.0.2.0/24"]
-[[rule]]
-name = "all"
-action = "proxy"
-`
 
 // routerSettings is the little of the daemon's router settings the UDP test needs: the
 // decision and the proxies, without credentials.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/wait"
+	"github.com/agentcage/router/router/capture/capturetest"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/windivert"
 	"github.com/agentcage/router/windivert/wfp"
@@ -157,11 +158,11 @@ func newWindowScene(t *testing.T) *windowScene {
 	return s
 }
 
-func (s *windowScene) start(t *testing.T) { s.startWith(t, base) }
+func (s *windowScene) start(t *testing.T) { s.startWith(t, capturetest.Base) }
 
 func (s *windowScene) startWith(t *testing.T, text string) {
 	t.Helper()
-	cfg := parse(t, text)
+	cfg := capturetest.Parse(t, text)
 	if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -328,19 +329,51 @@ func TestWindowKillsOldHolder(t *testing.T) {
 }
 
 // rundown runs the dead router's session down, tried until it does (up to 2 s): it waits
-// for a transaction another session holds (the fake's Rundown returns 0 then).
-func (s *windowScene) rundown(t *testing.T) {
+// for a transaction another session holds (the fake's Rundown returns 0 then). It returns
+// how many sessions the rundown that succeeded ran down.
+func (s *windowScene) rundown(t *testing.T) int {
 	t.Helper()
 	time.Sleep(20 * time.Millisecond) // not ordering: the BFE runs the session down late; the window before it is tested
-	_ = wait.Poll(2*time.Second, func() bool { return s.dynamic() == 0 || s.wfp.Rundown() != 0 })
+	n := 0
+	_ = wait.Poll(2*time.Second, func() bool {
+		if s.dynamic() == 0 {
+			return true
+		}
+		n = s.wfp.Rundown()
+		return n != 0
+	})
 	if s.dynamic() != 0 {
 		t.Errorf("the rundown left %d permits", s.dynamic())
 	}
+	return n
+}
+
+// failed makes the capture's read fail and waits (up to 10 s) until the platform reports
+// the failure.
+func (s *windowScene) failed(t *testing.T) {
+	t.Helper()
+	s.failCapture(t)
+	select {
+	case <-s.p.Failed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the failure was not reported")
+	}
+}
+
+// wantReleased waits until the holder lets the handle go, then wants no permit left,
+// nothing captured, and the watch's record clean; when says after what.
+func (s *windowScene) wantReleased(t *testing.T, when string) {
+	t.Helper()
+	s.waitHolder(t)
+	if s.dynamic() != 0 || s.w.captured() {
+		t.Errorf("%s: %d permits, captured=%v", when, s.dynamic(), s.w.captured())
+	}
+	s.w.verify(t)
 }
 
 func testWindowCrash(t *testing.T, dnsMode string) {
 	s := newWindowScene(t)
-	text := base
+	text := capturetest.Base
 	if dnsMode == "all" {
 		text = strings.Replace(text, "[capture]\n", "[capture]\nlocal = true\n", 1) + "[dns]\ncapture = \"all\"\n"
 		s.w.flows = append(slices.Clone(cagedFlows), hostDNS)
@@ -352,12 +385,7 @@ func testWindowCrash(t *testing.T, dnsMode string) {
 		}
 	}
 	s.crash()
-	// The rundown takes its time, and waits for a transaction another session holds (the
-	// fake's Rundown returns 0 then): tried until it runs the dead session down, up to 2 s.
-	time.Sleep(20 * time.Millisecond) // not ordering: the BFE runs the session down late; the window before it is tested
-	var n int
-	_ = wait.Poll(2*time.Second, func() bool { n = s.wfp.Rundown(); return n != 0 })
-	if n != 1 {
+	if n := s.rundown(t); n != 1 {
 		t.Errorf("rundown ran down %d sessions, want the router's dynamic one", n)
 	}
 	s.waitHolder(t)
@@ -374,11 +402,7 @@ func TestWindowStop(t *testing.T) {
 	if err := s.p.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
-	s.waitHolder(t)
-	if s.dynamic() != 0 || s.w.captured() {
-		t.Errorf("after the stop: %d permits, captured=%v", s.dynamic(), s.w.captured())
-	}
-	s.w.verify(t)
+	s.wantReleased(t, "after the stop")
 }
 
 // TestWindowCaptureFailure: the capture's read fails: the permits go before WinDivert
@@ -386,17 +410,8 @@ func TestWindowStop(t *testing.T) {
 func TestWindowCaptureFailure(t *testing.T) {
 	s := newWindowScene(t)
 	s.start(t)
-	s.failCapture(t)
-	select {
-	case <-s.p.Failed():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the failure was not reported")
-	}
-	s.waitHolder(t)
-	if s.dynamic() != 0 || s.w.captured() {
-		t.Errorf("after the failure: %d permits, captured=%v", s.dynamic(), s.w.captured())
-	}
-	s.w.verify(t)
+	s.failed(t)
+	s.wantReleased(t, "after the failure")
 	if err := s.p.Close(); err != nil {
 		t.Errorf("Close after the failure: %v", err)
 	}
@@ -433,18 +448,9 @@ func TestWindowTimedOutDisarm(t *testing.T) {
 			case "stop", "stop, permits outlive the wait":
 				s.p.Close() // its error (the timed-out transaction) is expected
 			default:
-				s.failCapture(t)
-				select {
-				case <-s.p.Failed():
-				case <-time.After(10 * time.Second):
-					t.Fatal("the failure was not reported")
-				}
+				s.failed(t)
 			}
-			s.waitHolder(t)
-			if s.dynamic() != 0 || s.w.captured() {
-				t.Errorf("afterwards: %d permits, captured=%v", s.dynamic(), s.w.captured())
-			}
-			s.w.verify(t)
+			s.wantReleased(t, "afterwards")
 			if !slices.ContainsFunc(s.wfp.Events(), func(e string) bool { return strings.Contains(e, "stay in force") }) {
 				t.Errorf("the disarm's session close did not wait for the lock: the test tests nothing\n%s", strings.Join(s.wfp.Events(), "\n"))
 			}

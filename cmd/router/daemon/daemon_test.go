@@ -21,36 +21,8 @@ import (
 	"github.com/agentcage/router/rules/policy"
 )
 
-func parse(t *testing.T, src string) *conf.Config {
-	t.Helper()
-	// Judged for Linux wherever the test runs (the configs have VM networks, which Windows
-	// refuses); the Windows platform tests load theirs with loadForWindows.
-	cfg, err := conf.Parse("t.toml", []byte(src), conf.Options{OS: "linux", LookupEnv: func(string) (string, bool) { return "pw", true }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
-const base = `
-[proxy.exit]
-address = "198.51.100.1:1080"
-username = "u"
-password_env = "P"
-pipeline = false
-[capture]
-vm_networks = ["10.0.2.0/24"]
-[[forward]]
-listen = "10.0.2.2:47831"
-connect = "127.0.0.1:47831"
-allow = ["10.0.2.0/24"]
-[[rule]]
-name = "all"
-action = "proxy"
-`
-
 func TestRouterPolicy(t *testing.T) {
-	cfg := parse(t, base)
+	cfg := capturetest.Parse(t, capturetest.Base)
 	p := routerPolicy(cfg, policy.New(cfg, policy.Env{}))
 	if len(p.Upstreams) != 1 {
 		t.Fatalf("upstreams %+v", p.Upstreams)
@@ -69,7 +41,7 @@ func TestRouterPolicy(t *testing.T) {
 }
 
 func TestRestartNeeded(t *testing.T) {
-	old := parse(t, base)
+	old := capturetest.Parse(t, capturetest.Base)
 	for _, tt := range []struct {
 		change string
 		want   string // "" when a reload may apply it
@@ -79,7 +51,7 @@ func TestRestartNeeded(t *testing.T) {
 		{"[dns]\nmode = \"proxy\"\n", "dns"},
 		{"[control]\nsocket = \"/tmp/x.sock\"\n", "control"},
 	} {
-		err := restartNeeded(old, parse(t, base+tt.change))
+		err := restartNeeded(old, capturetest.Parse(t, capturetest.Base+tt.change))
 		switch {
 		case tt.want == "" && err != nil:
 			t.Errorf("%q: %v", tt.change, err)
@@ -87,7 +59,7 @@ func TestRestartNeeded(t *testing.T) {
 			t.Errorf("%q: got %v, want an error naming %s", tt.change, err, tt.want)
 		}
 	}
-	cur := parse(t, strings.Replace(base, "[capture]\n", "[capture]\nlistener_port = 4000\nmark = 7\n", 1))
+	cur := capturetest.Parse(t, strings.Replace(capturetest.Base, "[capture]\n", "[capture]\nlistener_port = 4000\nmark = 7\n", 1))
 	if err := restartNeeded(old, cur); err == nil || !strings.Contains(err.Error(), "capture.listener_port") || !strings.Contains(err.Error(), "capture.mark") {
 		t.Errorf("got %v", err)
 	}
@@ -232,13 +204,7 @@ func TestRunInstallsOnceAndStops(t *testing.T) {
 		done <- Run(ctx, Options{ConfigPath: s.path, Platform: pf, Log: slog.New(slog.DiscardHandler), Ready: ready,
 			Reload: reload, Reloaded: reloaded, Grace: time.Second})
 	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("not ready")
-	}
+	waitReady(t, ready, done)
 	if got := banner(t, s.fwd); got != "model\n" {
 		t.Errorf("forward said %q", got)
 	}
@@ -275,13 +241,7 @@ func TestRunExitsOnCaptureFailure(t *testing.T) {
 			go func() {
 				done <- Run(ctx, Options{ConfigPath: s.path, Platform: pf, Ready: ready, Grace: time.Second})
 			}()
-			select {
-			case <-ready:
-			case err := <-done:
-				t.Fatalf("Run: %v", err)
-			case <-time.After(10 * time.Second):
-				t.Fatal("not ready")
-			}
+			waitReady(t, ready, done)
 			if fail {
 				pf.Fail(errors.New("driver gone"))
 			} else {
@@ -429,5 +389,18 @@ func TestStartHandsTheRouterToAUDPRelay(t *testing.T) {
 	}
 	if got.Audit() != d.r.Audit() || got.Audit() == nil {
 		t.Errorf("the platform's router records to %p, want the daemon's flow log %p", got.Audit(), d.r.Audit())
+	}
+}
+
+// waitReady waits (up to 10 s) until the daemon Run started says it is ready; Run's
+// return before that (done) fails t with its error.
+func waitReady(t *testing.T, ready <-chan struct{}, done <-chan error) {
+	t.Helper()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready")
 	}
 }

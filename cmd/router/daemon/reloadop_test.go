@@ -34,13 +34,7 @@ func TestReloadOverControl(t *testing.T) {
 		cancel()
 		<-done
 	})
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("not ready")
-	}
+	waitReady(t, ready, done)
 	do := func(op string) (control.Response, error) {
 		t.Helper()
 		c, err := control.Dial(ctx, s.control)

@@ -1,7 +1,6 @@
 package platform
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/syncbuf"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/nftcap"
 )
@@ -122,29 +122,24 @@ func handled(t *testing.T, h *healer, what string, cond func() bool) {
 	h.status()
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func newTestHealer(k *fakeKernel) (*healer, *syncBuf) {
-	var buf syncBuf
+func newTestHealer(k *fakeKernel) (*healer, *syncbuf.Buffer) {
+	var buf syncbuf.Buffer
 	h := newHealer(slog.New(slog.NewTextHandler(&buf, nil)), k.ops())
 	h.every = time.Hour // the tests drive every check
 	h.settle = time.Millisecond
 	return h, &buf
+}
+
+// installedHealer is newTestHealer's healer with testCfg's table installed, closed when the
+// test ends.
+func installedHealer(t *testing.T, k *fakeKernel) (*healer, *syncbuf.Buffer) {
+	t.Helper()
+	h, log := newTestHealer(k)
+	t.Cleanup(h.close)
+	if err := h.install(testCfg()); err != nil {
+		t.Fatal(err)
+	}
+	return h, log
 }
 
 func testCfg() *conf.Config {
@@ -154,20 +149,16 @@ func testCfg() *conf.Config {
 // watching waits until the healer subscribed n times.
 func (k *fakeKernel) watching(t *testing.T, n int) {
 	t.Helper()
-	waitFor(t, "subscription", time.Second, func() bool { k.mu.Lock(); defer k.mu.Unlock(); return k.watches >= n })
+	wait.For(t, "subscription", time.Second, func() bool { k.mu.Lock(); defer k.mu.Unlock(); return k.watches >= n })
 }
 
 func TestHealerRestoresARemovedTable(t *testing.T) {
 	k := newFakeKernel()
-	h, log := newTestHealer(k)
-	defer h.close()
-	if err := h.install(testCfg()); err != nil {
-		t.Fatal(err)
-	}
+	h, log := installedHealer(t, k)
 	k.watching(t, 1)
 	k.remove()
-	waitFor(t, "restore", time.Second, func() bool { ok, n, _ := k.state(); return ok && n == 2 })
-	waitFor(t, "status", time.Second, func() bool { return h.status().Restores == 1 })
+	wait.For(t, "restore", time.Second, func() bool { ok, n, _ := k.state(); return ok && n == 2 })
+	wait.For(t, "status", time.Second, func() bool { return h.status().Restores == 1 })
 	st := h.status()
 	if !strings.Contains(st.LastDamage, "is missing") || !strings.Contains(st.LastDamage, "by nft, pid 4242") || st.LastRestore.IsZero() {
 		t.Errorf("status = %+v", st)
@@ -188,17 +179,13 @@ func TestHealerRestoresARemovedTable(t *testing.T) {
 
 func TestHealerRetriesAFailedRestore(t *testing.T) {
 	k := newFakeKernel()
-	h, log := newTestHealer(k)
-	defer h.close()
-	if err := h.install(testCfg()); err != nil {
-		t.Fatal(err)
-	}
+	_, log := installedHealer(t, k)
 	k.watching(t, 1)
 	k.mu.Lock()
 	k.failNext = 2
 	k.mu.Unlock()
 	k.remove()
-	waitFor(t, "restore after two refusals", 2*time.Second, func() bool { ok, _, _ := k.state(); return ok })
+	wait.For(t, "restore after two refusals", 2*time.Second, func() bool { ok, _, _ := k.state(); return ok })
 	if n := strings.Count(log.String(), "could NOT be restored"); n != 2 {
 		t.Errorf("%d failed restores logged, want 2:\n%s", n, log)
 	}
@@ -206,11 +193,7 @@ func TestHealerRetriesAFailedRestore(t *testing.T) {
 
 func TestHealerEndedSubscription(t *testing.T) {
 	k := newFakeKernel()
-	h, _ := newTestHealer(k)
-	defer h.close()
-	if err := h.install(testCfg()); err != nil {
-		t.Fatal(err)
-	}
+	installedHealer(t, k)
 	k.watching(t, 1)
 	// Events were lost while the table was damaged: the broken subscription is renewed and
 	// the table checked.
@@ -218,7 +201,7 @@ func TestHealerEndedSubscription(t *testing.T) {
 	k.damaged = true
 	k.mu.Unlock()
 	k.changes <- nftcap.Change{Err: errors.New("no buffer space")}
-	waitFor(t, "restore", time.Second, func() bool { ok, _, _ := k.state(); return ok })
+	wait.For(t, "restore", time.Second, func() bool { ok, _, _ := k.state(); return ok })
 	k.watching(t, 2)
 }
 
@@ -234,7 +217,7 @@ func TestHealerWithoutSubscriptionStillChecks(t *testing.T) {
 	k.mu.Lock()
 	k.installed = nil
 	k.mu.Unlock()
-	waitFor(t, "periodic restore", time.Second, func() bool { ok, _, _ := k.state(); return ok })
+	wait.For(t, "periodic restore", time.Second, func() bool { ok, _, _ := k.state(); return ok })
 	if !strings.Contains(log.String(), "is not watched") {
 		t.Errorf("log lacks the failed subscription:\n%s", log)
 	}
@@ -243,11 +226,7 @@ func TestHealerWithoutSubscriptionStillChecks(t *testing.T) {
 func TestHealerCagesNewInterfaces(t *testing.T) {
 	k := newFakeKernel()
 	k.interfaces = []string{"vmnet"}
-	h, _ := newTestHealer(k)
-	defer h.close()
-	if err := h.install(testCfg()); err != nil {
-		t.Fatal(err)
-	}
+	h, _ := installedHealer(t, k)
 	// An address event that changes nothing derived: no install.
 	_, specs := k.counted()
 	k.links <- struct{}{}
@@ -259,13 +238,13 @@ func TestHealerCagesNewInterfaces(t *testing.T) {
 	k.interfaces = []string{"vmnet", "virbr1"}
 	k.mu.Unlock()
 	k.links <- struct{}{}
-	waitFor(t, "new interface caged", time.Second, func() bool {
+	wait.For(t, "new interface caged", time.Second, func() bool {
 		_, _, ifs := k.state()
 		return slices.Equal(ifs, []string{"vmnet", "virbr1"})
 	})
 	// A later restore restores the new interfaces too.
 	k.remove()
-	waitFor(t, "restore", time.Second, func() bool { ok, n, _ := k.state(); return ok && n == 3 })
+	wait.For(t, "restore", time.Second, func() bool { ok, n, _ := k.state(); return ok && n == 3 })
 	if _, _, ifs := k.state(); !slices.Equal(ifs, []string{"vmnet", "virbr1"}) {
 		t.Errorf("restored interfaces = %v", ifs)
 	}
