@@ -33,19 +33,19 @@ var table = []struct{ pkg, imports, tests string }{
 
 	// The DNS side.
 	{"dns/dnstest", "", ""},
-	{"dns", "conf internal/accept internal/ports internal/tally rules/refusal", "internal/wait"},
+	{"dns", "conf internal/accept internal/overbudget internal/ports internal/tally rules/refusal", "internal/overbudget/overbudgettest internal/wait"},
 
 	// The Linux data path and what it dials.
 	{"router", "dns internal/accept internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/modelfwd router/proc router/sniff router/sockmap router/upload router/upstream router/upstream/socks5 rules rules/modelapi rules/policy rules/refusal",
-		"conf dns/dnstest internal/echotest internal/modeltest internal/roottest internal/secret internal/wait router/upstream/socks5/socks5test router/upstream/upstreamtest rules/policy/policytest"},
+		"conf dns/dnstest internal/echotest internal/modeltest internal/overbudget internal/roottest internal/secret internal/wait router/upstream/socks5/socks5test router/upstream/upstreamtest rules/policy/policytest"},
 	// The model forwards' HTTP side: what the router hands an HTTP forward's connection.
 	{"router/modelfwd", "internal/tally router/broker rules/modelapi rules/refusal", "internal/modeltest internal/netaddr internal/secret internal/wait"},
 	{"router/upstream", "conf router/upstream/httpconnect router/upstream/socks4 router/upstream/socks5",
 		"internal/echotest internal/winetest router/upstream/httpconnect/httpconnecttest router/upstream/socks4/socks4test router/upstream/socks5/socks5test router/upstream/upstreamtest"},
 	{"router/upstream/upstreamtest", "router/upstream", ""},
 	{"router/auditlog", "", "internal/winetest"},
-	{"router/ask", "", "internal/wait"},
-	{"router/upload", "", ""},
+	{"router/ask", "internal/overbudget", "internal/wait"},
+	{"router/upload", "internal/overbudget", "internal/overbudget/overbudgettest"},
 	{"cmd/router/console", "router/control", ""},
 	{"router/upstream/socks5", "internal/secret", "internal/echotest internal/winetest router/upstream/socks5/socks5test"},
 	{"router/upstream/socks5/socks5test", "", ""},
@@ -67,7 +67,7 @@ var table = []struct{ pkg, imports, tests string }{
 	// Operations: the wiring and what it serves.
 	// The daemon knows the capture only through the seam (router/capture); its test of what
 	// conf accepts also asks the Linux capture's spec.
-	{"cmd/router/daemon", "cmd/router/console cmd/router/metrics conf dns internal/netaddr router router/ask router/auditlog router/broker router/broker/tlsca router/capture router/control router/proc router/upload router/upstream rules rules/modelapi rules/policy rules/refusal",
+	{"cmd/router/daemon", "cmd/router/console cmd/router/metrics conf dns internal/netaddr internal/overbudget router router/ask router/auditlog router/broker router/broker/tlsca router/capture router/control router/proc router/upload router/upstream rules rules/modelapi rules/policy rules/refusal",
 		"internal/wait router/capture/capturetest router/nftcap/platform router/upstream/socks5"},
 	// The seam between the daemon and a capture, and its fake.
 	{"router/capture", "conf dns router/auditlog router/control router/proc rules rules/policy rules/refusal", ""},
@@ -116,6 +116,9 @@ var table = []struct{ pkg, imports, tests string }{
 	{"internal/lab", "internal/netaddr router/nftcap/cagemark", "internal/roottest internal/wait"},
 	{"internal/bench", "router/upstream/socks5", "internal/wait router/upstream/socks5/socks5test"},
 	{"internal/notices", "", ""},
+	// The one decision past a budget ([budget] over), for the DNS names' and the bytes up's.
+	{"internal/overbudget", "", "internal/overbudget/overbudgettest"},
+	{"internal/overbudget/overbudgettest", "internal/overbudget", ""},
 	{"internal/deptest", "", ""},
 	{"e2e", "", "conf dns internal/lab internal/modeltest internal/roottest internal/wait router router/control router/nftcap router/proc router/upstream router/upstream/socks5 rules rules/policy rules/refusal windivert/packet windivert/redirect"},
 }
