@@ -112,6 +112,9 @@ func (b *Budget) Limits() Limits {
 type Flow struct {
 	b             *Budget
 	guest, domain string
+	// ctx bounds the flow's question (Ask; nil otherwise): Stop ends it.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // Flow returns the counter of a flow of guest to domain (a registrable domain, or the
@@ -120,7 +123,20 @@ func (b *Budget) Flow(guest, domain string) *Flow {
 	if b == nil {
 		return nil
 	}
-	return &Flow{b: b, guest: guest, domain: strings.ToLower(domain)}
+	f := &Flow{b: b, guest: guest, domain: strings.ToLower(domain)}
+	if b.cfg.Over == Ask {
+		f.ctx, f.cancel = context.WithCancel(context.Background())
+	}
+	return f
+}
+
+// Stop ends the flow's wait for an answer, now or later (the flow is being ended anyway):
+// Add then reports the cut, and nothing is remembered of the question for the guest. Safe
+// from any goroutine; nothing for a nil f or a budget that does not ask.
+func (f *Flow) Stop() {
+	if f != nil && f.cancel != nil {
+		f.cancel()
+	}
 }
 
 // Add counts n bytes sent up by the flow and reports whether the flow is to be cut: the
@@ -160,8 +176,12 @@ func (f *Flow) Add(n int64) (cut bool) {
 	q := overbudget.Question{Budget: overbudget.BytesUp, Guest: f.guest, Domain: f.domain, Used: d.used,
 		Limit: b.cfg.PerDomain, Window: b.cfg.Window}
 	b.mu.Unlock()
-	pass := overbudget.Decide(context.Background(), b.cfg.Over, b.cfg.Asker, q)
-	if b.cfg.Over == Ask {
+	ctx := f.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	pass := overbudget.Decide(ctx, b.cfg.Over, b.cfg.Asker, q)
+	if b.cfg.Over == Ask && ctx.Err() == nil {
 		b.mu.Lock()
 		d.allowed, d.denied = pass, !pass // d is its window's: a window that ended meanwhile is dropped
 		b.mu.Unlock()

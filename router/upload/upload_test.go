@@ -2,6 +2,7 @@ package upload
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -216,4 +217,29 @@ func TestAskNobody(t *testing.T) {
 	if f.Add(10) || !f.Add(1) || !b.Refuses("g", "example.com") {
 		t.Fatal("with nobody to ask, not cut and refused past the budget")
 	}
+}
+
+// TestAskStop: Stop ends a flow's wait for the answer: Add reports the cut, and the guest
+// is neither allowed nor denied for the window (its next flow asks again).
+func TestAskStop(t *testing.T) {
+	asked := make(chan struct{}, 2)
+	asker := &overbudgettest.Asker{Answer: func(ctx context.Context, q overbudget.Question) bool {
+		asked <- struct{}{}
+		<-ctx.Done()
+		return false
+	}}
+	b := New(Limits{PerDomain: 10, Window: time.Minute, Over: Ask, Asker: asker}, nil, nil)
+	f := b.Flow("g", "example.com")
+	cut := make(chan bool, 1)
+	go func() { cut <- f.Add(11) }()
+	<-asked
+	f.Stop()
+	if !<-cut {
+		t.Fatal("stopped while asking: not cut")
+	}
+	if b.Refuses("g", "example.com") {
+		t.Fatal("a stopped question was remembered as a denial")
+	}
+	(*Flow)(nil).Stop()
+	New(Limits{PerDomain: 10, Window: time.Minute}, nil, nil).Flow("g", "d").Stop()
 }
