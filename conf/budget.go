@@ -7,7 +7,8 @@ import "time"
 // router is the guests' resolver, so a DNS tunnel (a thousand labels under one domain) shows
 // as many distinct names under one registrable domain: past NamesPerDomain in a Window the
 // guest's further new names under it are refused (or, with Over = "alert", answered and
-// reported). Past BytesUpPerDomain in a Window, the guest's flows to the domain that send
+// reported; with Over = "ask", answered when the host's owner allows it, as an ask rule's
+// flow is). Past BytesUpPerDomain in a Window, the guest's flows to the domain that send
 // more are cut and its new flows there refused (or, with Over = "alert", let through and
 // reported). The zero Budget (no [budget] table) limits nothing.
 type Budget struct {
@@ -20,7 +21,7 @@ type Budget struct {
 	// (the name its flows were decided by; a flow without one counts under its address) in
 	// a Window, its relayed TCP flows together; 0 for no limit.
 	BytesUpPerDomain int64
-	// Over is what happens past a budget: BudgetRefuse or BudgetAlert.
+	// Over is what happens past a budget: BudgetRefuse, BudgetAlert or BudgetAsk.
 	Over string
 }
 
@@ -28,6 +29,7 @@ type Budget struct {
 const (
 	BudgetRefuse = "refuse" // refused (a name; a flow cut, new flows) and counted (reason "budget"), logged once per guest, domain and window
 	BudgetAlert  = "alert"  // let through, logged once per guest, domain and window
+	BudgetAsk    = "ask"    // the host's owner is asked (as for an ask rule); refused unless allowed
 )
 
 // Defaults and bounds of [budget].
@@ -69,8 +71,8 @@ func (d *decoder) budget(c *Config, v any) {
 	}
 	if v, ok := m["over"]; ok {
 		if s, ok := d.str(a.key("over"), v); ok {
-			if s != BudgetRefuse && s != BudgetAlert {
-				d.fail(a.key("over"), "%q is not refuse or alert", s)
+			if s != BudgetRefuse && s != BudgetAlert && s != BudgetAsk {
+				d.fail(a.key("over"), "%q is not refuse, alert or ask", s)
 			}
 			c.Budget.Over = s
 		}

@@ -15,6 +15,7 @@ func TestBudget(t *testing.T) {
 		{"[budget]\nnames_per_domain = 200\n", Budget{Window: time.Minute, NamesPerDomain: 200, Over: BudgetRefuse}},
 		{"[budget]\nbytes_up_per_domain = \"50MB\"\nwindow = \"10m\"\nover = \"alert\"\n", Budget{Window: 10 * time.Minute, BytesUpPerDomain: 50e6, Over: BudgetAlert}},
 		{"[budget]\nbytes_up_per_domain = \"1GiB\"\n", Budget{Window: time.Minute, BytesUpPerDomain: 1 << 30, Over: BudgetRefuse}},
+		{"[budget]\nnames_per_domain = 10\nbytes_up_per_domain = 4096\nover = \"ask\"\n", Budget{Window: time.Minute, NamesPerDomain: 10, BytesUpPerDomain: 4096, Over: BudgetAsk}},
 		{"[budget]\nbytes_up_per_domain = 4096\n", Budget{Window: time.Minute, BytesUpPerDomain: 4096, Over: BudgetRefuse}},
 	} {
 		cfg, err := Parse("b.toml", []byte(tc.toml), Options{})

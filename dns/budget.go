@@ -2,6 +2,7 @@ package dns
 
 import (
 	"cmp"
+	"context"
 	"hash/maphash"
 	"log/slog"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentcage/router/internal/overbudget"
 	"golang.org/x/net/publicsuffix"
 )
 
@@ -19,7 +21,12 @@ import (
 type NameBudget struct {
 	PerDomain int           // distinct names under one registrable domain per window; 0: no limit
 	Window    time.Duration // counts start again for a guest when its window ends
-	Alert     bool          // past the budget, answer and report instead of refusing
+	// Over is what happens past the budget (overbudget.Decide): Refuse, Alert (answered
+	// and reported), or Ask (Asker is asked while the query waits, within the DNS timeout;
+	// allowed, the guest's new names under the domain are answered for the rest of the
+	// window).
+	Over  overbudget.Mode
+	Asker overbudget.Asker // for Ask; nil: nobody to ask, refused
 }
 
 // Bounds of what a budget keeps: names counted beyond them are counted as new (a guest
@@ -52,6 +59,7 @@ type domainCount struct {
 	names    map[uint64]struct{} // hashes of the names seen, at most PerDomain+1 kept
 	n        int                 // distinct names counted (kept or not)
 	reported bool                // the over-budget log line was written this window
+	allowed  bool                // the host's owner allowed the guest on (Ask) this window
 }
 
 func newBudget(cfg NameBudget, now func() time.Time, log *slog.Logger) *budget {
@@ -75,11 +83,13 @@ func Registrable(name string) string {
 }
 
 // over counts name for the guest k and reports whether the guest is past its budget for the
-// name's registrable domain (the domain is returned for the answer's text). A name counted
-// before in the window is never over: a guest may ask again what it asked.
-func (b *budget) over(k sourceKey, name string) (domain string, over bool) {
+// name's registrable domain (returned, with the guest's count of names under it, for the
+// answer's text and the question): what then happens is overbudget.Decide's. A name
+// counted before in the window is never past, nor is any name once the guest was allowed
+// on for the domain in the window (allow).
+func (b *budget) over(k sourceKey, name string) (domain string, n int, past bool) {
 	if b == nil || name == "" {
-		return "", false
+		return "", 0, false
 	}
 	domain = Registrable(strings.ToLower(name))
 	now := b.now()
@@ -101,32 +111,59 @@ func (b *budget) over(k sourceKey, name string) (domain string, over bool) {
 	dc := g.domains[domain]
 	if dc == nil {
 		if len(g.domains) >= maxBudgetDomains {
-			return domain, !b.cfg.Alert // too many domains in one window: nothing more is counted
+			return domain, b.cfg.PerDomain + 1, true // too many domains in one window: nothing more is counted
 		}
 		dc = &domainCount{names: map[uint64]struct{}{}}
 		g.domains[domain] = dc
 	}
 	if _, seen := dc.names[h]; seen {
-		return domain, false
+		return domain, dc.n, false
 	}
 	dc.n++
 	if len(dc.names) <= b.cfg.PerDomain && b.names < maxBudgetNames {
 		dc.names[h] = struct{}{}
 		b.names++
 	}
-	if dc.n <= b.cfg.PerDomain {
-		return domain, false
+	if dc.n <= b.cfg.PerDomain || dc.allowed {
+		return domain, dc.n, false
 	}
 	if !dc.reported {
 		dc.reported = true
 		verb := "refused"
-		if b.cfg.Alert {
+		switch b.cfg.Over {
+		case overbudget.Alert:
 			verb = "answered (alert only)"
+		case overbudget.Ask:
+			verb = "asked about"
 		}
 		b.log.Warn("dns: a guest is past its budget of names under one domain: further new names "+verb,
 			"guest", k.String(), "domain", domain, "budget", b.cfg.PerDomain, "window", b.cfg.Window)
 	}
-	return domain, !b.cfg.Alert
+	return domain, dc.n, true
+}
+
+// decide is what happens to the guest k past its budget under domain (with n names):
+// overbudget.Decide's answer, remembered for the rest of the window when the host's owner
+// allowed the guest on (Ask), so the guest is not asked again about the domain in it.
+func (b *budget) decide(ctx context.Context, k sourceKey, domain string, n int) (pass bool) {
+	q := overbudget.Question{Budget: overbudget.Names, Guest: k.String(), Domain: domain, Used: int64(n),
+		Limit: int64(b.cfg.PerDomain), Window: b.cfg.Window}
+	pass = overbudget.Decide(ctx, b.cfg.Over, b.cfg.Asker, q)
+	if pass && b.cfg.Over == overbudget.Ask {
+		b.allow(k, domain)
+	}
+	return pass
+}
+
+// allow lets the guest k on under domain for the rest of its current window.
+func (b *budget) allow(k sourceKey, domain string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if g := b.guests[k]; g != nil && b.now().Sub(g.start) < b.cfg.Window {
+		if dc := g.domains[domain]; dc != nil {
+			dc.allowed = true
+		}
+	}
 }
 
 func (b *budget) drop(k sourceKey, g *guestCount) {

@@ -131,7 +131,7 @@ func (s *Server) canary(k sourceKey, name string, m *mdns.Msg) bool {
 // refuseName answers m, and reports true, when the policy refuses every flow of src to name
 // (see Names) or the name is past src's budget (see NameBudget). Reverse names and the root
 // are never judged.
-func (s *Server) refuseName(src Source, k sourceKey, name string, m *mdns.Msg) bool {
+func (s *Server) refuseName(ctx context.Context, src Source, k sourceKey, name string, m *mdns.Msg) bool {
 	if name == "" || underOrAt(name, "arpa") {
 		return false
 	}
@@ -143,17 +143,24 @@ func (s *Server) refuseName(src Source, k sourceKey, name string, m *mdns.Msg) b
 			return true
 		}
 	}
-	return s.overBudget(k, name, m)
+	return s.overBudget(ctx, k, name, m)
 }
 
 // overBudget answers m, and reports true, when name is past k's budget of names under its
-// registrable domain.
-func (s *Server) overBudget(k sourceKey, name string, m *mdns.Msg) bool {
+// registrable domain and the budget's Over does not let it on (with Ask, the query waits
+// for the host's owner within the DNS timeout).
+func (s *Server) overBudget(ctx context.Context, k sourceKey, name string, m *mdns.Msg) bool {
 	if name == "" || underOrAt(name, "arpa") {
 		return false
 	}
-	domain, over := s.budget.over(k, name)
-	if !over {
+	domain, n, past := s.budget.over(k, name)
+	if !past {
+		return false
+	}
+	actx, cancel := context.WithTimeout(ctx, s.timeout)
+	pass := s.budget.decide(actx, k, domain, n)
+	cancel()
+	if pass {
 		return false
 	}
 	s.refused(refusal.Budget, k, name)
@@ -242,13 +249,13 @@ func (s *Server) answer(ctx context.Context, src Source, k sourceKey, q mdns.Que
 	}
 
 	if s.mode == ModeProxy {
-		if s.overBudget(k, name, m) {
+		if s.overBudget(ctx, k, name, m) {
 			return
 		}
 		s.answerRelayed(ctx, k, q, name, m)
 		return
 	}
-	if s.refuseName(src, k, name, m) {
+	if s.refuseName(ctx, src, k, name, m) {
 		return
 	}
 	switch q.Qtype {

@@ -156,7 +156,8 @@ type Config struct {
 	SummaryEvery time.Duration
 	// Budget bounds the distinct names a guest looks up under one registrable domain
 	// (see NameBudget); past it a new name is answered NXDOMAIN with an Extended DNS Error
-	// and counted (refusal.Budget), unless Budget.Alert. The zero value limits nothing.
+	// and counted (refusal.Budget), unless Budget.Over lets it on. The zero value limits
+	// nothing.
 	Budget NameBudget
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time

@@ -430,7 +430,7 @@ func (l *loop) speculate(s *setupFlow) bool {
 	d := p.Decision.Decide(&s.pf)
 	var up *upstream.Tracked
 	if d.Action != rules.Proxy || !loopUpstream(p, d.Proxy, &up) || r.resolved != nil && p.Decision.NeedsResolve(&s.pf) ||
-		r.uploadRefuses(p, &s.pf) {
+		r.uploadOffLoop(p, &s.pf) {
 		return false
 	}
 	s.dst = dstOf(&s.pf)
@@ -569,12 +569,13 @@ func (l *loop) decide(s *setupFlow, pf *policy.Flow) {
 		return
 	}
 	// The slow steps: a name to resolve, a direct flow by name, an upstream the loop cannot
-	// speak to, a flow to a model gate, a guest past its upload budget (refused there); and
+	// speak to, a flow to a model gate, a guest past its upload budget (refused there) or an
+	// upload budget that asks (relayed off the loops); and
 	// no set-up slot free now.
 	var up *upstream.Tracked
 	switch {
 	case r.resolved != nil && p.Decision.NeedsResolve(pf):
-	case r.uploadRefuses(p, pf):
+	case r.uploadOffLoop(p, pf):
 	case d.Action == rules.Direct && d.ByName:
 	case d.Action == rules.Proxy && !loopUpstream(p, d.Proxy, &up):
 	case d.Action == rules.Direct && p.gated(pf, d): // served by a forward's gate (forward_gate.go)

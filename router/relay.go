@@ -63,10 +63,12 @@ type meter struct {
 	upload *upload.Flow
 }
 
-// stop asks the relay to end the flow with errCut (a reload whose rules refuse it), once.
+// stop asks the relay to end the flow with errCut (a reload whose rules refuse it), once; a
+// flow held while its upload budget asks stops waiting for the answer.
 // Safe from any goroutine, before or after the relay started.
 func (m *meter) stop() {
 	if m.cut.CompareAndSwap(false, true) {
+		m.upload.Stop() // a flow held while its upload budget asks ends its wait
 		if fn := m.onCut.Load(); fn != nil {
 			(*fn)()
 		}

@@ -120,10 +120,11 @@ func (e *loopSet) Close() {
 
 // start hands a and b to a loop; done is called once, after both descriptors are closed,
 // on the loop's goroutine or the caller's: it must not block. A b that is not a TCP
-// connection (TLS to an https proxy) is relayed by copyRelay instead.
+// connection (TLS to an https proxy), and a flow whose upload budget may hold it while
+// asking (upload.Flow.Holds), are relayed by copyRelay instead.
 func (r *relay) start(a *net.TCPConn, bc net.Conn, m *meter, done func(result)) {
 	b, ok := bc.(*net.TCPConn)
-	if !ok {
+	if !ok || m.upload.Holds() {
 		r.copyRelay(a, asHalfCloser(bc), m, done)
 		return
 	}

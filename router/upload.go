@@ -26,6 +26,10 @@ import (
 //     itself, each write: uploadCounted): the chunk that passes the budget is not sent, and
 //     the flow ends with errOverUpload, both sockets reset.
 //
+// With over = "ask", Add blocks while the host's owner is asked, holding the chunk and so
+// the flow: such a flow is set up on the goroutine path (uploadOffLoop) and relayed by
+// copyRelay (relay.start), a goroutine per direction, never by the loops.
+//
 // With no budget Options.Uploads is nil, every flow's counter is nil, and the relay does
 // no work for it beyond a nil check per chunk. A flow with a counter is not moved by the
 // kernel (the sockmap), whose bytes the relay does not see: it is spliced by the loops (or
@@ -67,6 +71,15 @@ func (u *uploadWriter) Write(p []byte) (int, error) {
 		return 0, errOverUpload
 	}
 	return u.w.Write(p)
+}
+
+// uploadOffLoop reports whether pf's flow is set up off the event loop (the goroutine path)
+// for its upload budget: its guest is past it (refused there), or the budget asks past it
+// (upload.Ask: the flow is relayed by copyRelay, whose goroutine may wait for the answer,
+// never by the loops, whose flows share a goroutine).
+func (r *Router) uploadOffLoop(p *compiled, pf *policy.Flow) bool {
+	b := r.opts.Uploads
+	return b != nil && (b.Limits().Over == upload.Ask || b.Refuses(sourceKey(pf, p), uploadDomain(pf)))
 }
 
 // uploadRefuses reports whether pf, from its guest, is refused for its upload budget.

@@ -33,19 +33,19 @@ var table = []struct{ pkg, imports, tests string }{
 
 	// The DNS side.
 	{"dns/dnstest", "", ""},
-	{"dns", "conf internal/accept internal/ports internal/tally rules rules/refusal", "internal/syncbuf internal/wait"}, // rules: a query's Source carries the asking process as rules.Owner
+	{"dns", "conf internal/accept internal/overbudget internal/ports internal/tally rules rules/refusal", "internal/overbudget/overbudgettest internal/syncbuf internal/wait"}, // rules: a query's Source carries the asking process as rules.Owner
 
 	// The Linux data path and what it dials.
 	{"router", "dns internal/accept internal/httphead internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/modelfwd router/sniff router/sockmap router/upload router/upstream router/upstream/socks5 rules rules/policy rules/refusal",
-		"conf dns/dnstest internal/echotest internal/modeltest internal/roottest internal/secret internal/syncbuf internal/wait router/upstream/socks5/socks5test router/upstream/upstreamtest rules/modelapi rules/policy/policytest"},
+		"conf dns/dnstest internal/echotest internal/modeltest internal/overbudget internal/roottest internal/secret internal/syncbuf internal/wait router/upstream/socks5/socks5test router/upstream/upstreamtest rules/modelapi rules/policy/policytest"},
 	// The model forwards' HTTP side: what the router hands an HTTP forward's connection.
 	{"router/modelfwd", "internal/httphead internal/tally router/broker rules/modelapi rules/refusal", "internal/modeltest internal/netaddr internal/secret internal/syncbuf internal/wait"},
 	{"router/upstream", "conf router/upstream/httpconnect router/upstream/socks4 router/upstream/socks5",
 		"internal/echotest internal/winetest router/upstream/httpconnect/httpconnecttest router/upstream/socks4/socks4test router/upstream/socks5/socks5test router/upstream/upstreamtest"},
 	{"router/upstream/upstreamtest", "router/upstream", ""},
 	{"router/auditlog", "", "internal/winetest"},
-	{"router/ask", "", "internal/wait"},
-	{"router/upload", "", ""},
+	{"router/ask", "internal/overbudget", "internal/wait"},
+	{"router/upload", "internal/overbudget", "internal/overbudget/overbudgettest"},
 	{"cmd/router/console", "router/control", ""},
 	{"router/upstream/socks5", "internal/secret", "internal/echotest internal/winetest router/upstream/socks5/socks5test"},
 	{"router/upstream/socks5/socks5test", "", ""},
@@ -67,7 +67,7 @@ var table = []struct{ pkg, imports, tests string }{
 	// Operations: the wiring and what it serves.
 	// The daemon knows the capture only through the seam (router/capture); its test of what
 	// conf accepts also asks the Linux capture's spec.
-	{"cmd/router/daemon", "cmd/router/console cmd/router/metrics conf dns internal/netaddr router router/ask router/auditlog router/broker router/broker/tlsca router/capture router/control router/upload router/upstream rules rules/modelapi rules/policy rules/refusal",
+	{"cmd/router/daemon", "cmd/router/console cmd/router/metrics conf dns internal/netaddr internal/overbudget router router/ask router/auditlog router/broker router/broker/tlsca router/capture router/control router/upload router/upstream rules rules/modelapi rules/policy rules/refusal",
 		"internal/wait router/capture/capturetest router/nftcap/platform router/upstream/socks5"},
 	// The seam between the daemon and a capture, and its fake.
 	{"router/capture", "conf dns router/auditlog router/control rules rules/policy rules/refusal", ""},
@@ -120,6 +120,9 @@ var table = []struct{ pkg, imports, tests string }{
 	{"internal/notices", "", ""},
 	{"internal/progress", "", "internal/progress/progresstest"},
 	{"internal/progress/progresstest", "", ""},
+	// The one decision past a budget ([budget] over), for the DNS names' and the bytes up's.
+	{"internal/overbudget", "", "internal/overbudget/overbudgettest"},
+	{"internal/overbudget/overbudgettest", "internal/overbudget", ""},
 	{"internal/deptest", "", ""},
 	{"e2e", "", "conf dns internal/lab internal/modeltest internal/roottest internal/syncbuf internal/wait router router/control router/nftcap router/proc router/upstream router/upstream/socks5 rules rules/policy rules/refusal windivert/packet windivert/redirect"},
 }

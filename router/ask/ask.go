@@ -13,6 +13,12 @@
 //	        router's own rules file, then a reload)
 //	Deny    the flows held now are refused
 //
+// A guest past a budget with [budget] over = "ask" is asked about the same way (Budgets):
+// its prompt's Host is the domain, its Port 0, its Budget the budget's name and its Rule
+// the question; the guest waits as one source. Once lets the guest on for the rest of the
+// budget's window for the domain, Run until the daemon stops, Always as Run (nothing is
+// written: a budget is raised in the config), Deny refuses as over = "refuse" does.
+//
 // A flow that gets no answer within its timeout is refused (Timeout), whether or not
 // anyone looked. Held flows are bounded per source and in all (Options): a flow past
 // either bound is refused at once (ErrFull), so a guest that opens thousands of unknown
@@ -74,6 +80,9 @@ func (a Answer) Approves() bool { return a == Once || a == Run || a == Always }
 type Key struct {
 	Host string
 	Port uint16
+	// Budget and Guest are set for a budget's question (Budgets): the budget's name and the
+	// guest's key; "" for a destination.
+	Budget, Guest string
 }
 
 // Prompt is one pending question: a destination and the flows held for it.
@@ -83,6 +92,8 @@ type Prompt struct {
 	Port  uint16
 	Rule  string // the rule or step that asked
 	Proxy string // where an approval sends the flows
+	// Budget is the budget's name for a budget's question ("" for a destination).
+	Budget string
 	// Sources are the sources of the held flows (sorted, at most maxSources listed), Held
 	// how many flows are held.
 	Sources []string
@@ -98,7 +109,8 @@ var ErrFull = errors.New("ask: too many flows held")
 type Options struct {
 	MaxPerSource int // held flows per source; <= 0: 64
 	MaxTotal     int // held flows in all; <= 0: 1024
-	// Always writes an "always" answer down (nil: Always answers as Run). When it fails,
+	// Always writes an "always" answer down (nil: Always answers as Run; a budget's question
+	// never calls it, and answers Always as Run). When it fails,
 	// the answer is refused and the flows stay held.
 	Always func(p Prompt, by string) error
 	// Answered, when not nil, hears every answer given (the daemon logs it).
@@ -120,6 +132,7 @@ type Desk struct {
 
 type prompt struct {
 	Prompt
+	key     Key
 	waiters map[*waiter]struct{}
 	srcs    map[string]int
 }
@@ -164,7 +177,7 @@ func (d *Desk) Hold(ctx context.Context, k Key, src, rule, proxy string, timeout
 	p := d.prompts[k]
 	if p == nil {
 		d.nextID++
-		p = &prompt{Prompt: Prompt{ID: d.nextID, Host: k.Host, Port: k.Port, Rule: rule, Proxy: proxy, Since: now},
+		p = &prompt{Prompt: Prompt{ID: d.nextID, Host: k.Host, Port: k.Port, Rule: rule, Proxy: proxy, Budget: k.Budget, Since: now}, key: k,
 			waiters: map[*waiter]struct{}{}, srcs: map[string]int{}}
 		d.prompts[k], d.byID[p.ID] = p, p
 	}
@@ -274,13 +287,13 @@ func (d *Desk) Answer(id uint64, a Answer, by string) (Prompt, error) {
 	}
 	snap := p.snapshot()
 	d.mu.Unlock()
-	if a == Always && d.opts.Always != nil {
+	if a == Always && d.opts.Always != nil && snap.Budget == "" {
 		// Outside mu: the hook writes a file and reloads.
 		if err := d.opts.Always(snap, by); err != nil {
 			return snap, fmt.Errorf("answer prompt %d: %w", id, err)
 		}
 	}
-	k := Key{Host: p.Host, Port: p.Port}
+	k := p.key
 	d.mu.Lock()
 	if a == Run || a == Always {
 		d.run[k] = true

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/overbudget"
 	"github.com/agentcage/router/internal/wait"
 )
 
@@ -89,7 +90,7 @@ func TestAnswers(t *testing.T) {
 func TestTimeout(t *testing.T) {
 	d := New(Options{})
 	start := time.Now()
-	a, err := d.Hold(context.Background(), Key{"x.example", 80}, "s", "r", "p", 50*time.Millisecond)
+	a, err := d.Hold(context.Background(), Key{Host: "x.example", Port: 80}, "s", "r", "p", 50*time.Millisecond)
 	if a != Timeout || err != nil || time.Since(start) < 50*time.Millisecond {
 		t.Errorf("Hold = %v, %v after %v; want a timeout after 50ms", a, err, time.Since(start))
 	}
@@ -100,7 +101,7 @@ func TestTimeout(t *testing.T) {
 
 func TestAlwaysFails(t *testing.T) {
 	d := New(Options{Always: func(Prompt, string) error { return errors.New("disk full") }})
-	k := Key{"x.example", 443}
+	k := Key{Host: "x.example", Port: 443}
 	got := held(d, k, "s", 1, 5*time.Second)
 	p := waitHeld(t, d, k, 1)
 	if _, err := d.Answer(p.ID, Always, "test"); err == nil {
@@ -137,7 +138,7 @@ func TestBounds(t *testing.T) {
 	if n := len(d.Pending()); n > 8 {
 		t.Errorf("%d prompts for one source, want at most 8", n)
 	}
-	k := Key{"other.example", 443}
+	k := Key{Host: "other.example", Port: 443}
 	got := held(d, k, "other", 1, time.Minute)
 	p := waitHeld(t, d, k, 1)
 	d.Answer(p.ID, Once, "test")
@@ -148,5 +149,49 @@ func TestBounds(t *testing.T) {
 	wg.Wait()
 	if d.total != 0 {
 		t.Errorf("total %d after every flow ended", d.total)
+	}
+}
+
+// TestBudgets: a budget's question waits as one prompt per guest, budget and domain, with
+// the question as its rule; once and deny answer it; always answers as run and writes
+// nothing (the Always hook is not called), so the next question of the guest is approved
+// unasked; a shorter ctx bounds the wait.
+func TestBudgets(t *testing.T) {
+	hooked := false
+	d := New(Options{Always: func(Prompt, string) error { hooked = true; return nil }})
+	b := &Budgets{Desk: d, Timeout: func() time.Duration { return time.Minute }}
+	q := overbudget.Question{Budget: overbudget.Names, Guest: "10.0.2.0/24", Domain: "example.com", Used: 11, Limit: 10, Window: time.Minute}
+	for _, c := range []struct {
+		a    Answer
+		want bool
+	}{{Once, true}, {Deny, false}, {Always, true}} {
+		got := make(chan bool, 1)
+		go func() { got <- b.AskBudget(context.Background(), q) }()
+		var ps []Prompt
+		wait.For(t, "the question", time.Minute, func() bool { ps = d.Pending(); return len(ps) == 1 })
+		if p := ps[0]; p.Host != "example.com" || p.Port != 0 || p.Budget != overbudget.Names || p.Rule != q.String() || len(p.Sources) != 1 || p.Sources[0] != q.Guest {
+			t.Fatalf("prompt %+v", p)
+		}
+		if _, err := d.Answer(ps[0].ID, c.a, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if g := <-got; g != c.want {
+			t.Errorf("%v: allowed %v, want %v", c.a, g, c.want)
+		}
+	}
+	if hooked {
+		t.Error("always on a budget's question called the Always hook")
+	}
+	if !b.AskBudget(context.Background(), q) || len(d.Pending()) != 0 {
+		t.Error("after always, the guest's next question was asked")
+	}
+	q.Guest = "10.0.3.0/24" // another guest: asked, and the ctx's end refuses
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if b.AskBudget(ctx, q) {
+		t.Error("unanswered: allowed")
+	}
+	if (*Budgets)(nil).AskBudget(context.Background(), q) {
+		t.Error("nobody to ask: allowed")
 	}
 }

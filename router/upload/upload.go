@@ -8,10 +8,14 @@
 // A nil *Budget (no budget configured) makes nil Flows, and the relay does not count at all.
 //
 // A guest's window starts with its first counted byte and lasts Window; at its end every
-// count of the guest starts again. Past the budget for one domain, with Over Refuse, Add
-// reports the cut of every flow of the guest to the domain that sends one more chunk, and
-// Refuses refuses its new flows there, until the window ends; with Alert the bytes pass
-// and are counted. Either way the first passing of a window is logged once.
+// count of the guest starts again. What happens past the budget for one domain is
+// overbudget.Decide's: with Over Refuse, Add reports the cut of every flow of the guest to
+// the domain that sends one more chunk, and Refuses refuses its new flows there, until the
+// window ends; with Alert the bytes pass and are counted; with Ask, Add holds the chunk
+// (and so the flow) while the host's owner is asked (Limits.Asker): allowed, the guest's
+// bytes to the domain pass for the rest of the window; denied or unanswered, the flow is
+// cut and the rest of the window is as with Refuse. Either way the first passing of a
+// window is logged once.
 //
 // Memory is bounded whatever a guest does: at most maxGuests guests are counted (a new one
 // past that takes the oldest window's place), and at most maxDomains domains a guest and
@@ -23,19 +27,23 @@ package upload
 
 import (
 	"cmp"
+	"context"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agentcage/router/internal/overbudget"
 )
 
-// Over is what happens past a budget.
-type Over uint8
+// Over is what happens past a budget (overbudget.Decide decides).
+type Over = overbudget.Mode
 
 const (
-	Refuse Over = iota // the flows that send more are cut, new flows refused, until the window ends
-	Alert              // the bytes pass, counted; logged once per guest, domain and window
+	Refuse = overbudget.Refuse // the flows that send more are cut, new flows refused, until the window ends
+	Alert  = overbudget.Alert  // the bytes pass, counted; logged once per guest, domain and window
+	Ask    = overbudget.Ask    // the flow that passes is held while Asker is asked
 )
 
 // Limits are a Budget's settings; the zero PerDomain limits nothing.
@@ -43,6 +51,7 @@ type Limits struct {
 	PerDomain int64         // bytes one guest may send to one domain in a Window
 	Window    time.Duration // a guest's counts start again when its window ends
 	Over      Over
+	Asker     overbudget.Asker // for Ask; nil: nobody to ask, refused
 }
 
 // Overflow is the domain the bytes past maxDomains domains in one window are counted under.
@@ -72,6 +81,8 @@ type guest struct {
 type domain struct {
 	used     int64
 	reported bool // the passing was logged this window
+	allowed  bool // Ask: the host's owner allowed the guest on this window
+	denied   bool // Ask: the host's owner denied it (or did not answer) this window
 }
 
 // New returns the budget for cfg, logging to log (nil: nowhere) and reading the time from
@@ -101,6 +112,9 @@ func (b *Budget) Limits() Limits {
 type Flow struct {
 	b             *Budget
 	guest, domain string
+	// ctx bounds the flow's question (Ask; nil otherwise): Stop ends it.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // Flow returns the counter of a flow of guest to domain (a registrable domain, or the
@@ -109,13 +123,27 @@ func (b *Budget) Flow(guest, domain string) *Flow {
 	if b == nil {
 		return nil
 	}
-	return &Flow{b: b, guest: guest, domain: strings.ToLower(domain)}
+	f := &Flow{b: b, guest: guest, domain: strings.ToLower(domain)}
+	if b.cfg.Over == Ask {
+		f.ctx, f.cancel = context.WithCancel(context.Background())
+	}
+	return f
+}
+
+// Stop ends the flow's wait for an answer, now or later (the flow is being ended anyway):
+// Add then reports the cut, and nothing is remembered of the question for the guest. Safe
+// from any goroutine; nothing for a nil f or a budget that does not ask.
+func (f *Flow) Stop() {
+	if f != nil && f.cancel != nil {
+		f.cancel()
+	}
 }
 
 // Add counts n bytes sent up by the flow and reports whether the flow is to be cut: the
-// guest is past its budget for the domain (this chunk included) and Over is Refuse. The
-// chunk that passes the budget is counted, and it is cut with the flow (the relay has not
-// passed it on).
+// guest is past its budget for the domain (this chunk included) and overbudget.Decide does
+// not let it on. The chunk that passes the budget is counted, and it is cut with the flow
+// (the relay has not passed it on). With Ask (Holds), Add blocks while the host's owner is
+// asked: the relay calls it only where that holds this flow alone.
 func (f *Flow) Add(n int64) (cut bool) {
 	if f == nil {
 		return false
@@ -123,28 +151,53 @@ func (f *Flow) Add(n int64) (cut bool) {
 	b := f.b
 	now := b.now()
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	d := b.entry(f.guest, f.domain, now)
 	d.used += n
-	if d.used <= b.cfg.PerDomain {
+	if d.used <= b.cfg.PerDomain || d.allowed {
+		b.mu.Unlock()
 		return false
 	}
 	if !d.reported {
 		d.reported = true
 		verb := "its flows there that send more are cut and new ones refused until the window ends"
-		if b.cfg.Over == Alert {
+		switch b.cfg.Over {
+		case Alert:
 			verb = "its bytes pass (alert only)"
+		case Ask:
+			verb = "the host's owner is asked"
 		}
 		b.log.Warn("budget: a guest sent more than its budget of bytes to one domain: "+verb,
 			"guest", f.guest, "domain", f.domain, "budget", b.cfg.PerDomain, "window", b.cfg.Window)
 	}
-	return b.cfg.Over == Refuse
+	if d.denied {
+		b.mu.Unlock()
+		return true
+	}
+	q := overbudget.Question{Budget: overbudget.BytesUp, Guest: f.guest, Domain: f.domain, Used: d.used,
+		Limit: b.cfg.PerDomain, Window: b.cfg.Window}
+	b.mu.Unlock()
+	ctx := f.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	pass := overbudget.Decide(ctx, b.cfg.Over, b.cfg.Asker, q)
+	if b.cfg.Over == Ask && ctx.Err() == nil {
+		b.mu.Lock()
+		d.allowed, d.denied = pass, !pass // d is its window's: a window that ended meanwhile is dropped
+		b.mu.Unlock()
+	}
+	return !pass
 }
 
+// Holds reports whether Add may block (Ask): the flow is to be relayed where its waiting
+// holds no other flow. False for a nil f.
+func (f *Flow) Holds() bool { return f != nil && f.b.cfg.Over == Ask }
+
 // Refuses reports whether a new flow of guest to domain is refused: the guest is past its
-// budget for the domain in its window, and Over is Refuse. Always false for a nil b.
+// budget for the domain in its window, and Over is Refuse (or Ask, and the host's owner
+// did not allow it on). Always false for a nil b.
 func (b *Budget) Refuses(guest, domain string) bool {
-	if b == nil || b.cfg.Over != Refuse {
+	if b == nil || b.cfg.Over == Alert {
 		return false
 	}
 	domain = strings.ToLower(domain)
@@ -159,7 +212,7 @@ func (b *Budget) Refuses(guest, domain string) bool {
 	if d == nil && len(g.domains) >= maxDomains {
 		d = g.domains[Overflow]
 	}
-	return d != nil && d.used > b.cfg.PerDomain
+	return d != nil && d.used > b.cfg.PerDomain && (b.cfg.Over == Refuse || d.denied)
 }
 
 // entry returns the count of guest and domain in the guest's current window, starting a

@@ -2,11 +2,15 @@ package upload
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentcage/router/internal/overbudget"
+	"github.com/agentcage/router/internal/overbudget/overbudgettest"
 )
 
 // clock is a settable time for the budgets' windows.
@@ -162,4 +166,80 @@ func BenchmarkAdd(b *testing.B) {
 	for b.Loop() {
 		f.Add(32 << 10)
 	}
+}
+
+// TestAsk: past the budget, the flow that passes it asks (the fake asker) with the guest,
+// domain, budget and count; allowed, the guest's bytes to the domain pass unasked for the
+// rest of the window, and its new flows are not refused; denied, the flow is cut, the
+// guest's next chunk is cut unasked and its new flows refused, as with Refuse; the next
+// window asks afresh. Holds is true with Ask only.
+func TestAsk(t *testing.T) {
+	c := &clock{t: time.Unix(1_000_000, 0)}
+	asker := &overbudgettest.Asker{Allow: true}
+	b := New(Limits{PerDomain: 1000, Window: time.Minute, Over: Ask, Asker: asker}, c.now, nil)
+	g1, g2 := "vm 10.0.1.0/24", "vm 10.0.2.0/24"
+	a, d := b.Flow(g1, "example.com"), b.Flow(g2, "example.com")
+	if !a.Holds() || (*Flow)(nil).Holds() {
+		t.Fatal("Holds: want true for an asking budget's flow only")
+	}
+	if a.Add(1000) || len(asker.Questions()) != 0 {
+		t.Fatal("asked (or cut) at the budget, not past it")
+	}
+	if a.Add(1) || a.Add(5000) || b.Refuses(g1, "example.com") {
+		t.Fatal("allowed, then cut or refused")
+	}
+	want := overbudget.Question{Budget: overbudget.BytesUp, Guest: g1, Domain: "example.com", Used: 1001, Limit: 1000, Window: time.Minute}
+	if qs := asker.Questions(); len(qs) != 1 || qs[0] != want {
+		t.Fatalf("questions %+v, want one %+v", qs, want)
+	}
+	asker.Allow = false
+	if d.Add(1000) || !d.Add(1) {
+		t.Fatal("denied, and not cut")
+	}
+	if !d.Add(1) || !b.Refuses(g2, "example.com") || len(asker.Questions()) != 2 {
+		t.Fatalf("after the denial: not cut or refused, or asked again (%d questions)", len(asker.Questions()))
+	}
+	c.t = c.t.Add(time.Minute)
+	if b.Refuses(g2, "example.com") || d.Add(1000) || !d.Add(1) || len(asker.Questions()) != 3 {
+		t.Fatal("the next window did not start afresh")
+	}
+	for _, over := range []Over{Refuse, Alert} {
+		if New(Limits{PerDomain: 1, Window: time.Minute, Over: over}, nil, nil).Flow("g", "d").Holds() {
+			t.Errorf("%v holds", over)
+		}
+	}
+}
+
+// TestAskNobody: Ask with no asker refuses past the budget, as Refuse does.
+func TestAskNobody(t *testing.T) {
+	b := New(Limits{PerDomain: 10, Window: time.Minute, Over: Ask}, nil, nil)
+	f := b.Flow("g", "example.com")
+	if f.Add(10) || !f.Add(1) || !b.Refuses("g", "example.com") {
+		t.Fatal("with nobody to ask, not cut and refused past the budget")
+	}
+}
+
+// TestAskStop: Stop ends a flow's wait for the answer: Add reports the cut, and the guest
+// is neither allowed nor denied for the window (its next flow asks again).
+func TestAskStop(t *testing.T) {
+	asked := make(chan struct{}, 2)
+	asker := &overbudgettest.Asker{Answer: func(ctx context.Context, q overbudget.Question) bool {
+		asked <- struct{}{}
+		<-ctx.Done()
+		return false
+	}}
+	b := New(Limits{PerDomain: 10, Window: time.Minute, Over: Ask, Asker: asker}, nil, nil)
+	f := b.Flow("g", "example.com")
+	cut := make(chan bool, 1)
+	go func() { cut <- f.Add(11) }()
+	<-asked
+	f.Stop()
+	if !<-cut {
+		t.Fatal("stopped while asking: not cut")
+	}
+	if b.Refuses("g", "example.com") {
+		t.Fatal("a stopped question was remembered as a denial")
+	}
+	(*Flow)(nil).Stop()
+	New(Limits{PerDomain: 10, Window: time.Minute}, nil, nil).Flow("g", "d").Stop()
 }

@@ -37,6 +37,7 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
+	"github.com/agentcage/router/internal/overbudget"
 	"github.com/agentcage/router/router"
 	"github.com/agentcage/router/router/ask"
 	"github.com/agentcage/router/router/auditlog"
@@ -249,6 +250,7 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	if err := d.audit.Open(cfg.Log.Flows); err != nil {
 		return err
 	}
+	d.desk = d.newDesk() // before the budgets, which ask on it
 	ropts := router.Options{
 		Audit:    d.audit,
 		Log:      d.log.With("component", "router"),
@@ -258,9 +260,8 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 		OwnerUDP: ownerUDP(pf),
 		FromVM:   pf.FromVM(),
 		Refusals: &d.book,
-		Uploads:  uploadBudget(cfg.Budget, d.log.With("component", "router")),
+		Uploads:  uploadBudget(cfg.Budget, d.budgetAsker(), d.log.With("component", "router")),
 	}
-	d.desk = d.newDesk()
 	ropts.Asks = d.desk
 	if o, ok := pf.(capture.FDOriginal); ok {
 		ropts.OriginalFD = o.OriginalFD
@@ -370,14 +371,40 @@ func (d *daemon) startControl(cfg *conf.Config, ctx context.Context) error {
 	return nil
 }
 
-// uploadBudget is the router's upload budget of b ([budget] bytes_up_per_domain); nil
-// without one. Like the DNS server's, it is made at start: a change needs a restart.
-func uploadBudget(b conf.Budget, log *slog.Logger) *upload.Budget {
-	over := upload.Refuse
-	if b.Over == conf.BudgetAlert {
-		over = upload.Alert
+// uploadBudget is the router's upload budget of b ([budget] bytes_up_per_domain), asking
+// asker past it with over = "ask"; nil without one. Like the DNS server's, it is made at
+// start: a change needs a restart.
+func uploadBudget(b conf.Budget, asker overbudget.Asker, log *slog.Logger) *upload.Budget {
+	return upload.New(upload.Limits{PerDomain: b.BytesUpPerDomain, Window: b.Window, Over: budgetOver(b.Over), Asker: asker}, nil, log)
+}
+
+// budgetOver is [budget] over as both budgets take it.
+func budgetOver(s string) overbudget.Mode {
+	switch s {
+	case conf.BudgetAlert:
+		return overbudget.Alert
+	case conf.BudgetAsk:
+		return overbudget.Ask
 	}
-	return upload.New(upload.Limits{PerDomain: b.BytesUpPerDomain, Window: b.Window, Over: over}, nil, log)
+	return overbudget.Refuse
+}
+
+// budgetAsker asks the budgets' questions ([budget] over = "ask") on the daemon's desk, as
+// ask rules' flows are: `router ask`, watch and the console list and answer them, and they
+// wait [policy] ask_timeout as read at each question (a DNS query, its timeout at most);
+// with [policy] unattended nobody is asked and the guest is refused at once.
+func (d *daemon) budgetAsker() *ask.Budgets {
+	return &ask.Budgets{Desk: d.desk, Timeout: func() time.Duration {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		switch {
+		case d.cfg == nil:
+			return conf.DefaultAskTimeout
+		case d.cfg.Policy.Unattended:
+			return 0
+		}
+		return cmp.Or(d.cfg.Policy.AskTimeout, conf.DefaultAskTimeout)
+	}}
 }
 
 func (d *daemon) startDNS(cfg *conf.Config) error {
@@ -386,7 +413,7 @@ func (d *daemon) startDNS(cfg *conf.Config) error {
 		return err
 	}
 	dc := dns.Config{Mode: mode, Pool: cfg.DNS.Pool, TTL: cfg.DNS.TTL, Resolver: cfg.DNS.Resolver, Guests: cfg.Capture.VMNetworks,
-		Budget: dns.NameBudget{PerDomain: cfg.Budget.NamesPerDomain, Window: cfg.Budget.Window, Alert: cfg.Budget.Over == conf.BudgetAlert}}
+		Budget: dns.NameBudget{PerDomain: cfg.Budget.NamesPerDomain, Window: cfg.Budget.Window, Over: budgetOver(cfg.Budget.Over), Asker: d.budgetAsker()}}
 	for _, h := range cfg.DNS.DirectNames {
 		dc.DirectNames = append(dc.DirectNames, h.String())
 	}

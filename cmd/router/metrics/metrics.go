@@ -103,11 +103,11 @@ func NewCollector(status func() control.Status) *Collector {
 		uploadUsed: prometheus.NewDesc("router_upload_window_bytes",
 			"Bytes one guest sent up to one registrable domain (or address) in the guest's current window of the upload budget ([budget] bytes_up_per_domain); the largest counts only (router status lists the same). Absent without the budget.", []string{"guest", "domain"}, nil),
 		uploadLimit: prometheus.NewDesc("router_upload_window_limit_bytes",
-			"The upload budget a series of router_upload_window_bytes is held to: past it, the guest's flows to the domain are cut and new ones refused (or, with over = \"alert\", logged).", []string{"guest", "domain"}, nil),
+			"The upload budget a series of router_upload_window_bytes is held to: past it, the guest's flows to the domain are cut and new ones refused (or, with over = \"alert\", logged; with \"ask\", as the host's owner answers).", []string{"guest", "domain"}, nil),
 		namesUsed: prometheus.NewDesc("router_dns_names_window",
 			"Distinct names one guest looked up under one registrable domain in the guest's current window of the name budget ([budget] names_per_domain); the largest counts only (router status lists the same). Absent without the budget.", []string{"guest", "domain"}, nil),
 		namesMax: prometheus.NewDesc("router_dns_names_window_limit",
-			"The name budget a series of router_dns_names_window is held to: past it, the guest's new names under the domain are refused (or, with over = \"alert\", logged).", []string{"guest", "domain"}, nil),
+			"The name budget a series of router_dns_names_window is held to: past it, the guest's new names under the domain are refused (or, with over = \"alert\", logged; with \"ask\", as the host's owner answers).", []string{"guest", "domain"}, nil),
 		configLoaded: prometheus.NewDesc("router_config_loaded_time_seconds",
 			"When the running config was loaded (the start or the last reload applied), in seconds since the Unix epoch.", nil, nil),
 	}

@@ -67,7 +67,7 @@ router_config_loaded_time_seconds 1.7000001e+09
 # HELP router_dns_names_window Distinct names one guest looked up under one registrable domain in the guest's current window of the name budget ([budget] names_per_domain); the largest counts only (router status lists the same). Absent without the budget.
 # TYPE router_dns_names_window gauge
 router_dns_names_window{domain="exfil.example",guest="10.0.2.0/24"} 201
-# HELP router_dns_names_window_limit The name budget a series of router_dns_names_window is held to: past it, the guest's new names under the domain are refused (or, with over = "alert", logged).
+# HELP router_dns_names_window_limit The name budget a series of router_dns_names_window is held to: past it, the guest's new names under the domain are refused (or, with over = "alert", logged; with "ask", as the host's owner answers).
 # TYPE router_dns_names_window_limit gauge
 router_dns_names_window_limit{domain="exfil.example",guest="10.0.2.0/24"} 200
 # HELP router_dns_pool_in_use Fake-IP addresses with at least one open flow (fake-ip mode only).
@@ -135,7 +135,7 @@ router_start_time_seconds 1.7000000005e+09
 # HELP router_upload_window_bytes Bytes one guest sent up to one registrable domain (or address) in the guest's current window of the upload budget ([budget] bytes_up_per_domain); the largest counts only (router status lists the same). Absent without the budget.
 # TYPE router_upload_window_bytes gauge
 router_upload_window_bytes{domain="example.com",guest="vm 10.0.2.0/24"} 6e+07
-# HELP router_upload_window_limit_bytes The upload budget a series of router_upload_window_bytes is held to: past it, the guest's flows to the domain are cut and new ones refused (or, with over = "alert", logged).
+# HELP router_upload_window_limit_bytes The upload budget a series of router_upload_window_bytes is held to: past it, the guest's flows to the domain are cut and new ones refused (or, with over = "alert", logged; with "ask", as the host's owner answers).
 # TYPE router_upload_window_limit_bytes gauge
 router_upload_window_limit_bytes{domain="example.com",guest="vm 10.0.2.0/24"} 5e+07
 # HELP router_upstream_failures Failures in a row of the upstream proxy; 0 after a success.
