@@ -122,7 +122,7 @@ func (r *Router) open(ctx context.Context, p *compiled, f *FlowRecord, pf *polic
 		return d, nil, nil
 	}
 	if dest, ok := p.brokered(pf, d); ok {
-		// Read request by request (credential_http.go): nothing is sent with the dial.
+		// Read request by request (flow_credential.go): nothing is sent with the dial.
 		f.broker, e = &brokerFlow{dest: dest, first: bytes.Clone(e.read)}, early{}
 	}
 	out, err := r.dial(ctx, p, f, d, pf, e)

@@ -21,7 +21,7 @@ func (r *Router) canary(p *compiled, f *FlowRecord, pf *policy.Flow, sniffed str
 		hit, found = creds.FindName(pf.Host, "its destination's name")
 	}
 	if _, bound := p.boundDest(pf); !found && !bound {
-		// A flow to a brokered destination has each request judged (credential_http.go).
+		// A flow to a brokered destination has each request judged (flow_credential.go).
 		hit, found = creds.Find(first, "its first bytes")
 	}
 	if !found {

@@ -65,7 +65,7 @@ type FlowRecord struct {
 	query policy.Flow
 	// gate is set when the flow is to be served by a forward's HTTP gate (forward_gate.go).
 	gate *gated
-	// broker is set when the flow goes to a brokered destination (credential_http.go).
+	// broker is set when the flow goes to a brokered destination (flow_credential.go).
 	broker *brokerFlow
 }
 

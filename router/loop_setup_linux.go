@@ -579,7 +579,7 @@ func (l *loop) decide(s *setupFlow, pf *policy.Flow) {
 	case d.Action == rules.Direct && d.ByName:
 	case d.Action == rules.Proxy && !loopUpstream(p, d.Proxy, &up):
 	case d.Action == rules.Direct && p.gated(pf, d): // served by a forward's gate (forward_gate.go)
-	case p.isBrokered(pf, d): // read request by request (credential_http.go)
+	case p.isBrokered(pf, d): // read request by request (flow_credential.go)
 	default:
 		s.dst = dstOf(pf)
 		if s.slots = r.adm.trySetup(key, s.dst); s.slots {

@@ -58,7 +58,7 @@ type meter struct {
 	// cut asks the relay to end the flow (stop); onCut, set by the relay, makes it notice.
 	cut   atomic.Bool
 	onCut atomic.Pointer[func()]
-	// upload counts the bytes up against the guest's upload budget (upload.go): set before
+	// upload counts the bytes up against the guest's upload budget (relay_upload.go): set before
 	// the relay starts; nil without a budget, and then nothing is counted.
 	upload *upload.Flow
 }

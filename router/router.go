@@ -120,7 +120,7 @@ type Options struct {
 	// Asks holds the flows the policy asks about (package ask) while an administrator
 	// answers. Nil: an ask is refused at once, as unattended.
 	Asks *ask.Desk
-	// Uploads is the upload budget ([budget] bytes_up_per_domain, upload.go): the bytes each
+	// Uploads is the upload budget ([budget] bytes_up_per_domain, relay_upload.go): the bytes each
 	// guest's relayed flows send up to one domain in a window. Nil: none, and the relay
 	// counts nothing for it.
 	Uploads *upload.Budget
