@@ -261,22 +261,6 @@ func (a *admission) dropLocked(key dstKey, d *dstSlots) {
 	}
 }
 
-// trySetup takes a set-up slot of source key and one of destination dst, if both are free
-// now and nobody waits for a slot (waiters are served first); false: nothing is taken, and
-// the flow must wait (setup) on a goroutine of its own. endSetup gives them back. The
-// loops' set-up (loop_setup_linux.go) takes its slots so, without waiting; a flow that
-// would wait takes the goroutine path.
-func (a *admission) trySetup(key string, dst dstKey) bool {
-	if !a.dstTryAcquire(dst) {
-		return false
-	}
-	if !a.setups.tryAcquireNow(key) {
-		a.dstRelease(dst, time.Time{})
-		return false
-	}
-	return true
-}
-
 // endSetup gives back what setup or trySetup took at since.
 func (a *admission) endSetup(key string, dst dstKey, since time.Time) {
 	a.setups.release(key)

@@ -85,18 +85,6 @@ func (s *shares) tryAcquire(key string) bool {
 	return true
 }
 
-// tryAcquireNow takes a slot for key when acquire would take one without waiting: one is
-// free within key's share and nobody waits (waiters go first).
-func (s *shares) tryAcquireNow(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.queue) != 0 || !s.grantableLocked(key) {
-		return false
-	}
-	s.takeLocked(key)
-	return true
-}
-
 // acquire takes a slot for key, waiting (first come, first served among the sources under
 // their share) until one is free or ctx ends. It returns errBusy at once when key already
 // has maxWaiting flows waiting, and ctx.Err() when the wait ran out.

@@ -47,13 +47,6 @@ func (p *compiled) gate(pf *policy.Flow, d policy.Decision) (*Forward, bool) {
 	return nil, true
 }
 
-// gated reports whether pf, decided d under p, is served by a model gate (the event loop
-// hands such a flow to the goroutine path).
-func (p *compiled) gated(pf *policy.Flow, d policy.Decision) bool {
-	_, ok := p.gate(pf, d)
-	return ok
-}
-
 // serveGate serves the decided flow f (pf, under p) of client c at fw's gate, until the
 // connection ends; first are the client's bytes already read (sent first). It ends the flow
 // as the relay's end would: release, the record logged, r.flows marked done.

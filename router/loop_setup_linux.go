@@ -16,6 +16,7 @@ import (
 	"github.com/agentcage/router/internal/accept"
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/router/sniff"
+	"github.com/agentcage/router/router/upload"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5"
 	"github.com/agentcage/router/rules"
@@ -978,4 +979,51 @@ func (f *relayFlow) keepAliveDue(now time.Duration) {
 		keepAlive(f.fd[0], 15*time.Second)
 		keepAlive(f.fd[1], 30*time.Second)
 	}
+}
+
+// What only the loops' set-up asks of the other ideas (the goroutine path waits instead,
+// or has no need): kept here, with the loops, so no other build carries them unused.
+
+// trySetup takes a set-up slot of source key and one of destination dst, if both are free
+// now and nobody waits for a slot (waiters are served first); false: nothing is taken, and
+// the flow must wait (setup) on a goroutine of its own. endSetup gives them back. The
+// loops' set-up (loop_setup_linux.go) takes its slots so, without waiting; a flow that
+// would wait takes the goroutine path.
+func (a *admission) trySetup(key string, dst dstKey) bool {
+	if !a.dstTryAcquire(dst) {
+		return false
+	}
+	if !a.setups.tryAcquireNow(key) {
+		a.dstRelease(dst, time.Time{})
+		return false
+	}
+	return true
+}
+
+// tryAcquireNow takes a slot for key when acquire would take one without waiting: one is
+// free within key's share and nobody waits (waiters go first).
+func (s *shares) tryAcquireNow(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) != 0 || !s.grantableLocked(key) {
+		return false
+	}
+	s.takeLocked(key)
+	return true
+}
+
+// gated reports whether pf, decided d under p, is served by a model gate (the event loop
+// hands such a flow to the goroutine path).
+func (p *compiled) gated(pf *policy.Flow, d policy.Decision) bool {
+	_, ok := p.gate(pf, d)
+	return ok
+}
+
+// uploadOffLoop reports whether pf's flow is set up off the event loop (the goroutine path)
+// for its upload budget: its guest is past it (refused there), or the budget asks past it
+// (upload.Ask: the flow is relayed by copyRelay, whose goroutine may wait for the answer,
+// never by the loops, whose flows share a goroutine).
+func (r *Router) uploadOffLoop(p *compiled, pf *policy.Flow) bool {
+	b := r.opts.Uploads
+	return b != nil && (b.Limits().Over == upload.Ask || b.Refuses(sourceKey(pf, p), uploadDomain(pf)))
 }

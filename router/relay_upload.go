@@ -73,15 +73,6 @@ func (u *uploadWriter) Write(p []byte) (int, error) {
 	return u.w.Write(p)
 }
 
-// uploadOffLoop reports whether pf's flow is set up off the event loop (the goroutine path)
-// for its upload budget: its guest is past it (refused there), or the budget asks past it
-// (upload.Ask: the flow is relayed by copyRelay, whose goroutine may wait for the answer,
-// never by the loops, whose flows share a goroutine).
-func (r *Router) uploadOffLoop(p *compiled, pf *policy.Flow) bool {
-	b := r.opts.Uploads
-	return b != nil && (b.Limits().Over == upload.Ask || b.Refuses(sourceKey(pf, p), uploadDomain(pf)))
-}
-
 // uploadRefuses reports whether pf, from its guest, is refused for its upload budget.
 func (r *Router) uploadRefuses(p *compiled, pf *policy.Flow) bool {
 	b := r.opts.Uploads

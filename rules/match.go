@@ -179,19 +179,6 @@ func equalFolded(s, t string, path bool) bool {
 	return true
 }
 
-// equalFold reports whether two flow texts fold to the same text.
-func equalFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		if lowerByte(a[i]) != lowerByte(b[i]) {
-			return false
-		}
-	}
-	return true
-}
-
 // isASCII reports whether s has no byte >= 0x80.
 func isASCII(s string) bool {
 	for i := 0; i < len(s); i++ {

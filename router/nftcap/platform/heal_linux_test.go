@@ -101,11 +101,6 @@ func (k *fakeKernel) state() (installed bool, installs int, ifaces []string) {
 	return k.installed != nil && !k.damaged, k.installs, ifaces
 }
 
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	wait.For(t, what, d, cond)
-}
-
 // counted returns the fake's tables checked and specs derived so far.
 func (k *fakeKernel) counted() (checks, specs int) {
 	k.mu.Lock()
