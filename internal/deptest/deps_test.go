@@ -126,7 +126,7 @@ var table = []struct{ pkg, imports, tests string }{
 	// The one windowed count per guest and domain, for the same two budgets.
 	{"internal/window", "", ""},
 	{"internal/deptest", "", ""},
-	{"e2e", "", "conf dns internal/lab internal/modeltest internal/roottest internal/syncbuf internal/wait router router/control router/nftcap router/proc router/upstream router/upstream/socks5 rules rules/policy rules/refusal windivert/packet windivert/redirect"},
+	{"e2e", "", "conf dns internal/echotest internal/lab internal/modeltest internal/roottest internal/syncbuf internal/wait router router/control router/nftcap router/proc router/upstream router/upstream/socks5 rules rules/policy rules/refusal windivert/packet windivert/redirect"},
 }
 
 // A layer is a rule the table must keep, over the packages of ours that a package's code
