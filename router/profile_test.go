@@ -15,6 +15,7 @@ import (
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/auditlog"
+	"github.com/agentcage/router/router/upstream/upstreamtest"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
@@ -164,24 +165,33 @@ func withProfile(rs []rules.Rule, name string, prs []rules.Rule, nets ...netip.P
 	return policy.New(cfg, policy.Env{})
 }
 
+// switchEndsUDPFlow gives the router rule r and a profile offline with no rules, starts a
+// UDP flow from src to echo through its association (returned), then switches guest to
+// offline and checks that the router names it key and ends the one flow.
+func (e *udpEnv) switchEndsUDPFlow(src netip.AddrPort, r rules.Rule, guest, key string) *upstreamtest.Association {
+	e.t.Helper()
+	st := e.r.pol.Load().Settings
+	st.Decision = withProfile([]rules.Rule{r}, "offline", nil, vmNet)
+	if err := e.r.Apply(st); err != nil {
+		e.t.Fatal(err)
+	}
+	e.r.pol.Load().ups["exit"] = e.up // shared by the profiles
+	e.send(src, echo, "ping")
+	a := e.association(0)
+	sent(e.t, a, ipAddr(echo), "ping")
+	got, ended, err := e.r.SwitchProfile(guest, "offline")
+	if err != nil || got != key || ended != 1 {
+		e.t.Fatalf("switch: %q, %d ended, %v; want 1 flow of %s", got, ended, err, key)
+	}
+	e.waitLog(`msg="profile switch ended live flows"`)
+	return a
+}
+
 // TestProfileSwitchEndsUDPFlows: a guest's live UDP flow its new profile refuses is ended at
 // the switch; its next datagrams are dropped, not sent on.
 func TestProfileSwitchEndsUDPFlows(t *testing.T) {
 	e := newUDPEnv(t, nil, nil, proxyAll)
-	st := e.r.pol.Load().Settings
-	st.Decision = withProfile([]rules.Rule{proxyAll}, "offline", nil, vmNet)
-	if err := e.r.Apply(st); err != nil {
-		t.Fatal(err)
-	}
-	e.r.pol.Load().ups["exit"] = e.up // shared by the profiles
-	e.send(guest, echo, "ping")
-	a := e.association(0)
-	sent(t, a, ipAddr(echo), "ping")
-	key, ended, err := e.r.SwitchProfile(vmNet.String(), "offline")
-	if err != nil || key != "vm "+vmNet.String() || ended != 1 {
-		t.Fatalf("switch: %q, %d ended, %v; want 1 flow of vm %s", key, ended, err, vmNet)
-	}
-	e.waitLog(`msg="profile switch ended live flows"`)
+	a := e.switchEndsUDPFlow(guest, proxyAll, vmNet.String(), "vm "+vmNet.String())
 	e.send(guest, echo, "after")
 	select {
 	case d := <-a.Sent:
@@ -355,20 +365,7 @@ func TestProfileSwitchCagedAppUDP(t *testing.T) {
 	e.r.opts.OwnerUDP = func(src, dst netip.AddrPort) (rules.Owner, error) {
 		return rules.Owner{PID: 7, App: "VBoxHeadless"}, nil
 	}
-	st := e.r.pol.Load().Settings
-	st.Decision = withProfile([]rules.Rule{vbox}, "offline", nil, vmNet)
-	if err := e.r.Apply(st); err != nil {
-		t.Fatal(err)
-	}
-	e.r.pol.Load().ups["exit"] = e.up // shared by the profiles
-	e.send(app, echo, "ping")
-	a := e.association(0)
-	sent(t, a, ipAddr(echo), "ping")
-	key, ended, err := e.r.SwitchProfile("app:VBoxHeadless", "offline")
-	if err != nil || key != "app vboxheadless" || ended != 1 {
-		t.Fatalf("switch: %q, %d ended, %v; want 1 flow of app vboxheadless", key, ended, err)
-	}
-	e.waitLog(`msg="profile switch ended live flows"`)
+	a := e.switchEndsUDPFlow(app, vbox, "app:VBoxHeadless", "app vboxheadless")
 	e.send(app, echo, "after") // decided and dropped before HandleUDP returns
 	t2 := &e.r.udp
 	t2.mu.Lock()
