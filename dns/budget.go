@@ -1,16 +1,15 @@
 package dns
 
 import (
-	"cmp"
 	"context"
 	"hash/maphash"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/agentcage/router/internal/overbudget"
+	"github.com/agentcage/router/internal/window"
 	"golang.org/x/net/publicsuffix"
 )
 
@@ -46,13 +45,8 @@ type budget struct {
 	seed maphash.Seed
 
 	mu     sync.Mutex
-	guests map[sourceKey]*guestCount
+	guests *window.Guests[sourceKey, domainCount]
 	names  int // names kept in all guests' sets
-}
-
-type guestCount struct {
-	start   time.Time
-	domains map[string]*domainCount
 }
 
 type domainCount struct {
@@ -69,7 +63,16 @@ func newBudget(cfg NameBudget, now func() time.Time, log *slog.Logger) *budget {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &budget{cfg: cfg, now: now, log: log, seed: maphash.MakeSeed(), guests: map[sourceKey]*guestCount{}}
+	b := &budget{cfg: cfg, now: now, log: log, seed: maphash.MakeSeed()}
+	b.guests = window.New[sourceKey](cfg.Window, maxBudgetGuests, b.dropped)
+	return b
+}
+
+// dropped forgets the names kept of a guest's window that ends; b.mu is held.
+func (b *budget) dropped(s *window.Span[domainCount]) {
+	for _, dc := range s.Domains {
+		b.names -= len(dc.names)
+	}
 }
 
 // Registrable is the domain a name's budgets are counted under, the names' here and the
@@ -96,25 +99,14 @@ func (b *budget) over(k sourceKey, name string) (domain string, n int, past bool
 	h := maphash.String(b.seed, name)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	g := b.guests[k]
-	if g != nil && now.Sub(g.start) >= b.cfg.Window {
-		b.drop(k, g)
-		g = nil
-	}
-	if g == nil {
-		if len(b.guests) >= maxBudgetGuests {
-			b.dropOldest()
-		}
-		g = &guestCount{start: now, domains: map[string]*domainCount{}}
-		b.guests[k] = g
-	}
-	dc := g.domains[domain]
+	g := b.guests.Span(k, now)
+	dc := g.Domains[domain]
 	if dc == nil {
-		if len(g.domains) >= maxBudgetDomains {
+		if len(g.Domains) >= maxBudgetDomains {
 			return domain, b.cfg.PerDomain + 1, true // too many domains in one window: nothing more is counted
 		}
 		dc = &domainCount{names: map[uint64]struct{}{}}
-		g.domains[domain] = dc
+		g.Domains[domain] = dc
 	}
 	if _, seen := dc.names[h]; seen {
 		return domain, dc.n, false
@@ -159,30 +151,10 @@ func (b *budget) decide(ctx context.Context, k sourceKey, domain string, n int) 
 func (b *budget) allow(k sourceKey, domain string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if g := b.guests[k]; g != nil && b.now().Sub(g.start) < b.cfg.Window {
-		if dc := g.domains[domain]; dc != nil {
+	if g := b.guests.Current(k, b.now()); g != nil {
+		if dc := g.Domains[domain]; dc != nil {
 			dc.allowed = true
 		}
-	}
-}
-
-func (b *budget) drop(k sourceKey, g *guestCount) {
-	for _, dc := range g.domains {
-		b.names -= len(dc.names)
-	}
-	delete(b.guests, k)
-}
-
-func (b *budget) dropOldest() {
-	var oldK sourceKey
-	var old *guestCount
-	for k, g := range b.guests {
-		if old == nil || g.start.Before(old.start) {
-			oldK, old = k, g
-		}
-	}
-	if old != nil {
-		b.drop(oldK, old)
 	}
 }
 
@@ -207,21 +179,10 @@ func (b *budget) uses(max int) []NameUse {
 	now := b.now()
 	b.mu.Lock()
 	var out []NameUse
-	for k, g := range b.guests {
-		if now.Sub(g.start) >= b.cfg.Window {
-			continue
-		}
-		for d, dc := range g.domains {
-			out = append(out, NameUse{Guest: k.String(), Domain: d, Names: dc.n, Limit: b.cfg.PerDomain, Start: g.start, Window: b.cfg.Window, Over: dc.n > b.cfg.PerDomain})
-		}
-	}
-	b.mu.Unlock()
-	if max > 0 && len(out) > max {
-		slices.SortFunc(out, func(x, y NameUse) int { return cmp.Compare(y.Names, x.Names) })
-		out = out[:max]
-	}
-	slices.SortFunc(out, func(x, y NameUse) int {
-		return cmp.Or(strings.Compare(x.Guest, y.Guest), strings.Compare(x.Domain, y.Domain))
+	b.guests.Each(now, func(k sourceKey, start time.Time, d string, dc *domainCount) {
+		out = append(out, NameUse{Guest: k.String(), Domain: d, Names: dc.n, Limit: b.cfg.PerDomain, Start: start, Window: b.cfg.Window, Over: dc.n > b.cfg.PerDomain})
 	})
-	return out
+	b.mu.Unlock()
+	return window.Largest(out, max, func(u NameUse) int { return u.Names },
+		func(u NameUse) (string, string) { return u.Guest, u.Domain })
 }

@@ -137,8 +137,8 @@ func TestBudgetBounded(t *testing.T) {
 	if _, _, past := b.over(k, "x.one-too-many.example"); !past {
 		t.Error("a domain past the per-guest bound was counted, want it refused")
 	}
-	if b.names > maxBudgetNames || len(b.guests) != 1 {
-		t.Errorf("kept %d names for %d guests", b.names, len(b.guests))
+	if b.names > maxBudgetNames || b.guests.Len() != 1 {
+		t.Errorf("kept %d names for %d guests", b.names, b.guests.Len())
 	}
 	alert := newBudget(NameBudget{PerDomain: 3, Window: time.Hour, Over: overbudget.Alert}, newClock().Now, nil)
 	for i := range maxBudgetDomains + 1 {

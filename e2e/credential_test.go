@@ -23,12 +23,7 @@ const (
 // guest chose trips the canary (refused, counted, logged once per destination) and reaches no
 // resolver or server. No log, status or flow log of the run holds the real value.
 func TestCredentialBroker(t *testing.T) {
-	flows := filepath.Join(t.TempDir(), "flows.jsonl")
-	extra := credentialConfig(flows, `name = "model-key"
-placeholder = "`+credPlaceholder+`"
-value_env = "ROUTER_E2E_MODEL_KEY"
-forward = "model"`)
-	t.Setenv("ROUTER_E2E_MODEL_KEY", credRealValue)
+	extra, flows := withCredential(t, "model-key", credPlaceholder, credRealValue, `forward = "model"`)
 	s := newScene(t, config(lab.GoSocksAddr, "")+extra)
 	g := s.lab.Guest()
 
@@ -93,13 +88,8 @@ const (
 // server, nor does one with the placeholder in the query of the bound destination. No log,
 // status or flow log of the run holds the real value.
 func TestCredentialDestination(t *testing.T) {
-	flows := filepath.Join(t.TempDir(), "flows.jsonl")
-	extra := credentialConfig(flows, `name = "echo-key"
-placeholder = "`+destPlaceholder+`"
-value_env = "ROUTER_E2E_ECHO_KEY"
-destination = "`+lab.EchoName+`:80"
+	extra, flows := withCredential(t, "echo-key", destPlaceholder, destRealValue, `destination = "`+lab.EchoName+`:80"
 header = "Authorization"`)
-	t.Setenv("ROUTER_E2E_ECHO_KEY", destRealValue)
 	s := newScene(t, config(lab.GoSocksAddr, "")+extra)
 	g := s.lab.Guest()
 
@@ -136,16 +126,11 @@ header = "Authorization"`)
 // flow log holds the value.
 func TestCredentialDestinationTLS(t *testing.T) {
 	dir := t.TempDir()
-	flows := filepath.Join(dir, "flows.jsonl")
 	labCA := filepath.Join(dir, "lab-ca.pem")
-	extra := credentialConfig(flows, `name = "echo-key"
-placeholder = "`+destPlaceholder+`"
-value_env = "ROUTER_E2E_ECHO_KEY"
-destination = "`+lab.EchoName+`:443"
+	extra, flows := withCredential(t, "echo-key", destPlaceholder, destRealValue, `destination = "`+lab.EchoName+`:443"
 header = "Authorization"
 tls_terminate = true
 ca_file = "`+labCA+`"`)
-	t.Setenv("ROUTER_E2E_ECHO_KEY", destRealValue)
 	// The lab's CA exists once the lab is up; the router reads ca_file when it starts.
 	s := newLabWith(t, config(lab.GoSocksAddr, "")+extra, lab.Options{EchoTLS: true})
 	if err := os.WriteFile(labCA, s.lab.EchoCAPEM(), 0o644); err != nil {
@@ -177,10 +162,18 @@ ca_file = "`+labCA+`"`)
 	s.wantNoLeak("credential destination over TLS")
 }
 
-// credentialConfig is the config the credential tests add: the flow log at flows, and one
-// [[credential]] table with fields (TOML lines).
-func credentialConfig(flows, fields string) string {
-	return "\n[log]\nflows = \"" + flows + "\"\n\n[[credential]]\n" + fields + "\n"
+// withCredential is the config a credential test adds, and the path of its flow log (in a
+// directory of the test's): the flow log, and one [[credential]] table of name, placeholder,
+// its value read from ROUTER_E2E_<NAME> (name upper-cased, - as _; set to value for the
+// test) and fields (TOML lines).
+func withCredential(t *testing.T, name, placeholder, value, fields string) (extra, flows string) {
+	t.Helper()
+	env := "ROUTER_E2E_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	t.Setenv(env, value)
+	flows = filepath.Join(t.TempDir(), "flows.jsonl")
+	extra = "\n[log]\nflows = \"" + flows + "\"\n\n[[credential]]\nname = \"" + name + "\"\nplaceholder = \"" +
+		placeholder + "\"\nvalue_env = \"" + env + "\"\n" + fields + "\n"
+	return extra, flows
 }
 
 // wantCanaries runs curl in the guest for each request (a URL and curl's arguments): each

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/echotest"
 	"github.com/agentcage/router/internal/lab"
 	"github.com/agentcage/router/internal/roottest"
 )
@@ -35,26 +36,7 @@ func TestProfileSwitch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const echo = lab.ServiceAddr + ":9007"
-	ln, err := s.lab.Inet().Listen(s.ctx, "tcp", echo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(time.Minute))
-				io.WriteString(c, "hi")
-				io.Copy(c, c)
-			}()
-		}
-	}()
+	echo := s.profileEcho()
 	s.startRouter()
 	open := func(ns *lab.Netns) (net.Conn, error) {
 		c, err := ns.Dial(s.ctx, "tcp", echo)
@@ -94,16 +76,7 @@ func TestProfileSwitch(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "vm 10.0.2.0/24: profile offline; 1 live flows it refuses ended") {
 		t.Fatalf("router profile: exit %d\n%s", code, out)
 	}
-	c1.SetReadDeadline(time.Now().Add(time.Second))
-	_, err = c1.Read(make([]byte, 1))
-	took := time.Since(start)
-	if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Errorf("the first guest's live flow after the switch: %v; want it ended", err)
-	}
-	t.Logf("the live flow ended %v after the switch began (the command's start included)", took)
-	if took > time.Second {
-		t.Errorf("the live flow ended %v after the switch; want within a second", took)
-	}
+	endedWithinASecond(t, c1, start, "the first guest's live flow")
 	if !echoes(c2) {
 		t.Error("the second guest's live flow was ended by the first guest's switch")
 	}
@@ -121,19 +94,7 @@ func TestProfileSwitch(t *testing.T) {
 		src, _ := m["src"].(string)
 		return m["event"] == "refused" && m["profile"] == "offline" && strings.HasPrefix(src, lab.GuestAddr+":")
 	})
-	st := s.status()
-	if len(st.Profiles) != 1 || st.Profiles[0].Guest != "vm 10.0.2.0/24" || st.Profiles[0].Profile != "offline" {
-		t.Errorf("status profiles = %+v", st.Profiles)
-	}
-	var caged uint64
-	for _, r := range st.Refusals {
-		if r.Reason == "caged-no-rule" {
-			caged = r.Count
-		}
-	}
-	if caged < 2 { // the live flow ended, the new one refused
-		t.Errorf("caged refusals = %d, want at least 2 (%+v)", caged, st.Refusals)
-	}
+	s.offlineInStatus("vm 10.0.2.0/24")
 	s.waitLog(`profile switch ended live flows`, 5*time.Second)
 
 	if out, code := s.routerCmd("profile", "--config", s.cfg, lab.GuestAddr, "default"); code != 0 {
@@ -169,26 +130,7 @@ action = "direct"
 	if err != nil {
 		t.Fatal(err)
 	}
-	const echo = lab.ServiceAddr + ":9007"
-	ln, err := s.lab.Inet().Listen(s.ctx, "tcp", echo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(time.Minute))
-				io.WriteString(c, "hi")
-				io.Copy(c, c)
-			}()
-		}
-	}()
+	echo := s.profileEcho()
 	s.startRouter()
 	c, err := u.Guest.Dial(s.ctx, "tcp", echo)
 	if err != nil {
@@ -206,16 +148,7 @@ action = "direct"
 	if code != 0 || !strings.Contains(out, "app slirp4netns: profile offline;") {
 		t.Fatalf("router profile: exit %d\n%s", code, out)
 	}
-	c.SetReadDeadline(time.Now().Add(time.Second))
-	_, err = c.Read(make([]byte, 1))
-	took := time.Since(start)
-	if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Errorf("the guest's live flow after the switch: %v; want it ended", err)
-	}
-	t.Logf("the live flow ended %v after the switch began (the command's start included)", took)
-	if took > time.Second {
-		t.Errorf("the live flow ended %v after the switch; want within a second", took)
-	}
+	endedWithinASecond(t, c, start, "the guest's live flow")
 	// Refused: the router answers the plaintext request with its 403, or the flow fails.
 	if out, code := s.curl(u.Guest, lab.EchoURL, "--max-time", "3"); code == 0 && !strings.Contains(out, "refused by the router") {
 		t.Errorf("the guest's new flow got through on the offline profile: %q", out)
@@ -227,9 +160,52 @@ action = "direct"
 	s.flowRecords(func(m map[string]any) bool {
 		return m["event"] == "refused" && m["profile"] == "offline" && m["app"] == lab.Slirp4netns
 	})
+	s.offlineInStatus("app slirp4netns")
+
+	if out, code := s.routerCmd("profile", "--config", s.cfg, "app:"+lab.Slirp4netns, "default"); code != 0 {
+		t.Fatalf("router profile back: exit %d\n%s", code, out)
+	}
+	if out, code := s.curl(u.Guest, lab.EchoURL); code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
+		t.Errorf("back on the default profile: exit %d, %q; want the proxy's exit %s", code, out, lab.ExitAddr)
+	}
+}
+
+// profileEcho serves, in the lab's internet, the echo target the profile tests' guests
+// dial (banner "hi", then echo), and returns its address.
+func (s *scene) profileEcho() string {
+	s.t.Helper()
+	const echo = lab.ServiceAddr + ":9007"
+	ln, err := s.lab.Inet().Listen(s.ctx, "tcp", echo)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	echotest.Serve(s.t, ln, "hi", time.Minute)
+	return echo
+}
+
+// endedWithinASecond checks that the live flow c (what names it) is ended by the router
+// within a second of the switch's start.
+func endedWithinASecond(t *testing.T, c net.Conn, start time.Time, what string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	_, err := c.Read(make([]byte, 1))
+	took := time.Since(start)
+	if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("%s after the switch: %v; want it ended", what, err)
+	}
+	t.Logf("the live flow ended %v after the switch began (the command's start included)", took)
+	if took > time.Second {
+		t.Errorf("the live flow ended %v after the switch; want within a second", took)
+	}
+}
+
+// offlineInStatus checks that `router status` shows guest on the offline profile alone and
+// counts at least two caged refusals (the live flow ended, the new one refused).
+func (s *scene) offlineInStatus(guest string) {
+	s.t.Helper()
 	st := s.status()
-	if len(st.Profiles) != 1 || st.Profiles[0].Guest != "app slirp4netns" || st.Profiles[0].Profile != "offline" {
-		t.Errorf("status profiles = %+v", st.Profiles)
+	if len(st.Profiles) != 1 || st.Profiles[0].Guest != guest || st.Profiles[0].Profile != "offline" {
+		s.t.Errorf("status profiles = %+v", st.Profiles)
 	}
 	var caged uint64
 	for _, r := range st.Refusals {
@@ -237,14 +213,7 @@ action = "direct"
 			caged = r.Count
 		}
 	}
-	if caged < 2 { // the live flow ended, the new one refused
-		t.Errorf("caged refusals = %d, want at least 2 (%+v)", caged, st.Refusals)
-	}
-
-	if out, code := s.routerCmd("profile", "--config", s.cfg, "app:"+lab.Slirp4netns, "default"); code != 0 {
-		t.Fatalf("router profile back: exit %d\n%s", code, out)
-	}
-	if out, code := s.curl(u.Guest, lab.EchoURL); code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
-		t.Errorf("back on the default profile: exit %d, %q; want the proxy's exit %s", code, out, lab.ExitAddr)
+	if caged < 2 {
+		s.t.Errorf("caged refusals = %d, want at least 2 (%+v)", caged, st.Refusals)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/auditlog"
+	"github.com/agentcage/router/router/upstream/upstreamtest"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/refusal"
@@ -21,12 +23,74 @@ import (
 
 // profileDecision: by default every caged flow goes direct; the profile "offline" lets only
 // the flows to port model through.
-func profileDecision(model uint16) *policy.Policy {
+func profileDecision(model uint16) *policy.Policy { return profileDecisionIn(model, conf.Capture{}) }
+
+// profileDecisionIn is profileDecision with what capture cages.
+func profileDecisionIn(model uint16, capture conf.Capture) *policy.Policy {
 	all := rules.Rule{Name: "all", Caged: true, Action: rules.Direct}
 	only := rules.Rule{Name: "model", Caged: true, Action: rules.Direct, Ports: []rules.PortRange{{Lo: model, Hi: model}}}
 	cfg := &conf.Config{Rules: []rules.Rule{all}, Profiles: []conf.Profile{{Name: "offline", Rules: []rules.Rule{only}}},
-		DNS: conf.DNS{Mode: conf.DNSFakeIP, Pool: netip.MustParsePrefix("198.18.0.0/15")}}
+		Capture: capture, DNS: conf.DNS{Mode: conf.DNSFakeIP, Pool: netip.MustParsePrefix("198.18.0.0/15")}}
 	return policy.New(cfg, policy.Env{})
+}
+
+// openFlowLog opens a flow log in the test's directory, closed when the test ends, and returns
+// it and its path.
+func openFlowLog(t *testing.T) (*auditlog.Log, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "flows.jsonl")
+	audit := auditlog.New(auditlog.Options{})
+	if err := audit.Open(path); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { audit.Close() })
+	return audit, path
+}
+
+// waitFlowRecord waits for a record of the flow log at path that match accepts.
+func waitFlowRecord(t *testing.T, path, what string, match func(map[string]any) bool) {
+	t.Helper()
+	wait.For(t, what+" in the flow log", waitFor, func() bool {
+		return slices.ContainsFunc(readJSONLines(t, path), match)
+	})
+}
+
+// switchEndsFlow switches guest to the profile offline and checks that the router names it
+// key, ends its one live flow the profile refuses, live, within a second, and counts one
+// caged refusal for it.
+func (e *env) switchEndsFlow(guest, key string, live net.Conn) {
+	e.t.Helper()
+	t := e.t
+	before := e.r.book.Count(refusal.Caged)
+	start := time.Now()
+	got, ended, err := e.r.SwitchProfile(guest, "offline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != key || ended != 1 {
+		t.Errorf("switch: guest %q, %d flows ended; want %s, 1", got, ended, key)
+	}
+	_ = live.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := io.ReadAll(live); err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Errorf("the refused flow: %v; want it ended within a second", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the refused flow ended %v after the switch; want within a second", d)
+	}
+	if n := e.r.book.Count(refusal.Caged) - before; n != 1 {
+		t.Errorf("%d caged refusals at the switch; want 1", n)
+	}
+}
+
+// stillEcho checks that each of cs still echoes (the switch did not end it).
+func stillEcho(t *testing.T, cs ...*net.TCPConn) {
+	t.Helper()
+	for _, c := range cs {
+		c.Write([]byte("ping"))
+		if got := readN(t, c, 4); got != "ping" {
+			t.Errorf("a flow the switch must not end echoed %q", got)
+		}
+	}
 }
 
 // dialFrom is dial from the loopback address src (another guest).
@@ -49,43 +113,15 @@ func (e *env) dialFrom(src netip.Addr, dst netip.AddrPort) *net.TCPConn {
 func TestProfileSwitchEndsRefusedFlows(t *testing.T) {
 	web := startTarget(t, "w")
 	model := startTarget(t, "m")
-	path := filepath.Join(t.TempDir(), "flows.jsonl")
-	audit := auditlog.New(auditlog.Options{})
-	if err := audit.Open(path); err != nil {
-		t.Fatal(err)
-	}
-	defer audit.Close()
+	audit, path := openFlowLog(t)
 	e := newEnv(t, Settings{Decision: profileDecision(model.Port())}, Options{FromVM: func(netip.Addr) bool { return true }, Audit: audit})
 	other := netip.MustParseAddr("127.0.0.2")
 	cw, cm, co := e.dial(web), e.dial(model), e.dialFrom(other, web)
 	if readN(t, cw, 1) != "w" || readN(t, cm, 1) != "m" || readN(t, co, 1) != "w" {
 		t.Fatal("no banners")
 	}
-	before := e.r.book.Count(refusal.Caged)
-	start := time.Now()
-	key, ended, err := e.r.SwitchProfile("127.0.0.1", "offline")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "vm 127.0.0.1" || ended != 1 {
-		t.Errorf("switch: guest %q, %d flows ended; want vm 127.0.0.1, 1", key, ended)
-	}
-	_ = cw.SetReadDeadline(time.Now().Add(time.Second))
-	if _, err := io.ReadAll(cw); err != nil && !strings.Contains(err.Error(), "reset") {
-		t.Errorf("the refused flow: %v; want it ended within a second", err)
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("the refused flow ended %v after the switch; want within a second", d)
-	}
-	if n := e.r.book.Count(refusal.Caged) - before; n != 1 {
-		t.Errorf("%d caged refusals at the switch; want 1", n)
-	}
-	for _, c := range []*net.TCPConn{cm, co} {
-		c.Write([]byte("ping"))
-		if got := readN(t, c, 4); got != "ping" {
-			t.Errorf("a flow the switch must not end echoed %q", got)
-		}
-	}
+	e.switchEndsFlow("127.0.0.1", "vm 127.0.0.1", cw)
+	stillEcho(t, cm, co)
 	e.waitLog(`msg="profile switch ended live flows" rule=`)
 	if got := e.r.GuestProfiles(); len(got) != 1 || got["vm 127.0.0.1"] != "offline" {
 		t.Errorf("GuestProfiles = %v", got)
@@ -104,16 +140,9 @@ func TestProfileSwitchEndsRefusedFlows(t *testing.T) {
 		t.Errorf("GuestProfiles = %v after the switch back", got)
 	}
 	// The flow log names the profile that refused the guest's new flow.
-	if !wait.Poll(waitFor, func() bool {
-		for _, m := range readJSONLines(t, path) {
-			if m["event"] == "refused" && m["profile"] == "offline" && m["rule"] == policy.StepCaged.String() {
-				return true
-			}
-		}
-		return false
-	}) {
-		t.Fatalf("no refusal by profile offline in the flow log:\n%v", readJSONLines(t, path))
-	}
+	waitFlowRecord(t, path, "a refusal by profile offline", func(m map[string]any) bool {
+		return m["event"] == "refused" && m["profile"] == "offline" && m["rule"] == policy.StepCaged.String()
+	})
 }
 
 func TestSwitchProfileErrors(t *testing.T) {
@@ -136,24 +165,33 @@ func withProfile(rs []rules.Rule, name string, prs []rules.Rule, nets ...netip.P
 	return policy.New(cfg, policy.Env{})
 }
 
+// switchEndsUDPFlow gives the router rule r and a profile offline with no rules, starts a
+// UDP flow from src to echo through its association (returned), then switches guest to
+// offline and checks that the router names it key and ends the one flow.
+func (e *udpEnv) switchEndsUDPFlow(src netip.AddrPort, r rules.Rule, guest, key string) *upstreamtest.Association {
+	e.t.Helper()
+	st := e.r.pol.Load().Settings
+	st.Decision = withProfile([]rules.Rule{r}, "offline", nil, vmNet)
+	if err := e.r.Apply(st); err != nil {
+		e.t.Fatal(err)
+	}
+	e.r.pol.Load().ups["exit"] = e.up // shared by the profiles
+	e.send(src, echo, "ping")
+	a := e.association(0)
+	sent(e.t, a, ipAddr(echo), "ping")
+	got, ended, err := e.r.SwitchProfile(guest, "offline")
+	if err != nil || got != key || ended != 1 {
+		e.t.Fatalf("switch: %q, %d ended, %v; want 1 flow of %s", got, ended, err, key)
+	}
+	e.waitLog(`msg="profile switch ended live flows"`)
+	return a
+}
+
 // TestProfileSwitchEndsUDPFlows: a guest's live UDP flow its new profile refuses is ended at
 // the switch; its next datagrams are dropped, not sent on.
 func TestProfileSwitchEndsUDPFlows(t *testing.T) {
 	e := newUDPEnv(t, nil, nil, proxyAll)
-	st := e.r.pol.Load().Settings
-	st.Decision = withProfile([]rules.Rule{proxyAll}, "offline", nil, vmNet)
-	if err := e.r.Apply(st); err != nil {
-		t.Fatal(err)
-	}
-	e.r.pol.Load().ups["exit"] = e.up // shared by the profiles
-	e.send(guest, echo, "ping")
-	a := e.association(0)
-	sent(t, a, ipAddr(echo), "ping")
-	key, ended, err := e.r.SwitchProfile(vmNet.String(), "offline")
-	if err != nil || key != "vm "+vmNet.String() || ended != 1 {
-		t.Fatalf("switch: %q, %d ended, %v; want 1 flow of vm %s", key, ended, err, vmNet)
-	}
-	e.waitLog(`msg="profile switch ended live flows"`)
+	a := e.switchEndsUDPFlow(guest, proxyAll, vmNet.String(), "vm "+vmNet.String())
 	e.send(guest, echo, "after")
 	select {
 	case d := <-a.Sent:
@@ -230,11 +268,7 @@ func appProfileDecision(t *testing.T, model uint16) *policy.Policy {
 		}
 		apps = append(apps, a)
 	}
-	all := rules.Rule{Name: "all", Caged: true, Action: rules.Direct}
-	only := rules.Rule{Name: "model", Caged: true, Action: rules.Direct, Ports: []rules.PortRange{{Lo: model, Hi: model}}}
-	cfg := &conf.Config{Rules: []rules.Rule{all}, Profiles: []conf.Profile{{Name: "offline", Rules: []rules.Rule{only}}},
-		Capture: conf.Capture{CagedApps: apps}, DNS: conf.DNS{Mode: conf.DNSFakeIP, Pool: netip.MustParsePrefix("198.18.0.0/15")}}
-	return policy.New(cfg, policy.Env{})
+	return profileDecisionIn(model, conf.Capture{CagedApps: apps})
 }
 
 // ownersBySource is an owner lookup that names the process by the flow's source address:
@@ -257,12 +291,7 @@ func ownersBySource(_ *net.TCPConn, src, _ netip.AddrPort) (rules.Owner, error) 
 func TestProfileSwitchCagedApp(t *testing.T) {
 	web := startTarget(t, "w")
 	model := startTarget(t, "m")
-	path := filepath.Join(t.TempDir(), "flows.jsonl")
-	audit := auditlog.New(auditlog.Options{})
-	if err := audit.Open(path); err != nil {
-		t.Fatal(err)
-	}
-	defer audit.Close()
+	audit, path := openFlowLog(t)
 	e := newEnv(t, Settings{Decision: appProfileDecision(t, model.Port())}, Options{Owner: ownersBySource, Audit: audit})
 	pasta, curl := netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3")
 	cw, cm, cp, cc := e.dial(web), e.dial(model), e.dialFrom(pasta, web), e.dialFrom(curl, web)
@@ -274,31 +303,8 @@ func TestProfileSwitchCagedApp(t *testing.T) {
 	if readN(t, cm, 1) != "m" {
 		t.Fatal("no banner")
 	}
-	before := e.r.book.Count(refusal.Caged)
-	start := time.Now()
-	key, ended, err := e.r.SwitchProfile("app:Slirp4netns", "offline")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "app slirp4netns" || ended != 1 {
-		t.Errorf("switch: guest %q, %d flows ended; want app slirp4netns, 1", key, ended)
-	}
-	_ = cw.SetReadDeadline(time.Now().Add(time.Second))
-	if _, err := io.ReadAll(cw); err != nil && !strings.Contains(err.Error(), "reset") {
-		t.Errorf("the refused flow: %v; want it ended within a second", err)
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("the refused flow ended %v after the switch; want within a second", d)
-	}
-	if n := e.r.book.Count(refusal.Caged) - before; n != 1 {
-		t.Errorf("%d caged refusals at the switch; want 1", n)
-	}
-	for _, c := range []*net.TCPConn{cm, cp, cc} {
-		c.Write([]byte("ping"))
-		if got := readN(t, c, 4); got != "ping" {
-			t.Errorf("a flow the switch must not end echoed %q", got)
-		}
-	}
+	e.switchEndsFlow("app:Slirp4netns", "app slirp4netns", cw)
+	stillEcho(t, cm, cp, cc)
 	if got := e.r.GuestProfiles(); len(got) != 1 || got["app slirp4netns"] != "offline" {
 		t.Errorf("GuestProfiles = %v", got)
 	}
@@ -317,13 +323,8 @@ func TestProfileSwitchCagedApp(t *testing.T) {
 	if c := e.dial(web); readN(t, c, 1) != "w" {
 		t.Error("back on the default profile, the app's new flow was not let through")
 	}
-	wait.For(t, "a refusal of slirp4netns by profile offline in the flow log", waitFor, func() bool {
-		for _, m := range readJSONLines(t, path) {
-			if m["event"] == "refused" && m["profile"] == "offline" && m["app"] == "slirp4netns" {
-				return true
-			}
-		}
-		return false
+	waitFlowRecord(t, path, "a refusal of slirp4netns by profile offline", func(m map[string]any) bool {
+		return m["event"] == "refused" && m["profile"] == "offline" && m["app"] == "slirp4netns"
 	})
 }
 
@@ -364,20 +365,7 @@ func TestProfileSwitchCagedAppUDP(t *testing.T) {
 	e.r.opts.OwnerUDP = func(src, dst netip.AddrPort) (rules.Owner, error) {
 		return rules.Owner{PID: 7, App: "VBoxHeadless"}, nil
 	}
-	st := e.r.pol.Load().Settings
-	st.Decision = withProfile([]rules.Rule{vbox}, "offline", nil, vmNet)
-	if err := e.r.Apply(st); err != nil {
-		t.Fatal(err)
-	}
-	e.r.pol.Load().ups["exit"] = e.up // shared by the profiles
-	e.send(app, echo, "ping")
-	a := e.association(0)
-	sent(t, a, ipAddr(echo), "ping")
-	key, ended, err := e.r.SwitchProfile("app:VBoxHeadless", "offline")
-	if err != nil || key != "app vboxheadless" || ended != 1 {
-		t.Fatalf("switch: %q, %d ended, %v; want 1 flow of app vboxheadless", key, ended, err)
-	}
-	e.waitLog(`msg="profile switch ended live flows"`)
+	a := e.switchEndsUDPFlow(app, vbox, "app:VBoxHeadless", "app vboxheadless")
 	e.send(app, echo, "after") // decided and dropped before HandleUDP returns
 	t2 := &e.r.udp
 	t2.mu.Lock()

@@ -33,7 +33,7 @@ var table = []struct{ pkg, imports, tests string }{
 
 	// The DNS side.
 	{"dns/dnstest", "", ""},
-	{"dns", "conf internal/accept internal/overbudget internal/ports internal/tally rules rules/refusal", "internal/overbudget/overbudgettest internal/syncbuf internal/wait"}, // rules: a query's Source carries the asking process as rules.Owner
+	{"dns", "conf internal/accept internal/overbudget internal/ports internal/tally internal/window rules rules/refusal", "internal/overbudget/overbudgettest internal/syncbuf internal/wait"}, // rules: a query's Source carries the asking process as rules.Owner
 
 	// The Linux data path and what it dials.
 	{"router", "dns internal/accept internal/httphead internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/modelfwd router/sniff router/sockmap router/upload router/upstream router/upstream/socks5 rules rules/policy rules/refusal",
@@ -45,7 +45,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/upstream/upstreamtest", "router/upstream", ""},
 	{"router/auditlog", "", "internal/winetest"},
 	{"router/ask", "internal/overbudget", "internal/wait"},
-	{"router/upload", "internal/overbudget", "internal/overbudget/overbudgettest"},
+	{"router/upload", "internal/overbudget internal/window", "internal/overbudget/overbudgettest"},
 	{"cmd/router/console", "router/control", ""},
 	{"router/upstream/socks5", "internal/secret", "internal/echotest internal/winetest router/upstream/socks5/socks5test"},
 	{"router/upstream/socks5/socks5test", "", ""},
@@ -123,8 +123,10 @@ var table = []struct{ pkg, imports, tests string }{
 	// The one decision past a budget ([budget] over), for the DNS names' and the bytes up's.
 	{"internal/overbudget", "", "internal/overbudget/overbudgettest"},
 	{"internal/overbudget/overbudgettest", "internal/overbudget", ""},
+	// The one windowed count per guest and domain, for the same two budgets.
+	{"internal/window", "", ""},
 	{"internal/deptest", "", ""},
-	{"e2e", "", "conf dns internal/lab internal/modeltest internal/roottest internal/syncbuf internal/wait router router/control router/nftcap router/proc router/upstream router/upstream/socks5 rules rules/policy rules/refusal windivert/packet windivert/redirect"},
+	{"e2e", "", "conf dns internal/echotest internal/lab internal/modeltest internal/roottest internal/syncbuf internal/wait router router/control router/nftcap router/proc router/upstream router/upstream/socks5 rules rules/policy rules/refusal windivert/packet windivert/redirect"},
 }
 
 // A layer is a rule the table must keep, over the packages of ours that a package's code

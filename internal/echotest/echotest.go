@@ -1,7 +1,7 @@
 // Package echotest serves the targets most loopback tests dial: a TCP listener on 127.0.0.1
-// that writes a banner to each connection, then echoes what it reads until the peer closes
-// or the connection has been open for the given time; a UDP socket on 127.0.0.1 that
-// answers each datagram with a prefix and the datagram.
+// (or one the test made, in a namespace) that writes a banner to each connection, then
+// echoes what it reads until the peer closes or the connection has been open for the given
+// time; a UDP socket on 127.0.0.1 that answers each datagram with a prefix and the datagram.
 package echotest
 
 import (
@@ -22,15 +22,41 @@ func Banner(t testing.TB, banner string, life time.Duration) netip.AddrPort {
 	if err != nil {
 		t.Fatalf("echo target: listen: %v", err)
 	}
-	var wg sync.WaitGroup
+	Serve(t, ln, banner, life)
+	return ln.Addr().(*net.TCPAddr).AddrPort()
+}
+
+// Serve serves Banner's target on ln, a listener the test made elsewhere (in a network
+// namespace of its own): the same banner, echo and life; ln and every connection still
+// open are closed, and their goroutines waited for, when the test ends.
+func Serve(t testing.TB, ln net.Listener, banner string, life time.Duration) {
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		open   = map[net.Conn]struct{}{}
+		closed bool // the test ended: a connection accepted since is closed at once
+	)
 	wg.Go(func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
+			mu.Lock()
+			if closed {
+				mu.Unlock()
+				c.Close()
+				return
+			}
+			open[c] = struct{}{}
+			mu.Unlock()
 			wg.Go(func() {
-				defer c.Close()
+				defer func() {
+					mu.Lock()
+					delete(open, c)
+					mu.Unlock()
+					c.Close()
+				}()
 				_ = c.SetDeadline(time.Now().Add(life))
 				if _, err := io.WriteString(c, banner); err != nil {
 					return
@@ -41,9 +67,14 @@ func Banner(t testing.TB, banner string, life time.Duration) netip.AddrPort {
 	})
 	t.Cleanup(func() {
 		ln.Close()
+		mu.Lock()
+		closed = true
+		for c := range open {
+			c.Close()
+		}
+		mu.Unlock()
 		wg.Wait()
 	})
-	return ln.Addr().(*net.TCPAddr).AddrPort()
 }
 
 // UDP starts the UDP target and returns its address: each datagram is answered, to its

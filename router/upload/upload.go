@@ -26,15 +26,14 @@
 package upload
 
 import (
-	"cmp"
 	"context"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/agentcage/router/internal/overbudget"
+	"github.com/agentcage/router/internal/window"
 )
 
 // Over is what happens past a budget (overbudget.Decide decides).
@@ -70,12 +69,7 @@ type Budget struct {
 	log *slog.Logger
 
 	mu     sync.Mutex
-	guests map[string]*guest
-}
-
-type guest struct {
-	start   time.Time
-	domains map[string]*domain
+	guests *window.Guests[string, domain]
 }
 
 type domain struct {
@@ -97,7 +91,7 @@ func New(cfg Limits, now func() time.Time, log *slog.Logger) *Budget {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Budget{cfg: cfg, now: now, log: log, guests: map[string]*guest{}}
+	return &Budget{cfg: cfg, now: now, log: log, guests: window.New[string, domain](cfg.Window, maxGuests, nil)}
 }
 
 // Limits returns b's settings (the zero Limits for a nil b).
@@ -204,13 +198,13 @@ func (b *Budget) Refuses(guest, domain string) bool {
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	g := b.guests[guest]
-	if g == nil || now.Sub(g.start) >= b.cfg.Window {
+	g := b.guests.Current(guest, now)
+	if g == nil {
 		return false
 	}
-	d := g.domains[domain]
-	if d == nil && len(g.domains) >= maxDomains {
-		d = g.domains[Overflow]
+	d := g.Domains[domain]
+	if d == nil && len(g.Domains) >= maxDomains {
+		d = g.Domains[Overflow]
 	}
 	return d != nil && d.used > b.cfg.PerDomain && (b.cfg.Over == Refuse || d.denied)
 }
@@ -218,41 +212,19 @@ func (b *Budget) Refuses(guest, domain string) bool {
 // entry returns the count of guest and domain in the guest's current window, starting a
 // window when the last one ended; b.mu is held.
 func (b *Budget) entry(guestKey, name string, now time.Time) *domain {
-	g := b.guests[guestKey]
-	if g != nil && now.Sub(g.start) >= b.cfg.Window {
-		delete(b.guests, guestKey)
-		g = nil
-	}
-	if g == nil {
-		if len(b.guests) >= maxGuests {
-			b.dropOldest()
-		}
-		g = &guest{start: now, domains: map[string]*domain{}}
-		b.guests[guestKey] = g
-	}
-	d := g.domains[name]
+	g := b.guests.Span(guestKey, now)
+	d := g.Domains[name]
 	if d == nil {
-		if len(g.domains) >= maxDomains {
+		if len(g.Domains) >= maxDomains {
 			name = Overflow
-			if d = g.domains[name]; d != nil {
+			if d = g.Domains[name]; d != nil {
 				return d
 			}
 		}
 		d = &domain{}
-		g.domains[name] = d
+		g.Domains[name] = d
 	}
 	return d
-}
-
-func (b *Budget) dropOldest() {
-	var oldK string
-	var old *guest
-	for k, g := range b.guests {
-		if old == nil || g.start.Before(old.start) {
-			oldK, old = k, g
-		}
-	}
-	delete(b.guests, oldK)
 }
 
 // Use is one guest's count for one domain in its current window.
@@ -273,24 +245,10 @@ func (b *Budget) Uses(max int) []Use {
 	now := b.now()
 	b.mu.Lock()
 	var out []Use
-	for gk, g := range b.guests {
-		if now.Sub(g.start) >= b.cfg.Window {
-			continue
-		}
-		for dk, d := range g.domains {
-			out = append(out, Use{Guest: gk, Domain: dk, Used: d.used, Limit: b.cfg.PerDomain, Start: g.start, Window: b.cfg.Window, Over: d.used > b.cfg.PerDomain})
-		}
-	}
-	b.mu.Unlock()
-	if max > 0 && len(out) > max {
-		slices.SortFunc(out, func(x, y Use) int { return cmp.Compare(y.Used, x.Used) })
-		out = out[:max]
-	}
-	slices.SortFunc(out, func(x, y Use) int {
-		if c := strings.Compare(x.Guest, y.Guest); c != 0 {
-			return c
-		}
-		return strings.Compare(x.Domain, y.Domain)
+	b.guests.Each(now, func(gk string, start time.Time, dk string, d *domain) {
+		out = append(out, Use{Guest: gk, Domain: dk, Used: d.used, Limit: b.cfg.PerDomain, Start: start, Window: b.cfg.Window, Over: d.used > b.cfg.PerDomain})
 	})
-	return out
+	b.mu.Unlock()
+	return window.Largest(out, max, func(u Use) int64 { return u.Used },
+		func(u Use) (string, string) { return u.Guest, u.Domain })
 }

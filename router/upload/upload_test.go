@@ -149,8 +149,8 @@ func TestBounds(t *testing.T) {
 		c.t = c.t.Add(time.Millisecond)
 		b.Flow(fmt.Sprintf("g%d", i), "example.com").Add(1)
 	}
-	if len(b.guests) > maxGuests {
-		t.Fatalf("%d guests kept, bound %d", len(b.guests), maxGuests)
+	if b.guests.Len() > maxGuests {
+		t.Fatalf("%d guests kept, bound %d", b.guests.Len(), maxGuests)
 	}
 	if b.Refuses("a", "z.example") {
 		t.Fatal("the oldest guest's window was not the one dropped")
