@@ -52,7 +52,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/upstream/socks4", "", ""},
 	{"router/sniff", "", ""},
 	{"router/broker", "internal/secret", ""},
-	{"router/broker/tlsca", "", ""}, // the CA of the destinations whose TLS the router terminates: stdlib only
+	{"router/broker/tlsca", "", "internal/winetest"}, // the CA of the destinations whose TLS the router terminates: stdlib only
 	{"router/upstream/socks4/socks4test", "", ""},
 	{"router/upstream/httpconnect", "internal/secret", "internal/echotest router/upstream/httpconnect/httpconnecttest"},
 	{"router/upstream/httpconnect/httpconnecttest", "", ""},
@@ -114,7 +114,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"internal/modeltest", "", ""},
 	{"internal/wait", "", ""},
 	{"internal/syncbuf", "", ""}, // the log sink tests and the lab read while goroutines write
-	{"internal/echotest", "", ""},
+	{"internal/echotest", "", "internal/winetest"},
 	{"internal/lab", "internal/netaddr internal/syncbuf router/nftcap/cagemark", "internal/roottest internal/wait"},
 	{"internal/bench", "router/upstream/socks5", "internal/wait router/upstream/socks5/socks5test"},
 	{"internal/notices", "", ""},

@@ -9,12 +9,14 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/agentcage/router/internal/winetest"
 )
 
 // TestLoadOrCreate: the CA is made once (the key 0600), loaded the same afterwards, and its
 // leaves verify for their name against it, and for no other.
 func TestLoadOrCreate(t *testing.T) {
-	dir := t.TempDir()
+	dir := winetest.TempDir(t)
 	ca, err := LoadOrCreate(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +59,7 @@ func TestLoadOrCreate(t *testing.T) {
 
 // TestLoadRefusesAMismatchedKey: a key that is not the certificate's is refused.
 func TestLoadRefusesAMismatchedKey(t *testing.T) {
-	a, b := t.TempDir(), t.TempDir()
+	a, b := winetest.TempDir(t), winetest.TempDir(t)
 	if _, err := LoadOrCreate(a); err != nil {
 		t.Fatal(err)
 	}
