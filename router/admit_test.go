@@ -475,6 +475,8 @@ func TestRefusalsSummarized(t *testing.T) {
 	}
 	// The client sees its reset before the router counts the refusal: wait for the 50th.
 	waitUntil(t, func() bool { return e.r.refuse.s.Count("refused by no") == 50 })
+	// A refusal is counted before its flow record is written: wait for the records too.
+	waitUntil(t, func() bool { return strings.Count(e.logs.String(), "msg=flow ") >= perReasonLogged })
 	e.r.refuse.flush()
 	e.waitLog("refused or failed flows (summary)")
 	logs := e.logs.String()
