@@ -1025,5 +1025,5 @@ func (p *compiled) gated(pf *policy.Flow, d policy.Decision) bool {
 // never by the loops, whose flows share a goroutine).
 func (r *Router) uploadOffLoop(p *compiled, pf *policy.Flow) bool {
 	b := r.opts.Uploads
-	return b != nil && (b.Limits().Over == upload.Ask || b.Refuses(sourceKey(pf, p), uploadDomain(pf)))
+	return b != nil && b.Limits().Over == upload.Ask || r.uploadRefuses(p, pf)
 }
