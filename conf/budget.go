@@ -41,12 +41,10 @@ const (
 var budgetKeys = []string{"window", "names_per_domain", "bytes_up_per_domain", "over"}
 
 func (d *decoder) budget(c *Config, v any) {
-	a := at{path: "budget"}
-	m, ok := d.table(a, v)
+	a, m, ok := d.section("budget", v, budgetKeys)
 	if !ok {
 		return
 	}
-	d.checkKeys(a, m, budgetKeys)
 	c.Budget = Budget{Window: DefaultBudgetWindow, Over: BudgetRefuse}
 	if v, ok := m["window"]; ok {
 		if t, ok := d.durationIn(a.key("window"), v, time.Second, MaxBudgetWindow, ""); ok {

@@ -90,15 +90,10 @@ func (d *decoder) credentials(c *Config, v any) {
 		} else {
 			d.fail(a, "missing key \"placeholder\" (what the guest holds instead of the secret)")
 		}
-		if v, ok := m["value_env"]; ok {
-			cr.ValueEnv, _ = d.str(a.key("value_env"), v)
-		}
-		if v, ok := m["value_file"]; ok {
-			cr.ValueFile, _ = d.str(a.key("value_file"), v)
-		}
+		var single bool
+		cr.ValueEnv, cr.ValueFile, single = d.secretPlace(a, m, "value")
 		switch {
-		case cr.ValueEnv != "" && cr.ValueFile != "":
-			d.fail(a.key("value_file"), "give value_env or value_file, not both")
+		case !single:
 		case cr.ValueEnv == "" && cr.ValueFile == "":
 			if _, inline := m["value"]; !inline {
 				d.fail(a, "missing key \"value_env\" or \"value_file\" (where the real value comes from)")

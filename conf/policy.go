@@ -59,12 +59,10 @@ var (
 )
 
 func (d *decoder) policy(c *Config, v any) {
-	a := at{path: "policy"}
-	m, ok := d.table(a, v)
+	a, m, ok := d.section("policy", v, policyKeys)
 	if !ok {
 		return
 	}
-	d.checkKeys(a, m, policyKeys)
 	if v, ok := m["unknown"]; ok {
 		if s, ok := d.str(a.key("unknown"), v); ok {
 			switch s {

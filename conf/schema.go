@@ -191,15 +191,10 @@ func (d *decoder) decodeProxies(c *Config, v any) {
 		if v, ok := pm["username"]; ok {
 			p.Username, _ = d.str(a.key("username"), v)
 		}
-		if v, ok := pm["password_env"]; ok {
-			p.PasswordEnv, _ = d.str(a.key("password_env"), v)
-		}
-		if v, ok := pm["password_file"]; ok {
-			p.PasswordFile, _ = d.str(a.key("password_file"), v)
-		}
+		var single bool
+		p.PasswordEnv, p.PasswordFile, single = d.secretPlace(a, pm, "password")
 		switch {
-		case p.PasswordEnv != "" && p.PasswordFile != "":
-			d.fail(a.key("password_file"), "give password_env or password_file, not both")
+		case !single:
 		case p.Type == ProxySOCKS4 && (p.PasswordEnv != "" || p.PasswordFile != ""):
 			d.fail(a, "SOCKS4 has no password, only a user ID: keep username, drop password_env and password_file")
 		case p.Type == ProxySOCKS4 && (len(p.Username) > 255 || strings.ContainsRune(p.Username, 0)):
@@ -273,6 +268,22 @@ func (d *decoder) proxyExtras(p *Proxy, a at, pm map[string]any) {
 	}
 }
 
+// secretPlace decodes KEY_env and KEY_file of m, the variable or the file a secret is
+// read from. Both given is reported, and single is false.
+func (d *decoder) secretPlace(a at, m map[string]any, key string) (env, file string, single bool) {
+	if v, ok := m[key+"_env"]; ok {
+		env, _ = d.str(a.key(key+"_env"), v)
+	}
+	if v, ok := m[key+"_file"]; ok {
+		file, _ = d.str(a.key(key+"_file"), v)
+	}
+	if env != "" && file != "" {
+		d.fail(a.key(key+"_file"), "give %s_env or %s_file, not both", key, key)
+		return env, file, false
+	}
+	return env, file, true
+}
+
 // readSecret reads a secret the config names but never holds: the environment variable env,
 // else the file file (trailing newlines trimmed). A variable that is not set, a file that
 // cannot be read and an empty value fail at a; the value is never part of a message.
@@ -316,12 +327,10 @@ func validName(s string) bool {
 }
 
 func (d *decoder) capture(c *Config, v any) {
-	a := at{path: "capture"}
-	m, ok := d.table(a, v)
+	a, m, ok := d.section("capture", v, captureKeys)
 	if !ok {
 		return
 	}
-	d.checkKeys(a, m, captureKeys)
 	if v, ok := m["vm_networks"]; ok {
 		c.Capture.VMNetworks = d.prefixes(a.key("vm_networks"), v)
 	}
@@ -359,33 +368,13 @@ func (d *decoder) capture(c *Config, v any) {
 		}
 	}
 	if v, ok := m["rival_permits"]; ok {
-		if str, ok := d.str(a.key("rival_permits"), v); ok {
-			switch str {
-			case "warn", "refuse":
-				c.Capture.RivalPermits = str
-			default:
-				d.fail(a.key("rival_permits"), "%q: want \"warn\" or \"refuse\"", str)
-			}
-		}
-	}
-	if v, ok := m["rival_permits"]; ok {
-		if str, ok := d.str(a.key("rival_permits"), v); ok {
-			switch str {
-			case "warn", "refuse":
-				c.Capture.RivalPermits = str
-			default:
-				d.fail(a.key("rival_permits"), "%q: want \"warn\" or \"refuse\"", str)
-			}
+		if s, ok := d.oneOf(a.key("rival_permits"), v, "warn", "refuse"); ok {
+			c.Capture.RivalPermits = s
 		}
 	}
 	if v, ok := m["uncaged_adapters"]; ok {
-		if str, ok := d.str(a.key("uncaged_adapters"), v); ok {
-			switch str {
-			case "refuse", "accept":
-				c.Capture.UncagedAdapters = str
-			default:
-				d.fail(a.key("uncaged_adapters"), "%q: want \"refuse\" or \"accept\"", str)
-			}
+		if s, ok := d.oneOf(a.key("uncaged_adapters"), v, "refuse", "accept"); ok {
+			c.Capture.UncagedAdapters = s
 		}
 	}
 	if v, ok := m["listener_port"]; ok {
@@ -601,12 +590,10 @@ func (d *decoder) inbounds(c *Config, v any) {
 }
 
 func (d *decoder) relay(c *Config, v any) {
-	a := at{path: "relay"}
-	m, ok := d.table(a, v)
+	a, m, ok := d.section("relay", v, relayKeys)
 	if !ok {
 		return
 	}
-	d.checkKeys(a, m, relayKeys)
 	if v, ok := m["idle_timeout"]; ok {
 		if t, ok := d.duration(a.key("idle_timeout"), v); ok {
 			c.Relay.IdleTimeout = t
@@ -625,12 +612,10 @@ func (d *decoder) relay(c *Config, v any) {
 }
 
 func (d *decoder) log(c *Config, v any) {
-	a := at{path: "log"}
-	m, ok := d.table(a, v)
+	a, m, ok := d.section("log", v, logKeys)
 	if !ok {
 		return
 	}
-	d.checkKeys(a, m, logKeys)
 	if v, ok := m["level"]; ok {
 		if s, ok := d.str(a.key("level"), v); ok {
 			if !slices.Contains([]string{"debug", "info", "warn", "error"}, s) {
@@ -670,12 +655,10 @@ func (d *decoder) metrics(c *Config, v any) {
 // which an address other than loopback is refused, saying why. example follows the
 // address's error; keys are the table's keys.
 func (d *decoder) loopbackListener(path string, v any, keys []string, example, why string) (netip.AddrPort, bool) {
-	a := at{path: path}
-	m, ok := d.table(a, v)
+	a, m, ok := d.section(path, v, keys)
 	if !ok {
 		return netip.AddrPort{}, false
 	}
-	d.checkKeys(a, m, keys)
 	unsafe := false
 	if v, ok := m["unsafe_listen"]; ok {
 		unsafe, _ = d.boolean(a.key("unsafe_listen"), v)
@@ -698,12 +681,10 @@ func (d *decoder) loopbackListener(path string, v any, keys []string, example, w
 }
 
 func (d *decoder) dns(c *Config, v any) {
-	a := at{path: "dns"}
-	m, ok := d.table(a, v)
+	a, m, ok := d.section("dns", v, dnsKeys)
 	if !ok {
 		return
 	}
-	d.checkKeys(a, m, dnsKeys)
 	if v, ok := m["mode"]; ok {
 		if s, ok := d.str(a.key("mode"), v); ok {
 			if s != DNSFakeIP && s != DNSProxy {

@@ -223,6 +223,35 @@ func typeName(v any) string {
 	return fmt.Sprintf("a %T", v)
 }
 
+// section decodes the table at path, such as [dns], and reports its keys that are not in
+// keys. It returns the table's place and the table, or false (reported) when v is no table.
+func (d *decoder) section(path string, v any, keys []string) (at, map[string]any, bool) {
+	a := at{path: path}
+	m, ok := d.table(a, v)
+	if ok {
+		d.checkKeys(a, m, keys)
+	}
+	return a, m, ok
+}
+
+// oneOf decodes a string that must be one of choices, reporting any other as
+// "%q: want "A" or "B"".
+func (d *decoder) oneOf(a at, v any, choices ...string) (string, bool) {
+	s, ok := d.str(a, v)
+	if !ok {
+		return "", false
+	}
+	if !slices.Contains(choices, s) {
+		quoted := make([]string, len(choices))
+		for i, c := range choices {
+			quoted[i] = strconv.Quote(c)
+		}
+		d.fail(a, "%q: want %s", s, strings.Join(quoted, " or "))
+		return "", false
+	}
+	return s, true
+}
+
 func (d *decoder) table(a at, v any) (map[string]any, bool) {
 	m, ok := v.(map[string]any)
 	if !ok {
