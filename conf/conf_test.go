@@ -189,10 +189,9 @@ action = "block"
 	}
 }
 
-// TestSecretsStaySecret: the password appears in no printing of the config, no log line and
-// no error.
 // TestForwardAPI: the default is the OpenAI-compatible and Ollama lists, max_body its
-// default; api, allow_paths and max_body as written.
+// default; api, allow_paths and max_body as written. An HTTP forward's idle_timeout defaults
+// to DefaultForwardIdleTimeout, a raw one's to the relay's (0); a written one is kept.
 func TestForwardAPI(t *testing.T) {
 	cfg, err := Parse("f.toml", []byte(`
 [[forward]]
@@ -206,6 +205,7 @@ allow = ["10.0.2.0/24"]
 api = ["lmstudio", "openai"]
 allow_paths = ["POST /v1/rerank", "/api/v1/chat"]
 max_body = "512KiB"
+idle_timeout = "30s"
 [[forward]]
 listen = "10.0.2.2:47833"
 connect = "127.0.0.1:47833"
@@ -225,8 +225,15 @@ api = "tcp"
 	if !f[2].Raw() {
 		t.Errorf("api = \"tcp\" is not raw: %v", f[2].API)
 	}
+	for i, want := range []time.Duration{DefaultForwardIdleTimeout, 30 * time.Second, 0} {
+		if got := f[i].IdleTimeout; got != want {
+			t.Errorf("forward %d: idle_timeout %v, want %v", i+1, got, want)
+		}
+	}
 }
 
+// TestSecretsStaySecret: the password appears in no printing of the config, no log line and
+// no error.
 func TestSecretsStaySecret(t *testing.T) {
 	const pw = "correct-horse-battery-staple"
 	env := func(string) (string, bool) { return pw, true }

@@ -1,38 +1,20 @@
 package conf
 
 import (
+	_ "embed"
 	"fmt"
 	"testing"
 )
 
+// profilesTOML has top-level rules and two profiles, offline and build.
+//
+//go:embed testdata/profiles.toml
+var profilesTOML []byte
+
+// TestProfiles: each profile's rules and their lines in testdata/profiles.toml; the default
+// profile is the top-level rules.
 func TestProfiles(t *testing.T) {
-	const src = `[proxy.exit]
-address = "198.51.100.1:1080"
-
-[[rule]]
-name = "registries"
-hosts = ["proxy.golang.org"]
-action = "proxy"
-
-[profile.offline]
-
-[[profile.offline.rule]]
-name = "model"
-hosts = ["api.example.com"]
-action = "proxy"
-
-[profile.build]
-[[profile.build.rule]]
-name = "registries"
-hosts = ["proxy.golang.org", "registry.npmjs.org"]
-action = "proxy"
-
-[[profile.build.rule]]
-name = "rest"
-caged = true
-action = "block"
-`
-	cfg, err := Parse("p.toml", []byte(src), Options{OS: "linux"})
+	cfg, err := Parse("profiles.toml", profilesTOML, Options{OS: "linux"})
 	if err != nil {
 		t.Fatal(err)
 	}
