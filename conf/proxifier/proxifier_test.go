@@ -51,11 +51,18 @@ func convert(t *testing.T, file string) (*proxifier.Profile, proxifier.Result, *
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := proxifier.Parse(filepath.Base(file), data)
+	return importProfile(t, filepath.Base(file), data, filepath.Base(file))
+}
+
+// importProfile parses data as the profile name, converts it with source as the profile
+// the config names, and loads the config it writes; any step failing fails t.
+func importProfile(t *testing.T, name string, data []byte, source string) (*proxifier.Profile, proxifier.Result, *conf.Config) {
+	t.Helper()
+	p, err := proxifier.Parse(name, data)
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	res := proxifier.Convert(p, proxifier.Options{Source: filepath.Base(file)})
+	res := proxifier.Convert(p, proxifier.Options{Source: source})
 	cfg, err := conf.Parse("router.toml", res.TOML, conf.Options{SkipSecrets: true, OS: res.OS})
 	if err != nil {
 		t.Fatalf("the config does not load:\n%v\n%s", err, res.TOML)
@@ -409,15 +416,7 @@ func TestNoInjection(t *testing.T) {
 <Rule enabled="true"><Name>b</Name><Action type="Chain">nope&#10;[proxy.evil7]</Action></Rule>
 <Rule enabled="true"><Name>Default</Name><Action type="Direct"/></Rule>
 </RuleList></ProxifierProfile>`
-	p, err := proxifier.Parse("evil.ppx", []byte(profile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := proxifier.Convert(p, proxifier.Options{Source: "evil\n[proxy.evil8].ppx"})
-	cfg, err := conf.Parse("evil.toml", res.TOML, conf.Options{SkipSecrets: true, OS: res.OS})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, res.TOML)
-	}
+	_, res, cfg := importProfile(t, "evil.ppx", []byte(profile), "evil\n[proxy.evil8].ppx")
 	for _, px := range cfg.Proxies {
 		if strings.HasPrefix(px.Name, "evil") {
 			t.Errorf("a profile's value made [proxy.%s]:\n%s", px.Name, res.TOML)

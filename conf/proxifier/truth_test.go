@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/conf/proxifier"
 	"github.com/agentcage/router/rules/policy"
 )
@@ -49,15 +48,7 @@ const sshProfile = `<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
 // its apps caged (its flows refused), never lets them fall to the Default direct rule, and
 // the import says so at the rule's line.
 func TestUncarriedProxyRuleStaysCaged(t *testing.T) {
-	p, err := proxifier.Parse("ssh.ppx", []byte(sshProfile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := proxifier.Convert(p, proxifier.Options{Source: "ssh.ppx"})
-	cfg, err := conf.Parse("router.toml", res.TOML, conf.Options{SkipSecrets: true, OS: res.OS})
-	if err != nil {
-		t.Fatalf("the config does not load: %v\n%s", err, res.TOML)
-	}
+	_, res, cfg := importProfile(t, "ssh.ppx", []byte(sshProfile), "ssh.ppx")
 	pol := policy.New(cfg, policy.Env{})
 	for _, app := range []string{"putty.exe", "winscp.exe"} {
 		if got := routerVerdict(pol, app, "203.0.113.5", 22); got == "direct" {
