@@ -88,8 +88,8 @@ func newWindowsScene(t *testing.T) *windowsScene {
 }
 
 // sceneDeps are a scene's collaborators: drv as WinDivert (loaded at once, unloaded
-// without fault), eng as the filtering engine, a machine without hypervisors, and this
-// process the router's service (PID 100).
+// without fault), eng as the filtering engine, a machine without hypervisors, and the
+// router installed as the service "router", its own PID 100.
 func sceneDeps(drv *windiverttest.Driver, eng wfp.Engine) engineDeps {
 	return engineDeps{
 		LoadDriver: func() (windivert.Driver, func() error, error) { return drv, func() error { return nil }, nil },
