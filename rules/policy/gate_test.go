@@ -4,7 +4,6 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
@@ -12,11 +11,7 @@ import (
 
 // TestGateCases: the shared model gate cases, decided and gated by the policy.
 func TestGateCases(t *testing.T) {
-	cfg, err := conf.Parse("gate.toml", []byte(policytest.GateConfig), conf.Options{SkipSecrets: true, OS: "linux"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := policy.New(cfg, policytest.WallEnv())
+	p := policy.New(parse(t, policytest.GateConfig), policytest.WallEnv())
 	for _, c := range policytest.GateCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			f := c.Flow
@@ -46,11 +41,7 @@ func TestGateCases(t *testing.T) {
 
 // TestGateNeedsDirectCaged: only a caged TCP flow let through direct meets a gate.
 func TestGateNeedsDirectCaged(t *testing.T) {
-	cfg, err := conf.Parse("gate.toml", []byte(policytest.GateConfig), conf.Options{SkipSecrets: true, OS: "linux"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := policy.New(cfg, policytest.WallEnv())
+	p := policy.New(parse(t, policytest.GateConfig), policytest.WallEnv())
 	f := policytest.GateCases()[0].Flow
 	d := p.Decide(&f)
 	for _, tc := range []struct {

@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	_ "embed"
 	"net/netip"
 	"strings"
 	"testing"
@@ -10,42 +11,9 @@ import (
 
 // namesConfig: a guest network with an allow-list by name, a name allowed on one port only,
 // telemetry blocked, a name asked about, a name sent direct, the rest refused.
-const namesConfig = `
-[proxy.exit]
-address = "192.0.2.1:1080"
-[capture]
-vm_networks = ["10.0.2.0/24"]
-[[rule]]
-name = "registries"
-hosts = ["registry.npmjs.org"]
-action = "proxy"
-proxy = "exit"
-[[rule]]
-name = "git over ssh"
-hosts = ["git.example"]
-ports = ["22"]
-action = "proxy"
-proxy = "exit"
-[[rule]]
-name = "telemetry"
-hosts = ["telemetry.example", "*.telemetry.example"]
-action = "block"
-[[rule]]
-name = "decide later"
-hosts = ["new.example"]
-action = "ask"
-[[rule]]
-name = "corp"
-hosts = ["intranet.corp.test"]
-action = "direct"
-[[rule]]
-name = "vm"
-caged = true
-action = "block"
-[[rule]]
-name = "default"
-action = "direct"
-`
+//
+//go:embed testdata/names.toml
+var namesConfig string
 
 // TestRefusesName: a name is refused at the answer only when every flow of the source to it
 // would be refused, on every port and both networks.

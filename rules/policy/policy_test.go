@@ -13,17 +13,23 @@ import (
 	"github.com/agentcage/router/rules/policy/policytest"
 )
 
-// compile parses text as a Linux config (vm_networks are Linux-only), whatever OS runs the
-// test: the Windows test binary runs these cases under Wine too.
-func compile(t *testing.T, text string) *policy.Policy {
+// parse parses text as a Linux config (vm_networks are Linux-only), whatever OS runs the
+// test: the Windows test binary runs these cases under Wine too. An error fails t.
+func parse(t *testing.T, text string) *conf.Config {
 	t.Helper()
 	cfg, err := conf.Parse("test.toml", []byte(text), conf.Options{SkipSecrets: true, OS: "linux"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cfg
+}
+
+// compile is the policy of text (see parse) under the shared cases' environment.
+func compile(t *testing.T, text string) *policy.Policy {
+	t.Helper()
 	env := policytest.Env()
 	env.Scoped = false // the rules decide every flow handed over, as in the relay's tests
-	return policy.New(cfg, env)
+	return policy.New(parse(t, text), env)
 }
 
 func TestSharedCases(t *testing.T) {

@@ -1,10 +1,10 @@
 package policy_test
 
 import (
+	_ "embed"
 	"net/netip"
 	"testing"
 
-	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
@@ -14,11 +14,7 @@ import (
 // for by name (an inbound's client) and behind a fake IP (the transparent paths), and the
 // policy asks for its addresses before it decides.
 func TestWallCases(t *testing.T) {
-	cfg, err := conf.Parse("walls.toml", []byte(policytest.WallConfig), conf.Options{SkipSecrets: true, OS: "linux"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := policy.New(cfg, policytest.WallEnv())
+	p := policy.New(parse(t, policytest.WallConfig), policytest.WallEnv())
 	for _, c := range policytest.WallCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			flows := []policy.Flow{c.Flow}
@@ -52,11 +48,7 @@ func TestWallCases(t *testing.T) {
 // TestAnswerWall: the addresses a DNS answer may not give a caged client: those the walls
 // refuse on every port.
 func TestAnswerWall(t *testing.T) {
-	cfg, err := conf.Parse("walls.toml", []byte(policytest.WallConfig), conf.Options{SkipSecrets: true, OS: "linux"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := policy.New(cfg, policytest.WallEnv())
+	p := policy.New(parse(t, policytest.WallConfig), policytest.WallEnv())
 	for _, tc := range []struct {
 		addr    string
 		step    policy.Step
@@ -82,40 +74,23 @@ func TestAnswerWall(t *testing.T) {
 	}
 }
 
+// vmInterfacesConfig has a VM-facing interface (tap*) beside the VM network, a direct rule
+// naming one address of that interface's subnet, and the caged traffic through the proxy.
+//
+//go:embed testdata/vm-interfaces.toml
+var vmInterfacesConfig string
+
 // TestGuestNetOfInterface: the subnet of a VM-facing interface ([capture] vm_interfaces,
 // known to the platform only) is a guest's network: refused to a caged flow unless a rule
 // names the address; explain without the platform's knowledge does not know it.
 func TestGuestNetOfInterface(t *testing.T) {
-	const cfgText = `
-[proxy.exit]
-address = "192.0.2.1:1080"
-
-[capture]
-vm_networks = ["10.0.2.0/24"]
-vm_interfaces = ["tap*"]
-
-[[rule]]
-name = "named"
-hosts = ["10.7.0.40"]
-action = "direct"
-
-[[rule]]
-name = "vm"
-caged = true
-action = "proxy"
-proxy = "exit"
-`
-	cfg, err := conf.Parse("ifaces.toml", []byte(cfgText), conf.Options{SkipSecrets: true, OS: "linux"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var asked []string
 	env := policytest.WallEnv()
 	env.GuestNet = func(ifaces []string, a netip.Addr) bool {
 		asked = ifaces
 		return netip.MustParsePrefix("10.7.0.0/16").Contains(a)
 	}
-	p := policy.New(cfg, env)
+	p := policy.New(parse(t, vmInterfacesConfig), env)
 	for _, tc := range []struct {
 		dst  string
 		step policy.Step

@@ -1,6 +1,7 @@
 package platform
 
 import (
+	_ "embed"
 	"errors"
 	"net/netip"
 	"path/filepath"
@@ -9,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/internal/wait"
+	"github.com/agentcage/router/router/capture/capturetest"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/windivert/wfp"
@@ -18,28 +19,11 @@ import (
 	"github.com/agentcage/router/windivert/wfp/wfptest"
 )
 
-const windowsCfg = `
-[proxy.exit]
-address = "198.51.100.1:1080"
-[capture]
-hypervisors = ["virtualbox"]
-[[rule]]
-name = "cage"
-caged = true
-action = "proxy"
-[[rule]]
-name = "default"
-action = "direct"
-`
-
-func parseWindows(t *testing.T, text string) *conf.Config {
-	t.Helper()
-	cfg, err := conf.Parse("w.toml", []byte(text), conf.Options{OS: "windows"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
+// windowsCfg is the Windows config these tests start from: VirtualBox (a preset) caged, its
+// flows through the proxy, the rest direct.
+//
+//go:embed testdata/windows.toml
+var windowsCfg string
 
 // TestWindowsRivals: a kill switch above the guard is reported at start and in status.
 // WireGuard's (soft permits, one hard permit for wireguard.exe) defeats nothing: even with
@@ -69,7 +53,7 @@ func TestWindowsRivals(t *testing.T) {
 			if tc.refuse {
 				text = strings.Replace(text, "[capture]\n", "[capture]\nrival_permits = \"refuse\"\n", 1)
 			}
-			cfg := parseWindows(t, text)
+			cfg := capturetest.ParseWindows(t, text)
 			err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil)
 			if tc.hard && tc.refuse {
 				if err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "rival_permits") {
@@ -111,7 +95,7 @@ func TestWindowsGuardsSeenImage(t *testing.T) {
 	s.p.deps.Resolver = pidInfo{42: {App: "VirtualBoxVM.exe", AppPath: portable}, 43: {App: "chrome.exe", AppPath: `C:\chrome\chrome.exe`}}
 	seen := filepath.Join(t.TempDir(), "guarded-apps.txt")
 	s.p.deps.SeenFile = seen
-	cfg := parseWindows(t, windowsCfg)
+	cfg := capturetest.ParseWindows(t, windowsCfg)
 	if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +151,7 @@ func TestWindowsGuardsSeenImage(t *testing.T) {
 // its process is blocked while the router is stopped and passed to the capture while it runs.
 func TestWindowsGuardsServices(t *testing.T) {
 	s := newWindowsScene(t)
-	cfg := parseWindows(t, windowsCfg+"[[rule]]\nname = \"nat\"\nservices = [\"SharedAccess\"]\naction = \"block\"\n")
+	cfg := capturetest.ParseWindows(t, windowsCfg+"[[rule]]\nname = \"nat\"\nservices = [\"SharedAccess\"]\naction = \"block\"\n")
 	if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +178,7 @@ func TestWindowsGuardsServices(t *testing.T) {
 func TestWindowsGuardWatched(t *testing.T) {
 	s := newWindowsScene(t)
 	s.p.deps.WatchEvery = 5 * time.Millisecond
-	cfg := parseWindows(t, windowsCfg)
+	cfg := capturetest.ParseWindows(t, windowsCfg)
 	if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/router/capture/capturetest"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
@@ -84,15 +83,22 @@ type windowsScene struct {
 
 func newWindowsScene(t *testing.T) *windowsScene {
 	s := &windowsScene{drv: windiverttest.NewDriver(), wfp: wfptest.New()}
-	s.p = newRedirectPlatform(slog.New(slog.DiscardHandler), engineDeps{
-		LoadDriver: func() (windivert.Driver, func() error, error) { return s.drv, func() error { return nil }, nil },
-		WFP:        s.wfp,
+	s.p = newRedirectPlatform(slog.New(slog.DiscardHandler), sceneDeps(s.drv, s.wfp))
+	return s
+}
+
+// sceneDeps are a scene's collaborators: drv as WinDivert (loaded at once, unloaded
+// without fault), eng as the filtering engine, a machine without hypervisors, and the
+// router installed as the service "router", its own PID 100.
+func sceneDeps(drv *windiverttest.Driver, eng wfp.Engine) engineDeps {
+	return engineDeps{
+		LoadDriver: func() (windivert.Driver, func() error, error) { return drv, func() error { return nil }, nil },
+		WFP:        eng,
 		Machine:    machine{},
 		Router:     `C:\Program Files\router\router.exe`,
 		Service:    "router",
 		OwnPID:     100,
-	})
-	return s
+	}
 }
 
 // dynamic counts the guard's permits that live with the process (the dynamic session).
@@ -163,7 +169,7 @@ func TestWindowsPlatformFailsClosed(t *testing.T) {
 // reaches the guard, and nothing from it is forwarded in any state: installed, at boot,
 // while the router runs, after a crash; another subnet is not the guard's business.
 func TestGuardPlanCageSubnets(t *testing.T) {
-	cfg, err := conf.Parse("hyperv.toml", []byte(`
+	cfg := capturetest.ParseWindows(t, `
 [capture]
 hypervisors = ["hyperv"]
 cage_subnets = ["192.168.200.0/24", "fd00:c0de::/64"]
@@ -171,10 +177,7 @@ cage_subnets = ["192.168.200.0/24", "fd00:c0de::/64"]
 listen = "192.168.200.1:47831"
 connect = "127.0.0.1:47831"
 allow = ["192.168.200.0/24"]
-`), conf.Options{OS: "windows"})
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	if !slices.Contains(cfg.Capture.VMNetworks, netip.MustParsePrefix("192.168.200.0/24")) {
 		t.Errorf("VM networks %v lack the cage subnet", cfg.Capture.VMNetworks)
 	}
@@ -206,21 +209,24 @@ allow = ["192.168.200.0/24"]
 	if v := eng.Classify(caged[0]); v.Action != wfp.Permit {
 		t.Fatalf("before the guard: %v; the fake engine should forward by default", v)
 	}
-	p := eng.Process("router service install")
-	if _, err := guard.New(p, nil).Install(plan); err != nil {
-		t.Fatal(err)
+	// install installs the plan as a new process of the given name.
+	install := func(name string) (*wfptest.Process, *guard.Guard) {
+		t.Helper()
+		p := eng.Process(name)
+		g := guard.New(p, nil)
+		if _, err := g.Install(plan); err != nil {
+			t.Fatal(err)
+		}
+		return p, g
 	}
+	p, _ := install("router service install")
 	p.Exit()
 	check("installed")
 	eng.Reboot()
 	check("boot")
 	eng.Boot()
 	check("booted")
-	p = eng.Process("router")
-	g := guard.New(p, nil)
-	if _, err := g.Install(plan); err != nil {
-		t.Fatal(err)
-	}
+	p, g := install("router")
 	if err := g.Arm(); err != nil {
 		t.Fatal(err)
 	}
@@ -297,25 +303,9 @@ func TestOwnPortsAndServers(t *testing.T) {
 // flows without ports, all of it. A reload that would need more UDP than the running filter
 // takes is refused.
 func TestUDPScope(t *testing.T) {
-	const narrowCfg = `
-[proxy.exit]
-address = "198.51.100.1:1080"
-[capture]
-hypervisors = ["virtualbox"]
-[[rule]]
-name = "turn"
-apps = ["VirtualBoxVM.exe"]
-ports = ["3478-3479"]
-network = "udp"
-action = "direct"
-[[rule]]
-name = "cage"
-caged = true
-action = "proxy"
-[[rule]]
-name = "default"
-action = "direct"
-`
+	// windowsCfg with a direct rule for the caged hypervisor's TURN ports (UDP), before the cage.
+	const turn = "[[rule]]\nname = \"turn\"\napps = [\"VirtualBoxVM.exe\"]\nports = [\"3478-3479\"]\nnetwork = \"udp\"\naction = \"direct\"\n"
+	narrowCfg := strings.Replace(windowsCfg, "[[rule]]\nname = \"cage\"", turn+"[[rule]]\nname = \"cage\"", 1)
 	for _, tc := range []struct {
 		name, text string
 		narrow     bool
@@ -331,10 +321,7 @@ action = "direct"
 		t.Run(tc.name, func(t *testing.T) {
 			s := newWindowsScene(t)
 			s.p.deps.Machine = tc.m
-			cfg, err := conf.Parse("udp.toml", []byte(tc.text), conf.Options{OS: "windows"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg := capturetest.ParseWindows(t, tc.text)
 			if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
 				t.Fatal(err)
 			}
@@ -354,10 +341,7 @@ action = "direct"
 			if !strings.Contains(nf, "udp.DstPort == 53") {
 				t.Errorf("DNS not in the filter: %s", nf)
 			}
-			wider, err := conf.Parse("udp.toml", []byte(strings.Replace(tc.text, `ports = ["3478-3479"]`, `ports = ["3478-3480"]`, 1)), conf.Options{OS: "windows"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			wider := capturetest.ParseWindows(t, strings.Replace(tc.text, `ports = ["3478-3479"]`, `ports = ["3478-3480"]`, 1))
 			if err := s.p.Install(wider, policy.New(wider, s.p.Env()), nil); err == nil || !strings.Contains(err.Error(), "restart") {
 				t.Errorf("reload needing UDP to 3480: %v, want refused until a restart", err)
 			}
@@ -373,14 +357,11 @@ action = "direct"
 // (Windows NATs those in the kernel: their guests are uncaged anyway and their DNS is a
 // host service on the adapter).
 func TestGuardPlanWalls(t *testing.T) {
-	cfg, err := conf.Parse("walls.toml", []byte(`
+	cfg := capturetest.ParseWindows(t, `
 [capture]
 hypervisors = ["virtualbox", "hyperv"]
 cage_subnets = ["192.168.200.0/24"]
-`), conf.Options{OS: "windows"})
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	pfx := netip.MustParsePrefix
 	vms := []adapters.Adapter{
 		{Interface: adapters.Interface{Name: "VirtualBox Host-Only Ethernet Adapter", LUID: 1}, Kind: adapters.KindVirtualBox, Subnets: []netip.Prefix{pfx("192.168.56.0/24")}},
@@ -430,10 +411,7 @@ cage_subnets = ["192.168.200.0/24"]
 // ones this machine has an executable for; the others are returned unresolved) and the
 // known hypervisors' images, nothing else; a caged service keeps the UDP scope wide.
 func TestGuardPlanCagesTheSet(t *testing.T) {
-	cfg, err := conf.Parse("caged.toml", []byte(policytest.CagedConfig), conf.Options{SkipSecrets: true, OS: "windows"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := capturetest.ParseWindows(t, policytest.CagedConfig)
 	plan, unresolved, err := GuardPlan(cfg, machine{}, nil, `C:\Program Files\router\router.exe`, "router")
 	if err != nil {
 		t.Fatal(err)

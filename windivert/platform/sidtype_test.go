@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentcage/router/router/capture/capturetest"
 	"github.com/agentcage/router/rules/policy"
 )
 
@@ -17,7 +18,7 @@ func TestWindowsWarnsSIDTypeNone(t *testing.T) {
 	var buf bytes.Buffer
 	s.p.log = slog.New(slog.NewTextHandler(&buf, nil))
 	s.p.deps.SIDTypeNone = func(name string) (bool, error) { return strings.EqualFold(name, "legacysvc"), nil }
-	cfg := parseWindows(t, windowsCfg+"[[rule]]\nname = \"svcs\"\nservices = [\"LegacySvc\", \"Dnscache\"]\naction = \"block\"\n")
+	cfg := capturetest.ParseWindows(t, windowsCfg+"[[rule]]\nname = \"svcs\"\nservices = [\"LegacySvc\", \"Dnscache\"]\naction = \"block\"\n")
 	if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentcage/router/router/capture/capturetest"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/windivert/wfp"
 	"github.com/agentcage/router/windivert/wfp/wfptest"
@@ -24,7 +25,7 @@ func TestWindowsNeverGuardsSvchost(t *testing.T) {
 			s.p.deps.Resolver = pidInfo{42: {App: "svchost.exe", AppPath: svchost, Services: []string{"Dhcp"}}}
 			seen := filepath.Join(t.TempDir(), "guarded-apps.txt")
 			s.p.deps.SeenFile = seen
-			cfg := parseWindows(t, strings.Replace(windowsCfg, "[[rule]]\nname = \"default\"", "[[rule]]\nname = \"hosts\"\napps = ["+apps+"]\naction = \"proxy\"\n[[rule]]\nname = \"default\"", 1))
+			cfg := capturetest.ParseWindows(t, strings.Replace(windowsCfg, "[[rule]]\nname = \"default\"", "[[rule]]\nname = \"hosts\"\napps = ["+apps+"]\naction = \"proxy\"\n[[rule]]\nname = \"default\"", 1))
 			if err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil); err != nil {
 				t.Fatal(err)
 			}

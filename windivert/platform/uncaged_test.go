@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentcage/router/router/capture/capturetest"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/windivert/adapters"
 	"github.com/agentcage/router/windivert/wfp/guard"
@@ -44,7 +45,7 @@ func TestWindowsRefusesUncagedAdapters(t *testing.T) {
 			if tc.accept {
 				text = strings.Replace(text, "[capture]\n", "[capture]\nuncaged_adapters = \"accept\"\n", 1)
 			}
-			cfg := parseWindows(t, text)
+			cfg := capturetest.ParseWindows(t, text)
 			err := s.p.Install(cfg, policy.New(cfg, s.p.Env()), nil)
 			if tc.refuse == "" {
 				if err != nil {

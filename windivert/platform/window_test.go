@@ -143,15 +143,8 @@ func newWindowScene(t *testing.T) *windowScene {
 	s.wfp.SetHostAddrs(netip.MustParseAddr("192.168.1.10"))
 	s.router = s.wfp.Process("router")
 	s.holder = &fakeHolder{t: t, drv: s.drv, wfp: s.wfp.Process("router hold"), released: make(chan struct{})}
-	deps := engineDeps{
-		LoadDriver: func() (windivert.Driver, func() error, error) { return s.drv, func() error { return nil }, nil },
-		WFP:        s.router,
-		Machine:    machine{},
-		Router:     `C:\Program Files\router\router.exe`,
-		Service:    "router",
-		OwnPID:     100,
-		DisarmWait: 5 * time.Second,
-	}
+	deps := sceneDeps(s.drv, s.router)
+	deps.DisarmWait = 5 * time.Second
 	withHolder(&deps, s.holder)
 	s.p = newRedirectPlatform(nil, deps)
 	s.w = newWatch(s.wfp, s.drv)

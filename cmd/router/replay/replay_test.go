@@ -1,6 +1,7 @@
 package replay
 
 import (
+	_ "embed"
 	"net/netip"
 	"strings"
 	"testing"
@@ -12,30 +13,9 @@ import (
 
 // allowList is the config in force in these tests: a guest network with an allow-list by
 // name, telemetry blocked, the rest of the guest's traffic refused.
-const allowList = `
-[proxy.exit]
-address = "192.0.2.1:1080"
-[proxy.backup]
-address = "192.0.2.2:1080"
-[capture]
-vm_networks = ["10.0.2.0/24"]
-[[rule]]
-name = "registries"
-hosts = ["registry.npmjs.org", "*.pypi.org"]
-action = "proxy"
-proxy = "exit"
-[[rule]]
-name = "telemetry"
-hosts = ["telemetry.example"]
-action = "block"
-[[rule]]
-name = "vm"
-caged = true
-action = "block"
-[[rule]]
-name = "default"
-action = "direct"
-`
+//
+//go:embed testdata/allow-list.toml
+var allowList string
 
 func policyOf(t *testing.T, text string) *policy.Policy {
 	t.Helper()

@@ -1,6 +1,7 @@
 package capturetest
 
 import (
+	_ "embed"
 	"testing"
 
 	"github.com/agentcage/router/conf"
@@ -11,7 +12,19 @@ import (
 // "pw". An error fails t.
 func Parse(t testing.TB, src string) *conf.Config {
 	t.Helper()
-	cfg, err := conf.Parse("t.toml", []byte(src), conf.Options{OS: "linux", LookupEnv: func(string) (string, bool) { return "pw", true }})
+	return parseFor(t, "linux", src)
+}
+
+// ParseWindows is Parse for a Windows config (cage subnets, hypervisor presets, services):
+// it is judged for Windows wherever the test runs.
+func ParseWindows(t testing.TB, src string) *conf.Config {
+	t.Helper()
+	return parseFor(t, "windows", src)
+}
+
+func parseFor(t testing.TB, os, src string) *conf.Config {
+	t.Helper()
+	cfg, err := conf.Parse("t.toml", []byte(src), conf.Options{OS: os, LookupEnv: func(string) (string, bool) { return "pw", true }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,19 +35,6 @@ func Parse(t testing.TB, src string) *conf.Config {
 // start from: one SOCKS5 proxy "exit" (198.51.100.1:1080, user "u", password from P, no
 // pipelining), the VM network 10.0.2.0/24, one forward (10.0.2.2:47831 to 127.0.0.1:47831)
 // and one rule sending everything through the proxy. Tests append their own tables to it.
-const Base = `
-[proxy.exit]
-address = "198.51.100.1:1080"
-username = "u"
-password_env = "P"
-pipeline = false
-[capture]
-vm_networks = ["10.0.2.0/24"]
-[[forward]]
-listen = "10.0.2.2:47831"
-connect = "127.0.0.1:47831"
-allow = ["10.0.2.0/24"]
-[[rule]]
-name = "all"
-action = "proxy"
-`
+//
+//go:embed testdata/base.toml
+var Base string

@@ -1,32 +1,23 @@
 package platform
 
 import (
+	_ "embed"
 	"slices"
 	"testing"
 
 	"github.com/agentcage/router/conf"
 )
 
+// cagedConfig names caged apps by a preset (qemu) and by a proxy rule (a name and a path),
+// and one app by a direct rule.
+//
+//go:embed testdata/caged.toml
+var cagedConfig string
+
 // TestCagedNames: the kernel's names are the presets' apps and those of the proxy and
 // block rules, each also in lower case, never a path or a direct rule's.
 func TestCagedNames(t *testing.T) {
-	cfg, err := conf.Parse("caged.toml", []byte(`
-[proxy.exit]
-address = "198.51.100.1:1080"
-
-[capture]
-hypervisors = ["qemu"]
-
-[[rule]]
-name = "vbox"
-apps = ["VBoxHeadless", "/opt/x/bin/nat"]
-action = "proxy"
-
-[[rule]]
-name = "browser"
-apps = ["firefox"]
-action = "direct"
-`), conf.Options{OS: "linux"})
+	cfg, err := conf.Parse("caged.toml", []byte(cagedConfig), conf.Options{OS: "linux"})
 	if err != nil {
 		t.Fatal(err)
 	}

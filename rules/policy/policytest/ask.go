@@ -1,6 +1,7 @@
 package policytest
 
 import (
+	_ "embed"
 	"strings"
 
 	"github.com/agentcage/router/rules"
@@ -10,34 +11,9 @@ import (
 // AskConfig asks about what no rule decides for the VM network ([policy] unknown =
 // "ask"), and an ask rule asks about one name whatever the rest say; a rule lets one
 // name through, a block rule refuses one address.
-const AskConfig = `
-[proxy.exit]
-address = "192.0.2.1:1080"
-
-[capture]
-vm_networks = ["10.0.2.0/24"]
-
-[dns]
-mode = "fake-ip"
-
-[policy]
-unknown = "ask"
-
-[[rule]]
-name = "allowed"
-hosts = ["allowed.example"]
-action = "proxy"
-
-[[rule]]
-name = "asked"
-hosts = ["asked.example"]
-action = "ask"
-
-[[rule]]
-name = "blocked"
-hosts = ["203.0.113.66"]
-action = "block"
-`
+//
+//go:embed testdata/ask.toml
+var AskConfig string
 
 // AskUnattendedConfig is AskConfig with [policy] unattended = true.
 func AskUnattendedConfig() string {

@@ -1,6 +1,7 @@
 package policytest
 
 import (
+	_ "embed"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -20,68 +21,9 @@ const ModelPort = 11434
 // model's port on loopback for them (the recipe's rule), one naming it on the VM-facing
 // address for the guest network (a server listening on every address), one for a web
 // server there; the rest through the proxy.
-const GateConfig = `
-[proxy.exit]
-address = "192.0.2.1:1080"
-
-[capture]
-vm_networks = ["10.0.2.0/24"]
-local = true
-
-[[forward]]
-name = "model"
-listen = "10.0.2.2:11435"
-connect = "127.0.0.1:11434"
-allow = ["10.0.2.0/24", "127.0.0.0/8"]
-
-[[forward]]
-name = "raw"
-listen = "10.0.2.2:9001"
-connect = "127.0.0.1:9000"
-api = "tcp"
-allow = ["10.0.2.0/24"]
-
-[[rule]]
-name = "model-loopback"
-apps = ["slirp4netns", "pasta", "qemu-system-*"]
-hosts = ["127.0.0.1", "::1", "localhost"]
-ports = ["11434"]
-action = "direct"
-
-[[rule]]
-name = "model-gateway"
-hosts = ["10.0.2.2"]
-ports = ["11434"]
-action = "direct"
-
-[[rule]]
-name = "gateway-web"
-hosts = ["10.0.2.2"]
-ports = ["8080"]
-action = "direct"
-
-[[rule]]
-name = "corp"
-apps = ["slirp4netns", "pasta", "qemu-system-*"]
-hosts = ["*.corp.test"]
-action = "direct"
-
-[[rule]]
-name = "usernat"
-apps = ["slirp4netns", "pasta", "qemu-system-*"]
-action = "proxy"
-proxy = "exit"
-
-[[rule]]
-name = "vm"
-caged = true
-action = "proxy"
-proxy = "exit"
-
-[[rule]]
-name = "default"
-action = "direct"
-`
+//
+//go:embed testdata/gate.toml
+var GateConfig string
 
 // GateCase is a flow, the decision every path reaches under GateConfig, and the gate it
 // meets ("": none).

@@ -2,9 +2,13 @@
 // policy itself, the Linux relay (package router), the Windows engine (package redirect)
 // and `router explain`. Each path's tests run Cases through its own machinery and assert the
 // same verdicts.
+//
+// The configs the cases are decided under are TOML files in testdata, embedded in the
+// string variables that name them (Config, WallConfig, ...): read them, never assign them.
 package policytest
 
 import (
+	_ "embed"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -21,61 +25,9 @@ import (
 // host-name rule, so every verdict is final without the name (a capture that decides before
 // it knows names, like the Windows engine, would otherwise defer to the router; see
 // policy.Decision.Final).
-const Config = `
-[proxy.exit]
-address = "192.0.2.1:1080"
-
-[capture]
-vm_networks = ["10.0.2.0/24"]
-local = true
-
-[[forward]]
-listen = "192.168.56.1:47831"
-connect = "127.0.0.1:47831"
-allow = ["192.168.56.0/24"]
-
-[dns]
-mode = "fake-ip"
-
-[[rule]]
-name = "model-direct"
-hosts = ["10.0.2.2", "127.0.0.1", "192.168.56.0/24"]
-ports = ["47831"]
-action = "direct"
-
-[[rule]]
-name = "vm"
-sources = ["10.0.2.0/24"]
-action = "proxy"
-proxy = "exit"
-
-[[rule]]
-name = "hypervisor"
-apps = ["VirtualBoxVM.exe", "VBoxHeadless.exe", "qemu-system-*"]
-action = "proxy"
-proxy = "exit"
-
-[[rule]]
-name = "corp-dot"
-hosts = ["9.9.9.9"]
-ports = ["853"]
-action = "direct"
-
-[[rule]]
-name = "blocked"
-hosts = ["203.0.113.66"]
-action = "block"
-
-[[rule]]
-name = "switched-off"
-enabled = false
-hosts = ["198.51.100.0/24"]
-action = "block"
-
-[[rule]]
-name = "default"
-action = "direct"
-`
+//
+//go:embed testdata/shared.toml
+var Config string
 
 // Pool is the fake-IP pool of Config (the default); PoolName is the name the cases give
 // PoolAddr, and PoolOrphan is a pool address no DNS answer gave out.
@@ -220,52 +172,9 @@ func ScopeCases(local bool, dnsCapture string) []Case {
 // LocalProxyConfig is the config of ResolvedCases: the VM's upstream runs on this host (an
 // `ssh -D`, tor or sing-box on 127.0.0.1), a second VM network goes through a remote one,
 // and a name rule sends some fake-IP names direct.
-const LocalProxyConfig = `
-[proxy.local]
-address = "127.0.0.1:1080"
-
-[proxy.remote]
-address = "192.0.2.1:1080"
-
-[capture]
-vm_networks = ["10.0.2.0/24", "10.0.3.0/24"]
-
-[[forward]]
-listen = "192.168.56.1:47831"
-connect = "127.0.0.1:47831"
-allow = ["10.0.2.0/24"]
-
-[dns]
-mode = "fake-ip"
-proxy = "local"
-
-[[rule]]
-name = "named-direct"
-hosts = ["*.direct.test"]
-action = "direct"
-
-[[rule]]
-name = "vm-remote"
-sources = ["10.0.3.0/24"]
-action = "proxy"
-proxy = "remote"
-
-[[rule]]
-name = "vm"
-sources = ["10.0.2.0/24"]
-action = "proxy"
-proxy = "local"
-
-[[rule]]
-name = "hypervisor"
-apps = ["VBoxHeadless.exe"]
-action = "proxy"
-proxy = "local"
-
-[[rule]]
-name = "default"
-action = "direct"
-`
+//
+//go:embed testdata/local-proxy.toml
+var LocalProxyConfig string
 
 // ResolvedCases are flows to a fake IP whose name was resolved through the proxy's
 // resolver (Flow.Resolved), decided under LocalProxyConfig. The relay resolves such names
@@ -316,34 +225,9 @@ type ResolvedCase struct {
 // [capture] caged_apps). CagedNames is its caged-app set in the order policy.CagedApps gives
 // it, and CagedServices its caged services: the policy, the Windows guard's plan and the
 // Windows UDP scope must all see exactly these.
-const CagedConfig = `
-[proxy.exit]
-address = "192.0.2.1:1080"
-
-[capture]
-hypervisors = ["virtualbox"]
-
-[[rule]]
-name = "agent"
-apps = ["code.exe"]
-action = "proxy"
-proxy = "exit"
-
-[[rule]]
-name = "no-telemetry"
-apps = ["telemetry.exe"]
-services = ["DiagTrack"]
-action = "block"
-
-[[rule]]
-name = "browser"
-apps = ["firefox.exe"]
-action = "direct"
-
-[[rule]]
-name = "default"
-action = "direct"
-`
+//
+//go:embed testdata/caged.toml
+var CagedConfig string
 
 // CagedNames and CagedServices: see CagedConfig. The preset's images come last.
 var (
@@ -361,90 +245,9 @@ var (
 // for one port on every address (a catch-all for the walls), and the caged traffic sent
 // through the proxy. Every rule names addresses or ports, no host name before the name
 // rule, so that explain and the Windows engine decide as the relay.
-const WallConfig = `
-[proxy.exit]
-address = "192.0.2.1:1080"
-
-[capture]
-vm_networks = ["10.0.2.0/24", "10.0.4.0/24"]
-local = true
-
-[[forward]]
-name = "model"
-listen = "10.0.2.2:47831"
-connect = "127.0.0.1:47831"
-allow = ["10.0.2.15/32"]
-
-[[inbound]]
-name = "socks"
-listen = "10.0.2.2:1080"
-allow = ["10.0.2.0/24"]
-
-[[inbound]]
-name = "web"
-type = "http"
-listen = "10.0.2.2:3128"
-allow = ["10.0.2.0/24"]
-
-[[inbound]]
-name = "behind"
-listen = "10.0.5.1:1080"
-allow = ["10.0.5.0/24"]
-
-[[forward]]
-name = "lab"
-listen = "10.0.2.2:47832"
-connect = "127.0.0.1:47832"
-allow = ["10.0.6.0/24"]
-
-[[forward]]
-name = "anyone"
-listen = "10.0.2.2:47833"
-connect = "127.0.0.1:47833"
-allow = ["0.0.0.0/0", "::/0"]
-
-[dns]
-mode = "fake-ip"
-
-[[rule]]
-name = "gateway-web"
-hosts = ["10.0.2.2"]
-ports = ["8080"]
-action = "direct"
-
-[[rule]]
-name = "guest-web"
-hosts = ["10.0.4.40"]
-ports = ["80"]
-action = "direct"
-
-[[rule]]
-name = "every-9000"
-hosts = ["0.0.0.0/0", "::/0"]
-ports = ["9000"]
-action = "direct"
-
-[[rule]]
-name = "corp"
-hosts = ["*.corp.test"]
-action = "direct"
-
-[[rule]]
-name = "hypervisor"
-apps = ["VBoxHeadless"]
-action = "proxy"
-proxy = "exit"
-
-[[rule]]
-name = "vm"
-caged = true
-action = "proxy"
-proxy = "exit"
-
-[[rule]]
-name = "default"
-action = "direct"
-`
+//
+//go:embed testdata/walls.toml
+var WallConfig string
 
 // WallHostAddrs are the host's own addresses of WallCases: its VM-facing address and its
 // uplink, as in the namespace lab.
@@ -561,39 +364,9 @@ func WallCases() []WallCase {
 // name and its subdomains through the proxy, an HTTP/3 rule written for UDP), a block rule
 // by address, and the host's own catch-all; nothing else, so that whatever the guest sends
 // without an allowed name falls to the caged end.
-const NameConfig = `
-[proxy.exit]
-address = "192.0.2.1:1080"
-
-[capture]
-vm_networks = ["10.0.2.0/24"]
-
-[dns]
-mode = "fake-ip"
-
-[[rule]]
-name = "h3"
-network = "udp"
-hosts = ["h3.allowed.test"]
-ports = ["443"]
-action = "proxy"
-proxy = "exit"
-
-[[rule]]
-name = "allowed"
-hosts = ["allowed.test", "*.allowed.test"]
-action = "proxy"
-proxy = "exit"
-
-[[rule]]
-name = "blocked"
-hosts = ["203.0.113.66"]
-action = "block"
-
-[[rule]]
-name = "default"
-action = "direct"
-`
+//
+//go:embed testdata/names.toml
+var NameConfig string
 
 // Fake IPs of NameCases, each given for one name (NameFakes).
 var (

@@ -1,6 +1,7 @@
 package policytest
 
 import (
+	_ "embed"
 	"net/netip"
 
 	"github.com/agentcage/router/rules"
@@ -10,34 +11,9 @@ import (
 // ProfileConfig has two profiles beside the top-level rules (which proxy every flow of
 // the VM network): offline lets only the model's name through, build only a registry's.
 // The hypervisor is caged by the top-level rules.
-const ProfileConfig = `
-[proxy.exit]
-address = "192.0.2.1:1080"
-[capture]
-vm_networks = ["10.0.2.0/24"]
-
-[[rule]]
-name = "hypervisor"
-apps = ["qemu-system-x86_64"]
-action = "proxy"
-
-[[rule]]
-name = "vm"
-sources = ["10.0.2.0/24"]
-action = "proxy"
-
-[profile.offline]
-[[profile.offline.rule]]
-name = "model"
-hosts = ["api.example.com"]
-action = "proxy"
-
-[profile.build]
-[[profile.build.rule]]
-name = "registries"
-hosts = ["proxy.golang.org"]
-action = "proxy"
-`
+//
+//go:embed testdata/profiles.toml
+var ProfileConfig string
 
 // ProfileCase is a Case under a profile of ProfileConfig.
 type ProfileCase struct {

@@ -1,6 +1,7 @@
 package policytest
 
 import (
+	_ "embed"
 	"net/netip"
 
 	"github.com/agentcage/router/rules"
@@ -12,53 +13,9 @@ import (
 // imported Proxifier profile's `Localhost` rule (a name, no ports), a direct rule by name
 // (*.corp.test), a direct rule by address (198.51.100.128/25), and the guest network sent
 // through a remote proxy.
-const SpoofConfig = `
-[proxy.exit]
-address = "192.0.2.1:1080"
-
-[capture]
-vm_networks = ["10.0.2.0/24"]
-local = true
-
-[[forward]]
-listen = "192.168.56.1:47831"
-connect = "127.0.0.1:47831"
-allow = ["192.168.56.0/24", "10.0.2.0/24"]
-
-[dns]
-mode = "fake-ip"
-
-[[rule]]
-name = "model-direct"
-hosts = ["10.0.2.2", "127.0.0.1", "localhost", "192.168.56.0/24"]
-ports = ["47831"]
-action = "direct"
-
-[[rule]]
-name = "Localhost"
-hosts = ["localhost"]
-action = "direct"
-
-[[rule]]
-name = "corp"
-hosts = ["*.corp.test"]
-action = "direct"
-
-[[rule]]
-name = "public-web"
-hosts = ["198.51.100.128/25"]
-action = "direct"
-
-[[rule]]
-name = "vm"
-sources = ["10.0.2.0/24"]
-action = "proxy"
-proxy = "exit"
-
-[[rule]]
-name = "default"
-action = "direct"
-`
+//
+//go:embed testdata/spoof.toml
+var SpoofConfig string
 
 // SpoofAddr is the address the spoofing guest connects to in SpoofCases: no name it
 // writes resolves there. CorpAddr is where the router's resolver says the corp names are.
