@@ -19,7 +19,7 @@ import (
 // unasked; under another domain, answered deny, the dig gets NXDOMAIN with the budget's
 // Extended DNS Error.
 func TestNameBudgetAsk(t *testing.T) {
-	cfg := strings.Replace(refusedNamesConfig(), `window = "1m"`, "window = \"1m\"\nover = \"ask\"", 1)
+	cfg := strings.Replace(fixture(t, "refused_names.toml"), `window = "1m"`, "window = \"1m\"\nover = \"ask\"", 1)
 	cfg = strings.Replace(cfg, `"*.tunnel.test"]`, `"*.tunnel.test", "*.tunnel2.test"]`, 1)
 	s := newScene(t, cfg)
 	g := s.lab.Guest()

@@ -3,9 +3,7 @@
 package e2e
 
 import (
-	"errors"
 	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"syscall"
@@ -15,23 +13,20 @@ import (
 	"github.com/agentcage/router/internal/lab"
 )
 
-// routerCmd runs `router args...` in the host namespace with the lab's state directory and
-// returns its combined output and exit code.
+// routerCmd runs `router args...` in the host namespace with the lab's state directory
+// (where the running router keeps its approved rules and a learning session's flow log)
+// and returns its combined output and exit code. A router that did not run fails the test.
 func (s *scene) routerCmd(args ...string) (string, int) {
 	s.t.Helper()
 	cmd, err := s.lab.RouterCommand(s.ctx, routerBin, args...)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		return string(out), ee.ExitCode()
-	case err != nil:
-		s.t.Fatalf("router %s: %v", strings.Join(args, " "), err)
+	out, code := exitStatus(cmd.CombinedOutput())
+	if code < 0 {
+		s.t.Fatalf("router %s: %s", strings.Join(args, " "), out)
 	}
-	return string(out), 0
+	return out, code
 }
 
 // wantCaged checks from the outside that the guest gets nowhere but the model: its web

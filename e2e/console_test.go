@@ -301,10 +301,10 @@ func TestAskTimeoutAndAlways(t *testing.T) {
 	if err != nil || !strings.Contains(string(approved), `name = "approved `+lab.EchoName+`:80"`) || !strings.Contains(string(approved), "by router ask") {
 		t.Fatalf("approved.toml: %v\n%s", err, approved)
 	}
-	if out, code := s.routerRun("explain", "--config", s.cfg, "--src", "10.0.2.15", "--dst", lab.EchoName+":80"); code != 0 || !strings.Contains(out, "approved.toml") || !strings.Contains(out, "verdict: proxy") {
+	if out, code := s.routerCmd("explain", "--config", s.cfg, "--src", "10.0.2.15", "--dst", lab.EchoName+":80"); code != 0 || !strings.Contains(out, "approved.toml") || !strings.Contains(out, "verdict: proxy") {
 		t.Errorf("explain after always: exit %d\n%s", code, out)
 	}
-	if out, code := s.routerRun("lint", "--config", s.cfg); code != 0 {
+	if out, code := s.routerCmd("lint", "--config", s.cfg); code != 0 {
 		t.Errorf("lint after always: exit %d\n%s", code, out)
 	}
 	s.stopRouter(syscall.SIGTERM)

@@ -22,10 +22,7 @@ import (
 // and the other guests' queries timed out.
 func TestDNSUnansweredNamesOfOneGuest(t *testing.T) {
 	s := newLab(t, twoGuestConfig(lab.GoSocksAddr, "mode = \"proxy\"\nproxy = \"exit\"\n"))
-	guest2, err := s.lab.AddSecondGuest(s.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	guest2 := s.secondGuest()
 	s.startRouter()
 	server := lab.ServiceAddr + ":53"
 	var flood []net.Conn

@@ -72,10 +72,7 @@ func (s *scene) wantQuick(what string, guest2 *lab.Netns, limit time.Duration) {
 // forward still connect at once: the flood takes its share of the set-up slots, not all.
 func TestFairSetupSlots(t *testing.T) {
 	s := newLab(t, twoGuestConfig(lab.GoSocksAddr, ""))
-	guest2, err := s.lab.AddSecondGuest(s.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	guest2 := s.secondGuest()
 	if err := s.lab.AddSilentDestinations(s.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -101,10 +98,7 @@ func TestFairSetupSlots(t *testing.T) {
 // model forward, `router status` and a second guest's flow still work.
 func TestDescriptorFlood(t *testing.T) {
 	s := newLab(t, twoGuestConfig(lab.GoSocksAddr, ""))
-	guest2, err := s.lab.AddSecondGuest(s.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	guest2 := s.secondGuest()
 	r, err := s.lab.StartRouterWithDescriptors(routerBin, s.cfg, 15*time.Second, 1024)
 	if err != nil {
 		t.Fatal(err)

@@ -30,10 +30,7 @@ listen = "10.0.2.2:1080"
 allow = ["10.0.2.0/24", "` + lab.SecondGuestNetwork + `"]
 `
 	s := newLab(t, twoGuestConfig(lab.GoSocksAddr, inbound))
-	guest2, err := s.lab.AddSecondGuest(s.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	guest2 := s.secondGuest()
 	s.startRouter()
 	var addrs []string
 	for i := range 8 {
@@ -92,10 +89,7 @@ func TestUDPAssociationsPerGuest(t *testing.T) {
 	cfg := twoGuestConfig(lab.GoSocksUDPAddr, "")
 	cfg = strings.Replace(cfg, "[[rule]]\nname = \"vm\"", "[[rule]]\nname = \"udp-echo-direct\"\nhosts = [\"203.0.113.10\"]\nports = [7]\naction = \"direct\"\n\n[[rule]]\nname = \"vm\"", 1)
 	s := newLab(t, cfg)
-	guest2, err := s.lab.AddSecondGuest(s.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	guest2 := s.secondGuest()
 	if err := s.lab.StartGoSocksUDP(s.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -207,10 +201,7 @@ listen = "10.0.2.2:1080"
 allow = ["10.0.2.0/24"]
 `
 	s := newLab(t, twoGuestConfig(lab.GoSocksAddr, inbound))
-	guest2, err := s.lab.AddSecondGuest(s.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	guest2 := s.secondGuest()
 	r, err := s.lab.StartRouterWithDescriptors(routerBin, s.cfg, 15*time.Second, 3000)
 	if err != nil {
 		t.Fatal(err)

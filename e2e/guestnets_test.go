@@ -71,10 +71,7 @@ func TestGuestNetworkFromAnInterface(t *testing.T) {
 // cannot reach it by the direct rule's name, on any path; it returns the second guest.
 func guestWalled(t *testing.T, s *scene) *lab.Netns {
 	t.Helper()
-	guest2, err := s.lab.AddSecondGuest(s.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	guest2 := s.secondGuest()
 	s.startRouter()
 	const reply = "HTTP/1.0 200 OK\r\n\r\nguest2 service\n"
 	tcp := s.tcpService(guest2, ":2222", reply)

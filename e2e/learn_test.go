@@ -47,11 +47,11 @@ func TestLearnSuggest(t *testing.T) {
 		return m["event"] == "flow" && m["caged"] == true && m["dst"] == lab.ServiceAddr+":80"
 	})
 
-	out, code := s.routerRun("learn", "--config", s.cfg)
+	out, code := s.routerCmd("learn", "--config", s.cfg)
 	if code != 0 || !strings.Contains(out, lab.EchoName) || !strings.Contains(out, lab.ServiceAddr+" (no name)") {
 		t.Fatalf("learn: exit %d\n%s", code, out)
 	}
-	suggested, code := s.routerRun("learn", "--config", s.cfg, "--suggest")
+	suggested, code := s.routerCmd("learn", "--config", s.cfg, "--suggest")
 	if code != 0 || !strings.Contains(suggested, `hosts = ["`+lab.EchoName+`"]`) {
 		t.Fatalf("learn --suggest: exit %d\n%s", code, suggested)
 	}

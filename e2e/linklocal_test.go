@@ -70,10 +70,7 @@ func TestLinkLocalIsHost(t *testing.T) {
 	accepted := s.hostService("[::]:2222", "host service\n")
 	resolver := s.startHostResolver()
 
-	guest2, err := s.lab.AddSecondGuest(s.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	guest2 := s.secondGuest()
 	// The router cages the new link whole once it sees its address; before the fix it
 	// never did (the wait then simply runs out).
 	if err := s.router.WaitLog("the VM-facing interfaces changed", 2*time.Second); err != nil {

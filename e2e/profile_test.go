@@ -32,10 +32,7 @@ action = "direct"
 // through. Back on the default profile the first guest reaches the echo again.
 func TestProfileSwitch(t *testing.T) {
 	s := newLab(t, twoGuestConfig(lab.GoSocksAddr, "")+offlineProfile+flowLogKeys)
-	guest2, err := s.lab.AddSecondGuest(s.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	guest2 := s.secondGuest()
 	echo := s.profileEcho()
 	s.startRouter()
 	open := func(ns *lab.Netns) (net.Conn, error) {

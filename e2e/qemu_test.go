@@ -28,9 +28,8 @@ import (
 // lab.
 const qemuRecipe = "../testdata/conf/linux-qemu-user.toml"
 
-// qemuConfig is qemuRecipe with the lab's parts: go-socks5 as the proxy, the lab resolver,
-// the router's metrics page on the host's loopback (a host service the guest must not
-// reach), a short connect timeout.
+// qemuConfig is qemuRecipe with the lab's parts: go-socks5 as the proxy, and the tables of
+// the user-space NATs' scene (userNATTables).
 func qemuConfig(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile(qemuRecipe)
@@ -42,16 +41,7 @@ func qemuConfig(t *testing.T) string {
 		t.Fatalf("%s: no %s to point at the lab's proxy", qemuRecipe, proxy)
 	}
 	cfg := strings.Replace(string(b), proxy, fmt.Sprintf("address = %q", lab.GoSocksAddr), 1)
-	return cfg + `
-[dns]
-resolver = "203.0.113.10:53"
-
-[metrics]
-listen = "127.0.0.1:9464"
-
-[relay]
-connect_timeout = "3s"
-`
+	return cfg + userNATTables
 }
 
 // qemuHostServices are the host's services a QEMU guest must never reach, each counting
@@ -214,19 +204,30 @@ func (s *scene) qemuWantNoLeak(t *testing.T, what string) {
 	}
 }
 
-// wantQEMUOut: the guest's page, by address and by name, comes back with the proxy's exit
-// address; the lab resolver never hears the host itself; nothing leaks.
-func (s *scene) wantQEMUOut(t *testing.T, g *lab.QEMUGuest) {
+// qemuFetchEcho clears the lab's logs and leak counter, then fetches the echo page from the
+// guest by address and by name, running wget (the command up to the URL) for at most d,
+// and hands each URL's output and exit code to check.
+func (s *scene) qemuFetchEcho(t *testing.T, g *lab.QEMUGuest, d time.Duration, wget string, check func(url, out string, code int)) {
 	t.Helper()
 	s.lab.ResetLogs()
 	if err := s.lab.ResetLeaks(s.ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, url := range []string{lab.EchoURL, "http://" + lab.EchoName + "/"} {
-		if out, code := qemuRun(t, s.ctx, g, 10*time.Second, "wget -q -O - "+url); code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
+		out, code := qemuRun(t, s.ctx, g, d, wget+url)
+		check(url, out, code)
+	}
+}
+
+// wantQEMUOut: the guest's page, by address and by name, comes back with the proxy's exit
+// address; the lab resolver never hears the host itself; nothing leaks.
+func (s *scene) wantQEMUOut(t *testing.T, g *lab.QEMUGuest) {
+	t.Helper()
+	s.qemuFetchEcho(t, g, 10*time.Second, "wget -q -O - ", func(url, out string, code int) {
+		if code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
 			t.Errorf("GET %s: exit %d, %q; want the proxy's exit %s", url, code, out, lab.ExitAddr)
 		}
-	}
+	})
 	for _, q := range s.lab.DNSLog() {
 		if a := q.Source.Addr().String(); a == lab.HostUplinkAddr || a == lab.HostUplinkAddr6 {
 			t.Errorf("the outside resolver was asked by the host itself: %v", q)
@@ -284,15 +285,11 @@ func (s *scene) wantQEMUWalls(t *testing.T, g *lab.QEMUGuest, hs qemuHostService
 // name, no answer to a name, nothing at the outside servers or on the uplink.
 func (s *scene) wantQEMUClosed(t *testing.T, g *lab.QEMUGuest) {
 	t.Helper()
-	s.lab.ResetLogs()
-	if err := s.lab.ResetLeaks(s.ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, url := range []string{lab.EchoURL, "http://" + lab.EchoName + "/"} {
-		if out, code := qemuRun(t, s.ctx, g, 6*time.Second, "timeout 4 wget -q -O - "+url); code == 0 {
+	s.qemuFetchEcho(t, g, 6*time.Second, "timeout 4 wget -q -O - ", func(url, out string, code int) {
+		if code == 0 {
 			t.Errorf("GET %s: the guest fetched %q", url, out)
 		}
-	}
+	})
 	if out, code := qemuRun(t, s.ctx, g, 6*time.Second, "timeout 4 nslookup "+lab.EchoName); code == 0 && strings.Contains(out, lab.ServiceAddr) {
 		t.Errorf("the guest resolved %s: %q", lab.EchoName, out)
 	}

@@ -46,7 +46,7 @@ func TestApprovalUnderReadOnlyConfig(t *testing.T) {
 	res := make(chan int, 1)
 	go func() { _, code := s.curl(s.lab.Guest(), echo, "--max-time", "10"); res <- code }()
 	p := s.waitAsk(80)
-	if out, code := s.routerRun("ask", "--socket", s.controlPath(), "--id", fmt.Sprint(p.ID), "--answer", "always"); code != 0 {
+	if out, code := s.routerCmd("ask", "--socket", s.controlPath(), "--id", fmt.Sprint(p.ID), "--answer", "always"); code != 0 {
 		t.Fatalf("router ask always: exit %d: %s", code, out)
 	}
 	if code := <-res; code != 0 {

@@ -202,6 +202,16 @@ func (s *scene) waitLog(want string, d time.Duration) {
 	}
 }
 
+// secondGuest adds the lab's second guest (lab.AddSecondGuest) or fails the test.
+func (s *scene) secondGuest() *lab.Netns {
+	s.t.Helper()
+	g, err := s.lab.AddSecondGuest(s.ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return g
+}
+
 // stopRouter signals the router (by PID) and waits for it to exit.
 func (s *scene) stopRouter(sig syscall.Signal) {
 	if s.router == nil {
@@ -215,7 +225,12 @@ func (s *scene) stopRouter(sig syscall.Signal) {
 
 // run runs a command in a namespace; it returns the output and the exit code.
 func run(ctx context.Context, ns *lab.Netns, name string, args ...string) (string, int) {
-	out, err := ns.Run(ctx, name, args...)
+	return exitStatus(ns.Run(ctx, name, args...))
+}
+
+// exitStatus is a finished command's output and exit code, from what running it returned:
+// -1 when it did not run or was not waited for (the error follows the output then).
+func exitStatus(out []byte, err error) (string, int) {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return string(out), ee.ExitCode()

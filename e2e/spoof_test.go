@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"crypto/tls"
-	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -21,55 +20,14 @@ import (
 // name it writes resolves there.
 const spoofAddr = "203.0.113.66"
 
-// spoofConfig sends the guest through the proxy, except by name: the README's model rule
-// (localhost and the model's port), an imported Proxifier profile's Localhost rule (a name,
-// no ports) and a direct rule for *.corp.test.
-func spoofConfig(proxy string) string {
-	return fmt.Sprintf(`
-[proxy.exit]
-address = %q
-
-[capture]
-vm_networks = ["10.0.2.0/24"]
-local = true
-
-[[forward]]
-name = "model"
-listen = "10.0.2.2:47831"
-connect = "127.0.0.1:47831"
-allow = ["10.0.2.15/32"]
-
-[dns]
-resolver = "203.0.113.10:53"
-
-[relay]
-connect_timeout = "3s"
-
-[[rule]]
-name = "model-direct"
-hosts = ["10.0.2.2", "127.0.0.1", "localhost"]
-ports = [47831]
-action = "direct"
-
-[[rule]]
-name = "Localhost"
-hosts = ["localhost"]
-action = "direct"
-
-[[rule]]
-name = "corp"
-hosts = ["*.corp.test"]
-action = "direct"
-
-[[rule]]
-name = "vm"
-sources = ["10.0.2.0/24"]
-action = "proxy"
-
-[[rule]]
-name = "default"
-action = "direct"
-`, proxy)
+// spoofConfig is the scene's config (config, with the upstream at proxy and the [dns]
+// keys dns) with its rules replaced by those of testdata/spoof_rules.toml: the guest goes
+// through the proxy, except by name (the README's model rule naming localhost and the
+// model's port, an imported Proxifier profile's Localhost rule, a direct rule for
+// *.corp.test).
+func spoofConfig(t *testing.T, proxy, dns string) string {
+	head, _, _ := strings.Cut(config(proxy, dns), "\n[[rule]]")
+	return head + "\n" + fixture(t, "spoof_rules.toml")
 }
 
 // TestSpoofedNameNeverPicksTheAddress: a guest that writes a name a direct rule allows (an
@@ -82,7 +40,7 @@ action = "direct"
 func TestSpoofedNameNeverPicksTheAddress(t *testing.T) {
 	roottest.Require(t, tools...)
 	names := map[string]netip.Addr{"loop.corp.test": netip.MustParseAddr("127.0.0.1"), "www.corp.test": netip.MustParseAddr(lab.ServiceAddr)}
-	s := newLabWith(t, spoofConfig(lab.DanteAddr)+flowLogKeys, lab.Options{Names: names})
+	s := newLabWith(t, spoofConfig(t, lab.DanteAddr, "")+flowLogKeys, lab.Options{Names: names})
 	if out, code := run(s.ctx, s.lab.Inet(), "ip", "addr", "add", spoofAddr+"/32", "dev", "lo"); code != 0 {
 		t.Fatalf("add %s in the lab's internet: %s", spoofAddr, out)
 	}
@@ -174,8 +132,7 @@ func tlsFromGuest(s *scene, guest *lab.Netns, address, name string) string {
 func TestSpoofHonestNameInProxyMode(t *testing.T) {
 	roottest.Require(t, tools...)
 	names := map[string]netip.Addr{"www.corp.test": netip.MustParseAddr(lab.ServiceAddr)}
-	cfg := strings.Replace(spoofConfig(lab.DanteAddr), "[dns]\n", "[dns]\nmode = \"proxy\"\n", 1)
-	s := newLabWith(t, cfg+flowLogKeys, lab.Options{Names: names})
+	s := newLabWith(t, spoofConfig(t, lab.DanteAddr, "mode = \"proxy\"\n")+flowLogKeys, lab.Options{Names: names})
 	s.startRouter()
 	out, code := s.curl(s.lab.Guest(), "http://www.corp.test/")
 	if code != 0 || strings.TrimSpace(out) != lab.HostUplinkAddr {

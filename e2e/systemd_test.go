@@ -126,15 +126,7 @@ func (b *booted) run(ctx context.Context, stdin string, args ...string) (string,
 		"SYSTEMD_COLORS=0", "SYSTEMD_PAGER=", "DEBIAN_FRONTEND=noninteractive", "MANPAGER=cat"}
 	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--target", strconv.Itoa(b.leader), "--all", "--"}, append(env, args...)...)...)
 	cmd.Stdin = strings.NewReader(stdin)
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return string(out), ee.ExitCode()
-	}
-	if err != nil {
-		return string(out) + err.Error(), -1
-	}
-	return string(out), 0
+	return exitStatus(cmd.CombinedOutput())
 }
 
 // must runs a command in the container and fails the test unless it exits 0.

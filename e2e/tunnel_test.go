@@ -23,10 +23,7 @@ import (
 func TestDNSTunnelBudget(t *testing.T) {
 	const labels, budget = 1000, 100
 	s := newLab(t, twoGuestConfig(lab.GoSocksAddr, fmt.Sprintf("[budget]\nnames_per_domain = %d\nwindow = \"1m\"\n", budget)))
-	guest2, err := s.lab.AddSecondGuest(s.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	guest2 := s.secondGuest()
 	s.startRouter()
 
 	names := filepath.Join(t.TempDir(), "names")

@@ -61,10 +61,7 @@ func (u *uploadSink) max() int64 {
 func TestUploadBudget(t *testing.T) {
 	const budget = 1_000_000
 	s := newLab(t, twoGuestConfig(lab.GoSocksAddr, "[budget]\nbytes_up_per_domain = \"1MB\"\nwindow = \"10m\"\n[console]\nlisten = \"127.0.0.1:9478\"\n"))
-	guest2, err := s.lab.AddSecondGuest(s.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	guest2 := s.secondGuest()
 	sink := s.uploadSink(lab.ServiceAddr + ":8080")
 	s.startRouter()
 	byName := "http://" + lab.EchoName + ":8080/upload"

@@ -38,15 +38,7 @@ listen = "10.0.2.2:47831"
 connect = "127.0.0.1:47831"
 allow = ["10.0.2.15/32"]
 
-[dns]
-resolver = "203.0.113.10:53"
-
-[metrics]
-listen = "127.0.0.1:9464"
-
-[relay]
-connect_timeout = "3s"
-
+%s
 [[rule]]
 name = "model-direct"
 hosts = ["127.0.0.1"]
@@ -61,8 +53,22 @@ action = "proxy"
 [[rule]]
 name = "default"
 action = "direct"
-`, lab.GoSocksAddr)
+`, lab.GoSocksAddr, userNATTables)
 }
+
+// userNATTables are the tables of a user-space NAT's scene besides its capture, forward and
+// rules: the lab resolver, the router's metrics page on the host's loopback (a host service
+// the guest must not reach), a short connect timeout.
+const userNATTables = `
+[dns]
+resolver = "203.0.113.10:53"
+
+[metrics]
+listen = "127.0.0.1:9464"
+
+[relay]
+connect_timeout = "3s"
+`
 
 // udpHostService counts the datagrams a UDP service of the host on address receives.
 func (s *scene) udpHostService(address string) *atomic.Int32 {

@@ -153,10 +153,7 @@ func (s *scene) socksChain(hops ...socks5.Addr) (string, error) {
 // stays 0.
 func TestHostWalls(t *testing.T) {
 	s := newLab(t, wallConfig())
-	guest2, err := s.lab.AddSecondGuest(s.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	guest2 := s.secondGuest()
 	for _, args := range [][]string{
 		{"addr", "add", lab.MetadataAddr + "/32", "dev", "lo"},
 	} {
