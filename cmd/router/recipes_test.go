@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,17 +28,8 @@ func TestModelRecipes(t *testing.T) {
 			if o, e, code := run(t, "lint", "--config", path); code != exitOK || !strings.Contains(o+e, "0 errors, 0 warnings") {
 				t.Errorf("lint: exit %d\n%s%s", code, o, e)
 			}
-			var out, errb bytes.Buffer
 			for _, app := range tc.apps {
-				out.Reset()
-				args := []string{"--config", path, "--json", "--app", app, "--src", "127.0.0.1", "--dst", tc.dst}
-				if code := explain(args, &out, &errb, policytest.WallEnv()); code != exitOK {
-					t.Fatalf("explain: exit %d: %s", code, errb.String())
-				}
-				var o explainOut
-				if err := json.Unmarshal(out.Bytes(), &o); err != nil {
-					t.Fatal(err)
-				}
+				o := runExplainJSON(t, []string{"--config", path, "--app", app, "--src", "127.0.0.1", "--dst", tc.dst}, policytest.WallEnv())
 				if !o.Caged || o.Verdict.Action != "direct" || o.Gate == nil || o.Gate.Forward != "model" || o.Gate.Raw {
 					t.Errorf("%s to %s: caged %v, %+v, gate %+v; want the forward's HTTP gate", app, tc.dst, o.Caged, o.Verdict, o.Gate)
 				}
