@@ -180,14 +180,48 @@ func (s *scene) start(d *daemon) {
 // banner connects to the forward and returns what it says ("" when refused).
 func banner(t *testing.T, addr netip.AddrPort) string {
 	t.Helper()
+	return exchange(addr, func(c net.Conn) (io.Reader, bool) { return c, true })
+}
+
+// exchange connects to addr, lets ask speak on the connection, and returns all it then
+// reads from what ask returns (the connection, or a reader over it) until the peer closes;
+// "" when the dial fails or ask says it was refused (false). It takes 2 s at the most.
+func exchange(addr netip.AddrPort, ask func(c net.Conn) (io.Reader, bool)) string {
 	c, err := net.DialTimeout("tcp", addr.String(), 2*time.Second)
 	if err != nil {
 		return ""
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(2 * time.Second))
-	b, _ := io.ReadAll(c)
+	r, ok := ask(c)
+	if !ok {
+		return ""
+	}
+	b, _ := io.ReadAll(r)
 	return string(b)
+}
+
+// wantFree fails t when addr cannot be listened on: what names the socket that should be
+// closed ("the forward's address stayed taken").
+func wantFree(t *testing.T, addr, what string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Errorf("%s: %v", what, err)
+		return
+	}
+	ln.Close()
+}
+
+// takenAddr is a loopback address something listens on until the test ends.
+func takenAddr(t *testing.T) string {
+	t.Helper()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { taken.Close() })
+	return taken.Addr().String()
 }
 
 // TestRunInstallsOnceAndStops: the daemon compiles one policy per load, hands the capture
@@ -275,11 +309,7 @@ func TestRunReportsAFailedInstall(t *testing.T) {
 		t.Fatalf("Run = %v, want the install error", err)
 	}
 	// Everything the start opened is closed again.
-	if ln, err := net.Listen("tcp", s.fwd.String()); err != nil {
-		t.Errorf("the forward's address stayed taken: %v", err)
-	} else {
-		ln.Close()
-	}
+	wantFree(t, s.fwd.String(), "the forward's address stayed taken")
 }
 
 // TestReloadSwapsForwardSettings: a forward whose listen address stays keeps its socket
@@ -349,11 +379,7 @@ func TestReloadFailureChangesNothing(t *testing.T) {
 			if d.cfg != old || len(d.forwards) != 1 {
 				t.Errorf("the running config changed: %d forwards", len(d.forwards))
 			}
-			ln, err := net.Listen("tcp", extra.String())
-			if err != nil {
-				t.Fatalf("the new forward's socket leaked: %v", err)
-			}
-			ln.Close()
+			wantFree(t, extra.String(), "the new forward's socket leaked")
 			if got := banner(t, s.fwd); got != "model\n" {
 				t.Errorf("the running forward says %q", got)
 			}
