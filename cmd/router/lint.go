@@ -19,12 +19,8 @@ func cmdLint(args []string, stdout, stderr io.Writer) int {
 	strict := fs.Bool("strict", false, "warnings also make the exit status non-zero")
 	asJSON := fs.Bool("json", false, "print JSON for scripts")
 	goos := fs.String("os", "", "judge for this operating system (`linux` or windows: presets, app names); default this one")
-	if code, stop := parseFlags(fs, args); stop {
+	if code, stop := parseFlags(fs, args, "config"); stop {
 		return code
-	}
-	if *cfgPath == "" {
-		fmt.Fprintln(stderr, "router lint: --config is required")
-		return exitUsage
 	}
 	cfg, err := conf.Load(*cfgPath, stateOptions(conf.Options{SkipSecrets: true, OS: *goos}))
 	if err != nil {
