@@ -20,6 +20,16 @@ func run(t *testing.T, args ...string) (string, string, int) {
 	return out.String(), errb.String(), code
 }
 
+// checkLintsClean fails t unless `router lint` with args exits 0 and finds no error and no
+// warning.
+func checkLintsClean(t *testing.T, args ...string) {
+	t.Helper()
+	out, errOut, code := run(t, append([]string{"lint"}, args...)...)
+	if code != exitOK || !strings.Contains(out, "0 errors, 0 warnings") {
+		t.Errorf("lint %q: exit %d, output:\n%s%s", args, code, out, errOut)
+	}
+}
+
 // checkSays fails t for each of wants that out does not contain.
 func checkSays(t *testing.T, out string, wants ...string) {
 	t.Helper()
@@ -47,10 +57,7 @@ func TestLint(t *testing.T) {
 	if code != exitFindings || !strings.Contains(out, `rule #2 "model-direct" is shadowed for local destinations`) || !strings.Contains(out, "trap.toml:13: error") {
 		t.Errorf("trap: exit %d, output:\n%s", code, out)
 	}
-	out, _, code = run(t, "lint", "--os", "windows", "--config", specConfig)
-	if code != exitOK || !strings.Contains(out, "0 errors, 0 warnings") {
-		t.Errorf("spec example: exit %d, output:\n%s", code, out)
-	}
+	checkLintsClean(t, "--os", "windows", "--config", specConfig)
 	out, _, code = run(t, "lint", "--config", trapConfig, "--json")
 	var fs []map[string]any
 	if err := json.Unmarshal([]byte(out), &fs); err != nil || code != exitFindings || fs[0]["rule"] != "model-direct" || fs[0]["other"] != "hypervisor" {

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
 
 	"github.com/agentcage/router/rules/policy/policytest"
@@ -25,9 +24,7 @@ func TestModelRecipes(t *testing.T) {
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			path := filepath.Join("..", "..", "testdata", "model", tc.file)
-			if o, e, code := run(t, "lint", "--config", path); code != exitOK || !strings.Contains(o+e, "0 errors, 0 warnings") {
-				t.Errorf("lint: exit %d\n%s%s", code, o, e)
-			}
+			checkLintsClean(t, "--config", path)
 			for _, app := range tc.apps {
 				o := runExplainJSON(t, []string{"--config", path, "--app", app, "--src", "127.0.0.1", "--dst", tc.dst}, policytest.WallEnv())
 				if !o.Caged || o.Verdict.Action != "direct" || o.Gate == nil || o.Gate.Forward != "model" || o.Gate.Raw {
@@ -53,8 +50,6 @@ func TestModelDocExamples(t *testing.T) {
 		if err := os.WriteFile(path, m[1], 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if o, e, code := run(t, "lint", "--os", "linux", "--config", path); code != exitOK || !strings.Contains(o+e, "0 errors, 0 warnings") {
-			t.Errorf("docs/model.md recipe %d: lint exit %d\n%s%s", i+1, code, o, e)
-		}
+		checkLintsClean(t, "--os", "linux", "--config", path)
 	}
 }
