@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +87,23 @@ func freePort(t *testing.T) uint16 {
 	return 0
 }
 
+// freePorts returns n distinct ports, each free as freePort's: ports picked one after the
+// other may repeat, as the system hands a port closed a moment ago out again.
+func freePorts(t *testing.T, n int) []uint16 {
+	t.Helper()
+	var ports []uint16
+	for range 20 * n {
+		if p := freePort(t); !slices.Contains(ports, p) {
+			ports = append(ports, p)
+		}
+		if len(ports) == n {
+			return ports
+		}
+	}
+	t.Fatalf("no %d distinct free ports", n)
+	return nil
+}
+
 // scene is a config file for a daemon on loopback: its listener and DNS ports, its control
 // socket, a forward to an echo target, written anew by write.
 type scene struct {
@@ -102,9 +120,10 @@ type scene struct {
 func newScene(t *testing.T) *scene {
 	t.Helper()
 	dir := t.TempDir()
-	s := &scene{t: t, dir: dir, path: filepath.Join(dir, "router.toml"), lport: freePort(t), dport: freePort(t),
+	ports := freePorts(t, 3)
+	s := &scene{t: t, dir: dir, path: filepath.Join(dir, "router.toml"), lport: ports[0], dport: ports[1],
 		control: filepath.Join(dir, "ctl", "control.sock")}
-	s.fwd = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), freePort(t))
+	s.fwd = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), ports[2])
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
