@@ -26,7 +26,7 @@ func cmdCheckProxy(args []string, stdout, stderr io.Writer) int {
 	var echo stringList
 	fs.Var(&echo, "echo", "an IP-echo `URL` to fetch through the proxy (repeatable; default: well-known public ones)")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound of each check")
-	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	asJSON := jsonFlag(fs)
 	if code, stop := parseFlags(fs, args, "config"); stop {
 		return code
 	}

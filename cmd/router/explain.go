@@ -72,7 +72,7 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 	name := fs.String("name", "", "the `name` the router's DNS gave the destination's address for (a fake IP's name)")
 	sni := fs.String("sni", "", "the `name` the client's first bytes carry: a TLS server name or an HTTP Host")
 	resolved := fs.String("resolved", "", "the `addresses` (comma-separated) the flow's name resolves to through the proxy's resolver, as the daemon would look them up (none: the lookup finds nothing): explain does not resolve; with them it checks where a direct dial by name goes")
-	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	asJSON := jsonFlag(fs)
 	profile := fs.String("profile", "", "decide by this [profile.`NAME`]'s rules, as for a guest switched to it (router profile); default: the top-level rules")
 	socket := fs.String("socket", "", "the running router's control `path`, to name a fake-IP pool address")
 	goos := fs.String("os", "", "judge for this operating system (`linux` or windows: presets, app names); default this one")

@@ -25,7 +25,7 @@ const profileHelp = "Switches a guest to a [profile.NAME] of the config (default
 func cmdProfile(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("profile", profileHelp, stderr)
 	cfgPath, socket := controlFlags(fs)
-	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	asJSON := jsonFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return exitOK
