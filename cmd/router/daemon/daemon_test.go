@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,8 +91,10 @@ func freePort(t *testing.T) uint16 {
 func freePorts(t *testing.T, n int) []uint16 {
 	t.Helper()
 	var ports []uint16
+	seen := map[uint16]bool{}
 	for range 20 * n {
-		if p := freePort(t); !slices.Contains(ports, p) {
+		if p := freePort(t); !seen[p] {
+			seen[p] = true
 			ports = append(ports, p)
 		}
 		if len(ports) == n {
