@@ -15,7 +15,7 @@ func cmdAdapters(args []string, stdout, stderr io.Writer) int {
 func listAdapters(args []string, stdout, stderr io.Writer, sys adapters.System, bridged func() []adapters.Bridged) int {
 	fs := newFlags("adapters",
 		"Windows: lists the VM-facing adapters (VirtualBox host-only, VMware VMnet, Hyper-V vEthernet\nincluding the Default Switch, WSL) with their addresses and subnets, whether IP forwarding is\non and whether Windows NAT carries their guests out (then no capture sees them), and WSL2's\ndnsTunneling and Hyper-V firewall settings where Windows tells them, and the VirtualBox and\nVMware VMs with a bridged adapter (no capture sees those guests).", stderr)
-	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	asJSON := jsonFlag(fs)
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}

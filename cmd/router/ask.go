@@ -15,7 +15,7 @@ func cmdAsk(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("ask",
 		"Lists the destinations the running daemon asks about (the flows it holds under ask), or\nanswers one: once (the flows held now), run (until the daemon stops), always (written as a\nrule to the router's own rules file, approved.toml) or deny.", stderr)
 	cfgPath, socket := controlFlags(fs)
-	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	asJSON := jsonFlag(fs)
 	id := fs.Uint64("id", 0, "the prompt to answer (as the list shows it)")
 	answer := fs.String("answer", "", "the answer: once, run, always or deny")
 	if code, stop := parseFlags(fs, args); stop {

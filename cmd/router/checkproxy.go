@@ -26,13 +26,9 @@ func cmdCheckProxy(args []string, stdout, stderr io.Writer) int {
 	var echo stringList
 	fs.Var(&echo, "echo", "an IP-echo `URL` to fetch through the proxy (repeatable; default: well-known public ones)")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound of each check")
-	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	if code, stop := parseFlags(fs, args); stop {
+	asJSON := jsonFlag(fs)
+	if code, stop := parseFlags(fs, args, "config"); stop {
 		return code
-	}
-	if *cfgPath == "" {
-		fmt.Fprintln(stderr, "router check-proxy: --config is required")
-		return exitUsage
 	}
 	cfg, err := conf.Load(*cfgPath, stateOptions(conf.Options{}))
 	if err != nil {

@@ -20,6 +20,33 @@ func run(t *testing.T, args ...string) (string, string, int) {
 	return out.String(), errb.String(), code
 }
 
+// checkLintsClean fails t unless `router lint` with args exits 0 and finds no error and no
+// warning.
+func checkLintsClean(t *testing.T, args ...string) {
+	t.Helper()
+	out, errOut, code := run(t, append([]string{"lint"}, args...)...)
+	if code != exitOK || !strings.Contains(out, "0 errors, 0 warnings") {
+		t.Errorf("lint %q: exit %d, output:\n%s%s", args, code, out, errOut)
+	}
+}
+
+// checkSays fails t for each of wants that out does not contain.
+func checkSays(t *testing.T, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+}
+
+// statusText is st as `router status` prints it at now.
+func statusText(st *control.Status, now time.Time) string {
+	var b bytes.Buffer
+	writeStatus(&b, st, now)
+	return b.String()
+}
+
 const (
 	specConfig = "../../testdata/conf/virtualbox.toml"
 	trapConfig = "../../testdata/conf/trap.toml"
@@ -30,10 +57,7 @@ func TestLint(t *testing.T) {
 	if code != exitFindings || !strings.Contains(out, `rule #2 "model-direct" is shadowed for local destinations`) || !strings.Contains(out, "trap.toml:13: error") {
 		t.Errorf("trap: exit %d, output:\n%s", code, out)
 	}
-	out, _, code = run(t, "lint", "--os", "windows", "--config", specConfig)
-	if code != exitOK || !strings.Contains(out, "0 errors, 0 warnings") {
-		t.Errorf("spec example: exit %d, output:\n%s", code, out)
-	}
+	checkLintsClean(t, "--os", "windows", "--config", specConfig)
 	out, _, code = run(t, "lint", "--config", trapConfig, "--json")
 	var fs []map[string]any
 	if err := json.Unmarshal([]byte(out), &fs); err != nil || code != exitFindings || fs[0]["rule"] != "model-direct" || fs[0]["other"] != "hypervisor" {
@@ -57,16 +81,12 @@ func TestExplain(t *testing.T) {
 	if code != exitOK {
 		t.Errorf("explain: exit %d", code)
 	}
-	for _, want := range []string{
+	checkSays(t, out,
 		"preset virtualbox: caged apps VirtualBoxVM.exe, VBoxHeadless.exe, VBoxNetNAT.exe (NAT in user space)",
 		"flow: caged tcp from 127.0.0.1 by VirtualBoxVM.exe to 127.0.0.1:47831",
 		"verdict: direct, by the implicit step (host off limits)",
 		`implicit: the flow is caged (its process "VirtualBoxVM.exe" is a caged app (named by a proxy or block rule, or a hypervisor preset)) and 127.0.0.1 is this machine or its link: 127.0.0.1:47831 is a forward's connect address, and the flow's process carries a guest's traffic there, which caged traffic may reach`,
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing %q in:\n%s", want, out)
-		}
-	}
+	)
 	out, _, _ = run(t, "explain", "--os", "windows", "--config", specConfig, "--app", "VBoxHeadless.exe", "--dst", "api.openai.com:443", "--json")
 	var o explainOut
 	if err := json.Unmarshal([]byte(out), &o); err != nil || o.Verdict.Rule != "hypervisor" || o.Verdict.Index != 2 || o.Verdict.Proxy != "exit" || len(o.Steps) != 2 || o.Steps[0].Field != "hosts" {
@@ -122,10 +142,7 @@ func TestWriteStatus(t *testing.T) {
 			Action: "proxy", Proxy: "exit", Age: 5 * time.Second, Up: 2048, Down: 3 << 20, DownRate: 1 << 20}},
 		DNS: control.DNSStat{Mode: "fake-ip", Pool: "198.18.0.0/15", PoolSize: 131072, Mapped: 3, InUse: 1},
 	}
-	var b bytes.Buffer
-	writeStatus(&b, st, now)
-	out := b.String()
-	for _, want := range []string{
+	checkSays(t, statusText(st, now),
 		"flows: 12 (1 live), up 2.0 KiB, down 3.0 MiB; refused: 4",
 		"exit      up     3m0s   42ms",
 		"#1 cage",
@@ -133,11 +150,7 @@ func TestWriteStatus(t *testing.T) {
 		"guest-udp  4      10.0.2.15:5353 → 224.0.0.251:5353, 12s ago",
 		"198.18.0.5:443 (api.example.com)",
 		"1.0 MiB/s",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing %q in:\n%s", want, out)
-		}
-	}
+	)
 }
 
 // fakeAdapters is a Windows machine with the Default Switch and an internal switch.
@@ -162,12 +175,8 @@ func TestAdapters(t *testing.T) {
 	if code := listAdapters(nil, &out, &errOut, fakeAdapters{}, bridged); code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	for _, want := range []string{"vEthernet (Default Switch)  [hyperv-default-switch, up]", "cage:        UNCAGED", "vEthernet (AgentCage)  [hyperv-switch, up]", "closed by construction",
-		"BRIDGED (no capture sees these guests", `virtualbox VM "lan" adapter 0 is bridged to Wi-Fi`} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("missing %q in:\n%s", want, out.String())
-		}
-	}
+	checkSays(t, out.String(), "vEthernet (Default Switch)  [hyperv-default-switch, up]", "cage:        UNCAGED", "vEthernet (AgentCage)  [hyperv-switch, up]", "closed by construction",
+		"BRIDGED (no capture sees these guests", `virtualbox VM "lan" adapter 0 is bridged to Wi-Fi`)
 	if strings.Contains(out.String(), "Wi-Fi  [") {
 		t.Errorf("a physical adapter is listed:\n%s", out.String())
 	}

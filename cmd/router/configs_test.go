@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io/fs"
@@ -52,22 +50,10 @@ func TestShippedConfigs(t *testing.T) {
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			path := filepath.Join("../../testdata/conf", tc.file)
-			out, _, code := run(t, "lint", "--os", tc.os, "--config", path)
-			if code != exitOK || !strings.Contains(out, "0 errors, 0 warnings") {
-				t.Errorf("lint: exit %d\n%s", code, out)
-			}
+			checkLintsClean(t, "--os", tc.os, "--config", path)
 			explainAs := func(flags []string) explainOut {
 				t.Helper()
-				var stdout, stderr bytes.Buffer
-				args := append([]string{"--config", path, "--os", tc.os, "--json"}, flags...)
-				if code := explain(args, &stdout, &stderr, policy.Env{}); code != exitOK {
-					t.Fatalf("explain %q: exit %d: %s", flags, code, stderr.String())
-				}
-				var o explainOut
-				if err := json.Unmarshal(stdout.Bytes(), &o); err != nil {
-					t.Fatal(err)
-				}
-				return o
+				return runExplainJSON(t, append([]string{"--config", path, "--os", tc.os}, flags...), policy.Env{})
 			}
 			if o := explainAs(tc.guest); !o.Caged || o.Verdict.Action != "proxy" || o.Verdict.Proxy != "exit" {
 				t.Errorf("the guest's flow %q: %+v (caged %v), want caged and proxied via exit", tc.guest, o.Verdict, o.Caged)

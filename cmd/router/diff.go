@@ -31,13 +31,9 @@ func diff(args []string, stdout, stderr io.Writer, env policy.Env) int {
 	newPath := fs.String("new", "", "the proposed config `file`")
 	socket := fs.String("socket", "", "the running router's control `path`, to find its config")
 	goos := fs.String("os", "", "judge for this operating system (`linux` or windows); default this one")
-	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	if code, stop := parseFlags(fs, args); stop {
+	asJSON := jsonFlag(fs)
+	if code, stop := parseFlags(fs, args, "new"); stop {
 		return code
-	}
-	if *newPath == "" {
-		fmt.Fprintln(stderr, "router diff: --new is required")
-		return exitUsage
 	}
 	if *oldPath == "" {
 		resp, code, ok := callDaemon("diff", "", *socket, control.Request{Op: "status"}, stderr)

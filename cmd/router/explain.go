@@ -22,8 +22,11 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-// parseFlags parses args and returns an exit code when the command should stop.
-func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
+// parseFlags parses args and returns an exit code when the command should stop: after
+// --help (exitOK); on a bad flag, an argument left over, or a flag of required left
+// without a value (exitUsage, with the command's name and the flags it requires on fs's
+// output: "router lint: --config is required").
+func parseFlags(fs *flag.FlagSet, args []string, required ...string) (int, bool) {
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return exitOK, true
@@ -33,6 +36,16 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(fs.Output(), "router: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage, true
+	}
+	for _, name := range required {
+		if f := fs.Lookup(name); f.Value.String() == f.DefValue {
+			verb := "is"
+			if len(required) > 1 {
+				verb = "are"
+			}
+			fmt.Fprintf(fs.Output(), "%s: --%s %s required\n", fs.Name(), strings.Join(required, " and --"), verb)
+			return exitUsage, true
+		}
 	}
 	return 0, false
 }
@@ -59,16 +72,12 @@ func explain(args []string, stdout, stderr io.Writer, env policy.Env) int {
 	name := fs.String("name", "", "the `name` the router's DNS gave the destination's address for (a fake IP's name)")
 	sni := fs.String("sni", "", "the `name` the client's first bytes carry: a TLS server name or an HTTP Host")
 	resolved := fs.String("resolved", "", "the `addresses` (comma-separated) the flow's name resolves to through the proxy's resolver, as the daemon would look them up (none: the lookup finds nothing): explain does not resolve; with them it checks where a direct dial by name goes")
-	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	asJSON := jsonFlag(fs)
 	profile := fs.String("profile", "", "decide by this [profile.`NAME`]'s rules, as for a guest switched to it (router profile); default: the top-level rules")
 	socket := fs.String("socket", "", "the running router's control `path`, to name a fake-IP pool address")
 	goos := fs.String("os", "", "judge for this operating system (`linux` or windows: presets, app names); default this one")
-	if code, stop := parseFlags(fs, args); stop {
+	if code, stop := parseFlags(fs, args, "config", "dst"); stop {
 		return code
-	}
-	if *cfgPath == "" || *dst == "" {
-		fmt.Fprintln(stderr, "router explain: --config and --dst are required")
-		return exitUsage
 	}
 	cfg, err := conf.Load(*cfgPath, stateOptions(conf.Options{SkipSecrets: true, OS: *goos}))
 	if err != nil {

@@ -17,12 +17,8 @@ func cmdGuard(args []string, stdout, stderr io.Writer) int {
 			"cannot be read, the last good guard (written by every successful install) is used\n"+
 			"and the output says so.", stderr)
 	cfgPath := fs.String("config", "", "the config `file`")
-	if code, stop := parseFlags(fs, args); stop {
+	if code, stop := parseFlags(fs, args, "config"); stop {
 		return code
-	}
-	if *cfgPath == "" {
-		fmt.Fprintln(stderr, "router guard: --config is required")
-		return exitUsage
 	}
 	cfg, err := conf.Load(*cfgPath, stateOptions(conf.Options{SkipSecrets: true}))
 	if err != nil {

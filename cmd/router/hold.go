@@ -14,12 +14,8 @@ func cmdHold(args []string, stdout, stderr io.Writer) int {
 	handle := fs.Uint64("handle", 0, "the inherited WinDivert `handle`")
 	parent := fs.Uint("parent", 0, "the daemon's process `id`")
 	relay := fs.Bool("relay", false, "start the holder and exit (its parent is then gone)")
-	if code, stop := parseFlags(fs, args); stop {
+	if code, stop := parseFlags(fs, args, "handle", "parent"); stop {
 		return code
-	}
-	if *handle == 0 || *parent == 0 {
-		fmt.Fprintln(stderr, "router hold: --handle and --parent are required")
-		return exitUsage
 	}
 	if *relay {
 		if err := relayHolder(uintptr(*handle), uint32(*parent)); err != nil {

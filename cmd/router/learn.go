@@ -24,7 +24,7 @@ func cmdLearn(args []string, stdout, stderr io.Writer) int {
 	flows := fs.String("flows", "", "the flow log `file`, instead of the config's")
 	suggest := fs.Bool("suggest", false, "print a proposed allow-list as TOML")
 	proxy := fs.String("proxy", "", "the proxy `name` the proposed rules use (default: the one that carried most flows)")
-	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	asJSON := jsonFlag(fs)
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}

@@ -17,14 +17,10 @@ func cmdLint(args []string, stdout, stderr io.Writer) int {
 		"Reports rules that can never match, local destinations that would go through a remote\nproxy (the svchost/portproxy trap), direct rules that let caged traffic out, caged traffic\nwith no way out, app names foreign to this OS, forwards listening on every address and\nunused proxies; notes what each hypervisor preset adds. Exits 1 when it finds an error (or\na warning, with --strict), 2 when the file is invalid.", stderr)
 	cfgPath := fs.String("config", "", "the config `file`")
 	strict := fs.Bool("strict", false, "warnings also make the exit status non-zero")
-	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	asJSON := jsonFlag(fs)
 	goos := fs.String("os", "", "judge for this operating system (`linux` or windows: presets, app names); default this one")
-	if code, stop := parseFlags(fs, args); stop {
+	if code, stop := parseFlags(fs, args, "config"); stop {
 		return code
-	}
-	if *cfgPath == "" {
-		fmt.Fprintln(stderr, "router lint: --config is required")
-		return exitUsage
 	}
 	cfg, err := conf.Load(*cfgPath, stateOptions(conf.Options{SkipSecrets: true, OS: *goos}))
 	if err != nil {

@@ -12,18 +12,20 @@ import (
 	"github.com/agentcage/router/rules/policy"
 )
 
+// profileHelp is `router profile --help`'s detail.
+const profileHelp = "Switches a guest to a [profile.NAME] of the config (default: the top-level rules): its new\n" +
+	"flows are decided by the profile's rules from now on, and its live flows the profile\n" +
+	"refuses are ended at once. GUEST is a VM network of [capture] vm_networks (CIDR), a\n" +
+	"guest's address, or app:NAME, a caged app by its executable's file name (app:slirp4netns,\n" +
+	"app:qemu-system-x86_64; on Windows app:VBoxHeadless.exe): the flows of the processes\n" +
+	"running that executable. The switch lasts until the next switch or the daemon's stop; a\n" +
+	"reload keeps it. `router status` shows the switched guests."
+
 // cmdProfile switches a guest of the running daemon to one of the config's profiles.
 func cmdProfile(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("profile",
-		"Switches a guest to a [profile.NAME] of the config (default: the top-level rules): its new\n"+
-			"flows are decided by the profile's rules from now on, and its live flows the profile\n"+
-			"refuses are ended at once. GUEST is a VM network of [capture] vm_networks (CIDR), a\n"+
-			"guest's address, or app:NAME, a caged app by its executable's file name (app:slirp4netns,\n"+
-			"app:qemu-system-x86_64; on Windows app:VBoxHeadless.exe): the flows of the processes\n"+
-			"running that executable. The switch lasts until the next switch or the daemon's stop; a\n"+
-			"reload keeps it. `router status` shows the switched guests.", stderr)
+	fs := newFlags("profile", profileHelp, stderr)
 	cfgPath, socket := controlFlags(fs)
-	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	asJSON := jsonFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return exitOK

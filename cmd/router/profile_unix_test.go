@@ -3,9 +3,7 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -32,20 +30,7 @@ func (switchingHandler) Status() control.Status {
 // TestProfileCommand: `router profile GUEST PROFILE` over a real control socket, and the
 // switched guests in `router status`.
 func TestProfileCommand(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "control", "control.sock")
-	ln, err := control.Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- control.Serve(ctx, ln, switchingHandler{}, nil) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	sock := serveControl(t, switchingHandler{})
 	for _, c := range []struct {
 		args           []string
 		code           int

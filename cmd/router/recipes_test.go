@@ -1,46 +1,41 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
 
 	"github.com/agentcage/router/rules/policy/policytest"
 )
 
-// TestModelRecipes: the model recipes of docs/model.md (testdata/model) lint clean, and
-// the user-space NAT's connection for its guest meets the forward's gate, as explain says.
-func TestModelRecipes(t *testing.T) {
-	for _, tc := range []struct {
-		file string
-		apps []string // the NAT's processes
-		dst  string   // the model server
-	}{
+// modelRecipe is one model recipe of docs/model.md as testdata/model holds it: its file,
+// the processes of the guest's user-space NAT, and the model server they connect to.
+type modelRecipe struct {
+	file string
+	apps []string
+	dst  string
+}
+
+// modelRecipes are the recipes, in the order docs/model.md prints them.
+func modelRecipes() []modelRecipe {
+	return []modelRecipe{
 		{"qemu-user.toml", []string{"qemu-system-x86_64", "slirp4netns"}, "127.0.0.1:11434"},
 		{"pasta.toml", []string{"pasta", "passt.avx2"}, "127.0.0.1:11434"},
 		{"virtualbox-nat.toml", []string{"VBoxHeadless", "VirtualBoxVM"}, "127.0.0.1:1234"},
-	} {
+	}
+}
+
+// TestModelRecipes: the model recipes of docs/model.md (testdata/model) lint clean, and
+// the user-space NAT's connection for its guest meets the forward's gate, as explain says.
+func TestModelRecipes(t *testing.T) {
+	for _, tc := range modelRecipes() {
 		t.Run(tc.file, func(t *testing.T) {
 			path := filepath.Join("..", "..", "testdata", "model", tc.file)
-			if o, e, code := run(t, "lint", "--config", path); code != exitOK || !strings.Contains(o+e, "0 errors, 0 warnings") {
-				t.Errorf("lint: exit %d\n%s%s", code, o, e)
-			}
-			var out, errb bytes.Buffer
+			checkLintsClean(t, "--config", path)
 			for _, app := range tc.apps {
-				out.Reset()
-				args := []string{"--config", path, "--json", "--app", app, "--src", "127.0.0.1", "--dst", tc.dst}
-				if code := explain(args, &out, &errb, policytest.WallEnv()); code != exitOK {
-					t.Fatalf("explain: exit %d: %s", code, errb.String())
-				}
-				var o explainOut
-				if err := json.Unmarshal(out.Bytes(), &o); err != nil {
-					t.Fatal(err)
-				}
+				o := runExplainJSON(t, []string{"--config", path, "--app", app, "--src", "127.0.0.1", "--dst", tc.dst}, policytest.WallEnv())
 				if !o.Caged || o.Verdict.Action != "direct" || o.Gate == nil || o.Gate.Forward != "model" || o.Gate.Raw {
 					t.Errorf("%s to %s: caged %v, %+v, gate %+v; want the forward's HTTP gate", app, tc.dst, o.Caged, o.Verdict, o.Gate)
 				}
@@ -56,16 +51,10 @@ func TestModelDocExamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := regexp.MustCompile("(?s)```toml\n(.*?)```").FindAllSubmatch(data, -1)
-	if len(blocks) != 3 {
-		t.Fatalf("docs/model.md has %d TOML blocks; want its 3 recipes", len(blocks))
+	if want := len(modelRecipes()); len(blocks) != want {
+		t.Fatalf("docs/model.md has %d TOML blocks; want its %d recipes", len(blocks), want)
 	}
 	for i, m := range blocks {
-		path := filepath.Join(t.TempDir(), fmt.Sprintf("model-%d.toml", i+1))
-		if err := os.WriteFile(path, m[1], 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if o, e, code := run(t, "lint", "--os", "linux", "--config", path); code != exitOK || !strings.Contains(o+e, "0 errors, 0 warnings") {
-			t.Errorf("docs/model.md recipe %d: lint exit %d\n%s%s", i+1, code, o, e)
-		}
+		checkLintsClean(t, "--os", "linux", "--config", writeTemp(t, fmt.Sprintf("model-%d.toml", i+1), string(m[1])))
 	}
 }

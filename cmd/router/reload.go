@@ -14,9 +14,11 @@ import (
 // config before it answers.
 const reloadTimeout = 30 * time.Second
 
+// reloadHelp is `router reload --help`'s detail.
+const reloadHelp = "Asks the running daemon to read its config file again and apply it, all or nothing, and\nwaits for the outcome: exit 0 when the new config runs, 1 with the reason when the daemon\nrefused it (the running config stays; router status shows the refusal). systemctl reload\nruns this. With --config whose file does not load (the very case a reload refuses), the\ndefault control socket is asked."
+
 func cmdReload(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("reload",
-		"Asks the running daemon to read its config file again and apply it, all or nothing, and\nwaits for the outcome: exit 0 when the new config runs, 1 with the reason when the daemon\nrefused it (the running config stays; router status shows the refusal). systemctl reload\nruns this. With --config whose file does not load (the very case a reload refuses), the\ndefault control socket is asked.", stderr)
+	fs := newFlags("reload", reloadHelp, stderr)
 	cfgPath, socket := controlFlags(fs)
 	if code, stop := parseFlags(fs, args); stop {
 		return code

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"net/netip"
 	"path/filepath"
@@ -47,16 +46,9 @@ func (d *reloadingDaemon) Reload() (control.ConfigStat, error) {
 // TestReloadCommand: `router reload` exits 1 with the daemon's reason when the new config
 // is refused, and `router status` then shows the refusal; it exits 0 once the config loads.
 func TestReloadCommand(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "control.sock")
-	ln, err := control.Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	d := &reloadingDaemon{running: control.ConfigStat{SHA256: "0123456789abcdef", Loaded: time.Now()},
 		refuse: errors.New(`/etc/router/router.toml:12: rule[2].action: unknown action "prox" (did you mean "proxy"?)`)}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go control.Serve(ctx, ln, d, nil)
+	path := serveControl(t, d)
 
 	out, errOut, code := run(t, "reload", "--socket", path)
 	if code != exitFindings || !strings.Contains(errOut, `router.toml:12: rule[2].action: unknown action "prox"`) || !strings.Contains(errOut, "0123456789ab") {

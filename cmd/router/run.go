@@ -23,12 +23,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", "", "the config `file`")
 	learning := fs.Bool("learn", false, "a learning session: caged flows no rule decides go through the proxy instead of being refused, and the flow log is on (flows.jsonl in the state directory unless [log] flows names one), for router learn")
 	format := fs.String("log-format", "", "text or json (default: [log] format of the config)")
-	if code, stop := parseFlags(fs, args); stop {
+	if code, stop := parseFlags(fs, args, "config"); stop {
 		return code
-	}
-	if *cfgPath == "" {
-		fmt.Fprintln(stderr, "router run: --config is required")
-		return exitUsage
 	}
 	// The format must be known before the file is read for good; a bad file is reported by
 	// daemon.Run with every error.

@@ -31,12 +31,8 @@ func cmdService(args []string, stdout, stderr io.Writer) int {
 		cfgPath := fs.String("config", "", "the config `file` (an absolute path)")
 		var env envFlags
 		fs.Var(&env, "env", "`NAME=VALUE` in the service's environment (repeatable; e.g. the proxy password for password_env; local users can read it, password_file keeps it from them)")
-		if code, stop := parseFlags(fs, args[1:]); stop {
+		if code, stop := parseFlags(fs, args[1:], "config"); stop {
 			return code
-		}
-		if *cfgPath == "" {
-			fmt.Fprintln(stderr, "router service install: --config is required")
-			return exitUsage
 		}
 		return serviceInstall(*cfgPath, env, stdout, stderr)
 	case "uninstall":

@@ -18,7 +18,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("status",
 		"Shows the running daemon's totals, upstream health, how many flows and bytes each rule\ndecided, what was refused and why, and the live flows with their bytes and rates, over the\nlocal control channel (only root / Administrators can open it).", stderr)
 	cfgPath, socket := controlFlags(fs)
-	asJSON := fs.Bool("json", false, "print JSON for scripts")
+	asJSON := jsonFlag(fs)
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
@@ -269,6 +269,11 @@ func humanRate(n uint64) string {
 // socketFlag defines --socket: the control socket's path (control.DefaultPath when empty).
 func socketFlag(fs *flag.FlagSet) *string {
 	return fs.String("socket", "", "the control socket `path` (default "+control.DefaultPath+")")
+}
+
+// jsonFlag defines --json: the command prints its answer as JSON, for scripts.
+func jsonFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("json", false, "print JSON for scripts")
 }
 
 // controlFlags defines --config and --socket for a command that talks to the running

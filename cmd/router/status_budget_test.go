@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 	"time"
@@ -24,10 +23,8 @@ func budgetStatus() *control.Status {
 // TestStatusDomainBudgets: status and watch show each guest's bytes up and names under each
 // domain against their budgets, and the time left in the window.
 func TestStatusDomainBudgets(t *testing.T) {
-	var b bytes.Buffer
-	writeStatus(&b, budgetStatus(), watchNow)
 	m := newTestWatch(t, &fakeDaemon{st: budgetStatus()}, 160, 60)
-	for name, out := range map[string]string{"status": b.String(), "watch": m.View()} {
+	for name, out := range map[string]string{"status": statusText(budgetStatus(), watchNow), "watch": m.View()} {
 		var lines []string // each line's words, one space apart
 		for _, l := range strings.Split(out, "\n") {
 			lines = append(lines, strings.Join(strings.Fields(l), " "))

@@ -158,14 +158,6 @@ type daemon struct {
 	creds atomic.Pointer[broker.Broker]
 }
 
-// forwardRun is one forward's socket and serving goroutine. Its settings are swapped on a
-// reload that keeps the listen address, without closing the socket.
-type forwardRun struct {
-	f      atomic.Pointer[router.Forward]
-	ln     *net.TCPListener
-	cancel context.CancelFunc
-}
-
 func (d *daemon) setLevel(cfg *conf.Config) {
 	if d.opts.Level == nil {
 		return
@@ -329,7 +321,7 @@ func (d *daemon) start(ctx context.Context, cfg *conf.Config) error {
 	for _, f := range cfg.Forwards {
 		rf := forwardOf(f)
 		rf.Credentials = creds
-		fr, err := d.openForward(ctx, rf)
+		fr, err := openServed(ctx, rf, d.r.ListenForward)
 		if err != nil {
 			return err
 		}
@@ -482,26 +474,10 @@ func (n dnsNames) Refused(src dns.Source, name string) (refusal.Reason, string, 
 	return why, dec.Name, policy.RefusalText(dec), true
 }
 
-func (d *daemon) openForward(ctx context.Context, f router.Forward) (*forwardRun, error) {
-	ln, err := d.r.ListenForward(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	fr := &forwardRun{ln: ln}
-	fr.f.Store(&f)
-	return fr, nil
-}
-
 // runForward serves fr until stop or a reload that drops it.
 func (d *daemon) runForward(fr *forwardRun) {
-	ctx, cancel := context.WithCancel(context.Background())
-	fr.cancel = cancel
-	d.forwards[fr.f.Load().Listen.String()] = fr
-	d.serving.Go(func() {
-		if err := d.r.ServeForward(ctx, fr.ln, fr.f.Load); err != nil {
-			d.log.Error("forward", "name", fr.f.Load().Name, "err", err)
-		}
-	})
+	d.forwards[fr.cfg.Load().Listen.String()] = fr
+	fr.run(d, d.r.ServeForward, "forward", func(f *router.Forward) string { return f.Name })
 }
 
 func (d *daemon) stop() {
@@ -513,10 +489,7 @@ func (d *daemon) stop() {
 		d.cancel()
 	}
 	for _, fr := range d.forwards {
-		if fr.cancel != nil {
-			fr.cancel()
-		}
-		fr.ln.Close()
+		fr.stop()
 	}
 	d.stopInbounds()
 	stopMetrics(d.metrics)

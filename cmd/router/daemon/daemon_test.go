@@ -86,6 +86,25 @@ func freePort(t *testing.T) uint16 {
 	return 0
 }
 
+// freePorts returns n distinct ports, each free as freePort's: ports picked one after the
+// other may repeat, as the system hands a port closed a moment ago out again.
+func freePorts(t *testing.T, n int) []uint16 {
+	t.Helper()
+	var ports []uint16
+	seen := map[uint16]bool{}
+	for range 20 * n {
+		if p := freePort(t); !seen[p] {
+			seen[p] = true
+			ports = append(ports, p)
+		}
+		if len(ports) == n {
+			return ports
+		}
+	}
+	t.Fatalf("no %d distinct free ports", n)
+	return nil
+}
+
 // scene is a config file for a daemon on loopback: its listener and DNS ports, its control
 // socket, a forward to an echo target, written anew by write.
 type scene struct {
@@ -102,9 +121,10 @@ type scene struct {
 func newScene(t *testing.T) *scene {
 	t.Helper()
 	dir := t.TempDir()
-	s := &scene{t: t, dir: dir, path: filepath.Join(dir, "router.toml"), lport: freePort(t), dport: freePort(t),
+	ports := freePorts(t, 3)
+	s := &scene{t: t, dir: dir, path: filepath.Join(dir, "router.toml"), lport: ports[0], dport: ports[1],
 		control: filepath.Join(dir, "ctl", "control.sock")}
-	s.fwd = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), freePort(t))
+	s.fwd = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), ports[2])
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -180,14 +200,48 @@ func (s *scene) start(d *daemon) {
 // banner connects to the forward and returns what it says ("" when refused).
 func banner(t *testing.T, addr netip.AddrPort) string {
 	t.Helper()
+	return exchange(addr, func(c net.Conn) (io.Reader, bool) { return c, true })
+}
+
+// exchange connects to addr, lets ask speak on the connection, and returns all it then
+// reads from what ask returns (the connection, or a reader over it) until the peer closes;
+// "" when the dial fails or ask says it was refused (false). It takes 2 s at the most.
+func exchange(addr netip.AddrPort, ask func(c net.Conn) (io.Reader, bool)) string {
 	c, err := net.DialTimeout("tcp", addr.String(), 2*time.Second)
 	if err != nil {
 		return ""
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(2 * time.Second))
-	b, _ := io.ReadAll(c)
+	r, ok := ask(c)
+	if !ok {
+		return ""
+	}
+	b, _ := io.ReadAll(r)
 	return string(b)
+}
+
+// wantFree fails t when addr cannot be listened on: what names the socket that should be
+// closed ("the forward's address stayed taken").
+func wantFree(t *testing.T, addr, what string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Errorf("%s: %v", what, err)
+		return
+	}
+	ln.Close()
+}
+
+// takenAddr is a loopback address something listens on until the test ends.
+func takenAddr(t *testing.T) string {
+	t.Helper()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { taken.Close() })
+	return taken.Addr().String()
 }
 
 // TestRunInstallsOnceAndStops: the daemon compiles one policy per load, hands the capture
@@ -275,11 +329,7 @@ func TestRunReportsAFailedInstall(t *testing.T) {
 		t.Fatalf("Run = %v, want the install error", err)
 	}
 	// Everything the start opened is closed again.
-	if ln, err := net.Listen("tcp", s.fwd.String()); err != nil {
-		t.Errorf("the forward's address stayed taken: %v", err)
-	} else {
-		ln.Close()
-	}
+	wantFree(t, s.fwd.String(), "the forward's address stayed taken")
 }
 
 // TestReloadSwapsForwardSettings: a forward whose listen address stays keeps its socket
@@ -349,11 +399,7 @@ func TestReloadFailureChangesNothing(t *testing.T) {
 			if d.cfg != old || len(d.forwards) != 1 {
 				t.Errorf("the running config changed: %d forwards", len(d.forwards))
 			}
-			ln, err := net.Listen("tcp", extra.String())
-			if err != nil {
-				t.Fatalf("the new forward's socket leaked: %v", err)
-			}
-			ln.Close()
+			wantFree(t, extra.String(), "the new forward's socket leaked")
 			if got := banner(t, s.fwd); got != "model\n" {
 				t.Errorf("the running forward says %q", got)
 			}

@@ -2,8 +2,6 @@ package daemon
 
 import (
 	"context"
-	"net"
-	"sync/atomic"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/router"
@@ -15,13 +13,7 @@ import (
 // before anything of the new config takes effect, closed by a reload that drops them once
 // it has. Closing one stops its accepting; the tunnels it opened go on.
 
-// inboundRun is one inbound's socket and serving goroutine.
-type inboundRun struct {
-	in     atomic.Pointer[router.Inbound]
-	ln     *net.TCPListener
-	cancel context.CancelFunc // nil until it serves
-}
-
+// inboundOf is the router's inbound of in.
 func inboundOf(in conf.Inbound) router.Inbound {
 	return router.Inbound{Name: in.Name, Type: router.InboundType(in.Type), Listen: in.Listen, Allow: in.Allow}
 }
@@ -29,7 +21,7 @@ func inboundOf(in conf.Inbound) router.Inbound {
 // startInbounds opens and serves cfg's inbounds (at start).
 func (d *daemon) startInbounds(ctx context.Context, cfg *conf.Config) error {
 	for _, in := range cfg.Inbounds {
-		ir, err := d.openInbound(ctx, inboundOf(in))
+		ir, err := openServed(ctx, inboundOf(in), d.r.ListenInbound)
 		if err != nil {
 			return err
 		}
@@ -55,7 +47,7 @@ func (d *daemon) prepareInbounds(ctx context.Context, cfg *conf.Config) (*inboun
 		if _, ok := d.inbounds[ri.Listen.String()]; ok {
 			continue // kept; its settings are swapped by commit
 		}
-		run, err := d.openInbound(ctx, ri)
+		run, err := openServed(ctx, ri, d.r.ListenInbound)
 		if err != nil {
 			ir.abort()
 			return nil, err
@@ -77,12 +69,11 @@ func (ir *inboundReload) abort() {
 func (d *daemon) commitInbounds(ir *inboundReload) {
 	for addr, run := range d.inbounds {
 		if ni, keep := ir.want[addr]; keep {
-			run.in.Store(&ni)
+			run.cfg.Store(&ni)
 			d.r.EndInboundClients(&ni) // clients its allow list no longer names
 			continue
 		}
-		run.cancel()
-		run.ln.Close()
+		run.stop()
 		delete(d.inbounds, addr)
 	}
 	for _, run := range ir.opened {
@@ -93,22 +84,8 @@ func (d *daemon) commitInbounds(ir *inboundReload) {
 // stopInbounds stops every inbound's accepting and the requests being read.
 func (d *daemon) stopInbounds() {
 	for _, run := range d.inbounds {
-		if run.cancel != nil {
-			run.cancel()
-		}
-		run.ln.Close()
+		run.stop()
 	}
-}
-
-// openInbound opens in's socket; connections wait in the backlog until runInbound.
-func (d *daemon) openInbound(ctx context.Context, in router.Inbound) (*inboundRun, error) {
-	ln, err := d.r.ListenInbound(ctx, in)
-	if err != nil {
-		return nil, err
-	}
-	run := &inboundRun{ln: ln}
-	run.in.Store(&in)
-	return run, nil
 }
 
 // runInbound serves run until stop or a reload that drops it.
@@ -116,12 +93,6 @@ func (d *daemon) runInbound(run *inboundRun) {
 	if d.inbounds == nil {
 		d.inbounds = map[string]*inboundRun{}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	run.cancel = cancel
-	d.inbounds[run.in.Load().Listen.String()] = run
-	d.serving.Go(func() {
-		if err := d.r.ServeInbound(ctx, run.ln, run.in.Load); err != nil {
-			d.log.Error("inbound", "name", run.in.Load().Name, "err", err)
-		}
-	})
+	d.inbounds[run.cfg.Load().Listen.String()] = run
+	run.run(d, d.r.ServeInbound, "inbound", func(in *router.Inbound) string { return in.Name })
 }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/agentcage/router/router/capture/capturetest"
 	"github.com/agentcage/router/router/upstream/socks5"
@@ -24,36 +23,21 @@ func inboundText(typ string, addr netip.AddrPort) string {
 // viaSOCKS asks a SOCKS5 inbound for dst and returns what dst says ("" when refused).
 func viaSOCKS(t *testing.T, inbound, dst netip.AddrPort) string {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", inbound.String(), 2*time.Second)
-	if err != nil {
-		return ""
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := (&socks5.Client{}).Handshake(c, socks5.Addr{IP: dst.Addr(), Port: dst.Port()}); err != nil {
-		return ""
-	}
-	b, _ := io.ReadAll(c)
-	return string(b)
+	return exchange(inbound, func(c net.Conn) (io.Reader, bool) {
+		_, err := (&socks5.Client{}).Handshake(c, socks5.Addr{IP: dst.Addr(), Port: dst.Port()})
+		return c, err == nil
+	})
 }
 
 // viaHTTP asks an HTTP CONNECT inbound for dst and returns what dst says ("" when refused).
 func viaHTTP(t *testing.T, inbound, dst netip.AddrPort) string {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", inbound.String(), 2*time.Second)
-	if err != nil {
-		return ""
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(2 * time.Second))
-	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %[1]s\r\n\r\n", dst)
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return ""
-	}
-	b, _ := io.ReadAll(br)
-	return string(b)
+	return exchange(inbound, func(c net.Conn) (io.Reader, bool) {
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %[1]s\r\n\r\n", dst)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		return br, err == nil && resp.StatusCode == http.StatusOK
+	})
 }
 
 // TestInboundLifecycle: an inbound serves from the start; a reload that keeps its address
@@ -94,11 +78,7 @@ func TestInboundLifecycle(t *testing.T) {
 	if err := d.reload(context.Background()); err == nil {
 		t.Fatal("the reload did not fail")
 	}
-	if ln, err := net.Listen("tcp", extra.String()); err != nil {
-		t.Errorf("the new inbound's socket leaked: %v", err)
-	} else {
-		ln.Close()
-	}
+	wantFree(t, extra.String(), "the new inbound's socket leaked")
 	if got := viaHTTP(t, in, s.fwd); got != "model\n" || len(d.inbounds) != 1 {
 		t.Errorf("after a failed reload: %d inbounds, %q", len(d.inbounds), got)
 	}
@@ -111,9 +91,5 @@ func TestInboundLifecycle(t *testing.T) {
 	if len(d.inbounds) != 0 {
 		t.Errorf("%d inbounds after a reload that drops them", len(d.inbounds))
 	}
-	if ln, err := net.Listen("tcp", in.String()); err != nil {
-		t.Errorf("the dropped inbound's socket is still open: %v", err)
-	} else {
-		ln.Close()
-	}
+	wantFree(t, in.String(), "the dropped inbound's socket is still open")
 }

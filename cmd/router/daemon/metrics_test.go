@@ -105,13 +105,8 @@ func TestMetricsFollowReload(t *testing.T) {
 	waitClosed(t, a1)
 
 	// A move to a taken port fails whole.
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
 	old := d.cfg
-	s.write(s.text(allow, fmt.Sprintf("[metrics]\nlisten = %q\n", taken.Addr().String())))
+	s.write(s.text(allow, fmt.Sprintf("[metrics]\nlisten = %q\n", takenAddr(t))))
 	if err := d.reload(context.Background()); err == nil || !strings.Contains(err.Error(), "metrics listener") {
 		t.Fatalf("reload onto a taken port = %v", err)
 	}
@@ -130,11 +125,7 @@ func TestMetricsFollowReload(t *testing.T) {
 		t.Fatal("the reload passed a refused install")
 	}
 	pf.SetInstallError(nil)
-	if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p3)); err != nil {
-		t.Errorf("the refused reload left its metrics socket open: %v", err)
-	} else {
-		ln.Close()
-	}
+	wantFree(t, fmt.Sprintf("127.0.0.1:%d", p3), "the refused reload left its metrics socket open")
 	if _, ok := scrape(t, a2); !ok {
 		t.Fatalf("after a refused install, nothing serves on %s", a2)
 	}
@@ -152,20 +143,11 @@ func TestMetricsFollowReload(t *testing.T) {
 
 // TestMetricsPortTakenAtStart: a daemon that cannot open its metrics socket does not start.
 func TestMetricsPortTakenAtStart(t *testing.T) {
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
 	s := newScene(t)
-	s.write(s.text("127.0.0.0/8", fmt.Sprintf("[metrics]\nlisten = %q\n", taken.Addr().String())))
-	err = Run(context.Background(), Options{ConfigPath: s.path, Platform: &capturetest.Platform{}, Log: slog.New(slog.DiscardHandler), Grace: time.Second})
+	s.write(s.text("127.0.0.0/8", fmt.Sprintf("[metrics]\nlisten = %q\n", takenAddr(t))))
+	err := Run(context.Background(), Options{ConfigPath: s.path, Platform: &capturetest.Platform{}, Log: slog.New(slog.DiscardHandler), Grace: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "metrics listener") {
 		t.Fatalf("Run = %v, want the metrics listener's error", err)
 	}
-	if ln, err := net.Listen("tcp", s.fwd.String()); err != nil {
-		t.Errorf("the forward's address stayed taken: %v", err)
-	} else {
-		ln.Close()
-	}
+	wantFree(t, s.fwd.String(), "the forward's address stayed taken")
 }

@@ -87,7 +87,7 @@ func (d *daemon) reload(ctx context.Context) error {
 		if _, ok := d.forwards[rf.Listen.String()]; ok {
 			continue // kept; its settings are swapped below
 		}
-		fr, err := d.openForward(ctx, rf)
+		fr, err := openServed(ctx, rf, d.r.ListenForward)
 		if err != nil {
 			closeOpened()
 			return err
@@ -130,11 +130,10 @@ func (d *daemon) reload(ctx context.Context) error {
 	for addr, fr := range d.forwards {
 		nf, keep := want[addr]
 		if keep {
-			fr.f.Store(&nf)
+			fr.cfg.Store(&nf)
 			continue
 		}
-		fr.cancel()
-		fr.ln.Close()
+		fr.stop()
 		delete(d.forwards, addr)
 	}
 	for _, fr := range opened {

@@ -290,7 +290,7 @@ func UpgradeInPlace(exe string, guarded func() (bool, error)) error {
 	}
 	return Upgrade(UpgradeSteps{
 		Stop: func() error {
-			return withService(func(s *mgr.Service) error { return stopAndWait(s, 60*time.Second) })
+			return withService(Name, func(s *mgr.Service) error { return stopAndWait(s, 60*time.Second) })
 		},
 		Place: func() error {
 			_, err := placeFiles(installOptions{name: Name, exe: exe, dir: dir, winDivert: dist.Install, checkDir: checkAdminOnly})

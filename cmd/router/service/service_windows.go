@@ -33,18 +33,11 @@ func IsService() bool {
 func Uninstall() error { return uninstall(Name) }
 
 func uninstall(name string) error {
-	m, err := mgr.Connect()
+	err := withService(name, func(s *mgr.Service) error {
+		stopAndWait(s, 20*time.Second)
+		return s.Delete()
+	})
 	if err != nil {
-		return fmt.Errorf("uninstall service: connect to the service manager: %w", err)
-	}
-	defer m.Disconnect()
-	s, err := m.OpenService(name)
-	if err != nil {
-		return fmt.Errorf("uninstall service: %q is not installed", name)
-	}
-	defer s.Close()
-	stopAndWait(s, 20*time.Second)
-	if err := s.Delete(); err != nil {
 		return fmt.Errorf("uninstall service: %w", err)
 	}
 	eventlog.Remove(name)
@@ -53,7 +46,7 @@ func uninstall(name string) error {
 
 // Start starts the installed service.
 func Start() error {
-	return withService(func(s *mgr.Service) error {
+	return withService(Name, func(s *mgr.Service) error {
 		if err := s.Start(); err != nil {
 			return fmt.Errorf("start service: %w", err)
 		}
@@ -63,18 +56,20 @@ func Start() error {
 
 // Stop stops the service and waits until it has stopped.
 func Stop() error {
-	return withService(func(s *mgr.Service) error { return stopAndWait(s, 20*time.Second) })
+	return withService(Name, func(s *mgr.Service) error { return stopAndWait(s, 20*time.Second) })
 }
 
-func withService(f func(*mgr.Service) error) error {
+// withService runs f on the installed service name; it fails when the service manager
+// cannot be asked or name is not installed.
+func withService(name string, f func(*mgr.Service) error) error {
 	m, err := mgr.Connect()
 	if err != nil {
 		return fmt.Errorf("connect to the service manager: %w", err)
 	}
 	defer m.Disconnect()
-	s, err := m.OpenService(Name)
+	s, err := m.OpenService(name)
 	if err != nil {
-		return fmt.Errorf("service %q is not installed: %w", Name, err)
+		return fmt.Errorf("service %q is not installed: %w", name, err)
 	}
 	defer s.Close()
 	return f(s)

@@ -334,17 +334,8 @@ func TestInstallUninstall(t *testing.T) {
 // TestCheckAdminOnly: a directory users may write is refused.
 func TestCheckAdminOnly(t *testing.T) {
 	dir := winetest.TempDir(t)
-	sd, err := windows.SecurityDescriptorFromString("D:P(A;OICI;FA;;;BA)(A;OICI;0x1301bf;;;BU)") // Users: modify
-	if err != nil {
-		t.Fatal(err)
-	}
-	dacl, _, err := sd.DACL()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := windows.SetNamedSecurityInfo(dir, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION|windows.PROTECTED_DACL_SECURITY_INFORMATION, nil, nil, dacl, nil); err != nil {
-		t.Fatal(err)
-	}
+	// Administrators: full control; Users: modify.
+	setDACL(t, dir, "D:P(A;OICI;FA;;;BA)(A;OICI;0x1301bf;;;BU)")
 	want := "S-1-5-32-545 may write there" // Users
 	if winetest.UnderWine() {
 		want = "may write there" // Wine reports the current user instead
