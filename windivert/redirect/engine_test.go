@@ -400,18 +400,7 @@ func TestNamesAndFinality(t *testing.T) {
 			}
 			send(e, b, outMeta)
 			ps := decode(t, dev.take())
-			var got string
-			switch {
-			case len(ps) == 0:
-				got = "drop"
-			case ps[0].m.Outbound:
-				got = "pass"
-			case ps[0].flags&packet.TCPRst != 0:
-				got = "refuse"
-			default:
-				got = "reflect"
-			}
-			if got != c.want {
+			if got := did(ps, c.dst, c.proto == packet.ProtoTCP, 0); got != c.want {
 				t.Errorf("got %s (%v), want %s", got, ps, c.want)
 			}
 		})

@@ -14,6 +14,7 @@ import (
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/policy/policytest"
 	"github.com/agentcage/router/windivert/packet"
 )
 
@@ -249,6 +250,49 @@ func appRule(app string, action rules.Action) rules.Rule {
 		r.Proxy = "exit"
 	}
 	return r
+}
+
+// parsePolicy compiles the config text (named name in errors) judged for goos, over
+// policytest.Env.
+func parsePolicy(t *testing.T, name, text, goos string) *policy.Policy {
+	t.Helper()
+	cfg, err := conf.Parse(name, []byte(text), conf.Options{SkipSecrets: true, OS: goos})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return policy.New(cfg, policytest.Env())
+}
+
+// firstPacket sends a flow's first packet from src to dst, a SYN or (UDP) a DNS query's
+// header, and returns what the engine wrote for it.
+func firstPacket(t *testing.T, e *Engine, dev *fakeDev, src, dst netip.AddrPort, tcp bool) []parsed {
+	t.Helper()
+	b := udpPkt(src, dst, "\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00")
+	if tcp {
+		b = tcpPkt(src, dst, syn, 1, 0, "")
+	}
+	send(e, b, outMeta)
+	return decode(t, dev.take())
+}
+
+// did names what the engine did with the first packet of a flow to dst (tcp: a TCP one)
+// by what it wrote for it, ps: "drop" (nothing), "pass" (sent on), "refuse" (a RST back),
+// "answer" (a datagram back from dst: a DNS answer), "reflect-dns" (turned in to dnsPort, 0:
+// none) or "reflect" (turned in to the listener).
+func did(ps []parsed, dst netip.AddrPort, tcp bool, dnsPort uint16) string {
+	switch {
+	case len(ps) == 0:
+		return "drop"
+	case ps[0].m.Outbound:
+		return "pass"
+	case ps[0].flags&packet.TCPRst != 0:
+		return "refuse"
+	case !tcp && ps[0].src == dst:
+		return "answer"
+	case dnsPort != 0 && ps[0].dst.Port() == dnsPort:
+		return "reflect-dns"
+	}
+	return "reflect"
 }
 
 // newTest returns an engine over a fake device and clock.
