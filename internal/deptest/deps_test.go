@@ -33,7 +33,7 @@ var table = []struct{ pkg, imports, tests string }{
 
 	// The DNS side.
 	{"dns/dnstest", "", ""},
-	{"dns", "conf internal/accept internal/overbudget internal/ports internal/tally internal/window rules rules/refusal", "internal/overbudget/overbudgettest internal/syncbuf internal/wait"}, // rules: a query's Source carries the asking process as rules.Owner
+	{"dns", "conf internal/accept internal/overbudget internal/ports internal/tally internal/window rules rules/refusal", "internal/clock/clocktest internal/overbudget/overbudgettest internal/syncbuf internal/wait"}, // rules: a query's Source carries the asking process as rules.Owner
 
 	// The Linux data path and what it dials.
 	{"router", "dns internal/accept internal/httphead internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/modelfwd router/sniff router/sockmap router/upload router/upstream router/upstream/socks5 rules rules/policy rules/refusal",
@@ -78,10 +78,10 @@ var table = []struct{ pkg, imports, tests string }{
 
 	// The Windows capture.
 	{"windivert", "internal/netaddr internal/ports", "internal/winetest windivert/packet windivert/windiverttest"},
-	{"windivert/windiverttest", "windivert", ""},
+	{"windivert/windiverttest", "windivert", "internal/clock/clocktest"},
 	{"windivert/packet", "", ""},
-	{"windivert/redirect", "dns router/auditlog rules rules/policy rules/refusal windivert windivert/packet",
-		"conf dns/dnstest internal/wait internal/winetest router/proc rules/policy/policytest windivert/dist windivert/windiverttest"},
+	{"windivert/redirect", "dns internal/clock router/auditlog rules rules/policy rules/refusal windivert windivert/packet",
+		"conf dns/dnstest internal/clock/clocktest internal/wait internal/winetest router/proc rules/policy/policytest windivert/dist windivert/windiverttest"},
 	{"windivert/wfp", "", "internal/winetest"},
 	{"windivert/wfp/guard", "internal/ports windivert/wfp", "windivert/wfp/wfptest"},
 	{"windivert/wfp/wfptest", "windivert/wfp", ""},
@@ -118,8 +118,10 @@ var table = []struct{ pkg, imports, tests string }{
 	{"internal/lab", "internal/netaddr internal/syncbuf router/nftcap/cagemark", "internal/roottest internal/wait"},
 	{"internal/bench", "router/upstream/socks5", "internal/wait router/upstream/socks5/socks5test"},
 	{"internal/notices", "", ""},
-	{"internal/progress", "", "internal/progress/progresstest"},
-	{"internal/progress/progresstest", "", ""},
+	{"internal/progress", "internal/clock", "internal/clock/clocktest internal/syncbuf"},
+	// The one clock interface of the packages that arm timers, and its fake.
+	{"internal/clock", "", ""},
+	{"internal/clock/clocktest", "", ""},
 	// The one decision past a budget ([budget] over), for the DNS names' and the bytes up's.
 	{"internal/overbudget", "", "internal/overbudget/overbudgettest"},
 	{"internal/overbudget/overbudgettest", "internal/overbudget", ""},

@@ -129,17 +129,3 @@ type Conn struct {
 // address (the IP Helper tables on Windows, sock_diag on Linux). It may block; the engine
 // calls it on worker goroutines.
 type LookupFunc func(proto uint8, local, remote netip.AddrPort) (rules.Owner, error)
-
-// Clock is the engine's time source; tests substitute a fake one.
-type Clock interface {
-	Now() time.Time
-	// AfterFunc calls f on its own goroutine after d; stop cancels it and reports whether
-	// it did so before f started.
-	AfterFunc(d time.Duration, f func()) (stop func() bool)
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-
-func (realClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }

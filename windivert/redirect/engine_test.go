@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
+	"github.com/agentcage/router/internal/clock/clocktest"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
@@ -129,7 +130,7 @@ func TestSynHold(t *testing.T) {
 	curl := rules.Owner{PID: pid, App: "curl.exe", AppPath: `C:\tools\curl.exe`}
 	tbl := testRules(t, appRule("curl.exe", rules.Proxy))
 	connect := SocketEvent{Kind: EventConnect, Proto: packet.ProtoTCP, Local: appA, Remote: direct, PID: pid}
-	newEngine := func(t *testing.T, lookup LookupFunc) (*Engine, *fakeDev, *fakeClock) {
+	newEngine := func(t *testing.T, lookup LookupFunc) (*Engine, *fakeDev, *clocktest.Clock) {
 		return newTest(t, true, tbl, Options{
 			Events:   newFakeEvents(),
 			Resolver: &fakeResolver{infos: map[uint32]rules.Owner{pid: curl}},

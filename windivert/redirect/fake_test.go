@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"sort"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
+	"github.com/agentcage/router/internal/clock/clocktest"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
@@ -78,65 +78,6 @@ func (d *fakeDev) take() []written {
 	out := d.out
 	d.out = nil
 	return out
-}
-
-// fakeClock is a Clock whose time moves only with Advance, which runs the timers that
-// come due on the caller's goroutine.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		was := !t.stopped
-		t.stopped = true
-		return was
-	}
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due []*fakeTimer
-	keep := c.timers[:0]
-	for _, t := range c.timers {
-		switch {
-		case t.stopped:
-		case !t.at.After(c.now):
-			t.stopped = true
-			due = append(due, t)
-		default:
-			keep = append(keep, t)
-		}
-	}
-	c.timers = keep
-	c.mu.Unlock()
-	sort.Slice(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
-	for _, t := range due {
-		t.f()
-	}
 }
 
 // fakeResolver describes PIDs from a table and counts calls.
@@ -296,10 +237,10 @@ func did(ps []parsed, dst netip.AddrPort, tcp bool, dnsPort uint16) string {
 }
 
 // newTest returns an engine over a fake device and clock.
-func newTest(t *testing.T, canPass bool, tbl *policy.Policy, opts Options) (*Engine, *fakeDev, *fakeClock) {
+func newTest(t *testing.T, canPass bool, tbl *policy.Policy, opts Options) (*Engine, *fakeDev, *clocktest.Clock) {
 	t.Helper()
 	dev := newFakeDev(canPass)
-	clk := newFakeClock()
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
 	opts.Clock = clk
 	if opts.ListenerPort == 0 {
 		opts.ListenerPort = lport

@@ -2,29 +2,19 @@ package windiverttest
 
 import (
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/clock/clocktest"
 	"github.com/agentcage/router/windivert"
 )
 
-// clock is a driver clock the test moves.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// clockedDriver returns a driver whose clock moves only when the test advances it.
+func clockedDriver() (*Driver, *clocktest.Clock) {
+	c := clocktest.New(time.Unix(1000, 0))
+	d := NewDriver()
+	d.Now = c.Now
+	return d, c
 }
 
 // ipv4 is a minimal IPv4 packet with a one-byte mark in its payload.
@@ -44,14 +34,12 @@ func open(t *testing.T, d *Driver, flags windivert.Flag) (uintptr, *Handle) {
 // TestLastCloseReinjectsYoungPackets: the driver's cleanup re-injects the queued packets
 // younger than QUEUE_TIME and drops the older ones; a SNIFF handle's are all dropped.
 func TestLastCloseReinjectsYoungPackets(t *testing.T) {
-	c := &clock{t: time.Unix(1000, 0)}
-	d := NewDriver()
-	d.Now = c.now
+	d, c := clockedDriver()
 	hv, h := open(t, d, 0)
 	h.Deliver(ipv4(1), windivert.Address{})
-	c.add(1500 * time.Millisecond)
+	c.Advance(1500 * time.Millisecond)
 	h.Deliver(ipv4(2), windivert.Address{})
-	c.add(1 * time.Second) // packet 1 is 2.5 s old, packet 2 1 s
+	c.Advance(1 * time.Second) // packet 1 is 2.5 s old, packet 2 1 s
 	cv, err := d.Copy(hv)
 	if err != nil {
 		t.Fatal(err)
@@ -79,12 +67,10 @@ func TestLastCloseReinjectsYoungPackets(t *testing.T) {
 // TestShortestQueueTimeExpires: ExpireQueue's shortest QUEUE_TIME and wait make the last
 // close drop the queue.
 func TestShortestQueueTimeExpires(t *testing.T) {
-	c := &clock{t: time.Unix(1000, 0)}
-	d := NewDriver()
-	d.Now = c.now
+	d, c := clockedDriver()
 	hv, h := open(t, d, 0)
 	h.Deliver(ipv4(1), windivert.Address{})
-	if err := windivert.ExpireQueue(d, hv, c.add); err != nil {
+	if err := windivert.ExpireQueue(d, hv, c.Advance); err != nil {
 		t.Fatal(err)
 	}
 	d.Close(hv)
@@ -95,12 +81,10 @@ func TestShortestQueueTimeExpires(t *testing.T) {
 
 // TestExpiredPacketsAreNotReceived: a receive drops the packets older than QUEUE_TIME.
 func TestExpiredPacketsAreNotReceived(t *testing.T) {
-	c := &clock{t: time.Unix(1000, 0)}
-	d := NewDriver()
-	d.Now = c.now
+	d, c := clockedDriver()
 	hv, h := open(t, d, 0)
 	h.Deliver(ipv4(1), windivert.Address{})
-	c.add(3 * time.Second)
+	c.Advance(3 * time.Second)
 	h.Deliver(ipv4(2), windivert.Address{})
 	buf := make([]byte, 100)
 	n, err := d.Recv(hv, buf, nil)
