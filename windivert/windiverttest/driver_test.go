@@ -9,14 +9,6 @@ import (
 	"github.com/agentcage/router/windivert"
 )
 
-// clockedDriver returns a driver whose clock moves only when the test advances it.
-func clockedDriver() (*Driver, *clocktest.Clock) {
-	c := clocktest.New(time.Unix(1000, 0))
-	d := NewDriver()
-	d.Now = c.Now
-	return d, c
-}
-
 // ipv4 is a minimal IPv4 packet with a one-byte mark in its payload.
 func ipv4(mark byte) []byte {
 	return []byte{0x45, 0, 0, 21, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, mark}
@@ -31,15 +23,31 @@ func open(t *testing.T, d *Driver, flags windivert.Flag) (uintptr, *Handle) {
 	return hv, d.Handles()[len(d.Handles())-1]
 }
 
+// queued opens a handle on a driver whose clock moves only when the test advances it, with
+// packets 1, 2, … queued on it, as old as ages says (the oldest first), and returns the
+// driver, its clock and the handle's value.
+func queued(t *testing.T, ages ...time.Duration) (*Driver, *clocktest.Clock, uintptr) {
+	t.Helper()
+	c := clocktest.New(time.Unix(1000, 0))
+	d := NewDriver()
+	d.Now = c.Now
+	hv, h := open(t, d, 0)
+	for i, age := range ages {
+		if i > 0 {
+			c.Advance(ages[i-1] - age)
+		}
+		h.Deliver(ipv4(byte(i+1)), windivert.Address{})
+	}
+	if len(ages) > 0 {
+		c.Advance(ages[len(ages)-1])
+	}
+	return d, c, hv
+}
+
 // TestLastCloseReinjectsYoungPackets: the driver's cleanup re-injects the queued packets
 // younger than QUEUE_TIME and drops the older ones; a SNIFF handle's are all dropped.
 func TestLastCloseReinjectsYoungPackets(t *testing.T) {
-	d, c := clockedDriver()
-	hv, h := open(t, d, 0)
-	h.Deliver(ipv4(1), windivert.Address{})
-	c.Advance(1500 * time.Millisecond)
-	h.Deliver(ipv4(2), windivert.Address{})
-	c.Advance(1 * time.Second) // packet 1 is 2.5 s old, packet 2 1 s
+	d, _, hv := queued(t, 2500*time.Millisecond, time.Second)
 	cv, err := d.Copy(hv)
 	if err != nil {
 		t.Fatal(err)
@@ -67,9 +75,7 @@ func TestLastCloseReinjectsYoungPackets(t *testing.T) {
 // TestShortestQueueTimeExpires: ExpireQueue's shortest QUEUE_TIME and wait make the last
 // close drop the queue.
 func TestShortestQueueTimeExpires(t *testing.T) {
-	d, c := clockedDriver()
-	hv, h := open(t, d, 0)
-	h.Deliver(ipv4(1), windivert.Address{})
+	d, c, hv := queued(t, 0)
 	if err := windivert.ExpireQueue(d, hv, c.Advance); err != nil {
 		t.Fatal(err)
 	}
@@ -81,11 +87,7 @@ func TestShortestQueueTimeExpires(t *testing.T) {
 
 // TestExpiredPacketsAreNotReceived: a receive drops the packets older than QUEUE_TIME.
 func TestExpiredPacketsAreNotReceived(t *testing.T) {
-	d, c := clockedDriver()
-	hv, h := open(t, d, 0)
-	h.Deliver(ipv4(1), windivert.Address{})
-	c.Advance(3 * time.Second)
-	h.Deliver(ipv4(2), windivert.Address{})
+	d, _, hv := queued(t, 3*time.Second, 0)
 	buf := make([]byte, 100)
 	n, err := d.Recv(hv, buf, nil)
 	if err != nil || n != 21 || buf[20] != 2 {
