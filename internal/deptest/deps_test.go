@@ -60,7 +60,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/nftcap/nflog", "", "internal/roottest"},
 	{"router/sockmap", "", "internal/roottest internal/wait"},
 	{"router/nftcap/cagemark", "", "internal/roottest internal/wait"},
-	{"router/proc", "rules", "internal/roottest router/proc/proctest"},
+	{"router/proc", "rules", "internal/echotest internal/roottest router/proc/proctest"},
 	{"router/proc/proctest", "router/proc", ""},
 	{"router/nftcap/platform", "conf dns router router/capture router/control router/nftcap router/nftcap/cagemark router/nftcap/nflog router/proc rules rules/policy rules/refusal", "internal/syncbuf internal/wait"},
 
@@ -81,7 +81,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert/windiverttest", "windivert", "internal/clock/clocktest"},
 	{"windivert/packet", "", ""},
 	{"windivert/redirect", "dns internal/clock router/auditlog rules rules/policy rules/refusal windivert windivert/packet",
-		"conf dns/dnstest internal/clock/clocktest internal/wait internal/winetest router/proc rules/policy/policytest windivert/dist windivert/windiverttest"},
+		"conf dns/dnstest internal/clock/clocktest internal/echotest internal/wait internal/winetest router/proc rules/policy/policytest windivert/dist windivert/windiverttest"},
 	{"windivert/wfp", "", "internal/winetest"},
 	{"windivert/wfp/guard", "internal/ports windivert/wfp", "windivert/wfp/wfptest"},
 	{"windivert/wfp/wfptest", "windivert/wfp", ""},
