@@ -304,13 +304,7 @@ func only(pkg string, allowed ...string) func(string, []string) []string {
 		if p != pkg {
 			return nil
 		}
-		var bad []string
-		for _, d := range reach {
-			if !slices.Contains(allowed, d) {
-				bad = append(bad, d)
-			}
-		}
-		return bad
+		return reached(reach, func(d string) bool { return !slices.Contains(allowed, d) })
 	}
 }
 
@@ -321,14 +315,19 @@ func never(from []string, forbidden ...string) func(string, []string) []string {
 		if !matchAny(from, p) {
 			return nil
 		}
-		var bad []string
-		for _, d := range reach {
-			if matchAny(forbidden, d) {
-				bad = append(bad, d)
-			}
-		}
-		return bad
+		return reached(reach, func(d string) bool { return matchAny(forbidden, d) })
 	}
+}
+
+// reached returns the packages of reach that bad says a package may not reach.
+func reached(reach []string, bad func(d string) bool) []string {
+	var out []string
+	for _, d := range reach {
+		if bad(d) {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 func bothOnlyInWiring(p string, reach []string) []string {
@@ -357,13 +356,7 @@ func platformOnlyInCommand(p string, reach []string) []string {
 	if within(p, "cmd/router") || matchAny(platforms, p) {
 		return nil
 	}
-	var bad []string
-	for _, d := range reach {
-		if matchAny(platforms, d) {
-			bad = append(bad, d)
-		}
-	}
-	return bad
+	return reached(reach, func(d string) bool { return matchAny(platforms, d) })
 }
 
 func matchAny(patterns []string, p string) bool {
