@@ -121,26 +121,25 @@ func (b *budget) over(k sourceKey, name string) (domain string, n int, past bool
 	}
 	if !dc.reported {
 		dc.reported = true
-		verb := "refused"
-		switch b.cfg.Over {
-		case overbudget.Alert:
-			verb = "answered (alert only)"
-		case overbudget.Ask:
-			verb = "asked about"
-		}
-		b.log.Warn("dns: a guest is past its budget of names under one domain: further new names "+verb,
-			"guest", k.String(), "domain", domain, "budget", b.cfg.PerDomain, "window", b.cfg.Window)
+		overbudget.Report(b.log, "dns: a guest is past its budget of names under one domain: further new names ", b.cfg.Over,
+			overbudget.Words{overbudget.Refuse: "refused", overbudget.Alert: "answered (alert only)", overbudget.Ask: "asked about"},
+			b.question(k, domain, dc.n))
 	}
 	return domain, dc.n, true
+}
+
+// question is what the host's owner is asked about the guest k past its budget under domain
+// with n names.
+func (b *budget) question(k sourceKey, domain string, n int) overbudget.Question {
+	return overbudget.Question{Budget: overbudget.Names, Guest: k.String(), Domain: domain, Used: int64(n),
+		Limit: int64(b.cfg.PerDomain), Window: b.cfg.Window}
 }
 
 // decide is what happens to the guest k past its budget under domain (with n names):
 // overbudget.Decide's answer, remembered for the rest of the window when the host's owner
 // allowed the guest on (Ask), so the guest is not asked again about the domain in it.
 func (b *budget) decide(ctx context.Context, k sourceKey, domain string, n int) (pass bool) {
-	q := overbudget.Question{Budget: overbudget.Names, Guest: k.String(), Domain: domain, Used: int64(n),
-		Limit: int64(b.cfg.PerDomain), Window: b.cfg.Window}
-	pass = overbudget.Decide(ctx, b.cfg.Over, b.cfg.Asker, q)
+	pass = overbudget.Decide(ctx, b.cfg.Over, b.cfg.Asker, b.question(k, domain, n))
 	if pass && b.cfg.Over == overbudget.Ask {
 		b.allow(k, domain)
 	}
@@ -176,13 +175,7 @@ func (b *budget) uses(max int) []NameUse {
 	if b == nil {
 		return nil
 	}
-	now := b.now()
-	b.mu.Lock()
-	var out []NameUse
-	b.guests.Each(now, func(k sourceKey, start time.Time, d string, dc *domainCount) {
-		out = append(out, NameUse{Guest: k.String(), Domain: d, Names: dc.n, Limit: b.cfg.PerDomain, Start: start, Window: b.cfg.Window, Over: dc.n > b.cfg.PerDomain})
-	})
-	b.mu.Unlock()
-	return window.Largest(out, max, func(u NameUse) int { return u.Names },
-		func(u NameUse) (string, string) { return u.Guest, u.Domain })
+	return window.List(&b.mu, b.guests, b.now(), max, func(k sourceKey, start time.Time, d string, dc *domainCount) NameUse {
+		return NameUse{Guest: k.String(), Domain: d, Names: dc.n, Limit: b.cfg.PerDomain, Start: start, Window: b.cfg.Window, Over: dc.n > b.cfg.PerDomain}
+	}, func(u NameUse) int { return u.Names }, func(u NameUse) (string, string) { return u.Guest, u.Domain })
 }

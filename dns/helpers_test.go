@@ -11,27 +11,12 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
+
+	"github.com/agentcage/router/internal/clock/clocktest"
 )
 
-// clock is a settable clock for Config.Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+// newClock returns a clock for Config.Now that moves only when the test advances it.
+func newClock() *clocktest.Clock { return clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) }
 
 // failDial is a dialer that must never be called.
 func failDial(t *testing.T, which string) DialFunc {

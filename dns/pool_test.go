@@ -9,10 +9,12 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
+
+	"github.com/agentcage/router/internal/clock/clocktest"
 )
 
 // smallPool is a fake-IP server on a /24 (254 addresses) with linger 10 min and TTL 10 s.
-func smallPool(t *testing.T, c *clock) *Server {
+func smallPool(t *testing.T, c *clocktest.Clock) *Server {
 	t.Helper()
 	return newFakeIP(t, Config{Pool: netip.MustParsePrefix("198.18.7.0/24"), Linger: 10 * time.Minute, Now: c.Now})
 }

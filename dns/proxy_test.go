@@ -13,6 +13,7 @@ import (
 	mdns "github.com/miekg/dns"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/clock/clocktest"
 )
 
 // resolverAddr is the resolver the server believes it talks to through the proxy; the test
@@ -40,7 +41,7 @@ var testZone = map[string][]string{
 
 // newProxyServer runs testZone on loopback TCP and returns a server in mode whose proxy
 // dialer reaches it, with a failing direct dialer.
-func newProxyServer(t *testing.T, mode Mode, c *clock) (*Server, *zone, *redirect) {
+func newProxyServer(t *testing.T, mode Mode, c *clocktest.Clock) (*Server, *zone, *redirect) {
 	t.Helper()
 	z := newZone(t, testZone)
 	up := &redirect{t: t, wantNetwork: []string{"tcp"}, wantAddr: resolverAddr, to: startTCP(t, z)}

@@ -33,7 +33,7 @@ var table = []struct{ pkg, imports, tests string }{
 
 	// The DNS side.
 	{"dns/dnstest", "", ""},
-	{"dns", "conf internal/accept internal/overbudget internal/ports internal/tally internal/window rules rules/refusal", "internal/overbudget/overbudgettest internal/syncbuf internal/wait"}, // rules: a query's Source carries the asking process as rules.Owner
+	{"dns", "conf internal/accept internal/overbudget internal/ports internal/tally internal/window rules rules/refusal", "internal/clock/clocktest internal/overbudget/overbudgettest internal/syncbuf internal/wait"}, // rules: a query's Source carries the asking process as rules.Owner
 
 	// The Linux data path and what it dials.
 	{"router", "dns internal/accept internal/httphead internal/netaddr internal/tally router/ask router/auditlog router/broker router/broker/tlsca router/modelfwd router/sniff router/sockmap router/upload router/upstream router/upstream/socks5 rules rules/policy rules/refusal",
@@ -60,7 +60,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"router/nftcap/nflog", "", "internal/roottest"},
 	{"router/sockmap", "", "internal/roottest internal/wait"},
 	{"router/nftcap/cagemark", "", "internal/roottest internal/wait"},
-	{"router/proc", "rules", "internal/roottest router/proc/proctest"},
+	{"router/proc", "rules", "internal/echotest internal/roottest router/proc/proctest"},
 	{"router/proc/proctest", "router/proc", ""},
 	{"router/nftcap/platform", "conf dns router router/capture router/control router/nftcap router/nftcap/cagemark router/nftcap/nflog router/proc rules rules/policy rules/refusal", "internal/syncbuf internal/wait"},
 
@@ -78,10 +78,10 @@ var table = []struct{ pkg, imports, tests string }{
 
 	// The Windows capture.
 	{"windivert", "internal/netaddr internal/ports", "internal/winetest windivert/packet windivert/windiverttest"},
-	{"windivert/windiverttest", "windivert", ""},
+	{"windivert/windiverttest", "windivert", "internal/clock/clocktest"},
 	{"windivert/packet", "", ""},
-	{"windivert/redirect", "dns router/auditlog rules rules/policy rules/refusal windivert windivert/packet",
-		"conf dns/dnstest internal/wait internal/winetest router/proc rules/policy/policytest windivert/dist windivert/windiverttest"},
+	{"windivert/redirect", "dns internal/clock router/auditlog rules rules/policy rules/refusal windivert windivert/packet",
+		"conf dns/dnstest internal/clock/clocktest internal/echotest internal/wait internal/winetest router/proc rules/policy/policytest windivert/dist windivert/windiverttest"},
 	{"windivert/wfp", "", "internal/winetest"},
 	{"windivert/wfp/guard", "internal/ports windivert/wfp", "windivert/wfp/wfptest"},
 	{"windivert/wfp/wfptest", "windivert/wfp", ""},
@@ -118,8 +118,10 @@ var table = []struct{ pkg, imports, tests string }{
 	{"internal/lab", "internal/netaddr internal/syncbuf router/nftcap/cagemark", "internal/roottest internal/wait"},
 	{"internal/bench", "router/upstream/socks5", "internal/wait router/upstream/socks5/socks5test"},
 	{"internal/notices", "", ""},
-	{"internal/progress", "", "internal/progress/progresstest"},
-	{"internal/progress/progresstest", "", ""},
+	{"internal/progress", "internal/clock", "internal/clock/clocktest internal/syncbuf"},
+	// The one clock interface of the packages that arm timers, and its fake.
+	{"internal/clock", "", ""},
+	{"internal/clock/clocktest", "", ""},
 	// The one decision past a budget ([budget] over), for the DNS names' and the bytes up's.
 	{"internal/overbudget", "", "internal/overbudget/overbudgettest"},
 	{"internal/overbudget/overbudgettest", "internal/overbudget", ""},
@@ -302,13 +304,7 @@ func only(pkg string, allowed ...string) func(string, []string) []string {
 		if p != pkg {
 			return nil
 		}
-		var bad []string
-		for _, d := range reach {
-			if !slices.Contains(allowed, d) {
-				bad = append(bad, d)
-			}
-		}
-		return bad
+		return reached(reach, func(d string) bool { return !slices.Contains(allowed, d) })
 	}
 }
 
@@ -319,14 +315,19 @@ func never(from []string, forbidden ...string) func(string, []string) []string {
 		if !matchAny(from, p) {
 			return nil
 		}
-		var bad []string
-		for _, d := range reach {
-			if matchAny(forbidden, d) {
-				bad = append(bad, d)
-			}
-		}
-		return bad
+		return reached(reach, func(d string) bool { return matchAny(forbidden, d) })
 	}
+}
+
+// reached returns the packages of reach that bad says a package may not reach.
+func reached(reach []string, bad func(d string) bool) []string {
+	var out []string
+	for _, d := range reach {
+		if bad(d) {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 func bothOnlyInWiring(p string, reach []string) []string {
@@ -355,13 +356,7 @@ func platformOnlyInCommand(p string, reach []string) []string {
 	if within(p, "cmd/router") || matchAny(platforms, p) {
 		return nil
 	}
-	var bad []string
-	for _, d := range reach {
-		if matchAny(platforms, d) {
-			bad = append(bad, d)
-		}
-	}
-	return bad
+	return reached(reach, func(d string) bool { return matchAny(platforms, d) })
 }
 
 func matchAny(patterns []string, p string) bool {

@@ -2,6 +2,8 @@
 // (or one the test made, in a namespace) that writes a banner to each connection, then
 // echoes what it reads until the peer closes or the connection has been open for the given
 // time; a UDP socket on 127.0.0.1 that answers each datagram with a prefix and the datagram.
+// TCPPair connects two sockets of the test's own over loopback, for the tests that ask
+// who owns a connection.
 package echotest
 
 import (
@@ -103,4 +105,26 @@ func UDP(t testing.TB, prefix string) netip.AddrPort {
 		<-done
 	})
 	return pc.LocalAddr().(*net.UDPAddr).AddrPort()
+}
+
+// TCPPair connects a TCP client to a listener on 127.0.0.1 and returns the client's end and
+// the listener's; both ends and the listener are closed when the test ends.
+func TCPPair(t testing.TB) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("tcp pair: listen: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("tcp pair: dial: %v", err)
+	}
+	t.Cleanup(func() { client.Close() })
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatalf("tcp pair: accept: %v", err)
+	}
+	t.Cleanup(func() { server.Close() })
+	return client, server
 }

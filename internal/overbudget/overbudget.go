@@ -6,6 +6,7 @@ package overbudget
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -58,4 +59,13 @@ func Decide(ctx context.Context, mode Mode, asker Asker, q Question) (pass bool)
 	default:
 		return false
 	}
+}
+
+// Words are a budget's words for what each Mode does past it, indexed by Mode.
+type Words [Ask + 1]string
+
+// Report logs at Warn that the guest of q passed its budget: msg, then what mode does past
+// it (words[mode]). The budget reports a guest and domain once a window.
+func Report(log *slog.Logger, msg string, mode Mode, words Words, q Question) {
+	log.Warn(msg+words[mode], "guest", q.Guest, "domain", q.Domain, "budget", q.Limit, "window", q.Window)
 }

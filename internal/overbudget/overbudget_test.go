@@ -2,7 +2,10 @@ package overbudget_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentcage/router/internal/overbudget"
 	"github.com/agentcage/router/internal/overbudget/overbudgettest"
@@ -33,5 +36,20 @@ func TestDecide(t *testing.T) {
 	}
 	if overbudget.Decide(context.Background(), overbudget.Ask, nil, q) {
 		t.Error("ask with nobody to ask: let on, want refused")
+	}
+}
+
+// TestReport: the line says what the mode does past the budget, in the budget's words, with
+// the guest, the domain, the budget and the window.
+func TestReport(t *testing.T) {
+	q := overbudget.Question{Budget: overbudget.BytesUp, Guest: "10.0.2.0/24", Domain: "example.com", Used: 1001, Limit: 1000, Window: time.Minute}
+	words := overbudget.Words{overbudget.Refuse: "cut", overbudget.Alert: "passed", overbudget.Ask: "asked"}
+	for mode, word := range words {
+		var b strings.Builder
+		overbudget.Report(slog.New(slog.NewTextHandler(&b, nil)), "over: ", overbudget.Mode(mode), words, q)
+		want := `level=WARN msg="over: ` + word + `" guest=10.0.2.0/24 domain=example.com budget=1000 window=1m0s`
+		if got := strings.TrimSpace(b.String()); !strings.HasSuffix(got, want) {
+			t.Errorf("mode %d: %q, want it to end %q", mode, got, want)
+		}
 	}
 }

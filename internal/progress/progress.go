@@ -13,6 +13,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/agentcage/router/internal/clock"
 )
 
 // Delay is how long an operation runs before its line appears, and how often the line is
@@ -20,21 +22,10 @@ import (
 const Delay = time.Second
 
 // Clock is the time a Line reads and the timer it redraws by.
-type Clock interface {
-	Now() time.Time
-	// AfterFunc calls f in its own goroutine once d has passed; stop cancels the call and
-	// reports whether it did (false: f ran or runs).
-	AfterFunc(d time.Duration, f func()) (stop func() bool)
-}
+type Clock = clock.Clock
 
 // System is the machine's clock.
-type System struct{}
-
-// Now is time.Now.
-func (System) Now() time.Time { return time.Now() }
-
-// AfterFunc is time.AfterFunc.
-func (System) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+type System = clock.System
 
 // Line is one operation's progress line.
 type Line struct {

@@ -1,35 +1,29 @@
 package progress_test
 
 import (
-	"bytes"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/clock/clocktest"
 	"github.com/agentcage/router/internal/progress"
-	"github.com/agentcage/router/internal/progress/progresstest"
+	"github.com/agentcage/router/internal/syncbuf"
 )
 
-// term is a fake terminal: it keeps what is written to it.
+// term is a fake terminal: what is written to it, and how much of that the test has read
+// (take is called from the test's goroutine alone).
 type term struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (t *term) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.b.Write(p)
+	syncbuf.Buffer
+	read int
 }
 
 // take returns what was written since the last take.
 func (t *term) take() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.b.String()
-	t.b.Reset()
-	return s
+	s := t.String()
+	out := s[t.read:]
+	t.read = len(s)
+	return out
 }
 
 var t0 = time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
@@ -37,7 +31,7 @@ var t0 = time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
 // TestLineOnTerminal: nothing for the first second; then the step and the seconds, redrawn
 // in place each second and at a new step; Done clears it, and nothing follows.
 func TestLineOnTerminal(t *testing.T) {
-	clock := progresstest.New(t0)
+	clock := clocktest.New(t0)
 	tty := &term{}
 	l := progress.Start(tty, true, 80, clock, "reading big.ppx")
 	clock.Advance(999 * time.Millisecond)
@@ -69,37 +63,42 @@ func TestLineOnTerminal(t *testing.T) {
 	}
 }
 
-// TestLineQuick: an operation done within the second writes nothing, and leaves no timer.
-func TestLineQuick(t *testing.T) {
-	clock := progresstest.New(t0)
-	tty := &term{}
-	l := progress.Start(tty, true, 80, clock, "reading")
-	clock.Advance(500 * time.Millisecond)
-	l.Done()
-	clock.Advance(5 * time.Second)
-	if got := tty.take(); got != "" || clock.Pending() != 0 {
-		t.Errorf("a quick operation: %q, %d timers armed", got, clock.Pending())
-	}
-}
-
-// TestLineNotTerminal: to anything but a terminal, nothing is written, however long.
-func TestLineNotTerminal(t *testing.T) {
-	clock := progresstest.New(t0)
-	out := &term{}
-	l := progress.Start(out, false, 0, clock, "reading")
-	clock.Advance(3 * time.Second)
-	l.Step("linting")
-	clock.Advance(3 * time.Second)
-	l.Done()
-	if got := out.take(); got != "" || clock.Pending() != 0 {
-		t.Errorf("not a terminal: %q, %d timers armed", got, clock.Pending())
+// TestLineSilent: an operation done within the second writes nothing, nor does one shown to
+// anything but a terminal, however long; neither leaves a timer.
+func TestLineSilent(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		tty   bool
+		width int
+		run   func(l *progress.Line, clock *clocktest.Clock)
+	}{
+		{"a quick operation", true, 80, func(l *progress.Line, clock *clocktest.Clock) {
+			clock.Advance(500 * time.Millisecond)
+			l.Done()
+			clock.Advance(5 * time.Second)
+		}},
+		{"not a terminal", false, 0, func(l *progress.Line, clock *clocktest.Clock) {
+			clock.Advance(3 * time.Second)
+			l.Step("linting")
+			clock.Advance(3 * time.Second)
+			l.Done()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clock := clocktest.New(t0)
+			out := &term{}
+			c.run(progress.Start(out, c.tty, c.width, clock, "reading"), clock)
+			if got := out.take(); got != "" || clock.Pending() != 0 {
+				t.Errorf("%q, %d timers armed", got, clock.Pending())
+			}
+		})
 	}
 }
 
 // TestLineWidth: a line longer than the terminal is cut one column short of it, so that
 // it never wraps.
 func TestLineWidth(t *testing.T) {
-	clock := progresstest.New(t0)
+	clock := clocktest.New(t0)
 	tty := &term{}
 	progress.Start(tty, true, 12, clock, "linting 4000 rules").Done()
 	l := progress.Start(tty, true, 12, clock, "linting 4000 rules")
@@ -114,7 +113,7 @@ func TestLineWidth(t *testing.T) {
 
 // TestLineConcurrent: steps from another goroutine while the clock redraws (run with -race).
 func TestLineConcurrent(t *testing.T) {
-	clock := progresstest.New(t0)
+	clock := clocktest.New(t0)
 	tty := &term{}
 	l := progress.Start(tty, true, 80, clock, "start")
 	var wg sync.WaitGroup
@@ -130,19 +129,5 @@ func TestLineConcurrent(t *testing.T) {
 	l.Done()
 	if got := tty.take(); !strings.HasSuffix(got, "\r\x1b[K") {
 		t.Errorf("the line was not cleared: %q", got)
-	}
-}
-
-// TestSystemClock: the system clock's timer runs and can be stopped.
-func TestSystemClock(t *testing.T) {
-	ran := make(chan struct{})
-	progress.System{}.AfterFunc(time.Millisecond, func() { close(ran) })
-	select {
-	case <-ran:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the timer did not run")
-	}
-	if stop := (progress.System{}).AfterFunc(time.Hour, func() {}); !stop() {
-		t.Error("an armed timer was not stopped")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -95,6 +96,18 @@ func (g *Guests[K, E]) dropOldest() {
 	if old != nil {
 		g.drop(oldK, old)
 	}
+}
+
+// List returns what use makes of every count of g's windows still running at now: the max
+// largest by size (every one when max <= 0), ordered by guest, then domain (key's two
+// strings). It holds mu, the lock that guards g, while it reads g, not while it sorts.
+func List[K comparable, E, U any, N cmp.Ordered](mu sync.Locker, g *Guests[K, E], now time.Time, max int,
+	use func(k K, start time.Time, domain string, e *E) U, size func(U) N, key func(U) (guest, domain string)) []U {
+	mu.Lock()
+	var out []U
+	g.Each(now, func(k K, start time.Time, d string, e *E) { out = append(out, use(k, start, d, e)) })
+	mu.Unlock()
+	return Largest(out, max, size, key)
 }
 
 // Largest keeps the max largest of uses by size (every one when max <= 0) and returns them

@@ -61,15 +61,7 @@ func (b *builder) replace(s Spec) error {
 	b.c.DelTable(b.t)
 	b.c.AddTable(b.t)
 
-	var vm4, vm6 []netip.Prefix
-	for _, p := range s.VMNetworks {
-		if p.Addr().Is4() {
-			vm4 = append(vm4, p)
-		} else {
-			vm6 = append(vm6, p)
-		}
-	}
-	vm := vmSets{b.namedPrefixSet(setVM4, false, vm4), b.namedPrefixSet(setVM6, true, vm6)}
+	vm := b.vmSets(s)
 	b.addChains(s)
 	b.refuseAndAntispoof(s)
 	b.capture(s, vm)
@@ -82,6 +74,24 @@ func (b *builder) replace(s Spec) error {
 
 // vmSets are the named sets of VM networks, IPv4 and IPv6.
 type vmSets struct{ v4, v6 *nftables.Set }
+
+// vmSets queues the named sets of s's VM networks, the IPv4 ones and the IPv6 ones.
+func (b *builder) vmSets(s Spec) vmSets {
+	vm4, vm6 := byFamily(s.VMNetworks)
+	return vmSets{b.namedPrefixSet(setVM4, false, vm4), b.namedPrefixSet(setVM6, true, vm6)}
+}
+
+// byFamily splits ps into its IPv4 prefixes and its IPv6 ones, each in ps's order.
+func byFamily(ps []netip.Prefix) (v4, v6 []netip.Prefix) {
+	for _, p := range ps {
+		if p.Addr().Is4() {
+			v4 = append(v4, p)
+		} else {
+			v6 = append(v6, p)
+		}
+	}
+	return v4, v6
+}
 
 // addChains queues every chain of the table, regular chains first: rules may only jump
 // to chains that exist.
@@ -325,14 +335,7 @@ func (b *builder) allowOnly(chain string, f Forward, mark uint32) {
 	if mark != 0 {
 		b.rule(chain, iifLo(), metaEq(expr.MetaKeyMARK, native32(mark)), verdict(expr.VerdictAccept))
 	}
-	var allow4, allow6 []netip.Prefix
-	for _, p := range f.Allow {
-		if p.Addr().Is4() {
-			allow4 = append(allow4, p)
-		} else {
-			allow6 = append(allow6, p)
-		}
-	}
+	allow4, allow6 := byFamily(f.Allow)
 	if len(allow4) > 0 {
 		b.rule(chain, nfproto(unix.NFPROTO_IPV4), saddr(false), b.anonPrefixSet(false, allow4), verdict(expr.VerdictAccept))
 	}

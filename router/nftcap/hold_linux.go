@@ -6,7 +6,6 @@ package nftcap
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"slices"
 	"sync"
@@ -252,15 +251,7 @@ func ownedBatch(conn *netlink.Conn, flags uint32) func([]netlink.Message) ([]net
 // nothing else reaches it).
 func (b *builder) hold(s Spec) {
 	b.chains = map[string]*nftables.Chain{}
-	var vm4, vm6 []netip.Prefix
-	for _, p := range s.VMNetworks {
-		if p.Addr().Is4() {
-			vm4 = append(vm4, p)
-		} else {
-			vm6 = append(vm6, p)
-		}
-	}
-	set4, set6 := b.namedPrefixSet(setVM4, false, vm4), b.namedPrefixSet(setVM6, true, vm6)
+	vm := b.vmSets(s)
 	accept := nftables.ChainPolicyAccept
 	base := func(name string, hook *nftables.ChainHook) {
 		b.chains[name] = b.c.AddChain(&nftables.Chain{
@@ -270,15 +261,15 @@ func (b *builder) hold(s Spec) {
 	}
 	drop := verdict(expr.VerdictDrop)
 	base(chainForward, nftables.ChainHookForward)
-	b.rule(chainForward, saddrIn(set4, false), drop)
-	b.rule(chainForward, saddrIn(set6, true), drop)
-	b.rule(chainForward, daddrIn(set4, false), drop)
-	b.rule(chainForward, daddrIn(set6, true), drop)
+	b.rule(chainForward, saddrIn(vm.v4, false), drop)
+	b.rule(chainForward, saddrIn(vm.v6, true), drop)
+	b.rule(chainForward, daddrIn(vm.v4, false), drop)
+	b.rule(chainForward, daddrIn(vm.v6, true), drop)
 	for _, i := range s.VMInterfaces {
 		b.rule(chainForward, ifname(expr.MetaKeyIIFNAME, i), drop)
 		b.rule(chainForward, ifname(expr.MetaKeyOIFNAME, i), drop)
 	}
-	b.holdInput(s, set4, set6)
+	b.holdInput(s, vm)
 	if !s.caged() {
 		return
 	}
@@ -299,7 +290,7 @@ func (b *builder) hold(s Spec) {
 const chainHoldGuest = "hold_guest"
 
 // holdInput queues the hold table's input chain and hold_guest (see hold).
-func (b *builder) holdInput(s Spec, set4, set6 *nftables.Set) {
+func (b *builder) holdInput(s Spec, vm vmSets) {
 	b.chains[chainHoldGuest] = b.c.AddChain(&nftables.Chain{Name: chainHoldGuest, Table: b.t})
 	accept := nftables.ChainPolicyAccept
 	b.chains[chainInput] = b.c.AddChain(&nftables.Chain{
@@ -311,8 +302,8 @@ func (b *builder) holdInput(s Spec, set4, set6 *nftables.Set) {
 	}
 	// This host's own packets on lo carry its VM-facing address (inside a VM network) too.
 	b.rule(chainInput, iifLo(), verdict(expr.VerdictAccept))
-	b.rule(chainInput, saddrIn(set4, false), goTo(chainHoldGuest))
-	b.rule(chainInput, saddrIn(set6, true), goTo(chainHoldGuest))
+	b.rule(chainInput, saddrIn(vm.v4, false), goTo(chainHoldGuest))
+	b.rule(chainInput, saddrIn(vm.v6, true), goTo(chainHoldGuest))
 	for _, i := range s.VMInterfaces {
 		b.rule(chainInput, ifname(expr.MetaKeyIIFNAME, i), goTo(chainHoldGuest))
 	}

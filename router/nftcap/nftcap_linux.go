@@ -6,7 +6,6 @@ package nftcap
 import (
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -96,15 +95,11 @@ func Remove(table string, opts ...Option) error {
 // Installed reports whether the table named table exists. It
 // does not check the table's content.
 func Installed(table string, opts ...Option) (bool, error) {
-	c, err := nftables.New(nftables.WithNetNSFd(collect(opts).netNS), nftables.WithSockOptions(bigReceiveBuffer))
+	ok, err := tableExists(table, collect(opts))
 	if err != nil {
-		return false, fmt.Errorf("nftcap installed: open netlink: %w", err)
+		return false, fmt.Errorf("nftcap installed: %w", err)
 	}
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
-	if err != nil {
-		return false, fmt.Errorf("nftcap installed: list tables: %w", err)
-	}
-	return slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == table }), nil
+	return ok, nil
 }
 
 // Refusals reads the table's refusal counters: packets refused per reason since the table

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentcage/router/internal/echotest"
 	"github.com/agentcage/router/internal/roottest"
 )
 
@@ -190,16 +191,7 @@ func FuzzParseDiagMark(f *testing.F) {
 func BenchmarkMark(b *testing.B) {
 	roottest.Require(b)
 	f := NewLinuxFinder(LinuxFinderConfig{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c, _ := echotest.TCPPair(b)
 	local, remote := netip.MustParseAddrPort(c.LocalAddr().String()), netip.MustParseAddrPort(c.RemoteAddr().String())
 	b.Run("hit", func(b *testing.B) {
 		for b.Loop() {

@@ -151,24 +151,18 @@ func (f *Flow) Add(n int64) (cut bool) {
 		b.mu.Unlock()
 		return false
 	}
+	q := overbudget.Question{Budget: overbudget.BytesUp, Guest: f.guest, Domain: f.domain, Used: d.used,
+		Limit: b.cfg.PerDomain, Window: b.cfg.Window}
 	if !d.reported {
 		d.reported = true
-		verb := "its flows there that send more are cut and new ones refused until the window ends"
-		switch b.cfg.Over {
-		case Alert:
-			verb = "its bytes pass (alert only)"
-		case Ask:
-			verb = "the host's owner is asked"
-		}
-		b.log.Warn("budget: a guest sent more than its budget of bytes to one domain: "+verb,
-			"guest", f.guest, "domain", f.domain, "budget", b.cfg.PerDomain, "window", b.cfg.Window)
+		overbudget.Report(b.log, "budget: a guest sent more than its budget of bytes to one domain: ", b.cfg.Over,
+			overbudget.Words{Refuse: "its flows there that send more are cut and new ones refused until the window ends",
+				Alert: "its bytes pass (alert only)", Ask: "the host's owner is asked"}, q)
 	}
 	if d.denied {
 		b.mu.Unlock()
 		return true
 	}
-	q := overbudget.Question{Budget: overbudget.BytesUp, Guest: f.guest, Domain: f.domain, Used: d.used,
-		Limit: b.cfg.PerDomain, Window: b.cfg.Window}
 	b.mu.Unlock()
 	ctx := f.ctx
 	if ctx == nil {
@@ -242,13 +236,7 @@ func (b *Budget) Uses(max int) []Use {
 	if b == nil {
 		return nil
 	}
-	now := b.now()
-	b.mu.Lock()
-	var out []Use
-	b.guests.Each(now, func(gk string, start time.Time, dk string, d *domain) {
-		out = append(out, Use{Guest: gk, Domain: dk, Used: d.used, Limit: b.cfg.PerDomain, Start: start, Window: b.cfg.Window, Over: d.used > b.cfg.PerDomain})
-	})
-	b.mu.Unlock()
-	return window.Largest(out, max, func(u Use) int64 { return u.Used },
-		func(u Use) (string, string) { return u.Guest, u.Domain })
+	return window.List(&b.mu, b.guests, b.now(), max, func(gk string, start time.Time, dk string, d *domain) Use {
+		return Use{Guest: gk, Domain: dk, Used: d.used, Limit: b.cfg.PerDomain, Start: start, Window: b.cfg.Window, Over: d.used > b.cfg.PerDomain}
+	}, func(u Use) int64 { return u.Used }, func(u Use) (string, string) { return u.Guest, u.Domain })
 }

@@ -8,11 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/internal/winetest"
 	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
 )
 
@@ -20,10 +18,6 @@ import (
 // DoH resolver) is written to the flow log for audits, with its reason, as the router
 // writes the ones it refuses.
 func TestRefusalInFlowLog(t *testing.T) {
-	cfg, err := conf.Parse("shared.toml", []byte(policytest.Config), conf.Options{SkipSecrets: true, OS: "linux"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(winetest.TempDir(t), "flows.jsonl")
 	audit := auditlog.New(auditlog.Options{})
 	if err := audit.Open(path); err != nil {
@@ -31,7 +25,7 @@ func TestRefusalInFlowLog(t *testing.T) {
 	}
 	src, dst := netip.MustParseAddrPort("192.168.1.10:40001"), netip.MustParseAddrPort("8.8.8.8:443")
 	lk := &fakeLookup{owners: map[netip.AddrPort]rules.Owner{src: {PID: 7, App: policytest.Hypervisor}}}
-	e, dev, _ := newTest(t, true, policy.New(cfg, policytest.Env()), Options{Lookup: lk.lookup, Audit: audit})
+	e, dev, _ := newTest(t, true, parsePolicy(t, "shared.toml", policytest.Config, "linux"), Options{Lookup: lk.lookup, Audit: audit})
 	send(e, tcpPkt(src, dst, syn, 1, 0, ""), outMeta)
 	dev.take()
 	if err := audit.Close(); err != nil {

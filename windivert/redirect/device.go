@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/dns"
+	"github.com/agentcage/router/internal/clock"
 	"github.com/agentcage/router/rules"
 )
 
@@ -130,16 +131,5 @@ type Conn struct {
 // calls it on worker goroutines.
 type LookupFunc func(proto uint8, local, remote netip.AddrPort) (rules.Owner, error)
 
-// Clock is the engine's time source; tests substitute a fake one.
-type Clock interface {
-	Now() time.Time
-	// AfterFunc calls f on its own goroutine after d; stop cancels it and reports whether
-	// it did so before f started.
-	AfterFunc(d time.Duration, f func()) (stop func() bool)
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-
-func (realClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+// Clock is the engine's time source: the one clock interface of the packages that arm timers.
+type Clock = clock.Clock

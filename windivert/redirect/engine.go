@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentcage/router/internal/clock"
 	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
@@ -99,7 +100,7 @@ type Options struct {
 	// buffer (default 256 KiB; at least 65575 bytes, the largest packet WinDivert hands out).
 	Batch, BufferSize int
 
-	Clock Clock // nil: the system clock
+	Clock Clock // nil: the system clock; tests substitute a fake one
 
 	// Refusals counts the flows the engine refuses or drops, by reason, once per flow (its
 	// later packets are counted in Stats only). Nil: the engine keeps its own (Refusals).
@@ -190,7 +191,7 @@ func New(dev Device, p *policy.Policy, opts Options) (*Engine, error) {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	if opts.Clock == nil {
-		opts.Clock = realClock{}
+		opts.Clock = clock.System{}
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
+	"github.com/agentcage/router/internal/clock/clocktest"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
@@ -129,7 +130,7 @@ func TestSynHold(t *testing.T) {
 	curl := rules.Owner{PID: pid, App: "curl.exe", AppPath: `C:\tools\curl.exe`}
 	tbl := testRules(t, appRule("curl.exe", rules.Proxy))
 	connect := SocketEvent{Kind: EventConnect, Proto: packet.ProtoTCP, Local: appA, Remote: direct, PID: pid}
-	newEngine := func(t *testing.T, lookup LookupFunc) (*Engine, *fakeDev, *fakeClock) {
+	newEngine := func(t *testing.T, lookup LookupFunc) (*Engine, *fakeDev, *clocktest.Clock) {
 		return newTest(t, true, tbl, Options{
 			Events:   newFakeEvents(),
 			Resolver: &fakeResolver{infos: map[uint32]rules.Owner{pid: curl}},
@@ -400,18 +401,7 @@ func TestNamesAndFinality(t *testing.T) {
 			}
 			send(e, b, outMeta)
 			ps := decode(t, dev.take())
-			var got string
-			switch {
-			case len(ps) == 0:
-				got = "drop"
-			case ps[0].m.Outbound:
-				got = "pass"
-			case ps[0].flags&packet.TCPRst != 0:
-				got = "refuse"
-			default:
-				got = "reflect"
-			}
-			if got != c.want {
+			if got := did(ps, c.dst, c.proto == packet.ProtoTCP, 0); got != c.want {
 				t.Errorf("got %s (%v), want %s", got, ps, c.want)
 			}
 		})

@@ -4,16 +4,17 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"sort"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns"
+	"github.com/agentcage/router/internal/clock/clocktest"
 	"github.com/agentcage/router/router/proc"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
+	"github.com/agentcage/router/rules/policy/policytest"
 	"github.com/agentcage/router/windivert/packet"
 )
 
@@ -77,65 +78,6 @@ func (d *fakeDev) take() []written {
 	out := d.out
 	d.out = nil
 	return out
-}
-
-// fakeClock is a Clock whose time moves only with Advance, which runs the timers that
-// come due on the caller's goroutine.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		was := !t.stopped
-		t.stopped = true
-		return was
-	}
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due []*fakeTimer
-	keep := c.timers[:0]
-	for _, t := range c.timers {
-		switch {
-		case t.stopped:
-		case !t.at.After(c.now):
-			t.stopped = true
-			due = append(due, t)
-		default:
-			keep = append(keep, t)
-		}
-	}
-	c.timers = keep
-	c.mu.Unlock()
-	sort.Slice(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
-	for _, t := range due {
-		t.f()
-	}
 }
 
 // fakeResolver describes PIDs from a table and counts calls.
@@ -251,11 +193,54 @@ func appRule(app string, action rules.Action) rules.Rule {
 	return r
 }
 
+// parsePolicy compiles the config text (named name in errors) judged for goos, over
+// policytest.Env.
+func parsePolicy(t *testing.T, name, text, goos string) *policy.Policy {
+	t.Helper()
+	cfg, err := conf.Parse(name, []byte(text), conf.Options{SkipSecrets: true, OS: goos})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return policy.New(cfg, policytest.Env())
+}
+
+// firstPacket sends a flow's first packet from src to dst, a SYN or (UDP) a DNS query's
+// header, and returns what the engine wrote for it.
+func firstPacket(t *testing.T, e *Engine, dev *fakeDev, src, dst netip.AddrPort, tcp bool) []parsed {
+	t.Helper()
+	b := udpPkt(src, dst, "\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00")
+	if tcp {
+		b = tcpPkt(src, dst, syn, 1, 0, "")
+	}
+	send(e, b, outMeta)
+	return decode(t, dev.take())
+}
+
+// did names what the engine did with the first packet of a flow to dst (tcp: a TCP one)
+// by what it wrote for it, ps: "drop" (nothing), "pass" (sent on), "refuse" (a RST back),
+// "answer" (a datagram back from dst: a DNS answer), "reflect-dns" (turned in to dnsPort, 0:
+// none) or "reflect" (turned in to the listener).
+func did(ps []parsed, dst netip.AddrPort, tcp bool, dnsPort uint16) string {
+	switch {
+	case len(ps) == 0:
+		return "drop"
+	case ps[0].m.Outbound:
+		return "pass"
+	case ps[0].flags&packet.TCPRst != 0:
+		return "refuse"
+	case !tcp && ps[0].src == dst:
+		return "answer"
+	case dnsPort != 0 && ps[0].dst.Port() == dnsPort:
+		return "reflect-dns"
+	}
+	return "reflect"
+}
+
 // newTest returns an engine over a fake device and clock.
-func newTest(t *testing.T, canPass bool, tbl *policy.Policy, opts Options) (*Engine, *fakeDev, *fakeClock) {
+func newTest(t *testing.T, canPass bool, tbl *policy.Policy, opts Options) (*Engine, *fakeDev, *clocktest.Clock) {
 	t.Helper()
 	dev := newFakeDev(canPass)
-	clk := newFakeClock()
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
 	opts.Clock = clk
 	if opts.ListenerPort == 0 {
 		opts.ListenerPort = lport

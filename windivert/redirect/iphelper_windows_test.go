@@ -1,34 +1,20 @@
 package redirect
 
 import (
-	"net"
 	"net/netip"
 	"os"
 	"testing"
 
 	"golang.org/x/sys/windows"
 
+	"github.com/agentcage/router/internal/echotest"
 	"github.com/agentcage/router/windivert/packet"
 )
 
 // TestIPHelperLookupOwnSocket asks the real IP Helper tables (Windows, or Wine) for the
 // owner of a loopback connection of this process.
 func TestIPHelperLookupOwnSocket(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	c, _ := echotest.TCPPair(t)
 	local := netip.MustParseAddrPort(c.LocalAddr().String())
 	remote := netip.MustParseAddrPort(c.RemoteAddr().String())
 	h := NewIPHelper(nil)

@@ -22,49 +22,69 @@ import (
 func TestSharedCases(t *testing.T) {
 	// The shared config has a VM network, which Windows refuses (no capture there sees
 	// one): it is judged as written, for Linux; the decisions do not depend on the OS.
-	cfg, err := conf.Parse("shared.toml", []byte(policytest.Config), conf.Options{SkipSecrets: true, OS: "linux"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := policy.New(cfg, policytest.Env())
+	dec := parsePolicy(t, "shared.toml", policytest.Config, "linux")
+	names := map[netip.Addr]string{policytest.PoolAddr: policytest.PoolName}
+	checkCases(t, dec, names, policytest.Cases(), func(c policytest.Case) engineCase {
+		ec := engineCase{name: c.Name, flow: c.Flow, why: fmt.Sprintf(" for %s by %q", c.Action, c.Rule)}
+		if !c.Flow.FromVM || dec.FromVMNetwork(c.Flow.Src) {
+			ec.want = engineAction(c, c.Flow.Network == rules.TCP)
+		}
+		return ec
+	})
+}
+
+// TestSpoofCases: the engine decides at the SYN, before the client wrote a name, so it never
+// passes a flow that a name from its first bytes could still send direct: it reflects it to
+// the router, which reads the name and dials it as its resolver resolves it (the relay's
+// TestSpoofCasesTransparent), and refuses only what no name could open.
+func TestSpoofCases(t *testing.T) {
+	dec := parsePolicy(t, "spoof.toml", policytest.SpoofConfig, "linux")
+	checkCases(t, dec, map[netip.Addr]string{}, policytest.SpoofCases(), func(c policytest.SpoofCase) engineCase {
+		ec := engineCase{name: c.Name, flow: c.Flow, want: "reflect"}
+		switch {
+		case c.Paths&policytest.Engine == 0:
+			ec.want = ""
+		case c.Step == policy.StepHost && c.Action == rules.Block:
+			ec.want = "refuse"
+		}
+		return ec
+	})
+}
+
+// engineCase is a shared case as the engine's tests take it.
+type engineCase struct {
+	name string
+	flow policy.Flow
+	want string // what the engine must do with the flow's first packet (see did); "": not its case
+	why  string // the decision, for a failure's message
+}
+
+// checkCases runs the first packet of every case's flow (of says the flow and what the
+// engine must do) through a new engine deciding by dec: the flow's app, if any, owns it,
+// names names the addresses the DNS gave, and the engine answers DNS and reflects TCP DNS to
+// its DNS port. Each runs as a subtest that checks what the engine did.
+func checkCases[C any](t *testing.T, dec *policy.Policy, names map[netip.Addr]string, cases []C, of func(C) engineCase) {
+	t.Helper()
 	const dnsPort = 47153
-	for i, c := range policytest.Cases() {
-		if c.Flow.FromVM && !dec.FromVMNetwork(c.Flow.Src) {
+	for i, c := range cases {
+		ec := of(c)
+		if ec.want == "" {
 			continue
 		}
-		t.Run(c.Name, func(t *testing.T) {
-			src := netip.AddrPortFrom(c.Flow.Src, uint16(40000+i))
-			dst := netip.AddrPortFrom(c.Flow.Dst, c.Flow.Port)
+		t.Run(ec.name, func(t *testing.T) {
+			f := ec.flow
+			src := netip.AddrPortFrom(f.Src, uint16(40000+i))
+			dst := netip.AddrPortFrom(f.Dst, f.Port)
 			lk := &fakeLookup{owners: map[netip.AddrPort]rules.Owner{}}
-			if c.Flow.App != "" {
-				lk.owners[src] = rules.Owner{PID: 7, App: c.Flow.App}
+			if f.App != "" {
+				lk.owners[src] = rules.Owner{PID: 7, App: f.App}
 			}
-			names := &dnstest.Names{Names: map[netip.Addr]string{policytest.PoolAddr: policytest.PoolName}}
-			e, dev, _ := newTest(t, true, dec, Options{Lookup: lk.lookup, Names: names, DNS: &fakeDNS{}, DNSPort: dnsPort})
-			tcp := c.Flow.Network == rules.TCP
-			b := udpPkt(src, dst, "\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00")
-			if tcp {
-				b = tcpPkt(src, dst, syn, 1, 0, "")
-			}
-			send(e, b, outMeta)
-			ps := decode(t, dev.take())
-			var got string
-			switch {
-			case len(ps) == 0:
-				got = "drop"
-			case ps[0].m.Outbound:
-				got = "pass"
-			case ps[0].flags&packet.TCPRst != 0:
-				got = "refuse"
-			case !tcp && ps[0].src == dst:
-				got = "answer"
-			case ps[0].dst.Port() == dnsPort:
-				got = "reflect-dns"
-			default:
-				got = "reflect"
-			}
-			if want := engineAction(c, tcp); got != want {
-				t.Errorf("engine did %s (%v), want %s for %s by %q", got, ps, want, c.Action, c.Rule)
+			opts := Options{Lookup: lk.lookup, Names: &dnstest.Names{Names: names}, DNS: &fakeDNS{}, DNSPort: dnsPort}
+			e, dev, _ := newTest(t, true, dec, opts)
+			tcp := f.Network == rules.TCP
+			ps := firstPacket(t, e, dev, src, dst, tcp)
+			if got := did(ps, dst, tcp, dnsPort); got != ec.want {
+				t.Errorf("engine did %s (%v), want %s%s", got, ps, ec.want, ec.why)
 			}
 		})
 	}
@@ -97,11 +117,7 @@ func TestScopeCases(t *testing.T) {
 	for _, local := range []bool{true, false} {
 		for _, dc := range []string{conf.DNSCaptureCaged, conf.DNSCaptureAll} {
 			t.Run(fmt.Sprintf("local=%v,dns=%s", local, dc), func(t *testing.T) {
-				cfg, err := conf.Parse("scope.toml", []byte(policytest.ScopeConfig(local, dc)), conf.Options{SkipSecrets: true, OS: "windows"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				dec := policy.New(cfg, policytest.Env())
+				dec := scopePolicy(t, local, dc)
 				for i, c := range policytest.ScopeCases(local, dc) {
 					t.Run(c.Name, func(t *testing.T) {
 						pid := uint32(1000 + i)
@@ -114,33 +130,16 @@ func TestScopeCases(t *testing.T) {
 						dst := netip.AddrPortFrom(c.Flow.Dst, c.Flow.Port)
 						tcp := c.Flow.Network == rules.TCP
 						proto := packet.ProtoUDP
-						b := udpPkt(src, dst, "\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00")
 						if tcp {
 							proto = packet.ProtoTCP
-							b = tcpPkt(src, dst, syn, 1, 0, "")
 						}
 						if !dec.FromVMNetwork(c.Flow.Src) {
 							e.Event(SocketEvent{Kind: EventConnect, Proto: proto, Local: src, Remote: dst, PID: pid})
 						}
-						send(e, b, outMeta)
-						ps := decode(t, dev.take())
-						var got string
-						switch {
-						case len(ps) == 0:
-							got = "drop"
-						case ps[0].m.Outbound:
-							got = "pass"
-							if ps[0].src != src || ps[0].dst != dst {
-								t.Errorf("passed %v, want it unchanged", ps[0])
-							}
-						case ps[0].flags&packet.TCPRst != 0:
-							got = "refuse"
-						case !tcp && ps[0].src == dst:
-							got = "answer"
-						case ps[0].dst.Port() == 47153:
-							got = "reflect-dns"
-						default:
-							got = "reflect"
+						ps := firstPacket(t, e, dev, src, dst, tcp)
+						got := did(ps, dst, tcp, 47153)
+						if got == "pass" && (ps[0].src != src || ps[0].dst != dst) {
+							t.Errorf("passed %v, want it unchanged", ps[0])
 						}
 						if want := engineAction(c, tcp); got != want {
 							t.Errorf("engine did %s (%v), want %s for %v by %q", got, ps, want, c.Step, c.Rule)

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
@@ -42,11 +41,7 @@ func echoPkt(src, dst netip.Addr) []byte {
 // scopePolicy is the shared config under local and the DNS scope, judged for Windows.
 func scopePolicy(t *testing.T, local bool, dnsCapture string) *policy.Policy {
 	t.Helper()
-	cfg, err := conf.Parse("scope.toml", []byte(policytest.ScopeConfig(local, dnsCapture)), conf.Options{SkipSecrets: true, OS: "windows"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return policy.New(cfg, policytest.Env())
+	return parsePolicy(t, "scope.toml", policytest.ScopeConfig(local, dnsCapture), "windows")
 }
 
 // TestICMP: an echo request of a caged process is dropped, one whose process no event named

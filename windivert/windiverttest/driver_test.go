@@ -2,30 +2,12 @@ package windiverttest
 
 import (
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentcage/router/internal/clock/clocktest"
 	"github.com/agentcage/router/windivert"
 )
-
-// clock is a driver clock the test moves.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // ipv4 is a minimal IPv4 packet with a one-byte mark in its payload.
 func ipv4(mark byte) []byte {
@@ -41,17 +23,31 @@ func open(t *testing.T, d *Driver, flags windivert.Flag) (uintptr, *Handle) {
 	return hv, d.Handles()[len(d.Handles())-1]
 }
 
+// queued opens a handle on a driver whose clock moves only when the test advances it, with
+// packets 1, 2, … queued on it, as old as ages says (the oldest first), and returns the
+// driver, its clock and the handle's value.
+func queued(t *testing.T, ages ...time.Duration) (*Driver, *clocktest.Clock, uintptr) {
+	t.Helper()
+	c := clocktest.New(time.Unix(1000, 0))
+	d := NewDriver()
+	d.Now = c.Now
+	hv, h := open(t, d, 0)
+	for i, age := range ages {
+		if i > 0 {
+			c.Advance(ages[i-1] - age)
+		}
+		h.Deliver(ipv4(byte(i+1)), windivert.Address{})
+	}
+	if len(ages) > 0 {
+		c.Advance(ages[len(ages)-1])
+	}
+	return d, c, hv
+}
+
 // TestLastCloseReinjectsYoungPackets: the driver's cleanup re-injects the queued packets
 // younger than QUEUE_TIME and drops the older ones; a SNIFF handle's are all dropped.
 func TestLastCloseReinjectsYoungPackets(t *testing.T) {
-	c := &clock{t: time.Unix(1000, 0)}
-	d := NewDriver()
-	d.Now = c.now
-	hv, h := open(t, d, 0)
-	h.Deliver(ipv4(1), windivert.Address{})
-	c.add(1500 * time.Millisecond)
-	h.Deliver(ipv4(2), windivert.Address{})
-	c.add(1 * time.Second) // packet 1 is 2.5 s old, packet 2 1 s
+	d, _, hv := queued(t, 2500*time.Millisecond, time.Second)
 	cv, err := d.Copy(hv)
 	if err != nil {
 		t.Fatal(err)
@@ -79,12 +75,8 @@ func TestLastCloseReinjectsYoungPackets(t *testing.T) {
 // TestShortestQueueTimeExpires: ExpireQueue's shortest QUEUE_TIME and wait make the last
 // close drop the queue.
 func TestShortestQueueTimeExpires(t *testing.T) {
-	c := &clock{t: time.Unix(1000, 0)}
-	d := NewDriver()
-	d.Now = c.now
-	hv, h := open(t, d, 0)
-	h.Deliver(ipv4(1), windivert.Address{})
-	if err := windivert.ExpireQueue(d, hv, c.add); err != nil {
+	d, c, hv := queued(t, 0)
+	if err := windivert.ExpireQueue(d, hv, c.Advance); err != nil {
 		t.Fatal(err)
 	}
 	d.Close(hv)
@@ -95,13 +87,7 @@ func TestShortestQueueTimeExpires(t *testing.T) {
 
 // TestExpiredPacketsAreNotReceived: a receive drops the packets older than QUEUE_TIME.
 func TestExpiredPacketsAreNotReceived(t *testing.T) {
-	c := &clock{t: time.Unix(1000, 0)}
-	d := NewDriver()
-	d.Now = c.now
-	hv, h := open(t, d, 0)
-	h.Deliver(ipv4(1), windivert.Address{})
-	c.add(3 * time.Second)
-	h.Deliver(ipv4(2), windivert.Address{})
+	d, _, hv := queued(t, 3*time.Second, 0)
 	buf := make([]byte, 100)
 	n, err := d.Recv(hv, buf, nil)
 	if err != nil || n != 21 || buf[20] != 2 {

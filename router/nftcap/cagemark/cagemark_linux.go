@@ -91,35 +91,26 @@ func Install(cfg Config) error {
 	if len(keys) > maxNames {
 		return fmt.Errorf("cagemark install: %d names, at most %d", len(keys), maxNames)
 	}
-	cookie, err := netnsCookie(cfg.NetNS)
+	a, err := lookup(cfg.NetNS)
 	if err != nil {
 		return fmt.Errorf("cagemark install: %w", err)
 	}
-	cg, err := openCgroupRoot()
-	if err != nil {
-		return fmt.Errorf("cagemark install: %w", err)
-	}
-	defer unix.Close(cg)
-	found, err := attached(cg, cookie)
-	if err != nil {
-		return fmt.Errorf("cagemark install: %w", err)
-	}
-	defer found.close()
+	defer a.close()
 	// The maps of the first program found serve every hook; a program with maps of its
 	// own (two installs that raced), or a second one on a hook, goes.
 	var m *prog
 	have := map[ebpf.AttachType]bool{}
-	for _, p := range found {
+	for _, p := range a.progs {
 		switch {
 		case p.stale:
-			if err := detach(cg, p); err != nil {
+			if err := detach(a.cg, p); err != nil {
 				return fmt.Errorf("cagemark install: %w", err)
 			}
 			continue
 		case m == nil:
 			m = p
 		case p.configID != m.configID || have[p.hook.attach]:
-			if err := detach(cg, p); err != nil {
+			if err := detach(a.cg, p); err != nil {
 				return fmt.Errorf("cagemark install: %w", err)
 			}
 			continue
@@ -132,7 +123,7 @@ func Install(cfg Config) error {
 		}
 		defer m.close()
 	}
-	if err := fill(m, config(cookie, cfg.Mark), keys); err != nil {
+	if err := fill(m, config(a.cookie, cfg.Mark), keys); err != nil {
 		return fmt.Errorf("cagemark install: %w", err)
 	}
 	var l layout
@@ -145,14 +136,14 @@ func Install(cfg Config) error {
 		if have[h.attach] {
 			continue
 		}
-		err := attach(cg, h, l, m)
+		err := attach(a.cg, h, l, m)
 		if errors.Is(err, unix.E2BIG) {
 			// The cgroup holds 64 programs a hook: room is made by detaching those left
 			// for namespaces that are gone, and never one of a namespace that lives.
-			if gerr := collectGone(cg); gerr != nil {
+			if gerr := collectGone(a.cg); gerr != nil {
 				return fmt.Errorf("cagemark install: %w (%w)", err, gerr)
 			}
-			err = attach(cg, h, l, m)
+			err = attach(a.cg, h, l, m)
 		}
 		if err != nil {
 			return fmt.Errorf("cagemark install: %w", err)
@@ -164,22 +155,13 @@ func Install(cfg Config) error {
 // Remove detaches the programs of the namespace netNS (0: the caller's); none attached is
 // not an error.
 func Remove(netNS int) error {
-	cookie, err := netnsCookie(netNS)
+	a, err := lookup(netNS)
 	if err != nil {
 		return fmt.Errorf("cagemark remove: %w", err)
 	}
-	cg, err := openCgroupRoot()
-	if err != nil {
-		return fmt.Errorf("cagemark remove: %w", err)
-	}
-	defer unix.Close(cg)
-	found, err := attached(cg, cookie)
-	if err != nil {
-		return fmt.Errorf("cagemark remove: %w", err)
-	}
-	defer found.close()
-	for _, p := range found {
-		if err := detach(cg, p); err != nil {
+	defer a.close()
+	for _, p := range a.progs {
+		if err := detach(a.cg, p); err != nil {
 			return fmt.Errorf("cagemark remove: %w", err)
 		}
 	}
@@ -189,22 +171,13 @@ func Remove(netNS int) error {
 // Installed returns the names and the mark of the programs attached for netNS, or false
 // when not every hook has one.
 func Installed(netNS int) (names []string, mark uint32, ok bool, err error) {
-	cookie, err := netnsCookie(netNS)
+	a, err := lookup(netNS)
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("cagemark installed: %w", err)
 	}
-	cg, err := openCgroupRoot()
-	if err != nil {
-		return nil, 0, false, fmt.Errorf("cagemark installed: %w", err)
-	}
-	defer unix.Close(cg)
-	found, err := attached(cg, cookie)
-	if err != nil {
-		return nil, 0, false, fmt.Errorf("cagemark installed: %w", err)
-	}
-	defer found.close()
+	defer a.close()
 	have := map[ebpf.AttachType]bool{}
-	for _, p := range found {
+	for _, p := range a.progs {
 		if p.stale {
 			return nil, 0, false, nil
 		}
@@ -214,7 +187,7 @@ func Installed(netNS int) (names []string, mark uint32, ok bool, err error) {
 		return nil, 0, false, nil
 	}
 	var k []byte
-	it := found[0].names.Iterate()
+	it := a.progs[0].names.Iterate()
 	var v uint8
 	for it.Next(&k, &v) {
 		n := binary.NativeEndian.Uint32(k) / 8
@@ -229,28 +202,19 @@ func Installed(netNS int) (names []string, mark uint32, ok bool, err error) {
 	if err := it.Err(); err != nil {
 		return nil, 0, false, fmt.Errorf("cagemark installed: names: %w", err)
 	}
-	return names, found[0].mark, true, nil
+	return names, a.progs[0].mark, true, nil
 }
 
 // Once returns the thread group IDs of the processes the programs attached for netNS (0:
 // the caller's) remember having caged (see the package doc); none when none is attached.
 func Once(netNS int) (map[int]bool, error) {
-	cookie, err := netnsCookie(netNS)
+	a, err := lookup(netNS)
 	if err != nil {
 		return nil, fmt.Errorf("cagemark once: %w", err)
 	}
-	cg, err := openCgroupRoot()
-	if err != nil {
-		return nil, fmt.Errorf("cagemark once: %w", err)
-	}
-	defer unix.Close(cg)
-	found, err := attached(cg, cookie)
-	if err != nil {
-		return nil, fmt.Errorf("cagemark once: %w", err)
-	}
-	defer found.close()
+	defer a.close()
 	out := map[int]bool{}
-	for _, p := range found {
+	for _, p := range a.progs {
 		if p.stale || p.procs == nil {
 			continue
 		}
@@ -407,6 +371,38 @@ func clearMap(m *ebpf.Map) error {
 		}
 	}
 	return nil
+}
+
+// attachment is what this package has attached for one network namespace.
+type attachment struct {
+	cookie uint64 // the namespace's
+	cg     int    // the cgroup root, open
+	progs  progs  // the programs attached to cg for the namespace, on every hook
+}
+
+// lookup opens the cgroup root and finds the programs attached for the namespace netNS (0:
+// the caller's). The caller closes the attachment.
+func lookup(netNS int) (*attachment, error) {
+	cookie, err := netnsCookie(netNS)
+	if err != nil {
+		return nil, err
+	}
+	cg, err := openCgroupRoot()
+	if err != nil {
+		return nil, err
+	}
+	found, err := attached(cg, cookie)
+	if err != nil {
+		unix.Close(cg)
+		return nil, err
+	}
+	return &attachment{cookie: cookie, cg: cg, progs: found}, nil
+}
+
+// close closes the programs and the cgroup root.
+func (a *attachment) close() {
+	a.progs.close()
+	unix.Close(a.cg)
 }
 
 // attached returns the programs of this package attached to the cgroup cg, on every hook,

@@ -43,49 +43,31 @@ func TestKeys(t *testing.T) {
 	}
 }
 
-// sockMark opens a UDP socket in the namespace fd (0: this one) on a thread of its own and
-// returns the socket's mark.
+// sockMark opens a TCP socket over IPv6 in the namespace fd (0: this one) on a thread of its
+// own and returns the socket's mark.
 func sockMark(t *testing.T, fd int) uint32 {
 	t.Helper()
-	type res struct {
-		mark int
-		err  error
+	var m int
+	var err error
+	inNS(t, fd, func() { m, err = socketMark(unix.AF_INET6) })
+	if err != nil {
+		t.Fatal(err)
 	}
-	ch := make(chan res)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread goes with the goroutine
-		if fd != 0 {
-			if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-				ch <- res{err: err}
-				return
-			}
-		}
-		s, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM, 0)
-		if err != nil {
-			ch <- res{err: err}
-			return
-		}
-		defer unix.Close(s)
-		m, err := unix.GetsockoptInt(s, unix.SOL_SOCKET, unix.SO_MARK)
-		ch <- res{m, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	return uint32(r.mark)
+	return uint32(m)
 }
 
-// inNS runs fn on a thread of its own in the namespace fd.
+// inNS runs fn on a thread of its own in the namespace fd (0: this one).
 func inNS(t *testing.T, fd int, fn func()) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		runtime.LockOSThread() // never unlocked: the thread goes with the goroutine
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			t.Error(err)
-			return
+		if fd != 0 {
+			if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+				t.Error(err)
+				return
+			}
 		}
 		fn()
 	}()
@@ -98,16 +80,7 @@ func inNS(t *testing.T, fd int, fn func()) {
 // ends it.
 func TestMarksCagedSockets(t *testing.T) {
 	roottest.Require(t, "ip")
-	name := fmt.Sprintf("cagemark%d", os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
-	fd, err := unix.Open("/run/netns/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
+	name, fd := testNetNS(t, "cagemark")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -130,11 +103,6 @@ func TestMarksCagedSockets(t *testing.T) {
 	if err := Install(Config{Names: []string{"slirp4netns", self}, Mark: mark, NetNS: fd}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := Remove(fd); err != nil {
-			t.Error(err)
-		}
-	})
 	if got := sockMark(t, fd); got != mark {
 		t.Errorf("caged name %q in its namespace: mark %#x, want %#x", self, got, mark)
 	}

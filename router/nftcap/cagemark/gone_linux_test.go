@@ -16,42 +16,33 @@ import (
 // whether a file names it or only a descriptor holds it.
 func TestCollectsGoneNamespaces(t *testing.T) {
 	roottest.Require(t, "ip")
-	add := func(name string) int {
+	install := func(fd int) {
 		t.Helper()
-		if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-			t.Fatalf("ip netns add: %v: %s", err, out)
-		}
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
-		fd, err := unix.Open("/run/netns/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
 		if err := Install(Config{Names: []string{"cagehv"}, Mark: 0x52434147, NetNS: fd}); err != nil {
 			t.Fatal(err)
 		}
-		return fd
+	}
+	del := func(name string) {
+		t.Helper()
+		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+			t.Fatalf("ip netns del: %v: %s", err, out)
+		}
 	}
 	goneName := fmt.Sprintf("cagegone%d", os.Getpid())
-	gone := add(goneName)
+	gone := addNetNS(t, goneName)
+	install(gone)
 	goneCookie, err := netnsCookie(gone)
 	if err != nil {
 		t.Fatal(err)
 	}
-	named := add(fmt.Sprintf("cagenamed%d", os.Getpid()))
-	defer unix.Close(named)
-	t.Cleanup(func() { Remove(named) })
-	heldName := fmt.Sprintf("cageheld%d", os.Getpid())
-	held := add(heldName)
-	defer unix.Close(held)
-	t.Cleanup(func() { Remove(held) })
+	_, named := testNetNS(t, "cagenamed")
+	install(named)
+	heldName, held := testNetNS(t, "cageheld")
+	install(held)
 	// The one namespace goes; the other is held by this process's descriptor alone.
-	if out, err := exec.Command("ip", "netns", "del", goneName).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns del: %v: %s", err, out)
-	}
+	del(goneName)
 	unix.Close(gone)
-	if out, err := exec.Command("ip", "netns", "del", heldName).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns del: %v: %s", err, out)
-	}
+	del(heldName)
 
 	cg, err := openCgroupRoot()
 	if err != nil {

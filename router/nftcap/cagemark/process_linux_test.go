@@ -100,13 +100,7 @@ func helper(mode string) int {
 			ch <- res{err: fmt.Errorf("setns: %w", err)}
 			return
 		}
-		s, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
-		if err != nil {
-			ch <- res{err: err}
-			return
-		}
-		defer unix.Close(s)
-		m, err := unix.GetsockoptInt(s, unix.SOL_SOCKET, unix.SO_MARK)
+		m, err := socketMark(unix.AF_INET)
 		if err != nil {
 			ch <- res{err: err}
 			return
@@ -159,16 +153,7 @@ func copyExe(t *testing.T, dir, name string) string {
 // not.
 func TestMarksByExecutable(t *testing.T) {
 	roottest.Require(t, "ip")
-	name := fmt.Sprintf("cagexe%d", os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
-	fd, err := unix.Open("/run/netns/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
+	name, fd := testNetNS(t, "cagexe")
 
 	dir := t.TempDir()
 	if err := os.Chmod(dir, 0o755); err != nil {
@@ -192,11 +177,6 @@ func TestMarksByExecutable(t *testing.T) {
 	if err := Install(Config{Names: []string{"cagehv", "cagehv-system-x86_64"}, Mark: mark, NetNS: fd}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := Remove(fd); err != nil {
-			t.Error(err)
-		}
-	})
 	for _, tc := range []struct {
 		what, exe, mode string
 		marked          bool
@@ -286,23 +266,11 @@ func BenchmarkSocketCreateBare(b *testing.B) { benchSocket(b, false) }
 
 func benchSocket(b *testing.B, install bool) {
 	roottest.Require(b, "ip")
-	name := fmt.Sprintf("cagebench%d", os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		b.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	b.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
-	fd, err := unix.Open("/run/netns/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer unix.Close(fd)
+	_, fd := testNetNS(b, "cagebench")
 	if install {
 		if err := Install(Config{Names: []string{"qemu-system-*", "VBoxHeadless", "passt.avx2"}, Mark: 7, NetNS: fd}); err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { Remove(fd) })
-	}
-	if install {
 		stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 		if err != nil {
 			b.Fatal(err)
@@ -339,34 +307,16 @@ func benchSocket(b *testing.B, install bool) {
 // none, and Install detaches them and attaches its own.
 func TestReplacesOlderPrograms(t *testing.T) {
 	roottest.Require(t, "ip")
-	name := fmt.Sprintf("cageold%d", os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
-	fd, err := unix.Open("/run/netns/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	t.Cleanup(func() {
-		if err := Remove(fd); err != nil {
-			t.Error(err)
-		}
-	})
-	cookie, err := netnsCookie(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, fd := testNetNS(t, "cageold")
 	l, err := kernelLayout(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg, err := openCgroupRoot()
+	before, err := lookup(fd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(cg)
+	defer before.close()
 	old := &prog{}
 	defer old.close()
 	if old.config, err = ebpf.NewMap(&ebpf.MapSpec{Name: configName, Type: ebpf.Array, KeySize: 4, ValueSize: configSize, MaxEntries: 1}); err != nil {
@@ -379,11 +329,11 @@ func TestReplacesOlderPrograms(t *testing.T) {
 	if old.procs, err = ebpf.NewMap(&ebpf.MapSpec{Name: "old_procs", Type: ebpf.Hash, KeySize: 16, ValueSize: 1, MaxEntries: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := old.config.Put(uint32(0), config(cookie, 0x52434147)); err != nil {
+	if err := old.config.Put(uint32(0), config(before.cookie, 0x52434147)); err != nil {
 		t.Fatal(err)
 	}
 	for _, h := range hooks {
-		if err := attach(cg, h, l, old); err != nil {
+		if err := attach(before.cg, h, l, old); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -393,15 +343,15 @@ func TestReplacesOlderPrograms(t *testing.T) {
 	if err := Install(Config{Names: []string{"cagehv"}, Mark: 0x52434147, NetNS: fd}); err != nil {
 		t.Fatal(err)
 	}
-	found, err := attached(cg, cookie)
+	after, err := lookup(fd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer found.close()
-	if len(found) != len(hooks) {
-		t.Errorf("%d programs for the namespace after Install, want %d", len(found), len(hooks))
+	defer after.close()
+	if len(after.progs) != len(hooks) {
+		t.Errorf("%d programs for the namespace after Install, want %d", len(after.progs), len(hooks))
 	}
-	for _, p := range found {
+	for _, p := range after.progs {
 		if p.stale {
 			t.Errorf("an older program left on %s", p.hook.name)
 		}
@@ -414,21 +364,12 @@ func TestReplacesOlderPrograms(t *testing.T) {
 // reportRunTime reports the socket-creation program's mean run time (every socket of the
 // machine's since it was attached: the others' leave at the namespace's check).
 func reportRunTime(b *testing.B, fd int) {
-	cookie, err := netnsCookie(fd)
+	a, err := lookup(fd)
 	if err != nil {
 		b.Fatal(err)
 	}
-	cg, err := openCgroupRoot()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer unix.Close(cg)
-	found, err := attached(cg, cookie)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer found.close()
-	for _, p := range found {
+	defer a.close()
+	for _, p := range a.progs {
 		if p.hook.attach != ebpf.AttachCGroupInetSockCreate {
 			continue
 		}

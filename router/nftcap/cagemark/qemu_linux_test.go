@@ -2,14 +2,11 @@ package cagemark
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/agentcage/router/internal/roottest"
 	"github.com/agentcage/router/internal/wait"
@@ -20,28 +17,14 @@ import (
 // opens at its start carries the mark.
 func TestMarksRenamedQEMU(t *testing.T) {
 	roottest.Require(t, "ip", "ss", "qemu-system-x86_64")
-	name := fmt.Sprintf("cageqemu%d", os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	name, fd := testNetNS(t, "cageqemu")
 	if out, err := exec.Command("ip", "-n", name, "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		t.Fatalf("lo up: %v: %s", err, out)
 	}
-	fd, err := unix.Open("/run/netns/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
 	const mark = 0x52434151
 	if err := Install(Config{Names: []string{"qemu-system-*", "qemu-kvm"}, Mark: mark, NetNS: fd}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := Remove(fd); err != nil {
-			t.Error(err)
-		}
-	})
 	const port = 4555
 	cmd := exec.Command("ip", "netns", "exec", name, "qemu-system-x86_64", "-name", "VM,process=VM",
 		"-machine", "none", "-nodefaults", "-display", "none", "-monitor", fmt.Sprintf("tcp:127.0.0.1:%d,server,nowait", port))

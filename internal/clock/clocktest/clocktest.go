@@ -1,12 +1,12 @@
-// Package progresstest holds a fake progress.Clock: time moves only when a test advances it.
-package progresstest
+// Package clocktest holds a fake clock.Clock: time moves only when a test advances it.
+package clocktest
 
 import (
 	"sync"
 	"time"
 )
 
-// Clock is a progress.Clock whose time moves only by Advance, which runs the timers that
+// Clock is a clock.Clock whose time moves only by Advance, which runs the timers that
 // come due, in order, in the caller's goroutine.
 type Clock struct {
 	mu     sync.Mutex
