@@ -55,13 +55,9 @@ func firstBytes(t *testing.T, from, name string) []byte {
 // nameSettings are the settings of NameConfig with its proxy at p.
 func nameSettings(t *testing.T, proxy netip.AddrPort) Settings {
 	t.Helper()
-	cfg, err := conf.Parse("names.toml", []byte(policytest.NameConfig), conf.Options{SkipSecrets: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	env := policytest.Env()
 	env.Scoped = false
-	return Settings{Decision: policy.New(cfg, env), Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: proxy.Port()}}}}
+	return exitSettings(casePolicy(t, "names.toml", policytest.NameConfig, env, conf.Options{}), proxy.Port())
 }
 
 var nameFromRecord = regexp.MustCompile(`msg=flow .* host=(\S+) name_from=(\S+)`)
@@ -77,12 +73,7 @@ func TestNameCasesRelay(t *testing.T) {
 		}
 		t.Run(c.Name, func(t *testing.T) {
 			fl := c.Flow
-			opts := Options{
-				Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
-					return netip.AddrPortFrom(fl.Src, 40000), netip.AddrPortFrom(fl.Dst, fl.Port), nil
-				},
-				Names: &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: policytest.NameFakes},
-			}
+			opts := caseOptions(fl, netip.AddrPortFrom(fl.Dst, fl.Port), &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: policytest.NameFakes})
 			e := newEnv(t, nameSettings(t, p.Addr), opts)
 			before := len(p.Asked())
 			e.dialCapture(firstBytes(t, c.From, fl.Sniffed))

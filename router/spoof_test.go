@@ -12,10 +12,8 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/netaddr"
-	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/router/upstream/socks5"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
 )
 
@@ -26,11 +24,7 @@ import (
 // loopback, so the error names the address tried), never to the address the guest chose;
 // the flow log says the name was not trusted.
 func TestSpoofCasesTransparent(t *testing.T) {
-	cfg, err := conf.Parse("spoof.toml", []byte(policytest.SpoofConfig), conf.Options{SkipSecrets: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := policy.New(cfg, policytest.Env())
+	dec := casePolicy(t, "spoof.toml", policytest.SpoofConfig, policytest.Env(), conf.Options{})
 	p := startProxy(t, nil, nil) // it dials loopback only: no case's traffic leaves
 	for _, c := range policytest.SpoofCases() {
 		if c.Paths&policytest.Transparent == 0 {
@@ -40,15 +34,7 @@ func TestSpoofCasesTransparent(t *testing.T) {
 			fl := c.Flow
 			names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: map[netip.Addr]string{},
 				Resolved: map[string][]netip.Addr{fl.Sniffed: fl.Resolved}}
-			opts := Options{
-				Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
-					return netip.AddrPortFrom(fl.Src, 40000), netip.AddrPortFrom(fl.Dst, fl.Port), nil
-				},
-				FromVM: func(netip.Addr) bool { return fl.FromVM },
-				Names:  names,
-			}
-			pol := Settings{Decision: dec, Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Addr.Port()}}}}
-			e := newEnv(t, pol, opts)
+			e := newEnv(t, exitSettings(dec, p.Addr.Port()), caseOptions(fl, netip.AddrPortFrom(fl.Dst, fl.Port), names))
 			before := len(p.Asked())
 			e.dialCapture(firstBytes(t, c.From, fl.Sniffed))
 			e.wantRecorded("relay", c.Action, c.Rule)
@@ -90,36 +76,29 @@ func TestSpoofCasesTransparent(t *testing.T) {
 // TestSpoofCasesInbound: a name an inbound's client asks for is dialed as the router
 // resolves it, every address through the walls, on both inbounds.
 func TestSpoofCasesInbound(t *testing.T) {
-	cfg, err := conf.Parse("spoof.toml", []byte(policytest.SpoofConfig), conf.Options{SkipSecrets: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := policy.New(cfg, policytest.Env())
+	dec := casePolicy(t, "spoof.toml", policytest.SpoofConfig, policytest.Env(), conf.Options{})
 	p := startProxy(t, nil, nil)
 	for _, c := range policytest.SpoofCases() {
 		if c.Paths&policytest.Inbound == 0 {
 			continue
 		}
-		for _, typ := range []InboundType{InboundSOCKS5, InboundHTTP} {
-			t.Run(c.Name+"/"+string(typ), func(t *testing.T) {
-				fl := c.Flow
-				names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: map[netip.Addr]string{},
-					Resolved: map[string][]netip.Addr{fl.Host: fl.Resolved}}
-				pol := Settings{Decision: dec, Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Addr.Port()}}}}
-				e := newEnv(t, pol, Options{Names: names, Resolve: noLocalResolve(t)})
-				addr := e.startInbound(Inbound{Type: typ})
-				if typ == InboundSOCKS5 {
-					e.socksConnect(addr, socks5.Addr{Name: fl.Host, Port: fl.Port})
-				} else {
-					e.httpConnect(addr, net.JoinHostPort(fl.Host, strconv.Itoa(int(fl.Port))), "")
-				}
-				e.wantRecorded("inbound", c.Action, c.Rule)
-				if c.Action == rules.Direct {
-					want := "not " + netip.AddrPortFrom(c.Dial, fl.Port).String()
-					e.waitLog(want)
-				}
-			})
-		}
+		eachInbound(t, c.Name, func(t *testing.T, typ InboundType) {
+			fl := c.Flow
+			names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: map[netip.Addr]string{},
+				Resolved: map[string][]netip.Addr{fl.Host: fl.Resolved}}
+			e := newEnv(t, exitSettings(dec, p.Addr.Port()), Options{Names: names, Resolve: noLocalResolve(t)})
+			addr := e.startInbound(Inbound{Type: typ})
+			if typ == InboundSOCKS5 {
+				e.socksConnect(addr, socks5.Addr{Name: fl.Host, Port: fl.Port})
+			} else {
+				e.httpConnect(addr, net.JoinHostPort(fl.Host, strconv.Itoa(int(fl.Port))), "")
+			}
+			e.wantRecorded("inbound", c.Action, c.Rule)
+			if c.Action == rules.Direct {
+				want := "not " + netip.AddrPortFrom(c.Dial, fl.Port).String()
+				e.waitLog(want)
+			}
+		})
 	}
 }
 

@@ -123,18 +123,18 @@ func TestModelClientRetriesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	go func() {
-		s, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		s.Read(make([]byte, 4096))
-		s.Close()
-	}()
 	dead, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		s.Read(make([]byte, 4096))
+		s.Close()
+	}()
 	c.put(addr, &modelConn{c: dead, br: bufio.NewReader(dead), bw: bufio.NewWriter(dead)})
 	if got := post(t, c, addr, "again"); got != "again" {
 		t.Fatalf("retried request: %q", got)
@@ -153,18 +153,9 @@ func TestModelClientCancelEndsWait(t *testing.T) {
 		_, err := c.RoundTrip(req)
 		done <- err
 	}()
-	select { // the request waits on the server
-	case <-ms.slow:
-	case <-time.After(waitFor):
-		t.Fatal("the request did not reach the server")
-	}
+	within(t, ms.slow, waitFor, "the request to reach the server") // it waits on the server
 	cancel()
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatal("a cancelled request succeeded")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a cancelled request still waits on the server")
+	if err := within(t, done, waitFor, "the cancelled request's end"); err == nil {
+		t.Fatal("a cancelled request succeeded")
 	}
 }
