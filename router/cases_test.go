@@ -17,10 +17,9 @@ import (
 
 // casePolicy is the policy of a shared config text (name is its file name, for errors),
 // with env as the host's.
-func casePolicy(t testing.TB, name, text string, env policy.Env, opts conf.Options) *policy.Policy {
+func casePolicy(t testing.TB, name, text string, env policy.Env) *policy.Policy {
 	t.Helper()
-	opts.SkipSecrets = true
-	cfg, err := conf.Parse(name, []byte(text), opts)
+	cfg, err := conf.Parse(name, []byte(text), conf.Options{SkipSecrets: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
@@ -23,7 +22,7 @@ import (
 func TestResolvedCases(t *testing.T) {
 	env := policytest.Env()
 	env.Scoped = false // the rules decide every flow handed over (local = false leaves the host's own out)
-	dec := casePolicy(t, "local-proxy.toml", policytest.LocalProxyConfig, env, conf.Options{})
+	dec := casePolicy(t, "local-proxy.toml", policytest.LocalProxyConfig, env)
 	target := startTarget(t, "ok\n")
 	hosts := map[string]netip.Addr{}
 	for _, c := range policytest.ResolvedCases() {

@@ -9,7 +9,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/rules"
@@ -21,7 +20,7 @@ import (
 // own: Original, Owner, FromVM and the fake-IP names come from the case; the decision is
 // read from the flow's log record.
 func TestSharedCases(t *testing.T) {
-	dec := casePolicy(t, "shared.toml", policytest.Config, policytest.Env(), conf.Options{})
+	dec := casePolicy(t, "shared.toml", policytest.Config, policytest.Env())
 	p := startProxy(t, nil, nil) // it dials loopback only: no case's traffic leaves
 	for _, c := range policytest.Cases() {
 		if c.Flow.Network != rules.TCP {

@@ -34,7 +34,7 @@ import (
 
 func wallPolicy(t *testing.T) *policy.Policy {
 	t.Helper()
-	return casePolicy(t, "walls.toml", policytest.WallConfig, policytest.WallEnv(), conf.Options{})
+	return casePolicy(t, "walls.toml", policytest.WallConfig, policytest.WallEnv())
 }
 
 // wallNames gives a case's name to the fake IP and resolves it as the case says.

@@ -123,18 +123,18 @@ func TestModelClientRetriesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	go func() {
+		s, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s.Read(make([]byte, 4096))
+		s.Close()
+	}()
 	dead, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		s.Read(make([]byte, 4096))
-		s.Close()
-	}()
 	c.put(addr, &modelConn{c: dead, br: bufio.NewReader(dead), bw: bufio.NewWriter(dead)})
 	if got := post(t, c, addr, "again"); got != "again" {
 		t.Fatalf("retried request: %q", got)
