@@ -115,6 +115,28 @@ func (e *env) wantNotLogged(value string) {
 	}
 }
 
+// brokered is an API server (startAPI) and the credential "api-key" brokered to it.
+type brokered struct {
+	api   *apiServer
+	port  uint16          // the server's
+	dest  string          // the credential's destination: api.lab.test:port
+	cred  conf.Credential // as configured
+	creds *broker.Broker  // as brokered
+}
+
+// brokeredAPI starts an API server and brokers the credential "api-key" to it: the
+// placeholder ph stands for real on the way to the server by the name api.lab.test (in the
+// header only, when header is not empty).
+func brokeredAPI(t *testing.T, ph, real, header string) brokered {
+	t.Helper()
+	b := brokered{api: startAPI(t)}
+	b.port = b.api.addr.Port()
+	b.dest = "api.lab.test:" + strconv.Itoa(int(b.port))
+	b.cred = conf.Credential{Name: "api-key", Placeholder: ph, Destination: b.dest}
+	b.creds = broker.New([]broker.Credential{{Name: "api-key", Placeholder: ph, Value: secret.NewPassword(real), Destination: b.dest, Header: header}})
+	return b
+}
+
 // TestBrokeredDestination: a caged flow to a destination a credential is bound to (by the
 // name behind its fake IP), direct or through the proxy, on both set-up paths: every request
 // of a keep-alive connection reaches the server with the real value in place of the
@@ -127,35 +149,31 @@ func TestBrokeredDestination(t *testing.T) {
 		ph   = "router-placeholder-api-5b5b5b"
 		real = "REAL-api-value-6c6c"
 	)
-	api := startAPI(t)
-	port := api.addr.Port()
+	b := brokeredAPI(t, ph, real, "Authorization")
 	attacker := startTarget(t, "") // an echo: the router's 403 is all the client may read
 	apiFake, otherFake := netip.MustParseAddr("198.18.0.7"), netip.MustParseAddr("198.18.0.8")
-	dest := "api.lab.test:" + strconv.Itoa(int(port))
-	creds := broker.New([]broker.Credential{{Name: "api-key", Placeholder: ph, Value: secret.NewPassword(real), Destination: dest, Header: "Authorization"}})
-	proxy := startProxy(t, map[string]netip.Addr{"api.lab.test": api.addr.Addr(), "other.lab.test": api.addr.Addr()}, nil)
+	proxy := startProxy(t, map[string]netip.Addr{"api.lab.test": b.api.addr.Addr(), "other.lab.test": b.api.addr.Addr()}, nil)
 	for _, act := range []rules.Action{rules.Direct, rules.Proxy} {
 		for _, path := range refusePaths {
 			t.Run(act.String()+"/"+path.name, func(t *testing.T) {
-				api.reset()
+				b.api.reset()
 				cfg := &conf.Config{Rules: []rules.Rule{hostRule("labs", act, map[bool]string{true: "exit"}[act == rules.Proxy], "*.lab.test")},
 					Capture:     conf.Capture{VMNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 					DNS:         conf.DNS{Mode: conf.DNSFakeIP, Pool: netip.MustParsePrefix("198.18.0.0/15")},
-					Credentials: []conf.Credential{{Name: "api-key", Placeholder: ph, Destination: dest}}}
+					Credentials: []conf.Credential{b.cred}}
 				names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"),
 					Names:    map[netip.Addr]string{apiFake: "api.lab.test", otherFake: "other.lab.test"},
-					Resolved: map[string][]netip.Addr{"api.lab.test": {api.addr.Addr()}, "other.lab.test": {api.addr.Addr()}}}
-				s := Settings{Decision: policy.New(cfg, policy.Env{}), Credentials: creds}
+					Resolved: map[string][]netip.Addr{"api.lab.test": {b.api.addr.Addr()}, "other.lab.test": {b.api.addr.Addr()}}}
+				s := Settings{Decision: policy.New(cfg, policy.Env{}), Credentials: b.creds}
 				if act == rules.Proxy {
 					s.Upstreams = []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: proxy.Addr.Port()}}}
 				}
 				e := newEnv(t, s, Options{GoroutineSetup: path.goroutine, Names: names})
 
 				// Keep-alive: both requests get the value; the third is refused.
-				hostPort := "api.lab.test:" + strconv.Itoa(int(port))
-				c := e.dial(netip.AddrPortFrom(apiFake, port))
-				brokeredRequests(t, c, bufio.NewReader(c), hostPort, ph)
-				api.wantSeen(t, hostPort+"|Bearer "+real+"||/v1/0", hostPort+"|Bearer "+real+"||/v1/1")
+				c := e.dial(netip.AddrPortFrom(apiFake, b.port))
+				brokeredRequests(t, c, bufio.NewReader(c), b.dest, ph)
+				b.api.wantSeen(t, b.dest+"|Bearer "+real+"||/v1/0", b.dest+"|Bearer "+real+"||/v1/1")
 
 				// Refused at the first request, never at the server: the placeholder in
 				// another header, the placeholder to another name (the canary); a Host naming
@@ -165,21 +183,21 @@ func TestBrokeredDestination(t *testing.T) {
 					first  string
 					canary bool
 				}{
-					{apiFake, "GET / HTTP/1.1\r\nHost: " + hostPort + "\r\nX-Other: " + ph + "\r\n\r\n", true},
-					{otherFake, "GET / HTTP/1.1\r\nHost: other.lab.test:" + strconv.Itoa(int(port)) + "\r\nAuthorization: Bearer " + ph + "\r\n\r\n", true},
+					{apiFake, "GET / HTTP/1.1\r\nHost: " + b.dest + "\r\nX-Other: " + ph + "\r\n\r\n", true},
+					{otherFake, "GET / HTTP/1.1\r\nHost: other.lab.test:" + strconv.Itoa(int(b.port)) + "\r\nAuthorization: Bearer " + ph + "\r\n\r\n", true},
 					{apiFake, "GET / HTTP/1.1\r\nHost: attacker.lab.test\r\nAuthorization: Bearer " + ph + "\r\n\r\n", false},
 				} {
-					c := e.dial(netip.AddrPortFrom(tc.dst, port))
+					c := e.dial(netip.AddrPortFrom(tc.dst, b.port))
 					io.WriteString(c, tc.first)
 					want403(t, bufio.NewReader(c), tc.canary)
 				}
 				// A Host naming the API at an address the guest chose (agentcage#175): the
 				// canary of the first bytes, never the value, and the attacker sees nothing.
 				c = e.dial(attacker)
-				io.WriteString(c, "GET / HTTP/1.1\r\nHost: "+hostPort+"\r\nAuthorization: Bearer "+ph+"\r\n\r\n")
+				io.WriteString(c, "GET / HTTP/1.1\r\nHost: "+b.dest+"\r\nAuthorization: Bearer "+ph+"\r\n\r\n")
 				want403(t, bufio.NewReader(c), true)
 				wait.For(t, "the canaries counted", waitFor, func() bool { return e.r.book.Count(refusal.Canary) == 4 })
-				if got := api.requests(); len(got) != 2 {
+				if got := b.api.requests(); len(got) != 2 {
 					t.Errorf("the server saw %d requests, want the 2 brokered ones: %q", len(got), got)
 				}
 				e.wantNotLogged(real)
@@ -210,20 +228,17 @@ func TestBrokeredInbound(t *testing.T) {
 		ph   = "router-placeholder-api-7d7d7d"
 		real = "REAL-api-value-8e8e"
 	)
-	api := startAPI(t)
-	port := api.addr.Port()
-	hostPort := "api.lab.test:" + strconv.Itoa(int(port))
-	creds := broker.New([]broker.Credential{{Name: "api-key", Placeholder: ph, Value: secret.NewPassword(real), Destination: hostPort}})
-	names := &dnstest.Names{Resolved: map[string][]netip.Addr{"api.lab.test": {api.addr.Addr()}}}
-	rule := hostRule("api", rules.Direct, "", "api.lab.test", api.addr.Addr().String())
-	cfg := &conf.Config{Rules: []rules.Rule{rule}, Credentials: []conf.Credential{{Name: "api-key", Placeholder: ph, Destination: hostPort}}}
-	e := newEnv(t, Settings{Decision: policy.New(cfg, policy.Env{}), Credentials: creds}, Options{Names: names, Resolve: noLocalResolve(t)})
+	b := brokeredAPI(t, ph, real, "")
+	names := &dnstest.Names{Resolved: map[string][]netip.Addr{"api.lab.test": {b.api.addr.Addr()}}}
+	rule := hostRule("api", rules.Direct, "", "api.lab.test", b.api.addr.Addr().String())
+	cfg := &conf.Config{Rules: []rules.Rule{rule}, Credentials: []conf.Credential{b.cred}}
+	e := newEnv(t, Settings{Decision: policy.New(cfg, policy.Env{}), Credentials: b.creds}, Options{Names: names, Resolve: noLocalResolve(t)})
 	addr := e.startInbound(Inbound{Type: InboundSOCKS5})
 	for _, tc := range []struct {
 		host  string
 		value bool
-	}{{hostPort, true}, {"attacker.example", false}} {
-		c, code := e.socksConnect(addr, socks5.Addr{Name: "api.lab.test", Port: port})
+	}{{b.dest, true}, {"attacker.example", false}} {
+		c, code := e.socksConnect(addr, socks5.Addr{Name: "api.lab.test", Port: b.port})
 		if code != 0 {
 			t.Fatalf("socks5 reply %d", code)
 		}
@@ -238,7 +253,7 @@ func TestBrokeredInbound(t *testing.T) {
 			t.Fatalf("the brokered request: %v %v", resp, err)
 		}
 	}
-	if got := api.requests(); len(got) != 1 || got[0] != hostPort+"||"+real+"|/v1" {
+	if got := b.api.requests(); len(got) != 1 || got[0] != b.dest+"||"+real+"|/v1" {
 		t.Errorf("the server saw %q; want the one request with the value in X-Other", got)
 	}
 	wait.For(t, "the canary counted", waitFor, func() bool { return e.r.book.Count(refusal.Canary) == 1 })

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -12,24 +11,18 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
 )
 
 // TestResolvedCases: the relay looks a caged flow's name up when the policy asks, and
 // decides the shared resolved cases as the policy does.
 func TestResolvedCases(t *testing.T) {
-	cfg, err := conf.Parse("local-proxy.toml", []byte(policytest.LocalProxyConfig), conf.Options{SkipSecrets: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	env := policytest.Env()
 	env.Scoped = false // the rules decide every flow handed over (local = false leaves the host's own out)
-	dec := policy.New(cfg, env)
+	dec := casePolicy(t, "local-proxy.toml", policytest.LocalProxyConfig, env)
 	target := startTarget(t, "ok\n")
 	hosts := map[string]netip.Addr{}
 	for _, c := range policytest.ResolvedCases() {
@@ -41,18 +34,7 @@ func TestResolvedCases(t *testing.T) {
 			fl := c.Flow
 			names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: map[netip.Addr]string{fl.Dst: fl.Host},
 				Resolved: map[string][]netip.Addr{fl.Host: fl.Resolved}}
-			opts := Options{
-				Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
-					return netip.AddrPortFrom(fl.Src, 40000), netip.AddrPortFrom(fl.Dst, fl.Port), nil
-				},
-				Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (rules.Owner, error) {
-					if fl.App == "" {
-						return rules.Owner{}, fmt.Errorf("no process")
-					}
-					return rules.Owner{PID: 7, App: fl.App}, nil
-				},
-				Names: names,
-			}
+			opts := caseOptions(fl, netip.AddrPortFrom(fl.Dst, fl.Port), names)
 			pol := Settings{Decision: dec, Upstreams: []UpstreamConfig{
 				{Config: upstream.Config{Name: "local", Host: "127.0.0.1", Port: p.Addr.Port()}},
 				{Config: upstream.Config{Name: "remote", Host: "127.0.0.1", Port: p.Addr.Port()}},

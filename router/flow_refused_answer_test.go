@@ -156,12 +156,9 @@ func TestRefusedUncagedStillResets(t *testing.T) {
 // TestInboundHTTPRefusalSaysWhy: the HTTP inbound's 403 for a CONNECT the rules refuse says
 // what was refused and why in the words of the transparent path's 403.
 func TestInboundHTTPRefusalSaysWhy(t *testing.T) {
-	target := startTarget(t, "x")
-	p := startProxy(t, map[string]netip.Addr{}, nil)
-	pol := proxyPolicy(p, hostRule("no", rules.Block, "", "blocked.lab.test"), rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"})
-	e := newEnv(t, pol, Options{Resolve: noLocalResolve(t)})
+	e, _, port := blockingEnv(t)
 	httpAddr := e.startInbound(Inbound{Type: InboundHTTP})
-	dst := "blocked.lab.test:" + strconv.Itoa(int(target.Port()))
+	dst := "blocked.lab.test:" + strconv.Itoa(int(port))
 	c := e.dialInbound(httpAddr)
 	io.WriteString(c, "CONNECT "+dst+" HTTP/1.1\r\nHost: "+dst+"\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})

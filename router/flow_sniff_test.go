@@ -10,36 +10,41 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/router/upstream"
+	"github.com/agentcage/router/router/upstream/socks5/socks5test"
 	"github.com/agentcage/router/rules"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
 )
 
-// clientHello is what crypto/tls sends first as a client asking for name.
+// clientHello is what crypto/tls sends first as a client asking for name: all it writes
+// before it reads.
 func clientHello(t *testing.T, name string) []byte {
 	t.Helper()
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	go func() {
-		c := tls.Client(a, &tls.Config{ServerName: name})
-		c.SetDeadline(time.Now().Add(waitFor))
-		c.Handshake()
-	}()
-	b.SetReadDeadline(time.Now().Add(waitFor))
-	hdr := make([]byte, 5)
-	if _, err := io.ReadFull(b, hdr); err != nil {
-		t.Fatal(err)
+	var w firstWrites
+	if err := tls.Client(&w, &tls.Config{ServerName: name}).Handshake(); err == nil {
+		t.Fatal("a handshake with no server succeeded")
 	}
-	body := make([]byte, int(hdr[3])<<8|int(hdr[4]))
-	if _, err := io.ReadFull(b, body); err != nil {
-		t.Fatal(err)
+	if len(w.b) == 0 {
+		t.Fatal("the client sent nothing")
 	}
-	return append(hdr, body...)
+	return w.b
 }
+
+// firstWrites is the connection of a client whose server never answers: it keeps what the
+// client writes and ends the client's first read. Only Write and Read are called.
+type firstWrites struct {
+	net.Conn
+	b []byte
+}
+
+func (w *firstWrites) Write(p []byte) (int, error) {
+	w.b = append(w.b, p...)
+	return len(p), nil
+}
+
+func (w *firstWrites) Read([]byte) (int, error) { return 0, io.EOF }
 
 // firstBytes is what a case's client sends: a ClientHello, an HTTP/1 request, or nothing.
 func firstBytes(t *testing.T, from, name string) []byte {
@@ -55,56 +60,54 @@ func firstBytes(t *testing.T, from, name string) []byte {
 // nameSettings are the settings of NameConfig with its proxy at p.
 func nameSettings(t *testing.T, proxy netip.AddrPort) Settings {
 	t.Helper()
-	cfg, err := conf.Parse("names.toml", []byte(policytest.NameConfig), conf.Options{SkipSecrets: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	env := policytest.Env()
 	env.Scoped = false
-	return Settings{Decision: policy.New(cfg, env), Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: proxy.Port()}}}}
+	return exitSettings(casePolicy(t, "names.toml", policytest.NameConfig, env), proxy.Port())
 }
 
 var nameFromRecord = regexp.MustCompile(`msg=flow .* host=(\S+) name_from=(\S+)`)
 
-// TestNameCasesRelay: the relay reads each case's name from the client's first bytes and
-// decides the allow-list by name's cases as the policy and explain do; the name it hands the
-// proxy is the flow's, and the log says where it came from.
-func TestNameCasesRelay(t *testing.T) {
+// TestNameCases: each allow-list-by-name case through its path, decided as the policy and
+// explain do: a TCP case through the relay (nameCaseRelay), a UDP one through the UDP path
+// (nameCaseUDP).
+func TestNameCases(t *testing.T) {
 	p := startProxy(t, nil, nil) // it dials loopback only: no case's traffic leaves
 	for _, c := range policytest.NameCases() {
-		if c.Flow.Network != rules.TCP {
-			continue
-		}
 		t.Run(c.Name, func(t *testing.T) {
-			fl := c.Flow
-			opts := Options{
-				Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
-					return netip.AddrPortFrom(fl.Src, 40000), netip.AddrPortFrom(fl.Dst, fl.Port), nil
-				},
-				Names: &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: policytest.NameFakes},
-			}
-			e := newEnv(t, nameSettings(t, p.Addr), opts)
-			before := len(p.Asked())
-			e.dialCapture(firstBytes(t, c.From, fl.Sniffed))
-			e.wantRecorded("relay", c.Action, c.Rule)
-			name, from := fl.Host, "dns"
-			if name == "" {
-				name, from = fl.Sniffed, c.From
-			}
-			if name != "" {
-				n := nameFromRecord.FindStringSubmatch(e.logs.String())
-				if n == nil || n[1] != name || n[2] != from {
-					t.Errorf("record names %q, want host=%s name_from=%s:\n%s", n, name, from, e.logs.String())
-				}
-			}
-			asked := p.Asked()[before:]
-			if c.Action == rules.Proxy && !slices.Contains(asked, name) {
-				t.Errorf("the proxy was asked for %q, want %q", asked, name)
-			}
-			if c.Action != rules.Proxy && len(asked) > 0 {
-				t.Errorf("the proxy was asked for %q for a refused flow", asked)
+			if c.Flow.Network == rules.TCP {
+				nameCaseRelay(t, p, c)
+			} else {
+				nameCaseUDP(t, c)
 			}
 		})
+	}
+}
+
+// nameCaseRelay: the relay reads the case's name from the client's first bytes and decides
+// it; the name it hands the proxy p is the flow's, and the log says where it came from.
+func nameCaseRelay(t *testing.T, p *socks5test.Server, c policytest.NameCase) {
+	fl := c.Flow
+	opts := caseOptions(fl, netip.AddrPortFrom(fl.Dst, fl.Port), &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: policytest.NameFakes})
+	e := newEnv(t, nameSettings(t, p.Addr), opts)
+	before := len(p.Asked())
+	e.dialCapture(firstBytes(t, c.From, fl.Sniffed))
+	e.wantRecorded("relay", c.Action, c.Rule)
+	name, from := fl.Host, "dns"
+	if name == "" {
+		name, from = fl.Sniffed, c.From
+	}
+	if name != "" {
+		n := nameFromRecord.FindStringSubmatch(e.logs.String())
+		if n == nil || n[1] != name || n[2] != from {
+			t.Errorf("record names %q, want host=%s name_from=%s:\n%s", n, name, from, e.logs.String())
+		}
+	}
+	asked := p.Asked()[before:]
+	if c.Action == rules.Proxy && !slices.Contains(asked, name) {
+		t.Errorf("the proxy was asked for %q, want %q", asked, name)
+	}
+	if c.Action != rules.Proxy && len(asked) > 0 {
+		t.Errorf("the proxy was asked for %q for a refused flow", asked)
 	}
 }
 
@@ -178,37 +181,30 @@ func rerecord(rec []byte, size int) []byte {
 	return out
 }
 
-// TestNameCasesUDP: the UDP path decides the allow-list by name's UDP cases (QUIC refused
-// unless a rule is written for UDP) as the policy and explain do.
-func TestNameCasesUDP(t *testing.T) {
-	for _, c := range policytest.NameCases() {
-		if c.Flow.Network != rules.UDP {
-			continue
+// nameCaseUDP: the UDP path decides the case (QUIC refused unless a rule is written for
+// UDP).
+func nameCaseUDP(t *testing.T, c policytest.NameCase) {
+	names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: policytest.NameFakes}
+	e := newUDPEnv(t, names, nil)
+	s := nameSettings(t, netip.MustParseAddrPort("192.0.2.1:1080"))
+	s.IdleTimeout, s.ConnectTimeout = time.Minute, time.Second
+	if err := e.r.Apply(s); err != nil {
+		t.Fatal(err)
+	}
+	e.r.pol.Load().ups["exit"] = e.up
+	e.send(netip.AddrPortFrom(c.Flow.Src, 40000), netip.AddrPortFrom(c.Flow.Dst, c.Flow.Port), "quic")
+	if c.Action == rules.Proxy {
+		sent(t, e.association(0), upstream.Addr{Name: c.Flow.Host, Port: c.Flow.Port}, "quic")
+	} else {
+		// HandleUDP decided the flow before it returned: nothing is being opened.
+		if n := e.up.Associates(); n != 0 {
+			t.Errorf("%d associations for a refused flow", n)
 		}
-		t.Run(c.Name, func(t *testing.T) {
-			names := &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"), Names: policytest.NameFakes}
-			e := newUDPEnv(t, names, nil)
-			s := nameSettings(t, netip.MustParseAddrPort("192.0.2.1:1080"))
-			s.IdleTimeout, s.ConnectTimeout = time.Minute, time.Second
-			if err := e.r.Apply(s); err != nil {
-				t.Fatal(err)
-			}
-			e.r.pol.Load().ups["exit"] = e.up
-			e.send(netip.AddrPortFrom(c.Flow.Src, 40000), netip.AddrPortFrom(c.Flow.Dst, c.Flow.Port), "quic")
-			if c.Action == rules.Proxy {
-				sent(t, e.association(0), upstream.Addr{Name: c.Flow.Host, Port: c.Flow.Port}, "quic")
-			} else {
-				// HandleUDP decided the flow before it returned: nothing is being opened.
-				if n := e.up.Associates(); n != 0 {
-					t.Errorf("%d associations for a refused flow", n)
-				}
-			}
-			if fl := e.r.Status().Flows; len(fl) != 1 || fl[0].Verdict.Name != c.Rule || fl[0].Verdict.Action != c.Action {
-				t.Errorf("status %+v, want %s by %q", fl, c.Action, c.Rule)
-			}
-			if refused := e.r.Refusals(); c.Step == policy.StepQUIC && (len(refused) != 1 || refused[0].Reason.String() != "quic") {
-				t.Errorf("refusals %+v, want one for quic", refused)
-			}
-		})
+	}
+	if fl := e.r.Status().Flows; len(fl) != 1 || fl[0].Verdict.Name != c.Rule || fl[0].Verdict.Action != c.Action {
+		t.Errorf("status %+v, want %s by %q", fl, c.Action, c.Rule)
+	}
+	if refused := e.r.Refusals(); c.Step == policy.StepQUIC && (len(refused) != 1 || refused[0].Reason.String() != "quic") {
+		t.Errorf("refusals %+v, want one for quic", refused)
 	}
 }

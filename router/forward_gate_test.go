@@ -64,6 +64,21 @@ func gateSettingsAt(t testing.TB, port uint16) Settings {
 	return s
 }
 
+// eachGateCase runs test as a subtest for every gate case on path that meets an HTTP gate,
+// each with a fake model server of its own (2 events, no gap), the settings of GateConfig
+// and the server's port.
+func eachGateCase(t *testing.T, path policytest.Path, test func(t *testing.T, c policytest.GateCase, srv *modeltest.Server, s Settings, port uint16)) {
+	for _, c := range policytest.GateCases() {
+		if c.Paths&path == 0 || c.Gate == "" || c.Raw {
+			continue
+		}
+		t.Run(c.Name, func(t *testing.T) {
+			srv, s := gateSettings(t, 2, 0)
+			test(t, c, srv, s, netip.MustParseAddrPort(srv.Addr()).Port())
+		})
+	}
+}
+
 // gateExchange sends an Ollama pull and a streamed chat completion on c (a connection that
 // reaches the model's address) and checks that the pull is refused by the gate and never
 // reaches srv while the completion streams through.
@@ -102,66 +117,40 @@ func gateExchange(t *testing.T, c net.Conn, srv *modeltest.Server, host string) 
 // listener, meets the forward's gate: Ollama's pull never reaches the server, a chat
 // completion streams through; the refusal is counted as model-api.
 func TestGateCasesTransparent(t *testing.T) {
-	for _, c := range policytest.GateCases() {
-		if c.Paths&policytest.Transparent == 0 || c.Gate == "" || c.Raw {
-			continue
+	eachGateCase(t, policytest.Transparent, func(t *testing.T, c policytest.GateCase, srv *modeltest.Server, s Settings, port uint16) {
+		fl := c.Flow
+		dst := policytest.GateAddr(fl, port)
+		if fl.Host != "" {
+			// A fake IP with the case's name, which resolves to the model's address.
+			fl.Resolved = []netip.Addr{netip.MustParseAddrPort(srv.Addr()).Addr()}
 		}
-		t.Run(c.Name, func(t *testing.T) {
-			srv, s := gateSettings(t, 2, 0)
-			port := netip.MustParseAddrPort(srv.Addr()).Port()
-			fl := c.Flow
-			dst := policytest.GateAddr(fl, port)
-			if fl.Host != "" {
-				// A fake IP with the case's name, which resolves to the model's address.
-				fl.Resolved = []netip.Addr{netip.MustParseAddrPort(srv.Addr()).Addr()}
-			}
-			e := newEnv(t, s, Options{
-				Names: wallNames(fl),
-				Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
-					return netip.AddrPortFrom(fl.Src, 40000), dst, nil
-				},
-				Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (rules.Owner, error) {
-					if fl.App == "" {
-						return rules.Owner{}, errors.New("no process")
-					}
-					return rules.Owner{PID: 7, App: fl.App}, nil
-				},
-				FromVM: func(netip.Addr) bool { return fl.FromVM },
-			})
-			conn, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			gateExchange(t, conn, srv, dst.String())
-			if got := e.r.Refusals(); len(got) != 1 || got[0].Reason != refusal.ModelAPI {
-				t.Errorf("refusals %+v, want one model-api", got)
-			}
-		})
-	}
+		e := newEnv(t, s, caseOptions(fl, dst, wallNames(fl)))
+		conn, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		gateExchange(t, conn, srv, dst.String())
+		if got := e.r.Refusals(); len(got) != 1 || got[0].Reason != refusal.ModelAPI {
+			t.Errorf("refusals %+v, want one model-api", got)
+		}
+	})
 }
 
 // TestGateCasesInbound: a guest asking an inbound for the model's address meets the gate
 // as well.
 func TestGateCasesInbound(t *testing.T) {
-	for _, c := range policytest.GateCases() {
-		if c.Paths&policytest.Inbound == 0 || c.Gate == "" || c.Raw {
-			continue
+	eachGateCase(t, policytest.Inbound, func(t *testing.T, c policytest.GateCase, srv *modeltest.Server, s Settings, port uint16) {
+		dst := policytest.GateAddr(c.Flow, port)
+		e := newEnv(t, s, Options{FromVM: func(netip.Addr) bool { return true }})
+		addr := e.startInbound(Inbound{Type: InboundSOCKS5})
+		conn, code := e.socksConnect(addr, socks5.Addr{IP: dst.Addr(), Port: dst.Port()})
+		if code != 0 {
+			t.Fatalf("socks5 refused: %#x", code)
 		}
-		t.Run(c.Name, func(t *testing.T) {
-			srv, s := gateSettings(t, 2, 0)
-			port := netip.MustParseAddrPort(srv.Addr()).Port()
-			dst := policytest.GateAddr(c.Flow, port)
-			e := newEnv(t, s, Options{FromVM: func(netip.Addr) bool { return true }})
-			addr := e.startInbound(Inbound{Type: InboundSOCKS5})
-			conn, code := e.socksConnect(addr, socks5.Addr{IP: dst.Addr(), Port: dst.Port()})
-			if code != 0 {
-				t.Fatalf("socks5 refused: %#x", code)
-			}
-			defer conn.Close()
-			gateExchange(t, conn, srv, dst.String())
-		})
-	}
+		defer conn.Close()
+		gateExchange(t, conn, srv, dst.String())
+	})
 }
 
 // TestReloadEndsRefusedGatedFlow: a gated flow whose new rules refuse it is ended at the

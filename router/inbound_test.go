@@ -186,17 +186,24 @@ func TestInboundDirectResolvesThroughTheProxy(t *testing.T) {
 	}
 }
 
+// blockingEnv is an env for the inbounds whose rules block blocked.lab.test (rule "no") and
+// send the rest to the proxy p it returns, which knows no name; port is that of a target
+// that answers "x".
+func blockingEnv(t *testing.T) (e *env, p *socks5test.Server, port uint16) {
+	t.Helper()
+	target := startTarget(t, "x")
+	p = startProxy(t, map[string]netip.Addr{}, nil)
+	pol := proxyPolicy(p, hostRule("no", rules.Block, "", "blocked.lab.test"), rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"})
+	return newEnv(t, pol, Options{Resolve: noLocalResolve(t)}), p, target.Port()
+}
+
 // TestInboundRefusals: what the rules refuse, a bad request, an unsupported command and a name
 // that is an address in disguise are answered in the inbound's protocol, and nothing reaches
 // the upstream.
 func TestInboundRefusals(t *testing.T) {
-	target := startTarget(t, "x")
-	p := startProxy(t, map[string]netip.Addr{}, nil)
-	pol := proxyPolicy(p, hostRule("no", rules.Block, "", "blocked.lab.test"), rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"})
-	e := newEnv(t, pol, Options{Resolve: noLocalResolve(t)})
+	e, p, port := blockingEnv(t)
 	socksAddr := e.startInbound(Inbound{Type: InboundSOCKS5})
 	httpAddr := e.startInbound(Inbound{Type: InboundHTTP})
-	port := target.Port()
 
 	for _, tc := range []struct {
 		name string
@@ -379,13 +386,7 @@ func TestInboundRequestCutAtStop(t *testing.T) {
 	if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil {
 		t.Fatalf("read %d, %v; want the connection cut", n, err)
 	}
-	waitDone := make(chan struct{})
-	go func() { e.r.Wait(); close(waitDone) }()
-	select {
-	case <-waitDone:
-	case <-time.After(waitFor):
-		t.Fatal("the cut request is still counted as a running flow")
-	}
+	waitReturns(t, "Wait (the cut request counted as a running flow)", e.r.Wait)
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("cut after %v; want at once", d)
 	}

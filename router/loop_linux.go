@@ -397,8 +397,7 @@ func (l *loop) pump(f *relayFlow, d *edir, src, dst int, now time.Duration) erro
 		d.blocked = 0
 		if d.eof {
 			if d.p != nil {
-				l.pipes.put(d.p)
-				d.p = nil
+				l.pipes.release(&d.p)
 			}
 			d.finished = true
 			if err := rawShutdownWrite(dst); err != nil && err != unix.ENOTCONN {
@@ -410,12 +409,8 @@ func (l *loop) pump(f *relayFlow, d *edir, src, dst int, now time.Duration) erro
 			d.more = true
 			return nil
 		}
-		if d.p == nil {
-			p, err := l.pipes.get()
-			if err != nil {
-				return err
-			}
-			d.p = p
+		if err := l.pipes.hold(&d.p); err != nil {
+			return err
 		}
 		n, err := splice(src, d.p.w, pipeSize)
 		d.dry = err == unix.EAGAIN
@@ -423,8 +418,7 @@ func (l *loop) pump(f *relayFlow, d *edir, src, dst int, now time.Duration) erro
 		case err == unix.EINTR:
 			continue
 		case err == unix.EAGAIN:
-			l.pipes.put(d.p) // empty: drained above
-			d.p = nil
+			l.pipes.release(&d.p) // empty: drained above
 			return nil
 		case err != nil:
 			return fmt.Errorf("splice from socket: %w", err)

@@ -149,10 +149,7 @@ func benchRouter(b *testing.B, ctx context.Context, pol Settings, target netip.A
 	if err != nil {
 		b.Fatal(err)
 	}
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		b.Fatal(err)
-	}
+	ln := listenLoopback(b)
 	done := make(chan struct{})
 	go func() { defer close(done); r.Serve(ctx, ln) }()
 	b.Cleanup(func() { ln.Close(); <-done; r.Wait(); r.Close() })

@@ -308,12 +308,7 @@ func TestLoopShortReplyLate(t *testing.T) {
 // (never a direct connection), is logged, counted among the refusals as the goroutine path
 // counts it, and feeds the upstream's health.
 func TestLoopHandshakeFailures(t *testing.T) {
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closedAddr := closed.Addr().(*net.TCPAddr).AddrPort()
-	closed.Close()
+	closed := closedAddr(t)
 	for _, tc := range []struct {
 		name     string
 		sc       *script // nil: nothing listens
@@ -333,7 +328,7 @@ func TestLoopHandshakeFailures(t *testing.T) {
 		{"nothing-listens", nil, false, "connection refused", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			addr := closedAddr
+			addr := closed
 			if tc.sc != nil {
 				addr = startScripted(t, *tc.sc).Addr
 			}
@@ -393,13 +388,7 @@ func TestLoopCloseEndsSetups(t *testing.T) {
 	if took := time.Since(start); !slowSetup && took > 500*time.Millisecond {
 		t.Errorf("the resets came %v after Close", took)
 	}
-	done := make(chan struct{})
-	go func() { e.r.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(waitFor):
-		t.Fatal("Wait did not return after Close")
-	}
+	waitReturns(t, "Wait after Close", e.r.Wait)
 	wantLoopFlows(t, e.r, 5)
 	if slowSetup {
 		return
@@ -532,12 +521,7 @@ func TestLoopBurstToOneDestination(t *testing.T) {
 // TestLoopDirectFailures: a direct flow whose destination refuses, or does not answer in
 // time, gets a reset and a record of why.
 func TestLoopDirectFailures(t *testing.T) {
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst := public(closed.Addr().(*net.TCPAddr).AddrPort())
-	closed.Close()
+	dst := public(closedAddr(t))
 	e := newEnv(t, Settings{Decision: decision([]rules.Rule{{Name: "all", Action: rules.Direct}})}, Options{})
 	wantReset(t, e.dial(dst))
 	e.waitLog("connect direct: dial tcp ")
@@ -611,20 +595,13 @@ func TestAcceptPausesOutOfDescriptors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(waitFor))
-	if got := readN(t, c, 6); got != "hello\n" {
-		t.Fatalf("the flow that waited: %q", got)
-	}
+	readBanner(t, c, "hello\n") // the flow that waited
 }
 
 // TestKeepAliveLater: a flow the loop set up gets Go's keep-alive on both sockets once it is
 // keepAfter old (its sweep), not before.
 func TestKeepAliveLater(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := listenLoopback(t)
 	var fds [2]int
 	for i := range fds {
 		fd, done, err := dialFD(&rawFD{}, nil, ln.Addr().(*net.TCPAddr).AddrPort())

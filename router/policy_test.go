@@ -2,7 +2,6 @@ package router
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"regexp"
@@ -10,12 +9,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/dns/dnstest"
 	"github.com/agentcage/router/internal/netaddr"
-	"github.com/agentcage/router/router/upstream"
 	"github.com/agentcage/router/rules"
-	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/rules/policy/policytest"
 )
 
@@ -24,11 +20,7 @@ import (
 // own: Original, Owner, FromVM and the fake-IP names come from the case; the decision is
 // read from the flow's log record.
 func TestSharedCases(t *testing.T) {
-	cfg, err := conf.Parse("shared.toml", []byte(policytest.Config), conf.Options{SkipSecrets: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := policy.New(cfg, policytest.Env())
+	dec := casePolicy(t, "shared.toml", policytest.Config, policytest.Env())
 	p := startProxy(t, nil, nil) // it dials loopback only: no case's traffic leaves
 	for _, c := range policytest.Cases() {
 		if c.Flow.Network != rules.TCP {
@@ -36,21 +28,9 @@ func TestSharedCases(t *testing.T) {
 		}
 		t.Run(c.Name, func(t *testing.T) {
 			fl := c.Flow
-			opts := Options{
-				Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
-					return netip.AddrPortFrom(fl.Src, 40000), netip.AddrPortFrom(fl.Dst, fl.Port), nil
-				},
-				Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (rules.Owner, error) {
-					if fl.App == "" {
-						return rules.Owner{}, fmt.Errorf("no process")
-					}
-					return rules.Owner{PID: 7, App: fl.App}, nil
-				},
-				FromVM: func(netip.Addr) bool { return fl.FromVM },
-				Names: &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"),
-					Names: map[netip.Addr]string{policytest.PoolAddr: policytest.PoolName}},
-			}
-			pol := Settings{Decision: dec, Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Addr.Port()}}}}
+			opts := caseOptions(fl, netip.AddrPortFrom(fl.Dst, fl.Port), &dnstest.Names{Pool: netip.MustParsePrefix("198.18.0.0/15"),
+				Names: map[netip.Addr]string{policytest.PoolAddr: policytest.PoolName}})
+			pol := exitSettings(dec, p.Addr.Port())
 			e := newEnv(t, pol, opts)
 			e.wantDecided(c.Action, c.Rule)
 			// Status counts the flow under what decided it, with that step's action.

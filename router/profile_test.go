@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
-	"github.com/agentcage/router/internal/netaddr"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/auditlog"
 	"github.com/agentcage/router/router/upstream/upstreamtest"
@@ -91,19 +90,6 @@ func stillEcho(t *testing.T, cs ...*net.TCPConn) {
 			t.Errorf("a flow the switch must not end echoed %q", got)
 		}
 	}
-}
-
-// dialFrom is dial from the loopback address src (another guest).
-func (e *env) dialFrom(src netip.Addr, dst netip.AddrPort) *net.TCPConn {
-	e.t.Helper()
-	c, err := net.DialTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0)), net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.orig.set(netaddr.AddrPort(c.LocalAddr()), dst)
-	c.SetDeadline(time.Now().Add(waitFor))
-	e.t.Cleanup(func() { c.Close() })
-	return c
 }
 
 // TestProfileSwitchEndsRefusedFlows: switching a guest to a profile ends, within a second,
@@ -235,15 +221,7 @@ func TestProfileSwitchAcrossReload(t *testing.T) {
 func TestProfileSwitchEndsInboundTunnels(t *testing.T) {
 	target := startTarget(t, "x")
 	e := newEnv(t, Settings{Decision: profileDecision(1)}, Options{})
-	in := Inbound{Type: InboundHTTP, Name: "web", Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-	addr := e.startInbound(in)
-	c, br, code := e.httpConnect(addr, target.String(), "")
-	if code != 200 {
-		t.Fatalf("CONNECT: %d", code)
-	}
-	if b, _ := br.ReadByte(); b != 'x' {
-		t.Fatalf("banner %q", b)
-	}
+	_, addr, c, br := e.webTunnel(target)
 	if _, ended, err := e.r.SwitchProfile("127.0.0.1", "offline"); err != nil || ended != 1 {
 		t.Fatalf("switch: %d ended, %v; want 1", ended, err)
 	}

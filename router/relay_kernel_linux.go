@@ -454,12 +454,8 @@ func (l *loop) kpump(f *relayFlow, s int, now time.Duration) error {
 			l.requeue(f) // whoever called (an event, a note, a recheck)
 			return nil
 		}
-		if d.p == nil {
-			p, err := l.pipes.get()
-			if err != nil {
-				return err
-			}
-			d.p = p
+		if err := l.pipes.hold(&d.p); err != nil {
+			return err
 		}
 		if l.kbuf == nil {
 			l.kbuf = make([]byte, copyBuf)
@@ -469,8 +465,7 @@ func (l *loop) kpump(f *relayFlow, s int, now time.Duration) error {
 		case err == unix.EINTR:
 			continue
 		case err == unix.EAGAIN, err == nil && n == 0:
-			l.pipes.put(d.p) // empty: drained above
-			d.p = nil
+			l.pipes.release(&d.p) // empty: drained above
 			if err == nil && d.read < f.kern.Passed(s) {
 				// The FIN came, but passed bytes are still on their way to the receive
 				// queue (behind the segments the socket's psock sends, on its work

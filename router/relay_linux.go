@@ -212,9 +212,8 @@ func (f *relayFlow) release(pipes *pipePool) {
 	closeFD(f.fd[0])
 	closeFD(f.fd[1])
 	for i := range f.dir {
-		if p := f.dir[i].p; p != nil {
-			pipes.put(p)
-			f.dir[i].p = nil
+		if f.dir[i].p != nil {
+			pipes.release(&f.dir[i].p)
 		}
 	}
 }

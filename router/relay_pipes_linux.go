@@ -50,6 +50,26 @@ func (pp *pipePool) put(p *pipe) {
 	p.close()
 }
 
+// hold makes *p a pipe of the pool's (a new one when none is free) unless it holds one
+// already: a flow's direction holds a pipe only while it moves bytes.
+func (pp *pipePool) hold(p **pipe) error {
+	if *p != nil {
+		return nil
+	}
+	np, err := pp.get()
+	if err != nil {
+		return err
+	}
+	*p = np
+	return nil
+}
+
+// release puts the pipe *p holds back (put) and clears *p.
+func (pp *pipePool) release(p **pipe) {
+	pp.put(*p)
+	*p = nil
+}
+
 func (p *pipe) close() {
 	unix.Close(p.r)
 	unix.Close(p.w)

@@ -326,12 +326,7 @@ func TestStatusCountsBytes(t *testing.T) {
 // TestUpstreamDownIsARefusal: a flow for a proxy that cannot be reached is refused and
 // counted as upstream-down.
 func TestUpstreamDownIsARefusal(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().(*net.TCPAddr).AddrPort()
-	ln.Close()
+	dead := closedAddr(t)
 	e := newEnv(t, Settings{
 		Decision:  mustRules(t, rules.Rule{Name: "all", Action: rules.Proxy, Proxy: "exit"}),
 		Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: dead.Port()}}},

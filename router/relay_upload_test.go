@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/accept"
 	"github.com/agentcage/router/internal/secret"
 	"github.com/agentcage/router/router/broker"
 	"github.com/agentcage/router/rules/policy"
@@ -188,30 +189,25 @@ func startSink(t *testing.T) (netip.AddrPort, *sink) {
 		t.Fatal(err)
 	}
 	s := new(sink)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(waitFor))
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := c.Read(buf)
-					for _, b := range buf[:n] {
-						s.n[b].Add(1)
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
+	go accept.Loop(context.Background(), ln, ln.Accept, nil, func(c net.Conn) { go s.drain(c) })
 	t.Cleanup(func() { ln.Close() })
 	return public(ln.Addr().(*net.TCPAddr).AddrPort()), s
+}
+
+// drain reads c to its end (or waitFor), counting the bytes, and closes it.
+func (s *sink) drain(c net.Conn) {
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(waitFor))
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := c.Read(buf)
+		for _, b := range buf[:n] {
+			s.n[b].Add(1)
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // dialGuest connects "through capture" from src (a loopback address) to dst.

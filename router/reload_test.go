@@ -1,7 +1,9 @@
 package router
 
 import (
+	"bufio"
 	"io"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -68,6 +70,23 @@ func TestReloadEndsRefusedUDPFlows(t *testing.T) {
 	}
 }
 
+// webTunnel starts the HTTP inbound "web", open to 127.0.0.0/8, and opens a tunnel through
+// it to target, whose one-byte banner "x" it reads: the inbound, its address, the tunnel and
+// its reader.
+func (e *env) webTunnel(target netip.AddrPort) (Inbound, netip.AddrPort, net.Conn, *bufio.Reader) {
+	e.t.Helper()
+	in := Inbound{Type: InboundHTTP, Name: "web", Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	addr := e.startInbound(in)
+	c, br, code := e.httpConnect(addr, target.String(), "")
+	if code != 200 {
+		e.t.Fatalf("CONNECT: %d", code)
+	}
+	if b, _ := br.ReadByte(); b != 'x' {
+		e.t.Fatalf("banner %q", b)
+	}
+	return in, addr, c, br
+}
+
 // TestReloadEndsInboundClientsNoLongerAllowed: narrowing an inbound's allow list ends the
 // tunnels of the clients it no longer names, at once, counted as forward-source.
 func TestReloadEndsInboundClientsNoLongerAllowed(t *testing.T) {
@@ -75,15 +94,7 @@ func TestReloadEndsInboundClientsNoLongerAllowed(t *testing.T) {
 	rule := hostRule("target", rules.Direct, "", target.Addr().String())
 	rule.Ports = []rules.PortRange{{Lo: target.Port(), Hi: target.Port()}}
 	e := newEnv(t, Settings{Decision: decision([]rules.Rule{rule})}, Options{})
-	in := Inbound{Type: InboundHTTP, Name: "web", Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-	addr := e.startInbound(in)
-	c, br, code := e.httpConnect(addr, target.String(), "")
-	if code != 200 {
-		t.Fatalf("CONNECT: %d", code)
-	}
-	if b, _ := br.ReadByte(); b != 'x' {
-		t.Fatalf("banner %q", b)
-	}
+	in, addr, c, br := e.webTunnel(target)
 	narrowed := in
 	narrowed.Listen = addr
 	narrowed.Allow = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}

@@ -199,10 +199,7 @@ func newEnv(t *testing.T, pol Settings, opts Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := listenLoopback(t)
 	e.r, e.ln = r, ln
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -224,20 +221,36 @@ func newEnv(t *testing.T, pol Settings, opts Options) *env {
 // waitLog waits (bounded) until the router's log holds want.
 func (e *env) waitLog(want string) {
 	e.t.Helper()
+	waitLogged(e.t, e.logs, want)
+}
+
+// waitLogged waits (bounded) until logs holds want.
+func waitLogged(t testing.TB, logs *syncbuf.Buffer, want string) {
+	t.Helper()
 	if wait.Until(waitFor, func() error {
-		if !strings.Contains(e.logs.String(), want) {
+		if !strings.Contains(logs.String(), want) {
 			return errors.New("not in the log")
 		}
 		return nil
 	}) != nil {
-		e.t.Fatalf("log never said %q:\n%s", want, e.logs.String())
+		t.Fatalf("log never said %q:\n%s", want, logs.String())
 	}
 }
 
 // dial connects "through capture" to dst.
 func (e *env) dial(dst netip.AddrPort) *net.TCPConn {
 	e.t.Helper()
-	c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
+	return e.dialFrom(netip.Addr{}, dst)
+}
+
+// dialFrom is dial from the loopback address src (another guest; the zero Addr: any).
+func (e *env) dialFrom(src netip.Addr, dst netip.AddrPort) *net.TCPConn {
+	e.t.Helper()
+	var local *net.TCPAddr
+	if src.IsValid() {
+		local = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))
+	}
+	c, err := net.DialTCP("tcp", local, net.TCPAddrFromAddrPort(netaddr.AddrPort(e.ln.Addr())))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -245,6 +258,62 @@ func (e *env) dial(dst netip.AddrPort) *net.TCPConn {
 	c.SetDeadline(time.Now().Add(waitFor))
 	e.t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// listenLoopback listens on a free TCP port of 127.0.0.1; the listener is closed when the
+// test ends.
+func listenLoopback(t testing.TB) *net.TCPListener {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// closedAddr is a loopback address nothing listens on: a listener's, closed at once.
+func closedAddr(t testing.TB) netip.AddrPort {
+	t.Helper()
+	ln := listenLoopback(t)
+	ln.Close()
+	return ln.Addr().(*net.TCPAddr).AddrPort()
+}
+
+// dialLoopback connects to addr (a forward's listener), with waitFor as the connection's
+// deadline; the connection is closed when the test ends.
+func dialLoopback(t testing.TB, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(waitFor))
+	return c
+}
+
+// readBanner reads len(want) bytes from c, within waitFor, and fails the test unless they
+// are want.
+func readBanner(t *testing.T, c net.Conn, want string) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(waitFor))
+	if got := readN(t, c, len(want)); got != want {
+		t.Fatalf("banner %q, want %q", got, want)
+	}
+}
+
+// waitReturns runs f on a goroutine of its own and fails the test unless it returns within
+// waitFor; what says what f waits for, for the error.
+func waitReturns(t *testing.T, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { f(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(waitFor):
+		t.Fatalf("%s still waits after %v", what, waitFor)
+	}
 }
 
 func readN(t *testing.T, c net.Conn, n int) string {
@@ -389,11 +458,7 @@ func TestAppRuleUsesOwner(t *testing.T) {
 func TestHalfCloseAndByteCounts(t *testing.T) {
 	// A target that reads the whole request to EOF, then answers: the client's CloseWrite
 	// must reach it while the answer still comes back.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := listenLoopback(t)
 	go func() {
 		c, err := ln.Accept()
 		if err != nil {
@@ -450,15 +515,7 @@ func TestForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	go e.r.ServeForward(ctx, ln, func() *Forward { return &f })
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(waitFor))
-	if got := readN(t, c, 6); got != "model\n" {
-		t.Fatalf("got %q", got)
-	}
+	readBanner(t, dialLoopback(t, ln.Addr().String()), "model\n")
 	// A source outside allow is refused.
 	f2 := f
 	f2.Allow = []netip.Prefix{netip.MustParsePrefix("10.0.2.0/24")}
@@ -481,11 +538,7 @@ func TestForward(t *testing.T) {
 
 // TestForwardStreamsUnbuffered: server-sent events cross the forward as they are sent.
 func TestForwardStreamsUnbuffered(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := listenLoopback(t)
 	sent := make(chan time.Time, 10)
 	go func() {
 		c, err := ln.Accept()
@@ -508,13 +561,7 @@ func TestForwardStreamsUnbuffered(t *testing.T) {
 		t.Fatal(err)
 	}
 	go e.r.ServeForward(ctx, fl, func() *Forward { return &f })
-	c, err := net.Dial("tcp", fl.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(waitFor))
-	br := bufio.NewReader(c)
+	br := bufio.NewReader(dialLoopback(t, fl.Addr().String()))
 	for i := range 5 {
 		line, err := br.ReadString('\n')
 		if err != nil {

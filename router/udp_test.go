@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -163,16 +162,10 @@ func (e *udpEnv) association(i int) *upstreamtest.Association {
 	return a
 }
 
+// waitLog waits (bounded) until the router's log holds want.
 func (e *udpEnv) waitLog(want string) {
 	e.t.Helper()
-	if wait.Until(waitFor, func() error {
-		if !strings.Contains(e.logs.String(), want) {
-			return errors.New("not in the log")
-		}
-		return nil
-	}) != nil {
-		e.t.Fatalf("log never said %q:\n%s", want, e.logs.String())
-	}
+	waitLogged(e.t, e.logs, want)
 }
 
 func sent(t *testing.T, a *upstreamtest.Association, want upstream.Addr, p string) {

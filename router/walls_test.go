@@ -34,11 +34,7 @@ import (
 
 func wallPolicy(t *testing.T) *policy.Policy {
 	t.Helper()
-	cfg, err := conf.Parse("walls.toml", []byte(policytest.WallConfig), conf.Options{SkipSecrets: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return policy.New(cfg, policytest.WallEnv())
+	return casePolicy(t, "walls.toml", policytest.WallConfig, policytest.WallEnv())
 }
 
 // wallNames gives a case's name to the fake IP and resolves it as the case says.
@@ -78,21 +74,7 @@ func TestWallCasesTransparentTCP(t *testing.T) {
 			if fl.Host != "" {
 				dst = netip.AddrPortFrom(policytest.PoolAddr, fl.Port)
 			}
-			opts := Options{
-				Original: func(*net.TCPConn) (netip.AddrPort, netip.AddrPort, error) {
-					return netip.AddrPortFrom(fl.Src, 40000), dst, nil
-				},
-				Owner: func(*net.TCPConn, netip.AddrPort, netip.AddrPort) (rules.Owner, error) {
-					if fl.App == "" {
-						return rules.Owner{}, errors.New("no process")
-					}
-					return rules.Owner{PID: 7, App: fl.App}, nil
-				},
-				FromVM: func(netip.Addr) bool { return fl.FromVM },
-				Names:  wallNames(fl),
-			}
-			pol := Settings{Decision: dec, Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Addr.Port()}}}}
-			e := newEnv(t, pol, opts)
+			e := newEnv(t, exitSettings(dec, p.Addr.Port()), caseOptions(fl, dst, wallNames(fl)))
 			e.wantDecided(c.Action, c.Rule)
 			wantRefusal(t, e.r, c)
 		})
@@ -106,32 +88,29 @@ func TestWallCasesInbound(t *testing.T) {
 		if c.Paths&policytest.Inbound == 0 {
 			continue
 		}
-		for _, typ := range []InboundType{InboundSOCKS5, InboundHTTP} {
-			t.Run(c.Name+"/"+string(typ), func(t *testing.T) {
-				fl := c.Flow
-				pol := Settings{Decision: dec, Upstreams: []UpstreamConfig{{Config: upstream.Config{Name: "exit", Host: "127.0.0.1", Port: p.Addr.Port()}}}}
-				e := newEnv(t, pol, Options{Names: wallNames(fl), Resolve: noLocalResolve(t)})
-				addr := e.startInbound(Inbound{Type: typ})
-				host := fl.Host
-				if host == "" {
-					host = fl.Dst.String()
-				}
-				refused := false
-				if typ == InboundSOCKS5 {
-					dst := socks5.Addr{Name: fl.Host, IP: fl.Dst, Port: fl.Port}
-					_, code := e.socksConnect(addr, dst)
-					refused = code == 0x02 // not allowed by the ruleset
-				} else {
-					_, _, status := e.httpConnect(addr, net.JoinHostPort(host, strconv.Itoa(int(fl.Port))), "")
-					refused = status == http.StatusForbidden
-				}
-				if refused != (c.Action == rules.Block) {
-					t.Errorf("refused: %v; want %v", refused, c.Action == rules.Block)
-				}
-				e.wantRecorded("inbound", c.Action, c.Rule)
-				wantRefusal(t, e.r, c)
-			})
-		}
+		eachInbound(t, c.Name, func(t *testing.T, typ InboundType) {
+			fl := c.Flow
+			e := newEnv(t, exitSettings(dec, p.Addr.Port()), Options{Names: wallNames(fl), Resolve: noLocalResolve(t)})
+			addr := e.startInbound(Inbound{Type: typ})
+			host := fl.Host
+			if host == "" {
+				host = fl.Dst.String()
+			}
+			refused := false
+			if typ == InboundSOCKS5 {
+				dst := socks5.Addr{Name: fl.Host, IP: fl.Dst, Port: fl.Port}
+				_, code := e.socksConnect(addr, dst)
+				refused = code == 0x02 // not allowed by the ruleset
+			} else {
+				_, _, status := e.httpConnect(addr, net.JoinHostPort(host, strconv.Itoa(int(fl.Port))), "")
+				refused = status == http.StatusForbidden
+			}
+			if refused != (c.Action == rules.Block) {
+				t.Errorf("refused: %v; want %v", refused, c.Action == rules.Block)
+			}
+			e.wantRecorded("inbound", c.Action, c.Rule)
+			wantRefusal(t, e.r, c)
+		})
 	}
 }
 

@@ -62,11 +62,7 @@ func chunked(body string, n int) string {
 // none of it).
 func TestModelForwardBodies(t *testing.T) {
 	e := newEnv(t, 0)
-	srv, err := modeltest.Start(3, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := startModel(t, 3, 0)
 	forwards := map[string]string{}
 	refusedURI := map[string]int{} // request target of a refused request: its body's size
 	var refusals uint64
@@ -145,11 +141,7 @@ func TestModelForwardBodies(t *testing.T) {
 // holds (a server that inflates it would read what the check did not).
 func TestModelForwardBodyEncoding(t *testing.T) {
 	e := newEnv(t, 0)
-	srv, err := modeltest.Start(1, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := startModel(t, 1, 0)
 	addr := forwardKinds(t, e, srv.Addr(), "llamacpp")
 	var z bytes.Buffer
 	zw := gzip.NewWriter(&z)
@@ -175,11 +167,7 @@ func TestModelForwardBodyEncoding(t *testing.T) {
 // 100 Continue, then the refusal.
 func TestModelForwardBodyRefusalEnds(t *testing.T) {
 	e := newEnv(t, 0)
-	srv, err := modeltest.Start(1, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := startModel(t, 1, 0)
 	addr := forwardKinds(t, e, srv.Addr(), "")
 	bad := `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://203.0.113.66/x.png"}}]}]}`
 	next := `{"model":"m","messages":[]}`

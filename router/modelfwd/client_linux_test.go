@@ -153,18 +153,9 @@ func TestModelClientCancelEndsWait(t *testing.T) {
 		_, err := c.RoundTrip(req)
 		done <- err
 	}()
-	select { // the request waits on the server
-	case <-ms.slow:
-	case <-time.After(waitFor):
-		t.Fatal("the request did not reach the server")
-	}
+	within(t, ms.slow, waitFor, "the request to reach the server") // it waits on the server
 	cancel()
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatal("a cancelled request succeeded")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a cancelled request still waits on the server")
+	if err := within(t, done, waitFor, "the cancelled request's end"); err == nil {
+		t.Fatal("a cancelled request succeeded")
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentcage/router/internal/modeltest"
 	"github.com/agentcage/router/internal/secret"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/broker"
@@ -26,11 +25,7 @@ const (
 // the real value appears in no log.
 func TestForwardCredentials(t *testing.T) {
 	e := newEnv(t, 0)
-	srv, err := modeltest.Start(2, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := startModel(t, 2, 0)
 	api, err := modelapi.New(modelapi.Default(), nil)
 	if err != nil {
 		t.Fatal(err)

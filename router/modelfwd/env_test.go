@@ -96,6 +96,19 @@ func (e *env) serve(f Forward) net.Listener {
 	return ln
 }
 
+// within receives from ch and fails the test unless a value (or ch's close) comes within d;
+// what says what is waited for.
+func within[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	var v T
+	select {
+	case v = <-ch:
+	case <-time.After(d):
+		t.Fatalf("waited %v for %s", d, what)
+	}
+	return v
+}
+
 // waitLog waits (bounded) until the log holds want.
 func (e *env) waitLog(want string) {
 	e.t.Helper()

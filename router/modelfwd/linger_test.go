@@ -50,14 +50,7 @@ func TestModelForwardRefusalBeforeBody(t *testing.T) {
 				t.Fatalf("writing the request: %v; want the forward to read the refused body", err)
 			}
 			br := bufio.NewReader(conn)
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("reading the answer: %v", err)
-			}
-			b, err := io.ReadAll(resp.Body)
-			if err != nil {
-				t.Fatalf("reading the answer's body: %v", err)
-			}
+			resp, b := readAnswer(t, br, "reading the answer")
 			if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "max_body") {
 				t.Errorf("answer %d %q; want 403 naming max_body", resp.StatusCode, b)
 			}

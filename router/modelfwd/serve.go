@@ -147,7 +147,8 @@ type Conn struct {
 // the requests read and those refused.
 func (s *Server) Serve(ctx context.Context, fw *Forward, c Conn) (requests, refused int64) {
 	conn, self := c.C, c.Self
-	var in io.Reader = countingReader{conn, c.Up}
+	counted := countedConn{conn, c.Up, c.Down}
+	var in io.Reader = counted
 	if len(c.First) > 0 {
 		c.Up.Add(int64(len(c.First)))
 		in = io.MultiReader(bytes.NewReader(c.First), in)
@@ -156,7 +157,7 @@ func (s *Server) Serve(ctx context.Context, fw *Forward, c Conn) (requests, refu
 		self = conn.LocalAddr().String()
 	}
 	br := bufio.NewReaderSize(in, maxModelHead)
-	bw := bufio.NewWriterSize(countingWriter{conn, c.Down}, 4<<10)
+	bw := bufio.NewWriterSize(counted, 4<<10)
 	target := &url.URL{Scheme: "http", Host: fw.Connect.String()}
 	h := &modelHandler{s: s, fw: fw, src: c.Src, log: c.Log, self: self}
 	h.proxy = &httputil.ReverseProxy{
@@ -370,26 +371,21 @@ func clip(s string, n int) string {
 	return s
 }
 
-// countingReader counts what the guest sent.
-type countingReader struct {
-	c *net.TCPConn
-	n *atomic.Int64
+// countedConn is the guest's connection, counting what the guest sent in up and what it
+// was sent in down.
+type countedConn struct {
+	c        *net.TCPConn
+	up, down *atomic.Int64
 }
 
-func (c countingReader) Read(p []byte) (int, error) {
+func (c countedConn) Read(p []byte) (int, error) {
 	n, err := c.c.Read(p)
-	c.n.Add(int64(n))
+	c.up.Add(int64(n))
 	return n, err
 }
 
-// countingWriter counts what the guest was sent.
-type countingWriter struct {
-	c *net.TCPConn
-	n *atomic.Int64
-}
-
-func (c countingWriter) Write(p []byte) (int, error) {
+func (c countedConn) Write(p []byte) (int, error) {
 	n, err := c.c.Write(p)
-	c.n.Add(int64(n))
+	c.down.Add(int64(n))
 	return n, err
 }

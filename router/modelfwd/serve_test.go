@@ -19,15 +19,23 @@ import (
 	"github.com/agentcage/router/rules/refusal"
 )
 
-// startModelForward starts a fake model server and an HTTP forward to it with the default
-// API; it returns the forward's address.
-func startModelForward(t *testing.T, e *env, events int, gap time.Duration, maxBody int64) (*modeltest.Server, string) {
+// startModel starts a fake model server (modeltest.Start) that streams events gap apart;
+// it is closed when the test ends.
+func startModel(t *testing.T, events int, gap time.Duration) *modeltest.Server {
 	t.Helper()
 	srv, err := modeltest.Start(events, gap)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
+	return srv
+}
+
+// startModelForward starts a fake model server and an HTTP forward to it with the default
+// API; it returns the forward's address.
+func startModelForward(t *testing.T, e *env, events int, gap time.Duration, maxBody int64) (*modeltest.Server, string) {
+	t.Helper()
+	srv := startModel(t, events, gap)
 	return srv, forwardTo(t, e, srv.Addr(), maxBody).Addr().String()
 }
 
@@ -43,6 +51,25 @@ func forwardTo(t *testing.T, e *env, addr string, maxBody int64) net.Listener {
 		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, API: api, MaxBody: maxBody}
 	fl := e.serve(f)
 	return fl
+}
+
+// dialThrough serves srv on a loopback listener of its own, starts an HTTP forward to it
+// (forwardTo) and returns a connection to the forward; the server and the connection are
+// closed when the test ends.
+func dialThrough(t *testing.T, e *env, srv *http.Server) net.Conn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	c, err := net.Dial("tcp", forwardTo(t, e, ln.Addr().String(), 0).Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // exchange writes raw on a new connection and reads every response that comes back until
@@ -70,6 +97,20 @@ func exchange(t *testing.T, addr, raw string, want int) []*http.Response {
 		out = append(out, resp)
 	}
 	return out
+}
+
+// readAnswer reads a response and its body from br; what names the request, for the error.
+func readAnswer(t *testing.T, br *bufio.Reader, what string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s: the body: %v", what, err)
+	}
+	return resp, b
 }
 
 // TestModelForwardRefusesManagement drives each bad request against a server that logs
@@ -215,11 +256,7 @@ func TestModelForwardPasses(t *testing.T) {
 		t.Fatalf("Expect: 100-continue answered %v, %v", cont, err)
 	}
 	io.WriteString(c, "5\r\n{\"a\":\r\n6\r\n \"bc\"}\r\n0\r\n\r\n") // JSON, as the body check wants
-	resp, err = http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ = io.ReadAll(resp.Body)
+	resp, b = readAnswer(t, br, "chunked embed")
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"bytes":11`) {
 		t.Errorf("chunked embed: %d %q; want the server to read 11 bytes", resp.StatusCode, b)
 	}
@@ -233,10 +270,6 @@ func TestModelForwardPasses(t *testing.T) {
 // two requests of one guest connection; the second still gets through, on a new one.
 func TestModelForwardServerClosesIdle(t *testing.T) {
 	e := newEnv(t, 0)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var conns, closed atomic.Int32
 	srv := &http.Server{IdleTimeout: 50 * time.Millisecond, ConnState: func(_ net.Conn, s http.ConnState) {
 		switch s {
@@ -249,14 +282,7 @@ func TestModelForwardServerClosesIdle(t *testing.T) {
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "ok")
 	})}
-	go srv.Serve(ln)
-	defer srv.Close()
-	fl := forwardTo(t, e, ln.Addr().String(), 0)
-	c, err := net.Dial("tcp", fl.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialThrough(t, e, srv)
 	c.SetDeadline(time.Now().Add(waitFor))
 	br := bufio.NewReader(c)
 	for i, method := range []string{"POST", "POST", "GET"} {
@@ -268,11 +294,7 @@ func TestModelForwardServerClosesIdle(t *testing.T) {
 			path = "/v1/models"
 		}
 		fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: m\r\nContent-Length: 2\r\n\r\n{}", method, path)
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("request %d: %v", i, err)
-		}
-		b, _ := io.ReadAll(resp.Body)
+		resp, b := readAnswer(t, br, fmt.Sprintf("request %d", i))
 		if resp.StatusCode != 200 || string(b) != "ok" {
 			t.Errorf("request %d: %d %q", i, resp.StatusCode, b)
 		}
@@ -348,10 +370,6 @@ func TestModelForwardSlowAndHopByHop(t *testing.T) {
 // server's request (the model stops working for nobody), past watchAfter.
 func TestModelForwardGuestGone(t *testing.T) {
 	e := newEnv(t, 0)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	started, ended := make(chan struct{}), make(chan struct{})
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body) // (the server watches its client once the body is read)
@@ -362,24 +380,10 @@ func TestModelForwardGuestGone(t *testing.T) {
 		case <-time.After(waitFor):
 		}
 	})}
-	go srv.Serve(ln)
-	defer srv.Close()
-	fl := forwardTo(t, e, ln.Addr().String(), 0)
-	c, err := net.Dial("tcp", fl.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialThrough(t, e, srv)
 	io.WriteString(c, "POST /api/generate HTTP/1.1\r\nHost: m\r\nContent-Length: 2\r\n\r\n{}")
-	select {
-	case <-started:
-	case <-time.After(waitFor):
-		t.Fatal("the request did not reach the server")
-	}
+	within(t, started, waitFor, "the request to reach the server")
 	time.Sleep(watchAfter + 100*time.Millisecond) // not ordering: the guest leaves past watchAfter, the time the forward measures (a late watch finds the end all the same)
 	c.Close()
-	select {
-	case <-ended:
-	case <-time.After(2 * time.Second):
-		t.Fatal("the guest left; the server's request goes on")
-	}
+	within(t, ended, 2*time.Second, "the server's request to end after the guest left")
 }

@@ -46,11 +46,7 @@ func FuzzKindOf(f *testing.F) {
 	f.Add([]byte("SSH-2.0-x\r\n"))
 	f.Add([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		in := bytes.Clone(b)
-		k := KindOf(b)
-		if !bytes.Equal(in, b) {
-			t.Fatal("KindOf modified its input")
-		}
+		k := untouched(t, "KindOf", KindOf, b)
 		if k == KindMore && len(b) >= Max {
 			t.Fatalf("more asked of %d bytes", len(b))
 		}

@@ -165,6 +165,17 @@ func TestOrigin(t *testing.T) {
 	}
 }
 
+// untouched is fn(b), named name for the error; the test fails if fn modified b.
+func untouched[R any](t *testing.T, name string, fn func([]byte) R, b []byte) R {
+	t.Helper()
+	in := bytes.Clone(b)
+	r := fn(b)
+	if !bytes.Equal(in, b) {
+		t.Fatalf("%s modified its input", name)
+	}
+	return r
+}
+
 func FuzzSniff(f *testing.F) {
 	f.Add(realHello(f, "allowed.test"))
 	f.Add(records(message(realHello(f, "allowed.test")), 50))
@@ -172,11 +183,7 @@ func FuzzSniff(f *testing.F) {
 	f.Add([]byte("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"))
 	f.Add([]byte("SSH-2.0-x\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		in := bytes.Clone(b)
-		r := Sniff(b)
-		if !bytes.Equal(in, b) {
-			t.Fatal("Sniff modified its input")
-		}
+		r := untouched(t, "Sniff", Sniff, b)
 		if r.Name != "" && (r.From == None || r.More || r.ECH) || r.Name == "" && r.From != None {
 			t.Fatalf("inconsistent %+v", r)
 		}

@@ -292,28 +292,13 @@ func TestAssociationClose(t *testing.T) {
 // TestAssociateRefused: a proxy that refuses UDP ASSOCIATE fails the call;
 // nothing is sent any other way.
 func TestAssociateRefused(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		buf := make([]byte, 3+10)
-		if _, err := io.ReadFull(c, buf); err != nil {
-			return
-		}
-		// Method: no authentication; reply: command not supported.
-		_, _ = c.Write([]byte{5, 0, 5, 7, 0, 1, 0, 0, 0, 0, 0, 0})
-	}()
+	// Reads the method offer and the request (3+10 bytes); answers: no authentication,
+	// command not supported.
+	port := scriptedProxy(t, 3+10, "\x05\x00\x05\x07\x00\x01\x00\x00\x00\x00\x00\x00", false)
 	var cd countingDial
-	u := newUpstream(t, upstream.Config{Name: "exit", Host: "127.0.0.1", Port: uint16(ln.Addr().(*net.TCPAddr).Port), Pipeline: true},
+	u := newUpstream(t, upstream.Config{Name: "exit", Host: "127.0.0.1", Port: port, Pipeline: true},
 		upstream.Options{Dial: cd.dial})
-	_, err = u.Associate(ctxTimeout(t))
+	_, err := u.Associate(ctxTimeout(t))
 	var ue *upstream.Error
 	if !errors.As(err, &ue) || ue.Refused || ue.Op != "associate" {
 		t.Fatalf("Associate: %v, want a failure of the upstream", err)
