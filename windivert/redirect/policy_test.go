@@ -36,7 +36,7 @@ func TestSharedCases(t *testing.T) {
 // TestSpoofCases: the engine decides at the SYN, before the client wrote a name, so it never
 // passes a flow that a name from its first bytes could still send direct: it reflects it to
 // the router, which reads the name and dials it as its resolver resolves it (the relay's
-// TestSpoofCasesTransparent), and refuses only what no name could open.
+// TestSpoofCases, transparent path), and refuses only what no name could open.
 func TestSpoofCases(t *testing.T) {
 	dec := parsePolicy(t, "spoof.toml", policytest.SpoofConfig, "linux")
 	checkCases(t, dec, map[netip.Addr]string{}, policytest.SpoofCases(), func(c policytest.SpoofCase) engineCase {
