@@ -157,15 +157,9 @@ func (b *budget) allow(k sourceKey, domain string) {
 	}
 }
 
-// NameUse is one guest's count of distinct names under one registrable domain in the
+// NameUse is one guest's count of distinct names (Used) under one registrable domain in the
 // guest's current window of the name budget.
-type NameUse struct {
-	Guest, Domain string
-	Names, Limit  int
-	Start         time.Time // the window's
-	Window        time.Duration
-	Over          bool // Names is past Limit
-}
+type NameUse = window.Use
 
 // NameBudgets returns the name budget's counts in the windows still running, by guest then
 // domain: the max largest (every one when max <= 0); nil without a budget.
@@ -175,7 +169,6 @@ func (b *budget) uses(max int) []NameUse {
 	if b == nil {
 		return nil
 	}
-	return window.List(&b.mu, b.guests, b.now(), max, func(k sourceKey, start time.Time, d string, dc *domainCount) NameUse {
-		return NameUse{Guest: k.String(), Domain: d, Names: dc.n, Limit: b.cfg.PerDomain, Start: start, Window: b.cfg.Window, Over: dc.n > b.cfg.PerDomain}
-	}, func(u NameUse) int { return u.Names }, func(u NameUse) (string, string) { return u.Guest, u.Domain })
+	return window.List(&b.mu, b.guests, b.now(), max, int64(b.cfg.PerDomain),
+		sourceKey.String, func(dc *domainCount) int64 { return int64(dc.n) })
 }

@@ -102,7 +102,7 @@ func TestNameBudget(t *testing.T) {
 					otherUse = u
 				}
 			}
-			if tunnelUse.Names < 1000 || tunnelUse.Limit != 50 || !tunnelUse.Over || otherUse.Names != 1 || otherUse.Over {
+			if tunnelUse.Used < 1000 || tunnelUse.Limit != 50 || !tunnelUse.Over || otherUse.Used != 1 || otherUse.Over {
 				t.Errorf("name budgets = %+v", uses)
 			}
 			clock.Advance(time.Minute)

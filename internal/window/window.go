@@ -98,29 +98,41 @@ func (g *Guests[K, E]) dropOldest() {
 	}
 }
 
-// List returns what use makes of every count of g's windows still running at now: the max
-// largest by size (every one when max <= 0), ordered by guest, then domain (key's two
-// strings). It holds mu, the lock that guards g, while it reads g, not while it sorts.
-func List[K comparable, E, U any, N cmp.Ordered](mu sync.Locker, g *Guests[K, E], now time.Time, max int,
-	use func(k K, start time.Time, domain string, e *E) U, size func(U) N, key func(U) (guest, domain string)) []U {
-	mu.Lock()
-	var out []U
-	g.Each(now, func(k K, start time.Time, d string, e *E) { out = append(out, use(k, start, d, e)) })
-	mu.Unlock()
-	return Largest(out, max, size, key)
+// Use is one guest's count for one registrable domain in its current window of a budget:
+// what the budget lists for status, watch, the console and the metrics.
+type Use struct {
+	Guest, Domain string
+	Used, Limit   int64
+	Start         time.Time // the window's
+	Window        time.Duration
+	Over          bool // Used is past Limit
 }
 
-// Largest keeps the max largest of uses by size (every one when max <= 0) and returns them
-// ordered by guest, then domain (key's two strings): the listing of a budget's counts.
-func Largest[U any, N cmp.Ordered](uses []U, max int, size func(U) N, key func(U) (guest, domain string)) []U {
+// List returns the counts of g's windows still running at now as uses of a budget of limit a
+// domain: the max largest by Used (every one when max <= 0), ordered by guest, then domain.
+// guest names a key, used reads a domain's count. It holds mu, the lock that guards g, while
+// it reads g, not while it sorts.
+func List[K comparable, E any](mu sync.Locker, g *Guests[K, E], now time.Time, max int, limit int64,
+	guest func(K) string, used func(*E) int64) []Use {
+	mu.Lock()
+	var out []Use
+	g.Each(now, func(k K, start time.Time, d string, e *E) {
+		n := used(e)
+		out = append(out, Use{Guest: guest(k), Domain: d, Used: n, Limit: limit, Start: start, Window: g.window, Over: n > limit})
+	})
+	mu.Unlock()
+	return Largest(out, max)
+}
+
+// Largest keeps the max largest of uses by Used (every one when max <= 0) and returns them
+// ordered by guest, then domain.
+func Largest(uses []Use, max int) []Use {
 	if max > 0 && len(uses) > max {
-		slices.SortFunc(uses, func(x, y U) int { return cmp.Compare(size(y), size(x)) })
+		slices.SortFunc(uses, func(x, y Use) int { return cmp.Compare(y.Used, x.Used) })
 		uses = uses[:max]
 	}
-	slices.SortFunc(uses, func(x, y U) int {
-		xg, xd := key(x)
-		yg, yd := key(y)
-		return cmp.Or(strings.Compare(xg, yg), strings.Compare(xd, yd))
+	slices.SortFunc(uses, func(x, y Use) int {
+		return cmp.Or(strings.Compare(x.Guest, y.Guest), strings.Compare(x.Domain, y.Domain))
 	})
 	return uses
 }

@@ -42,13 +42,9 @@ func TestOldestGuestMakesRoom(t *testing.T) {
 }
 
 func TestLargest(t *testing.T) {
-	type use struct {
-		g, d string
-		n    int
-	}
-	uses := []use{{"b", "x", 5}, {"a", "y", 1}, {"a", "x", 9}, {"c", "z", 7}}
-	got := Largest(uses, 3, func(u use) int { return u.n }, func(u use) (string, string) { return u.g, u.d })
-	want := []use{{"a", "x", 9}, {"b", "x", 5}, {"c", "z", 7}}
+	uses := []Use{{Guest: "b", Domain: "x", Used: 5}, {Guest: "a", Domain: "y", Used: 1}, {Guest: "a", Domain: "x", Used: 9}, {Guest: "c", Domain: "z", Used: 7}}
+	got := Largest(uses, 3)
+	want := []Use{{Guest: "a", Domain: "x", Used: 9}, {Guest: "b", Domain: "x", Used: 5}, {Guest: "c", Domain: "z", Used: 7}}
 	if len(got) != len(want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}

@@ -221,14 +221,8 @@ func (b *Budget) entry(guestKey, name string, now time.Time) *domain {
 	return d
 }
 
-// Use is one guest's count for one domain in its current window.
-type Use struct {
-	Guest, Domain string
-	Used, Limit   int64
-	Start         time.Time // the window's
-	Window        time.Duration
-	Over          bool // Used is past Limit
-}
+// Use is one guest's count of bytes up (Used) for one domain in its current window.
+type Use = window.Use
 
 // Uses returns the counts of the windows still running, by guest then by domain: the max
 // largest (every one when max <= 0); nil for a nil b.
@@ -236,7 +230,6 @@ func (b *Budget) Uses(max int) []Use {
 	if b == nil {
 		return nil
 	}
-	return window.List(&b.mu, b.guests, b.now(), max, func(gk string, start time.Time, dk string, d *domain) Use {
-		return Use{Guest: gk, Domain: dk, Used: d.used, Limit: b.cfg.PerDomain, Start: start, Window: b.cfg.Window, Over: d.used > b.cfg.PerDomain}
-	}, func(u Use) int64 { return u.Used }, func(u Use) (string, string) { return u.Guest, u.Domain })
+	return window.List(&b.mu, b.guests, b.now(), max, b.cfg.PerDomain,
+		func(gk string) string { return gk }, func(d *domain) int64 { return d.used })
 }

@@ -102,7 +102,7 @@ func buildStatus(started time.Time, file string, r *router.Router, d *dns.Server
 	}
 	for _, u := range d.NameBudgets(control.MaxDomainBudgets) {
 		st.DomainBudgets = append(st.DomainBudgets, control.DomainBudgetStat{Budget: control.BudgetNames, Guest: u.Guest, Domain: u.Domain,
-			Used: int64(u.Names), Limit: int64(u.Limit), Ends: u.Start.Add(u.Window), Over: u.Over})
+			Used: u.Used, Limit: u.Limit, Ends: u.Start.Add(u.Window), Over: u.Over})
 	}
 	st.DNS.Mode = d.Mode().String()
 	if ps, ok := d.PoolStats(); ok {
