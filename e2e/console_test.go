@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/agentcage/router/internal/lab"
+	"github.com/agentcage/router/internal/syncbuf"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/control"
 )
@@ -98,9 +99,9 @@ func (s *scene) browser() context.Context {
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		s.t.Fatal(err)
 	}
-	var out syncWriter
+	out := &syncbuf.Buffer{Max: 64 << 10} // chromium's output, for the log
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(wrapper), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.WindowSize(1100, 900), chromedp.UserDataDir(s.t.TempDir()), chromedp.CombinedOutput(&out))
+		chromedp.DisableGPU, chromedp.WindowSize(1100, 900), chromedp.UserDataDir(s.t.TempDir()), chromedp.CombinedOutput(out))
 	actx, cancel := chromedp.NewExecAllocator(s.ctx, opts...)
 	s.t.Cleanup(cancel)
 	bctx, cancel2 := chromedp.NewContext(actx)
@@ -114,27 +115,6 @@ func (s *scene) browser() context.Context {
 		s.t.Fatalf("start chromium: %v\n%s", err, out.String())
 	}
 	return bctx
-}
-
-// syncWriter collects a process's output for the log.
-type syncWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.b.Len() < 64<<10 {
-		w.b.Write(p)
-	}
-	return len(p), nil
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
 
 // TestConsoleBrowser: a real browser loads the console by the URL `router console`

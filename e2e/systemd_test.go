@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentcage/router/internal/lab"
 	"github.com/agentcage/router/internal/roottest"
+	"github.com/agentcage/router/internal/syncbuf"
 	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/control"
 )
@@ -39,10 +40,10 @@ const (
 // the root can be booted again.
 type booted struct {
 	t       *testing.T
-	cmd     *exec.Cmd   // systemd-nspawn, started by the test (stopped by its PID)
-	done    chan error  // cmd's Wait
-	leader  int         // the container's PID 1, systemd, as this machine numbers it
-	console *syncWriter // nspawn's and the container's console
+	cmd     *exec.Cmd       // systemd-nspawn, started by the test (stopped by its PID)
+	done    chan error      // cmd's Wait
+	leader  int             // the container's PID 1, systemd, as this machine numbers it
+	console *syncbuf.Buffer // nspawn's and the container's console
 }
 
 // bootRoot boots root with systemd-nspawn in the namespace ns, with deb at /root/router.deb,
@@ -52,7 +53,7 @@ type booted struct {
 // container off (SIGTERM to nspawn) and, on a failure, logs its console and journal.
 func bootRoot(t *testing.T, ns *lab.Netns, root, deb, machine string) *booted {
 	t.Helper()
-	b := &booted{t: t, done: make(chan error, 1), console: new(syncWriter)}
+	b := &booted{t: t, done: make(chan error, 1), console: &syncbuf.Buffer{Max: 64 << 10}}
 	args := []string{"--quiet", "--boot", "--directory=" + root, "--volatile=overlay",
 		"--machine=" + machine, "--network-namespace-path=/run/netns/" + ns.Name(),
 		"--capability=CAP_NET_ADMIN,CAP_BPF", "--system-call-filter=bpf", "--console=pipe",

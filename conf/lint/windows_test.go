@@ -7,14 +7,12 @@ import (
 
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/windivert/adapters"
+	"github.com/agentcage/router/windivert/adapters/adapterstest"
 )
 
 func TestWindowsFacts(t *testing.T) {
 	on := true
-	defSwitch := adapters.Adapter{Interface: adapters.Interface{Name: "vEthernet (Default Switch)"}, Kind: adapters.KindDefaultSwitch, NAT: adapters.NATHNS,
-		Subnets: []netip.Prefix{netip.MustParsePrefix("172.22.64.0/20")}}
-	wsl := adapters.Adapter{Interface: adapters.Interface{Name: "vEthernet (WSL)"}, Kind: adapters.KindWSL, NAT: adapters.NATHNS,
-		Subnets: []netip.Prefix{netip.MustParsePrefix("172.29.160.0/20")}}
+	defSwitch, wsl := adapterstest.DefaultSwitch(), adapterstest.WSL()
 	internal := adapters.Adapter{Interface: adapters.Interface{Name: "vEthernet (AgentCage)", Forwarding: new(bool)}, Kind: adapters.KindHyperV, NAT: adapters.NATNone,
 		Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.200.0/24")}}
 	routed := internal
@@ -32,9 +30,8 @@ func TestWindowsFacts(t *testing.T) {
 		{"host resolver, caged scope", base, WindowsFacts{HostResolverVMs: []string{"agent"}}, []string{CheckHostResolver}},
 		{"host resolver, all", base + "[dns]\ncapture = \"all\"\n", WindowsFacts{HostResolverVMs: []string{"agent"}}, nil},
 		{"host resolver, Dnscache caged", base + "[[rule]]\nname = \"dns\"\nservices = [\"Dnscache\"]\naction = \"proxy\"\n", WindowsFacts{HostResolverVMs: []string{"agent"}}, nil},
-		{"wsl closed by the Hyper-V firewall", base, WindowsFacts{Adapters: []adapters.Adapter{wsl}, WSL: adapters.WSL{Firewall: &on, DefaultOutbound: "Block"}}, nil},
-		{"host-only with ICS", base, WindowsFacts{Adapters: []adapters.Adapter{{Interface: adapters.Interface{Name: "VirtualBox Host-Only Ethernet Adapter", Forwarding: &on}, Kind: adapters.KindVirtualBox, NAT: adapters.NATUser,
-			Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.56.0/24")}}}}, []string{CheckUncagedSwitch}},
+		{"wsl closed by the Hyper-V firewall", base, WindowsFacts{Adapters: []adapters.Adapter{wsl}, WSL: adapterstest.ClosedWSL()}, nil},
+		{"host-only with ICS", base, WindowsFacts{Adapters: []adapters.Adapter{adapterstest.HostOnlyICS()}}, []string{CheckUncagedSwitch}},
 		{"default switch accepted", strings.Replace(base, "[capture]\n", "[capture]\nuncaged_adapters = \"accept\"\n", 1), WindowsFacts{Adapters: []adapters.Adapter{defSwitch}}, []string{CheckUncagedSwitch}},
 		{"external switch", base, WindowsFacts{Adapters: []adapters.Adapter{{Interface: adapters.Interface{Name: "vEthernet (LAN)", Forwarding: new(bool), Gateway: true}, Kind: adapters.KindHyperV, NAT: adapters.NATNone,
 			Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24")}}}}, []string{CheckBridged}},

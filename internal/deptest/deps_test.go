@@ -28,7 +28,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"rules/refusal", "rules/policy", ""},
 	{"rules/modelapi", "", "internal/modeltest"},
 	{"conf", "internal/secret rules rules/modelapi", "internal/winetest"},
-	{"conf/lint", "conf internal/netaddr rules rules/policy windivert/adapters", ""},
+	{"conf/lint", "conf internal/netaddr rules rules/policy windivert/adapters", "windivert/adapters/adapterstest"},
 	{"conf/proxifier", "conf rules", "conf/lint rules/policy"},
 
 	// The DNS side.
@@ -86,9 +86,10 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert/wfp/guard", "internal/ports windivert/wfp", "windivert/wfp/wfptest"},
 	{"windivert/wfp/wfptest", "windivert/wfp", ""},
 	{"windivert/adapters", "", "internal/winetest"},
+	{"windivert/adapters/adapterstest", "windivert/adapters", ""},
 	{"windivert/dist", "windivert", "internal/winetest"},
 	{"windivert/platform", "conf dns internal/ports router/capture router/proc rules rules/policy rules/refusal windivert windivert/adapters windivert/redirect windivert/wfp windivert/wfp/guard",
-		"internal/echotest internal/wait internal/winetest router router/auditlog router/capture/capturetest router/upstream router/upstream/socks5/socks5test rules/policy/policytest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
+		"internal/echotest internal/wait internal/winetest router router/auditlog router/capture/capturetest router/upstream router/upstream/socks5/socks5test rules/policy/policytest windivert/adapters/adapterstest windivert/packet windivert/wfp/wfptest windivert/windiverttest"},
 	{"windivert/cmd/wdprobe", "router/proc windivert windivert/dist windivert/packet", ""},
 
 	// The commands.

@@ -1,13 +1,13 @@
 package platform
 
 import (
-	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/agentcage/router/router/capture/capturetest"
 	"github.com/agentcage/router/rules/policy"
 	"github.com/agentcage/router/windivert/adapters"
+	"github.com/agentcage/router/windivert/adapters/adapterstest"
 	"github.com/agentcage/router/windivert/wfp/guard"
 )
 
@@ -16,14 +16,7 @@ import (
 // installed, unless the config accepts it; WSL's adapter closed by the Hyper-V firewall
 // (default outbound Block) and an Internal switch in cage_subnets do not.
 func TestWindowsRefusesUncagedAdapters(t *testing.T) {
-	on := true
-	defSwitch := adapters.Adapter{Interface: adapters.Interface{Name: "vEthernet (Default Switch)"}, Kind: adapters.KindDefaultSwitch, NAT: adapters.NATHNS,
-		Subnets: []netip.Prefix{netip.MustParsePrefix("172.22.64.0/20")}}
-	wsl := adapters.Adapter{Interface: adapters.Interface{Name: "vEthernet (WSL)"}, Kind: adapters.KindWSL, NAT: adapters.NATHNS,
-		Subnets: []netip.Prefix{netip.MustParsePrefix("172.29.160.0/20")}}
-	ics := adapters.Adapter{Interface: adapters.Interface{Name: "VirtualBox Host-Only Ethernet Adapter", Forwarding: &on}, Kind: adapters.KindVirtualBox, NAT: adapters.NATUser,
-		Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.56.0/24")}}
-	closedWSL := adapters.WSL{Firewall: &on, DefaultOutbound: "Block"}
+	defSwitch, wsl, ics, closedWSL := adapterstest.DefaultSwitch(), adapterstest.WSL(), adapterstest.HostOnlyICS(), adapterstest.ClosedWSL()
 	for _, tc := range []struct {
 		name   string
 		as     []adapters.Adapter
