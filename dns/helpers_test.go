@@ -13,6 +13,7 @@ import (
 	mdns "github.com/miekg/dns"
 
 	"github.com/agentcage/router/internal/clock/clocktest"
+	"github.com/agentcage/router/internal/wait"
 )
 
 // newClock returns a clock for Config.Now that moves only when the test advances it.
@@ -213,13 +214,7 @@ func startMiekg(t *testing.T, srv *mdns.Server) {
 	srv.NotifyStartedFunc = func() { close(started) }
 	done := make(chan error, 1)
 	go func() { done <- srv.ActivateAndServe() }()
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("start test dns server: %v", err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("test dns server did not start")
-	}
+	wait.Started(t, "the test dns server", 5*time.Second, started, done)
 	t.Cleanup(func() {
 		srv.Shutdown()
 		<-done

@@ -62,3 +62,17 @@ func Until(d time.Duration, try func() error) error {
 		step = min(2*step, most)
 	}
 }
+
+// Started waits until ready is closed: a server the test started in a goroutine says it is
+// serving. When done (the goroutine's result) comes first, or d passes, it fails t with
+// Fatal, naming what it waited for. It must be called from the test's goroutine.
+func Started(t testing.TB, what string, d time.Duration, ready <-chan struct{}, done <-chan error) {
+	t.Helper()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("%s ended before it was ready: %v", what, err)
+	case <-time.After(d):
+		t.Fatalf("waited %v for %s to be ready: it was not", d, what)
+	}
+}

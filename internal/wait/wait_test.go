@@ -2,6 +2,8 @@ package wait
 
 import (
 	"errors"
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -38,4 +40,49 @@ func TestPoll(t *testing.T) {
 	if Poll(10*time.Millisecond, func() bool { return false }) {
 		t.Error("Poll of a condition that never holds = true")
 	}
+}
+
+// TestStarted: ready passes; a result before it, or no word within the bound, fails.
+func TestStarted(t *testing.T) {
+	ready, done := make(chan struct{}), make(chan error, 1)
+	close(ready)
+	Started(t, "a server", time.Second, ready, done)
+	for _, c := range []struct {
+		name string
+		done error
+		want string
+	}{
+		{"ended", errors.New("bind: in use"), "a server ended before it was ready: bind: in use"},
+		{"silent", nil, "waited 1ms for a server to be ready: it was not"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			if c.done != nil {
+				done <- c.done
+			}
+			r := &recorder{TB: t}
+			ran := make(chan struct{})
+			go func() { // Fatal ends the goroutine it is called on
+				defer close(ran)
+				Started(r, "a server", time.Millisecond, make(chan struct{}), done)
+			}()
+			<-ran
+			if r.msg != c.want {
+				t.Errorf("failed with %q, want %q", r.msg, c.want)
+			}
+		})
+	}
+}
+
+// recorder is a test that keeps what Fatalf says and ends the goroutine, as t.Fatalf does.
+type recorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *recorder) Helper() {}
+
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentcage/router/conf"
+	"github.com/agentcage/router/internal/wait"
 	"github.com/agentcage/router/router/capture"
 	"github.com/agentcage/router/router/capture/capturetest"
 	"github.com/agentcage/router/rules"
@@ -442,11 +443,5 @@ func TestStartHandsTheRouterToAUDPRelay(t *testing.T) {
 // return before that (done) fails t with its error.
 func waitReady(t *testing.T, ready <-chan struct{}, done <-chan error) {
 	t.Helper()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("not ready")
-	}
+	wait.Started(t, "the daemon's Run", 10*time.Second, ready, done)
 }
