@@ -13,15 +13,13 @@ import (
 //go:embed testdata
 var testdata embed.FS
 
-// fixture returns the text of testdata/NAME.
-func fixture(t *testing.T, name string) string {
-	t.Helper()
-	b, err := testdata.ReadFile("testdata/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
+// Configs one test lints on its own.
+var (
+	//go:embed testdata/ungated-loopback.toml
+	ungatedLoopback string
+	//go:embed testdata/profiles.toml
+	profilesConfig string
+)
 
 // checkFixtures lints each config under testdata/DIR, with prefix before its text, and
 // compares the findings keep selects (as short renders them) with the file's "# want: "
@@ -35,7 +33,11 @@ func checkFixtures(t *testing.T, dir, prefix string, keep func(short string) boo
 	}
 	for _, file := range files {
 		t.Run(file.Name(), func(t *testing.T) {
-			text := fixture(t, path.Join(dir, file.Name()))
+			b, err := testdata.ReadFile(path.Join("testdata", dir, file.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := string(b)
 			var want []string
 			goos := ""
 			for _, line := range strings.Split(text, "\n") {

@@ -10,7 +10,7 @@ import (
 // port no forward connects to is an error; at a forward's connect port, a gate serves it.
 func TestUngatedLoopback(t *testing.T) {
 	var got []string
-	for _, f := range short(Check(parseOS(t, "linux", fixture(t, "ungated-loopback.toml")), Host{OS: "linux"})) {
+	for _, f := range short(Check(parseOS(t, "linux", ungatedLoopback), Host{OS: "linux"})) {
 		if strings.Contains(f, CheckUngatedModel) {
 			got = append(got, f)
 		}

@@ -10,7 +10,7 @@ import (
 // profile and at its lines (of testdata/profiles.toml); a profile without a catch-all is no
 // finding.
 func TestProfiles(t *testing.T) {
-	cfg := parse(t, fixture(t, "profiles.toml"))
+	cfg := parse(t, profilesConfig)
 	var got []string
 	for _, f := range Check(cfg, Host{OS: "linux"}) {
 		if strings.HasPrefix(f.Message, "profile build: ") {
