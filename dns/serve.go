@@ -185,5 +185,10 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) 
 	if ln != nil {
 		ln.Close()
 	}
+	if ctx.Err() != nil {
+		// Stopped: the stop closes the sockets after it ends ctx, also while they were still
+		// starting, and a socket closed by the stop is not a failure.
+		return nil
+	}
 	return firstErr
 }

@@ -220,3 +220,40 @@ func TestServeOneSocket(t *testing.T) {
 		}
 	})
 }
+
+// TestServeStopClosesSockets: the daemon's stop cancels Serve's context and then closes its
+// sockets, also while Serve is still starting (a start that failed further on); the closed
+// sockets are the stop's, not a failure, so Serve returns nil (the daemon logged "use of
+// closed network connection" as an error after every failed start).
+func TestServeStopClosesSockets(t *testing.T) {
+	s, _, _ := newProxyServer(t, ModeFakeIP, newClock())
+	for i := range 20 {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("listen udp: %v", err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("listen tcp: %v", err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Serve(ctx, pc, ln) }()
+		if i%2 == 1 { // serving: a query over TCP is answered; else stopped as it starts
+			q := new(mdns.Msg)
+			q.SetQuestion("example.com.", mdns.TypeA)
+			exchange(t, "tcp", ln.Addr().String(), q)
+		}
+		cancel()
+		pc.Close()
+		ln.Close()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("round %d: Serve = %v, want nil (the stop closed the sockets)", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Serve did not return after the stop")
+		}
+	}
+}
