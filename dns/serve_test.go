@@ -14,17 +14,7 @@ import (
 // function that cancels and checks that Serve returned nil.
 func serve(t *testing.T, s *Server) (udpAddr, tcpAddr string, stop func()) {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen udp: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen tcp: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, pc, ln) }()
+	pc, ln, cancel, done := startServe(t, s)
 	stopped := false
 	stop = func() {
 		if stopped {
@@ -43,6 +33,24 @@ func serve(t *testing.T, s *Server) (udpAddr, tcpAddr string, stop func()) {
 	}
 	t.Cleanup(stop)
 	return pc.LocalAddr().String(), ln.Addr().String(), stop
+}
+
+// startServe runs s.Serve on fresh loopback sockets; cancel ends its context, done is its
+// result.
+func startServe(t *testing.T, s *Server) (pc net.PacketConn, ln net.Listener, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen udp: %v", err)
+	}
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen tcp: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	result := make(chan error, 1)
+	go func() { result <- s.Serve(ctx, pc, ln) }()
+	return pc, ln, cancel, result
 }
 
 func exchange(t *testing.T, network, addr string, q *mdns.Msg) *mdns.Msg {
@@ -228,17 +236,7 @@ func TestServeOneSocket(t *testing.T) {
 func TestServeStopClosesSockets(t *testing.T) {
 	s, _, _ := newProxyServer(t, ModeFakeIP, newClock())
 	for i := range 20 {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("listen udp: %v", err)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("listen tcp: %v", err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- s.Serve(ctx, pc, ln) }()
+		pc, ln, cancel, done := startServe(t, s)
 		if i%2 == 1 { // serving: a query over TCP is answered; else stopped as it starts
 			q := new(mdns.Msg)
 			q.SetQuestion("example.com.", mdns.TypeA)
