@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -139,4 +141,41 @@ func TestGuardHeals(t *testing.T) {
 	if s.tableBack(time.Now(), 1500*time.Millisecond) != 0 {
 		t.Error("the table is back after cleanup --force")
 	}
+}
+
+// TestGuardWhileRunning: `router guard` while the router runs (`systemctl restart
+// router-guard` after the config was edited, or by hand) leaves the running router's table
+// alone: the router holds the cage by the config it runs, and a guard from another config
+// put in its place (here one whose VM network is not the guest's) would capture what that
+// config says, not what the router decides. The guest leaves through the proxy, and nothing
+// had to be restored.
+func TestGuardWhileRunning(t *testing.T) {
+	s := newScene(t, config(lab.GoSocksAddr, ""))
+	if out, code := s.curl(s.lab.Guest(), lab.EchoURL); code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
+		t.Fatalf("before: exit %d, %q; want the proxy's exit address", code, out)
+	}
+	text, err := os.ReadFile(s.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := filepath.Join(t.TempDir(), "edited.toml")
+	other := strings.Replace(string(text), `vm_networks = ["10.0.2.0/24"]`, `vm_networks = ["10.9.0.0/24"]`, 1)
+	if other == string(text) {
+		t.Fatal("the scene's config has no vm_networks line to edit")
+	}
+	if err := os.WriteFile(edited, []byte(other), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code := s.routerCmd("guard", "--config", edited)
+	if code != 0 || !strings.Contains(out, "a router is running") {
+		t.Fatalf("router guard while the router runs: exit %d\n%s", code, out)
+	}
+	s.lab.ResetLogs()
+	if out, code := s.curl(s.lab.Guest(), lab.EchoURL); code != 0 || strings.TrimSpace(out) != lab.ExitAddr {
+		t.Errorf("after router guard: exit %d, %q; want the proxy's exit address", code, out)
+	}
+	if st := s.status(); st.Guard.Restores != 0 {
+		t.Errorf("status guard = %+v; want no restore (the guard left the router's table alone)", st.Guard)
+	}
+	s.wantNoLeak("after router guard")
 }

@@ -24,6 +24,11 @@ func ownControl(mark uint32) func(network, address string, c syscall.RawConn) er
 	return nftplatform.OwnControl(mark)
 }
 
+// guardYields: a running router's table is its own, kept by its healer, and the guard's
+// table in its place would refuse the guests until the healer put it back; so `router
+// guard` leaves a running router alone.
+const guardYields = true
+
 // installGuard installs the guard for cfg without the daemon (`router guard`).
 func installGuard(cfg *conf.Config) (string, error) { return nftplatform.InstallGuard(cfg) }
 

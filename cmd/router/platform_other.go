@@ -53,6 +53,9 @@ func cleanup(table string) (string, error) { return "", errNoCapture }
 // ownControl is nil: there is no capture.
 func ownControl(uint32) func(network, address string, c syscall.RawConn) error { return nil }
 
+// guardYields: there is no guard here to install.
+const guardYields = false
+
 // installGuard installs the guard for cfg.
 func installGuard(cfg *conf.Config) (string, error) { return "", errNoGuard }
 

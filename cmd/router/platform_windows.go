@@ -40,6 +40,11 @@ func ownControl(mark uint32) func(network, address string, c syscall.RawConn) er
 	return winplatform.OwnControl(mark)
 }
 
+// guardYields: the guard's WFP filters are persistent and apart from a running router's
+// dynamic permits, and `router guard` is how filters a reset removed come back while the
+// service runs; so it installs them whether a router runs or not.
+const guardYields = false
+
 // installGuard installs the guard for cfg without the daemon (`router guard`).
 func installGuard(cfg *conf.Config) (string, error) {
 	return winplatform.InstallGuard(cfg, serviceName())
