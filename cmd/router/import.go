@@ -11,6 +11,7 @@ import (
 	"github.com/agentcage/router/conf"
 	"github.com/agentcage/router/conf/lint"
 	"github.com/agentcage/router/conf/proxifier"
+	"github.com/agentcage/router/internal/clock"
 	"github.com/agentcage/router/internal/progress"
 )
 
@@ -24,7 +25,7 @@ type steps interface {
 // terminal), with the system's clock.
 func startProgress(w io.Writer) func(first string) steps {
 	tty, width, _ := terminal(w)
-	return func(first string) steps { return progress.Start(w, tty, width, progress.System{}, first) }
+	return func(first string) steps { return progress.Start(w, tty, width, clock.System{}, first) }
 }
 
 func cmdImport(args []string, stdout, stderr io.Writer) int {

@@ -93,7 +93,7 @@ var table = []struct{ pkg, imports, tests string }{
 	{"windivert/cmd/wdprobe", "router/proc windivert windivert/dist windivert/packet", ""},
 
 	// The commands.
-	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck cmd/router/replay cmd/router/sdnotify conf conf/lint conf/proxifier internal/progress router/auditlog router/broker/tlsca router/capture router/control cmd/router/daemon cmd/router/service router/nftcap/platform router/upstream rules rules/policy windivert/adapters windivert/platform",
+	{"cmd/router", "cmd/router/checkip cmd/router/learn cmd/router/proxycheck cmd/router/replay cmd/router/sdnotify conf conf/lint conf/proxifier internal/clock internal/progress router/auditlog router/broker/tlsca router/capture router/control cmd/router/daemon cmd/router/service router/nftcap/platform router/upstream rules rules/policy windivert/adapters windivert/platform",
 		"router/upstream/socks5/socks5test rules/policy/policytest"},
 	{"cmd/router/checkip", "", ""},
 	{"cmd/router/sdnotify", "", ""},

@@ -21,18 +21,12 @@ import (
 // redrawn while a step runs.
 const Delay = time.Second
 
-// Clock is the time a Line reads and the timer it redraws by.
-type Clock = clock.Clock
-
-// System is the machine's clock.
-type System = clock.System
-
 // Line is one operation's progress line.
 type Line struct {
 	mu    sync.Mutex
-	w     io.Writer // nil: not a terminal, nothing is written
-	width int       // the terminal's columns; 0: unknown
-	clock Clock
+	w     io.Writer   // nil: not a terminal, nothing is written
+	width int         // the terminal's columns; 0: unknown
+	clock clock.Clock // the time a Line reads and the timer it redraws by
 	start time.Time
 	step  string
 	shown bool // the line is on the terminal (Done clears it)
@@ -43,15 +37,15 @@ type Line struct {
 // Start begins an operation's line on w, a terminal when tty (width columns wide; 0:
 // unknown), with its first step. The line appears after Delay, if the operation has not
 // ended by then.
-func Start(w io.Writer, tty bool, width int, clock Clock, step string) *Line {
-	l := &Line{width: width, clock: clock, step: step}
+func Start(w io.Writer, tty bool, width int, c clock.Clock, step string) *Line {
+	l := &Line{width: width, clock: c, step: step}
 	if !tty {
 		l.done = true
 		return l
 	}
 	l.w = w
-	l.start = clock.Now()
-	l.stop = clock.AfterFunc(Delay, l.tick)
+	l.start = c.Now()
+	l.stop = c.AfterFunc(Delay, l.tick)
 	return l
 }
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/agentcage/router/dns"
-	"github.com/agentcage/router/internal/clock"
 	"github.com/agentcage/router/rules"
 )
 
@@ -130,6 +129,3 @@ type Conn struct {
 // address (the IP Helper tables on Windows, sock_diag on Linux). It may block; the engine
 // calls it on worker goroutines.
 type LookupFunc func(proto uint8, local, remote netip.AddrPort) (rules.Owner, error)
-
-// Clock is the engine's time source: the one clock interface of the packages that arm timers.
-type Clock = clock.Clock

@@ -100,7 +100,7 @@ type Options struct {
 	// buffer (default 256 KiB; at least 65575 bytes, the largest packet WinDivert hands out).
 	Batch, BufferSize int
 
-	Clock Clock // nil: the system clock; tests substitute a fake one
+	Clock clock.Clock // nil: the system clock; tests substitute a fake one
 
 	// Refusals counts the flows the engine refuses or drops, by reason, once per flow (its
 	// later packets are counted in Stats only). Nil: the engine keeps its own (Refusals).
@@ -145,7 +145,7 @@ type Engine struct {
 	dev    Device
 	opts   Options
 	log    *slog.Logger
-	clock  Clock
+	clock  clock.Clock
 	start  time.Time
 	pol    atomic.Pointer[policy.Policy]
 	own    map[uint32]bool // immutable after New
