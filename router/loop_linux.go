@@ -396,9 +396,7 @@ func (l *loop) pump(f *relayFlow, d *edir, src, dst int, now time.Duration) erro
 		}
 		d.blocked = 0
 		if d.eof {
-			if d.p != nil {
-				l.pipes.release(&d.p)
-			}
+			l.pipes.release(&d.p)
 			d.finished = true
 			if err := rawShutdownWrite(dst); err != nil && err != unix.ENOTCONN {
 				return fmt.Errorf("half-close: %w", err)

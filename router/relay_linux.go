@@ -212,9 +212,7 @@ func (f *relayFlow) release(pipes *pipePool) {
 	closeFD(f.fd[0])
 	closeFD(f.fd[1])
 	for i := range f.dir {
-		if f.dir[i].p != nil {
-			pipes.release(&f.dir[i].p)
-		}
+		pipes.release(&f.dir[i].p)
 	}
 }
 

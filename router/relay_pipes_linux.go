@@ -64,10 +64,12 @@ func (pp *pipePool) hold(p **pipe) error {
 	return nil
 }
 
-// release puts the pipe *p holds back (put) and clears *p.
+// release puts the pipe *p holds back (put), if it holds one, and clears *p.
 func (pp *pipePool) release(p **pipe) {
-	pp.put(*p)
-	*p = nil
+	if *p != nil {
+		pp.put(*p)
+		*p = nil
+	}
 }
 
 func (p *pipe) close() {
