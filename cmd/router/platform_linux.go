@@ -24,8 +24,9 @@ func ownControl(mark uint32) func(network, address string, c syscall.RawConn) er
 	return nftplatform.OwnControl(mark)
 }
 
-// guardYields: a running router's table is its own, kept by its healer, and the guard's
-// table in its place would refuse the guests until the healer put it back; so `router
+// guardYields: a running router's table is its own, built from the config it runs and kept
+// by its healer; a guard from the file as it is now (edited since, say) put in its place
+// would capture by another config until the healer put the router's back. So `router
 // guard` leaves a running router alone.
 const guardYields = true
 
